@@ -1,0 +1,148 @@
+#include <gtest/gtest.h>
+
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/core/initializers.h"
+#include "kiln/core/io.h"
+#include "kiln/core/names.h"
+#include "kiln/core/random.h"
+#include "kiln/core/shape.h"
+#include "kiln/core/threads.h"
+#include "kiln/core/variable.h"
+#include "kiln/testing/testing.h"
+
+namespace kiln {
+namespace {
+
+TEST(Names, SnakeCaseMatchesKeras) {
+  EXPECT_EQ(to_snake_case("Dense"), "dense");
+  EXPECT_EQ(to_snake_case("Conv2D"), "conv2d");
+  EXPECT_EQ(to_snake_case("MultiHeadAttention"), "multi_head_attention");
+  EXPECT_EQ(to_snake_case("GlobalAveragePooling2D"), "global_average_pooling2d");
+  EXPECT_EQ(to_snake_case("BatchNormalization"), "batch_normalization");
+}
+
+TEST(Names, UniqueNamesCountPerBase) {
+  clear_session();
+  EXPECT_EQ(unique_name("dense"), "dense");
+  EXPECT_EQ(unique_name("dense"), "dense_1");
+  EXPECT_EQ(unique_name("conv2d"), "conv2d");
+  reserve_name("dense_7");
+  EXPECT_EQ(unique_name("dense"), "dense_8");
+  clear_session();
+  EXPECT_EQ(unique_name("dense"), "dense");
+}
+
+TEST(Shape, PrintsLikeKeras) {
+  EXPECT_EQ(shape_to_string({kNone, 28, 28}), "(None, 28, 28)");
+  EXPECT_EQ(shape_to_string({kNone}), "(None,)");
+  EXPECT_EQ(num_elements({2, 3}), 6);
+  EXPECT_EQ(num_elements({kNone, 3}), -1);
+}
+
+TEST(DType, PoliciesSplitComputeAndVariable) {
+  DTypePolicy p("mixed_bfloat16");
+  EXPECT_EQ(p.compute_dtype(), at::kBFloat16);
+  EXPECT_EQ(p.variable_dtype(), at::kFloat);
+  EXPECT_TRUE(p.is_mixed());
+  EXPECT_THROW(DTypePolicy("mixed_float8"), ValueError);
+  EXPECT_THROW(dtype_from_string("float31"), ValueError);
+}
+
+TEST(Random, SeedRepeatsExactly) {
+  set_random_seed(7);
+  auto a = at::randn({4});
+  auto s1 = next_seed();
+  set_random_seed(7);
+  auto b = at::randn({4});
+  EXPECT_TRUE(at::equal(a, b));
+  EXPECT_EQ(s1, next_seed());
+}
+
+TEST(Initializers, GlorotUniformLimitAndHeNormalStd) {
+  set_random_seed(1);
+  auto w = Initializer::get("glorot_uniform")->sample({300, 200}, at::kFloat);
+  double limit = std::sqrt(6.0 / 500.0);
+  EXPECT_LE(w.abs().max().item<double>(), limit);
+  EXPECT_GT(w.abs().max().item<double>(), 0.95 * limit);
+  auto h = Initializer::get("he_normal")->sample({400, 400}, at::kFloat);
+  EXPECT_NEAR(h.std().item<double>(), std::sqrt(2.0 / 400.0), 0.003);
+  EXPECT_LE(h.abs().max().item<double>(), 2.0 * std::sqrt(2.0 / 400.0) / 0.8796 + 1e-6);
+  EXPECT_TRUE(at::equal(Initializer::get("zeros")->sample({3}, at::kFloat), at::zeros({3})));
+  EXPECT_THROW(Initializer::get("glorot"), ValueError);
+  auto round = Initializer::from_json(Initializer::get("he_normal")->to_json());
+  EXPECT_EQ(round->class_name(), "HeNormal");
+}
+
+TEST(Variables, FactoryUsesScopeAndPolicy) {
+  NameScope a("sequential");
+  NameScope b("dense_1");
+  VariableSpec spec{"kernel", {3, 2}, Initializer::get("ones"), true, std::nullopt};
+  auto v = VariableFactory::create(spec, DTypePolicy("mixed_float16"));
+  EXPECT_EQ(v->path(), "sequential/dense_1/kernel");
+  EXPECT_EQ(v->name(), "kernel");
+  EXPECT_EQ(v->dtype(), at::kFloat);  // variables stay float32 under mixed policies
+  EXPECT_TRUE(v->value().requires_grad());
+  EXPECT_THROW(v->assign(at::zeros({2, 3})), ShapeError);
+  v->assign(at::zeros({3, 2}));
+  EXPECT_EQ(v->value().sum().item<float>(), 0.f);
+}
+
+class HalfDistribution : public Distribution {
+ public:
+  TensorLayout layout_for(const std::string& path, const Shape& shape) const override {
+    return TensorLayout{{"", "model"}};
+  }
+  at::Tensor distribute_variable(const at::Tensor& v, const TensorLayout&) const override { return v * 0.5; }
+};
+
+TEST(Variables, DistributionDecidesLayout) {
+  set_distribution(std::make_shared<HalfDistribution>());
+  VariableSpec spec{"kernel", {2, 2}, Initializer::get("ones"), true, std::nullopt};
+  auto v = VariableFactory::create(spec, DTypePolicy());
+  set_distribution(nullptr);
+  EXPECT_EQ(v->layout().axes, (std::vector<std::string>{"", "model"}));
+  EXPECT_FALSE(v->layout().replicated());
+  EXPECT_FLOAT_EQ(v->value().sum().item<float>(), 2.f);
+}
+
+TEST(IO, AtomicWriteReplacesWholeFile) {
+  TempDir dir;
+  auto p = dir.path() + "/f.txt";
+  atomic_write_file(p, "hello");
+  EXPECT_EQ(read_file(p), "hello");
+  atomic_write_file(p, "bye");
+  EXPECT_EQ(read_file(p), "bye");
+  EXPECT_EQ(list_directory(dir.path()), std::vector<std::string>{"f.txt"});  // no temp left
+  EXPECT_THROW(read_file(dir.path() + "/missing"), NotFoundError);
+}
+
+TEST(IO, AtomicDirectoryAppearsOnlyOnCommit) {
+  TempDir dir;
+  auto target = dir.path() + "/3";
+  {
+    AtomicDirectory d(target);
+    atomic_write_file(d.path() + "/model.json", "{}");
+    EXPECT_FALSE(path_exists(target));
+  }  // not committed: discarded
+  EXPECT_FALSE(path_exists(target));
+  EXPECT_TRUE(list_directory(dir.path()).empty());
+  {
+    AtomicDirectory d(target);
+    atomic_write_file(d.path() + "/model.json", "{\"v\":1}");
+    d.commit();
+  }
+  EXPECT_EQ(read_file(target + "/model.json"), "{\"v\":1}");
+}
+
+TEST(Threads, ConfigureSetsIntraOpAndBlas) {
+  EXPECT_EQ(configure_threads(ThreadConfig{2}), 2);
+  EXPECT_EQ(num_threads(), 2);
+  int blas = blas_num_threads();
+  if (blas > 0) EXPECT_LE(blas, 2);
+  configure_threads(ThreadConfig{1});
+  EXPECT_EQ(num_threads(), 1);
+}
+
+}  // namespace
+}  // namespace kiln

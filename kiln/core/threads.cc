@@ -1,0 +1,69 @@
+#include "kiln/core/threads.h"
+
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+namespace {
+
+using SetThreadsFn = void (*)(int);
+using GetThreadsFn = int (*)();
+
+// OpenBLAS is loaded through LibTorch; find its thread API at run time so
+// kiln does not link against a specific BLAS.
+template <class Fn>
+Fn blas_symbol(const char* name) {
+  return reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, name));
+}
+
+int env_threads() {
+  const char* v = std::getenv("KILN_NUM_THREADS");
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n <= 0 || n > 1024)
+    throw ValueError(std::string("KILN_NUM_THREADS must be a positive integer. Received: ") + v);
+  return (int)n;
+}
+
+std::once_flag g_interop_once;
+
+}  // namespace
+
+int configure_threads(ThreadConfig cfg) {
+  int n = cfg.intra_op > 0 ? cfg.intra_op : env_threads();
+  if (n <= 0) n = (int)std::max(1u, std::thread::hardware_concurrency());
+  // One BLAS thread per intra-op thread at most. OpenBLAS's pthread build
+  // keeps its own pool; when both pools are sized to the cores and LibTorch
+  // calls BLAS from inside an OpenMP region, 2x the cores' threads spin.
+  // LibTorch calls gemm from the calling thread, so letting OpenBLAS use the
+  // cores for large matmuls and OpenMP the cores for elementwise ops is safe
+  // as long as neither nests in the other; kiln keeps BLAS at `n` and makes
+  // OpenMP never nest (inter-op = 1).
+  if (auto set_blas = blas_symbol<SetThreadsFn>("openblas_set_num_threads")) set_blas(n);
+  at::set_num_threads(n);
+  std::call_once(g_interop_once, [&] {
+    try {
+      at::set_num_interop_threads(std::max(1, cfg.inter_op));
+    } catch (const std::exception&) {
+      // Already started by earlier tensor work; harmless.
+    }
+  });
+  return n;
+}
+
+int num_threads() { return at::get_num_threads(); }
+
+int blas_num_threads() {
+  auto get = blas_symbol<GetThreadsFn>("openblas_get_num_threads");
+  return get ? get() : 0;
+}
+
+}  // namespace kiln

@@ -1,0 +1,384 @@
+#include "kiln/layers/layer.h"
+
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "kiln/core/names.h"
+
+namespace kiln {
+
+std::string KerasTensor::name() const {
+  if (!node) return "keras_tensor";
+  return node->layer->name() + (index ? "_" + std::to_string(index) : "");
+}
+
+Layer::Layer(const Json& config) {
+  std::string name = get_or<std::string>(config, "name", "");
+  if (!name.empty()) {
+    name_ = name;
+    reserve_name(name);
+  }
+  trainable_ = get_or<bool>(config, "trainable", true);
+  if (config.is_object() && config.contains("dtype") && !config["dtype"].is_null()) {
+    const Json& d = config["dtype"];
+    // Keras 3 writes {"module": ..., "class_name": "DTypePolicy", "config": {"name": ...}}.
+    if (d.is_string()) policy_ = DTypePolicy(d.get<std::string>());
+    else if (d.is_object() && d.contains("config")) policy_ = DTypePolicy(d["config"].value("name", "float32"));
+    else throw ValueError("layer `dtype` must be a policy name. Received: " + d.dump());
+  } else {
+    policy_ = kiln::dtype_policy();
+  }
+}
+
+Layer::~Layer() = default;
+
+const std::string& Layer::name() const {
+  if (name_.empty()) name_ = unique_name(to_snake_case(class_name()));
+  return name_;
+}
+
+void Layer::build_if_needed(const std::vector<Shape>& input_shapes) {
+  if (built_) return;
+  NameScope scope(name());
+  build(input_shapes);
+  build_shapes_ = input_shapes;
+  built_ = true;
+}
+
+namespace {
+std::vector<Shape> shapes_of(const Tensors& ts) {
+  std::vector<Shape> out;
+  for (auto& t : ts) {
+    Shape s(t.sizes().begin(), t.sizes().end());
+    if (!s.empty()) s[0] = kNone;
+    out.push_back(s);
+  }
+  return out;
+}
+}  // namespace
+
+Tensors Layer::operator()(const Tensors& inputs, bool training) {
+  if (!built_) build_if_needed(shapes_of(inputs));
+  activity_losses_.clear();
+  if (!autocast()) return call(inputs, training);
+  Tensors cast;
+  cast.reserve(inputs.size());
+  for (auto& t : inputs) cast.push_back(compute_cast(t));
+  return call(cast, training);
+}
+
+at::Tensor Layer::operator()(const at::Tensor& x, bool training) {
+  auto out = (*this)(Tensors{x}, training);
+  if (out.size() != 1)
+    throw ValueError(class_name() + " '" + name_ + "' returns " + std::to_string(out.size()) +
+                     " outputs; call it with a vector to get them all");
+  return out[0];
+}
+
+KerasTensors Layer::operator()(const KerasTensors& inputs) {
+  std::vector<Shape> shapes;
+  std::vector<at::ScalarType> dtypes;
+  for (auto& k : inputs) {
+    shapes.push_back(k.shape);
+    dtypes.push_back(k.dtype);
+  }
+  auto node = std::make_shared<Node>();
+  node->layer = shared_from_this();
+  node->inputs = inputs;
+  node->output_shapes = compute_output_shape(shapes);
+  node->output_dtypes = compute_output_dtype(dtypes);
+  if (node->output_dtypes.size() != node->output_shapes.size())
+    node->output_dtypes.assign(node->output_shapes.size(), policy_.compute_dtype());
+  KerasTensors out;
+  for (size_t i = 0; i < node->output_shapes.size(); ++i)
+    out.push_back(KerasTensor{node->output_shapes[i], node->output_dtypes[i], node, (int)i});
+  return out;
+}
+
+KerasTensor Layer::operator()(const KerasTensor& x) {
+  auto out = (*this)(KerasTensors{x});
+  if (out.size() != 1)
+    throw ValueError(class_name() + " '" + name_ + "' returns " + std::to_string(out.size()) + " outputs");
+  return out[0];
+}
+
+std::vector<Shape> Layer::compute_output_shape(const std::vector<Shape>& input_shapes) {
+  build_if_needed(input_shapes);
+  Tensors probes;
+  for (auto& s : input_shapes) {
+    Shape c = concrete(s, 1);
+    probes.push_back(at::zeros(c, at::TensorOptions().dtype(policy_.compute_dtype())));
+  }
+  at::NoGradGuard ng;
+  Tensors out;
+  try {
+    out = (*this)(probes, false);
+  } catch (const UserError&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string shapes;
+    for (auto& s : input_shapes) shapes += (shapes.empty() ? "" : ", ") + shape_to_string(s);
+    throw ShapeError(class_name() + " '" + name_ + "' cannot take inputs of shape " + shapes + ": " +
+                     std::string(e.what()).substr(0, 300));
+  }
+  std::vector<Shape> shapes;
+  for (size_t i = 0; i < out.size(); ++i) {
+    Shape s(out[i].sizes().begin(), out[i].sizes().end());
+    // Carry unknown dims through: batch (dim 0) stays unknown.
+    if (!s.empty() && !input_shapes.empty() && !input_shapes[0].empty() && input_shapes[0][0] < 0) s[0] = kNone;
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
+std::vector<at::ScalarType> Layer::compute_output_dtype(const std::vector<at::ScalarType>& in) {
+  return {};  // empty: every output takes the compute dtype
+}
+
+VariablePtr Layer::add_weight(const std::string& name, const Shape& shape, InitializerPtr initializer,
+                              bool trainable, RegularizerPtr regularizer,
+                              std::optional<at::ScalarType> dtype) {
+  VariableSpec spec;
+  spec.name = name;
+  spec.shape = shape;
+  spec.initializer = std::move(initializer);
+  spec.trainable = trainable && trainable_;
+  spec.dtype = dtype;
+  auto v = VariableFactory::create(spec, policy_);
+  variables_.push_back(v);
+  created_trainable_.push_back(trainable);
+  if (regularizer) regularized_.emplace_back(v, regularizer);
+  return v;
+}
+
+std::vector<VariablePtr> Layer::weights() const {
+  std::vector<VariablePtr> out;
+  std::set<const Variable*> seen;
+  std::function<void(const Layer&)> visit = [&](const Layer& l) {
+    for (auto& v : l.variables_)
+      if (seen.insert(v.get()).second) out.push_back(v);
+    for (auto& s : l.sublayers()) visit(*s);
+  };
+  visit(*this);
+  return out;
+}
+
+std::vector<VariablePtr> Layer::trainable_weights() const {
+  std::vector<VariablePtr> out;
+  for (auto& v : weights())
+    if (v->trainable()) out.push_back(v);
+  return out;
+}
+
+std::vector<VariablePtr> Layer::non_trainable_weights() const {
+  std::vector<VariablePtr> out;
+  for (auto& v : weights())
+    if (!v->trainable()) out.push_back(v);
+  return out;
+}
+
+int64_t Layer::count_params() const {
+  int64_t n = 0;
+  for (auto& v : weights()) n += v->value().numel();
+  return n;
+}
+
+Tensors Layer::get_weights() const {
+  Tensors out;
+  for (auto& v : weights()) out.push_back(v->value().detach().clone());
+  return out;
+}
+
+void Layer::set_weights(const Tensors& values) {
+  auto ws = weights();
+  if (values.size() != ws.size())
+    throw ValueError(class_name() + " '" + name_ + "' has " + std::to_string(ws.size()) +
+                     " weights; set_weights received " + std::to_string(values.size()));
+  for (size_t i = 0; i < ws.size(); ++i) ws[i]->assign(values[i]);
+}
+
+void Layer::track(LayerPtr sublayer) {
+  if (!sublayer) throw ValueError("cannot track a null layer in '" + name_ + "'");
+  for (auto& s : sublayers_)
+    if (s == sublayer) return;
+  sublayers_.push_back(std::move(sublayer));
+}
+
+void Layer::set_trainable(bool t) {
+  trainable_ = t;
+  // Keras: freezing makes every weight non-trainable; unfreezing restores
+  // those that were created trainable (BN moving statistics never are).
+  for (size_t i = 0; i < variables_.size(); ++i)
+    variables_[i]->set_trainable(t && created_trainable_[i]);
+  for (auto& s : sublayers()) s->set_trainable(t);
+}
+
+at::Tensor Layer::regularization_loss() const {
+  at::Tensor total = at::zeros({}, at::kFloat);
+  std::set<const Layer*> seen;
+  std::function<void(const Layer&)> visit = [&](const Layer& l) {
+    if (!seen.insert(&l).second) return;
+    for (auto& [v, r] : l.regularized_) total = total + (*r)(v->value());
+    for (auto& a : l.activity_losses_) total = total + a.to(at::kFloat);
+    for (auto& s : l.sublayers()) visit(*s);
+  };
+  visit(*this);
+  return total;
+}
+
+void Layer::add_loss(const at::Tensor& loss) { activity_losses_.push_back(loss); }
+void Layer::clear_losses() {
+  activity_losses_.clear();
+  for (auto& s : sublayers()) s->clear_losses();
+}
+
+at::Tensor Layer::compute_cast(const at::Tensor& x) const {
+  if (!x.defined() || !at::isFloatingType(x.scalar_type())) return x;
+  auto dt = policy_.compute_dtype();
+  return x.scalar_type() == dt ? x : x.to(dt);
+}
+
+Json Layer::base_config() const {
+  Json j;
+  j["name"] = name();
+  j["trainable"] = trainable_;
+  j["dtype"] = policy_.name();
+  return j;
+}
+
+Json Layer::get_config() const { return base_config(); }
+
+Json Layer::to_json() const {
+  Json j;
+  j["class_name"] = class_name();
+  j["config"] = get_config();
+  if (built_ && !build_shapes_.empty()) {
+    Json shapes = Json::array();
+    for (auto& s : build_shapes_) {
+      Json d = Json::array();
+      for (auto x : s) d.push_back(x < 0 ? Json(nullptr) : Json(x));
+      shapes.push_back(d);
+    }
+    j["build_config"] = Json{{"input_shapes", shapes}};
+  }
+  return j;
+}
+
+void Layer::quantize(const std::string& mode) {
+  throw ValueError(class_name() + " '" + name_ + "' cannot be quantized (mode=" + mode +
+                   "); quantizable layers are Dense, EinsumDense, Conv1D/2D and Embedding");
+}
+
+Tensors SimpleLayer::call(const Tensors& inputs, bool training) {
+  if (inputs.size() != 1)
+    throw ValueError(class_name() + " '" + name() + "' takes one input. Received " +
+                     std::to_string(inputs.size()));
+  return {call1(inputs[0], training)};
+}
+
+// --- registry ---------------------------------------------------------------
+namespace {
+std::mutex g_reg_mu;
+std::map<std::string, LayerFactory>& registry() {  // guarded by g_reg_mu
+  static std::map<std::string, LayerFactory> r;
+  return r;
+}
+}  // namespace
+
+bool LayerRegistry::add(const std::string& class_name, LayerFactory factory) {
+  std::lock_guard<std::mutex> l(g_reg_mu);
+  registry()[class_name] = std::move(factory);
+  return true;
+}
+
+bool LayerRegistry::contains(const std::string& class_name) {
+  std::lock_guard<std::mutex> l(g_reg_mu);
+  return registry().count(class_name) > 0;
+}
+
+std::vector<std::string> LayerRegistry::names() {
+  std::lock_guard<std::mutex> l(g_reg_mu);
+  std::vector<std::string> out;
+  for (auto& [k, v] : registry()) out.push_back(k);
+  return out;
+}
+
+LayerPtr LayerRegistry::create(const std::string& class_name, const Json& config) {
+  LayerFactory f;
+  {
+    std::lock_guard<std::mutex> l(g_reg_mu);
+    auto it = registry().find(class_name);
+    if (it != registry().end()) f = it->second;
+  }
+  if (!f) {
+    std::string known;
+    for (auto& n : names()) known += (known.empty() ? "" : ", ") + n;
+    throw NotFoundError("unknown layer '" + class_name + "'; known layers: " + known);
+  }
+  return f(config);
+}
+
+LayerPtr layer_from_json(const Json& j) {
+  if (!j.is_object() || !j.contains("class_name"))
+    throw ValueError("a layer must be {\"class_name\": ..., \"config\": {...}}. Received: " + j.dump().substr(0, 200));
+  auto layer = LayerRegistry::create(j["class_name"].get<std::string>(), j.value("config", Json::object()));
+  if (j.contains("build_config") && j["build_config"].contains("input_shapes")) {
+    std::vector<Shape> shapes;
+    for (auto& s : j["build_config"]["input_shapes"]) {
+      Shape sh;
+      for (auto& d : s) sh.push_back(d.is_null() ? kNone : d.get<int64_t>());
+      shapes.push_back(sh);
+    }
+    layer->build_if_needed(shapes);
+  }
+  return layer;
+}
+
+// --- Input ------------------------------------------------------------------
+namespace {
+Json without_dtype(Json c) {
+  if (c.is_object()) c.erase("dtype");  // InputLayer's dtype is a tensor dtype, not a policy
+  return c;
+}
+}  // namespace
+
+InputLayer::InputLayer(const Json& config) : Layer(without_dtype(config)) {
+  const Json& bs = config.contains("batch_shape") ? config["batch_shape"] : require(config, "shape", "InputLayer");
+  for (auto& d : bs) batch_shape_.push_back(d.is_null() ? kNone : d.get<int64_t>());
+  if (!config.contains("batch_shape")) batch_shape_.insert(batch_shape_.begin(), kNone);
+  dtype_ = dtype_from_string(get_or<std::string>(config, "dtype", "float32"));
+  mark_built();
+}
+
+Json InputLayer::get_config() const {
+  Json j;
+  Json bs = Json::array();
+  for (auto d : batch_shape_) bs.push_back(d < 0 ? Json(nullptr) : Json(d));
+  j["batch_shape"] = bs;
+  j["dtype"] = dtype_to_string(dtype_);
+  j["sparse"] = false;
+  j["name"] = name();
+  return j;
+}
+KILN_REGISTER_LAYER(InputLayer);
+
+KerasTensor Input(const Shape& shape, at::ScalarType dtype, const std::string& name) {
+  for (auto d : shape)
+    if (d == 0 || d < -1) throw ValueError("Input: every dimension must be positive or -1 (None). Received: shape=" + shape_to_string(shape));
+  Json cfg;
+  Json bs = Json::array({nullptr});
+  for (auto d : shape) bs.push_back(d < 0 ? Json(nullptr) : Json(d));
+  cfg["batch_shape"] = bs;
+  cfg["dtype"] = dtype_to_string(dtype);
+  cfg["name"] = name.empty() ? unique_name("input_layer") : name;
+  auto layer = std::make_shared<InputLayer>(cfg);
+  auto node = std::make_shared<Node>();
+  node->layer = layer;
+  Shape full = layer->batch_shape();
+  node->output_shapes = {full};
+  node->output_dtypes = {dtype};
+  return KerasTensor{full, dtype, node, 0};
+}
+
+}  // namespace kiln

@@ -1,0 +1,76 @@
+// Stateful metrics, as in Keras: update_state() accumulates over batches,
+// result() reads, reset_state() clears (the trainer resets at each epoch).
+//
+//   auto acc = Metric::get("accuracy", loss.get());   // resolves to
+//   acc->update_state(y_true, y_pred);                // sparse_categorical_accuracy
+//   double a = acc->result();                         // for a sparse CE loss
+//
+// State lives in float64 tensors returned by variables(), so a distributed
+// trainer can sum them across replicas before result().
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/core/json.h"
+
+namespace kiln {
+
+class Loss;
+
+class Metric {
+ public:
+  explicit Metric(std::string name) : name_(std::move(name)) {}
+  virtual ~Metric() = default;
+
+  virtual void update_state(const at::Tensor& y_true, const at::Tensor& y_pred,
+                            const at::Tensor& sample_weight = at::Tensor()) = 0;
+  virtual double result() const = 0;
+  virtual void reset_state() = 0;
+  // The accumulators (float64), for cross-replica reduction and checkpoints.
+  virtual std::vector<at::Tensor> variables() const = 0;
+
+  const std::string& name() const { return name_; }
+  void set_name(const std::string& n) { name_ = n; }
+  virtual std::string class_name() const = 0;
+  virtual Json get_config() const { return Json{{"name", name_}}; }
+  Json to_json() const { return Json{{"class_name", class_name()}, {"config", get_config()}}; }
+  // Higher is better (accuracy, AUC) or lower (mae, loss): used by callbacks
+  // and tuners to infer a direction.
+  virtual bool higher_is_better() const { return false; }
+
+  // Keras names: "accuracy"/"acc" (resolved against `loss` as Keras does:
+  // sparse CE -> sparse_categorical_accuracy, CE -> categorical_accuracy,
+  // BCE -> binary_accuracy), "binary_accuracy", "categorical_accuracy",
+  // "sparse_categorical_accuracy", "top_k_categorical_accuracy",
+  // "sparse_top_k_categorical_accuracy", "auc", "precision", "recall",
+  // "mae"/"mean_absolute_error", "mse"/"mean_squared_error"; or JSON.
+  static std::shared_ptr<Metric> get(const std::string& name, const Loss* loss = nullptr);
+  static std::shared_ptr<Metric> from_json(const Json& j, const Loss* loss = nullptr);
+
+ private:
+  std::string name_;
+};
+
+using MetricPtr = std::shared_ptr<Metric>;
+
+// The running mean (weighted) of values: the trainer tracks "loss" with it.
+class Mean : public Metric {
+ public:
+  explicit Mean(std::string name = "mean");
+  void update_state(const at::Tensor& values, const at::Tensor& unused = at::Tensor(),
+                    const at::Tensor& sample_weight = at::Tensor()) override;
+  void update(double value, double weight = 1.0);
+  double result() const override;
+  void reset_state() override;
+  std::vector<at::Tensor> variables() const override { return {total_, count_}; }
+  std::string class_name() const override { return "Mean"; }
+
+ private:
+  at::Tensor total_, count_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,44 @@
+// Functional: a model defined by a graph of layers, with several inputs
+// and outputs, shared layers and residual connections.
+//
+//   auto in = Input({784});
+//   auto h = (*std::make_shared<Dense>(64, "relu"))(in);
+//   auto r = (*std::make_shared<Add>())({h, (*std::make_shared<Dense>(64))(in)});
+//   auto out = (*std::make_shared<Dense>(10))(r);
+//   auto model = std::make_shared<Functional>(KerasTensors{in}, KerasTensors{out});
+//
+// The config (Keras 3's format, simplified) lists layers with their inbound
+// nodes as [layer_name, node_index, tensor_index] triples, and the model's
+// input_layers / output_layers the same way.
+#pragma once
+
+#include "kiln/models/model.h"
+
+namespace kiln {
+
+class Functional : public Model {
+ public:
+  Functional(const KerasTensors& inputs, const KerasTensors& outputs, const std::string& name = "");
+  explicit Functional(const Json& config);  // registry form
+  std::string class_name() const override { return "Functional"; }
+
+  std::vector<LayerPtr> layers() const override;  // topological, InputLayers first
+  std::vector<Shape> input_shapes() const override;
+  std::vector<at::ScalarType> input_dtypes() const override;
+  std::vector<std::string> input_names() const override;
+  std::vector<std::string> output_names() const override;
+  std::vector<LayerPtr> sublayers() const override;
+
+  Tensors call(const Tensors& inputs, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+ private:
+  void init(const KerasTensors& inputs, const KerasTensors& outputs);
+
+  KerasTensors inputs_, outputs_;
+  std::vector<std::shared_ptr<Node>> nodes_;  // topological order
+  std::vector<LayerPtr> layers_;              // unique, topological order
+};
+
+}  // namespace kiln

@@ -1,0 +1,51 @@
+#include "kiln/models/model.h"
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+
+Model::Model(const Json& config) : Layer(config) {}
+Model::~Model() = default;
+
+LayerPtr Model::get_layer(const std::string& name) const {
+  std::string known;
+  for (auto& l : layers()) {
+    if (l->name() == name) return l;
+    known += (known.empty() ? "" : ", ") + l->name();
+  }
+  throw NotFoundError("no layer named '" + name + "' in model '" + this->name() + "'; layers: " + known);
+}
+
+std::vector<at::ScalarType> Model::input_dtypes() const {
+  return std::vector<at::ScalarType>(input_shapes().size(), at::kFloat);
+}
+
+std::vector<std::string> Model::input_names() const {
+  auto n = input_shapes().size();
+  if (n <= 1) return {"inputs"};
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) out.push_back("inputs_" + std::to_string(i));
+  return out;
+}
+
+std::vector<std::string> Model::output_names() const { return {"output_0"}; }
+
+std::vector<Shape> Model::output_shapes() {
+  auto in = input_shapes();
+  if (in.empty()) throw StateError("model '" + name() + "' has no known input shape yet; build it or call it once");
+  return compute_output_shape(in);
+}
+
+Json Model::get_config() const { return base_config(); }
+
+double History::last(const std::string& key) const {
+  auto it = history.find(key);
+  if (it == history.end() || it->second.empty()) {
+    std::string known;
+    for (auto& [k, v] : history) known += (known.empty() ? "" : ", ") + k;
+    throw NotFoundError("History has no '" + key + "'; keys: " + known);
+  }
+  return it->second.back();
+}
+
+}  // namespace kiln

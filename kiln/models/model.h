@@ -1,0 +1,103 @@
+// Model: a Layer that groups layers and can be trained, evaluated, saved and
+// served. Sequential, Functional and user subclasses derive from it.
+//
+// As in Keras 3 (where Model inherits Trainer), the training entry points are
+// members here but implemented in kiln/training/trainer.cc, and saving in
+// kiln/saving/: this header only forward-declares what they need, so the
+// models folder does not depend on the folders above it.
+//
+//   auto model = std::make_shared<Sequential>(std::vector<LayerPtr>{
+//       std::make_shared<Dense>(256, "relu"), std::make_shared<Dense>(10)});
+//   model->compile(CompileArgs::from_names("adam", "sparse_categorical_crossentropy", {"accuracy"}));
+//   History h = model->fit({.x = {x}, .y = {y}, .epochs = 5, .validation_split = 0.1});
+//   model->save("models/fashion_mnist/1");
+//
+// Subclassing: derive from Model, create sublayers in the constructor and
+// track() them, implement call() and class_name(); register it with
+// KILN_REGISTER_LAYER to make save/load_model work (get_config must hold
+// the constructor's arguments).
+#pragma once
+
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/layers/layer.h"
+#include "kiln/models/fit_args.h"
+
+namespace kiln {
+
+class TrainState;  // kiln/training: compiled state (optimizer, loss, metrics, step pipeline)
+
+class Model : public Layer {
+ public:
+  explicit Model(const Json& config = Json::object());
+  ~Model() override;
+
+  // --- structure -----------------------------------------------------------
+  // Top-level layers in order (Functional: topological, inputs first).
+  virtual std::vector<LayerPtr> layers() const { return sublayers(); }
+  LayerPtr get_layer(const std::string& name) const;  // NotFoundError lists names
+  // What the model takes and gives (batch dim kNone). Known once built or,
+  // for Functional/Sequential with an Input, from construction.
+  virtual std::vector<Shape> input_shapes() const { return build_input_shapes(); }
+  virtual std::vector<at::ScalarType> input_dtypes() const;
+  virtual std::vector<std::string> input_names() const;
+  std::vector<Shape> output_shapes();
+  virtual std::vector<std::string> output_names() const;
+  size_t num_inputs() const { return input_shapes().empty() ? 1 : input_shapes().size(); }
+
+  // Keras's table: Layer (type), Output Shape, Param #; totals (trainable /
+  // non-trainable). Implemented in models/summary.cc.
+  void summary(std::ostream& os = std::cout, int line_length = 0);
+  std::string summary_string(int line_length = 0);
+
+  // --- training (kiln/training/trainer.cc) ----------------------------------
+  void compile(const CompileArgs& args);
+  void compile(const std::string& optimizer, const std::string& loss,
+               const std::vector<std::string>& metrics = {});
+  bool compiled() const;
+  TrainState& train_state();  // StateError "call compile() first" if not compiled
+  const CompileArgs& compile_args() const;
+
+  History fit(const FitArgs& args);
+  std::map<std::string, double> evaluate(const EvaluateArgs& args);
+  // Batched inference (training=false, no grad). One tensor per output.
+  Tensors predict(const Tensors& x, int64_t batch_size = 32, int verbose = 0);
+  at::Tensor predict(const at::Tensor& x, int64_t batch_size = 32, int verbose = 0);
+  Tensors predict(const Dataset& ds, int verbose = 0);
+  // One optimizer step on one batch; returns {"loss": ..., metrics...}.
+  std::map<std::string, double> train_on_batch(const Tensors& x, const Tensors& y,
+                                               const at::Tensor& sample_weight = at::Tensor());
+  std::map<std::string, double> test_on_batch(const Tensors& x, const Tensors& y,
+                                              const at::Tensor& sample_weight = at::Tensor());
+  Tensors predict_on_batch(const Tensors& x);
+
+  // Set by callbacks (EarlyStopping) to end fit() after the current epoch.
+  bool stop_training = false;
+
+  // --- saving (kiln/saving/model_io.cc) -------------------------------------
+  // Writes the model directory (model.json, weights.safetensors, optionally
+  // optimizer.safetensors) atomically.
+  void save(const std::string& dir, bool include_optimizer = true);
+  // safetensors keyed by variable path.
+  void save_weights(const std::string& path);
+  void load_weights(const std::string& path);
+
+  Json get_config() const override;
+
+ protected:
+  std::shared_ptr<TrainState> train_state_;  // shared_ptr: TrainState is incomplete here
+  std::unique_ptr<CompileArgs> compile_args_;
+};
+
+using ModelPtr = std::shared_ptr<Model>;
+
+// Restores a model directory written by Model::save (kiln/saving/model_io.cc):
+// architecture, weights (bit-identical predictions), compile config and
+// optimizer state when present.
+ModelPtr load_model(const std::string& dir);
+
+}  // namespace kiln

@@ -1,0 +1,42 @@
+// Sequential: a plain stack of layers, each with one input and one output.
+//
+//   auto model = std::make_shared<Sequential>();
+//   model->add(Input({784}));                 // optional: builds at once
+//   model->add(std::make_shared<Dense>(256, "relu"));
+//   model->add(std::make_shared<Dense>(10));
+//
+// Without an Input, the model builds on its first call (or fit()).
+#pragma once
+
+#include "kiln/models/model.h"
+
+namespace kiln {
+
+class Sequential : public Model {
+ public:
+  explicit Sequential(std::vector<LayerPtr> layers = {}, const std::string& name = "");
+  // Registry form: {"name", "layers": [{"class_name", "config"}...],
+  // "build_input_shape": [null, 784]}.
+  explicit Sequential(const Json& config);
+  std::string class_name() const override { return "Sequential"; }
+
+  void add(LayerPtr layer);
+  void add(const KerasTensor& input);  // sets the input shape and builds
+  void pop();
+
+  std::vector<LayerPtr> layers() const override { return layers_; }
+  std::vector<Shape> input_shapes() const override;
+  std::vector<at::ScalarType> input_dtypes() const override;
+
+  void build(const std::vector<Shape>& input_shapes) override;
+  Tensors call(const Tensors& inputs, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+ private:
+  std::vector<LayerPtr> layers_;
+  std::optional<Shape> input_shape_;  // with batch dim
+  at::ScalarType input_dtype_ = at::kFloat;
+};
+
+}  // namespace kiln

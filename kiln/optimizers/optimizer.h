@@ -1,0 +1,96 @@
+// Optimizers with Keras 3's update rules, names and defaults.
+//
+//   auto opt = Optimizer::get("adam");                   // lr 0.001
+//   auto opt = std::make_shared<Adam>(Json{{"learning_rate", 1e-3}});
+//   opt->apply_gradients(grads, model.trainable_weights());
+//
+// Common options (Keras's base optimizer): learning_rate (a number or a
+// LearningRateSchedule), weight_decay (decoupled: var -= lr * wd * var before
+// the update), clipnorm (per-variable), clipvalue, global_clipnorm (only one
+// of the clip options may be set). `iterations` counts applied steps and
+// drives schedules.
+//
+// State (slots such as Adam's m and v) is created lazily on the first
+// apply_gradients, keyed by variable path, so checkpoints can store and
+// restore it by name (state_dict/load_state_dict).
+//
+// Thread safety: not thread-safe; the training loop owns it.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/core/json.h"
+#include "kiln/core/variable.h"
+
+namespace kiln {
+
+class LearningRateSchedule {
+ public:
+  virtual ~LearningRateSchedule() = default;
+  virtual double operator()(int64_t step) const = 0;
+  virtual std::string class_name() const = 0;
+  virtual Json get_config() const = 0;
+  Json to_json() const { return Json{{"class_name", class_name()}, {"config", get_config()}}; }
+  // {"class_name": "ExponentialDecay" | "CosineDecay" | "PiecewiseConstantDecay", "config": {...}}
+  static std::shared_ptr<LearningRateSchedule> from_json(const Json& j);
+};
+using SchedulePtr = std::shared_ptr<LearningRateSchedule>;
+
+class Optimizer {
+ public:
+  // `config` keys: learning_rate (number or schedule JSON), weight_decay,
+  // clipnorm, clipvalue, global_clipnorm, name, plus the subclass's own.
+  Optimizer(const Json& config, double default_learning_rate, const std::string& default_name);
+  virtual ~Optimizer() = default;
+
+  // grads[i] is the gradient of vars[i]; undefined gradients are skipped.
+  void apply_gradients(const std::vector<at::Tensor>& grads, const std::vector<VariablePtr>& vars);
+
+  int64_t iterations() const { return iterations_; }
+  void set_iterations(int64_t it) { iterations_ = it; }
+  double learning_rate() const;  // at the current iteration
+  // Replaces a constant learning rate (ReduceLROnPlateau). StateError if a
+  // schedule is in use.
+  void set_learning_rate(double lr);
+  bool has_schedule() const { return schedule_ != nullptr; }
+
+  const std::string& name() const { return name_; }
+  virtual std::string class_name() const = 0;
+  virtual Json get_config() const;  // Keras keys, learning_rate possibly a schedule
+  Json to_json() const { return Json{{"class_name", class_name()}, {"config", get_config()}}; }
+
+  // Slots by "<variable path>/<slot name>", plus "iterations" (and a scalar
+  // "learning_rate" when constant), for checkpoints.
+  std::map<std::string, at::Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, at::Tensor>& state);
+
+  // "sgd", "rmsprop", "adam", "adamw" or {"class_name", "config"}.
+  static std::shared_ptr<Optimizer> get(const std::string& name);
+  static std::shared_ptr<Optimizer> from_json(const Json& j);
+
+ protected:
+  // One variable's update (called under NoGradGuard, after clipping and
+  // weight decay). `slots` holds this variable's slots, created by
+  // slot_names() on first use with zeros like the variable.
+  virtual void update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots,
+                           double lr, int64_t step) = 0;
+  virtual std::vector<std::string> slot_names() const { return {}; }
+  double weight_decay_ = 0.0;
+
+ private:
+  std::string name_;
+  double lr_ = 0.001;
+  SchedulePtr schedule_;
+  double clipnorm_ = 0, clipvalue_ = 0, global_clipnorm_ = 0;
+  int64_t iterations_ = 0;
+  std::map<std::string, std::vector<at::Tensor>> slots_;  // by variable path
+};
+
+using OptimizerPtr = std::shared_ptr<Optimizer>;
+
+}  // namespace kiln

@@ -1,0 +1,22 @@
+// main() for every kiln test binary: thread set-up as the CLI does it
+// (KILN_NUM_THREADS, set to 1 by ctest so parallel tests do not
+// oversubscribe), and GPU tests (named *_CUDA*) filtered out with a message
+// when no GPU is present.
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "kiln/core/threads.h"
+#include "kiln/core/torch_compat.h"
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  kiln::configure_threads();
+  if (!kiln::compat::cuda_available()) {
+    std::string filter = ::testing::GTEST_FLAG(filter);
+    if (filter.find("CUDA") == std::string::npos) {
+      ::testing::GTEST_FLAG(filter) = filter + (filter.find('-') == std::string::npos ? "-" : ":") + "*CUDA*";
+    }
+  }
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,34 @@
+// Test helpers shared by every kiln test binary.
+#pragma once
+
+#include <string>
+
+namespace kiln {
+
+// A fresh directory under $TMPDIR, removed (recursively) on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Absolute path of a file in the source tree ("kiln/losses/testdata/x.json").
+std::string source_path(const std::string& relative);
+
+// The built `kiln` CLI binary (set by CMake through KILN_CLI).
+std::string cli_path();
+
+// Runs a shell command, returns {exit code, stdout+stderr}.
+struct CommandResult {
+  int exit_code;
+  std::string output;
+};
+CommandResult run_command(const std::string& command);
+
+}  // namespace kiln

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every Debian package kiln's build, tests, benchmarks and demo need.
+# Idempotent: does nothing when all are present; runs `apt-get update` only
+# when a package is missing.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  build-essential cmake ninja-build ccache pkg-config
+  libtorch-dev libgloo-dev libopenblas-dev
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev zlib1g-dev
+  libgtest-dev libgmock-dev
+  # real data
+  dataset-fashion-mnist
+  # peers for golden data and benchmarks
+  python3 python3-torch python3-numpy
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"
