@@ -1,0 +1,157 @@
+#include "kiln/saving/model_io.h"
+
+#include <map>
+#include <set>
+
+#include "kiln/core/error.h"
+#include "kiln/core/io.h"
+
+namespace kiln {
+namespace {
+
+Json shape_json(const Shape& s) {
+  Json j = Json::array();
+  for (auto d : s) j.push_back(d < 0 ? Json(nullptr) : Json(d));
+  return j;
+}
+
+}  // namespace
+
+NamedTensors named_weights(const Model& model) {
+  NamedTensors out;
+  std::set<std::string> seen;
+  for (auto& v : model.weights()) {
+    if (!seen.insert(v->path()).second)
+      throw Error("model '" + model.name() + "' has two variables with path '" + v->path() +
+                  "'; give the layers unique names");
+    out.emplace_back(v->path(), v->value().detach());
+  }
+  return out;
+}
+
+void assign_named_weights(Model& model, const NamedTensors& tensors, const std::string& what) {
+  std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
+  auto vars = model.weights();
+  for (auto& v : vars) {
+    auto it = by_name.find(v->path());
+    if (it == by_name.end())
+      throw FormatError(what + " has no tensor for variable '" + v->path() + "' of model '" + model.name() + "'");
+    if (!it->second.sizes().equals(v->value().sizes()))
+      throw FormatError(what + ": tensor '" + v->path() + "' has shape " +
+                        shape_to_string(Shape(it->second.sizes().begin(), it->second.sizes().end())) +
+                        " but the model expects " + shape_to_string(v->shape()));
+    v->assign(it->second.to(v->dtype()));
+    by_name.erase(it);
+  }
+  if (!by_name.empty())
+    throw FormatError(what + " has " + std::to_string(by_name.size()) + " tensor(s) the model does not, e.g. '" +
+                      by_name.begin()->first + "'");
+}
+
+Json model_signatures(Model& model) {
+  Json inputs = Json::object(), outputs = Json::object();
+  auto shapes = model.input_shapes();
+  auto dtypes = model.input_dtypes();
+  auto names = model.input_names();
+  for (size_t i = 0; i < shapes.size(); ++i)
+    inputs[i < names.size() ? names[i] : "inputs_" + std::to_string(i)] =
+        Json{{"dtype", dtype_to_string(i < dtypes.size() ? dtypes[i] : at::kFloat)}, {"shape", shape_json(shapes[i])}};
+  if (!shapes.empty()) {
+    auto out_shapes = model.output_shapes();
+    auto out_names = model.output_names();
+    for (size_t i = 0; i < out_shapes.size(); ++i)
+      outputs[i < out_names.size() ? out_names[i] : "output_" + std::to_string(i)] =
+          Json{{"dtype", "float32"}, {"shape", shape_json(out_shapes[i])}};
+  }
+  return Json{{"serving_default", Json{{"inputs", inputs}, {"outputs", outputs}, {"method_name", "predict"}}}};
+}
+
+void Model::save(const std::string& dir, bool include_optimizer) {
+  if (input_shapes().empty())
+    throw StateError("model '" + name() + "' is not built; call it, fit it or give it an Input before save()");
+  Json mj;
+  mj["format"] = "kiln.model";
+  mj["format_version"] = kModelFormatVersion;
+  Json arch = to_json();
+  mj["class_name"] = arch["class_name"];
+  mj["config"] = arch["config"];
+  if (arch.contains("build_config")) mj["build_config"] = arch["build_config"];
+  mj["dtype_policy"] = dtype_policy().name();
+  mj["quantization"] = nullptr;
+  mj["compile_config"] = compiled() ? compile_args().to_json() : Json(nullptr);
+  mj["signatures"] = model_signatures(*this);
+  Json params{{"total", count_params()}};
+  int64_t trainable = 0;
+  for (auto& v : trainable_weights()) trainable += v->value().numel();
+  params["trainable"] = trainable;
+  params["non_trainable"] = count_params() - trainable;
+  mj["params"] = params;
+  mj["weights"] = "weights.safetensors";
+  bool with_opt = include_optimizer && compiled() && compile_args().optimizer;
+  mj["optimizer"] = with_opt ? Json("optimizer.safetensors") : Json(nullptr);
+
+  AtomicDirectory out(dir);
+  save_safetensors(out.path() + "/weights.safetensors", named_weights(*this), {{"format", "kiln"}});
+  if (with_opt) {
+    NamedTensors opt;
+    for (auto& [k, v] : compile_args().optimizer->state_dict()) opt.emplace_back(k, v);
+    save_safetensors(out.path() + "/optimizer.safetensors", opt, {{"format", "kiln"}});
+  }
+  make_dirs(out.path() + "/assets");
+  atomic_write_file(out.path() + "/model.json", mj.dump(2) + "\n");
+  out.commit(/*replace=*/true);
+}
+
+void Model::save_weights(const std::string& path) {
+  if (path.size() < 12 || path.substr(path.size() - 12) != ".safetensors")
+    throw ValueError("save_weights: the file name must end in .safetensors. Received: " + path);
+  make_dirs(parent_path(path));
+  save_safetensors(path, named_weights(*this), {{"format", "kiln"}});
+}
+
+void Model::load_weights(const std::string& path) { assign_named_weights(*this, load_safetensors(path), path); }
+
+Json read_model_json(const std::string& dir) {
+  if (!is_directory(dir)) throw NotFoundError("model directory not found: " + dir);
+  const std::string p = dir + "/model.json";
+  if (!path_exists(p)) throw NotFoundError(dir + " is not a kiln model directory: model.json is missing");
+  Json mj = read_json_file(p);
+  if (!mj.is_object() || mj.value("format", "") != "kiln.model")
+    throw FormatError(p + " is not a kiln model description (\"format\": \"kiln.model\" missing)");
+  if (mj.value("format_version", 0) > kModelFormatVersion)
+    throw FormatError(p + " has format_version " + std::to_string(mj.value("format_version", 0)) +
+                      "; this kiln reads up to " + std::to_string(kModelFormatVersion) + " (upgrade kiln)");
+  for (const char* key : {"class_name", "config", "weights"})
+    if (!mj.contains(key)) throw FormatError(p + " lacks \"" + std::string(key) + "\"");
+  return mj;
+}
+
+ModelPtr load_model(const std::string& dir) {
+  Json mj = read_model_json(dir);
+  Json arch{{"class_name", mj["class_name"]}, {"config", mj["config"]}};
+  if (mj.contains("build_config")) arch["build_config"] = mj["build_config"];
+  LayerPtr layer;
+  try {
+    layer = layer_from_json(arch);
+  } catch (const NotFoundError& e) {
+    throw FormatError(dir + "/model.json: " + e.what());
+  }
+  auto model = std::dynamic_pointer_cast<Model>(layer);
+  if (!model) throw FormatError(dir + "/model.json describes a " + mj["class_name"].get<std::string>() + ", not a model");
+  if (model->input_shapes().empty())
+    throw FormatError(dir + "/model.json has no input shape to build the model with");
+  const std::string wpath = dir + "/" + mj["weights"].get<std::string>();
+  assign_named_weights(*model, load_safetensors(wpath), wpath);
+  if (mj.contains("compile_config") && !mj["compile_config"].is_null()) {
+    model->compile(CompileArgs::from_json(mj["compile_config"]));
+    if (mj.contains("optimizer") && mj["optimizer"].is_string()) {
+      const std::string opath = dir + "/" + mj["optimizer"].get<std::string>();
+      std::map<std::string, at::Tensor> state;
+      for (auto& [k, v] : load_safetensors(opath)) state[k] = v;
+      model->compile_args().optimizer->load_state_dict(state);
+    }
+  }
+  return model;
+}
+
+}  // namespace kiln
