@@ -2,6 +2,8 @@
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -37,17 +39,24 @@ std::once_flag g_interop_once;
 
 }  // namespace
 
+void prepare_thread_environment(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  ::execv("/proc/self/exe", argv);
+  // exec failed: carry on with the default policy (configure_threads then
+  // keeps OpenBLAS to one thread).
+}
+
+bool omp_threads_passive() {
+  const char* v = std::getenv("OMP_WAIT_POLICY");
+  return v && ::strcasecmp(v, "passive") == 0;
+}
+
 int configure_threads(ThreadConfig cfg) {
   int n = cfg.intra_op > 0 ? cfg.intra_op : env_threads();
   if (n <= 0) n = (int)std::max(1u, std::thread::hardware_concurrency());
-  // One BLAS thread per intra-op thread at most. OpenBLAS's pthread build
-  // keeps its own pool; when both pools are sized to the cores and LibTorch
-  // calls BLAS from inside an OpenMP region, 2x the cores' threads spin.
-  // LibTorch calls gemm from the calling thread, so letting OpenBLAS use the
-  // cores for large matmuls and OpenMP the cores for elementwise ops is safe
-  // as long as neither nests in the other; kiln keeps BLAS at `n` and makes
-  // OpenMP never nest (inter-op = 1).
-  if (auto set_blas = blas_symbol<SetThreadsFn>("openblas_set_num_threads")) set_blas(n);
+  const int blas = omp_threads_passive() ? n : 1;
+  if (auto set_blas = blas_symbol<SetThreadsFn>("openblas_set_num_threads")) set_blas(blas);
   at::set_num_threads(n);
   std::call_once(g_interop_once, [&] {
     try {

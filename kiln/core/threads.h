@@ -1,22 +1,35 @@
 // Thread set-up, done once at start-up (the CLI, benchmarks and tests call
 // configure_threads() before any tensor work).
 //
-// Intra-op threads default to the machine's cores (LibTorch's own default
-// counts physical cores and can pick 1 on a 2-vCPU machine). OpenBLAS's
-// pthread pool and LibTorch's OpenMP pool must not both spin up a thread per
-// core: kiln gives OpenBLAS the same count and serialises it against OpenMP
-// regions (see threads.cc). Override with --threads / KILN_NUM_THREADS.
+// Measured on this 2-core machine (784-256-256-10 MLP, one epoch of
+// hand-written LibTorch steps; see docs/PERFORMANCE.md):
+//   OpenMP 2 + OpenBLAS 2, OpenMP threads spinning (libgomp default)  3.2 s
+//   OpenMP 2 + OpenBLAS 1                                             1.0 s
+//   OpenMP 2 + OpenBLAS 2, OMP_WAIT_POLICY=PASSIVE                    0.88 s
+// OpenBLAS's pthread pool and libgomp's spinning pool fight for the same
+// cores. So kiln sizes intra-op threads to the machine's cores (LibTorch's
+// own default counts physical cores and picks 1 on a 2-vCPU machine) and
+// gives OpenBLAS the same count only when OpenMP threads sleep while idle
+// (OMP_WAIT_POLICY=PASSIVE); otherwise OpenBLAS gets one thread. libgomp
+// reads that variable once at load, so executables call
+// prepare_thread_environment(argv) first thing in main(): it re-executes the
+// program once with OMP_WAIT_POLICY=PASSIVE unless the user set it.
+// Override the count with --threads / KILN_NUM_THREADS.
 #pragma once
 
 namespace kiln {
 
 struct ThreadConfig {
-  int intra_op = 0;  // 0: the machine's cores, or KILN_NUM_THREADS if set
+  int intra_op = 0;  // 0: KILN_NUM_THREADS if set, else the machine's cores
   int inter_op = 1;  // kiln's own pipelines use explicit threads
 };
 
-// Applies `cfg` (idempotent; the first call also sets inter-op threads, which
-// LibTorch allows only once per process). Returns the intra-op count in force.
+// Re-executes the current program with OMP_WAIT_POLICY=PASSIVE when that
+// variable is unset (returns normally otherwise, or if exec fails). Call
+// before anything starts threads.
+void prepare_thread_environment(char** argv);
+
+// Applies `cfg`. Returns the intra-op count in force.
 int configure_threads(ThreadConfig cfg = {});
 
 // Number of intra-op threads in force.
@@ -24,5 +37,8 @@ int num_threads();
 
 // The count OpenBLAS reports (0 if OpenBLAS is not loaded).
 int blas_num_threads();
+
+// True when libgomp's idle threads sleep (OMP_WAIT_POLICY=PASSIVE).
+bool omp_threads_passive();
 
 }  // namespace kiln

@@ -4,18 +4,22 @@
 // when no GPU is present.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <iostream>
 
 #include "kiln/core/threads.h"
 #include "kiln/core/torch_compat.h"
 
 int main(int argc, char** argv) {
+  kiln::prepare_thread_environment(argv);
   ::testing::InitGoogleTest(&argc, argv);
   kiln::configure_threads();
   if (!kiln::compat::cuda_available()) {
     std::string filter = ::testing::GTEST_FLAG(filter);
     if (filter.find("CUDA") == std::string::npos) {
       ::testing::GTEST_FLAG(filter) = filter + (filter.find('-') == std::string::npos ? "-" : ":") + "*CUDA*";
+      if (!::testing::GTEST_FLAG(list_tests))
+        std::cout << "kiln: no GPU found; tests named *CUDA* are skipped (they check the CUDA build path)\n";
     }
   }
   return RUN_ALL_TESTS();
