@@ -130,7 +130,9 @@ Result with_fit(const at::Tensor& x, const at::Tensor& y, const at::Tensor& xt, 
 
 Result pytorch_peer(int epochs, int64_t batch, int threads) {
   Result r{"PyTorch Python loop", {}, 0};
-  std::string cmd = "/usr/bin/python3 " + std::string(KILN_BENCH_DIR) + "/pytorch_mlp.py --epochs " +
+  // The peer script sits beside this program's sources; benchmarks run from the repository root.
+  const char* dir = std::getenv("KILN_BENCH_DIR");
+  std::string cmd = "/usr/bin/python3 " + std::string(dir ? dir : "bench") + "/pytorch_mlp.py --epochs " +
                     std::to_string(epochs) + " --batch_size " + std::to_string(batch) + " --threads " +
                     std::to_string(threads);
   FILE* f = ::popen(cmd.c_str(), "r");
