@@ -99,10 +99,11 @@ Result hand_written(const at::Tensor& x, const at::Tensor& y, const at::Tensor& 
 Result with_fit(const at::Tensor& x, const at::Tensor& y, const at::Tensor& xt, const at::Tensor& yt, int epochs,
                 int64_t batch) {
   set_random_seed(1);
-  auto model = std::make_shared<Sequential>(
-      std::vector<LayerPtr>{std::make_shared<Dense>(256, "relu"), std::make_shared<Dense>(256, "relu"),
-                            std::make_shared<Dense>(10)});
+  auto model = std::make_shared<Sequential>();
   model->add(Input({784}));
+  model->add(std::make_shared<Dense>(256, "relu"));
+  model->add(std::make_shared<Dense>(256, "relu"));
+  model->add(std::make_shared<Dense>(10));
   model->compile(CompileArgs::from_json(Json{
       {"optimizer", {{"class_name", "Adam"}, {"config", {{"learning_rate", 1e-3}}}}},
       {"loss", {{"class_name", "SparseCategoricalCrossentropy"}, {"config", {{"from_logits", true}}}}},
