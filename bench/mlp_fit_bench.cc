@@ -29,6 +29,7 @@
 #include "kiln/data/datasets.h"
 #include "kiln/layers/dense.h"
 #include "kiln/models/sequential.h"
+#include "kiln/training/callbacks.h"
 
 using namespace kiln;
 using Clock = std::chrono::steady_clock;
@@ -109,18 +110,19 @@ Result with_fit(const at::Tensor& x, const at::Tensor& y, const at::Tensor& xt, 
       {"loss", {{"class_name", "SparseCategoricalCrossentropy"}, {"config", {{"from_logits", true}}}}},
       {"metrics", {"accuracy"}}}));
   Result r{"kiln fit()", {}, 0};
-  for (int e = 0; e < epochs; ++e) {
-    FitArgs args;
-    args.x = {x};
-    args.y = {y};
-    args.batch_size = batch;
-    args.epochs = e + 1;
-    args.initial_epoch = e;
-    args.verbose = 0;
-    auto t0 = Clock::now();
-    model->fit(args);
-    r.epoch_s.push_back(seconds_since(t0));
-  }
+  // Epochs are timed inside one fit() call, as a user runs it.
+  auto timer = std::make_shared<LambdaCallback>();
+  Clock::time_point t0;
+  timer->on_epoch_begin_fn = [&](int, const Logs&) { t0 = Clock::now(); };
+  timer->on_epoch_end_fn = [&](int, Logs&) { r.epoch_s.push_back(seconds_since(t0)); };
+  FitArgs args;
+  args.x = {x};
+  args.y = {y};
+  args.batch_size = batch;
+  args.epochs = epochs;
+  args.verbose = 0;
+  args.callbacks = {timer};
+  model->fit(args);
   EvaluateArgs ev;
   ev.x = {xt};
   ev.y = {yt};
