@@ -113,6 +113,7 @@ std::string quote(std::string_view s) {
 }
 
 at::Tensor labels_tensor(std::vector<int64_t>& ints, std::vector<float>& floats, LabelType type) {
+  if (ints.empty() && floats.empty()) return at::empty({0}, type == LabelType::kInt64 ? at::kLong : at::kFloat);
   if (type == LabelType::kInt64) {
     return at::from_blob(ints.data(), {static_cast<int64_t>(ints.size())}, at::kLong).clone();
   }

@@ -163,6 +163,16 @@ TEST(ReadersTest, CsvFloatLabelsSelectedColumnsAndQuotes) {
   auto plain = write(dir, "p.csv", "u,v\n1,2\n");
   auto f = read_csv(plain);
   EXPECT_FALSE(f.labels.defined());
+  // Header only: empty tensors of the right widths.
+  auto header_only = read_csv(write(dir, "h.csv", "x;y;target\n"), [] {
+    CsvOptions o;
+    o.label_column = "target";
+    o.delimiter = ';';
+    return o;
+  }());
+  EXPECT_EQ(header_only.features.sizes(), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(header_only.labels.sizes(), (std::vector<int64_t>{0}));
+  EXPECT_EQ(header_only.labels.scalar_type(), at::kLong);
   EXPECT_EQ(f.tensors().size(), 1u);
   EXPECT_EQ(f.features.sizes(), (std::vector<int64_t>{1, 2}));
 }
