@@ -16,9 +16,8 @@
 // Exits 1 if --max-ratio is given and exceeded. Uses synthetic data of the
 // same shape when Fashion-MNIST is not installed.
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/autograd.h>
-
 #include <dlfcn.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -77,11 +76,16 @@ int main(int argc, char** argv) {
   int blas_threads = 0;  // 0: as configure_threads() leaves it
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--epochs") epochs = std::atoi(argv[i + 1]);
-    else if (a == "--batch") batch = std::atoll(argv[i + 1]);
-    else if (a == "--hidden") hidden = std::atoll(argv[i + 1]);
-    else if (a == "--max-ratio") max_ratio = std::atof(argv[i + 1]);
-    else if (a == "--blas-threads") blas_threads = std::atoi(argv[i + 1]);
+    if (a == "--epochs")
+      epochs = std::atoi(argv[i + 1]);
+    else if (a == "--batch")
+      batch = std::atoll(argv[i + 1]);
+    else if (a == "--hidden")
+      hidden = std::atoll(argv[i + 1]);
+    else if (a == "--max-ratio")
+      max_ratio = std::atof(argv[i + 1]);
+    else if (a == "--blas-threads")
+      blas_threads = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -90,7 +94,8 @@ int main(int argc, char** argv) {
   const int threads = kiln::configure_threads();
   if (blas_threads > 0) {
     using SetFn = void (*)(int);
-    if (auto set = reinterpret_cast<SetFn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(blas_threads);
+    if (auto set = reinterpret_cast<SetFn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+      set(blas_threads);
   }
 
   at::Tensor x, y;
@@ -150,9 +155,10 @@ int main(int argc, char** argv) {
     pre.push_back(run_pipeline(prefetched, e));
     const double pre_waiting = waiting;
     plain.push_back(run_pipeline(pipeline, e));
-    std::printf("epoch %d: in-memory %.3f s, pipeline+prefetch %.3f s (%.3f s in next()), pipeline %.3f s "
-                "(%.3f s in next())\n",
-                e, mem.back(), pre.back(), pre_waiting, plain.back(), waiting);
+    std::printf(
+        "epoch %d: in-memory %.3f s, pipeline+prefetch %.3f s (%.3f s in next()), pipeline %.3f s "
+        "(%.3f s in next())\n",
+        e, mem.back(), pre.back(), pre_waiting, plain.back(), waiting);
   }
   // Data-only cost per epoch (no training step).
   auto data_only = [&](const kiln::Dataset& ds) {

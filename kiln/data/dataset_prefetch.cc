@@ -129,11 +129,11 @@ class PrefetchIterator : public DatasetIterator {
   std::condition_variable space_cv_;  // producer waits for room (or stop)
   bool consumer_waiting_ = false;     // guarded by mu_
   bool producer_blocked_ = false;     // guarded by mu_
-  std::deque<Element> queue_;      // guarded by mu_
-  bool producer_done_ = false;     // guarded by mu_
-  bool stop_ = false;              // guarded by mu_
-  std::exception_ptr error_;       // guarded by mu_
-  std::thread thread_;             // last: joined before the rest goes
+  std::deque<Element> queue_;         // guarded by mu_
+  bool producer_done_ = false;        // guarded by mu_
+  bool stop_ = false;                 // guarded by mu_
+  std::exception_ptr error_;          // guarded by mu_
+  std::thread thread_;                // last: joined before the rest goes
 };
 
 bool spare_core() {
