@@ -38,6 +38,8 @@ class PrefetchIterator : public DatasetIterator {
     if (!thread_.joinable()) thread_ = std::thread([this] { produce(); });
     std::unique_lock<std::mutex> l(mu_);
     if (queue_.empty() && !producer_done_) {
+      // About to block anyway: cut a polling producer's sleep short.
+      if (producer_wait_ != ProducerWait::kNone) space_cv_.notify_one();
       consumer_waiting_ = true;
       item_cv_.wait(l, [&] { return !queue_.empty() || producer_done_; });
       consumer_waiting_ = false;
@@ -45,7 +47,7 @@ class PrefetchIterator : public DatasetIterator {
     if (!queue_.empty()) {
       Element e = std::move(queue_.front());
       queue_.pop_front();
-      const bool wake = producer_blocked_;
+      const bool wake = producer_wait_ == ProducerWait::kBlocked;
       l.unlock();
       if (wake) space_cv_.notify_one();
       return e;
@@ -98,7 +100,8 @@ class PrefetchIterator : public DatasetIterator {
 
   // Waits until the queue has room; false when stopped. While the queue is
   // full the producer polls on a timer (20 us, doubling to 250 us) for the
-  // first 50 ms, and only then blocks until next() signals. Why: a wake-up
+  // first 50 ms, and only then blocks until next() signals (next() also
+  // wakes a polling producer when it finds the queue empty). Why: a wake-up
   // sent by next() costs the consumer a futex call and an inter-processor
   // interrupt, and the scheduler may pull the producer onto the consumer's
   // core; on this project's 2-vCPU VM that measured 30-55 us per batch (an
@@ -111,14 +114,15 @@ class PrefetchIterator : public DatasetIterator {
     auto interval = microseconds(20);
     while (!stop_ && queue_.size() >= capacity_) {
       if (steady_clock::now() < give_up) {
+        producer_wait_ = ProducerWait::kPolling;
         space_cv_.wait_for(l, interval);
         interval = std::min<microseconds>(interval * 2, microseconds(250));
       } else {
-        producer_blocked_ = true;
+        producer_wait_ = ProducerWait::kBlocked;
         space_cv_.wait(l, [&] { return stop_ || queue_.size() < capacity_; });
-        producer_blocked_ = false;
       }
     }
+    producer_wait_ = ProducerWait::kNone;
     return !stop_;
   }
 
@@ -128,12 +132,13 @@ class PrefetchIterator : public DatasetIterator {
   std::condition_variable item_cv_;   // consumer waits for an element
   std::condition_variable space_cv_;  // producer waits for room (or stop)
   bool consumer_waiting_ = false;     // guarded by mu_
-  bool producer_blocked_ = false;     // guarded by mu_
-  std::deque<Element> queue_;         // guarded by mu_
-  bool producer_done_ = false;        // guarded by mu_
-  bool stop_ = false;                 // guarded by mu_
-  std::exception_ptr error_;          // guarded by mu_
-  std::thread thread_;                // last: joined before the rest goes
+  enum class ProducerWait { kNone, kPolling, kBlocked };
+  ProducerWait producer_wait_ = ProducerWait::kNone;  // guarded by mu_
+  std::deque<Element> queue_;                         // guarded by mu_
+  bool producer_done_ = false;                        // guarded by mu_
+  bool stop_ = false;                                 // guarded by mu_
+  std::exception_ptr error_;                          // guarded by mu_
+  std::thread thread_;                                // last: joined before the rest goes
 };
 
 bool spare_core() {
