@@ -129,7 +129,7 @@ std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(cons
   at::Tensor dropped = (training && dropout_ > 0) ? at::dropout(scores, dropout_, true) : scores;
   at::Tensor context = at::einsum("acbe,aecd->abcd", {dropped, v});  // (B, T, N, Hv)
   at::Tensor out = (*output_)(context, training);
-  if (activity_reg_) add_loss((*activity_reg_)(out));
+  if (activity_reg_ && training) add_loss((*activity_reg_)(out));
   return {out, scores};
 }
 

@@ -117,7 +117,7 @@ at::Tensor Conv::call1(const at::Tensor& x, bool training) {
     y = y + b;
   }
   y = activation_(y);
-  if (activity_reg_) add_loss((*activity_reg_)(y));
+  if (activity_reg_ && training) add_loss((*activity_reg_)(y));
   return y;
 }
 

@@ -191,7 +191,7 @@ at::Tensor EinsumDense::call1(const at::Tensor& x, bool training) {
   at::Tensor y = impl_->apply(x, value(kernel_));
   if (bias_) y = y + value(bias_);
   y = activation_(y);
-  if (activity_reg_) add_loss((*activity_reg_)(y));
+  if (activity_reg_ && training) add_loss((*activity_reg_)(y));
   return y;
 }
 

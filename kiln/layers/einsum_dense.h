@@ -12,7 +12,7 @@
 // input or the output); `bias_axes` lists the output letters the bias spans
 // ("" or null: no bias). Other keys as Dense: activation, kernel_initializer
 // ("glorot_uniform"), bias_initializer ("zeros"), *_regularizer,
-// *_constraint (null only).
+// *_constraint (null only); activity penalties are recorded in training calls only.
 #pragma once
 
 #include "kiln/layers/activations.h"

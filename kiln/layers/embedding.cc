@@ -33,7 +33,7 @@ at::Tensor Embedding::call1(const at::Tensor& x, bool training) {
                        " is out of range [0, " + std::to_string(input_dim_) + ")");
   }
   at::Tensor y = at::embedding(value(embeddings_), ids);
-  if (activity_reg_) add_loss((*activity_reg_)(y));
+  if (activity_reg_ && training) add_loss((*activity_reg_)(y));
   return y;
 }
 

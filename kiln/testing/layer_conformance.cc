@@ -389,6 +389,8 @@ void load_layer_weights(Layer& layer, const std::string& path) {
   }
 }
 
+void PrintTo(const LayerTestCase& c, std::ostream* os) { *os << c.name; }
+
 std::function<LayerPtr()> from_config(const std::string& class_name, const Json& config) {
   return [class_name, config]() { return LayerRegistry::create(class_name, config); };
 }

@@ -76,6 +76,9 @@ struct LayerTestCase {
   uint64_t seed = 1234;
 };
 
+// gtest prints a case by its name (test listings, ctest names).
+void PrintTo(const LayerTestCase& c, std::ostream* os);
+
 // A factory for `make`: LayerRegistry::create(class_name, config).
 std::function<LayerPtr()> from_config(const std::string& class_name, const Json& config);
 
