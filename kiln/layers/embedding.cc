@@ -12,8 +12,7 @@ Embedding::Embedding(const Json& config) : SimpleLayer(config) {
   reg_ = r.regularizer("embeddings_regularizer");
   activity_reg_ = r.regularizer("activity_regularizer");
   r.no_constraint("embeddings_constraint");
-  if (r.boolean("mask_zero", false))
-    r.invalid("mask_zero", "false (kiln does not propagate masks yet)");
+  if (r.boolean("mask_zero", false)) r.invalid("mask_zero", "false (kiln does not propagate masks yet)");
   r.finish();
 }
 

@@ -165,19 +165,29 @@ TEST(MultiHeadAttention, OutputShapeAndSeparateKey) {
   at::Tensor y = (*mha)(Tensors{at::randn({2, 4, 6}), at::randn({2, 3, 7}), at::randn({2, 3, 9})})[0];
   EXPECT_EQ(sizes_of(y), (Shape{2, 4, 2, 5}));
   EXPECT_EQ(mha->key_dense()->kernel()->shape(), (Shape{9, 2, 3}));
-  EXPECT_EQ(mha->compute_output_shape({{kNone, 4, 6}, {kNone, 3, 7}, {kNone, 3, 9}})[0], (Shape{kNone, 4, 2, 5}));
+  EXPECT_EQ(mha->compute_output_shape({{kNone, 4, 6}, {kNone, 3, 7}, {kNone, 3, 9}})[0],
+            (Shape{kNone, 4, 2, 5}));
 }
 
 TEST(MultiHeadAttention, RejectsBadConfigsAndInputs) {
   expect_error<ValueError>([] { (void)MultiHeadAttention(0, 4); }, {"MultiHeadAttention", "`num_heads`"});
   expect_error<ValueError>([] { (void)MultiHeadAttention(2, 4, Json{{"dropout", 1.0}}); }, {"`dropout`"});
-  expect_error<ValueError>([] { (void)MultiHeadAttention(2, 4, Json{{"attention_axes", {1}}}); },
-                           {"`attention_axes`"});
+  expect_error<ValueError>(
+      [] {
+        (void)MultiHeadAttention(2, 4, Json{{"attention_axes", {1}}});
+      },
+      {"`attention_axes`"});
   auto mha = std::make_shared<MultiHeadAttention>(2, 4);
   expect_error<ValueError>([&] { (*mha)(Tensors{at::randn({2, 3, 4})}); }, {"[query, value]"});
-  expect_error<ShapeError>([&] { (*mha)(Tensors{at::randn({2, 4}), at::randn({2, 4})}); }, {"(batch, seq, features)"});
   expect_error<ShapeError>(
-      [&] { (*mha)(Tensors{at::randn({2, 3, 4}), at::randn({2, 5, 4}), at::randn({2, 6, 4})}); },
+      [&] {
+        (*mha)(Tensors{at::randn({2, 4}), at::randn({2, 4})});
+      },
+      {"(batch, seq, features)"});
+  expect_error<ShapeError>(
+      [&] {
+        (*mha)(Tensors{at::randn({2, 3, 4}), at::randn({2, 5, 4}), at::randn({2, 6, 4})});
+      },
       {"same sequence length"});
 }
 

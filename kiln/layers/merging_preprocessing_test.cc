@@ -41,10 +41,17 @@ TEST(Merging, RejectsWrongInputCountsAndShapes) {
   Add add;
   expect_error<ValueError>([&] { add(Tensors{at::randn({2, 3})}); }, {"Add", "at least 2"});
   Add add2;
-  expect_error<ShapeError>([&] { add2(Tensors{at::randn({2, 3}), at::randn({2, 4})}); }, {"broadcastable", "(2, 4)"});
+  expect_error<ShapeError>(
+      [&] {
+        add2(Tensors{at::randn({2, 3}), at::randn({2, 4})});
+      },
+      {"broadcastable", "(2, 4)"});
   Subtract sub;
-  expect_error<ValueError>([&] { sub(Tensors{at::randn({1, 2}), at::randn({1, 2}), at::randn({1, 2})}); },
-                           {"exactly 2"});
+  expect_error<ValueError>(
+      [&] {
+        sub(Tensors{at::randn({1, 2}), at::randn({1, 2}), at::randn({1, 2})});
+      },
+      {"exactly 2"});
   expect_error<ValueError>([] { (void)Add(Json{{"axis", 1}}); }, {"Add", "`axis`"});
   Add sym;
   expect_error<ShapeError>([&] { sym.compute_output_shape({{kNone, 3}, {kNone, 5}}); }, {"broadcastable"});
@@ -61,8 +68,11 @@ TEST(Concatenate, JoinsAlongTheAxis) {
   EXPECT_EQ(cat1.compute_output_shape({{kNone, 2, 5}, {kNone, kNone, 5}})[0], (Shape{kNone, kNone, 5}));
   EXPECT_EQ(cat1.get_config()["axis"], 1);
   Concatenate bad;
-  expect_error<ShapeError>([&] { bad(Tensors{at::randn({2, 3, 4}), at::randn({2, 5, 4})}); },
-                           {"matching shapes except for the concatenation axis"});
+  expect_error<ShapeError>(
+      [&] {
+        bad(Tensors{at::randn({2, 3, 4}), at::randn({2, 5, 4})});
+      },
+      {"matching shapes except for the concatenation axis"});
   Concatenate batch_axis(0);
   expect_error<ValueError>([&] { batch_axis(Tensors{a, a}); }, {"axis=0"});
 }
@@ -134,8 +144,11 @@ TEST(Normalization, GivenStatisticsInvertAndAxisNull) {
 
 TEST(Normalization, RejectsBadConfigsAndData) {
   expect_error<ValueError>([] { (void)Normalization(Json{{"mean", {1.0}}}); }, {"`variance`"});
-  expect_error<ValueError>([] { (void)Normalization(Json{{"mean", {1.0}}, {"variance", {-1.0}}}); },
-                           {"`variance`", "non-negative"});
+  expect_error<ValueError>(
+      [] {
+        (void)Normalization(Json{{"mean", {1.0}}, {"variance", {-1.0}}});
+      },
+      {"`variance`", "non-negative"});
   expect_error<ValueError>([] { (void)Normalization(Json{{"axis", "last"}}); }, {"`axis`"});
   Normalization wrong({1.0, 2.0}, {1.0, 1.0});
   expect_error<ValueError>([&] { wrong(at::randn({2, 3})); }, {"`mean` has 2 values"});

@@ -47,7 +47,8 @@ TEST(LayerNames, AutoNamesFollowKeras) {
 
 TEST(Sequential, VariablePathsNestUnderTheModel) {
   clear_session();
-  auto model = make<Sequential>(std::vector<LayerPtr>{make<Dense>(4, "relu"), make<Dropout>(0.5), make<Dense>(2)});
+  auto model =
+      make<Sequential>(std::vector<LayerPtr>{make<Dense>(4, "relu"), make<Dropout>(0.5), make<Dense>(2)});
   at::Tensor y = (*model)(at::randn({3, 5}));
   EXPECT_EQ(y.sizes(), at::IntArrayRef({3, 2}));
   std::vector<std::string> paths;
@@ -135,8 +136,8 @@ TEST(Summary, PrintsKerasParamCounts) {
   std::string s = model->summary_string();
   EXPECT_NE(s.find("50,240"), std::string::npos) << s;  // 784 * 64 + 64
   EXPECT_NE(s.find("(None, 64)"), std::string::npos) << s;
-  EXPECT_NE(s.find("256"), std::string::npos) << s;     // BatchNormalization(64)
-  EXPECT_NE(s.find("650"), std::string::npos) << s;     // 64 * 10 + 10
+  EXPECT_NE(s.find("256"), std::string::npos) << s;  // BatchNormalization(64)
+  EXPECT_NE(s.find("650"), std::string::npos) << s;  // 64 * 10 + 10
   EXPECT_NE(s.find("Total params: 51,146"), std::string::npos) << s;
   EXPECT_NE(s.find("Trainable params: 51,018"), std::string::npos) << s;
   EXPECT_NE(s.find("Non-trainable params: 128"), std::string::npos) << s;
@@ -156,8 +157,8 @@ TEST(Summary, FunctionalModelsListConnections) {
 
 TEST(DTypePolicy, GlobalMixedPolicyReachesEveryLayer) {
   set_dtype_policy("mixed_bfloat16");
-  auto model = make<Sequential>(std::vector<LayerPtr>{make<Conv2D>(4, 3), make<BatchNormalization>(),
-                                                      make<Flatten>(), make<Dense>(3)});
+  auto model = make<Sequential>(
+      std::vector<LayerPtr>{make<Conv2D>(4, 3), make<BatchNormalization>(), make<Flatten>(), make<Dense>(3)});
   set_dtype_policy("float32");
   at::Tensor y = (*model)(at::randn({2, 5, 5, 2}));
   EXPECT_EQ(y.scalar_type(), at::kBFloat16);

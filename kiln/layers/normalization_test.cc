@@ -1,8 +1,9 @@
 // Special cases of BatchNormalization and LayerNormalization.
+#include "kiln/layers/normalization.h"
+
 #include <gtest/gtest.h>
 
 #include "kiln/core/names.h"
-#include "kiln/layers/normalization.h"
 
 namespace kiln {
 namespace {
@@ -90,7 +91,8 @@ TEST(BatchNormalization, NormalisesTheConfiguredAxis) {
   at::Tensor y = (*bn)(x, true);
   EXPECT_EQ(bn->moving_mean()->shape(), (Shape{3}));
   EXPECT_TRUE(at::allclose(y.mean(std::vector<int64_t>{0, 2}), at::zeros({3}), 1e-4, 1e-5));
-  EXPECT_TRUE(at::allclose(bn->moving_mean()->value(), 0.01 * x.mean(std::vector<int64_t>{0, 2}), 1e-5, 1e-6));
+  EXPECT_TRUE(
+      at::allclose(bn->moving_mean()->value(), 0.01 * x.mean(std::vector<int64_t>{0, 2}), 1e-5, 1e-6));
 }
 
 TEST(BatchNormalization, MixedPrecisionKeepsFloat32Statistics) {
@@ -104,9 +106,14 @@ TEST(BatchNormalization, MixedPrecisionKeepsFloat32Statistics) {
 }
 
 TEST(BatchNormalization, RejectsBadConfigs) {
-  expect_error<ValueError>([] { (void)BatchNormalization(-1, 1.5); }, {"BatchNormalization", "`momentum`", "1.5"});
+  expect_error<ValueError>([] { (void)BatchNormalization(-1, 1.5); },
+                           {"BatchNormalization", "`momentum`", "1.5"});
   expect_error<ValueError>([] { (void)BatchNormalization(-1, 0.9, 0.0); }, {"`epsilon`"});
-  expect_error<ValueError>([] { (void)BatchNormalization(Json{{"synchronized", true}}); }, {"`synchronized`"});
+  expect_error<ValueError>(
+      [] {
+        (void)BatchNormalization(Json{{"synchronized", true}});
+      },
+      {"`synchronized`"});
   expect_error<ValueError>([] { (void)BatchNormalization(Json{{"axis", "channels"}}); }, {"`axis`"});
   auto bn = std::make_shared<BatchNormalization>(0);
   expect_error<ValueError>([&] { (*bn)(at::randn({2, 3})); }, {"axis=0"});
