@@ -71,9 +71,9 @@ class AUC : public Metric {
  public:
   struct Options {
     int64_t num_thresholds = 200;
-    std::string curve = "ROC";                        // "ROC" | "PR"
+    std::string curve = "ROC";                       // "ROC" | "PR"
     std::string summation_method = "interpolation";  // | "minoring" | "majoring"
-    std::vector<double> thresholds;                   // empty: evenly spaced
+    std::vector<double> thresholds;                  // empty: evenly spaced
     bool from_logits = false;
     std::string name = "auc";
   };
