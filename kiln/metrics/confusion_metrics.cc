@@ -267,7 +267,7 @@ void AUC::update_state(const at::Tensor& y_true, const at::Tensor& y_pred_in,
   Lined l = line_up(y_true, y_pred, sample_weight, std::nullopt, name());
   const int64_t n = options_.num_thresholds;
   at::Tensor p = l.y_pred.clamp(0.0, 1.0).reshape({-1});
-  at::Tensor y = l.y_true.reshape({-1}).to(at::kDouble);
+  at::Tensor y = (l.y_true != 0).reshape({-1}).to(at::kDouble);  // Keras casts labels to bool
   at::Tensor w = l.weight.defined() ? l.weight.reshape({-1}) : at::ones_like(y);
   at::Tensor pos_w = y * w, neg_w = (1.0 - y) * w;
   at::Tensor tp, fp;

@@ -215,6 +215,10 @@ TEST(AUC, KnownValue) {
   AUC auc;
   auc.update_state(i64({0, 0, 1, 1}), f32({0.1, 0.4, 0.35, 0.8}));
   EXPECT_NEAR(auc.result(), 0.75, 1e-9);
+  // Labels count as booleans (any non-zero is positive), as Keras casts them.
+  AUC nonbinary;
+  nonbinary.update_state(f32({0, 0, 2, 2}), f32({0.1, 0.4, 0.35, 0.8}));
+  EXPECT_NEAR(nonbinary.result(), 0.75, 1e-9);
   // All predictions equal: the diagonal.
   AUC flat;
   flat.update_state(f32({0, 1, 0, 1}), f32({0.5, 0.5, 0.5, 0.5}));
