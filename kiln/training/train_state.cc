@@ -7,9 +7,9 @@
 namespace kiln {
 namespace {
 
-void forward(TrainState&, StepData& s) { s.y_pred = (*s.model)(s.x, s.training); }
+void forward_stage(TrainState&, StepData& s) { s.y_pred = (*s.model)(s.x, s.training); }
 
-void compute_loss(TrainState& ts, StepData& s) {
+void compute_loss_stage(TrainState& ts, StepData& s) {
   Loss& loss = ts.loss();
   if (s.y.size() != s.y_pred.size())
     throw ValueError("the model returns " + std::to_string(s.y_pred.size()) + " output(s) but " +
@@ -27,7 +27,7 @@ void compute_loss(TrainState& ts, StepData& s) {
 
 void identity_scale(TrainState&, StepData& s) { s.scaled_loss = s.loss; }
 
-void backward(TrainState&, StepData& s) {
+void backward_stage(TrainState&, StepData& s) {
   s.grads.assign(s.variables.size(), at::Tensor());
   if (s.variables.empty() || !s.scaled_loss.requires_grad()) return;
   Tensors values;
@@ -39,12 +39,12 @@ void backward(TrainState&, StepData& s) {
 void no_reduction(TrainState&, StepData&) {}
 void no_unscale(TrainState&, StepData&) {}
 
-void apply_gradients(TrainState& ts, StepData& s) {
+void apply_gradients_stage(TrainState& ts, StepData& s) {
   if (!s.apply_update || s.variables.empty()) return;
   ts.optimizer().apply_gradients(s.grads, s.variables);
 }
 
-void update_metrics(TrainState& ts, StepData& s) {
+void update_metrics_stage(TrainState& ts, StepData& s) {
   at::NoGradGuard ng;
   ts.loss_tracker().update(s.loss.detach().item<double>(), static_cast<double>(s.batch_size()));
   auto metrics = ts.all_metrics();
@@ -59,14 +59,14 @@ void update_metrics(TrainState& ts, StepData& s) {
 
 StepPipeline StepPipeline::standard() {
   StepPipeline p;
-  p.forward = forward;
-  p.compute_loss = compute_loss;
+  p.forward = forward_stage;
+  p.compute_loss = compute_loss_stage;
   p.scale_loss = identity_scale;
-  p.backward = backward;
+  p.backward = backward_stage;
   p.reduce_gradients = no_reduction;
   p.unscale_and_check = no_unscale;
-  p.apply_gradients = apply_gradients;
-  p.update_metrics = update_metrics;
+  p.apply_gradients = apply_gradients_stage;
+  p.update_metrics = update_metrics_stage;
   return p;
 }
 
