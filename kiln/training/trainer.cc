@@ -158,6 +158,7 @@ History Model::fit(const FitArgs& a) {
     val = eval_adapter(*this, {}, {}, at::Tensor(), a.validation_dataset, val_batch);
   } else if (!a.validation_x.empty()) {
     if (val) throw ValueError("fit: pass either validation_split or validation data, not both");
+    if (a.validation_y.empty()) throw ValueError("fit: validation_x was given without validation_y");
     val = make_tensor_adapter(a.validation_x, a.validation_y, at::Tensor(), val_batch, false);
   }
   const int64_t card = train->num_batches();
