@@ -100,10 +100,7 @@ class DatasetIteratorAdapter : public EpochIterator {
     }
     return b;
   }
-  void skip(int64_t n) override {
-    for (int64_t i = 0; i < n; ++i)
-      if (!it_->next()) break;
-  }
+  void skip(int64_t n) override { it_->skip_batches(n); }
 
  private:
   std::unique_ptr<DatasetIterator> it_;

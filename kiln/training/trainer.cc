@@ -213,9 +213,9 @@ History Model::fit(const FitArgs& a) {
         at::NoGradGuard ng;
         for (size_t j = 0; j < vars.size(); ++j) vars[j].copy_(saved[j]);
       }
+      it->skip(resume->batch);  // before the RNGs: skipping must not disturb them
       set_host_rng_state(resume->host_rng);
       set_torch_rng_state(resume->torch_rng);
-      it->skip(resume->batch);
       b = resume->batch;
       prog.batch = b;
     }
