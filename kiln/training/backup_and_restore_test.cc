@@ -49,7 +49,7 @@ enum class Input { kTensors, kDataset };
 // and shuffling exercise optimizer slots, the LibTorch generator and the
 // host RNG.
 RunResult program(const std::string& backup_dir, BackupAndRestoreOptions opt, CallbackPtr crash = nullptr,
-            Input input = Input::kTensors) {
+                  Input input = Input::kTensors) {
   set_random_seed(21);
   auto model = make_model(optimizer("Adam", 0.02), /*dropout=*/0.25);
   Problem p = blobs(72, 9);
@@ -114,7 +114,7 @@ TEST(BackupAndRestore, ResumesAtAnEpochBoundaryBitIdentical) {
   EXPECT_TRUE(same_weights(resumed.weights, ref.weights));
   EXPECT_EQ(resumed.history.epoch, (std::vector<int>{2, 3}));
   EXPECT_EQ(resumed.history.history["loss"], (std::vector<double>(ref.history.history["loss"].begin() + 2,
-                                                                   ref.history.history["loss"].end())));
+                                                                  ref.history.history["loss"].end())));
 }
 
 TEST(BackupAndRestore, SurvivesRepeatedCrashesAtManyPoints) {
@@ -124,7 +124,8 @@ TEST(BackupAndRestore, SurvivesRepeatedCrashesAtManyPoints) {
   // Each run dies a little later than the one before resumed from; the
   // crash right after a save (batch 3) and right at an epoch's last batch
   // (batch 7) are included.
-  for (int64_t at : {3, 2, 5, 0, 1}) EXPECT_THROW(program(dir, {.save_freq = 2}, std::make_shared<Crash>(at)), Interrupted);
+  for (int64_t at : {3, 2, 5, 0, 1})
+    EXPECT_THROW(program(dir, {.save_freq = 2}, std::make_shared<Crash>(at)), Interrupted);
   RunResult resumed = program(dir, {.save_freq = 2});
   EXPECT_TRUE(resumed.backup->restored());
   EXPECT_TRUE(same_weights(resumed.weights, ref.weights));

@@ -1,3 +1,5 @@
+#include "kiln/training/callbacks.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include "kiln/core/io.h"
 #include "kiln/saving/safetensors.h"
 #include "kiln/testing/testing.h"
-#include "kiln/training/callbacks.h"
 #include "kiln/training/path_format.h"
 #include "kiln/training/train_state.h"
 #include "kiln/training/training_test_util.h"
@@ -51,9 +52,11 @@ TEST(EarlyStopping, StopsAfterPatienceAndRestoresTheBestWeights) {
   set_random_seed(1);
   auto model = make_model(optimizer("SGD", 0.1));
   std::vector<Tensors> weights;
-  auto es = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.patience = 2, .restore_best_weights = true});
+  auto es =
+      std::make_shared<EarlyStopping>(EarlyStoppingOptions{.patience = 2, .restore_best_weights = true});
   FitArgs a = quiet(blobs(32), 20);
-  a.callbacks = {script("val_loss", {1.0, 0.8, 0.9, 0.85, 0.95, 0.7, 0.6}), es, weight_recorder(model.get(), &weights)};
+  a.callbacks = {script("val_loss", {1.0, 0.8, 0.9, 0.85, 0.95, 0.7, 0.6}), es,
+                 weight_recorder(model.get(), &weights)};
   History h = model->fit(a);
   EXPECT_EQ(h.history["loss"].size(), 4u);  // epochs 0..3; stops at 3 (two epochs without beating 0.8)
   EXPECT_EQ(es->stopped_epoch(), 3);
@@ -109,14 +112,16 @@ TEST(ModelCheckpoint, WeightsOnlyEveryEpochAndEveryNBatches) {
   auto model = make_model(optimizer("SGD", 0.1));
   std::vector<Tensors> weights;
   FitArgs a = quiet(blobs(64), 3, 16);  // 4 batches per epoch
-  a.callbacks = {std::make_shared<ModelCheckpoint>(tmp.path() + "/w-{epoch}.safetensors",
-                                                   ModelCheckpointOptions{.save_weights_only = true}),
-                 std::make_shared<ModelCheckpoint>(tmp.path() + "/b/e{epoch}-b{batch}.safetensors",
-                                                   ModelCheckpointOptions{.save_weights_only = true, .save_freq = 3}),
-                 weight_recorder(model.get(), &weights)};
+  a.callbacks = {
+      std::make_shared<ModelCheckpoint>(tmp.path() + "/w-{epoch}.safetensors",
+                                        ModelCheckpointOptions{.save_weights_only = true}),
+      std::make_shared<ModelCheckpoint>(tmp.path() + "/b/e{epoch}-b{batch}.safetensors",
+                                        ModelCheckpointOptions{.save_weights_only = true, .save_freq = 3}),
+      weight_recorder(model.get(), &weights)};
   model->fit(a);
   EXPECT_EQ(list_directory(tmp.path() + "/b"),
-            (std::vector<std::string>{"e1-b3.safetensors", "e2-b2.safetensors", "e3-b1.safetensors", "e3-b4.safetensors"}));
+            (std::vector<std::string>{"e1-b3.safetensors", "e2-b2.safetensors", "e3-b1.safetensors",
+                                      "e3-b4.safetensors"}));
   // Epoch 2's file holds the weights at the end of epoch 2.
   auto saved = load_safetensors(tmp.path() + "/w-2.safetensors");
   auto vars = model->weights();
@@ -138,7 +143,8 @@ TEST(ReduceLROnPlateau, LowersTheRateAfterPatienceWithCooldownAndFloor) {
   auto model = make_model(optimizer("SGD", 0.1));
   FitArgs a = quiet(blobs(16), 6);
   a.callbacks = {script("val_loss", std::vector<double>(6, 1.0)),
-                 std::make_shared<ReduceLROnPlateau>(ReduceLROnPlateauOptions{.factor = 0.5, .patience = 2, .cooldown = 1})};
+                 std::make_shared<ReduceLROnPlateau>(
+                     ReduceLROnPlateauOptions{.factor = 0.5, .patience = 2, .cooldown = 1})};
   History h = model->fit(a);
   ASSERT_EQ(h.history["learning_rate"].size(), 6u);
   std::vector<double> want{0.1, 0.1, 0.1, 0.05, 0.05, 0.025};
@@ -147,7 +153,8 @@ TEST(ReduceLROnPlateau, LowersTheRateAfterPatienceWithCooldownAndFloor) {
 
   auto floored = make_model(optimizer("SGD", 0.1));
   a.callbacks = {script("val_loss", std::vector<double>(6, 1.0)),
-                 std::make_shared<ReduceLROnPlateau>(ReduceLROnPlateauOptions{.factor = 0.1, .patience = 1, .min_lr = 0.004})};
+                 std::make_shared<ReduceLROnPlateau>(
+                     ReduceLROnPlateauOptions{.factor = 0.1, .patience = 1, .min_lr = 0.004})};
   floored->fit(a);
   EXPECT_NEAR(floored->train_state().optimizer().learning_rate(), 0.004, 1e-12);
   EXPECT_THROW(ReduceLROnPlateau({.factor = 1.0}), ValueError);
@@ -247,9 +254,12 @@ void fields(const std::string& s, F fn) {
   while (pos < s.size()) {
     uint64_t key = varint(s, pos);
     int field = (int)(key >> 3), wt = (int)(key & 7);
-    if (wt == 0) fn(field, wt, std::string(), varint(s, pos));
-    else if (wt == 1) fn(field, wt, s.substr(pos, 8), 0), pos += 8;
-    else if (wt == 5) fn(field, wt, s.substr(pos, 4), 0), pos += 4;
+    if (wt == 0)
+      fn(field, wt, std::string(), varint(s, pos));
+    else if (wt == 1)
+      fn(field, wt, s.substr(pos, 8), 0), pos += 8;
+    else if (wt == 5)
+      fn(field, wt, s.substr(pos, 4), 0), pos += 4;
     else if (wt == 2) {
       uint64_t n = varint(s, pos);
       fn(field, wt, s.substr(pos, n), n);
@@ -274,9 +284,12 @@ std::vector<ParsedEvent> read_events(const std::string& path) {
     pos += 12 + len + 4;
     ParsedEvent ev;
     fields(rec, [&](int f, int wt, const std::string& payload, uint64_t v) {
-      if (f == 1 && wt == 1) std::memcpy(&ev.wall_time, payload.data(), 8);
-      else if (f == 2 && wt == 0) ev.step = (int64_t)v;
-      else if (f == 3 && wt == 2) ev.file_version = payload;
+      if (f == 1 && wt == 1)
+        std::memcpy(&ev.wall_time, payload.data(), 8);
+      else if (f == 2 && wt == 0)
+        ev.step = (int64_t)v;
+      else if (f == 3 && wt == 2)
+        ev.file_version = payload;
       else if (f == 5 && wt == 2) {
         fields(payload, [&](int sf, int swt, const std::string& value_msg, uint64_t) {
           ASSERT_EQ(sf, 1);
@@ -326,7 +339,8 @@ TEST(TensorBoard, WritesEventFilesTensorBoardCanRead) {
     ASSERT_TRUE(train[i].has_value);
     scalars[train[i].tag].emplace_back(train[i].step, train[i].value);
   }
-  for (const char* tag : {"epoch_loss", "epoch_accuracy", "epoch_learning_rate"}) ASSERT_EQ(scalars[tag].size(), 3u) << tag;
+  for (const char* tag : {"epoch_loss", "epoch_accuracy", "epoch_learning_rate"})
+    ASSERT_EQ(scalars[tag].size(), 3u) << tag;
   for (int e = 0; e < 3; ++e) {
     EXPECT_EQ(scalars["epoch_loss"][e].first, e);
     EXPECT_EQ(scalars["epoch_loss"][e].second, (float)h.history["loss"][e]);
@@ -378,7 +392,8 @@ TEST(ProgbarLogger, VerboseTwoOnStdoutAndBarWhenVerboseOne) {
   model->fit(a);
   std::string out = ::testing::internal::GetCapturedStdout();
   // One epoch: no "Epoch 1/1" header (Keras prints it only when epochs > 1).
-  EXPECT_TRUE(std::regex_match(out, std::regex(R"(4/4 - \d+s - \d+(s|ms|us)/step - loss: \d+\.\d{4} - accuracy: \d\.\d{4}\n)")))
+  EXPECT_TRUE(std::regex_match(
+      out, std::regex(R"(4/4 - \d+s - \d+(s|ms|us)/step - loss: \d+\.\d{4} - accuracy: \d\.\d{4}\n)")))
       << out;
 
   std::ostringstream os;
@@ -387,14 +402,17 @@ TEST(ProgbarLogger, VerboseTwoOnStdoutAndBarWhenVerboseOne) {
   model->fit(a);
   auto lines = lines_of(os.str());
   ASSERT_GE(lines.size(), 1u);
-  EXPECT_TRUE(std::regex_match(lines.back(),
-                               std::regex(R"(4/4 \[====================\] \d+s \d+(s|ms|us)/step - loss: \d+\.\d{4} - accuracy: \d\.\d{4})")))
+  EXPECT_TRUE(std::regex_match(
+      lines.back(),
+      std::regex(
+          R"(4/4 \[====================\] \d+s \d+(s|ms|us)/step - loss: \d+\.\d{4} - accuracy: \d\.\d{4})")))
       << lines.back();
 
   ::testing::internal::CaptureStdout();
   model->evaluate({.x = {p.x}, .y = {p.y}, .batch_size = 20, .verbose = 2});
   out = ::testing::internal::GetCapturedStdout();
-  EXPECT_TRUE(std::regex_match(out, std::regex(R"(2/2 - \d+s - \d+(s|ms|us)/step - loss: \d+\.\d{4} - accuracy: \d\.\d{4}\n)")))
+  EXPECT_TRUE(std::regex_match(
+      out, std::regex(R"(2/2 - \d+s - \d+(s|ms|us)/step - loss: \d+\.\d{4} - accuracy: \d\.\d{4}\n)")))
       << out;
 }
 
@@ -418,12 +436,17 @@ class Recorder : public Callback {
   void on_epoch_end(int e, Logs& l) override {
     calls.push_back("epoch_end " + std::to_string(e) + (l.count("val_loss") ? " val" : ""));
   }
-  void on_train_batch_begin(int64_t b, const Logs&) override { calls.push_back("batch_begin " + std::to_string(b)); }
+  void on_train_batch_begin(int64_t b, const Logs&) override {
+    calls.push_back("batch_begin " + std::to_string(b));
+  }
   void on_train_batch_end(int64_t b, const Logs& l) override {
-    calls.push_back("batch_end " + std::to_string(b) + (l.count("loss") && l.count("accuracy") ? " logs" : ""));
+    calls.push_back("batch_end " + std::to_string(b) +
+                    (l.count("loss") && l.count("accuracy") ? " logs" : ""));
   }
   void on_test_begin(const Logs&) override { calls.push_back("test_begin"); }
-  void on_test_batch_end(int64_t b, const Logs&) override { calls.push_back("test_batch_end " + std::to_string(b)); }
+  void on_test_batch_end(int64_t b, const Logs&) override {
+    calls.push_back("test_batch_end " + std::to_string(b));
+  }
   void on_test_end(const Logs&) override { calls.push_back("test_end"); }
 };
 
@@ -439,10 +462,11 @@ TEST(Callbacks, HooksRunInKerasOrderWithParams) {
   model->fit(a);
   std::vector<std::string> want{"train_begin"};
   for (int e = 0; e < 2; ++e) {
-    for (auto s : {"epoch_begin " + std::to_string(e), std::string("batch_begin 0"), std::string("batch_end 0 logs"),
-                   std::string("batch_begin 1"), std::string("batch_end 1 logs"), std::string("test_begin"),
-                   std::string("test_batch_end 0"), std::string("test_batch_end 1"), std::string("test_end"),
-                   "epoch_end " + std::to_string(e) + " val"})
+    for (auto s :
+         {"epoch_begin " + std::to_string(e), std::string("batch_begin 0"), std::string("batch_end 0 logs"),
+          std::string("batch_begin 1"), std::string("batch_end 1 logs"), std::string("test_begin"),
+          std::string("test_batch_end 0"), std::string("test_batch_end 1"), std::string("test_end"),
+          "epoch_end " + std::to_string(e) + " val"})
       want.push_back(s);
   }
   want.push_back("train_end");
@@ -489,7 +513,8 @@ TEST(Callbacks, TerminateOnNaNStopsAtTheBatch) {
 // --- python_format ---------------------------------------------------------------
 
 TEST(PathFormat, PythonFormatSpecs) {
-  std::map<std::string, FormatValue> v{{"epoch", int64_t{3}}, {"val_loss", 0.4567}, {"tiny", 1e-5}, {"neg", -1.5}};
+  std::map<std::string, FormatValue> v{
+      {"epoch", int64_t{3}}, {"val_loss", 0.4567}, {"tiny", 1e-5}, {"neg", -1.5}};
   EXPECT_EQ(python_format("m-{epoch:02d}-{val_loss:.2f}", v), "m-03-0.46");
   EXPECT_EQ(python_format("{epoch}/{val_loss}", v), "3/0.4567");
   EXPECT_EQ(python_format("{{epoch}}-{epoch:>4}|{epoch:<3}|{epoch:^5}|", v), "{epoch}-   3|3  |  3  |");

@@ -49,7 +49,8 @@ std::string base64_decode(const std::string& in, const std::string& what) {
   int table[256];
   std::fill(std::begin(table), std::end(table), -1);
   for (int i = 0; i < 64; ++i) table[(uint8_t)kB64[i]] = i;
-  if (in.size() % 4 != 0) throw FormatError(what + ": invalid base64 (length " + std::to_string(in.size()) + ")");
+  if (in.size() % 4 != 0)
+    throw FormatError(what + ": invalid base64 (length " + std::to_string(in.size()) + ")");
   std::string out;
   for (size_t i = 0; i < in.size(); i += 4) {
     uint32_t v = 0;
@@ -81,7 +82,8 @@ std::string hex32(uint32_t v) {
 
 bool is_checkpoint_name(const std::string& name) {
   if (name.rfind(kPrefix, 0) != 0 || name.size() == std::strlen(kPrefix)) return false;
-  return std::all_of(name.begin() + std::strlen(kPrefix), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return std::all_of(name.begin() + std::strlen(kPrefix), name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
 }
 
 int64_t sequence_of(const std::string& name) { return std::stoll(name.substr(std::strlen(kPrefix))); }
@@ -102,9 +104,11 @@ LoadedCheckpoint load_verified(const std::string& dir) {
   const std::string state_path = join_path(dir, kStateFile);
   Json st = parse_json(read_file(state_path), state_path);
   if (!st.is_object() || st.value("format", "") != "kiln.training_state")
-    throw FormatError(state_path + " is not a kiln training state (\"format\": \"kiln.training_state\" missing)");
+    throw FormatError(state_path +
+                      " is not a kiln training state (\"format\": \"kiln.training_state\" missing)");
   if (st.value("format_version", 0) != 1)
-    throw FormatError(state_path + " has an unsupported format_version " + st.value("format_version", Json(0)).dump());
+    throw FormatError(state_path + " has an unsupported format_version " +
+                      st.value("format_version", Json(0)).dump());
   for (const char* key : {"epoch", "batch", "host_rng", "host_rng_epoch_start", "torch_rng", "files"})
     if (!st.contains(key)) throw FormatError(state_path + " lacks \"" + std::string(key) + "\"");
   LoadedCheckpoint out;
@@ -125,7 +129,8 @@ LoadedCheckpoint load_verified(const std::string& dir) {
   for (const char* f : {"weights.safetensors", "optimizer.safetensors", "metrics.safetensors"})
     if (!bytes.count(f)) throw FormatError(state_path + " does not list " + std::string(f));
   out.weights = decode_safetensors(bytes["weights.safetensors"], join_path(dir, "weights.safetensors"));
-  for (auto& [k, v] : decode_safetensors(bytes["optimizer.safetensors"], join_path(dir, "optimizer.safetensors")))
+  for (auto& [k, v] :
+       decode_safetensors(bytes["optimizer.safetensors"], join_path(dir, "optimizer.safetensors")))
     out.optimizer[k] = v;
   out.metrics = decode_safetensors(bytes["metrics.safetensors"], join_path(dir, "metrics.safetensors"));
 
@@ -195,7 +200,8 @@ std::string write_training_checkpoint(const std::string& backup_dir, Model& mode
   for (auto& n : list_directory(backup_dir))
     if (n.rfind(std::string(".") + kPrefix, 0) == 0) remove_all(join_path(backup_dir, n));
   auto existing = list_training_checkpoints(backup_dir);
-  int64_t seq = existing.empty() ? 1 : sequence_of(existing.back().substr(existing.back().rfind('/') + 1)) + 1;
+  int64_t seq =
+      existing.empty() ? 1 : sequence_of(existing.back().substr(existing.back().rfind('/') + 1)) + 1;
   char name[32];
   std::snprintf(name, sizeof name, "%s%012lld", kPrefix, (long long)seq);
 
@@ -224,7 +230,8 @@ std::string write_training_checkpoint(const std::string& backup_dir, Model& mode
   at::Tensor gen = point.torch_rng.contiguous().to(at::kByte);
   st["torch_rng"] = base64_encode(std::string((const char*)gen.data_ptr(), gen.numel()));
   Json fj = Json::object();
-  for (auto& [n, data] : files) fj[n] = Json{{"bytes", data.size()}, {"crc32c", hex32(crc32c(data.data(), data.size()))}};
+  for (auto& [n, data] : files)
+    fj[n] = Json{{"bytes", data.size()}, {"crc32c", hex32(crc32c(data.data(), data.size()))}};
   st["files"] = fj;
 
   const std::string target = join_path(backup_dir, name);

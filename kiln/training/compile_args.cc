@@ -15,7 +15,8 @@ CompileArgs CompileArgs::from_names(const std::string& optimizer, const std::str
 
 CompileArgs CompileArgs::from_json(const Json& j) {
   if (!j.is_object())
-    throw ValueError("compile config must be an object {\"optimizer\", \"loss\", \"metrics\"}. Received: " + j.dump());
+    throw ValueError("compile config must be an object {\"optimizer\", \"loss\", \"metrics\"}. Received: " +
+                     j.dump());
   CompileArgs a;
   const Json& o = require(j, "optimizer", "compile config");
   a.optimizer = o.is_string() ? Optimizer::get(o.get<std::string>()) : Optimizer::from_json(o);

@@ -53,7 +53,8 @@ void CSVLogger::on_epoch_end(int epoch, Logs& logs) {
   if (!file_) return;
   if (keys_.empty()) {
     for (auto& [k, v] : logs) keys_.push_back(k);  // std::map: sorted
-    bool has_val = std::any_of(keys_.begin(), keys_.end(), [](const std::string& k) { return k.rfind("val_", 0) == 0; });
+    bool has_val =
+        std::any_of(keys_.begin(), keys_.end(), [](const std::string& k) { return k.rfind("val_", 0) == 0; });
     if (!has_val && params().value("do_validation", false)) {
       auto base = keys_;
       for (auto& k : base) keys_.push_back("val_" + k);

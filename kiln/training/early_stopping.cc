@@ -10,8 +10,10 @@ namespace kiln {
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : o_(std::move(options)) {
   check_mode("EarlyStopping", o_.mode);
   if (o_.patience < 0)
-    throw ValueError("EarlyStopping: `patience` must be >= 0. Received: patience=" + std::to_string(o_.patience));
-  if (o_.monitor.empty()) throw ValueError("EarlyStopping: `monitor` must name a log entry such as \"val_loss\"");
+    throw ValueError("EarlyStopping: `patience` must be >= 0. Received: patience=" +
+                     std::to_string(o_.patience));
+  if (o_.monitor.empty())
+    throw ValueError("EarlyStopping: `monitor` must name a log entry such as \"val_loss\"");
   o_.min_delta = std::fabs(o_.min_delta);
 }
 
@@ -38,8 +40,8 @@ void EarlyStopping::on_epoch_end(int epoch, Logs& logs) {
     if (!warned_) {
       std::string known;
       for (auto& [k, v] : logs) known += (known.empty() ? "" : ", ") + k;
-      warn("EarlyStopping is conditioned on metric `" + o_.monitor + "` which is not available. Available metrics are: " +
-           known);
+      warn("EarlyStopping is conditioned on metric `" + o_.monitor +
+           "` which is not available. Available metrics are: " + known);
       warned_ = true;
     }
     return;
@@ -66,7 +68,8 @@ void EarlyStopping::on_epoch_end(int epoch, Logs& logs) {
 }
 
 void EarlyStopping::on_train_end(const Logs&) {
-  if (stopped_epoch_ > 0 && o_.verbose > 0) std::cout << "Epoch " << stopped_epoch_ + 1 << ": early stopping\n";
+  if (stopped_epoch_ > 0 && o_.verbose > 0)
+    std::cout << "Epoch " << stopped_epoch_ + 1 << ": early stopping\n";
   if (o_.restore_best_weights && !best_weights_.empty()) {
     if (o_.verbose > 0)
       std::cout << "Restoring model weights from the end of the best epoch: " << best_epoch_ + 1 << ".\n";

@@ -20,11 +20,15 @@ ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions op
   check_mode("ModelCheckpoint", o_.mode);
   if (filepath_.empty()) throw ValueError("ModelCheckpoint: `filepath` must not be empty");
   if (o_.save_weights_only && !ends_with(filepath_, ".safetensors"))
-    throw ValueError("ModelCheckpoint: when save_weights_only is true the filepath must end in `.safetensors`. Received: filepath=" +
-                     filepath_);
+    throw ValueError(
+        "ModelCheckpoint: when save_weights_only is true the filepath must end in `.safetensors`. Received: "
+        "filepath=" +
+        filepath_);
   if (!o_.save_weights_only && ends_with(filepath_, ".safetensors"))
-    throw ValueError("ModelCheckpoint: a full model is saved as a model directory; the filepath must not end in "
-                     "`.safetensors` (set save_weights_only=true to save weights). Received: filepath=" + filepath_);
+    throw ValueError(
+        "ModelCheckpoint: a full model is saved as a model directory; the filepath must not end in "
+        "`.safetensors` (set save_weights_only=true to save weights). Received: filepath=" +
+        filepath_);
   best_ = o_.initial_value_threshold;
 }
 
@@ -64,18 +68,21 @@ void ModelCheckpoint::save(int epoch, std::optional<int64_t> batch, const Logs& 
     const bool better = !best_ || (maximize_ ? current > *best_ : current < *best_);
     if (!better) {
       if (o_.verbose > 0)
-        std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " did not improve from " << *best_ << "\n";
+        std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " did not improve from " << *best_
+                  << "\n";
       return;
     }
     if (o_.verbose > 0)
-      std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " improved to " << current << ", saving model to "
-                << path << "\n";
+      std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " improved to " << current
+                << ", saving model to " << path << "\n";
     best_ = current;
   } else if (o_.verbose > 0) {
     std::cout << "\nEpoch " << epoch + 1 << ": saving model to " << path << "\n";
   }
-  if (o_.save_weights_only) model().save_weights(path);
-  else model().save(path, /*include_optimizer=*/true);
+  if (o_.save_weights_only)
+    model().save_weights(path);
+  else
+    model().save(path, /*include_optimizer=*/true);
   saved_.push_back(path);
 }
 

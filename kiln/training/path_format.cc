@@ -46,9 +46,11 @@ Spec parse_spec(const std::string& s, const std::string& pattern) {
   while (i < s.size() && std::isdigit((unsigned char)s[i])) sp.width = sp.width * 10 + (s[i++] - '0');
   if (i < s.size() && s[i] == '.') {
     ++i;
-    if (i >= s.size() || !std::isdigit((unsigned char)s[i])) bad(pattern, "format spec '" + s + "' has '.' without a precision");
+    if (i >= s.size() || !std::isdigit((unsigned char)s[i]))
+      bad(pattern, "format spec '" + s + "' has '.' without a precision");
     sp.precision = 0;
-    while (i < s.size() && std::isdigit((unsigned char)s[i])) sp.precision = sp.precision * 10 + (s[i++] - '0');
+    while (i < s.size() && std::isdigit((unsigned char)s[i]))
+      sp.precision = sp.precision * 10 + (s[i++] - '0');
   }
   if (i < s.size()) sp.type = s[i++];
   if (i != s.size()) bad(pattern, "invalid format spec '" + s + "'");
@@ -58,9 +60,12 @@ Spec parse_spec(const std::string& s, const std::string& pattern) {
 std::string pad(std::string body, bool negative, const Spec& sp, bool numeric) {
   std::string sign;
   if (numeric) {
-    if (negative) sign = "-";
-    else if (sp.sign == '+') sign = "+";
-    else if (sp.sign == ' ') sign = " ";
+    if (negative)
+      sign = "-";
+    else if (sp.sign == '+')
+      sign = "+";
+    else if (sp.sign == ' ')
+      sign = " ";
   }
   char align = sp.align ? sp.align : (numeric ? '>' : '<');
   int len = (int)(sign.size() + body.size());
@@ -68,10 +73,14 @@ std::string pad(std::string body, bool negative, const Spec& sp, bool numeric) {
   int n = sp.width - len;
   std::string f(n, sp.fill);
   switch (align) {
-    case '<': return sign + body + f;
-    case '^': return std::string(n / 2, sp.fill) + sign + body + std::string(n - n / 2, sp.fill);
-    case '=': return sign + f + body;
-    default: return f + sign + body;
+    case '<':
+      return sign + body + f;
+    case '^':
+      return std::string(n / 2, sp.fill) + sign + body + std::string(n - n / 2, sp.fill);
+    case '=':
+      return sign + f + body;
+    default:
+      return f + sign + body;
   }
 }
 
@@ -81,13 +90,27 @@ std::string fmt_float(double v, char type, int precision) {
   char buf[512];
   int p = precision < 0 ? 6 : precision;
   switch (type) {
-    case 'f': case 'F': std::snprintf(buf, sizeof buf, "%.*f", p, v); break;
-    case 'e': std::snprintf(buf, sizeof buf, "%.*e", p, v); break;
-    case 'E': std::snprintf(buf, sizeof buf, "%.*E", p, v); break;
-    case 'g': std::snprintf(buf, sizeof buf, "%.*g", p == 0 ? 1 : p, v); break;
-    case 'G': std::snprintf(buf, sizeof buf, "%.*G", p == 0 ? 1 : p, v); break;
-    case '%': std::snprintf(buf, sizeof buf, "%.*f%%", p, v * 100.0); break;
-    default: return "";
+    case 'f':
+    case 'F':
+      std::snprintf(buf, sizeof buf, "%.*f", p, v);
+      break;
+    case 'e':
+      std::snprintf(buf, sizeof buf, "%.*e", p, v);
+      break;
+    case 'E':
+      std::snprintf(buf, sizeof buf, "%.*E", p, v);
+      break;
+    case 'g':
+      std::snprintf(buf, sizeof buf, "%.*g", p == 0 ? 1 : p, v);
+      break;
+    case 'G':
+      std::snprintf(buf, sizeof buf, "%.*G", p == 0 ? 1 : p, v);
+      break;
+    case '%':
+      std::snprintf(buf, sizeof buf, "%.*f%%", p, v * 100.0);
+      break;
+    default:
+      return "";
   }
   return buf;
 }
@@ -110,8 +133,10 @@ std::string python_float_repr(double v) {
   std::string out;
   if (exp >= -5 + 1 && exp < 16) {  // Python: repr uses fixed for 1e-4 <= |v| < 1e16
     if (exp >= 0) {
-      if ((int)digits.size() <= exp + 1) out = digits + std::string(exp + 1 - digits.size(), '0') + ".0";
-      else out = digits.substr(0, exp + 1) + "." + digits.substr(exp + 1);
+      if ((int)digits.size() <= exp + 1)
+        out = digits + std::string(exp + 1 - digits.size(), '0') + ".0";
+      else
+        out = digits.substr(0, exp + 1) + "." + digits.substr(exp + 1);
     } else {
       out = "0." + std::string(-exp - 1, '0') + digits;
     }
@@ -167,7 +192,8 @@ std::string python_format(const std::string& pattern, const std::map<std::string
     if (std::holds_alternative<int64_t>(it->second)) {
       int64_t v = std::get<int64_t>(it->second);
       if (sp.type == 0 || sp.type == 'd') {
-        if (sp.precision >= 0) bad(pattern, "precision not allowed in integer format specifier '" + spec_text + "'");
+        if (sp.precision >= 0)
+          bad(pattern, "precision not allowed in integer format specifier '" + spec_text + "'");
         negative = v < 0;
         body = std::to_string(negative ? -(uint64_t)v : (uint64_t)v);
       } else if (std::string("fFeEgG%").find(sp.type) != std::string::npos) {
@@ -183,7 +209,8 @@ std::string python_format(const std::string& pattern, const std::map<std::string
       double d = std::get<double>(it->second);
       negative = std::signbit(d) && !std::isnan(d);
       if (sp.type == 0) {
-        body = sp.precision >= 0 ? fmt_float(std::fabs(d), 'g', sp.precision) : python_float_repr(std::fabs(d));
+        body =
+            sp.precision >= 0 ? fmt_float(std::fabs(d), 'g', sp.precision) : python_float_repr(std::fabs(d));
       } else if (std::string("fFeEgG%").find(sp.type) != std::string::npos) {
         body = fmt_float(std::fabs(d), sp.type, sp.precision);
       } else {

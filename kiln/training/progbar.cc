@@ -29,9 +29,12 @@ std::string count_text(int64_t current, int64_t target) {
 std::string eta_text(double eta) {
   char buf[64];
   long long e = (long long)eta;
-  if (eta > 3600) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", e / 3600, (e % 3600) / 60, e % 60);
-  else if (eta > 60) std::snprintf(buf, sizeof buf, "%lld:%02lld", e / 60, e % 60);
-  else std::snprintf(buf, sizeof buf, "%llds", e);
+  if (eta > 3600)
+    std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", e / 3600, (e % 3600) / 60, e % 60);
+  else if (eta > 60)
+    std::snprintf(buf, sizeof buf, "%lld:%02lld", e / 60, e % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%llds", e);
   return buf;
 }
 
@@ -55,7 +58,8 @@ std::string Progbar::format_value(double v) {
   return std::fabs(v) > 1e-3 ? printf_string("%.4f", v) : printf_string("%.4e", v);
 }
 
-void Progbar::update(int64_t current, const std::vector<std::pair<std::string, double>>& values, bool finalize) {
+void Progbar::update(int64_t current, const std::vector<std::pair<std::string, double>>& values,
+                     bool finalize) {
   const auto now = Clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double per_unit = current > 0 ? elapsed / (double)current : 0.0;
@@ -90,8 +94,10 @@ void Progbar::update(int64_t current, const std::vector<std::pair<std::string, d
       visible = bar.size();
     }
     std::string info;
-    if (target_ > 0 && !finalize) info = " " + eta_text(per_unit * (double)(target_ - current));
-    else info = printf_string(" %.0fs", elapsed);
+    if (target_ > 0 && !finalize)
+      info = " " + eta_text(per_unit * (double)(target_ - current));
+    else
+      info = printf_string(" %.0fs", elapsed);
     info += format_time(per_unit, unit_) + metrics;
     size_t width = visible + info.size();
     std::string line = (dynamic_ ? "\r" : "") + bar + info;
@@ -101,8 +107,8 @@ void Progbar::update(int64_t current, const std::vector<std::pair<std::string, d
     os_ << line << std::flush;
   } else if (verbose_ == 2 && finalize) {
     const int64_t target = target_ > 0 ? target_ : current;
-    os_ << count_text(current, target) << printf_string(" - %.0fs", elapsed) << " -" << format_time(per_unit, unit_)
-        << metrics << "\n"
+    os_ << count_text(current, target) << printf_string(" - %.0fs", elapsed) << " -"
+        << format_time(per_unit, unit_) << metrics << "\n"
         << std::flush;
   }
 }
@@ -128,8 +134,10 @@ int64_t ProgbarLogger::target() const {
 
 std::vector<std::pair<std::string, double>> ProgbarLogger::ordered(const Logs& logs) {
   std::vector<std::string> names;
-  if (has_model() && model().compiled()) names = model().train_state().metric_names();
-  else names = {"loss"};
+  if (has_model() && model().compiled())
+    names = model().train_state().metric_names();
+  else
+    names = {"loss"};
   std::vector<std::pair<std::string, double>> out;
   std::set<std::string> used;
   auto take = [&](const std::string& k) {

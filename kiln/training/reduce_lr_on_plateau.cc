@@ -42,8 +42,8 @@ void ReduceLROnPlateau::on_epoch_end(int epoch, Logs& logs) {
     if (!warned_) {
       std::string known;
       for (auto& [k, v] : logs) known += (known.empty() ? "" : ", ") + k;
-      warn("ReduceLROnPlateau is conditioned on metric `" + o_.monitor + "` which is not available. Available metrics are: " +
-           known);
+      warn("ReduceLROnPlateau is conditioned on metric `" + o_.monitor +
+           "` which is not available. Available metrics are: " + known);
       warned_ = true;
     }
     return;
@@ -64,7 +64,8 @@ void ReduceLROnPlateau::on_epoch_end(int epoch, Logs& logs) {
         const double new_lr = std::max(old_lr * o_.factor, o_.min_lr);
         opt.set_learning_rate(new_lr);
         if (o_.verbose > 0)
-          std::cout << "\nEpoch " << epoch + 1 << ": ReduceLROnPlateau reducing learning rate to " << new_lr << ".\n";
+          std::cout << "\nEpoch " << epoch + 1 << ": ReduceLROnPlateau reducing learning rate to " << new_lr
+                    << ".\n";
         cooldown_counter_ = o_.cooldown;
         wait_ = 0;
       }

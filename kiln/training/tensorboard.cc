@@ -44,7 +44,9 @@ void TensorBoard::on_epoch_end(int epoch, Logs& logs) {
     if (k == "learning_rate") has_lr = true;
     train_writer().add_scalar("epoch_" + k, v, epoch);
   }
-  if (!has_lr && model().compiled()) train_writer().add_scalar("epoch_learning_rate", model().train_state().optimizer().learning_rate(), epoch);
+  if (!has_lr && model().compiled())
+    train_writer().add_scalar("epoch_learning_rate", model().train_state().optimizer().learning_rate(),
+                              epoch);
   train_writer().flush();
   if (has_val) {
     for (auto& [k, v] : logs)

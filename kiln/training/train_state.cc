@@ -88,7 +88,8 @@ TrainState::TrainState(const CompileArgs& args)
 
 Loss& TrainState::loss() {
   if (!args_.loss)
-    throw StateError("the model was compiled without a loss; call compile() with a loss before fit()/evaluate()");
+    throw StateError(
+        "the model was compiled without a loss; call compile() with a loss before fit()/evaluate()");
   return *args_.loss;
 }
 

@@ -269,8 +269,9 @@ TEST(Pipeline, StagesRunInOrderAndCanBeReplaced) {
   wrap(pl.apply_gradients, "apply_gradients");
   wrap(pl.update_metrics, "update_metrics");
   model->train_on_batch({p.x}, {p.y});
-  EXPECT_EQ(order, (std::vector<std::string>{"forward", "compute_loss", "scale_loss", "backward", "reduce_gradients",
-                                             "unscale_and_check", "apply_gradients", "update_metrics"}));
+  EXPECT_EQ(order,
+            (std::vector<std::string>{"forward", "compute_loss", "scale_loss", "backward", "reduce_gradients",
+                                      "unscale_and_check", "apply_gradients", "update_metrics"}));
   order.clear();
   model->test_on_batch({p.x}, {p.y});
   EXPECT_EQ(order, (std::vector<std::string>{"forward", "compute_loss", "update_metrics"}));

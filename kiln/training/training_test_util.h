@@ -68,7 +68,8 @@ inline Problem blobs(int64_t n, uint64_t seed = 3) {
 }
 
 inline LossPtr scce_logits() {
-  return Loss::from_json(Json{{"class_name", "SparseCategoricalCrossentropy"}, {"config", {{"from_logits", true}}}});
+  return Loss::from_json(
+      Json{{"class_name", "SparseCategoricalCrossentropy"}, {"config", {{"from_logits", true}}}});
 }
 
 inline OptimizerPtr optimizer(const std::string& cls, double lr) {

@@ -10,7 +10,8 @@
 
 namespace kiln {
 
-Loss::Loss(std::string name, std::string reduction) : name_(std::move(name)), reduction_(std::move(reduction)) {}
+Loss::Loss(std::string name, std::string reduction)
+    : name_(std::move(name)), reduction_(std::move(reduction)) {}
 at::Tensor Loss::operator()(const at::Tensor& y_true, const at::Tensor& y_pred, const at::Tensor& sw) const {
   at::Tensor l = call(y_true, y_pred).to(at::kFloat);
   if (sw.defined()) l = l * sw.to(at::kFloat).reshape({-1});
@@ -137,8 +138,10 @@ std::map<std::string, at::Tensor> Optimizer::state_dict() const {
 void Optimizer::load_state_dict(const std::map<std::string, at::Tensor>& state) {
   slots_.clear();
   for (auto& [k, v] : state) {
-    if (k == "iterations") iterations_ = v.item<int64_t>();
-    else if (k == "learning_rate") lr_ = v.item<double>();
+    if (k == "iterations")
+      iterations_ = v.item<int64_t>();
+    else if (k == "learning_rate")
+      lr_ = v.item<double>();
   }
   auto names = slot_names();
   for (auto& [k, v] : state) {
@@ -157,7 +160,8 @@ namespace {
 struct StubSGD : Optimizer {
   explicit StubSGD(const Json& c) : Optimizer(c, 0.01, "SGD") {}
   std::string class_name() const override { return "SGD"; }
-  void update_step(const at::Tensor& g, at::Tensor& v, std::vector<at::Tensor>&, double lr, int64_t) override {
+  void update_step(const at::Tensor& g, at::Tensor& v, std::vector<at::Tensor>&, double lr,
+                   int64_t) override {
     v.sub_(g * lr);
   }
 };
@@ -165,7 +169,8 @@ struct StubAdam : Optimizer {
   explicit StubAdam(const Json& c) : Optimizer(c, 0.001, "adam") {}
   std::string class_name() const override { return "Adam"; }
   std::vector<std::string> slot_names() const override { return {"m", "v"}; }
-  void update_step(const at::Tensor& g, at::Tensor& var, std::vector<at::Tensor>& s, double lr, int64_t step) override {
+  void update_step(const at::Tensor& g, at::Tensor& var, std::vector<at::Tensor>& s, double lr,
+                   int64_t step) override {
     const double b1 = 0.9, b2 = 0.999, eps = 1e-7;
     double alpha = lr * std::sqrt(1 - std::pow(b2, step)) / (1 - std::pow(b1, step));
     s[0].add_(g - s[0], 1 - b1);
