@@ -125,6 +125,7 @@ class TensorsNode : public DatasetNode {
     return std::make_unique<It>(self<TensorsNode>());
   }
   int64_t cardinality() const override { return 1; }
+  bool in_memory() const override { return true; }
 
  private:
   Element element_;
@@ -163,6 +164,7 @@ class SlicesNode : public DatasetNode {
     return make_row_iterator(shared_from_this(), &tensors_, index_stream(key));
   }
   int64_t cardinality() const override { return n_; }
+  bool in_memory() const override { return true; }
   const Element* row_source() const override { return &tensors_; }
   std::unique_ptr<IndexStream> index_stream(uint64_t) const override {
     return std::make_unique<RangeStream>(n_);

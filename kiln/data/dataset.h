@@ -110,7 +110,11 @@ class Dataset {
   // tf.data, a cache holds the first pass's order: shuffle after cache().
   Dataset cache(const std::string& filename = "") const;
   // Produces up to `buffer_size` (kAutotune: 2) elements ahead on a
-  // background thread started by the first next().
+  // background thread started by the first next(). Exception: an in-memory
+  // pipeline (from_tensors/from_tensor_slices under shuffle/take/skip/shard/
+  // repeat/batch/unbatch only) when ATen's intra-op threads already use every
+  // core is produced in next() instead: it never waits on I/O, and a thread
+  // could only take cycles from the caller's own.
   Dataset prefetch(int64_t buffer_size = 1) const;
   // Every num_shards-th element starting at index.
   Dataset shard(int64_t num_shards, int64_t index) const;

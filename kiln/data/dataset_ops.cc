@@ -300,6 +300,7 @@ class OrderNode : public DatasetNode {
     return std::make_unique<Adapter<Element, Op<Element>>>(open, key, params_);
   }
   int64_t cardinality() const override { return cardinality_; }
+  bool in_memory() const override { return input_->in_memory(); }
   const Element* row_source() const override { return input_->row_source(); }
   std::unique_ptr<IndexStream> index_stream(uint64_t key) const override {
     if (!input_->row_source()) return nullptr;
@@ -426,6 +427,7 @@ class BatchNode : public DatasetNode {
     if (!known(c)) return c;
     return drop_ ? c / batch_size_ : (c + batch_size_ - 1) / batch_size_;
   }
+  bool in_memory() const override { return input_->in_memory(); }
 
  private:
   NodePtr input_;
@@ -484,6 +486,7 @@ class UnbatchNode : public DatasetNode {
     const int64_t c = input_->cardinality();
     return c == kInfiniteCardinality || c == 0 ? c : kUnknownCardinality;
   }
+  bool in_memory() const override { return input_->in_memory(); }
 
  private:
   NodePtr input_;

@@ -497,6 +497,22 @@ TEST(DatasetTest, PrefetchYieldsTheSameElements) {
   EXPECT_THROW(range(3).prefetch(0), ValueError);
 }
 
+TEST(DatasetTest, PrefetchOfInMemoryDataWithOrWithoutASpareCore) {
+  // Threaded when a core is spare, produced in next() when intra-op threads
+  // cover every core: the same elements either way.
+  const int old_threads = at::get_num_threads();
+  auto ds = range(100).shuffle(100, 2).batch(7).prefetch(2);
+  auto want = values(range(100).shuffle(100, 2).batch(7), 1);
+  for (int threads : {1, static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))}) {
+    at::set_num_threads(threads);
+    EXPECT_EQ(values(ds, 1), want) << threads << " threads";
+    auto it = ds.iterator(1);
+    EXPECT_EQ(it->skip_batches(3), 3);
+    EXPECT_EQ(values(ds.skip(3), 1).size(), want.size() - 21);
+  }
+  at::set_num_threads(old_threads);
+}
+
 TEST(DatasetTest, PrefetchRethrowsProducerErrorsAfterEarlierElements) {
   auto ds = Dataset::from_generator([] {
               auto i = std::make_shared<int64_t>(0);
