@@ -2,6 +2,9 @@
 // names, and the model directory ModelCheckpoint writes loading back.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "kiln/core/dtype.h"
 #include "kiln/core/io.h"
 #include "kiln/layers/dense.h"
 #include "kiln/layers/dropout.h"
@@ -84,6 +87,25 @@ TEST(EndToEnd, BackupAndRestoreWithRealLayersIsBitIdentical) {
                std::runtime_error);
   Tensors resumed = run({std::make_shared<BackupAndRestore>(dir, BackupAndRestoreOptions{.save_freq = 3})});
   EXPECT_TRUE(same_weights(resumed, ref));
+}
+
+TEST(EndToEnd, MixedPrecisionPolicyTrainsWithFloat32LossAndVariables) {
+  set_random_seed(8);
+  set_dtype_policy("mixed_bfloat16");
+  auto model = keras_model();
+  set_dtype_policy("float32");
+  Problem p = blobs(512, 6);
+  FitArgs a;
+  a.x = {p.x};
+  a.y = {p.y};
+  a.epochs = 5;
+  a.verbose = 0;
+  History h = model->fit(a);
+  EXPECT_EQ(model->predict(p.x).scalar_type(), at::kBFloat16);  // compute dtype
+  for (auto& v : model->weights()) EXPECT_EQ(v->dtype(), at::kFloat) << v->path();
+  EXPECT_TRUE(std::isfinite(h.last("loss")));
+  EXPECT_LT(h.history["loss"].back(), h.history["loss"].front());
+  EXPECT_GT(h.last("accuracy"), 0.9);
 }
 
 }  // namespace
