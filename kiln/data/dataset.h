@@ -54,8 +54,9 @@ class DatasetIterator {
   virtual std::optional<Element> next() = 0;
   // Advances past up to `n` elements (batches, for a batched dataset) without
   // returning them; returns how many were skipped (fewer at the end of the
-  // pass). Map functions are not called for skipped elements, and a batched
-  // in-memory pipeline skips without gathering, so resuming is cheap.
+  // pass). Map functions are not called for skipped elements (unless a
+  // cache() above them must see every element), and a batched in-memory
+  // pipeline skips without gathering, so resuming is cheap.
   virtual int64_t skip_batches(int64_t n);
 };
 
@@ -65,7 +66,7 @@ constexpr int64_t kUnknownCardinality = -2;
 // buffer sizes (2).
 constexpr int64_t kAutotune = -1;
 
-class DatasetNode;  // implementation detail (data/dataset.cc)
+class DatasetNode;  // implementation detail (kiln/data/dataset_node.h)
 
 class Dataset {
  public:

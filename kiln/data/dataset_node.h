@@ -17,8 +17,8 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
