@@ -2,6 +2,14 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/core/json.h"
+#include "kiln/core/random.h"
+#include "kiln/layers/dense.h"
+#include "kiln/layers/dropout.h"
+#include "kiln/models/functional.h"
+#include "kiln/models/sequential.h"
+#include "kiln/layers/merging.h"
+#include "kiln/saving/model_io.h"
 #include "kiln/saving/safetensors.h"
 #include "kiln/testing/testing.h"
 
@@ -16,7 +24,7 @@ TEST(Safetensors, RoundTripsEveryDtypeBitExactly) {
       {"c", at::randn({5}).to(at::kBFloat16)},
       {"d", at::randn({2, 2}).to(at::kHalf)},
       {"e", at::arange(6, at::kLong).reshape({2, 3})},
-      {"f", at::tensor({true, false})},
+      {"f", at::tensor({1, 0}).to(at::kBool)},
       {"g", at::zeros({0, 3})},
       {"h", at::randn({4, 4}).t()},  // non-contiguous input
   };
@@ -81,6 +89,97 @@ TEST(Safetensors, CorruptHeadersAreRejected) {
 
 TEST(Safetensors, MissingFileIsNotFound) {
   EXPECT_THROW(load_safetensors("/nonexistent/w.safetensors"), NotFoundError);
+}
+
+std::shared_ptr<Sequential> small_mlp() {
+  auto m = std::make_shared<Sequential>();
+  m->add(Input({6}));
+  m->add(std::make_shared<Dense>(8, "relu"));
+  m->add(std::make_shared<Dropout>(0.5));
+  m->add(std::make_shared<Dense>(3, "softmax"));
+  return m;
+}
+
+TEST(ModelDirectory, SaveLoadGivesBitIdenticalPredictionsAndCompileState) {
+  TempDir dir;
+  set_random_seed(3);
+  auto model = small_mlp();
+  model->compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
+  auto x = at::randn({32, 6});
+  auto y = at::randint(3, {32}, at::kLong);
+  FitArgs fa;
+  fa.x = {x};
+  fa.y = {y};
+  fa.epochs = 2;
+  fa.verbose = 0;
+  model->fit(fa);
+  model->save(dir.path() + "/m/1");
+  auto names = list_directory(dir.path() + "/m");
+  EXPECT_EQ(names, std::vector<std::string>{"1"});  // no temporary left behind
+  auto mj = read_model_json(dir.path() + "/m/1");
+  EXPECT_EQ(mj["signatures"]["serving_default"]["inputs"]["inputs"]["shape"], Json::parse("[null, 6]"));
+  EXPECT_EQ(mj["signatures"]["serving_default"]["outputs"]["output_0"]["shape"], Json::parse("[null, 3]"));
+  auto loaded = load_model(dir.path() + "/m/1");
+  EXPECT_TRUE(at::equal(model->predict(x), loaded->predict(x)));
+  ASSERT_TRUE(loaded->compiled());
+  EXPECT_EQ(loaded->compile_args().optimizer->iterations(), model->compile_args().optimizer->iterations());
+  // Training continues from the same optimizer state: one more step matches.
+  set_random_seed(9);  // same dropout masks for both steps
+  model->train_on_batch({x}, {y});
+  set_random_seed(9);
+  loaded->train_on_batch({x}, {y});
+  EXPECT_TRUE(at::equal(model->predict(x), loaded->predict(x)));
+}
+
+TEST(ModelDirectory, FunctionalModelRoundTrips) {
+  TempDir dir;
+  auto a = Input({4}, at::kFloat, "a");
+  auto b = Input({4}, at::kFloat, "b");
+  auto h = (*std::make_shared<Dense>(5, "relu"))(a);
+  auto g = (*std::make_shared<Dense>(5))(b);
+  auto sum = (*std::make_shared<Add>())(KerasTensors{h, g});
+  auto out = (*std::make_shared<Dense>(2))(sum);
+  auto model = std::make_shared<Functional>(KerasTensors{a, b}, KerasTensors{out});
+  model->save(dir.path() + "/f");
+  auto loaded = load_model(dir.path() + "/f");
+  auto xa = at::randn({7, 4}), xb = at::randn({7, 4});
+  EXPECT_TRUE(at::equal(model->predict({xa, xb})[0], loaded->predict({xa, xb})[0]));
+  EXPECT_EQ(loaded->input_names(), (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(ModelDirectory, DamagedDirectoriesGiveErrorsNamingTheFile) {
+  TempDir dir;
+  auto model = small_mlp();
+  model->save(dir.path() + "/m");
+  const std::string w = dir.path() + "/m/weights.safetensors";
+  std::string bytes = read_file(w);
+  atomic_write_file(w, bytes.substr(0, bytes.size() / 2));
+  try {
+    load_model(dir.path() + "/m");
+    FAIL() << "a truncated weights file was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("weights.safetensors"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_model(dir.path() + "/nope"), NotFoundError);
+  atomic_write_file(dir.path() + "/m/model.json", "{\"format\": ");
+  EXPECT_THROW(load_model(dir.path() + "/m"), FormatError);
+  // Weights of another architecture are rejected by name.
+  auto other = std::make_shared<Sequential>();
+  other->add(Input({6}));
+  other->add(std::make_shared<Dense>(4));
+  other->save_weights(dir.path() + "/o.safetensors");
+  EXPECT_THROW(model->load_weights(dir.path() + "/o.safetensors"), FormatError);
+}
+
+TEST(ModelDirectory, SaveReplacesAnExistingVersionAtomically) {
+  TempDir dir;
+  auto m1 = small_mlp();
+  auto m2 = small_mlp();
+  m1->save(dir.path() + "/m");
+  m2->save(dir.path() + "/m");
+  auto x = at::randn({3, 6});
+  EXPECT_TRUE(at::equal(load_model(dir.path() + "/m")->predict(x), m2->predict(x)));
+  EXPECT_EQ(list_directory(dir.path()), std::vector<std::string>{"m"});
 }
 
 }  // namespace
