@@ -1,0 +1,44 @@
+// Built-in datasets, as keras.datasets: arrays in memory, read from the
+// machine's copy of the data (nothing is downloaded or cached on disk).
+//
+//   auto d = datasets::fashion_mnist();
+//   auto x = d.x_train.to(at::kFloat).div_(255.0);   // (60000, 28, 28) in [0, 1]
+//   auto ds = Dataset::from_tensor_slices({x, d.y_train}).shuffle(60000).batch(128);
+//
+// Thread-safe; each call reads the files again (about a quarter of a second
+// for Fashion-MNIST).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+namespace kiln::datasets {
+
+// keras.datasets.*.load_data()'s ((x_train, y_train), (x_test, y_test)).
+struct ImageClassificationData {
+  at::Tensor x_train;  // uint8 (N, H, W), as stored: scale it yourself
+  at::Tensor y_train;  // int64 (N,) class ids
+  at::Tensor x_test;
+  at::Tensor y_test;
+};
+
+// Fashion-MNIST (Zalando): 60,000 train and 10,000 test 28x28 grey images of
+// 10 clothing classes. Images are uint8 (N, 28, 28) exactly as Keras returns
+// them; labels are int64 in [0, 10) (the dtype kiln's losses take).
+// Files: train-images-idx3-ubyte(.gz), train-labels-idx1-ubyte(.gz),
+// t10k-images-idx3-ubyte(.gz), t10k-labels-idx1-ubyte(.gz), looked up in
+// `directory`, else $KILN_FASHION_MNIST_DIR, else /usr/share/datasets/fashion-mnist
+// (Debian's dataset-fashion-mnist package). NotFoundError saying how to
+// install them when absent; FormatError when a file is corrupt or the
+// files disagree (counts, image size, label range).
+ImageClassificationData fashion_mnist(const std::string& directory = "");
+
+// "T-shirt/top", "Trouser", ..., "Ankle boot": the names of labels 0..9.
+const std::vector<std::string>& fashion_mnist_class_names();
+
+// The directory fashion_mnist("") reads.
+std::string fashion_mnist_directory();
+
+}  // namespace kiln::datasets
