@@ -74,11 +74,12 @@ const std::vector<Maker>& makers() {
          return std::make_shared<ModelCheckpoint>(required_path(c, "filepath", where), o);
        }},
       {"BackupAndRestore",
-       {"backup_dir", "save_freq", "delete_checkpoint"},
+       {"backup_dir", "save_freq", "delete_checkpoint", "keep"},
        [](const Json& c, const std::string& where) {
          BackupAndRestoreOptions o;
          o.save_freq = save_freq(c, "save_freq");
          o.delete_checkpoint = get_or<bool>(c, "delete_checkpoint", o.delete_checkpoint);
+         o.keep = get_or<int>(c, "keep", o.keep);
          return std::make_shared<BackupAndRestore>(required_path(c, "backup_dir", where), o);
        }},
       {"CSVLogger",
