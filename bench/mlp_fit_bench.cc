@@ -170,8 +170,8 @@ int main(int argc, char** argv) {
   threads = configure_threads(ThreadConfig{threads});
   auto data = datasets::fashion_mnist();
   auto prep = [](const at::Tensor& img) { return img.reshape({img.size(0), 784}).to(at::kFloat).div_(255.0f); };
-  at::Tensor x = prep(data.train_images), y = data.train_labels.to(at::kLong);
-  at::Tensor xt = prep(data.test_images), yt = data.test_labels.to(at::kLong);
+  at::Tensor x = prep(data.x_train), y = data.y_train.to(at::kLong);
+  at::Tensor xt = prep(data.x_test), yt = data.y_test.to(at::kLong);
 
   std::vector<Result> results;
   results.push_back(hand_written(x, y, xt, yt, epochs, batch));
