@@ -2,6 +2,9 @@
 // from_tensors, from_tensor_slices, from_generator.
 #include "kiln/data/dataset.h"
 
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
+
 #include <sstream>
 #include <utility>
 
@@ -66,6 +69,16 @@ void check_same_structure(const Element& first, const Element& other, int64_t in
                        std::to_string(index_in_batch));
     }
   }
+}
+
+void use_one_intra_op_thread_here() {
+  // OpenMP's thread count is per thread. Let ATen initialise this thread's
+  // first (it would later reset it to the global count), then lower it.
+  // Looked up at run time: LibTorch builds without OpenMP have no such call.
+  using SetFn = void (*)(int);
+  static const auto set_omp_threads = reinterpret_cast<SetFn>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  (void)at::get_num_threads();
+  if (set_omp_threads) set_omp_threads(1);
 }
 
 namespace {

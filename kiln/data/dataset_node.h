@@ -70,6 +70,12 @@ inline uint64_t mix64(uint64_t x) {
 }
 inline uint64_t combine_keys(uint64_t a, uint64_t b) { return mix64(a ^ mix64(b)); }
 
+// For kiln's pipeline threads (prefetch, parallel map): makes ATen ops run
+// on the calling thread only, as tf.data's max_intra_op_parallelism=1 does.
+// Without it each such thread starts its own OpenMP team as large as the
+// main one, and on a small machine the teams spin against the training step.
+void use_one_intra_op_thread_here();
+
 // "[2, 3]" for error messages.
 std::string shape_string(const at::Tensor& t);
 

@@ -517,6 +517,7 @@ class WorkerPool {
 
  private:
   void run() {
+    use_one_intra_op_thread_here();
     for (;;) {
       std::function<void()> task;
       {

@@ -15,7 +15,8 @@ namespace {
 // ends at the input's end or its first exception, which next() rethrows after
 // the elements produced before it. The destructor wakes and joins it; a
 // producer blocked inside the input's next() (a generator that never
-// returns) is waited for.
+// returns) is waited for. ATen ops on the producer run single-threaded
+// (use_one_intra_op_thread_here), so the producer costs at most one core.
 class PrefetchIterator : public DatasetIterator {
  public:
   PrefetchIterator(std::unique_ptr<DatasetIterator> in, int64_t capacity)
@@ -58,6 +59,7 @@ class PrefetchIterator : public DatasetIterator {
 
  private:
   void produce() {
+    use_one_intra_op_thread_here();
     for (;;) {
       {
         std::lock_guard<std::mutex> l(mu_);

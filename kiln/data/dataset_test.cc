@@ -9,6 +9,8 @@
 #include <set>
 #include <thread>
 
+#include <ATen/Parallel.h>
+
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/core/random.h"
@@ -150,14 +152,24 @@ TEST(DatasetTest, BatchStacksAndKeepsTheRemainder) {
 TEST(DatasetTest, BatchOfMultiTensorElementsKeepsRowsAligned) {
   auto x = at::arange(40, at::kFloat).reshape({20, 2});
   auto y = at::arange(20, at::kLong);
-  auto ds = Dataset::from_tensor_slices({x, y}).shuffle(20, 3).batch(6);
+  auto img = at::arange(20 * 4, at::kByte).reshape({20, 2, 2});
+  auto flag = (at::arange(20, at::kLong) % 3).eq(0);
+  auto ds = Dataset::from_tensor_slices({x, y, img, flag}).shuffle(20, 3).batch(6);
   int64_t rows = 0;
   for (const auto& b : collect(ds)) {
+    ASSERT_EQ(b.size(), 4u);
     EXPECT_EQ(b[0].dim(), 2);
     EXPECT_TRUE(b[0].equal(x.index_select(0, b[1])));
+    EXPECT_EQ(b[2].scalar_type(), at::kByte);
+    EXPECT_TRUE(b[2].equal(img.index_select(0, b[1])));
+    EXPECT_EQ(b[3].scalar_type(), at::kBool);
+    EXPECT_TRUE(b[3].equal(flag.index_select(0, b[1])));
     rows += b[0].size(0);
   }
   EXPECT_EQ(rows, 20);
+  // Unshuffled batches of in-memory rows are views (no copy).
+  auto first = Dataset::from_tensor_slices({x}).batch(4).iterator()->next();
+  EXPECT_EQ((*first)[0].data_ptr(), x.data_ptr());
 }
 
 TEST(DatasetTest, BatchOfMismatchedShapesNamesBothShapes) {
@@ -522,6 +534,35 @@ TEST(DatasetTest, PrefetchJoinsWhenDestroyedEarly) {
   auto it = endless.map([](const Element& e) { return e; }, 2).prefetch(4).iterator();
   for (int i = 0; i < 10; ++i) it->next();
   it.reset();
+}
+
+TEST(DatasetTest, PipelineThreadsRunAtenOpsSerially) {
+  // Like tf.data's max_intra_op_parallelism=1: prefetch and map workers must
+  // not start OpenMP teams of their own.
+  const int old_threads = at::get_num_threads();
+  at::set_num_threads(2);  // so the check means something under KILN_NUM_THREADS=1
+  auto seen = std::make_shared<std::atomic<int>>(0);
+  auto ds = range(8)
+                .map(
+                    [seen](const Element& e) {
+                      seen->store(std::max(seen->load(), at::get_num_threads()));
+                      return e;
+                    },
+                    2)
+                .prefetch(2);
+  EXPECT_EQ(values(ds), iota(8));
+  EXPECT_EQ(seen->load(), 1);
+  auto gen_threads = std::make_shared<std::atomic<int>>(0);
+  auto gen = Dataset::from_generator([gen_threads] {
+    return [gen_threads]() -> std::optional<Element> {
+      gen_threads->store(at::get_num_threads());
+      return std::nullopt;
+    };
+  });
+  collect(gen.prefetch(1));
+  EXPECT_EQ(gen_threads->load(), 1);
+  EXPECT_EQ(at::get_num_threads(), 2);  // the caller's thread keeps its count
+  at::set_num_threads(old_threads);
 }
 
 }  // namespace
