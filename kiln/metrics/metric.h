@@ -5,12 +5,17 @@
 //   acc->update_state(y_true, y_pred);                // sparse_categorical_accuracy
 //   double a = acc->result();                         // for a sparse CE loss
 //
-// State lives in float64 tensors returned by variables(), so a distributed
-// trainer can sum them across replicas before result().
+// State lives in float64 CPU tensors returned by variables(), so a
+// distributed trainer can sum them across replicas (in place) before
+// result(). Concrete metrics live in kiln::metrics (accuracy_metrics.h,
+// confusion_metrics.h, regression_metrics.h).
+//
+// Thread safety: not thread-safe; one training loop owns each metric.
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,12 +49,28 @@ class Metric {
 
   // Keras names: "accuracy"/"acc" (resolved against `loss` as Keras does:
   // sparse CE -> sparse_categorical_accuracy, CE -> categorical_accuracy,
-  // BCE -> binary_accuracy), "binary_accuracy", "categorical_accuracy",
-  // "sparse_categorical_accuracy", "top_k_categorical_accuracy",
-  // "sparse_top_k_categorical_accuracy", "auc", "precision", "recall",
-  // "mae"/"mean_absolute_error", "mse"/"mean_squared_error"; or JSON.
+  // BCE -> binary_accuracy; any other or no loss: decided from the shapes of
+  // the first batch, as Keras 3 does), "binary_accuracy",
+  // "categorical_accuracy", "sparse_categorical_accuracy",
+  // "top_k_categorical_accuracy", "sparse_top_k_categorical_accuracy", "auc",
+  // "precision", "recall", "mae"/"mean_absolute_error",
+  // "mse"/"mean_squared_error", or a class name ("AUC"). The metric is named
+  // as the string given (Keras 3), so "accuracy" logs as `accuracy` and
+  // `val_accuracy`. ValueError lists the known names.
   static std::shared_ptr<Metric> get(const std::string& name, const Loss* loss = nullptr);
+  // A name (as get()) or {"class_name", "config"}.
   static std::shared_ptr<Metric> from_json(const Json& j, const Loss* loss = nullptr);
+
+  // Adds a metric class to from_json's vocabulary (custom metrics).
+  using Factory = std::function<std::shared_ptr<Metric>(const Json& config)>;
+  static bool register_class(const std::string& class_name, Factory factory);
+  static std::vector<std::string> known_names();
+
+ protected:
+  // ValueError naming any key of `config` not in `allowed` (besides name and
+  // dtype).
+  static void check_keys(const Json& config, const std::vector<std::string>& allowed,
+                         const std::string& owner);
 
  private:
   std::string name_;
@@ -58,6 +79,9 @@ class Metric {
 using MetricPtr = std::shared_ptr<Metric>;
 
 // The running mean (weighted) of values: the trainer tracks "loss" with it.
+// update_state(values, {}, weights) follows Keras's Mean: values are first
+// averaged down to the weights' rank, then sum(values * w) / sum(w);
+// without weights every sample (first axis) counts once.
 class Mean : public Metric {
  public:
   explicit Mean(std::string name = "mean");
@@ -71,6 +95,17 @@ class Mean : public Metric {
 
  private:
   at::Tensor total_, count_;
+};
+
+// Keras's MeanMetricWrapper: a Mean over per-sample values computed from
+// (y_true, y_pred). Subclasses implement values().
+class MeanMetricWrapper : public Mean {
+ public:
+  explicit MeanMetricWrapper(std::string name) : Mean(std::move(name)) {}
+  void update_state(const at::Tensor& y_true, const at::Tensor& y_pred,
+                    const at::Tensor& sample_weight = at::Tensor()) override;
+  // Per-sample (or per-entry) values, e.g. 1/0 for hits and misses.
+  virtual at::Tensor values(const at::Tensor& y_true, const at::Tensor& y_pred) const = 0;
 };
 
 }  // namespace kiln

@@ -1,14 +1,20 @@
 // Optimizers with Keras 3's update rules, names and defaults.
 //
 //   auto opt = Optimizer::get("adam");                   // lr 0.001
-//   auto opt = std::make_shared<Adam>(Json{{"learning_rate", 1e-3}});
+//   auto opt = std::make_shared<optimizers::Adam>(Json{{"learning_rate", 1e-3}});
 //   opt->apply_gradients(grads, model.trainable_weights());
 //
 // Common options (Keras's base optimizer): learning_rate (a number or a
 // LearningRateSchedule), weight_decay (decoupled: var -= lr * wd * var before
 // the update), clipnorm (per-variable), clipvalue, global_clipnorm (only one
-// of the clip options may be set). `iterations` counts applied steps and
-// drives schedules.
+// of the clip options may be set; ValueError otherwise). `iterations` counts
+// applied steps and drives schedules: a step uses the learning rate of
+// schedule(iterations) before the increment, as Keras.
+//
+// One apply_gradients, as Keras 3's apply(): drop undefined gradients ->
+// clip -> weight decay -> update_step per variable -> iterations += 1.
+// Concrete optimizers (SGD, RMSprop, Adam, AdamW) are in kiln::optimizers
+// (sgd.h, rmsprop.h, adam.h); schedules in schedules.h.
 //
 // State (slots such as Adam's m and v) is created lazily on the first
 // apply_gradients, keyed by variable path, so checkpoints can store and
@@ -19,6 +25,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -37,6 +44,7 @@ class LearningRateSchedule {
   virtual Json get_config() const = 0;
   Json to_json() const { return Json{{"class_name", class_name()}, {"config", get_config()}}; }
   // {"class_name": "ExponentialDecay" | "CosineDecay" | "PiecewiseConstantDecay", "config": {...}}
+  // (see schedules.h). ValueError for an unknown class or a bad config.
   static std::shared_ptr<LearningRateSchedule> from_json(const Json& j);
 };
 using SchedulePtr = std::shared_ptr<LearningRateSchedule>;
@@ -48,7 +56,9 @@ class Optimizer {
   Optimizer(const Json& config, double default_learning_rate, const std::string& default_name);
   virtual ~Optimizer() = default;
 
-  // grads[i] is the gradient of vars[i]; undefined gradients are skipped.
+  // grads[i] is the gradient of vars[i]; undefined gradients are skipped
+  // (ValueError if all are). ShapeError if a gradient's shape differs from
+  // its variable's; ValueError if two variables share a path.
   void apply_gradients(const std::vector<at::Tensor>& grads, const std::vector<VariablePtr>& vars);
 
   int64_t iterations() const { return iterations_; }
@@ -58,37 +68,58 @@ class Optimizer {
   // schedule is in use.
   void set_learning_rate(double lr);
   bool has_schedule() const { return schedule_ != nullptr; }
+  SchedulePtr schedule() const { return schedule_; }
+  double weight_decay() const { return weight_decay_; }
+  // Variables whose path contains one of `var_names` get no weight decay
+  // (Keras's exclude_from_weight_decay; e.g. {"bias", "gamma", "beta"}).
+  void exclude_from_weight_decay(const std::vector<std::string>& var_names);
 
   const std::string& name() const { return name_; }
   virtual std::string class_name() const = 0;
   virtual Json get_config() const;  // Keras keys, learning_rate possibly a schedule
   Json to_json() const { return Json{{"class_name", class_name()}, {"config", get_config()}}; }
 
-  // Slots by "<variable path>/<slot name>", plus "iterations" (and a scalar
-  // "learning_rate" when constant), for checkpoints.
+  // Slots by "<variable path>/<slot name>" (e.g. "dense/kernel/momentum"),
+  // plus "iterations" (int64 scalar) and, when constant, "learning_rate"
+  // (float64 scalar), for checkpoints. The tensors are copies.
   std::map<std::string, at::Tensor> state_dict() const;
+  // Replaces all slots (and iterations / learning_rate when present).
+  // ValueError for a slot name this optimizer does not use or a variable
+  // with only some of its slots.
   void load_state_dict(const std::map<std::string, at::Tensor>& state);
 
-  // "sgd", "rmsprop", "adam", "adamw" or {"class_name", "config"}.
+  // "sgd", "rmsprop", "adam", "adamw" or a class name ("Adam"); ValueError
+  // lists the known names.
   static std::shared_ptr<Optimizer> get(const std::string& name);
+  // {"class_name", "config"} (Keras's serialized form) or a name.
   static std::shared_ptr<Optimizer> from_json(const Json& j);
+  using Factory = std::function<std::shared_ptr<Optimizer>(const Json& config)>;
+  static bool register_class(const std::string& class_name, Factory factory);
+  static std::vector<std::string> known_names();
 
  protected:
   // One variable's update (called under NoGradGuard, after clipping and
-  // weight decay). `slots` holds this variable's slots, created by
-  // slot_names() on first use with zeros like the variable.
+  // weight decay). `grad` has the variable's dtype and device. `slots` holds
+  // this variable's slots, created by slot_names() on first use with zeros
+  // like the variable. `step` is iterations() + 1 (Keras's local_step).
   virtual void update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots,
                            double lr, int64_t step) = 0;
   virtual std::vector<std::string> slot_names() const { return {}; }
+  // ValueError naming any key of `config` that neither the base nor `own`
+  // knows (Keras's "Argument(s) not recognized").
+  void check_keys(const Json& config, const std::vector<std::string>& own) const;
   double weight_decay_ = 0.0;
 
  private:
+  std::vector<at::Tensor> clip(std::vector<at::Tensor> grads) const;
+
   std::string name_;
   double lr_ = 0.001;
   SchedulePtr schedule_;
   double clipnorm_ = 0, clipvalue_ = 0, global_clipnorm_ = 0;
   int64_t iterations_ = 0;
   std::map<std::string, std::vector<at::Tensor>> slots_;  // by variable path
+  std::vector<std::string> exclude_from_wd_;
 };
 
 using OptimizerPtr = std::shared_ptr<Optimizer>;

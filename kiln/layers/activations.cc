@@ -1,0 +1,81 @@
+#include "kiln/layers/activations.h"
+
+#include <map>
+
+#include "kiln/layers/config_reader.h"
+
+namespace kiln {
+namespace {
+
+const std::map<std::string, ActivationFn>& table() {
+  static const std::map<std::string, ActivationFn> t = {
+      {"linear", [](const at::Tensor& x) { return x; }},
+      {"relu", [](const at::Tensor& x) { return at::relu(x); }},
+      {"relu6", [](const at::Tensor& x) { return at::clamp(x, 0.0, 6.0); }},
+      {"gelu", [](const at::Tensor& x) { return at::gelu(x); }},
+      {"sigmoid", [](const at::Tensor& x) { return at::sigmoid(x); }},
+      // Keras 3: relu6(x + 3) / 6.
+      {"hard_sigmoid", [](const at::Tensor& x) { return at::clamp(x + 3.0, 0.0, 6.0) / 6.0; }},
+      {"tanh", [](const at::Tensor& x) { return at::tanh(x); }},
+      {"softmax", [](const at::Tensor& x) { return at::softmax(x, -1); }},
+      {"log_softmax", [](const at::Tensor& x) { return at::log_softmax(x, -1); }},
+      {"silu", [](const at::Tensor& x) { return at::silu(x); }},
+      {"swish", [](const at::Tensor& x) { return at::silu(x); }},
+      {"leaky_relu", [](const at::Tensor& x) { return at::leaky_relu(x, 0.2); }},
+      {"elu", [](const at::Tensor& x) { return at::elu(x); }},
+      {"selu", [](const at::Tensor& x) { return at::selu(x); }},
+      {"softplus", [](const at::Tensor& x) { return at::softplus(x); }},
+      {"softsign", [](const at::Tensor& x) { return x / (at::abs(x) + 1.0); }},
+      {"exponential", [](const at::Tensor& x) { return at::exp(x); }},
+      {"mish", [](const at::Tensor& x) { return x * at::tanh(at::softplus(x)); }},
+  };
+  return t;
+}
+
+}  // namespace
+
+bool is_activation(const std::string& name) { return table().count(name) > 0; }
+
+std::vector<std::string> activation_names() {
+  std::vector<std::string> out;
+  for (auto& [k, v] : table()) out.push_back(k);
+  return out;
+}
+
+ActivationFn get_activation(const std::string& name) {
+  auto it = table().find(name);
+  if (it == table().end()) {
+    std::string known;
+    for (auto& n : activation_names()) known += (known.empty() ? "" : ", ") + n;
+    throw ValueError("unknown activation '" + name + "'; known activations: " + known);
+  }
+  return it->second;
+}
+
+Activation::Activation(const Json& config) : SimpleLayer(config) {
+  ConfigReader r(config, "Activation");
+  if (!r.has("activation")) throw ValueError("Activation: the config is missing `activation` (e.g. \"relu\")");
+  name_ = r.activation("activation", "linear");
+  r.finish();
+  fn_ = get_activation(name_);
+}
+
+Activation::Activation(const std::string& activation, const Json& extra)
+    : Activation(merged_config(extra, Json{{"activation", activation}})) {}
+
+std::vector<Shape> Activation::compute_output_shape(const std::vector<Shape>& input_shapes) {
+  build_if_needed(input_shapes);
+  return input_shapes;
+}
+
+at::Tensor Activation::call1(const at::Tensor& x, bool training) { return fn_(x); }
+
+Json Activation::get_config() const {
+  Json j = base_config();
+  j["activation"] = name_;
+  return j;
+}
+
+KILN_REGISTER_LAYER(Activation);
+
+}  // namespace kiln

@@ -1,0 +1,51 @@
+// Activation functions by Keras name, and the Activation layer.
+//
+//   ActivationFn f = get_activation("gelu");
+//   at::Tensor y = f(x);
+//   auto layer = std::make_shared<Activation>("softmax");
+//
+// Known names (Keras's definitions and defaults): linear, relu, relu6, gelu
+// (exact erf form, Keras's approximate=False), sigmoid, hard_sigmoid, tanh,
+// softmax and log_softmax (last axis), silu and its alias swish, leaky_relu
+// (negative_slope 0.2), elu (alpha 1), selu, softplus, softsign,
+// exponential, mish. The functions are pure and thread-safe; they compute in
+// the dtype of their input.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/layers/layer.h"
+
+namespace kiln {
+
+using ActivationFn = std::function<at::Tensor(const at::Tensor&)>;
+
+// ValueError "unknown activation 'relux'; known activations: ..." if absent.
+ActivationFn get_activation(const std::string& name);
+bool is_activation(const std::string& name);
+std::vector<std::string> activation_names();
+
+// Keras's Activation layer. Config: {"activation": "relu"}.
+class Activation : public SimpleLayer {
+ public:
+  explicit Activation(const Json& config);
+  explicit Activation(const std::string& activation, const Json& extra = Json::object());
+  explicit Activation(const char* activation, const Json& extra = Json::object())
+      : Activation(std::string(activation), extra) {}
+
+  std::string class_name() const override { return "Activation"; }
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+  const std::string& activation() const { return name_; }
+
+ private:
+  std::string name_;
+  ActivationFn fn_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,170 @@
+#include "kiln/layers/attention.h"
+
+#include <cmath>
+
+#include "kiln/layers/config_reader.h"
+
+namespace kiln {
+namespace {
+Shape sizes_of(const at::Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end()); }
+}  // namespace
+
+MultiHeadAttention::MultiHeadAttention(const Json& config) : Layer(config) {
+  ConfigReader r(config, "MultiHeadAttention");
+  num_heads_ = r.positive_int("num_heads");
+  key_dim_ = r.positive_int("key_dim");
+  value_dim_ = r.positive_int("value_dim", key_dim_);
+  dropout_ = r.number_in("dropout", 0.0, 0.0, 1.0, /*hi_inclusive=*/false);
+  use_bias_ = r.boolean("use_bias", true);
+  const Json* os = r.get("output_shape");
+  output_shape_json_ = os ? *os : Json(nullptr);
+  const std::string expected = "null, a positive integer or a list of positive integers";
+  if (os) {
+    if (os->is_number_integer()) {
+      output_shape_ = {os->get<int64_t>()};
+    } else if (os->is_array() && !os->empty()) {
+      for (auto& d : *os) {
+        if (!d.is_number_integer()) r.invalid("output_shape", expected);
+        output_shape_.push_back(d.get<int64_t>());
+      }
+    } else {
+      r.invalid("output_shape", expected);
+    }
+    for (auto d : output_shape_)
+      if (d < 1) r.invalid("output_shape", expected);
+  }
+  if (r.get("attention_axes"))
+    r.invalid("attention_axes", "null (attention over the sequence axis; other axes are not supported yet)");
+  // Resolved here so invalid names fail at construction; kept as JSON for the sublayers.
+  kernel_init_ = r.initializer("kernel_initializer", "glorot_uniform")->to_json();
+  bias_init_ = r.initializer("bias_initializer", "zeros")->to_json();
+  kernel_reg_ = r.regularizer("kernel_regularizer");
+  bias_reg_ = r.regularizer("bias_regularizer");
+  activity_reg_ = r.regularizer("activity_regularizer");
+  r.no_constraint("kernel_constraint");
+  r.no_constraint("bias_constraint");
+  const Json* seed = r.get("seed");
+  if (seed && !seed->is_number_integer()) r.invalid("seed", "null or an integer");
+  seed_ = seed ? *seed : Json(nullptr);
+  r.finish();
+}
+
+MultiHeadAttention::MultiHeadAttention(int64_t num_heads, int64_t key_dim, const Json& extra)
+    : MultiHeadAttention(merged_config(extra, Json{{"num_heads", num_heads}, {"key_dim", key_dim}})) {}
+
+std::shared_ptr<EinsumDense> MultiHeadAttention::make_dense(const std::string& name, const std::string& equation,
+                                                            const Shape& output_shape,
+                                                            const std::string& bias_axes) const {
+  Json c;
+  c["name"] = name;
+  c["trainable"] = trainable();
+  c["dtype"] = dtype_policy().name();
+  c["equation"] = equation;
+  c["output_shape"] = int_list_json(output_shape);
+  c["bias_axes"] = use_bias_ ? Json(bias_axes) : Json(nullptr);
+  c["kernel_initializer"] = kernel_init_;
+  c["bias_initializer"] = bias_init_;
+  c["kernel_regularizer"] = regularizer_json(kernel_reg_);
+  c["bias_regularizer"] = regularizer_json(bias_reg_);
+  return std::make_shared<EinsumDense>(c);
+}
+
+void MultiHeadAttention::check_inputs(const std::vector<Shape>& shapes) const {
+  if (shapes.size() != 2 && shapes.size() != 3)
+    throw ValueError("MultiHeadAttention '" + name() + "' takes [query, value] or [query, value, key]. Received " +
+                     std::to_string(shapes.size()) + " inputs");
+  for (auto& s : shapes)
+    if (s.size() != 3 || s.back() < 1)
+      throw ShapeError("MultiHeadAttention '" + name() +
+                       "' expects inputs of shape (batch, seq, features) with known features. Received: " +
+                       shape_to_string(s));
+  const Shape& v = shapes[1];
+  const Shape& k = shapes.size() > 2 ? shapes[2] : v;
+  if (v[1] >= 0 && k[1] >= 0 && v[1] != k[1])
+    throw ShapeError("MultiHeadAttention '" + name() + "': value " + shape_to_string(v) + " and key " +
+                     shape_to_string(k) + " must have the same sequence length");
+}
+
+void MultiHeadAttention::build(const std::vector<Shape>& input_shapes) {
+  check_inputs(input_shapes);
+  const Shape& q = input_shapes[0];
+  const Shape& v = input_shapes[1];
+  const Shape& k = input_shapes.size() > 2 ? input_shapes[2] : v;
+  if (output_shape_.empty()) output_shape_ = {q.back()};
+  query_ = make_dense("query", "abc,cde->abde", {kNone, num_heads_, key_dim_}, "de");
+  key_ = make_dense("key", "abc,cde->abde", {kNone, num_heads_, key_dim_}, "de");
+  value_ = make_dense("value", "abc,cde->abde", {kNone, num_heads_, value_dim_}, "de");
+  // (batch, seq, heads, value_dim) x (heads, value_dim, out...) -> (batch, seq, out...).
+  std::string out_letters, bias_letters;
+  for (size_t i = 0; i < output_shape_.size(); ++i) out_letters += (char)('e' + i);
+  Shape partial = {kNone};
+  partial.insert(partial.end(), output_shape_.begin(), output_shape_.end());
+  output_ = make_dense("attention_output", "abcd,cd" + out_letters + "->ab" + out_letters, partial, out_letters);
+  for (auto& d : {query_, key_, value_, output_}) track(d);
+  query_->build_if_needed({q});
+  key_->build_if_needed({k});
+  value_->build_if_needed({v});
+  output_->build_if_needed({{q[0], q[1], num_heads_, value_dim_}});
+}
+
+std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(const Tensors& inputs, bool training) {
+  std::vector<Shape> shapes;
+  for (auto& t : inputs) shapes.push_back(sizes_of(t));
+  if (!built()) {
+    for (auto& s : shapes)
+      if (!s.empty()) s[0] = kNone;
+    build_if_needed(shapes);
+  }
+  check_inputs(shapes);
+  const at::Tensor& query = inputs[0];
+  const at::Tensor& value = inputs[1];
+  const at::Tensor& key = inputs.size() > 2 ? inputs[2] : value;
+  at::Tensor q = (*query_)(query, training) * (1.0 / std::sqrt((double)key_dim_));  // (B, T, N, H)
+  at::Tensor k = (*key_)(key, training);                                              // (B, S, N, H)
+  at::Tensor v = (*value_)(value, training);                                          // (B, S, N, Hv)
+  at::Tensor logits = at::einsum("aecd,abcd->acbe", {k, q});                          // (B, N, T, S)
+  // Softmax in at least float32 for 16-bit compute dtypes, then back.
+  at::Tensor scores = at::softmax(logits, -1, at::promote_types(logits.scalar_type(), at::kFloat))
+                          .to(logits.scalar_type());
+  at::Tensor dropped = (training && dropout_ > 0) ? at::dropout(scores, dropout_, true) : scores;
+  at::Tensor context = at::einsum("acbe,aecd->abcd", {dropped, v});  // (B, T, N, Hv)
+  at::Tensor out = (*output_)(context, training);
+  if (activity_reg_) add_loss((*activity_reg_)(out));
+  return {out, scores};
+}
+
+Tensors MultiHeadAttention::call(const Tensors& inputs, bool training) {
+  return {attention_with_scores(inputs, training).first};
+}
+
+std::vector<Shape> MultiHeadAttention::compute_output_shape(const std::vector<Shape>& input_shapes) {
+  check_inputs(input_shapes);
+  build_if_needed(input_shapes);
+  Shape out = {input_shapes[0][0], input_shapes[0][1]};
+  out.insert(out.end(), output_shape_.begin(), output_shape_.end());
+  return {out};
+}
+
+Json MultiHeadAttention::get_config() const {
+  Json j = base_config();
+  j["num_heads"] = num_heads_;
+  j["key_dim"] = key_dim_;
+  j["value_dim"] = value_dim_;
+  j["dropout"] = dropout_;
+  j["use_bias"] = use_bias_;
+  j["output_shape"] = output_shape_json_;
+  j["attention_axes"] = nullptr;
+  j["kernel_initializer"] = kernel_init_;
+  j["bias_initializer"] = bias_init_;
+  j["kernel_regularizer"] = regularizer_json(kernel_reg_);
+  j["bias_regularizer"] = regularizer_json(bias_reg_);
+  j["activity_regularizer"] = regularizer_json(activity_reg_);
+  j["kernel_constraint"] = nullptr;
+  j["bias_constraint"] = nullptr;
+  j["seed"] = seed_;
+  return j;
+}
+
+KILN_REGISTER_LAYER(MultiHeadAttention);
+
+}  // namespace kiln

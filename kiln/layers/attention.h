@@ -1,0 +1,71 @@
+// MultiHeadAttention with Keras's weights and semantics.
+//
+//   auto mha = std::make_shared<MultiHeadAttention>(/*num_heads=*/4, /*key_dim=*/16);
+//   at::Tensor y = (*mha)(Tensors{query, value})[0];          // self-attention: {x, x}
+//   at::Tensor y2 = (*mha)(Tensors{query, value, key})[0];
+//
+// Inputs are (batch, seq, features); query and value/key may differ in seq
+// and features. Four EinsumDense sublayers hold the weights under Keras's
+// names and shapes:
+//   query/kernel (query_dim, heads, key_dim), query/bias (heads, key_dim)
+//   key/kernel   (key_dim_in, heads, key_dim), key/bias (heads, key_dim)
+//   value/kernel (value_dim_in, heads, value_dim), value/bias (heads, value_dim)
+//   attention_output/kernel (heads, value_dim, out...), .../bias (out...)
+// scores = softmax(q k^T / sqrt(key_dim)) over the keys, dropout on the
+// scores in training, then the weighted values are projected back to
+// output_shape (default: the query's feature size).
+// Keys: num_heads, key_dim (required), value_dim (null = key_dim), dropout
+// (0), use_bias (true), output_shape (null, int or list), attention_axes
+// (null only: attention over the sequence axis), kernel_initializer
+// ("glorot_uniform"), bias_initializer ("zeros"), kernel_regularizer,
+// bias_regularizer, activity_regularizer, kernel_constraint, bias_constraint
+// (null only), seed (null; dropout uses LibTorch's generator).
+// Not supported yet: attention masks, causal masking, inputs of rank != 3.
+#pragma once
+
+#include "kiln/layers/einsum_dense.h"
+#include "kiln/layers/layer.h"
+
+namespace kiln {
+
+class MultiHeadAttention : public Layer {
+ public:
+  explicit MultiHeadAttention(const Json& config);
+  MultiHeadAttention(int64_t num_heads, int64_t key_dim, const Json& extra = Json::object());
+
+  std::string class_name() const override { return "MultiHeadAttention"; }
+  // input_shapes: {query, value} or {query, value, key}.
+  void build(const std::vector<Shape>& input_shapes) override;
+  Tensors call(const Tensors& inputs, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+  // The output and the attention scores (batch, heads, query_seq, key_seq),
+  // as Keras's return_attention_scores=True. Builds if needed.
+  std::pair<at::Tensor, at::Tensor> attention_with_scores(const Tensors& inputs, bool training = false);
+
+  int64_t num_heads() const { return num_heads_; }
+  int64_t key_dim() const { return key_dim_; }
+  int64_t value_dim() const { return value_dim_; }
+  const std::shared_ptr<EinsumDense>& query_dense() const { return query_; }
+  const std::shared_ptr<EinsumDense>& key_dense() const { return key_; }
+  const std::shared_ptr<EinsumDense>& value_dense() const { return value_; }
+  const std::shared_ptr<EinsumDense>& output_dense() const { return output_; }
+
+ private:
+  std::shared_ptr<EinsumDense> make_dense(const std::string& name, const std::string& equation,
+                                          const Shape& output_shape, const std::string& bias_axes) const;
+  void check_inputs(const std::vector<Shape>& shapes) const;
+
+  int64_t num_heads_, key_dim_, value_dim_;
+  double dropout_;
+  bool use_bias_;
+  Json output_shape_json_;  // as configured
+  Shape output_shape_;      // resolved at build (empty: query's last dim)
+  Json kernel_init_, bias_init_;
+  RegularizerPtr kernel_reg_, bias_reg_, activity_reg_;
+  Json seed_;
+  std::shared_ptr<EinsumDense> query_, key_, value_, output_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,209 @@
+// Every layer through the conformance harness (kiln/testing/layer_conformance.h).
+// A new layer is one entry in all_cases(); RegistryCoverage fails until it has one.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "kiln/testing/layer_conformance.h"
+
+namespace kiln {
+namespace {
+
+struct CaseBuilder {
+  LayerTestCase c;
+  CaseBuilder(std::string name, const std::string& cls, const Json& config) {
+    c.name = std::move(name);
+    c.make = from_config(cls, config);
+  }
+  CaseBuilder& in(std::vector<Shape> shapes) { return c.input_shapes = std::move(shapes), *this; }
+  CaseBuilder& out(std::vector<Shape> shapes) { return c.expected_output_shapes = std::move(shapes), *this; }
+  CaseBuilder& params(int64_t trainable, int64_t non_trainable = 0) {
+    c.expected_trainable_params = trainable;
+    c.expected_non_trainable_params = non_trainable;
+    return *this;
+  }
+  CaseBuilder& dtypes(std::vector<at::ScalarType> d, int64_t high) {
+    c.input_dtypes = std::move(d);
+    c.int_input_high = high;
+    return *this;
+  }
+  CaseBuilder& skip_input_gradients(std::string why) { return c.skip_input_gradients = std::move(why), *this; }
+  CaseBuilder& mixed_tolerance(double t) { return c.mixed_tolerance = t, *this; }
+  operator LayerTestCase() const { return c; }
+};
+
+std::vector<LayerTestCase> all_cases() {
+  std::vector<LayerTestCase> cases;
+  auto add = [&](const CaseBuilder& b) { cases.push_back(b); };
+
+  // --- core ---
+  add(CaseBuilder("Dense_3", "Dense", {{"units", 3}}).in({{2, 4}}).out({{2, 3}}).params(15));
+  add(CaseBuilder("Dense_rank3_relu_nobias_l2", "Dense",
+                  {{"units", 3}, {"activation", "relu"}, {"use_bias", false}, {"kernel_regularizer", "l2"}})
+          .in({{2, 5, 4}})
+          .out({{2, 5, 3}})
+          .params(12));
+  for (const char* a : {"linear", "relu", "relu6", "gelu", "sigmoid", "hard_sigmoid", "tanh", "softmax",
+                        "log_softmax", "silu", "swish", "leaky_relu", "elu", "selu", "softplus", "softsign",
+                        "exponential", "mish"})
+    add(CaseBuilder(std::string("Activation_") + a, "Activation", {{"activation", a}}).in({{2, 5}}).out({{2, 5}}));
+  add(CaseBuilder("Dropout_0.5", "Dropout", {{"rate", 0.5}}).in({{3, 4}}).out({{3, 4}}));
+  add(CaseBuilder("Dropout_noise_shape", "Dropout", {{"rate", 0.3}, {"noise_shape", {nullptr, 1, 4}}})
+          .in({{2, 3, 4}})
+          .out({{2, 3, 4}}));
+  add(CaseBuilder("Flatten", "Flatten", Json::object()).in({{2, 3, 4}}).out({{2, 12}}));
+  add(CaseBuilder("Flatten_channels_first", "Flatten", {{"data_format", "channels_first"}})
+          .in({{2, 3, 2, 2}})
+          .out({{2, 12}}));
+  add(CaseBuilder("Reshape", "Reshape", {{"target_shape", {4, -1}}}).in({{2, 12}}).out({{2, 4, 3}}));
+  add(CaseBuilder("EinsumDense_dense", "EinsumDense", {{"equation", "ab,bc->ac"}, {"output_shape", 3}, {"bias_axes", "c"}})
+          .in({{2, 4}})
+          .out({{2, 3}})
+          .params(15));
+  add(CaseBuilder("EinsumDense_heads", "EinsumDense",
+                  {{"equation", "abc,cde->abde"}, {"output_shape", {nullptr, 2, 3}}, {"bias_axes", "de"}})
+          .in({{2, 5, 4}})
+          .out({{2, 5, 2, 3}})
+          .params(30));
+  add(CaseBuilder("EinsumDense_ellipsis", "EinsumDense", {{"equation", "...b,bc->...c"}, {"output_shape", {3}}})
+          .in({{2, 5, 4}})
+          .out({{2, 5, 3}})
+          .params(12));
+
+  // --- convolution and pooling ---
+  add(CaseBuilder("Conv1D_valid", "Conv1D", {{"filters", 4}, {"kernel_size", 3}}).in({{2, 7, 3}}).out({{2, 5, 4}}).params(40));
+  add(CaseBuilder("Conv1D_causal_dilated", "Conv1D",
+                  {{"filters", 4}, {"kernel_size", 3}, {"padding", "causal"}, {"dilation_rate", 2}, {"activation", "tanh"}})
+          .in({{2, 7, 3}})
+          .out({{2, 7, 4}})
+          .params(40));
+  add(CaseBuilder("Conv2D_valid", "Conv2D", {{"filters", 4}, {"kernel_size", 3}}).in({{2, 6, 6, 3}}).out({{2, 4, 4, 4}}).params(112));
+  add(CaseBuilder("Conv2D_same_strided", "Conv2D", {{"filters", 3}, {"kernel_size", {3, 3}}, {"strides", 2}, {"padding", "same"}})
+          .in({{2, 5, 5, 2}})
+          .out({{2, 3, 3, 3}})
+          .params(57));
+  add(CaseBuilder("Conv2D_channels_first_grouped_dilated", "Conv2D",
+                  {{"filters", 4}, {"kernel_size", 3}, {"dilation_rate", 2}, {"groups", 2}, {"data_format", "channels_first"}})
+          .in({{2, 4, 7, 7}})
+          .out({{2, 4, 3, 3}})
+          .params(76));
+  add(CaseBuilder("MaxPooling2D", "MaxPooling2D", Json::object()).in({{2, 4, 4, 3}}).out({{2, 2, 2, 3}}));
+  add(CaseBuilder("MaxPooling2D_same", "MaxPooling2D", {{"pool_size", 3}, {"strides", 2}, {"padding", "same"}})
+          .in({{2, 5, 5, 2}})
+          .out({{2, 3, 3, 2}}));
+  add(CaseBuilder("AveragePooling2D", "AveragePooling2D", Json::object()).in({{2, 4, 4, 3}}).out({{2, 2, 2, 3}}));
+  add(CaseBuilder("AveragePooling2D_same", "AveragePooling2D", {{"pool_size", 2}, {"strides", 1}, {"padding", "same"}})
+          .in({{2, 3, 3, 1}})
+          .out({{2, 3, 3, 1}}));
+  add(CaseBuilder("MaxPooling1D", "MaxPooling1D", Json::object()).in({{2, 6, 3}}).out({{2, 3, 3}}));
+  add(CaseBuilder("AveragePooling1D_same", "AveragePooling1D", {{"pool_size", 3}, {"strides", 2}, {"padding", "same"}})
+          .in({{2, 5, 3}})
+          .out({{2, 3, 3}}));
+  add(CaseBuilder("GlobalAveragePooling1D", "GlobalAveragePooling1D", Json::object()).in({{2, 5, 3}}).out({{2, 3}}));
+  add(CaseBuilder("GlobalAveragePooling2D", "GlobalAveragePooling2D", Json::object()).in({{2, 4, 4, 3}}).out({{2, 3}}));
+  add(CaseBuilder("GlobalAveragePooling2D_keepdims_cf", "GlobalAveragePooling2D",
+                  {{"keepdims", true}, {"data_format", "channels_first"}})
+          .in({{2, 3, 4, 4}})
+          .out({{2, 3, 1, 1}}));
+  add(CaseBuilder("GlobalMaxPooling1D", "GlobalMaxPooling1D", Json::object()).in({{2, 5, 3}}).out({{2, 3}}));
+  add(CaseBuilder("GlobalMaxPooling2D", "GlobalMaxPooling2D", Json::object()).in({{2, 4, 4, 3}}).out({{2, 3}}));
+
+  // --- normalization ---
+  add(CaseBuilder("BatchNormalization", "BatchNormalization", Json::object()).in({{4, 3}}).out({{4, 3}}).params(6, 6));
+  add(CaseBuilder("BatchNormalization_image", "BatchNormalization", Json::object())
+          .in({{2, 3, 3, 4}})
+          .out({{2, 3, 3, 4}})
+          .params(8, 8));
+  add(CaseBuilder("BatchNormalization_axis1_noscale", "BatchNormalization", {{"axis", 1}, {"scale", false}})
+          .in({{4, 3, 5}})
+          .out({{4, 3, 5}})
+          .params(3, 6));
+  add(CaseBuilder("LayerNormalization", "LayerNormalization", Json::object()).in({{2, 5, 4}}).out({{2, 5, 4}}).params(8));
+  add(CaseBuilder("LayerNormalization_two_axes", "LayerNormalization", {{"axis", {-2, -1}}})
+          .in({{2, 3, 4}})
+          .out({{2, 3, 4}})
+          .params(24));
+  add(CaseBuilder("LayerNormalization_middle_axis", "LayerNormalization", {{"axis", 1}})
+          .in({{2, 3, 4}})
+          .out({{2, 3, 4}})
+          .params(6));
+  add(CaseBuilder("LayerNormalization_rms", "LayerNormalization", {{"rms_scaling", true}})
+          .in({{2, 5, 4}})
+          .out({{2, 5, 4}})
+          .params(4));
+
+  // --- embedding and attention ---
+  add(CaseBuilder("Embedding", "Embedding", {{"input_dim", 10}, {"output_dim", 4}})
+          .in({{2, 5}})
+          .dtypes({at::kLong}, 10)
+          .out({{2, 5, 4}})
+          .params(40)
+          .skip_input_gradients("integer ids are not differentiable"));
+  add(CaseBuilder("MultiHeadAttention", "MultiHeadAttention", {{"num_heads", 2}, {"key_dim", 3}})
+          .in({{2, 4, 5}, {2, 6, 5}})
+          .out({{2, 4, 5}})
+          .params(143));
+  add(CaseBuilder("MultiHeadAttention_key_value_dims", "MultiHeadAttention",
+                  {{"num_heads", 2}, {"key_dim", 3}, {"value_dim", 2}, {"output_shape", 6}})
+          .in({{2, 4, 5}, {2, 6, 3}, {2, 6, 7}})
+          .out({{2, 4, 6}})
+          .params(130));
+  add(CaseBuilder("MultiHeadAttention_nobias_dropout", "MultiHeadAttention",
+                  {{"num_heads", 1}, {"key_dim", 2}, {"use_bias", false}, {"dropout", 0.25}})
+          .in({{2, 3, 4}, {2, 3, 4}})
+          .out({{2, 3, 4}})
+          .params(32));
+
+  // --- merging ---
+  for (const char* m : {"Add", "Multiply", "Average", "Maximum", "Minimum"})
+    add(CaseBuilder(m, m, Json::object()).in({{2, 3}, {2, 3}, {2, 3}}).out({{2, 3}}));
+  add(CaseBuilder("Add_broadcast", "Add", Json::object()).in({{2, 3, 4}, {2, 1, 4}}).out({{2, 3, 4}}));
+  add(CaseBuilder("Subtract", "Subtract", Json::object()).in({{2, 3}, {2, 3}}).out({{2, 3}}));
+  add(CaseBuilder("Concatenate", "Concatenate", Json::object()).in({{2, 3}, {2, 4}}).out({{2, 7}}));
+  add(CaseBuilder("Concatenate_axis1", "Concatenate", {{"axis", 1}}).in({{2, 2, 3}, {2, 4, 3}}).out({{2, 6, 3}}));
+
+  // --- preprocessing ---
+  add(CaseBuilder("Rescaling", "Rescaling", {{"scale", 0.5}, {"offset", 1.0}}).in({{2, 3}}).out({{2, 3}}));
+  add(CaseBuilder("Rescaling_uint8", "Rescaling", {{"scale", 1.0 / 255}})
+          .in({{2, 4}})
+          .dtypes({at::kByte}, 256)
+          .out({{2, 4}}));
+  add(CaseBuilder("Normalization", "Normalization", Json::object()).in({{4, 3}}).out({{4, 3}}).params(0, 7));
+  add(CaseBuilder("Normalization_axis_null", "Normalization", {{"axis", nullptr}}).in({{4, 3}}).out({{4, 3}}).params(0, 3));
+  add(CaseBuilder("Normalization_given", "Normalization", {{"mean", {1.0, 2.0, 3.0}}, {"variance", {4.0, 1.0, 0.25}}})
+          .in({{4, 3}})
+          .out({{4, 3}}));
+  return cases;
+}
+
+class LayerConformance : public ::testing::TestWithParam<LayerTestCase> {};
+
+TEST_P(LayerConformance, PassesHarness) { run_layer_test(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(AllLayers, LayerConformance, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<LayerTestCase>& info) {
+                           std::string n = info.param.name;
+                           for (auto& ch : n)
+                             if (!std::isalnum((unsigned char)ch)) ch = '_';
+                           return n;
+                         });
+
+// Every registered layer has at least one conformance case.
+TEST(LayerConformanceCoverage, EveryRegisteredLayerHasACase) {
+  std::set<std::string> covered;
+  for (auto& c : all_cases()) covered.insert(c.make()->class_name());
+  const std::set<std::string> containers = {"InputLayer", "Sequential", "Functional"};
+  for (auto& name : LayerRegistry::names()) {
+    if (containers.count(name) || name.rfind("TestOnly", 0) == 0) continue;  // harness_test.cc's
+    EXPECT_TRUE(covered.count(name)) << name << " is registered but has no conformance case";
+  }
+  for (const char* required :
+       {"Dense", "Activation", "Dropout", "Flatten", "Reshape", "Conv1D", "Conv2D", "MaxPooling2D",
+        "AveragePooling2D", "GlobalAveragePooling1D", "GlobalAveragePooling2D", "BatchNormalization",
+        "LayerNormalization", "Embedding", "MultiHeadAttention", "EinsumDense", "Add", "Concatenate", "Rescaling",
+        "Normalization"})
+    EXPECT_TRUE(covered.count(required)) << required;
+}
+
+}  // namespace
+}  // namespace kiln

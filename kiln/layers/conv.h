@@ -1,0 +1,90 @@
+// Convolutions with Keras's layout and semantics: Conv1D and Conv2D.
+//
+//   auto c = std::make_shared<Conv2D>(32, 3, "relu", Json{{"padding", "same"}});
+//   at::Tensor y = (*c)(at::randn({8, 28, 28, 1}));   // (8, 28, 28, 32)
+//
+// Inputs are channels_last by default ((N, W, C) / (N, H, W, C));
+// data_format "channels_first" takes (N, C, ...). The kernel is stored as
+// Keras stores it, (k..., in_channels / groups, filters), so weights move
+// between kiln and Keras unchanged; the float implementation permutes it for
+// LibTorch's convolution at call time.
+//
+// Config keys (Keras's names and defaults): filters (required), kernel_size
+// (required; int or list), strides (1), padding ("valid", "same"; Conv1D also
+// "causal"), data_format ("channels_last"), dilation_rate (1), groups (1),
+// activation ("linear"), use_bias (true), kernel_initializer
+// ("glorot_uniform"), bias_initializer ("zeros"), kernel_regularizer,
+// bias_regularizer, activity_regularizer, kernel_constraint, bias_constraint
+// (null only). As in Keras, strides > 1 cannot be combined with
+// dilation_rate > 1. "same" padding follows TensorFlow: output length
+// ceil(n / stride), the odd padding element after.
+#pragma once
+
+#include "kiln/layers/activations.h"
+#include "kiln/layers/kernel_impl.h"
+#include "kiln/layers/layer.h"
+
+namespace kiln {
+
+struct ConvGeometry {
+  std::vector<int64_t> kernel_size, strides, dilation_rate;  // one entry per spatial axis
+  std::string padding = "valid";
+  bool channels_last = true;
+  int64_t groups = 1;
+};
+
+// The float convolution behind Conv1D/Conv2D: apply(x, kernel) with x in the
+// layer's data_format and kernel (k..., in/groups, filters); returns the
+// output in the same data_format, without bias.
+KernelImplPtr float_conv_impl(const ConvGeometry& geometry);
+
+// Shared implementation of Conv1D and Conv2D (rank = number of spatial axes).
+class Conv : public SimpleLayer {
+ public:
+  void build(const std::vector<Shape>& input_shapes) override;
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+  int64_t filters() const { return filters_; }
+  const ConvGeometry& geometry() const { return geom_; }
+  const VariablePtr& kernel() const { return kernel_; }
+  const VariablePtr& bias() const { return bias_; }
+  const KernelImpl& kernel_impl() const { return *impl_; }
+
+ protected:
+  Conv(int rank, const std::string& owner, const Json& config);
+
+ private:
+  int rank_;
+  std::string owner_;
+  int64_t filters_;
+  ConvGeometry geom_;
+  std::string activation_name_;
+  ActivationFn activation_;
+  bool use_bias_;
+  InitializerPtr kernel_init_, bias_init_;
+  RegularizerPtr kernel_reg_, bias_reg_, activity_reg_;
+  KernelImplPtr impl_;
+  VariablePtr kernel_, bias_;
+};
+
+class Conv1D : public Conv {
+ public:
+  explicit Conv1D(const Json& config);
+  Conv1D(int64_t filters, int64_t kernel_size, const std::string& activation = "linear",
+         const Json& extra = Json::object());
+  std::string class_name() const override { return "Conv1D"; }
+};
+
+class Conv2D : public Conv {
+ public:
+  explicit Conv2D(const Json& config);
+  Conv2D(int64_t filters, int64_t kernel_size, const std::string& activation = "linear",
+         const Json& extra = Json::object());
+  Conv2D(int64_t filters, const std::vector<int64_t>& kernel_size, const std::string& activation = "linear",
+         const Json& extra = Json::object());
+  std::string class_name() const override { return "Conv2D"; }
+};
+
+}  // namespace kiln

@@ -1,0 +1,73 @@
+#include "kiln/layers/dense.h"
+
+#include "kiln/layers/activations.h"
+#include "kiln/layers/config_reader.h"
+
+namespace kiln {
+
+Dense::Dense(const Json& config) : SimpleLayer(config) {
+  ConfigReader r(config, "Dense");
+  units_ = r.positive_int("units");
+  activation_name_ = r.activation("activation", "linear");
+  use_bias_ = r.boolean("use_bias", true);
+  kernel_init_ = r.initializer("kernel_initializer", "glorot_uniform");
+  bias_init_ = r.initializer("bias_initializer", "zeros");
+  kernel_reg_ = r.regularizer("kernel_regularizer");
+  bias_reg_ = r.regularizer("bias_regularizer");
+  activity_reg_ = r.regularizer("activity_regularizer");
+  r.no_constraint("kernel_constraint");
+  r.no_constraint("bias_constraint");
+  r.finish();
+  activation_ = get_activation(activation_name_);
+  impl_ = float_matmul_impl();
+}
+
+Dense::Dense(int64_t units, const std::string& activation, const Json& extra)
+    : Dense(merged_config(extra, Json{{"units", units}, {"activation", activation}})) {}
+
+void Dense::build(const std::vector<Shape>& input_shapes) {
+  const Shape& s = input_shapes.at(0);
+  if (s.size() < 2 || s.back() < 1)
+    throw ShapeError("Dense '" + name() + "' needs inputs of rank >= 2 with a known last dimension. Received: " +
+                     shape_to_string(s));
+  kernel_ = add_weight("kernel", {s.back(), units_}, kernel_init_, true, kernel_reg_);
+  if (use_bias_) bias_ = add_weight("bias", {units_}, bias_init_, true, bias_reg_);
+}
+
+at::Tensor Dense::call1(const at::Tensor& x, bool training) {
+  const int64_t in = kernel_->shape()[0];
+  if (x.dim() < 2 || x.size(-1) != in)
+    throw ShapeError("Dense '" + name() + "' expects inputs with last dimension " + std::to_string(in) +
+                     ". Received: " + shape_to_string(Shape(x.sizes().begin(), x.sizes().end())));
+  at::Tensor y = impl_->apply(x, value(kernel_));
+  if (bias_) y = y + value(bias_);
+  y = activation_(y);
+  if (activity_reg_) add_loss((*activity_reg_)(y));
+  return y;
+}
+
+std::vector<Shape> Dense::compute_output_shape(const std::vector<Shape>& input_shapes) {
+  build_if_needed(input_shapes);
+  Shape s = input_shapes.at(0);
+  s.back() = units_;
+  return {s};
+}
+
+Json Dense::get_config() const {
+  Json j = base_config();
+  j["units"] = units_;
+  j["activation"] = activation_name_;
+  j["use_bias"] = use_bias_;
+  j["kernel_initializer"] = kernel_init_->to_json();
+  j["bias_initializer"] = bias_init_->to_json();
+  j["kernel_regularizer"] = regularizer_json(kernel_reg_);
+  j["bias_regularizer"] = regularizer_json(bias_reg_);
+  j["activity_regularizer"] = regularizer_json(activity_reg_);
+  j["kernel_constraint"] = nullptr;
+  j["bias_constraint"] = nullptr;
+  return j;
+}
+
+KILN_REGISTER_LAYER(Dense);
+
+}  // namespace kiln

@@ -1,0 +1,47 @@
+// Dense: y = activation(x @ kernel + bias) on the last axis (Keras's Dense).
+//
+//   auto d = std::make_shared<Dense>(64, "relu");
+//   at::Tensor y = (*d)(at::randn({8, 784}));        // kernel (784, 64), bias (64)
+//
+// Config keys (Keras's names and defaults): units (required), activation
+// ("linear"), use_bias (true), kernel_initializer ("glorot_uniform"),
+// bias_initializer ("zeros"), kernel_regularizer, bias_regularizer,
+// activity_regularizer (null), kernel_constraint, bias_constraint (null only).
+// Inputs of any rank >= 2 are multiplied on their last axis.
+// The product runs through a KernelImpl (kernel_impl.h), the quantization seam.
+#pragma once
+
+#include "kiln/layers/activations.h"
+#include "kiln/layers/kernel_impl.h"
+#include "kiln/layers/layer.h"
+
+namespace kiln {
+
+class Dense : public SimpleLayer {
+ public:
+  explicit Dense(const Json& config);
+  explicit Dense(int64_t units, const std::string& activation = "linear", const Json& extra = Json::object());
+
+  std::string class_name() const override { return "Dense"; }
+  void build(const std::vector<Shape>& input_shapes) override;
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+  int64_t units() const { return units_; }
+  const VariablePtr& kernel() const { return kernel_; }
+  const VariablePtr& bias() const { return bias_; }  // null when use_bias=false
+  const KernelImpl& kernel_impl() const { return *impl_; }
+
+ private:
+  int64_t units_;
+  std::string activation_name_;
+  ActivationFn activation_;
+  bool use_bias_;
+  InitializerPtr kernel_init_, bias_init_;
+  RegularizerPtr kernel_reg_, bias_reg_, activity_reg_;
+  KernelImplPtr impl_;
+  VariablePtr kernel_, bias_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,35 @@
+// Dropout: in training, zeroes each input unit with probability `rate` and
+// scales the rest by 1/(1-rate); identity at inference (Keras's Dropout).
+//
+//   auto d = std::make_shared<Dropout>(0.5);
+//   y = (*d)(x, /*training=*/true);
+//
+// Config keys: rate (required, 0 <= rate <= 1), noise_shape (null, or a
+// list the size of the input's rank; null entries take the input's size, 1s
+// share the mask along that axis), seed (null; accepted for Keras
+// compatibility: masks come from LibTorch's default generator, so
+// kiln::set_random_seed makes them repeat).
+#pragma once
+
+#include "kiln/layers/layer.h"
+
+namespace kiln {
+
+class Dropout : public SimpleLayer {
+ public:
+  explicit Dropout(const Json& config);
+  explicit Dropout(double rate, const Json& extra = Json::object());
+
+  std::string class_name() const override { return "Dropout"; }
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+  double rate() const { return rate_; }
+
+ private:
+  double rate_;
+  std::optional<Shape> noise_shape_;
+  Json seed_;
+};
+
+}  // namespace kiln

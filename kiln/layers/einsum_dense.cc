@@ -1,0 +1,222 @@
+#include "kiln/layers/einsum_dense.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+#include "kiln/layers/config_reader.h"
+
+namespace kiln {
+namespace {
+
+enum class Elide { kNone, kLeft, kRight };
+
+struct ParsedEquation {
+  std::string in, kernel, out;  // letters only
+  Elide elide = Elide::kNone;
+};
+
+bool letters(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isalpha(c); });
+}
+
+ParsedEquation parse_equation(const std::string& owner, const std::string& eq) {
+  auto bad = [&]() -> ValueError {
+    return ValueError(owner + ": invalid einsum equation '" + eq +
+                      "'. Equations must be in the form [X],[Y]->[Z], ...[X],[Y]->...[Z], or "
+                      "[X]...,[Y]->[Z]..., with one letter per axis");
+  };
+  auto arrow = eq.find("->");
+  if (arrow == std::string::npos) throw bad();
+  std::string lhs = eq.substr(0, arrow), out = eq.substr(arrow + 2);
+  auto comma = lhs.find(',');
+  if (comma == std::string::npos || lhs.find(',', comma + 1) != std::string::npos) throw bad();
+  ParsedEquation p;
+  std::string in = lhs.substr(0, comma);
+  p.kernel = lhs.substr(comma + 1);
+  const std::string dots = "...";
+  auto starts = [&](const std::string& s) { return s.rfind(dots, 0) == 0; };
+  auto ends = [&](const std::string& s) { return s.size() >= 3 && s.compare(s.size() - 3, 3, dots) == 0; };
+  if (starts(in) && starts(out)) {
+    p.elide = Elide::kLeft;
+    p.in = in.substr(3);
+    p.out = out.substr(3);
+  } else if (ends(in) && ends(out)) {
+    p.elide = Elide::kRight;
+    p.in = in.substr(0, in.size() - 3);
+    p.out = out.substr(0, out.size() - 3);
+    if (p.in.size() < 2) throw bad();
+  } else {
+    p.in = in;
+    p.out = out;
+  }
+  if (!letters(p.in) || !letters(p.kernel) || !letters(p.out)) throw bad();
+  return p;
+}
+
+size_t expected_partial_rank(const ParsedEquation& p) {
+  return p.elide == Elide::kLeft ? p.out.size() : p.out.size() - 1;
+}
+
+}  // namespace
+
+EinsumShapes analyze_einsum(const std::string& owner, const std::string& equation, const std::string& bias_axes,
+                            const Shape& input_shape, const Shape& partial) {
+  ParsedEquation p = parse_equation(owner, equation);
+  const int64_t rank = (int64_t)input_shape.size();
+  const int64_t elided = rank - (int64_t)p.in.size();
+  if (elided < 0 || (p.elide == Elide::kNone && elided != 0) || (p.elide != Elide::kNone && elided < 1))
+    throw ShapeError(owner + ": input of shape " + shape_to_string(input_shape) +
+                     " does not fit the equation '" + equation + "'");
+  if (partial.size() != expected_partial_rank(p))
+    throw ValueError(owner + ": `output_shape` " + shape_to_string(partial) + " must have " +
+                     std::to_string(expected_partial_rank(p)) + " entries for the equation '" + equation + "'");
+  Shape full = {input_shape[0]};
+  if (p.elide == Elide::kLeft) {
+    for (int64_t i = 1; i < elided; ++i) full.push_back(input_shape[i]);
+    full.insert(full.end(), partial.begin(), partial.end());
+  } else {
+    full.insert(full.end(), partial.begin(), partial.end());
+    for (int64_t i = rank - elided; i < rank; ++i) full.push_back(input_shape[i]);
+  }
+  const int64_t offset = p.elide == Elide::kLeft ? elided : 0;
+  std::map<char, int64_t> in_pos, out_pos;
+  for (size_t i = 0; i < p.in.size(); ++i) in_pos[p.in[i]] = (int64_t)i + offset;
+  for (size_t i = 0; i < p.out.size(); ++i) out_pos[p.out[i]] = (int64_t)i + offset;
+
+  for (char c : p.out) {
+    if (!in_pos.count(c) && p.kernel.find(c) == std::string::npos)
+      throw ValueError(owner + ": dimension '" + std::string(1, c) + "' of the output '" + p.out +
+                       "' appears in neither the input spec '" + p.in + "' nor the kernel spec '" + p.kernel + "'");
+    if (!in_pos.count(c)) continue;
+    int64_t din = input_shape[in_pos[c]], &dout = full[out_pos[c]];
+    if (din >= 0 && dout >= 0 && din != dout && out_pos[c] != 0)
+      throw ValueError(owner + ": input shape and output shape do not match at shared dimension '" +
+                       std::string(1, c) + "'. Input shape is " + shape_to_string(input_shape) +
+                       ", and output shape is " + shape_to_string(full));
+    if (dout < 0) dout = din;
+  }
+  EinsumShapes r;
+  r.full_output = full;
+  for (char c : p.kernel) {
+    int64_t d;
+    if (in_pos.count(c)) d = input_shape[in_pos[c]];
+    else if (out_pos.count(c)) d = full[out_pos[c]];
+    else
+      throw ValueError(owner + ": kernel dimension '" + std::string(1, c) +
+                       "' appears in neither the input nor the output of '" + equation + "'");
+    if (d < 1)
+      throw ShapeError(owner + ": kernel dimension '" + std::string(1, c) + "' has unknown size for input " +
+                       shape_to_string(input_shape));
+    r.kernel.push_back(d);
+  }
+  if (!bias_axes.empty()) {
+    size_t first = p.out.size();
+    for (char c : bias_axes) first = std::min(first, p.out.find(c));
+    for (size_t i = first; i < p.out.size(); ++i) {
+      char c = p.out[i];
+      int64_t d = bias_axes.find(c) != std::string::npos ? full[out_pos[c]] : 1;
+      if (d < 1)
+        throw ShapeError(owner + ": bias dimension '" + std::string(1, c) + "' has unknown size for input " +
+                         shape_to_string(input_shape));
+      r.bias.push_back(d);
+    }
+    if (p.elide != Elide::kLeft)
+      for (int64_t i = 0; i < elided; ++i) r.bias.push_back(1);
+  }
+  return r;
+}
+
+EinsumDense::EinsumDense(const Json& config) : SimpleLayer(config) {
+  ConfigReader r(config, "EinsumDense");
+  if (!r.has("equation")) throw ValueError("EinsumDense: the config is missing `equation` (e.g. \"ab,bc->ac\")");
+  equation_ = r.string("equation", "");
+  const Json* os = r.get("output_shape");
+  if (!os) throw ValueError("EinsumDense: the config is missing `output_shape`");
+  auto dim_ok = [](const Json& d) { return d.is_null() || (d.is_number_integer() && d.get<int64_t>() >= 1); };
+  if (os->is_number_integer() && dim_ok(*os)) {
+    output_shape_ = {os->get<int64_t>()};
+  } else if (os->is_array()) {
+    for (auto& d : *os) {
+      if (!dim_ok(d)) r.invalid("output_shape", "a positive integer or a list of positive integers or nulls");
+      output_shape_.push_back(d.is_null() ? kNone : d.get<int64_t>());
+    }
+  } else {
+    r.invalid("output_shape", "a positive integer or a list of positive integers or nulls");
+  }
+  bias_axes_ = r.string("bias_axes", "");
+  activation_name_ = r.activation("activation", "linear");
+  kernel_init_ = r.initializer("kernel_initializer", "glorot_uniform");
+  bias_init_ = r.initializer("bias_initializer", "zeros");
+  kernel_reg_ = r.regularizer("kernel_regularizer");
+  bias_reg_ = r.regularizer("bias_regularizer");
+  activity_reg_ = r.regularizer("activity_regularizer");
+  r.no_constraint("kernel_constraint");
+  r.no_constraint("bias_constraint");
+  r.finish();
+
+  ParsedEquation p = parse_equation("EinsumDense", equation_);
+  if (output_shape_.size() != expected_partial_rank(p))
+    r.invalid("output_shape", "a shape with " + std::to_string(expected_partial_rank(p)) +
+                                  " entries (the output spec without the batch axis) for equation '" + equation_ +
+                                  "'");
+  for (char c : bias_axes_)
+    if (p.out.find(c) == std::string::npos)
+      r.invalid("bias_axes", "letters of the output spec '" + p.out + "'");
+  activation_ = get_activation(activation_name_);
+  impl_ = float_einsum_impl(equation_);
+}
+
+EinsumDense::EinsumDense(const std::string& equation, const Shape& output_shape, const std::string& bias_axes,
+                         const std::string& activation, const Json& extra)
+    : EinsumDense(merged_config(extra, Json{{"equation", equation},
+                                            {"output_shape", int_list_json(output_shape)},
+                                            {"bias_axes", bias_axes.empty() ? Json(nullptr) : Json(bias_axes)},
+                                            {"activation", activation}})) {}
+
+void EinsumDense::build(const std::vector<Shape>& input_shapes) {
+  auto s = analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, input_shapes.at(0), output_shape_);
+  kernel_ = add_weight("kernel", s.kernel, kernel_init_, true, kernel_reg_);
+  if (!s.bias.empty()) bias_ = add_weight("bias", s.bias, bias_init_, true, bias_reg_);
+}
+
+at::Tensor EinsumDense::call1(const at::Tensor& x, bool training) {
+  Shape xs(x.sizes().begin(), x.sizes().end());
+  // Validates the input against the built kernel with a readable error.
+  auto s = analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, xs, output_shape_);
+  if (s.kernel != kernel_->shape())
+    throw ShapeError("EinsumDense '" + name() + "' was built for a kernel of shape " +
+                     shape_to_string(kernel_->shape()) + "; input of shape " + shape_to_string(xs) +
+                     " needs " + shape_to_string(s.kernel));
+  at::Tensor y = impl_->apply(x, value(kernel_));
+  if (bias_) y = y + value(bias_);
+  y = activation_(y);
+  if (activity_reg_) add_loss((*activity_reg_)(y));
+  return y;
+}
+
+std::vector<Shape> EinsumDense::compute_output_shape(const std::vector<Shape>& input_shapes) {
+  build_if_needed(input_shapes);
+  return {analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, input_shapes.at(0), output_shape_)
+              .full_output};
+}
+
+Json EinsumDense::get_config() const {
+  Json j = base_config();
+  j["output_shape"] = int_list_json(output_shape_);
+  j["equation"] = equation_;
+  j["activation"] = activation_name_;
+  j["bias_axes"] = bias_axes_.empty() ? Json(nullptr) : Json(bias_axes_);
+  j["kernel_initializer"] = kernel_init_->to_json();
+  j["bias_initializer"] = bias_init_->to_json();
+  j["kernel_regularizer"] = regularizer_json(kernel_reg_);
+  j["bias_regularizer"] = regularizer_json(bias_reg_);
+  j["activity_regularizer"] = regularizer_json(activity_reg_);
+  j["kernel_constraint"] = nullptr;
+  j["bias_constraint"] = nullptr;
+  return j;
+}
+
+KILN_REGISTER_LAYER(EinsumDense);
+
+}  // namespace kiln

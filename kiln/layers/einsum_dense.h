@@ -1,0 +1,63 @@
+// EinsumDense: a dense layer written as an einsum (Keras's EinsumDense).
+//
+//   // (batch, 32) -> (batch, 64), like Dense(64):
+//   auto d = std::make_shared<EinsumDense>("ab,bc->ac", Shape{64}, "c");
+//   // (batch, seq, 32) -> (batch, seq, 4 heads, 8): a projection in attention
+//   auto q = std::make_shared<EinsumDense>("abc,cde->abde", Shape{kNone, 4, 8}, "de");
+//
+// `equation` is "<input>,<kernel>-><output>" with one letter per axis; "..."
+// may stand for leading ("...b,bc->...c") or trailing axes. `output_shape`
+// excludes the batch axis; kNone (null) takes the size from the input. The
+// kernel's shape is read off the equation (each kernel letter sized from the
+// input or the output); `bias_axes` lists the output letters the bias spans
+// ("" or null: no bias). Other keys as Dense: activation, kernel_initializer
+// ("glorot_uniform"), bias_initializer ("zeros"), *_regularizer,
+// *_constraint (null only).
+#pragma once
+
+#include "kiln/layers/activations.h"
+#include "kiln/layers/kernel_impl.h"
+#include "kiln/layers/layer.h"
+
+namespace kiln {
+
+// Shapes implied by an EinsumDense equation for one input shape (Keras's
+// _analyze_einsum_string). Exposed for tests and for MultiHeadAttention.
+struct EinsumShapes {
+  Shape kernel;
+  Shape bias;          // empty when there is no bias
+  Shape full_output;   // with the batch axis (kNone where unknown)
+};
+EinsumShapes analyze_einsum(const std::string& owner, const std::string& equation, const std::string& bias_axes,
+                            const Shape& input_shape, const Shape& partial_output_shape);
+
+class EinsumDense : public SimpleLayer {
+ public:
+  explicit EinsumDense(const Json& config);
+  EinsumDense(const std::string& equation, const Shape& output_shape, const std::string& bias_axes = "",
+              const std::string& activation = "linear", const Json& extra = Json::object());
+
+  std::string class_name() const override { return "EinsumDense"; }
+  void build(const std::vector<Shape>& input_shapes) override;
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+  const std::string& equation() const { return equation_; }
+  const VariablePtr& kernel() const { return kernel_; }
+  const VariablePtr& bias() const { return bias_; }
+  const KernelImpl& kernel_impl() const { return *impl_; }
+
+ private:
+  std::string equation_;
+  Shape output_shape_;  // partial: without the batch axis
+  std::string bias_axes_;
+  std::string activation_name_;
+  ActivationFn activation_;
+  InitializerPtr kernel_init_, bias_init_;
+  RegularizerPtr kernel_reg_, bias_reg_, activity_reg_;
+  KernelImplPtr impl_;
+  VariablePtr kernel_, bias_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,61 @@
+#include "kiln/layers/embedding.h"
+
+#include "kiln/layers/config_reader.h"
+
+namespace kiln {
+
+Embedding::Embedding(const Json& config) : SimpleLayer(config) {
+  ConfigReader r(config, "Embedding");
+  input_dim_ = r.positive_int("input_dim");
+  output_dim_ = r.positive_int("output_dim");
+  init_ = r.initializer("embeddings_initializer", "uniform");
+  reg_ = r.regularizer("embeddings_regularizer");
+  activity_reg_ = r.regularizer("activity_regularizer");
+  r.no_constraint("embeddings_constraint");
+  if (r.boolean("mask_zero", false))
+    r.invalid("mask_zero", "false (kiln does not propagate masks yet)");
+  r.finish();
+}
+
+Embedding::Embedding(int64_t input_dim, int64_t output_dim, const Json& extra)
+    : Embedding(merged_config(extra, Json{{"input_dim", input_dim}, {"output_dim", output_dim}})) {}
+
+void Embedding::build(const std::vector<Shape>& input_shapes) {
+  embeddings_ = add_weight("embeddings", {input_dim_, output_dim_}, init_, true, reg_);
+}
+
+at::Tensor Embedding::call1(const at::Tensor& x, bool training) {
+  at::Tensor ids = at::isIntegralType(x.scalar_type(), /*includeBool=*/false) ? x : x.to(at::kLong);
+  if (ids.numel() > 0) {
+    const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+    if (lo < 0 || hi >= input_dim_)
+      throw ValueError("Embedding '" + name() + "': input id " + std::to_string(lo < 0 ? lo : hi) +
+                       " is out of range [0, " + std::to_string(input_dim_) + ")");
+  }
+  at::Tensor y = at::embedding(value(embeddings_), ids);
+  if (activity_reg_) add_loss((*activity_reg_)(y));
+  return y;
+}
+
+std::vector<Shape> Embedding::compute_output_shape(const std::vector<Shape>& input_shapes) {
+  build_if_needed(input_shapes);
+  Shape s = input_shapes.at(0);
+  s.push_back(output_dim_);
+  return {s};
+}
+
+Json Embedding::get_config() const {
+  Json j = base_config();
+  j["input_dim"] = input_dim_;
+  j["output_dim"] = output_dim_;
+  j["embeddings_initializer"] = init_->to_json();
+  j["embeddings_regularizer"] = regularizer_json(reg_);
+  j["activity_regularizer"] = regularizer_json(activity_reg_);
+  j["embeddings_constraint"] = nullptr;
+  j["mask_zero"] = false;
+  return j;
+}
+
+KILN_REGISTER_LAYER(Embedding);
+
+}  // namespace kiln

@@ -1,0 +1,45 @@
+// Embedding: maps integer ids to dense vectors (Keras's Embedding).
+//
+//   auto e = std::make_shared<Embedding>(1000, 64);
+//   at::Tensor y = (*e)(at::randint(1000, {8, 20}));   // (8, 20, 64)
+//
+// Inputs are integer tensors of any shape (floating inputs are truncated to
+// integers, as Keras casts them); the output appends output_dim and takes
+// the compute dtype. Ids outside [0, input_dim) raise ValueError naming the
+// id, not an out-of-bounds read.
+// Keys: input_dim, output_dim (required), embeddings_initializer
+// ("uniform": RandomUniform(-0.05, 0.05)), embeddings_regularizer,
+// activity_regularizer, embeddings_constraint (null only), mask_zero (false
+// only: kiln has no mask propagation yet, and silently ignoring the mask
+// would change results).
+#pragma once
+
+#include "kiln/layers/layer.h"
+
+namespace kiln {
+
+class Embedding : public SimpleLayer {
+ public:
+  explicit Embedding(const Json& config);
+  Embedding(int64_t input_dim, int64_t output_dim, const Json& extra = Json::object());
+
+  std::string class_name() const override { return "Embedding"; }
+  void build(const std::vector<Shape>& input_shapes) override;
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  // Overridden: the default probe feeds float zeros.
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+  // Float ids stay float32 (bfloat16 would round ids above 256); the output
+  // still takes the compute dtype through value(embeddings).
+  bool autocast() const override { return false; }
+
+  const VariablePtr& embeddings() const { return embeddings_; }
+
+ private:
+  int64_t input_dim_, output_dim_;
+  InitializerPtr init_;
+  RegularizerPtr reg_, activity_reg_;
+  VariablePtr embeddings_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,149 @@
+#include "kiln/layers/merging.h"
+
+#include "kiln/layers/config_reader.h"
+
+namespace kiln {
+namespace {
+
+Shape sizes_of(const at::Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end()); }
+
+std::string shapes_text(const std::vector<Shape>& shapes) {
+  std::string out;
+  for (auto& s : shapes) out += (out.empty() ? "" : ", ") + shape_to_string(s);
+  return out;
+}
+
+// Broadcast of two shapes with kNone for unknown sizes; nullopt if they clash.
+std::optional<Shape> broadcast(const Shape& a, const Shape& b) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (x == 1) out[i] = y;
+    else if (y == 1) out[i] = x;
+    else if (x < 0) out[i] = y;  // unknown: trust the known one (checked at call)
+    else if (y < 0 || x == y) out[i] = x;
+    else return std::nullopt;
+  }
+  return out;
+}
+
+}  // namespace
+
+ElementwiseMerge::ElementwiseMerge(const std::string& owner, const Json& config, Combine combine, size_t max_inputs,
+                                   std::function<at::Tensor(const at::Tensor&, size_t)> finish)
+    : Layer(config), owner_(owner), combine_(std::move(combine)), max_inputs_(max_inputs), finish_(std::move(finish)) {
+  ConfigReader r(config, owner);
+  r.finish();
+}
+
+std::vector<Shape> ElementwiseMerge::compute_output_shape(const std::vector<Shape>& shapes) {
+  if (shapes.size() < 2 || (max_inputs_ && shapes.size() > max_inputs_))
+    throw ValueError(owner_ + " '" + name() + "' takes " +
+                     (max_inputs_ == 2 ? std::string("exactly 2") : std::string("at least 2")) +
+                     " inputs. Received " + std::to_string(shapes.size()));
+  Shape out = shapes[0];
+  for (size_t i = 1; i < shapes.size(); ++i) {
+    auto b = broadcast(out, shapes[i]);
+    if (!b || shapes[i].size() != shapes[0].size())
+      throw ShapeError(owner_ + " '" + name() + "': inputs must have the same rank and broadcastable shapes. "
+                       "Received: " + shapes_text(shapes));
+    out = *b;
+  }
+  build_if_needed(shapes);
+  return {out};
+}
+
+void ElementwiseMerge::build(const std::vector<Shape>& input_shapes) {}
+
+Tensors ElementwiseMerge::call(const Tensors& inputs, bool training) {
+  std::vector<Shape> shapes;
+  for (auto& t : inputs) shapes.push_back(sizes_of(t));
+  compute_output_shape(shapes);  // validates with a readable error
+  at::Tensor y = inputs[0];
+  for (size_t i = 1; i < inputs.size(); ++i) y = combine_(y, inputs[i]);
+  if (finish_) y = finish_(y, inputs.size());
+  return {y};
+}
+
+Add::Add(const Json& c) : ElementwiseMerge("Add", c, [](const at::Tensor& a, const at::Tensor& b) { return a + b; }) {}
+Subtract::Subtract(const Json& c)
+    : ElementwiseMerge("Subtract", c, [](const at::Tensor& a, const at::Tensor& b) { return a - b; }, 2) {}
+Multiply::Multiply(const Json& c)
+    : ElementwiseMerge("Multiply", c, [](const at::Tensor& a, const at::Tensor& b) { return a * b; }) {}
+Average::Average(const Json& c)
+    : ElementwiseMerge(
+          "Average", c, [](const at::Tensor& a, const at::Tensor& b) { return a + b; }, 0,
+          [](const at::Tensor& s, size_t n) { return s / (double)n; }) {}
+Maximum::Maximum(const Json& c)
+    : ElementwiseMerge("Maximum", c, [](const at::Tensor& a, const at::Tensor& b) { return at::maximum(a, b); }) {}
+Minimum::Minimum(const Json& c)
+    : ElementwiseMerge("Minimum", c, [](const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); }) {}
+
+KILN_REGISTER_LAYER(Add);
+KILN_REGISTER_LAYER(Subtract);
+KILN_REGISTER_LAYER(Multiply);
+KILN_REGISTER_LAYER(Average);
+KILN_REGISTER_LAYER(Maximum);
+KILN_REGISTER_LAYER(Minimum);
+
+// --- Concatenate ----------------------------------------------------------------
+Concatenate::Concatenate(const Json& config) : Layer(config) {
+  ConfigReader r(config, "Concatenate");
+  axis_ = r.integer("axis", -1);
+  r.finish();
+}
+
+Concatenate::Concatenate(int64_t axis, const Json& extra) : Concatenate(merged_config(extra, Json{{"axis", axis}})) {}
+
+Shape Concatenate::output_shape(const std::vector<Shape>& shapes) const {
+  if (shapes.size() < 2)
+    throw ValueError("Concatenate '" + name() + "' takes at least 2 inputs. Received " + std::to_string(shapes.size()));
+  const int64_t rank = (int64_t)shapes[0].size();
+  const int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
+  if (axis < 1 || axis >= rank)
+    throw ValueError("Concatenate '" + name() + "': axis=" + std::to_string(axis_) +
+                     " is not a non-batch axis of inputs of shape " + shape_to_string(shapes[0]));
+  Shape out = shapes[0];
+  for (size_t i = 1; i < shapes.size(); ++i) {
+    const Shape& s = shapes[i];
+    bool ok = (int64_t)s.size() == rank;
+    for (int64_t d = 0; ok && d < rank; ++d) {
+      if (d == axis) continue;
+      if (s[d] >= 0 && out[d] >= 0 && s[d] != out[d]) ok = false;
+      if (out[d] < 0) out[d] = s[d];
+    }
+    if (!ok)
+      throw ShapeError("Concatenate '" + name() + "': a Concatenate layer requires inputs with matching shapes "
+                       "except for the concatenation axis " + std::to_string(axis_) + ". Received: " +
+                       shapes_text(shapes));
+    out[axis] = (out[axis] < 0 || s[axis] < 0) ? kNone : out[axis] + s[axis];
+  }
+  return out;
+}
+
+void Concatenate::build(const std::vector<Shape>& input_shapes) { output_shape(input_shapes); }
+
+Tensors Concatenate::call(const Tensors& inputs, bool training) {
+  std::vector<Shape> shapes;
+  for (auto& t : inputs) shapes.push_back(sizes_of(t));
+  output_shape(shapes);
+  const int64_t axis = axis_ < 0 ? axis_ + inputs[0].dim() : axis_;
+  return {at::cat(inputs, axis)};
+}
+
+std::vector<Shape> Concatenate::compute_output_shape(const std::vector<Shape>& input_shapes) {
+  build_if_needed(input_shapes);
+  return {output_shape(input_shapes)};
+}
+
+Json Concatenate::get_config() const {
+  Json j = base_config();
+  j["axis"] = axis_;
+  return j;
+}
+
+KILN_REGISTER_LAYER(Concatenate);
+
+}  // namespace kiln

@@ -1,0 +1,87 @@
+// BatchNormalization and LayerNormalization with Keras's defaults.
+//
+// BatchNormalization(axis=-1, momentum=0.99, epsilon=1e-3):
+//   training:  y = gamma * (x - mean_b) / sqrt(var_b + eps) + beta over the
+//              batch statistics (all axes but `axis`; biased variance), and
+//              moving = moving * momentum + batch * (1 - momentum).
+//   inference: the same with moving_mean / moving_variance.
+//   Weights, in Keras's order: gamma, beta (trainable, when scale/center),
+//   moving_mean, moving_variance (never trainable). A frozen layer
+//   (trainable=false) always runs in inference mode, as in Keras, so
+//   fine-tuning does not disturb its statistics.
+//   Keys: axis, momentum, epsilon, center, scale, beta_initializer ("zeros"),
+//   gamma_initializer ("ones"), moving_mean_initializer ("zeros"),
+//   moving_variance_initializer ("ones"), beta_regularizer,
+//   gamma_regularizer, beta_constraint, gamma_constraint (null only),
+//   synchronized (false only: no cross-replica statistics yet).
+//
+// LayerNormalization(axis=-1, epsilon=1e-3): normalises each sample over
+//   `axis` (an int or a list), then scales by gamma and shifts by beta (both
+//   shaped like the normalised axes). rms_scaling=true divides by the root
+//   mean square instead (no centring, no beta). Keys: axis, epsilon, center,
+//   scale, rms_scaling, beta/gamma initializers, regularizers, constraints.
+//
+// Both compute their statistics in at least float32 (bfloat16/float16 inputs
+// are promoted, as Keras does) and return the layer's compute dtype.
+//
+// Thread safety: BatchNormalization's training call writes the moving
+// statistics; calls with training=false may run concurrently.
+#pragma once
+
+#include "kiln/layers/layer.h"
+
+namespace kiln {
+
+class BatchNormalization : public SimpleLayer {
+ public:
+  explicit BatchNormalization(const Json& config);
+  explicit BatchNormalization(int64_t axis = -1, double momentum = 0.99, double epsilon = 1e-3,
+                              const Json& extra = Json::object());
+
+  std::string class_name() const override { return "BatchNormalization"; }
+  void build(const std::vector<Shape>& input_shapes) override;
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+  const VariablePtr& gamma() const { return gamma_; }
+  const VariablePtr& beta() const { return beta_; }
+  const VariablePtr& moving_mean() const { return moving_mean_; }
+  const VariablePtr& moving_variance() const { return moving_variance_; }
+
+ private:
+  int64_t axis_;
+  double momentum_, epsilon_;
+  bool center_, scale_;
+  InitializerPtr beta_init_, gamma_init_, mean_init_, var_init_;
+  RegularizerPtr beta_reg_, gamma_reg_;
+  int64_t resolved_axis_ = -1;
+  VariablePtr gamma_, beta_, moving_mean_, moving_variance_;
+};
+
+class LayerNormalization : public SimpleLayer {
+ public:
+  explicit LayerNormalization(const Json& config);
+  explicit LayerNormalization(int64_t axis = -1, double epsilon = 1e-3, const Json& extra = Json::object());
+
+  std::string class_name() const override { return "LayerNormalization"; }
+  void build(const std::vector<Shape>& input_shapes) override;
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+  const VariablePtr& gamma() const { return gamma_; }
+  const VariablePtr& beta() const { return beta_; }
+
+ private:
+  Json axis_json_;               // as configured: an int or a list
+  std::vector<int64_t> axes_;    // as configured (may be negative)
+  std::vector<int64_t> resolved_;  // sorted, non-negative, set by build
+  double epsilon_;
+  bool center_, scale_, rms_scaling_;
+  InitializerPtr beta_init_, gamma_init_;
+  RegularizerPtr beta_reg_, gamma_reg_;
+  VariablePtr gamma_, beta_;
+};
+
+}  // namespace kiln

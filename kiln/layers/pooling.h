@@ -1,0 +1,110 @@
+// Pooling layers with Keras's semantics (channels_last by default).
+//
+//   MaxPooling2D / AveragePooling2D (and the 1D forms): pool_size (2),
+//     strides (null = pool_size), padding ("valid" | "same"), data_format.
+//     "same" follows TensorFlow: output ceil(n / stride), padding split with
+//     the odd element after; padded cells never win a max and are not counted
+//     in an average.
+//   GlobalAveragePooling1D/2D, GlobalMaxPooling1D/2D: data_format, keepdims
+//     (false): (N, ..., C) -> (N, C), or (N, 1, ..., 1, C) with keepdims.
+#pragma once
+
+#include "kiln/layers/layer.h"
+
+namespace kiln {
+
+// Shared implementation (rank = number of spatial axes).
+class Pooling : public SimpleLayer {
+ public:
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+  const std::vector<int64_t>& pool_size() const { return pool_size_; }
+  const std::vector<int64_t>& strides() const { return strides_; }
+
+ protected:
+  Pooling(int rank, bool is_max, const std::string& owner, const Json& config);
+
+ private:
+  int rank_;
+  bool is_max_;
+  std::string owner_;
+  std::vector<int64_t> pool_size_, strides_;
+  std::string padding_;
+  bool channels_last_;
+};
+
+class MaxPooling1D : public Pooling {
+ public:
+  explicit MaxPooling1D(const Json& config);
+  explicit MaxPooling1D(int64_t pool_size = 2, int64_t strides = 0, const std::string& padding = "valid",
+                        const Json& extra = Json::object());  // strides 0: pool_size
+  std::string class_name() const override { return "MaxPooling1D"; }
+};
+
+class AveragePooling1D : public Pooling {
+ public:
+  explicit AveragePooling1D(const Json& config);
+  explicit AveragePooling1D(int64_t pool_size = 2, int64_t strides = 0, const std::string& padding = "valid",
+                            const Json& extra = Json::object());
+  std::string class_name() const override { return "AveragePooling1D"; }
+};
+
+class MaxPooling2D : public Pooling {
+ public:
+  explicit MaxPooling2D(const Json& config);
+  // Empty strides: pool_size.
+  explicit MaxPooling2D(const std::vector<int64_t>& pool_size = {2, 2}, const std::vector<int64_t>& strides = {},
+                        const std::string& padding = "valid", const Json& extra = Json::object());
+  std::string class_name() const override { return "MaxPooling2D"; }
+};
+
+class AveragePooling2D : public Pooling {
+ public:
+  explicit AveragePooling2D(const Json& config);
+  explicit AveragePooling2D(const std::vector<int64_t>& pool_size = {2, 2},
+                            const std::vector<int64_t>& strides = {}, const std::string& padding = "valid",
+                            const Json& extra = Json::object());
+  std::string class_name() const override { return "AveragePooling2D"; }
+};
+
+// Shared implementation of the global poolings.
+class GlobalPooling : public SimpleLayer {
+ public:
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+ protected:
+  GlobalPooling(int rank, bool is_max, const std::string& owner, const Json& config);
+
+ private:
+  int rank_;
+  bool is_max_;
+  std::string owner_;
+  bool channels_last_;
+  bool keepdims_;
+};
+
+class GlobalAveragePooling1D : public GlobalPooling {
+ public:
+  explicit GlobalAveragePooling1D(const Json& config = Json::object());
+  std::string class_name() const override { return "GlobalAveragePooling1D"; }
+};
+class GlobalAveragePooling2D : public GlobalPooling {
+ public:
+  explicit GlobalAveragePooling2D(const Json& config = Json::object());
+  std::string class_name() const override { return "GlobalAveragePooling2D"; }
+};
+class GlobalMaxPooling1D : public GlobalPooling {
+ public:
+  explicit GlobalMaxPooling1D(const Json& config = Json::object());
+  std::string class_name() const override { return "GlobalMaxPooling1D"; }
+};
+class GlobalMaxPooling2D : public GlobalPooling {
+ public:
+  explicit GlobalMaxPooling2D(const Json& config = Json::object());
+  std::string class_name() const override { return "GlobalMaxPooling2D"; }
+};
+
+}  // namespace kiln

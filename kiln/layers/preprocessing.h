@@ -1,0 +1,78 @@
+// Preprocessing layers that live inside the model, so a served model takes
+// raw inputs: Rescaling and Normalization (Keras's names and semantics).
+//
+// Rescaling(scale, offset=0): y = x * scale + offset, with x cast to the
+//   compute dtype first (uint8 images welcome). scale/offset are numbers or
+//   lists that broadcast against the trailing axes.
+//
+// Normalization(axis=-1, mean=null, variance=null, invert=false):
+//   y = (x - mean) / max(sqrt(variance), 1e-7)   (invert: y = mean + x * sqrt(variance))
+//   `axis` lists the axes that keep their own statistics (int, list, or
+//   null for one scalar mean/variance). Without mean/variance in the config
+//   the layer holds non-trainable weights "mean", "variance" and "count"
+//   (int64), filled by adapt(data), so they save and load with the model;
+//   with mean/variance given it holds constants from the config and no
+//   weights, as Keras does.
+//
+//   auto norm = std::make_shared<Normalization>();
+//   norm->adapt(x_train);          // per-feature mean 0, variance 1 after
+#pragma once
+
+#include "kiln/layers/layer.h"
+
+namespace kiln {
+
+class Rescaling : public SimpleLayer {
+ public:
+  explicit Rescaling(const Json& config);
+  explicit Rescaling(double scale, double offset = 0.0, const Json& extra = Json::object());
+
+  std::string class_name() const override { return "Rescaling"; }
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+ private:
+  Json scale_json_, offset_json_;
+  at::Tensor scale_, offset_;  // float64 constants, cast at call time
+};
+
+class Normalization : public SimpleLayer {
+ public:
+  explicit Normalization(const Json& config);
+  Normalization() : Normalization(Json::object()) {}
+  explicit Normalization(int64_t axis, const Json& extra = Json::object());
+  // Fixed statistics for `axis` (mean/variance sized like the kept axes, or
+  // one value each).
+  Normalization(const std::vector<double>& mean, const std::vector<double>& variance, int64_t axis = -1,
+                const Json& extra = Json::object());
+
+  std::string class_name() const override { return "Normalization"; }
+  void build(const std::vector<Shape>& input_shapes) override;
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+  // Computes mean and (biased) variance of `data` (batch first) over every
+  // axis but the kept ones and stores them in the weights. Builds the layer
+  // if needed. ValueError if mean/variance were given in the config, or
+  // ShapeError if `data` does not match the built shape.
+  void adapt(const at::Tensor& data);
+
+  // Current statistics, shaped to broadcast against the input.
+  at::Tensor mean() const;
+  at::Tensor variance() const;
+
+ private:
+  std::vector<int64_t> kept_axes(int64_t rank) const;  // resolved, sorted
+  Json axis_json_;
+  std::optional<std::vector<int64_t>> axes_;  // nullopt: axis=null
+  bool invert_;
+  Json mean_json_, variance_json_;
+  std::vector<double> given_mean_, given_variance_;
+  Shape broadcast_shape_;
+  at::Tensor const_mean_, const_variance_;  // when given
+  VariablePtr mean_, variance_, count_;     // when adapted
+};
+
+}  // namespace kiln

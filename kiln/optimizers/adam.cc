@@ -1,0 +1,74 @@
+#include "kiln/optimizers/adam.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "kiln/core/error.h"
+
+namespace kiln::optimizers {
+namespace {
+
+Json with_default_weight_decay(const Json& config) {
+  Json c = config.is_null() ? Json::object() : config;
+  if (!c.is_object()) return c;  // the base constructor reports it
+  if (c.contains("weight_decay") && c["weight_decay"].is_null())
+    throw ValueError("AdamW: argument `weight_decay` must be a float. Received: weight_decay=None");
+  if (!c.contains("weight_decay")) c["weight_decay"] = 0.004;
+  return c;
+}
+
+}  // namespace
+
+Adam::Adam(const Json& config) : Adam(config, "adam") {}
+
+Adam::Adam(const Json& config, const std::string& default_name)
+    : Optimizer(config, 0.001, default_name),
+      beta_1_(get_or<double>(config, "beta_1", 0.9)),
+      beta_2_(get_or<double>(config, "beta_2", 0.999)),
+      epsilon_(get_or<double>(config, "epsilon", 1e-7)),
+      amsgrad_(get_or<bool>(config, "amsgrad", false)) {
+  check_keys(config, {"beta_1", "beta_2", "epsilon", "amsgrad"});
+  std::ostringstream os;
+  if (!(beta_1_ >= 0.0 && beta_1_ < 1.0))
+    os << class_name() << ": `beta_1` must be in [0, 1). Received: beta_1=" << beta_1_;
+  else if (!(beta_2_ >= 0.0 && beta_2_ < 1.0))
+    os << class_name() << ": `beta_2` must be in [0, 1). Received: beta_2=" << beta_2_;
+  else if (!(epsilon_ >= 0.0))
+    os << class_name() << ": `epsilon` must be non-negative. Received: epsilon=" << epsilon_;
+  if (!os.str().empty()) throw ValueError(os.str());
+}
+
+std::vector<std::string> Adam::slot_names() const {
+  if (amsgrad_) return {"momentum", "velocity", "velocity_hat"};
+  return {"momentum", "velocity"};
+}
+
+void Adam::update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr,
+                       int64_t step) {
+  const double t = static_cast<double>(step);
+  const double alpha = lr * std::sqrt(1.0 - std::pow(beta_2_, t)) / (1.0 - std::pow(beta_1_, t));
+  at::Tensor& m = slots[0];
+  at::Tensor& v = slots[1];
+  m.add_((grad - m) * (1.0 - beta_1_));
+  v.add_((grad.square() - v) * (1.0 - beta_2_));
+  at::Tensor denom_v = v;
+  if (amsgrad_) {
+    at::Tensor& v_hat = slots[2];
+    v_hat.copy_(at::maximum(v_hat, v));
+    denom_v = v_hat;
+  }
+  var.sub_(m * alpha / (denom_v.sqrt() + epsilon_));
+}
+
+Json Adam::get_config() const {
+  Json c = Optimizer::get_config();
+  c["beta_1"] = beta_1_;
+  c["beta_2"] = beta_2_;
+  c["epsilon"] = epsilon_;
+  c["amsgrad"] = amsgrad_;
+  return c;
+}
+
+AdamW::AdamW(const Json& config) : Adam(with_default_weight_decay(config), "adamw") {}
+
+}  // namespace kiln::optimizers

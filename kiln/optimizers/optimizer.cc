@@ -1,0 +1,327 @@
+#include "kiln/optimizers/optimizer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "kiln/core/error.h"
+#include "kiln/core/shape.h"
+#include "kiln/optimizers/adam.h"
+#include "kiln/optimizers/rmsprop.h"
+#include "kiln/optimizers/sgd.h"
+
+namespace kiln {
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s;
+}
+
+std::string num_str(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+std::string sizes_str(const at::Tensor& t) { return shape_to_string(Shape(t.sizes().begin(), t.sizes().end())); }
+
+// A non-negative number or null (absent) config entry; 0 when absent.
+double optional_non_negative(const Json& c, const char* key, const std::string& owner, bool* is_set) {
+  *is_set = false;
+  if (!c.is_object() || !c.contains(key) || c[key].is_null()) return 0.0;
+  const Json& v = c[key];
+  if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>()))
+    throw ValueError(owner + ": `" + key + "` must be a non-negative number. Received: " + key + "=" + v.dump());
+  *is_set = true;
+  return v.get<double>();
+}
+
+const std::vector<std::string>& base_keys() {
+  static const std::vector<std::string> k = {
+      "name",      "learning_rate",    "weight_decay",    "clipnorm",           "clipvalue",
+      "global_clipnorm", "use_ema",    "ema_momentum",    "ema_overwrite_frequency", "loss_scale_factor",
+      "gradient_accumulation_steps", "jit_compile", "is_legacy_optimizer"};
+  return k;
+}
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, Optimizer::Factory> classes;  // guarded by mu
+};
+
+Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry;
+    reg->classes["SGD"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::SGD>(c); };
+    reg->classes["RMSprop"] = [](const Json& c) -> OptimizerPtr {
+      return std::make_shared<optimizers::RMSprop>(c);
+    };
+    reg->classes["Adam"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Adam>(c); };
+    reg->classes["AdamW"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::AdamW>(c); };
+    return reg;
+  }();
+  return *r;
+}
+
+Optimizer::Factory find_class(const std::string& cls) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> l(r.mu);
+  auto it = r.classes.find(cls);
+  return it == r.classes.end() ? Optimizer::Factory() : it->second;
+}
+
+const std::map<std::string, std::string>& aliases() {
+  static const std::map<std::string, std::string> a = {
+      {"sgd", "SGD"}, {"rmsprop", "RMSprop"}, {"adam", "Adam"}, {"adamw", "AdamW"}};
+  return a;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(const Json& config, double default_learning_rate, const std::string& default_name)
+    : lr_(default_learning_rate) {
+  const Json c = config.is_null() ? Json::object() : config;
+  if (!c.is_object()) throw ValueError(default_name + ": config must be a JSON object. Received: " + c.dump());
+  name_ = get_or<std::string>(c, "name", default_name);
+  const std::string owner = name_;
+
+  if (c.contains("learning_rate") && !c["learning_rate"].is_null()) {
+    const Json& lr = c["learning_rate"];
+    if (lr.is_object()) {
+      schedule_ = LearningRateSchedule::from_json(lr);
+    } else if (lr.is_number() && lr.get<double>() >= 0 && std::isfinite(lr.get<double>())) {
+      lr_ = lr.get<double>();
+    } else {
+      throw ValueError(owner + ": `learning_rate` must be a non-negative number or a schedule "
+                               "{\"class_name\", \"config\"}. Received: learning_rate=" + lr.dump());
+    }
+  }
+  bool set = false;
+  weight_decay_ = optional_non_negative(c, "weight_decay", owner, &set);
+  bool clipnorm_set = false, clipvalue_set = false, global_set = false;
+  clipnorm_ = optional_non_negative(c, "clipnorm", owner, &clipnorm_set);
+  clipvalue_ = optional_non_negative(c, "clipvalue", owner, &clipvalue_set);
+  global_clipnorm_ = optional_non_negative(c, "global_clipnorm", owner, &global_set);
+  if (int(clipnorm_set) + int(clipvalue_set) + int(global_set) > 1)
+    throw ValueError(owner + ": only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. Received: "
+                             "clipnorm=" + (clipnorm_set ? num_str(clipnorm_) : "None") +
+                     ", clipvalue=" + (clipvalue_set ? num_str(clipvalue_) : "None") +
+                     ", global_clipnorm=" + (global_set ? num_str(global_clipnorm_) : "None"));
+  // Keras options kiln does not implement: accepted only at their defaults.
+  if (get_or<bool>(c, "use_ema", false)) throw ValueError(owner + ": use_ema=true is not supported");
+  if (c.contains("loss_scale_factor") && !c["loss_scale_factor"].is_null())
+    throw ValueError(owner + ": loss_scale_factor is not supported (use the trainer's loss scaling). Received: " +
+                     c["loss_scale_factor"].dump());
+  if (c.contains("gradient_accumulation_steps") && !c["gradient_accumulation_steps"].is_null() &&
+      get_or<int64_t>(c, "gradient_accumulation_steps", 1) > 1)
+    throw ValueError(owner + ": gradient_accumulation_steps is not supported. Received: " +
+                     c["gradient_accumulation_steps"].dump());
+}
+
+void Optimizer::check_keys(const Json& config, const std::vector<std::string>& own) const {
+  if (!config.is_object()) return;
+  for (auto it = config.begin(); it != config.end(); ++it) {
+    const std::string& k = it.key();
+    const auto& b = base_keys();
+    if (std::find(b.begin(), b.end(), k) != b.end() || std::find(own.begin(), own.end(), k) != own.end()) continue;
+    std::vector<std::string> known = own;
+    known.insert(known.end(), b.begin(), b.begin() + 6);
+    throw ValueError(class_name() + ": argument(s) not recognized: `" + k + "`. Known arguments: " + join(known));
+  }
+}
+
+double Optimizer::learning_rate() const { return schedule_ ? (*schedule_)(iterations_) : lr_; }
+
+void Optimizer::set_learning_rate(double lr) {
+  if (schedule_)
+    throw StateError(name_ + ": cannot set the learning rate: it is a " + schedule_->class_name() +
+                     " schedule. Set a constant learning_rate in the optimizer's config to adjust it by hand");
+  if (!(lr >= 0) || !std::isfinite(lr))
+    throw ValueError(name_ + ": the learning rate must be a non-negative number. Received: " + num_str(lr));
+  lr_ = lr;
+}
+
+void Optimizer::exclude_from_weight_decay(const std::vector<std::string>& var_names) {
+  exclude_from_wd_.insert(exclude_from_wd_.end(), var_names.begin(), var_names.end());
+}
+
+std::vector<at::Tensor> Optimizer::clip(std::vector<at::Tensor> grads) const {
+  if (clipnorm_ > 0) {
+    // Per gradient: g * clipnorm / max(||g||, clipnorm).
+    for (auto& g : grads) {
+      at::Tensor norm = g.to(at::kFloat).square().sum().sqrt();
+      g = g * (clipnorm_ / at::clamp_min(norm, clipnorm_)).to(g.scalar_type());
+    }
+  } else if (global_clipnorm_ > 0) {
+    at::Tensor sq = at::zeros({}, grads[0].options().dtype(at::kFloat));
+    for (auto& g : grads) sq = sq + g.to(at::kFloat).square().sum().to(sq.device());
+    at::Tensor norm = sq.sqrt();
+    // Keras's form: a NaN/inf norm makes the scale NaN rather than zeroing.
+    at::Tensor scale = global_clipnorm_ * at::minimum(1.0 / norm, at::full({}, 1.0 / global_clipnorm_, norm.options()));
+    scale = scale + (norm - norm);
+    for (auto& g : grads) g = g * scale.to(g.device(), g.scalar_type());
+  } else if (clipvalue_ > 0) {
+    for (auto& g : grads) g = g.clamp(-clipvalue_, clipvalue_);
+  }
+  return grads;
+}
+
+void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std::vector<VariablePtr>& vars) {
+  if (grads.size() != vars.size())
+    throw ValueError(name_ + ": apply_gradients got " + std::to_string(grads.size()) + " gradients for " +
+                     std::to_string(vars.size()) + " variables");
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> g;
+  std::vector<Variable*> v;
+  std::set<std::string> paths;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (!vars[i]) throw ValueError(name_ + ": apply_gradients got a null variable at index " + std::to_string(i));
+    if (!grads[i].defined()) continue;
+    if (!paths.insert(vars[i]->path()).second)
+      throw ValueError(name_ + ": two variables share the path '" + vars[i]->path() +
+                       "'; optimizer state is keyed by path, so paths must be unique");
+    if (!grads[i].sizes().equals(vars[i]->value().sizes()))
+      throw ShapeError(name_ + ": gradient of shape " + sizes_str(grads[i]) + " for variable " + vars[i]->path() +
+                       " of shape " + sizes_str(vars[i]->value()));
+    g.push_back(grads[i].detach());
+    v.push_back(vars[i].get());
+  }
+  if (g.empty()) {
+    if (vars.empty()) return;
+    std::vector<std::string> names;
+    for (auto& var : vars) names.push_back(var->path());
+    throw ValueError(name_ + ": no gradients provided for any variable. Variables: " + join(names));
+  }
+
+  g = clip(std::move(g));
+  const double lr = learning_rate();
+  if (weight_decay_ > 0) {
+    for (auto* var : v) {
+      bool excluded = false;
+      for (auto& pat : exclude_from_wd_)
+        if (var->path().find(pat) != std::string::npos) excluded = true;
+      if (excluded) continue;
+      at::Tensor value = var->value();
+      value.sub_(value * (weight_decay_ * lr));
+    }
+  }
+  const std::vector<std::string> names = slot_names();
+  for (size_t i = 0; i < v.size(); ++i) {
+    at::Tensor value = v[i]->value();
+    auto& slots = slots_[v[i]->path()];
+    if (slots.size() != names.size()) {
+      slots.clear();
+      for (size_t s = 0; s < names.size(); ++s) slots.push_back(at::zeros_like(value, at::MemoryFormat::Contiguous));
+    } else {
+      for (size_t s = 0; s < slots.size(); ++s) {
+        if (!slots[s].sizes().equals(value.sizes()))
+          throw ShapeError(name_ + ": optimizer slot " + v[i]->path() + "/" + names[s] + " has shape " +
+                           sizes_str(slots[s]) + " but the variable has shape " + sizes_str(value));
+        if (slots[s].device() != value.device() || slots[s].scalar_type() != value.scalar_type())
+          slots[s] = slots[s].to(value.device(), value.scalar_type());
+      }
+    }
+    at::Tensor grad = g[i].to(value.device(), value.scalar_type());
+    update_step(grad, value, slots, lr, iterations_ + 1);
+  }
+  ++iterations_;
+}
+
+Json Optimizer::get_config() const {
+  auto opt = [](double v) { return v > 0 ? Json(v) : Json(nullptr); };
+  Json c;
+  c["name"] = name_;
+  c["learning_rate"] = schedule_ ? schedule_->to_json() : Json(lr_);
+  c["weight_decay"] = opt(weight_decay_);
+  c["clipnorm"] = opt(clipnorm_);
+  c["global_clipnorm"] = opt(global_clipnorm_);
+  c["clipvalue"] = opt(clipvalue_);
+  c["use_ema"] = false;
+  c["loss_scale_factor"] = nullptr;
+  c["gradient_accumulation_steps"] = nullptr;
+  return c;
+}
+
+std::map<std::string, at::Tensor> Optimizer::state_dict() const {
+  std::map<std::string, at::Tensor> state;
+  const std::vector<std::string> names = slot_names();
+  for (const auto& [path, slots] : slots_)
+    for (size_t s = 0; s < slots.size() && s < names.size(); ++s) state[path + "/" + names[s]] = slots[s].clone();
+  state["iterations"] = at::full({}, iterations_, at::kLong);
+  if (!schedule_) state["learning_rate"] = at::full({}, lr_, at::kDouble);
+  return state;
+}
+
+void Optimizer::load_state_dict(const std::map<std::string, at::Tensor>& state) {
+  const std::vector<std::string> names = slot_names();
+  std::map<std::string, std::vector<at::Tensor>> slots;
+  for (const auto& [key, t] : state) {
+    if (key == "iterations" || key == "learning_rate") continue;
+    const auto pos = key.rfind('/');
+    const std::string slot = pos == std::string::npos ? key : key.substr(pos + 1);
+    const auto it = std::find(names.begin(), names.end(), slot);
+    if (pos == std::string::npos || it == names.end())
+      throw ValueError(name_ + ": state entry '" + key + "' is not a slot of this " + class_name() +
+                       " (slots: " + join(names) + ")");
+    auto& v = slots[key.substr(0, pos)];
+    v.resize(names.size());
+    v[it - names.begin()] = t.detach().clone();
+  }
+  for (const auto& [path, v] : slots)
+    for (size_t s = 0; s < v.size(); ++s)
+      if (!v[s].defined())
+        throw ValueError(name_ + ": state for variable '" + path + "' lacks its slot '" + names[s] + "'");
+  slots_ = std::move(slots);
+  auto it = state.find("iterations");
+  if (it != state.end()) iterations_ = it->second.item<int64_t>();
+  it = state.find("learning_rate");
+  if (it != state.end() && !schedule_) lr_ = it->second.item<double>();
+}
+
+bool Optimizer::register_class(const std::string& class_name, Factory factory) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> l(r.mu);
+  r.classes[class_name] = std::move(factory);
+  return true;
+}
+
+std::vector<std::string> Optimizer::known_names() {
+  std::vector<std::string> names;
+  for (auto& [alias, cls] : aliases()) names.push_back(alias);
+  auto& r = registry();
+  std::lock_guard<std::mutex> l(r.mu);
+  for (auto& [cls, f] : r.classes) names.push_back(cls);
+  return names;
+}
+
+OptimizerPtr Optimizer::get(const std::string& name) {
+  auto a = aliases().find(name);
+  Factory f = find_class(a != aliases().end() ? a->second : name);
+  if (!f)
+    throw ValueError("Could not interpret optimizer identifier: '" + name +
+                     "'. Known optimizers: " + join(known_names()));
+  return f(Json::object());
+}
+
+OptimizerPtr Optimizer::from_json(const Json& j) {
+  if (j.is_string()) return get(j.get<std::string>());
+  if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string())
+    throw ValueError("An optimizer must be a name or {\"class_name\": ..., \"config\": {...}}. Received: " +
+                     j.dump());
+  const std::string cls = j["class_name"].get<std::string>();
+  Factory f = find_class(cls);
+  if (!f) {
+    auto a = aliases().find(cls);
+    if (a != aliases().end()) f = find_class(a->second);
+  }
+  if (!f) throw ValueError("Unknown optimizer class '" + cls + "'. Known optimizers: " + join(known_names()));
+  Json config = j.contains("config") && !j["config"].is_null() ? j["config"] : Json::object();
+  return f(config);
+}
+
+}  // namespace kiln

@@ -1,0 +1,185 @@
+#include "kiln/optimizers/schedules.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "kiln/core/error.h"
+
+namespace kiln {
+namespace {
+
+void check_schedule_keys(const Json& c, const std::vector<std::string>& allowed, const std::string& owner) {
+  if (c.is_null()) return;
+  if (!c.is_object()) throw ValueError(owner + ": config must be a JSON object. Received: " + c.dump());
+  for (auto it = c.begin(); it != c.end(); ++it) {
+    if (std::find(allowed.begin(), allowed.end(), it.key()) == allowed.end()) {
+      std::string known;
+      for (auto& a : allowed) known += (known.empty() ? "" : ", ") + a;
+      throw ValueError(owner + ": unknown config key `" + it.key() + "`. Known keys: " + known);
+    }
+  }
+}
+
+void check_decay_steps(int64_t decay_steps, const std::string& owner) {
+  if (decay_steps <= 0)
+    throw ValueError(owner + ": argument `decay_steps` must be > 0. Received: decay_steps=" +
+                     std::to_string(decay_steps));
+}
+
+double required_number(const Json& c, const char* key, const std::string& owner) {
+  const Json& v = require(c, key, owner);
+  if (!v.is_number())
+    throw ValueError(owner + ": `" + key + "` must be a number. Received: " + key + "=" + v.dump());
+  return v.get<double>();
+}
+
+}  // namespace
+
+std::shared_ptr<LearningRateSchedule> LearningRateSchedule::from_json(const Json& j) {
+  if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string())
+    throw ValueError("A learning-rate schedule must be {\"class_name\": ..., \"config\": {...}}. Received: " +
+                     j.dump());
+  const std::string cls = j["class_name"].get<std::string>();
+  const Json config = j.contains("config") ? j["config"] : Json::object();
+  if (cls == "ExponentialDecay") return optimizers::ExponentialDecay::from_config(config);
+  if (cls == "CosineDecay") return optimizers::CosineDecay::from_config(config);
+  if (cls == "PiecewiseConstantDecay") return optimizers::PiecewiseConstantDecay::from_config(config);
+  throw ValueError("Unknown learning-rate schedule '" + cls +
+                   "'. Known schedules: ExponentialDecay, CosineDecay, PiecewiseConstantDecay");
+}
+
+namespace optimizers {
+
+// --- ExponentialDecay -------------------------------------------------------------------
+
+ExponentialDecay::ExponentialDecay(double initial_learning_rate, int64_t decay_steps, double decay_rate,
+                                   bool staircase, std::string name)
+    : initial_learning_rate_(initial_learning_rate),
+      decay_steps_(decay_steps),
+      decay_rate_(decay_rate),
+      staircase_(staircase),
+      name_(std::move(name)) {
+  check_decay_steps(decay_steps, "ExponentialDecay");
+}
+
+std::shared_ptr<ExponentialDecay> ExponentialDecay::from_config(const Json& c) {
+  check_schedule_keys(c, {"initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name"},
+                      "ExponentialDecay");
+  return std::make_shared<ExponentialDecay>(
+      required_number(c, "initial_learning_rate", "ExponentialDecay"),
+      static_cast<int64_t>(std::llround(required_number(c, "decay_steps", "ExponentialDecay"))),
+      required_number(c, "decay_rate", "ExponentialDecay"), get_or<bool>(c, "staircase", false),
+      get_or<std::string>(c, "name", "ExponentialDecay"));
+}
+
+double ExponentialDecay::operator()(int64_t step) const {
+  double p = static_cast<double>(step) / static_cast<double>(decay_steps_);
+  if (staircase_) p = std::floor(p);
+  return initial_learning_rate_ * std::pow(decay_rate_, p);
+}
+
+Json ExponentialDecay::get_config() const {
+  return Json{{"initial_learning_rate", initial_learning_rate_},
+              {"decay_steps", decay_steps_},
+              {"decay_rate", decay_rate_},
+              {"staircase", staircase_},
+              {"name", name_}};
+}
+
+// --- CosineDecay -------------------------------------------------------------------------
+
+CosineDecay::CosineDecay(double initial_learning_rate, int64_t decay_steps, double alpha,
+                         std::optional<double> warmup_target, int64_t warmup_steps, std::string name)
+    : initial_learning_rate_(initial_learning_rate),
+      decay_steps_(decay_steps),
+      alpha_(alpha),
+      warmup_target_(warmup_target),
+      warmup_steps_(warmup_steps),
+      name_(std::move(name)) {
+  check_decay_steps(decay_steps, "CosineDecay");
+  if (warmup_steps < 0)
+    throw ValueError("CosineDecay: argument `warmup_steps` must be >= 0. Received: warmup_steps=" +
+                     std::to_string(warmup_steps));
+}
+
+std::shared_ptr<CosineDecay> CosineDecay::from_config(const Json& c) {
+  check_schedule_keys(c, {"initial_learning_rate", "decay_steps", "alpha", "name", "warmup_target", "warmup_steps"},
+                      "CosineDecay");
+  std::optional<double> warmup_target;
+  if (c.contains("warmup_target") && !c["warmup_target"].is_null())
+    warmup_target = get_or<double>(c, "warmup_target", 0.0);
+  return std::make_shared<CosineDecay>(required_number(c, "initial_learning_rate", "CosineDecay"),
+                                       static_cast<int64_t>(std::llround(required_number(c, "decay_steps", "CosineDecay"))),
+                                       get_or<double>(c, "alpha", 0.0), warmup_target,
+                                       get_or<int64_t>(c, "warmup_steps", 0),
+                                       get_or<std::string>(c, "name", "CosineDecay"));
+}
+
+double CosineDecay::operator()(int64_t step_in) const {
+  const double decay_steps = static_cast<double>(decay_steps_);
+  double step = static_cast<double>(step_in);
+  auto decay = [&](double s, double from_lr) {
+    const double cosine = 0.5 * (1.0 + std::cos(M_PI * s / decay_steps));
+    return from_lr * ((1.0 - alpha_) * cosine + alpha_);
+  };
+  if (!warmup_target_) return decay(std::min(step, decay_steps), initial_learning_rate_);
+  const double warmup_steps = static_cast<double>(warmup_steps_);
+  step = std::min(step, decay_steps + warmup_steps);
+  if (step < warmup_steps)
+    return (*warmup_target_ - initial_learning_rate_) * (step / warmup_steps) + initial_learning_rate_;
+  return decay(step - warmup_steps, *warmup_target_);
+}
+
+Json CosineDecay::get_config() const {
+  return Json{{"initial_learning_rate", initial_learning_rate_},
+              {"decay_steps", decay_steps_},
+              {"alpha", alpha_},
+              {"name", name_},
+              {"warmup_target", warmup_target_ ? Json(*warmup_target_) : Json(nullptr)},
+              {"warmup_steps", warmup_steps_}};
+}
+
+// --- PiecewiseConstantDecay -------------------------------------------------------------
+
+PiecewiseConstantDecay::PiecewiseConstantDecay(std::vector<int64_t> boundaries, std::vector<double> values,
+                                               std::string name)
+    : boundaries_(std::move(boundaries)), values_(std::move(values)), name_(std::move(name)) {
+  if (boundaries_.size() + 1 != values_.size()) {
+    std::ostringstream os;
+    os << "PiecewiseConstantDecay: the length of boundaries should be 1 less than the length of values. "
+          "Received: boundaries of length "
+       << boundaries_.size() << " and values of length " << values_.size();
+    throw ValueError(os.str());
+  }
+  for (size_t i = 1; i < boundaries_.size(); ++i)
+    if (boundaries_[i] <= boundaries_[i - 1])
+      throw ValueError("PiecewiseConstantDecay: boundaries must be strictly increasing. Received: " +
+                       Json(boundaries_).dump());
+}
+
+std::shared_ptr<PiecewiseConstantDecay> PiecewiseConstantDecay::from_config(const Json& c) {
+  check_schedule_keys(c, {"boundaries", "values", "name"}, "PiecewiseConstantDecay");
+  std::vector<int64_t> boundaries;
+  for (const auto& b : require(c, "boundaries", "PiecewiseConstantDecay")) {
+    if (!b.is_number()) throw ValueError("PiecewiseConstantDecay: boundaries must be numbers. Received: " + b.dump());
+    boundaries.push_back(static_cast<int64_t>(std::llround(b.get<double>())));
+  }
+  require(c, "values", "PiecewiseConstantDecay");
+  return std::make_shared<PiecewiseConstantDecay>(
+      boundaries, get_or<std::vector<double>>(c, "values", {}),
+      get_or<std::string>(c, "name", "PiecewiseConstant"));
+}
+
+double PiecewiseConstantDecay::operator()(int64_t step) const {
+  for (size_t i = 0; i < boundaries_.size(); ++i)
+    if (step <= boundaries_[i]) return values_[i];
+  return values_.back();
+}
+
+Json PiecewiseConstantDecay::get_config() const {
+  return Json{{"boundaries", boundaries_}, {"values", values_}, {"name", name_}};
+}
+
+}  // namespace optimizers
+}  // namespace kiln

@@ -1,0 +1,61 @@
+#include "kiln/training/backup_and_restore.h"
+
+#include "kiln/core/io.h"
+#include "kiln/models/model.h"
+#include "kiln/training/checkpoint.h"
+#include "kiln/training/train_state.h"
+
+namespace kiln {
+
+BackupAndRestore::BackupAndRestore(std::string backup_dir, BackupAndRestoreOptions options)
+    : dir_(std::move(backup_dir)), o_(options) {
+  if (dir_.empty()) throw ValueError("BackupAndRestore: `backup_dir` must not be empty");
+  if (o_.keep < 1)
+    throw ValueError("BackupAndRestore: `keep` must be >= 1. Received: keep=" + std::to_string(o_.keep));
+}
+
+void BackupAndRestore::on_train_begin(const Logs&) {
+  counter_.reset();
+  restored_ = false;
+  auto point = restore_training_checkpoint(dir_, model());
+  if (!point) return;
+  restored_ = true;
+  restored_epoch_ = point->epoch;
+  restored_batch_ = point->batch;
+  model().train_state().progress().resume = std::move(*point);
+}
+
+void BackupAndRestore::on_train_batch_end(int64_t batch, const Logs&) {
+  if (o_.save_freq.per_epoch() || !counter_.should_save(batch, o_.save_freq.batches())) return;
+  TrainState& ts = model().train_state();
+  const FitProgress& p = ts.progress();
+  ResumePoint point;
+  point.epoch = p.epoch;
+  point.batch = p.batch;
+  point.host_rng = host_rng_state();
+  point.host_rng_epoch_start = p.host_rng_epoch_start;
+  point.torch_rng = torch_rng_state();
+  for (Metric* m : ts.all_metrics()) {
+    Tensors vars;
+    for (auto& v : m->variables()) vars.push_back(v.detach().clone());
+    point.metric_variables.push_back(vars);
+  }
+  write_training_checkpoint(dir_, model(), point, o_.keep);
+}
+
+void BackupAndRestore::on_epoch_end(int epoch, Logs&) {
+  if (!o_.save_freq.per_epoch()) return;
+  ResumePoint point;
+  point.epoch = epoch + 1;
+  point.batch = 0;
+  point.host_rng = host_rng_state();
+  point.host_rng_epoch_start = point.host_rng;
+  point.torch_rng = torch_rng_state();
+  write_training_checkpoint(dir_, model(), point, o_.keep);
+}
+
+void BackupAndRestore::on_train_end(const Logs&) {
+  if (o_.delete_checkpoint) remove_all(dir_);
+}
+
+}  // namespace kiln

@@ -1,0 +1,82 @@
+#include "kiln/training/csv_logger.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "kiln/core/error.h"
+#include "kiln/core/io.h"
+#include "kiln/training/path_format.h"
+
+namespace kiln {
+
+CSVLogger::CSVLogger(std::string filename, std::string separator, bool append)
+    : filename_(std::move(filename)), sep_(std::move(separator)), append_(append) {
+  if (filename_.empty()) throw ValueError("CSVLogger: `filename` must not be empty");
+  if (sep_.empty()) throw ValueError("CSVLogger: `separator` must not be empty");
+}
+
+CSVLogger::~CSVLogger() { close(); }
+
+void CSVLogger::close() {
+  if (file_) std::fclose(file_);
+  file_ = nullptr;
+}
+
+void CSVLogger::on_train_begin(const Logs&) {
+  close();
+  keys_.clear();
+  write_header_ = true;
+  if (append_ && path_exists(filename_)) {
+    std::string text = read_file(filename_);
+    write_header_ = text.empty();
+    if (!text.empty()) {
+      // Reuse the existing header's columns so appended rows line up.
+      std::string header = text.substr(0, text.find('\n'));
+      size_t pos = 0;
+      std::vector<std::string> cols;
+      while (true) {
+        size_t next = header.find(sep_, pos);
+        cols.push_back(header.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
+        if (next == std::string::npos) break;
+        pos = next + sep_.size();
+      }
+      if (!cols.empty() && cols[0] == "epoch") keys_.assign(cols.begin() + 1, cols.end());
+    }
+  }
+  make_dirs(parent_path(filename_));
+  file_ = std::fopen(filename_.c_str(), append_ ? "a" : "w");
+  if (!file_) throw IOError("CSVLogger: cannot open " + filename_ + ": " + std::strerror(errno));
+}
+
+void CSVLogger::on_epoch_end(int epoch, Logs& logs) {
+  if (!file_) return;
+  if (keys_.empty()) {
+    for (auto& [k, v] : logs) keys_.push_back(k);  // std::map: sorted
+    bool has_val =
+        std::any_of(keys_.begin(), keys_.end(), [](const std::string& k) { return k.rfind("val_", 0) == 0; });
+    if (!has_val && params().value("do_validation", false)) {
+      auto base = keys_;
+      for (auto& k : base) keys_.push_back("val_" + k);
+    }
+  }
+  std::string line;
+  if (write_header_) {
+    line = "epoch";
+    for (auto& k : keys_) line += sep_ + k;
+    line += "\n";
+    write_header_ = false;
+  }
+  line += std::to_string(epoch);
+  for (auto& k : keys_) {
+    auto it = logs.find(k);
+    line += sep_ + (it == logs.end() ? std::string("NA") : python_float_repr(it->second));
+  }
+  line += "\n";
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
+    throw IOError("CSVLogger: cannot write " + filename_ + ": " + std::strerror(errno));
+}
+
+void CSVLogger::on_train_end(const Logs&) { close(); }
+
+}  // namespace kiln

@@ -1,0 +1,67 @@
+// How fit()/evaluate()/predict() see their data: batches of (x, y,
+// sample_weight) from tensors or from a Dataset, one pass per epoch.
+//
+// Tensors: batch_size rows at a time, in a fresh permutation each epoch when
+// shuffling (drawn from kiln's host RNG, so set_random_seed repeats it and
+// a checkpoint can redraw it), class weights folded into sample weights.
+// Datasets: elements are already batched; an element is (inputs...,
+// targets..., [sample_weight]) split by the model's input and output
+// counts; each epoch is a new pass iterator(epoch) (deterministic per
+// epoch), truncated to steps_per_epoch.
+//
+// Internal to kiln/training; not a stable API.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "kiln/data/dataset.h"
+#include "kiln/models/fit_args.h"
+
+namespace kiln {
+
+struct Batch {
+  Tensors x, y;
+  at::Tensor sample_weight;  // undefined: unweighted
+};
+
+class EpochIterator {
+ public:
+  virtual ~EpochIterator() = default;
+  virtual std::optional<Batch> next() = 0;
+  // Skips n batches (resume mid-epoch).
+  virtual void skip(int64_t n) = 0;
+};
+
+class DataAdapter {
+ public:
+  virtual ~DataAdapter() = default;
+  // Batches per pass: >= 0, or kUnknownCardinality / kInfiniteCardinality.
+  virtual int64_t num_batches() const = 0;
+  // Starts the pass for `epoch` (tensors: draws the shuffle now).
+  virtual std::unique_ptr<EpochIterator> begin_epoch(int epoch) = 0;
+  // The inputs of a first batch (to build the model before training).
+  virtual Tensors sample_inputs() const = 0;
+};
+
+// x: one tensor per input; y may be empty (predict). ValueError names the
+// lengths when x, y and sample_weight disagree.
+std::unique_ptr<DataAdapter> make_tensor_adapter(const Tensors& x, const Tensors& y,
+                                                 const at::Tensor& sample_weight, int64_t batch_size,
+                                                 bool shuffle,
+                                                 const std::map<int64_t, double>& class_weight = {});
+
+// num_inputs / num_outputs split each element (num_outputs 0: inputs only).
+std::unique_ptr<DataAdapter> make_dataset_adapter(const Dataset& ds, size_t num_inputs, size_t num_outputs,
+                                                  const std::map<int64_t, double>& class_weight = {});
+
+// Per-sample weights class_weight[class of y] (class from integer labels of
+// shape (N,) / (N,1), or the argmax of one-hot (N,C) targets); 1 for classes
+// not in the map.
+at::Tensor class_weights_for(const at::Tensor& y, const std::map<int64_t, double>& class_weight);
+
+// Rows [begin, end) of each tensor.
+Tensors slice_rows(const Tensors& ts, int64_t begin, int64_t end);
+
+}  // namespace kiln

@@ -1,0 +1,46 @@
+// ReduceLROnPlateau: multiply the learning rate by `factor` when a monitored
+// quantity has not improved for `patience` epochs (Keras's callback, same
+// defaults). After a reduction, `cooldown` epochs pass before counting
+// again; the rate never goes below min_lr. Adds "learning_rate" to the
+// epoch logs (seen by History, CSVLogger, TensorBoard). Needs a constant
+// learning rate (Optimizer::set_learning_rate; StateError with a schedule).
+//
+//   std::make_shared<ReduceLROnPlateau>(ReduceLROnPlateauOptions{.factor = 0.5, .patience = 2});
+#pragma once
+
+#include <string>
+
+#include "kiln/training/callback.h"
+
+namespace kiln {
+
+struct ReduceLROnPlateauOptions {
+  std::string monitor = "val_loss";
+  double factor = 0.1;  // in (0, 1)
+  int patience = 10;
+  int verbose = 0;
+  std::string mode = "auto";
+  double min_delta = 1e-4;
+  int cooldown = 0;
+  double min_lr = 0.0;
+};
+
+class ReduceLROnPlateau : public Callback {
+ public:
+  explicit ReduceLROnPlateau(ReduceLROnPlateauOptions options = {});
+
+  void on_train_begin(const Logs& logs) override;
+  void on_epoch_end(int epoch, Logs& logs) override;
+
+ private:
+  bool improves(double value, double best) const;
+
+  ReduceLROnPlateauOptions o_;
+  bool maximize_ = false;
+  double best_ = 0;
+  int wait_ = 0;
+  int cooldown_counter_ = 0;
+  bool warned_ = false;
+};
+
+}  // namespace kiln

@@ -1,0 +1,72 @@
+#include "kiln/training/tensorboard.h"
+
+#include "kiln/core/io.h"
+#include "kiln/models/model.h"
+#include "kiln/training/train_state.h"
+
+namespace kiln {
+
+TensorBoard::TensorBoard(std::string log_dir, TensorBoardOptions options)
+    : log_dir_(std::move(log_dir)), o_(options) {
+  if (log_dir_.empty()) throw ValueError("TensorBoard: `log_dir` must not be empty");
+}
+
+EventFileWriter& TensorBoard::train_writer() {
+  if (!train_) train_ = std::make_unique<EventFileWriter>(join_path(log_dir_, "train"));
+  return *train_;
+}
+
+EventFileWriter& TensorBoard::val_writer() {
+  if (!val_) val_ = std::make_unique<EventFileWriter>(join_path(log_dir_, "validation"));
+  return *val_;
+}
+
+void TensorBoard::on_train_begin(const Logs&) {
+  in_fit_ = true;
+  global_batch_ = 0;
+  train_writer();
+}
+
+void TensorBoard::on_train_batch_end(int64_t, const Logs& logs) {
+  ++global_batch_;
+  if (o_.update_freq.per_epoch() || global_batch_ % o_.update_freq.batches() != 0) return;
+  for (auto& [k, v] : logs) train_writer().add_scalar("batch_" + k, v, global_batch_);
+}
+
+void TensorBoard::on_epoch_end(int epoch, Logs& logs) {
+  bool has_lr = false;
+  bool has_val = false;
+  for (auto& [k, v] : logs) {
+    if (k.rfind("val_", 0) == 0) {
+      has_val = true;
+      continue;
+    }
+    if (k == "learning_rate") has_lr = true;
+    train_writer().add_scalar("epoch_" + k, v, epoch);
+  }
+  if (!has_lr && model().compiled())
+    train_writer().add_scalar("epoch_learning_rate", model().train_state().optimizer().learning_rate(),
+                              epoch);
+  train_writer().flush();
+  if (has_val) {
+    for (auto& [k, v] : logs)
+      if (k.rfind("val_", 0) == 0) val_writer().add_scalar("epoch_" + k.substr(4), v, epoch);
+    val_writer().flush();
+  }
+}
+
+void TensorBoard::on_test_end(const Logs& logs) {
+  if (!in_fit_ || !model().compiled()) return;
+  const int64_t step = model().train_state().optimizer().iterations();
+  for (auto& [k, v] : logs) val_writer().add_scalar("evaluation_" + k + "_vs_iterations", v, step);
+}
+
+void TensorBoard::on_train_end(const Logs&) {
+  if (train_) train_->flush();
+  if (val_) val_->flush();
+  train_.reset();
+  val_.reset();
+  in_fit_ = false;
+}
+
+}  // namespace kiln

@@ -1,0 +1,151 @@
+#include "kiln/training/train_state.h"
+
+#include "kiln/core/error.h"
+#include "kiln/core/torch_compat.h"
+#include "kiln/models/model.h"
+
+namespace kiln {
+namespace {
+
+void forward_stage(TrainState&, StepData& s) { s.y_pred = (*s.model)(s.x, s.training); }
+
+void compute_loss_stage(TrainState& ts, StepData& s) {
+  Loss& loss = ts.loss();
+  if (s.y.size() != s.y_pred.size())
+    throw ValueError("the model returns " + std::to_string(s.y_pred.size()) + " output(s) but " +
+                     std::to_string(s.y.size()) + " target(s) were given; pass one target per output");
+  at::Tensor total;
+  for (size_t i = 0; i < s.y.size(); ++i) {
+    // Losses are computed in float32 whatever the compute dtype.
+    at::Tensor l = loss(s.y[i], s.y_pred[i].to(at::kFloat), s.sample_weight).to(at::kFloat);
+    total = total.defined() ? total + l : l;
+  }
+  at::Tensor reg = s.model->regularization_loss();
+  if (reg.defined()) total = total + reg.to(at::kFloat).sum();
+  s.loss = total;
+}
+
+void identity_scale(TrainState&, StepData& s) { s.scaled_loss = s.loss; }
+
+void backward_stage(TrainState&, StepData& s) {
+  s.grads.assign(s.variables.size(), at::Tensor());
+  if (s.variables.empty() || !s.scaled_loss.requires_grad()) return;
+  Tensors values;
+  values.reserve(s.variables.size());
+  for (auto& v : s.variables) values.push_back(v->value());
+  s.grads = compat::grad({s.scaled_loss}, values);
+}
+
+void no_reduction(TrainState&, StepData&) {}
+void no_unscale(TrainState&, StepData&) {}
+
+void apply_gradients_stage(TrainState& ts, StepData& s) {
+  if (!s.apply_update || s.variables.empty()) return;
+  ts.optimizer().apply_gradients(s.grads, s.variables);
+}
+
+void update_metrics_stage(TrainState& ts, StepData& s) {
+  at::NoGradGuard ng;
+  ts.loss_tracker().update(s.loss.detach().item<double>(), static_cast<double>(s.batch_size()));
+  auto metrics = ts.all_metrics();
+  if (metrics.size() <= 1 || s.y.empty()) return;
+  // Compiled metrics track the first output.
+  at::Tensor pred = s.y_pred[0].detach();
+  if (at::isFloatingType(pred.scalar_type())) pred = pred.to(at::kFloat);
+  for (size_t i = 1; i < metrics.size(); ++i) metrics[i]->update_state(s.y[0], pred, s.sample_weight);
+}
+
+}  // namespace
+
+StepPipeline StepPipeline::standard() {
+  StepPipeline p;
+  p.forward = forward_stage;
+  p.compute_loss = compute_loss_stage;
+  p.scale_loss = identity_scale;
+  p.backward = backward_stage;
+  p.reduce_gradients = no_reduction;
+  p.unscale_and_check = no_unscale;
+  p.apply_gradients = apply_gradients_stage;
+  p.update_metrics = update_metrics_stage;
+  return p;
+}
+
+TrainState::TrainState(const CompileArgs& args)
+    : args_(args), loss_tracker_(std::make_shared<Mean>("loss")), pipeline_(StepPipeline::standard()) {
+  if (!args_.optimizer)
+    throw ValueError("compile: an optimizer is required (e.g. \"adam\"). Received: optimizer=null");
+  for (auto& m : args_.metrics)
+    if (!m) throw ValueError("compile: received a null metric");
+  std::vector<std::string> names{"loss"};
+  for (auto& m : args_.metrics) {
+    for (auto& n : names)
+      if (n == m->name())
+        throw ValueError("compile: two metrics are named '" + n +
+                         "'; metric names must be unique (give one a name)");
+    names.push_back(m->name());
+  }
+}
+
+Loss& TrainState::loss() {
+  if (!args_.loss)
+    throw StateError(
+        "the model was compiled without a loss; call compile() with a loss before fit()/evaluate()");
+  return *args_.loss;
+}
+
+std::vector<Metric*> TrainState::all_metrics() {
+  std::vector<Metric*> out{loss_tracker_.get()};
+  for (auto& m : args_.metrics) out.push_back(m.get());
+  return out;
+}
+
+std::vector<std::string> TrainState::metric_names() const {
+  std::vector<std::string> out{"loss"};
+  for (auto& m : args_.metrics) out.push_back(m->name());
+  return out;
+}
+
+std::optional<bool> TrainState::higher_is_better(const std::string& name) const {
+  std::string n = name.rfind("val_", 0) == 0 ? name.substr(4) : name;
+  if (n == "loss") return false;
+  for (auto& m : args_.metrics)
+    if (m->name() == n) return m->higher_is_better();
+  return std::nullopt;
+}
+
+void TrainState::reset_metrics() {
+  loss_tracker_->reset_state();
+  for (auto& m : args_.metrics) m->reset_state();
+}
+
+std::map<std::string, double> TrainState::results() const {
+  std::map<std::string, double> out;
+  out["loss"] = loss_tracker_->result();
+  for (auto& m : args_.metrics) out[m->name()] = m->result();
+  return out;
+}
+
+void TrainState::train_step(StepData& s) {
+  s.training = true;
+  const StepPipeline& p = pipeline_;
+  p.forward(*this, s);
+  // After forward: an unbuilt model creates its variables on its first call.
+  if (s.variables.empty()) s.variables = s.model->trainable_weights();
+  p.compute_loss(*this, s);
+  p.scale_loss(*this, s);
+  p.backward(*this, s);
+  p.reduce_gradients(*this, s);
+  p.unscale_and_check(*this, s);
+  p.apply_gradients(*this, s);
+  p.update_metrics(*this, s);
+}
+
+void TrainState::test_step(StepData& s) {
+  s.training = false;
+  at::NoGradGuard ng;
+  pipeline_.forward(*this, s);
+  pipeline_.compute_loss(*this, s);
+  pipeline_.update_metrics(*this, s);
+}
+
+}  // namespace kiln

@@ -1,0 +1,153 @@
+// TrainState: what Model::compile() sets up and fit()/evaluate() run on —
+// the optimizer, the loss, the metrics (with a Mean "loss" tracker first),
+// the compile arguments, and the train step as a pipeline of stages.
+//
+// The train step is a pipeline (ARCHITECTURE.md), one std::function per stage:
+//
+//   forward            model(x, training) under the model's dtype policy
+//                      (Layer::operator() casts inputs to the compute dtype)
+//   compute_loss       compiled loss in float32 + model.regularization_loss()
+//   scale_loss         loss-scaling seam (identity; mixed precision replaces it)
+//   backward           gradients of the scaled loss w.r.t. trainable variables
+//   reduce_gradients   cross-replica reduction seam (identity; a Distribution
+//                      replaces it with an allreduce)
+//   unscale_and_check  unscale / finite-check seam (identity; may set
+//                      StepData::apply_update = false to skip a step)
+//   apply_gradients    optimizer.apply_gradients(grads, variables)
+//   update_metrics     loss tracker (weighted by batch size) and metrics
+//
+// A later issue replaces one stage without touching fit():
+//   auto& p = model->train_state().pipeline();
+//   p.scale_loss = [scaler](StepData& s) { s.scaled_loss = s.loss * scaler->scale(); };
+//
+// The test step (evaluate, validation) runs forward (training=false, no grad),
+// compute_loss and update_metrics of the same pipeline.
+//
+// FitProgress is where fit() is (epoch, batch, the host RNG state at the
+// start of the epoch); callbacks that checkpoint (BackupAndRestore) read it
+// and may set `resume` in on_train_begin to make fit() continue from a saved
+// point (see kiln/training/checkpoint.h).
+//
+// Thread safety: none; the training loop owns the state.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/models/fit_args.h"
+
+namespace kiln {
+
+class Model;
+
+// One batch flowing through the step pipeline. Each stage reads what earlier
+// stages wrote and fills its own fields.
+struct StepData {
+  Model* model = nullptr;
+  Tensors x, y;
+  at::Tensor sample_weight;  // undefined: all ones
+  bool training = true;
+  // forward
+  Tensors y_pred;
+  // compute_loss: float32 scalar, compiled loss summed over outputs plus
+  // regularization losses. Tracked by the "loss" metric.
+  at::Tensor loss;
+  // scale_loss: what backward differentiates.
+  at::Tensor scaled_loss;
+  // backward: grads[i] belongs to variables[i] (undefined if unused).
+  std::vector<VariablePtr> variables;
+  Tensors grads;
+  // unscale_and_check may veto the update (non-finite gradients).
+  bool apply_update = true;
+  int64_t batch_size() const { return x.empty() || x[0].dim() == 0 ? 1 : x[0].size(0); }
+};
+
+class TrainState;
+
+struct StepPipeline {
+  using Stage = std::function<void(TrainState&, StepData&)>;
+  Stage forward;
+  Stage compute_loss;
+  Stage scale_loss;
+  Stage backward;
+  Stage reduce_gradients;
+  Stage unscale_and_check;
+  Stage apply_gradients;
+  Stage update_metrics;
+
+  // The stages described above.
+  static StepPipeline standard();
+};
+
+// A point to continue training from (set by a checkpointing callback during
+// on_train_begin; consumed by fit()).
+struct ResumePoint {
+  int epoch = 0;      // the epoch to run next (0-based)
+  int64_t batch = 0;  // batches of that epoch already done; 0: epoch boundary
+  // kiln's host RNG (textual std::mt19937_64 state) at the save point and at
+  // the start of `epoch` (before its shuffle), and LibTorch's CPU generator
+  // state at the save point.
+  std::string host_rng;
+  std::string host_rng_epoch_start;
+  at::Tensor torch_rng;
+  // Metric accumulators at the save point, in TrainState::all_metrics()
+  // order (mid-epoch only), so the epoch's logs match an uninterrupted run.
+  std::vector<Tensors> metric_variables;
+};
+
+struct FitProgress {
+  bool in_fit = false;
+  int epoch = 0;                 // current epoch (0-based)
+  int64_t batch = 0;             // batches finished in the current epoch
+  int64_t steps_per_epoch = -1;  // -1: unknown until the first epoch ends
+  std::string host_rng_epoch_start;
+  std::optional<ResumePoint> resume;
+};
+
+class TrainState {
+ public:
+  // Validates `args` (an optimizer is required).
+  explicit TrainState(const CompileArgs& args);
+
+  const CompileArgs& compile_args() const { return args_; }
+  Optimizer& optimizer() { return *args_.optimizer; }
+  bool has_loss() const { return args_.loss != nullptr; }
+  // StateError if compiled without a loss.
+  Loss& loss();
+  // The loss tracker ("loss") followed by the compiled metrics.
+  std::vector<Metric*> all_metrics();
+  Mean& loss_tracker() { return *loss_tracker_; }
+  // "loss", then the compiled metrics' names, in order (the order Keras
+  // prints and the order of logs).
+  std::vector<std::string> metric_names() const;
+  // Higher-is-better for a metric name ("val_" stripped); nullopt if the
+  // name is unknown. "loss" is lower-is-better.
+  std::optional<bool> higher_is_better(const std::string& name) const;
+
+  void reset_metrics();
+  // Current (running) results of the loss tracker and every metric.
+  std::map<std::string, double> results() const;
+
+  StepPipeline& pipeline() { return pipeline_; }
+  FitProgress& progress() { return progress_; }
+
+  // Runs the train pipeline on one batch; `s.variables` may be pre-filled
+  // (fit() caches them), otherwise the model's trainable weights are used.
+  void train_step(StepData& s);
+  // forward (training=false, no grad), compute_loss, update_metrics.
+  void test_step(StepData& s);
+
+ private:
+  CompileArgs args_;
+  std::shared_ptr<Mean> loss_tracker_;
+  StepPipeline pipeline_;
+  FitProgress progress_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,362 @@
+// Model's training entry points (declared in kiln/models/model.h): compile,
+// fit, evaluate, predict and the *_on_batch forms. The per-batch work is
+// TrainState's step pipeline; this file is the loop around it: data, epochs,
+// validation, callbacks and resuming from a checkpoint.
+#include <algorithm>
+#include <cmath>
+
+#include "kiln/core/error.h"
+#include "kiln/core/random.h"
+#include "kiln/models/model.h"
+#include "kiln/training/callback.h"
+#include "kiln/training/checkpoint.h"
+#include "kiln/training/data_adapter.h"
+#include "kiln/training/progbar.h"
+#include "kiln/training/train_state.h"
+
+namespace kiln {
+namespace {
+
+int resolve_verbose(int verbose) {
+  if (verbose < 0) return stdout_is_terminal() ? 1 : 2;
+  return verbose;
+}
+
+// Builds the model (creating its variables) with a one-row probe when it is
+// not built yet; returns its number of outputs. fit() does this before
+// on_train_begin so checkpoint callbacks can restore into built variables,
+// as Keras's symbolic build does.
+size_t build_and_count_outputs(Model& model, const Tensors& sample, bool force_probe) {
+  if (model.built() && !force_probe) return 0;
+  Tensors probe;
+  for (auto& t : sample) probe.push_back(t.dim() > 0 && t.size(0) > 1 ? t.narrow(0, 0, 1) : t);
+  at::NoGradGuard ng;
+  return model(probe, false).size();
+}
+
+Json params_json(int verbose, int epochs, int64_t steps, bool do_validation) {
+  Json p;
+  p["verbose"] = verbose;
+  p["epochs"] = epochs;
+  p["steps"] = steps >= 0 ? Json(steps) : Json(nullptr);
+  p["do_validation"] = do_validation;
+  return p;
+}
+
+// The loop evaluate() and fit()'s validation share.
+Logs run_test_loop(Model& model, TrainState& ts, DataAdapter& data, int64_t steps, Callback& cbs) {
+  ts.reset_metrics();
+  cbs.on_test_begin({});
+  auto it = data.begin_epoch(0);
+  Logs logs;
+  for (int64_t b = 0; steps <= 0 || b < steps; ++b) {
+    auto batch = it->next();
+    if (!batch) break;
+    cbs.on_test_batch_begin(b, {});
+    StepData s;
+    s.model = &model;
+    s.x = std::move(batch->x);
+    s.y = std::move(batch->y);
+    s.sample_weight = batch->sample_weight;
+    ts.test_step(s);
+    logs = ts.results();
+    cbs.on_test_batch_end(b, logs);
+  }
+  logs = ts.results();
+  cbs.on_test_end(logs);
+  return logs;
+}
+
+std::unique_ptr<DataAdapter> eval_adapter(Model& model, const Tensors& x, const Tensors& y,
+                                          const at::Tensor& sw, const std::optional<Dataset>& ds,
+                                          int64_t batch_size) {
+  if (ds) {
+    if (!x.empty() || !y.empty()) throw ValueError("pass either x/y tensors or a dataset, not both");
+    auto probe = make_dataset_adapter(*ds, model.num_inputs(), 0);
+    size_t n_out = build_and_count_outputs(model, probe->sample_inputs(), true);
+    return make_dataset_adapter(*ds, model.num_inputs(), n_out);
+  }
+  auto a = make_tensor_adapter(x, y, sw, batch_size, /*shuffle=*/false);
+  build_and_count_outputs(model, a->sample_inputs(), false);
+  return a;
+}
+
+}  // namespace
+
+// --- compile -------------------------------------------------------------------
+
+void Model::compile(const CompileArgs& args) {
+  train_state_ = std::make_shared<TrainState>(args);
+  compile_args_ = std::make_unique<CompileArgs>(args);
+}
+
+void Model::compile(const std::string& optimizer, const std::string& loss,
+                    const std::vector<std::string>& metrics) {
+  compile(CompileArgs::from_names(optimizer, loss, metrics));
+}
+
+bool Model::compiled() const { return train_state_ != nullptr; }
+
+TrainState& Model::train_state() {
+  if (!train_state_) throw StateError("model '" + name() + "' is not compiled; call compile() first");
+  return *train_state_;
+}
+
+const CompileArgs& Model::compile_args() const {
+  if (!compile_args_) throw StateError("model '" + name() + "' is not compiled; call compile() first");
+  return *compile_args_;
+}
+
+// --- fit -------------------------------------------------------------------------
+
+History Model::fit(const FitArgs& a) {
+  TrainState& ts = train_state();
+  ts.loss();  // StateError without a loss
+  if (a.epochs < 0)
+    throw ValueError("fit: `epochs` must be >= 0. Received: epochs=" + std::to_string(a.epochs));
+  if (a.initial_epoch < 0)
+    throw ValueError("fit: `initial_epoch` must be >= 0. Received: initial_epoch=" +
+                     std::to_string(a.initial_epoch));
+  if (a.validation_split < 0 || a.validation_split >= 1)
+    throw ValueError("fit: `validation_split` must be in [0, 1). Received: validation_split=" +
+                     std::to_string(a.validation_split));
+  if (a.validation_freq < 1)
+    throw ValueError("fit: `validation_freq` must be >= 1. Received: validation_freq=" +
+                     std::to_string(a.validation_freq));
+
+  // --- data ---
+  std::unique_ptr<DataAdapter> train, val;
+  int64_t val_batch = a.batch_size;
+  if (a.dataset) {
+    if (!a.x.empty() || !a.y.empty()) throw ValueError("fit: pass either x/y tensors or a dataset, not both");
+    if (a.validation_split > 0)
+      throw ValueError(
+          "fit: validation_split is only supported for tensor inputs; pass validation_dataset instead");
+    auto probe = make_dataset_adapter(*a.dataset, num_inputs(), 0);
+    size_t n_out = build_and_count_outputs(*this, probe->sample_inputs(), true);
+    train = make_dataset_adapter(*a.dataset, num_inputs(), n_out, a.class_weight);
+  } else {
+    if (a.x.empty()) throw ValueError("fit: no training data; pass x and y tensors or a dataset");
+    if (a.y.empty()) throw ValueError("fit: no targets; pass y (one tensor per model output)");
+    // Validates the lengths (ValueError naming both).
+    make_tensor_adapter(a.x, a.y, a.sample_weight, a.batch_size, false);
+    Tensors x = a.x, y = a.y;
+    at::Tensor sw = a.sample_weight;
+    if (a.validation_split > 0) {
+      // Keras: the last fraction of the samples, taken before shuffling.
+      const int64_t n = x[0].size(0);
+      const int64_t split_at = (int64_t)std::ceil((double)n * (1.0 - a.validation_split));
+      if (split_at <= 0 || split_at >= n)
+        throw ValueError("fit: validation_split=" + std::to_string(a.validation_split) + " leaves " +
+                         std::to_string(split_at) + " training and " + std::to_string(n - split_at) +
+                         " validation samples out of " + std::to_string(n) + "; both must be non-empty");
+      val = make_tensor_adapter(slice_rows(x, split_at, n), slice_rows(y, split_at, n),
+                                sw.defined() ? sw.narrow(0, split_at, n - split_at) : at::Tensor(), val_batch,
+                                false);
+      x = slice_rows(x, 0, split_at);
+      y = slice_rows(y, 0, split_at);
+      if (sw.defined()) sw = sw.narrow(0, 0, split_at);
+    }
+    train = make_tensor_adapter(x, y, sw, a.batch_size, a.shuffle, a.class_weight);
+    build_and_count_outputs(*this, train->sample_inputs(), false);
+  }
+  if (a.validation_dataset) {
+    if (val) throw ValueError("fit: pass either validation_split or validation data, not both");
+    val = eval_adapter(*this, {}, {}, at::Tensor(), a.validation_dataset, val_batch);
+  } else if (!a.validation_x.empty()) {
+    if (val) throw ValueError("fit: pass either validation_split or validation data, not both");
+    if (a.validation_y.empty()) throw ValueError("fit: validation_x was given without validation_y");
+    val = make_tensor_adapter(a.validation_x, a.validation_y, at::Tensor(), val_batch, false);
+  }
+  const int64_t card = train->num_batches();
+  if (card == kInfiniteCardinality && a.steps_per_epoch <= 0)
+    throw ValueError(
+        "fit: the dataset is infinite; pass steps_per_epoch to say how many batches make an epoch");
+  int64_t steps = a.steps_per_epoch > 0 ? a.steps_per_epoch : (card >= 0 ? card : -1);
+  if (a.steps_per_epoch > 0 && card >= 0) steps = std::min(steps, card);
+
+  // --- callbacks ---
+  const int verbose = resolve_verbose(a.verbose);
+  CallbackList cbs(a.callbacks, /*add_history=*/true, /*add_progbar=*/verbose != 0, this,
+                   params_json(verbose, a.epochs, steps, val != nullptr));
+  std::vector<VariablePtr> variables = trainable_weights();
+
+  FitProgress& prog = ts.progress();
+  prog = FitProgress();
+  prog.in_fit = true;
+  prog.steps_per_epoch = steps;
+  stop_training = false;
+  struct ProgressReset {  // leave no stale in_fit after an exception
+    FitProgress& p;
+    ~ProgressReset() { p.in_fit = false; }
+  } progress_reset{prog};
+
+  cbs.on_train_begin({});
+  std::optional<ResumePoint> resume = std::move(prog.resume);
+  prog.resume.reset();
+  const int first_epoch = resume ? resume->epoch : a.initial_epoch;
+
+  Logs epoch_logs;
+  for (int epoch = first_epoch; epoch < a.epochs; ++epoch) {
+    const bool mid_epoch = resume && resume->batch > 0;
+    if (resume && !mid_epoch) {
+      set_host_rng_state(resume->host_rng);
+      set_torch_rng_state(resume->torch_rng);
+    }
+    if (mid_epoch) set_host_rng_state(resume->host_rng_epoch_start);
+    prog.epoch = epoch;
+    prog.batch = 0;
+    prog.host_rng_epoch_start = host_rng_state();
+    auto it = train->begin_epoch(epoch);  // the shuffle is drawn here
+    ts.reset_metrics();
+    cbs.on_epoch_begin(epoch, {});
+    int64_t b = 0;
+    if (mid_epoch) {
+      // Metrics of the batches already done, then the RNGs as they were.
+      auto metrics = ts.all_metrics();
+      for (size_t i = 0; i < resume->metric_variables.size() && i < metrics.size(); ++i) {
+        auto vars = metrics[i]->variables();
+        const Tensors& saved = resume->metric_variables[i];
+        if (saved.size() != vars.size()) continue;
+        at::NoGradGuard ng;
+        for (size_t j = 0; j < vars.size(); ++j) vars[j].copy_(saved[j]);
+      }
+      it->skip(resume->batch);  // before the RNGs: skipping must not disturb them
+      set_host_rng_state(resume->host_rng);
+      set_torch_rng_state(resume->torch_rng);
+      b = resume->batch;
+      prog.batch = b;
+    }
+    resume.reset();
+
+    for (; steps < 0 || b < steps; ++b) {
+      auto batch = it->next();
+      if (!batch) break;
+      cbs.on_train_batch_begin(b, {});
+      StepData s;
+      s.model = this;
+      s.x = std::move(batch->x);
+      s.y = std::move(batch->y);
+      s.sample_weight = batch->sample_weight;
+      s.variables = variables;
+      ts.train_step(s);
+      if (variables.empty()) variables = s.variables;
+      prog.batch = b + 1;
+      cbs.on_train_batch_end(b, ts.results());
+      if (stop_training) break;
+    }
+    if (steps < 0) {  // unknown cardinality: the first pass tells
+      steps = b;
+      prog.steps_per_epoch = b;
+    }
+    epoch_logs = ts.results();
+    if (val && (epoch + 1) % a.validation_freq == 0) {
+      Logs vl = run_test_loop(*this, ts, *val, a.validation_steps, cbs);
+      for (auto& [k, v] : vl) epoch_logs["val_" + k] = v;
+    }
+    cbs.on_epoch_end(epoch, epoch_logs);
+    if (stop_training) break;
+  }
+  cbs.on_train_end(epoch_logs);
+  return cbs.history()->history();
+}
+
+// --- evaluate / predict ------------------------------------------------------------
+
+std::map<std::string, double> Model::evaluate(const EvaluateArgs& a) {
+  TrainState& ts = train_state();
+  ts.loss();
+  auto data = eval_adapter(*this, a.x, a.y, a.sample_weight, a.dataset, a.batch_size);
+  int64_t card = data->num_batches();
+  if (card == kInfiniteCardinality && a.steps <= 0)
+    throw ValueError("evaluate: the dataset is infinite; pass `steps`");
+  int64_t steps = a.steps > 0 ? (card >= 0 ? std::min(a.steps, card) : a.steps) : (card >= 0 ? card : -1);
+  const int verbose = resolve_verbose(a.verbose);
+  CallbackList cbs(a.callbacks, false, verbose != 0, this, params_json(verbose, 1, steps, false));
+  return run_test_loop(*this, ts, *data, a.steps, cbs);
+}
+
+namespace {
+
+Tensors predict_loop(Model& model, DataAdapter& data, int verbose) {
+  const int v = resolve_verbose(verbose);
+  const int64_t card = data.num_batches();
+  if (card == kInfiniteCardinality) throw ValueError("predict: the dataset is infinite");
+  CallbackList cbs({}, false, v != 0, &model, params_json(v, 1, card >= 0 ? card : -1, false));
+  cbs.on_predict_begin({});
+  std::vector<Tensors> parts;
+  auto it = data.begin_epoch(0);
+  at::NoGradGuard ng;
+  for (int64_t b = 0;; ++b) {
+    auto batch = it->next();
+    if (!batch) break;
+    cbs.on_predict_batch_begin(b, {});
+    Tensors out = model(batch->x, false);
+    if (parts.empty()) parts.resize(out.size());
+    if (out.size() != parts.size())
+      throw Error("predict: the model returned a different number of outputs between batches");
+    for (size_t i = 0; i < out.size(); ++i) parts[i].push_back(out[i].detach());
+    cbs.on_predict_batch_end(b, {});
+  }
+  cbs.on_predict_end({});
+  Tensors result;
+  for (auto& p : parts) result.push_back(at::cat(p, 0));
+  return result;
+}
+
+}  // namespace
+
+Tensors Model::predict(const Tensors& x, int64_t batch_size, int verbose) {
+  auto data = make_tensor_adapter(x, {}, at::Tensor(), batch_size, false);
+  return predict_loop(*this, *data, verbose);
+}
+
+at::Tensor Model::predict(const at::Tensor& x, int64_t batch_size, int verbose) {
+  Tensors out = predict(Tensors{x}, batch_size, verbose);
+  if (out.size() != 1)
+    throw ValueError("predict: model '" + name() + "' has " + std::to_string(out.size()) +
+                     " outputs; call predict with a vector of inputs to get them all");
+  return out[0];
+}
+
+Tensors Model::predict(const Dataset& ds, int verbose) {
+  auto data = make_dataset_adapter(ds, num_inputs(), 0);
+  return predict_loop(*this, *data, verbose);
+}
+
+// --- on_batch ------------------------------------------------------------------------
+
+std::map<std::string, double> Model::train_on_batch(const Tensors& x, const Tensors& y,
+                                                    const at::Tensor& sample_weight) {
+  TrainState& ts = train_state();
+  make_tensor_adapter(x, y, sample_weight, 1, false);  // validates lengths
+  StepData s;
+  s.model = this;
+  s.x = x;
+  s.y = y;
+  if (sample_weight.defined()) s.sample_weight = sample_weight.to(at::kFloat);
+  ts.train_step(s);
+  return ts.results();
+}
+
+std::map<std::string, double> Model::test_on_batch(const Tensors& x, const Tensors& y,
+                                                   const at::Tensor& sample_weight) {
+  TrainState& ts = train_state();
+  make_tensor_adapter(x, y, sample_weight, 1, false);
+  StepData s;
+  s.model = this;
+  s.x = x;
+  s.y = y;
+  if (sample_weight.defined()) s.sample_weight = sample_weight.to(at::kFloat);
+  ts.test_step(s);
+  return ts.results();
+}
+
+Tensors Model::predict_on_batch(const Tensors& x) {
+  at::NoGradGuard ng;
+  Tensors out = (*this)(x, false);
+  for (auto& t : out) t = t.detach();
+  return out;
+}
+
+}  // namespace kiln
