@@ -37,6 +37,9 @@ std::string describe(const Json& j) {  // "adam" or {"class_name": "Adam", "conf
   if (j.is_string()) return j.get<std::string>();
   if (j.is_object() && j.contains("class_name")) {
     std::string s = j["class_name"].get<std::string>();
+    if (j.contains("config") && j["config"].is_object() && j["config"].contains("name") &&
+        j["config"]["name"].is_string())
+      s = j["config"]["name"].get<std::string>() + " = " + s;
     if (j.contains("config") && j["config"].is_object()) {
       std::string args;
       for (auto& [k, v] : j["config"].items()) {
