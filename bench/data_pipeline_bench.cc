@@ -16,9 +16,8 @@
 // Exits 1 if --max-ratio is given and exceeded. Uses synthetic data of the
 // same shape when Fashion-MNIST is not installed.
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/autograd.h>
-
 #include <dlfcn.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -77,11 +76,16 @@ int main(int argc, char** argv) {
   int blas_threads = 0;  // 0: as configure_threads() leaves it
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--epochs") epochs = std::atoi(argv[i + 1]);
-    else if (a == "--batch") batch = std::atoll(argv[i + 1]);
-    else if (a == "--hidden") hidden = std::atoll(argv[i + 1]);
-    else if (a == "--max-ratio") max_ratio = std::atof(argv[i + 1]);
-    else if (a == "--blas-threads") blas_threads = std::atoi(argv[i + 1]);
+    if (a == "--epochs")
+      epochs = std::atoi(argv[i + 1]);
+    else if (a == "--batch")
+      batch = std::atoll(argv[i + 1]);
+    else if (a == "--hidden")
+      hidden = std::atoll(argv[i + 1]);
+    else if (a == "--max-ratio")
+      max_ratio = std::atof(argv[i + 1]);
+    else if (a == "--blas-threads")
+      blas_threads = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -90,7 +94,8 @@ int main(int argc, char** argv) {
   const int threads = kiln::configure_threads();
   if (blas_threads > 0) {
     using SetFn = void (*)(int);
-    if (auto set = reinterpret_cast<SetFn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(blas_threads);
+    if (auto set = reinterpret_cast<SetFn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+      set(blas_threads);
   }
 
   at::Tensor x, y;
@@ -127,10 +132,18 @@ int main(int argc, char** argv) {
     (void)loss;
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
+  double waiting = 0;  // time in next() of the last pipeline epoch
   auto run_pipeline = [&](const kiln::Dataset& ds, int64_t epoch) {
     auto t0 = Clock::now();
     auto it = ds.iterator(epoch);
-    while (auto b = it->next()) model.step((*b)[0], (*b)[1], lr);
+    waiting = 0;
+    for (;;) {
+      auto w0 = Clock::now();
+      auto b = it->next();
+      waiting += std::chrono::duration<double>(Clock::now() - w0).count();
+      if (!b) break;
+      model.step((*b)[0], (*b)[1], lr);
+    }
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
 
@@ -140,9 +153,12 @@ int main(int argc, char** argv) {
   for (int e = 1; e <= epochs; ++e) {
     mem.push_back(run_in_memory(e));
     pre.push_back(run_pipeline(prefetched, e));
+    const double pre_waiting = waiting;
     plain.push_back(run_pipeline(pipeline, e));
-    std::printf("epoch %d: in-memory %.3f s, pipeline+prefetch %.3f s, pipeline %.3f s\n", e, mem.back(),
-                pre.back(), plain.back());
+    std::printf(
+        "epoch %d: in-memory %.3f s, pipeline+prefetch %.3f s (%.3f s in next()), pipeline %.3f s "
+        "(%.3f s in next())\n",
+        e, mem.back(), pre.back(), pre_waiting, plain.back(), waiting);
   }
   // Data-only cost per epoch (no training step).
   auto data_only = [&](const kiln::Dataset& ds) {

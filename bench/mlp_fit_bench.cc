@@ -29,6 +29,7 @@
 #include "kiln/data/datasets.h"
 #include "kiln/layers/dense.h"
 #include "kiln/models/sequential.h"
+#include "kiln/training/callbacks.h"
 
 using namespace kiln;
 using Clock = std::chrono::steady_clock;
@@ -99,27 +100,29 @@ Result hand_written(const at::Tensor& x, const at::Tensor& y, const at::Tensor& 
 Result with_fit(const at::Tensor& x, const at::Tensor& y, const at::Tensor& xt, const at::Tensor& yt, int epochs,
                 int64_t batch) {
   set_random_seed(1);
-  auto model = std::make_shared<Sequential>(
-      std::vector<LayerPtr>{std::make_shared<Dense>(256, "relu"), std::make_shared<Dense>(256, "relu"),
-                            std::make_shared<Dense>(10)});
+  auto model = std::make_shared<Sequential>();
   model->add(Input({784}));
+  model->add(std::make_shared<Dense>(256, "relu"));
+  model->add(std::make_shared<Dense>(256, "relu"));
+  model->add(std::make_shared<Dense>(10));
   model->compile(CompileArgs::from_json(Json{
       {"optimizer", {{"class_name", "Adam"}, {"config", {{"learning_rate", 1e-3}}}}},
       {"loss", {{"class_name", "SparseCategoricalCrossentropy"}, {"config", {{"from_logits", true}}}}},
       {"metrics", {"accuracy"}}}));
   Result r{"kiln fit()", {}, 0};
-  for (int e = 0; e < epochs; ++e) {
-    FitArgs args;
-    args.x = {x};
-    args.y = {y};
-    args.batch_size = batch;
-    args.epochs = e + 1;
-    args.initial_epoch = e;
-    args.verbose = 0;
-    auto t0 = Clock::now();
-    model->fit(args);
-    r.epoch_s.push_back(seconds_since(t0));
-  }
+  // Epochs are timed inside one fit() call, as a user runs it.
+  auto timer = std::make_shared<LambdaCallback>();
+  Clock::time_point t0;
+  timer->on_epoch_begin_fn = [&](int, const Logs&) { t0 = Clock::now(); };
+  timer->on_epoch_end_fn = [&](int, Logs&) { r.epoch_s.push_back(seconds_since(t0)); };
+  FitArgs args;
+  args.x = {x};
+  args.y = {y};
+  args.batch_size = batch;
+  args.epochs = epochs;
+  args.verbose = 0;
+  args.callbacks = {timer};
+  model->fit(args);
   EvaluateArgs ev;
   ev.x = {xt};
   ev.y = {yt};
@@ -130,7 +133,9 @@ Result with_fit(const at::Tensor& x, const at::Tensor& y, const at::Tensor& xt, 
 
 Result pytorch_peer(int epochs, int64_t batch, int threads) {
   Result r{"PyTorch Python loop", {}, 0};
-  std::string cmd = "/usr/bin/python3 " + std::string(KILN_BENCH_DIR) + "/pytorch_mlp.py --epochs " +
+  // The peer script sits beside this program's sources; benchmarks run from the repository root.
+  const char* dir = std::getenv("KILN_BENCH_DIR");
+  std::string cmd = "/usr/bin/python3 " + std::string(dir ? dir : "bench") + "/pytorch_mlp.py --epochs " +
                     std::to_string(epochs) + " --batch_size " + std::to_string(batch) + " --threads " +
                     std::to_string(threads);
   FILE* f = ::popen(cmd.c_str(), "r");

@@ -49,24 +49,26 @@ std::string shape_string(const at::Tensor& t) {
 
 void check_same_structure(const Element& first, const Element& other, int64_t index_in_batch) {
   if (first.size() != other.size()) {
-    throw ShapeError("Dataset.batch: elements have different numbers of tensors: element 0 of the batch has " +
-                     std::to_string(first.size()) + ", element " + std::to_string(index_in_batch) + " has " +
-                     std::to_string(other.size()));
+    throw ShapeError(
+        "Dataset.batch: elements have different numbers of tensors: element 0 of the batch has " +
+        std::to_string(first.size()) + ", element " + std::to_string(index_in_batch) + " has " +
+        std::to_string(other.size()));
   }
   for (size_t j = 0; j < first.size(); ++j) {
     const at::Tensor& a = first[j];
     const at::Tensor& b = other[j];
     if (a.sizes() != b.sizes()) {
       throw ShapeError("Dataset.batch: cannot stack elements of different shapes: component " +
-                       std::to_string(j) + " has shape " + shape_string(a) + " in element 0 of the batch and " +
-                       shape_string(b) + " in element " + std::to_string(index_in_batch) +
+                       std::to_string(j) + " has shape " + shape_string(a) +
+                       " in element 0 of the batch and " + shape_string(b) + " in element " +
+                       std::to_string(index_in_batch) +
                        ". Pad or resize them in a map() before batch(), or use batch_size=1.");
     }
     if (a.scalar_type() != b.scalar_type()) {
-      throw ShapeError("Dataset.batch: cannot stack elements of different dtypes: component " + std::to_string(j) +
-                       " is " + std::string(c10::toString(a.scalar_type())) + " in element 0 of the batch and " +
-                       std::string(c10::toString(b.scalar_type())) + " in element " +
-                       std::to_string(index_in_batch));
+      throw ShapeError("Dataset.batch: cannot stack elements of different dtypes: component " +
+                       std::to_string(j) + " is " + std::string(c10::toString(a.scalar_type())) +
+                       " in element 0 of the batch and " + std::string(c10::toString(b.scalar_type())) +
+                       " in element " + std::to_string(index_in_batch));
     }
   }
 }
@@ -125,6 +127,7 @@ class TensorsNode : public DatasetNode {
     return std::make_unique<It>(self<TensorsNode>());
   }
   int64_t cardinality() const override { return 1; }
+  bool in_memory() const override { return true; }
 
  private:
   Element element_;
@@ -163,6 +166,7 @@ class SlicesNode : public DatasetNode {
     return make_row_iterator(shared_from_this(), &tensors_, index_stream(key));
   }
   int64_t cardinality() const override { return n_; }
+  bool in_memory() const override { return true; }
   const Element* row_source() const override { return &tensors_; }
   std::unique_ptr<IndexStream> index_stream(uint64_t) const override {
     return std::make_unique<RangeStream>(n_);
@@ -232,7 +236,8 @@ Dataset Dataset::from_tensors(const Element& tensors) {
 }
 
 Dataset Dataset::from_tensor_slices(const Element& tensors) {
-  if (tensors.empty()) throw ValueError("Dataset.from_tensor_slices: received no tensors, expected at least one");
+  if (tensors.empty())
+    throw ValueError("Dataset.from_tensor_slices: received no tensors, expected at least one");
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (!tensors[i].defined()) {
       throw ValueError("Dataset.from_tensor_slices: tensor " + std::to_string(i) + " is undefined");
@@ -246,10 +251,13 @@ Dataset Dataset::from_tensor_slices(const Element& tensors) {
   for (size_t i = 1; i < tensors.size(); ++i) {
     if (tensors[i].size(0) != n) {
       std::string lengths;
-      for (size_t j = 0; j < tensors.size(); ++j) lengths += (j ? ", " : "") + std::to_string(tensors[j].size(0));
-      throw ValueError("Dataset.from_tensor_slices: all tensors must have the same length along dim 0. Received lengths: [" +
-                       lengths + "] (tensor shapes: " + shape_string(tensors[0]) + " and " +
-                       shape_string(tensors[i]) + ")");
+      for (size_t j = 0; j < tensors.size(); ++j)
+        lengths += (j ? ", " : "") + std::to_string(tensors[j].size(0));
+      throw ValueError(
+          "Dataset.from_tensor_slices: all tensors must have the same length along dim 0. Received lengths: "
+          "[" +
+          lengths + "] (tensor shapes: " + shape_string(tensors[0]) + " and " + shape_string(tensors[i]) +
+          ")");
     }
   }
   return Dataset(std::make_shared<SlicesNode>(tensors));
@@ -271,9 +279,10 @@ Dataset Dataset::map(std::function<Element(const Element&)> fn, int num_parallel
     num_parallel_calls = std::max(1u, std::thread::hardware_concurrency());
   }
   if (num_parallel_calls <= 0) {
-    throw ValueError("Dataset.map: received an invalid value for `num_parallel_calls`, expected a positive "
-                     "integer or kAutotune (-1). Received: num_parallel_calls=" +
-                     std::to_string(num_parallel_calls));
+    throw ValueError(
+        "Dataset.map: received an invalid value for `num_parallel_calls`, expected a positive "
+        "integer or kAutotune (-1). Received: num_parallel_calls=" +
+        std::to_string(num_parallel_calls));
   }
   return Dataset(make_map_node(node_, std::move(fn), num_parallel_calls));
 }
@@ -293,29 +302,37 @@ Dataset Dataset::unbatch() const { return Dataset(make_unbatch_node(node_)); }
 
 Dataset Dataset::repeat(int64_t count) const {
   if (count < -1) {
-    throw ValueError("Dataset.repeat: received an invalid value for `count`, expected -1 (forever) or a count "
-                     ">= 0. Received: count=" + std::to_string(count));
+    throw ValueError(
+        "Dataset.repeat: received an invalid value for `count`, expected -1 (forever) or a count "
+        ">= 0. Received: count=" +
+        std::to_string(count));
   }
   return Dataset(make_repeat_node(node_, count));
 }
 
 Dataset Dataset::take(int64_t n) const {
   if (n < -1) {
-    throw ValueError("Dataset.take: received an invalid value for `count`, expected -1 (all) or a count >= 0. "
-                     "Received: count=" + std::to_string(n));
+    throw ValueError(
+        "Dataset.take: received an invalid value for `count`, expected -1 (all) or a count >= 0. "
+        "Received: count=" +
+        std::to_string(n));
   }
   return Dataset(make_take_node(node_, n));
 }
 
 Dataset Dataset::skip(int64_t n) const {
   if (n < -1) {
-    throw ValueError("Dataset.skip: received an invalid value for `count`, expected -1 (all) or a count >= 0. "
-                     "Received: count=" + std::to_string(n));
+    throw ValueError(
+        "Dataset.skip: received an invalid value for `count`, expected -1 (all) or a count >= 0. "
+        "Received: count=" +
+        std::to_string(n));
   }
   return Dataset(make_skip_node(node_, n));
 }
 
-Dataset Dataset::cache(const std::string& filename) const { return Dataset(make_cache_node(node_, filename)); }
+Dataset Dataset::cache(const std::string& filename) const {
+  return Dataset(make_cache_node(node_, filename));
+}
 
 Dataset Dataset::prefetch(int64_t buffer_size) const {
   if (buffer_size == kAutotune) buffer_size = 2;
@@ -326,8 +343,9 @@ Dataset Dataset::prefetch(int64_t buffer_size) const {
 Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
   require_positive("shard", "num_shards", num_shards);
   if (index < 0 || index >= num_shards) {
-    throw ValueError("Dataset.shard: received an invalid value for `index`, expected 0 <= index < num_shards=" +
-                     std::to_string(num_shards) + ". Received: index=" + std::to_string(index));
+    throw ValueError(
+        "Dataset.shard: received an invalid value for `index`, expected 0 <= index < num_shards=" +
+        std::to_string(num_shards) + ". Received: index=" + std::to_string(index));
   }
   return Dataset(make_shard_node(node_, num_shards, index));
 }

@@ -54,8 +54,9 @@ class DatasetIterator {
   virtual std::optional<Element> next() = 0;
   // Advances past up to `n` elements (batches, for a batched dataset) without
   // returning them; returns how many were skipped (fewer at the end of the
-  // pass). Map functions are not called for skipped elements, and a batched
-  // in-memory pipeline skips without gathering, so resuming is cheap.
+  // pass). Map functions are not called for skipped elements (unless a
+  // cache() above them must see every element), and a batched in-memory
+  // pipeline skips without gathering, so resuming is cheap.
   virtual int64_t skip_batches(int64_t n);
 };
 
@@ -65,7 +66,7 @@ constexpr int64_t kUnknownCardinality = -2;
 // buffer sizes (2).
 constexpr int64_t kAutotune = -1;
 
-class DatasetNode;  // implementation detail (data/dataset.cc)
+class DatasetNode;  // implementation detail (kiln/data/dataset_node.h)
 
 class Dataset {
  public:
@@ -110,7 +111,11 @@ class Dataset {
   // tf.data, a cache holds the first pass's order: shuffle after cache().
   Dataset cache(const std::string& filename = "") const;
   // Produces up to `buffer_size` (kAutotune: 2) elements ahead on a
-  // background thread started by the first next().
+  // background thread started by the first next(). Exception: an in-memory
+  // pipeline (from_tensors/from_tensor_slices under shuffle/take/skip/shard/
+  // repeat/batch/unbatch only) when ATen's intra-op threads already use every
+  // core is produced in next() instead: it never waits on I/O, and a thread
+  // could only take cycles from the caller's own.
   Dataset prefetch(int64_t buffer_size = 1) const;
   // Every num_shards-th element starting at index.
   Dataset shard(int64_t num_shards, int64_t index) const;

@@ -33,8 +33,8 @@ struct DtypeCode {
   at::ScalarType type;
 };
 constexpr DtypeCode kDtypes[] = {
-    {1, at::kFloat}, {2, at::kDouble}, {3, at::kHalf},  {4, at::kBFloat16}, {5, at::kByte},
-    {6, at::kChar},  {7, at::kShort},  {8, at::kInt},   {9, at::kLong},     {10, at::kBool},
+    {1, at::kFloat}, {2, at::kDouble}, {3, at::kHalf}, {4, at::kBFloat16}, {5, at::kByte},
+    {6, at::kChar},  {7, at::kShort},  {8, at::kInt},  {9, at::kLong},     {10, at::kBool},
 };
 
 uint8_t dtype_code(at::ScalarType t) {
@@ -78,8 +78,10 @@ void append_element(std::string* out, const Element& e) {
 class CacheFile {
  public:
   explicit CacheFile(std::string path) : path_(std::move(path)), data_(read_file(path_)) {
-    if (data_.size() < kHeaderBytes) fail("truncated: " + std::to_string(data_.size()) + " bytes, shorter than the header");
-    if (std::memcmp(data_.data(), kMagic, sizeof kMagic) != 0) fail("bad magic (not a kiln dataset cache file)");
+    if (data_.size() < kHeaderBytes)
+      fail("truncated: " + std::to_string(data_.size()) + " bytes, shorter than the header");
+    if (std::memcmp(data_.data(), kMagic, sizeof kMagic) != 0)
+      fail("bad magic (not a kiln dataset cache file)");
     const uint32_t version = get<uint32_t>(8);
     if (version != kVersion) fail("unsupported version " + std::to_string(version));
     num_elements_ = get<uint64_t>(16);
@@ -88,10 +90,12 @@ class CacheFile {
     const uint32_t header_crc = get<uint32_t>(36);
     if (crc32_of(data_.data(), 36) != header_crc) fail("header checksum mismatch");
     if (body_bytes != data_.size() - kHeaderBytes) {
-      fail("length mismatch: the header promises " + std::to_string(body_bytes) + " bytes of data, the file has " +
-           std::to_string(data_.size() - kHeaderBytes) + (body_bytes > data_.size() - kHeaderBytes ? " (truncated)" : ""));
+      fail("length mismatch: the header promises " + std::to_string(body_bytes) +
+           " bytes of data, the file has " + std::to_string(data_.size() - kHeaderBytes) +
+           (body_bytes > data_.size() - kHeaderBytes ? " (truncated)" : ""));
     }
-    if (crc32_of(data_.data() + kHeaderBytes, body_bytes) != body_crc) fail("data checksum mismatch (corrupt)");
+    if (crc32_of(data_.data() + kHeaderBytes, body_bytes) != body_crc)
+      fail("data checksum mismatch (corrupt)");
   }
 
   uint64_t num_elements() const { return num_elements_; }
@@ -115,7 +119,8 @@ class CacheFile {
           found = true;
         }
       }
-      if (!found) fail("unknown dtype code " + std::to_string(code) + " at byte " + std::to_string(*offset - 2));
+      if (!found)
+        fail("unknown dtype code " + std::to_string(code) + " at byte " + std::to_string(*offset - 2));
       if (ndim > kMaxDims) fail("implausible rank " + std::to_string(ndim));
       std::vector<int64_t> dims(ndim);
       uint64_t numel = 1;
@@ -148,7 +153,8 @@ class CacheFile {
  private:
   template <class T>
   T get(size_t offset) const {
-    if (offset > data_.size() || data_.size() - offset < sizeof(T)) fail("unexpected end of file at byte " + std::to_string(offset));
+    if (offset > data_.size() || data_.size() - offset < sizeof(T))
+      fail("unexpected end of file at byte " + std::to_string(offset));
     T v;
     std::memcpy(&v, data_.data() + offset, sizeof v);
     return v;

@@ -17,8 +17,8 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +43,10 @@ class DatasetNode : public std::enable_shared_from_this<DatasetNode> {
   virtual ~DatasetNode() = default;
   virtual std::unique_ptr<DatasetIterator> make_iterator(uint64_t key) const = 0;
   virtual int64_t cardinality() const = 0;
+  // True when a pass only reads tensors already in memory: no user code, no
+  // I/O, nothing that blocks (from_tensors/from_tensor_slices under
+  // shuffle/take/skip/shard/repeat/batch/unbatch/prefetch).
+  virtual bool in_memory() const { return false; }
 
   // Row-indexed nodes: the tensors whose dim-0 rows this node yields, and the
   // row order of a pass. nullptr for other nodes.

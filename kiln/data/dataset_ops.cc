@@ -176,7 +176,8 @@ struct RepeatParams {
 template <class T>
 class RepeatOp {
  public:
-  RepeatOp(Opener<T> open, uint64_t key, const RepeatParams& p) : open_(std::move(open)), key_(key), count_(p.count) {}
+  RepeatOp(Opener<T> open, uint64_t key, const RepeatParams& p)
+      : open_(std::move(open)), key_(key), count_(p.count) {}
   std::optional<T> next() {
     while (open_next()) {
       auto x = in_->next();
@@ -300,6 +301,7 @@ class OrderNode : public DatasetNode {
     return std::make_unique<Adapter<Element, Op<Element>>>(open, key, params_);
   }
   int64_t cardinality() const override { return cardinality_; }
+  bool in_memory() const override { return input_->in_memory(); }
   const Element* row_source() const override { return input_->row_source(); }
   std::unique_ptr<IndexStream> index_stream(uint64_t key) const override {
     if (!input_->row_source()) return nullptr;
@@ -367,7 +369,10 @@ class GatherBatchIterator : public DatasetIterator {
  public:
   GatherBatchIterator(NodePtr owner, const Element* source, std::unique_ptr<IndexStream> stream,
                       int64_t batch_size, bool drop)
-      : owner_(std::move(owner)), source_(source), stream_(std::move(stream)), batch_size_(batch_size),
+      : owner_(std::move(owner)),
+        source_(source),
+        stream_(std::move(stream)),
+        batch_size_(batch_size),
         drop_(drop) {
     rows_.reserve(std::min<int64_t>(batch_size_, 1 << 20));
   }
@@ -426,6 +431,7 @@ class BatchNode : public DatasetNode {
     if (!known(c)) return c;
     return drop_ ? c / batch_size_ : (c + batch_size_ - 1) / batch_size_;
   }
+  bool in_memory() const override { return input_->in_memory(); }
 
  private:
   NodePtr input_;
@@ -462,9 +468,9 @@ class UnbatchIterator : public DatasetIterator {
                          " is a scalar; unbatch needs tensors with a leading batch dimension");
       }
       if (e[j].size(0) != e[0].size(0)) {
-        throw ShapeError("Dataset.unbatch: the components of an element disagree on dim 0: component 0 has shape " +
-                         shape_string(e[0]) + ", component " + std::to_string(j) + " has shape " +
-                         shape_string(e[j]));
+        throw ShapeError(
+            "Dataset.unbatch: the components of an element disagree on dim 0: component 0 has shape " +
+            shape_string(e[0]) + ", component " + std::to_string(j) + " has shape " + shape_string(e[j]));
       }
     }
   }
@@ -484,6 +490,7 @@ class UnbatchNode : public DatasetNode {
     const int64_t c = input_->cardinality();
     return c == kInfiniteCardinality || c == 0 ? c : kUnknownCardinality;
   }
+  bool in_memory() const override { return input_->in_memory(); }
 
  private:
   NodePtr input_;
@@ -614,7 +621,8 @@ class MapNode : public DatasetNode {
   MapNode(NodePtr input, MapFn fn, int parallel)
       : input_(std::move(input)), fn_(std::make_shared<const MapFn>(std::move(fn))), parallel_(parallel) {}
   std::unique_ptr<DatasetIterator> make_iterator(uint64_t key) const override {
-    if (parallel_ > 1) return std::make_unique<ParallelMapIterator>(fn_, input_->make_iterator(key), parallel_);
+    if (parallel_ > 1)
+      return std::make_unique<ParallelMapIterator>(fn_, input_->make_iterator(key), parallel_);
     return std::make_unique<SerialMapIterator>(fn_, input_->make_iterator(key));
   }
   int64_t cardinality() const override { return input_->cardinality(); }
@@ -635,8 +643,8 @@ NodePtr make_map_node(NodePtr input, MapFn fn, int num_parallel_calls) {
 
 NodePtr make_shuffle_node(NodePtr input, int64_t buffer_size, uint64_t seed, bool reshuffle) {
   const int64_t c = input->cardinality();
-  return std::make_shared<OrderNode<ShuffleOp, ShuffleParams>>(std::move(input),
-                                                               ShuffleParams{buffer_size, seed, reshuffle}, c);
+  return std::make_shared<OrderNode<ShuffleOp, ShuffleParams>>(
+      std::move(input), ShuffleParams{buffer_size, seed, reshuffle}, c);
 }
 
 NodePtr make_batch_node(NodePtr input, int64_t batch_size, bool drop_remainder) {
@@ -691,7 +699,8 @@ NodePtr make_skip_node(NodePtr input, int64_t n) {
 NodePtr make_shard_node(NodePtr input, int64_t num_shards, int64_t index) {
   const int64_t c = input->cardinality();
   const int64_t out = known(c) ? c / num_shards + (index < c % num_shards ? 1 : 0) : c;
-  return std::make_shared<OrderNode<ShardOp, ShardParams>>(std::move(input), ShardParams{num_shards, index}, out);
+  return std::make_shared<OrderNode<ShardOp, ShardParams>>(std::move(input), ShardParams{num_shards, index},
+                                                           out);
 }
 
 }  // namespace kiln

@@ -1,5 +1,6 @@
 #include "kiln/data/dataset.h"
 
+#include <ATen/Parallel.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,8 +9,6 @@
 #include <numeric>
 #include <set>
 #include <thread>
-
-#include <ATen/Parallel.h>
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
@@ -215,8 +214,8 @@ TEST(DatasetTest, RepeatTakeSkipInterplay) {
     EXPECT_EQ(values(base.skip(20)), std::vector<int64_t>{});
     EXPECT_EQ(values(base.take(0)), std::vector<int64_t>{});
     EXPECT_EQ(values(base.repeat(0)), std::vector<int64_t>{});
-    EXPECT_EQ(values(base.repeat(2).batch(4)), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
-                                                                    0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+    EXPECT_EQ(values(base.repeat(2).batch(4)),
+              (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
     EXPECT_EQ(batch_sizes(base.repeat(2).batch(4)), (std::vector<int64_t>{4, 4, 4, 4, 4}));
   }
   // An empty input under repeat() ends instead of spinning.
@@ -329,7 +328,8 @@ TEST(DatasetTest, RepeatReshufflesEachRepetition) {
   std::sort(second.begin(), second.end());
   EXPECT_EQ(second, iota(20));
   auto same = values(range(20).shuffle(20, 1, false).repeat(2));
-  EXPECT_EQ(std::vector<int64_t>(same.begin(), same.begin() + 20), std::vector<int64_t>(same.begin() + 20, same.end()));
+  EXPECT_EQ(std::vector<int64_t>(same.begin(), same.begin() + 20),
+            std::vector<int64_t>(same.begin() + 20, same.end()));
 }
 
 // ------------------------------------------------------------ skip_batches
@@ -495,6 +495,22 @@ TEST(DatasetTest, PrefetchYieldsTheSameElements) {
   EXPECT_EQ(values(range_generator(30).prefetch(1)), iota(30));
   EXPECT_EQ(values(range_generator(30).prefetch(kAutotune).prefetch(2)), iota(30));
   EXPECT_THROW(range(3).prefetch(0), ValueError);
+}
+
+TEST(DatasetTest, PrefetchOfInMemoryDataWithOrWithoutASpareCore) {
+  // Threaded when a core is spare, produced in next() when intra-op threads
+  // cover every core: the same elements either way.
+  const int old_threads = at::get_num_threads();
+  auto ds = range(100).shuffle(100, 2).batch(7).prefetch(2);
+  auto want = values(range(100).shuffle(100, 2).batch(7), 1);
+  for (int threads : {1, static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))}) {
+    at::set_num_threads(threads);
+    EXPECT_EQ(values(ds, 1), want) << threads << " threads";
+    auto it = ds.iterator(1);
+    EXPECT_EQ(it->skip_batches(3), 3);
+    EXPECT_EQ(values(ds.skip(3), 1).size(), want.size() - 21);
+  }
+  at::set_num_threads(old_threads);
 }
 
 TEST(DatasetTest, PrefetchRethrowsProducerErrorsAfterEarlierElements) {

@@ -17,9 +17,10 @@ std::string find_file(const std::string& dir, const std::string& name) {
   for (const std::string& candidate : {join_path(dir, name + ".gz"), join_path(dir, name)}) {
     if (path_exists(candidate)) return candidate;
   }
-  throw NotFoundError("Fashion-MNIST file " + name + "(.gz) not found in " + dir +
-                      ". Install the data with `scripts/setup.sh` or `apt-get install dataset-fashion-mnist`, "
-                      "or point KILN_FASHION_MNIST_DIR at a directory holding the four IDX files.");
+  throw NotFoundError(
+      "Fashion-MNIST file " + name + "(.gz) not found in " + dir +
+      ". Install the data with `scripts/setup.sh` or `apt-get install dataset-fashion-mnist`, "
+      "or point KILN_FASHION_MNIST_DIR at a directory holding the four IDX files.");
 }
 
 at::Tensor read_labels(const std::string& path, int64_t count) {
@@ -32,8 +33,8 @@ at::Tensor read_labels(const std::string& path, int64_t count) {
                       " labels, but the images file holds " + std::to_string(count) + " images");
   }
   if (count > 0 && y.max().item<int>() >= 10) {
-    throw FormatError("Fashion-MNIST labels " + path + ": found label " + std::to_string(y.max().item<int>()) +
-                      ", expected 0..9");
+    throw FormatError("Fashion-MNIST labels " + path + ": found label " +
+                      std::to_string(y.max().item<int>()) + ", expected 0..9");
   }
   return y.to(at::kLong);
 }

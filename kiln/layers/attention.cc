@@ -52,7 +52,8 @@ MultiHeadAttention::MultiHeadAttention(const Json& config) : Layer(config) {
 MultiHeadAttention::MultiHeadAttention(int64_t num_heads, int64_t key_dim, const Json& extra)
     : MultiHeadAttention(merged_config(extra, Json{{"num_heads", num_heads}, {"key_dim", key_dim}})) {}
 
-std::shared_ptr<EinsumDense> MultiHeadAttention::make_dense(const std::string& name, const std::string& equation,
+std::shared_ptr<EinsumDense> MultiHeadAttention::make_dense(const std::string& name,
+                                                            const std::string& equation,
                                                             const Shape& output_shape,
                                                             const std::string& bias_axes) const {
   Json c;
@@ -71,7 +72,8 @@ std::shared_ptr<EinsumDense> MultiHeadAttention::make_dense(const std::string& n
 
 void MultiHeadAttention::check_inputs(const std::vector<Shape>& shapes) const {
   if (shapes.size() != 2 && shapes.size() != 3)
-    throw ValueError("MultiHeadAttention '" + name() + "' takes [query, value] or [query, value, key]. Received " +
+    throw ValueError("MultiHeadAttention '" + name() +
+                     "' takes [query, value] or [query, value, key]. Received " +
                      std::to_string(shapes.size()) + " inputs");
   for (auto& s : shapes)
     if (s.size() != 3 || s.back() < 1)
@@ -99,7 +101,8 @@ void MultiHeadAttention::build(const std::vector<Shape>& input_shapes) {
   for (size_t i = 0; i < output_shape_.size(); ++i) out_letters += (char)('e' + i);
   Shape partial = {kNone};
   partial.insert(partial.end(), output_shape_.begin(), output_shape_.end());
-  output_ = make_dense("attention_output", "abcd,cd" + out_letters + "->ab" + out_letters, partial, out_letters);
+  output_ =
+      make_dense("attention_output", "abcd,cd" + out_letters + "->ab" + out_letters, partial, out_letters);
   for (auto& d : {query_, key_, value_, output_}) track(d);
   query_->build_if_needed({q});
   key_->build_if_needed({k});
@@ -107,7 +110,8 @@ void MultiHeadAttention::build(const std::vector<Shape>& input_shapes) {
   output_->build_if_needed({{q[0], q[1], num_heads_, value_dim_}});
 }
 
-std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(const Tensors& inputs, bool training) {
+std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(const Tensors& inputs,
+                                                                            bool training) {
   std::vector<Shape> shapes;
   for (auto& t : inputs) shapes.push_back(sizes_of(t));
   if (!built()) {
@@ -120,16 +124,16 @@ std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(cons
   const at::Tensor& value = inputs[1];
   const at::Tensor& key = inputs.size() > 2 ? inputs[2] : value;
   at::Tensor q = (*query_)(query, training) * (1.0 / std::sqrt((double)key_dim_));  // (B, T, N, H)
-  at::Tensor k = (*key_)(key, training);                                              // (B, S, N, H)
-  at::Tensor v = (*value_)(value, training);                                          // (B, S, N, Hv)
-  at::Tensor logits = at::einsum("aecd,abcd->acbe", {k, q});                          // (B, N, T, S)
+  at::Tensor k = (*key_)(key, training);                                            // (B, S, N, H)
+  at::Tensor v = (*value_)(value, training);                                        // (B, S, N, Hv)
+  at::Tensor logits = at::einsum("aecd,abcd->acbe", {k, q});                        // (B, N, T, S)
   // Softmax in at least float32 for 16-bit compute dtypes, then back.
-  at::Tensor scores = at::softmax(logits, -1, at::promote_types(logits.scalar_type(), at::kFloat))
-                          .to(logits.scalar_type());
+  at::Tensor scores =
+      at::softmax(logits, -1, at::promote_types(logits.scalar_type(), at::kFloat)).to(logits.scalar_type());
   at::Tensor dropped = (training && dropout_ > 0) ? at::dropout(scores, dropout_, true) : scores;
   at::Tensor context = at::einsum("acbe,aecd->abcd", {dropped, v});  // (B, T, N, Hv)
   at::Tensor out = (*output_)(context, training);
-  if (activity_reg_) add_loss((*activity_reg_)(out));
+  if (activity_reg_ && training) add_loss((*activity_reg_)(out));
   return {out, scores};
 }
 

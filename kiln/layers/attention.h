@@ -20,6 +20,7 @@
 // ("glorot_uniform"), bias_initializer ("zeros"), kernel_regularizer,
 // bias_regularizer, activity_regularizer, kernel_constraint, bias_constraint
 // (null only), seed (null; dropout uses LibTorch's generator).
+// Activity penalties are recorded in training calls only.
 // Not supported yet: attention masks, causal masking, inputs of rank != 3.
 #pragma once
 

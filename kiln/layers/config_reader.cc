@@ -18,9 +18,11 @@ bool is_int(const Json& j) {
 }
 }  // namespace
 
-ConfigReader::ConfigReader(const Json& config, std::string owner) : config_(config), owner_(std::move(owner)) {
+ConfigReader::ConfigReader(const Json& config, std::string owner)
+    : config_(config), owner_(std::move(owner)) {
   if (!config_.is_object() && !config_.is_null())
-    throw ValueError(owner_ + ": the config must be a JSON object. Received: " + config_.dump().substr(0, 200));
+    throw ValueError(owner_ +
+                     ": the config must be a JSON object. Received: " + config_.dump().substr(0, 200));
 }
 
 bool ConfigReader::has(const char* key) const {
@@ -47,7 +49,10 @@ int64_t ConfigReader::positive_int(const char* key) {
 }
 
 int64_t ConfigReader::positive_int(const char* key, int64_t fallback) {
-  if (!has(key)) return get(key), fallback;
+  if (!has(key)) {
+    get(key);  // marks it read
+    return fallback;
+  }
   return positive_int(key);
 }
 
@@ -99,16 +104,21 @@ std::string ConfigReader::choice(const char* key, const std::string& fallback,
   return v;
 }
 
-std::vector<int64_t> ConfigReader::int_tuple(const char* key, size_t n, const std::vector<int64_t>& fallback) {
-  if (!has(key)) return get(key), fallback;
+std::vector<int64_t> ConfigReader::int_tuple(const char* key, size_t n,
+                                             const std::vector<int64_t>& fallback) {
+  if (!has(key)) {
+    get(key);  // marks it read
+    return fallback;
+  }
   return int_tuple(key, n);
 }
 
 std::vector<int64_t> ConfigReader::int_tuple(const char* key, size_t n) {
   const Json* j = get(key);
   if (!j) throw ValueError(owner_ + ": the config is missing `" + key + "`");
-  const std::string expected = n == 1 ? "a positive integer or a list of 1 positive integer"
-                                      : "a positive integer or a list of " + std::to_string(n) + " positive integers";
+  const std::string expected =
+      n == 1 ? "a positive integer or a list of 1 positive integer"
+             : "a positive integer or a list of " + std::to_string(n) + " positive integers";
   std::vector<int64_t> out;
   if (is_int(*j)) {
     out.assign(n, j->get<int64_t>());
@@ -181,8 +191,8 @@ void ConfigReader::finish() const {
       continue;
     std::string known = "name, trainable, dtype";
     for (auto& r : read_) known += ", " + r;
-    throw ValueError(owner_ + ": unrecognized config key `" + k + "` (value " + it.value().dump().substr(0, 100) +
-                     "). Known keys: " + known);
+    throw ValueError(owner_ + ": unrecognized config key `" + k + "` (value " +
+                     it.value().dump().substr(0, 100) + "). Known keys: " + known);
   }
 }
 

@@ -27,7 +27,9 @@ struct CaseBuilder {
     c.int_input_high = high;
     return *this;
   }
-  CaseBuilder& skip_input_gradients(std::string why) { return c.skip_input_gradients = std::move(why), *this; }
+  CaseBuilder& skip_input_gradients(std::string why) {
+    return c.skip_input_gradients = std::move(why), *this;
+  }
   CaseBuilder& mixed_tolerance(double t) { return c.mixed_tolerance = t, *this; }
   operator LayerTestCase() const { return c; }
 };
@@ -43,10 +45,12 @@ std::vector<LayerTestCase> all_cases() {
           .in({{2, 5, 4}})
           .out({{2, 5, 3}})
           .params(12));
-  for (const char* a : {"linear", "relu", "relu6", "gelu", "sigmoid", "hard_sigmoid", "tanh", "softmax",
-                        "log_softmax", "silu", "swish", "leaky_relu", "elu", "selu", "softplus", "softsign",
-                        "exponential", "mish"})
-    add(CaseBuilder(std::string("Activation_") + a, "Activation", {{"activation", a}}).in({{2, 5}}).out({{2, 5}}));
+  for (const char* a :
+       {"linear", "relu", "relu6", "gelu", "sigmoid", "hard_sigmoid", "tanh", "softmax", "log_softmax",
+        "silu", "swish", "leaky_relu", "elu", "selu", "softplus", "softsign", "exponential", "mish"})
+    add(CaseBuilder(std::string("Activation_") + a, "Activation", {{"activation", a}})
+            .in({{2, 5}})
+            .out({{2, 5}}));
   add(CaseBuilder("Dropout_0.5", "Dropout", {{"rate", 0.5}}).in({{3, 4}}).out({{3, 4}}));
   add(CaseBuilder("Dropout_noise_shape", "Dropout", {{"rate", 0.3}, {"noise_shape", {nullptr, 1, 4}}})
           .in({{2, 3, 4}})
@@ -56,7 +60,8 @@ std::vector<LayerTestCase> all_cases() {
           .in({{2, 3, 2, 2}})
           .out({{2, 12}}));
   add(CaseBuilder("Reshape", "Reshape", {{"target_shape", {4, -1}}}).in({{2, 12}}).out({{2, 4, 3}}));
-  add(CaseBuilder("EinsumDense_dense", "EinsumDense", {{"equation", "ab,bc->ac"}, {"output_shape", 3}, {"bias_axes", "c"}})
+  add(CaseBuilder("EinsumDense_dense", "EinsumDense",
+                  {{"equation", "ab,bc->ac"}, {"output_shape", 3}, {"bias_axes", "c"}})
           .in({{2, 4}})
           .out({{2, 3}})
           .params(15));
@@ -65,51 +70,81 @@ std::vector<LayerTestCase> all_cases() {
           .in({{2, 5, 4}})
           .out({{2, 5, 2, 3}})
           .params(30));
-  add(CaseBuilder("EinsumDense_ellipsis", "EinsumDense", {{"equation", "...b,bc->...c"}, {"output_shape", {3}}})
+  add(CaseBuilder("EinsumDense_ellipsis", "EinsumDense",
+                  {{"equation", "...b,bc->...c"}, {"output_shape", {3}}})
           .in({{2, 5, 4}})
           .out({{2, 5, 3}})
           .params(12));
 
   // --- convolution and pooling ---
-  add(CaseBuilder("Conv1D_valid", "Conv1D", {{"filters", 4}, {"kernel_size", 3}}).in({{2, 7, 3}}).out({{2, 5, 4}}).params(40));
+  add(CaseBuilder("Conv1D_valid", "Conv1D", {{"filters", 4}, {"kernel_size", 3}})
+          .in({{2, 7, 3}})
+          .out({{2, 5, 4}})
+          .params(40));
   add(CaseBuilder("Conv1D_causal_dilated", "Conv1D",
-                  {{"filters", 4}, {"kernel_size", 3}, {"padding", "causal"}, {"dilation_rate", 2}, {"activation", "tanh"}})
+                  {{"filters", 4},
+                   {"kernel_size", 3},
+                   {"padding", "causal"},
+                   {"dilation_rate", 2},
+                   {"activation", "tanh"}})
           .in({{2, 7, 3}})
           .out({{2, 7, 4}})
           .params(40));
-  add(CaseBuilder("Conv2D_valid", "Conv2D", {{"filters", 4}, {"kernel_size", 3}}).in({{2, 6, 6, 3}}).out({{2, 4, 4, 4}}).params(112));
-  add(CaseBuilder("Conv2D_same_strided", "Conv2D", {{"filters", 3}, {"kernel_size", {3, 3}}, {"strides", 2}, {"padding", "same"}})
+  add(CaseBuilder("Conv2D_valid", "Conv2D", {{"filters", 4}, {"kernel_size", 3}})
+          .in({{2, 6, 6, 3}})
+          .out({{2, 4, 4, 4}})
+          .params(112));
+  add(CaseBuilder("Conv2D_same_strided", "Conv2D",
+                  {{"filters", 3}, {"kernel_size", {3, 3}}, {"strides", 2}, {"padding", "same"}})
           .in({{2, 5, 5, 2}})
           .out({{2, 3, 3, 3}})
           .params(57));
   add(CaseBuilder("Conv2D_channels_first_grouped_dilated", "Conv2D",
-                  {{"filters", 4}, {"kernel_size", 3}, {"dilation_rate", 2}, {"groups", 2}, {"data_format", "channels_first"}})
+                  {{"filters", 4},
+                   {"kernel_size", 3},
+                   {"dilation_rate", 2},
+                   {"groups", 2},
+                   {"data_format", "channels_first"}})
           .in({{2, 4, 7, 7}})
           .out({{2, 4, 3, 3}})
           .params(76));
   add(CaseBuilder("MaxPooling2D", "MaxPooling2D", Json::object()).in({{2, 4, 4, 3}}).out({{2, 2, 2, 3}}));
-  add(CaseBuilder("MaxPooling2D_same", "MaxPooling2D", {{"pool_size", 3}, {"strides", 2}, {"padding", "same"}})
+  add(CaseBuilder("MaxPooling2D_same", "MaxPooling2D",
+                  {{"pool_size", 3}, {"strides", 2}, {"padding", "same"}})
           .in({{2, 5, 5, 2}})
           .out({{2, 3, 3, 2}}));
-  add(CaseBuilder("AveragePooling2D", "AveragePooling2D", Json::object()).in({{2, 4, 4, 3}}).out({{2, 2, 2, 3}}));
-  add(CaseBuilder("AveragePooling2D_same", "AveragePooling2D", {{"pool_size", 2}, {"strides", 1}, {"padding", "same"}})
+  add(CaseBuilder("AveragePooling2D", "AveragePooling2D", Json::object())
+          .in({{2, 4, 4, 3}})
+          .out({{2, 2, 2, 3}}));
+  add(CaseBuilder("AveragePooling2D_same", "AveragePooling2D",
+                  {{"pool_size", 2}, {"strides", 1}, {"padding", "same"}})
           .in({{2, 3, 3, 1}})
           .out({{2, 3, 3, 1}}));
   add(CaseBuilder("MaxPooling1D", "MaxPooling1D", Json::object()).in({{2, 6, 3}}).out({{2, 3, 3}}));
-  add(CaseBuilder("AveragePooling1D_same", "AveragePooling1D", {{"pool_size", 3}, {"strides", 2}, {"padding", "same"}})
+  add(CaseBuilder("AveragePooling1D_same", "AveragePooling1D",
+                  {{"pool_size", 3}, {"strides", 2}, {"padding", "same"}})
           .in({{2, 5, 3}})
           .out({{2, 3, 3}}));
-  add(CaseBuilder("GlobalAveragePooling1D", "GlobalAveragePooling1D", Json::object()).in({{2, 5, 3}}).out({{2, 3}}));
-  add(CaseBuilder("GlobalAveragePooling2D", "GlobalAveragePooling2D", Json::object()).in({{2, 4, 4, 3}}).out({{2, 3}}));
+  add(CaseBuilder("GlobalAveragePooling1D", "GlobalAveragePooling1D", Json::object())
+          .in({{2, 5, 3}})
+          .out({{2, 3}}));
+  add(CaseBuilder("GlobalAveragePooling2D", "GlobalAveragePooling2D", Json::object())
+          .in({{2, 4, 4, 3}})
+          .out({{2, 3}}));
   add(CaseBuilder("GlobalAveragePooling2D_keepdims_cf", "GlobalAveragePooling2D",
                   {{"keepdims", true}, {"data_format", "channels_first"}})
           .in({{2, 3, 4, 4}})
           .out({{2, 3, 1, 1}}));
   add(CaseBuilder("GlobalMaxPooling1D", "GlobalMaxPooling1D", Json::object()).in({{2, 5, 3}}).out({{2, 3}}));
-  add(CaseBuilder("GlobalMaxPooling2D", "GlobalMaxPooling2D", Json::object()).in({{2, 4, 4, 3}}).out({{2, 3}}));
+  add(CaseBuilder("GlobalMaxPooling2D", "GlobalMaxPooling2D", Json::object())
+          .in({{2, 4, 4, 3}})
+          .out({{2, 3}}));
 
   // --- normalization ---
-  add(CaseBuilder("BatchNormalization", "BatchNormalization", Json::object()).in({{4, 3}}).out({{4, 3}}).params(6, 6));
+  add(CaseBuilder("BatchNormalization", "BatchNormalization", Json::object())
+          .in({{4, 3}})
+          .out({{4, 3}})
+          .params(6, 6));
   add(CaseBuilder("BatchNormalization_image", "BatchNormalization", Json::object())
           .in({{2, 3, 3, 4}})
           .out({{2, 3, 3, 4}})
@@ -118,7 +153,10 @@ std::vector<LayerTestCase> all_cases() {
           .in({{4, 3, 5}})
           .out({{4, 3, 5}})
           .params(3, 6));
-  add(CaseBuilder("LayerNormalization", "LayerNormalization", Json::object()).in({{2, 5, 4}}).out({{2, 5, 4}}).params(8));
+  add(CaseBuilder("LayerNormalization", "LayerNormalization", Json::object())
+          .in({{2, 5, 4}})
+          .out({{2, 5, 4}})
+          .params(8));
   add(CaseBuilder("LayerNormalization_two_axes", "LayerNormalization", {{"axis", {-2, -1}}})
           .in({{2, 3, 4}})
           .out({{2, 3, 4}})
@@ -160,7 +198,9 @@ std::vector<LayerTestCase> all_cases() {
   add(CaseBuilder("Add_broadcast", "Add", Json::object()).in({{2, 3, 4}, {2, 1, 4}}).out({{2, 3, 4}}));
   add(CaseBuilder("Subtract", "Subtract", Json::object()).in({{2, 3}, {2, 3}}).out({{2, 3}}));
   add(CaseBuilder("Concatenate", "Concatenate", Json::object()).in({{2, 3}, {2, 4}}).out({{2, 7}}));
-  add(CaseBuilder("Concatenate_axis1", "Concatenate", {{"axis", 1}}).in({{2, 2, 3}, {2, 4, 3}}).out({{2, 6, 3}}));
+  add(CaseBuilder("Concatenate_axis1", "Concatenate", {{"axis", 1}})
+          .in({{2, 2, 3}, {2, 4, 3}})
+          .out({{2, 6, 3}}));
 
   // --- preprocessing ---
   add(CaseBuilder("Rescaling", "Rescaling", {{"scale", 0.5}, {"offset", 1.0}}).in({{2, 3}}).out({{2, 3}}));
@@ -169,8 +209,12 @@ std::vector<LayerTestCase> all_cases() {
           .dtypes({at::kByte}, 256)
           .out({{2, 4}}));
   add(CaseBuilder("Normalization", "Normalization", Json::object()).in({{4, 3}}).out({{4, 3}}).params(0, 7));
-  add(CaseBuilder("Normalization_axis_null", "Normalization", {{"axis", nullptr}}).in({{4, 3}}).out({{4, 3}}).params(0, 3));
-  add(CaseBuilder("Normalization_given", "Normalization", {{"mean", {1.0, 2.0, 3.0}}, {"variance", {4.0, 1.0, 0.25}}})
+  add(CaseBuilder("Normalization_axis_null", "Normalization", {{"axis", nullptr}})
+          .in({{4, 3}})
+          .out({{4, 3}})
+          .params(0, 3));
+  add(CaseBuilder("Normalization_given", "Normalization",
+                  {{"mean", {1.0, 2.0, 3.0}}, {"variance", {4.0, 1.0, 0.25}}})
           .in({{4, 3}})
           .out({{4, 3}}));
   return cases;
@@ -197,11 +241,26 @@ TEST(LayerConformanceCoverage, EveryRegisteredLayerHasACase) {
     if (containers.count(name) || name.rfind("TestOnly", 0) == 0) continue;  // harness_test.cc's
     EXPECT_TRUE(covered.count(name)) << name << " is registered but has no conformance case";
   }
-  for (const char* required :
-       {"Dense", "Activation", "Dropout", "Flatten", "Reshape", "Conv1D", "Conv2D", "MaxPooling2D",
-        "AveragePooling2D", "GlobalAveragePooling1D", "GlobalAveragePooling2D", "BatchNormalization",
-        "LayerNormalization", "Embedding", "MultiHeadAttention", "EinsumDense", "Add", "Concatenate", "Rescaling",
-        "Normalization"})
+  for (const char* required : {"Dense",
+                               "Activation",
+                               "Dropout",
+                               "Flatten",
+                               "Reshape",
+                               "Conv1D",
+                               "Conv2D",
+                               "MaxPooling2D",
+                               "AveragePooling2D",
+                               "GlobalAveragePooling1D",
+                               "GlobalAveragePooling2D",
+                               "BatchNormalization",
+                               "LayerNormalization",
+                               "Embedding",
+                               "MultiHeadAttention",
+                               "EinsumDense",
+                               "Add",
+                               "Concatenate",
+                               "Rescaling",
+                               "Normalization"})
     EXPECT_TRUE(covered.count(required)) << required;
 }
 

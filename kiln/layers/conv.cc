@@ -63,13 +63,13 @@ Conv::Conv(int rank, const std::string& owner, const Json& config)
   r.no_constraint("kernel_constraint");
   r.no_constraint("bias_constraint");
   r.finish();
-  if (filters_ % geom_.groups != 0)
-    r.invalid("groups", "a divisor of filters=" + std::to_string(filters_));
+  if (filters_ % geom_.groups != 0) r.invalid("groups", "a divisor of filters=" + std::to_string(filters_));
   auto max_of = [](const std::vector<int64_t>& v) { return *std::max_element(v.begin(), v.end()); };
   if (max_of(geom_.strides) > 1 && max_of(geom_.dilation_rate) > 1)
-    throw ValueError(owner + ": `strides > 1` not supported in conjunction with `dilation_rate > 1`. Received: strides=" +
-                     int_list_json(geom_.strides).dump() + " and dilation_rate=" +
-                     int_list_json(geom_.dilation_rate).dump());
+    throw ValueError(
+        owner + ": `strides > 1` not supported in conjunction with `dilation_rate > 1`. Received: strides=" +
+        int_list_json(geom_.strides).dump() +
+        " and dilation_rate=" + int_list_json(geom_.dilation_rate).dump());
   activation_ = get_activation(activation_name_);
   impl_ = float_conv_impl(geom_);
 }
@@ -81,11 +81,14 @@ void Conv::build(const std::vector<Shape>& input_shapes) {
                      ". Received: " + shape_to_string(s));
   const int64_t channels = geom_.channels_last ? s.back() : s[1];
   if (channels < 1)
-    throw ShapeError(owner_ + " '" + name() + "' needs a known channel dimension. Received: " + shape_to_string(s));
+    throw ShapeError(owner_ + " '" + name() +
+                     "' needs a known channel dimension. Received: " + shape_to_string(s));
   if (channels % geom_.groups != 0)
-    throw ValueError(owner_ + ": the number of input channels must be evenly divisible by the number of groups. "
-                     "Received groups=" + std::to_string(geom_.groups) + ", but the input has " +
-                     std::to_string(channels) + " channels (full input shape is " + shape_to_string(s) + ")");
+    throw ValueError(owner_ +
+                     ": the number of input channels must be evenly divisible by the number of groups. "
+                     "Received groups=" +
+                     std::to_string(geom_.groups) + ", but the input has " + std::to_string(channels) +
+                     " channels (full input shape is " + shape_to_string(s) + ")");
   Shape kshape = geom_.kernel_size;
   kshape.push_back(channels / geom_.groups);
   kshape.push_back(filters_);
@@ -96,8 +99,9 @@ void Conv::build(const std::vector<Shape>& input_shapes) {
 at::Tensor Conv::call1(const at::Tensor& x, bool training) {
   const int64_t channels = kernel_->shape()[rank_] * geom_.groups;
   if (x.dim() != rank_ + 2 || (geom_.channels_last ? x.size(-1) : x.size(1)) != channels)
-    throw ShapeError(owner_ + " '" + name() + "' expects inputs of rank " + std::to_string(rank_ + 2) + " with " +
-                     std::to_string(channels) + " channels. Received: " + shape_to_string(sizes_of(x)));
+    throw ShapeError(owner_ + " '" + name() + "' expects inputs of rank " + std::to_string(rank_ + 2) +
+                     " with " + std::to_string(channels) +
+                     " channels. Received: " + shape_to_string(sizes_of(x)));
   for (int i = 0; i < rank_; ++i) {
     int64_t n = x.size(geom_.channels_last ? 1 + i : 2 + i);
     if (conv_utils::output_length(n, geom_.kernel_size[i], geom_.strides[i], geom_.dilation_rate[i],
@@ -117,7 +121,7 @@ at::Tensor Conv::call1(const at::Tensor& x, bool training) {
     y = y + b;
   }
   y = activation_(y);
-  if (activity_reg_) add_loss((*activity_reg_)(y));
+  if (activity_reg_ && training) add_loss((*activity_reg_)(y));
   return y;
 }
 
@@ -162,14 +166,17 @@ Json Conv::get_config() const {
 
 Conv1D::Conv1D(const Json& config) : Conv(1, "Conv1D", config) {}
 Conv1D::Conv1D(int64_t filters, int64_t kernel_size, const std::string& activation, const Json& extra)
-    : Conv1D(merged_config(extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
+    : Conv1D(merged_config(
+          extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
 
 Conv2D::Conv2D(const Json& config) : Conv(2, "Conv2D", config) {}
 Conv2D::Conv2D(int64_t filters, int64_t kernel_size, const std::string& activation, const Json& extra)
-    : Conv2D(merged_config(extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
+    : Conv2D(merged_config(
+          extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
 Conv2D::Conv2D(int64_t filters, const std::vector<int64_t>& kernel_size, const std::string& activation,
                const Json& extra)
-    : Conv2D(merged_config(extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
+    : Conv2D(merged_config(
+          extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
 
 KILN_REGISTER_LAYER(Conv1D);
 KILN_REGISTER_LAYER(Conv2D);

@@ -15,9 +15,9 @@
 // activation ("linear"), use_bias (true), kernel_initializer
 // ("glorot_uniform"), bias_initializer ("zeros"), kernel_regularizer,
 // bias_regularizer, activity_regularizer, kernel_constraint, bias_constraint
-// (null only). As in Keras, strides > 1 cannot be combined with
-// dilation_rate > 1. "same" padding follows TensorFlow: output length
-// ceil(n / stride), the odd padding element after.
+// (null only); activity penalties are recorded in training calls only. As in Keras, strides > 1 cannot be
+// combined with dilation_rate > 1. "same" padding follows TensorFlow: output length ceil(n / stride), the odd
+// padding element after.
 #pragma once
 
 #include "kiln/layers/activations.h"

@@ -28,8 +28,9 @@ Dense::Dense(int64_t units, const std::string& activation, const Json& extra)
 void Dense::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   if (s.size() < 2 || s.back() < 1)
-    throw ShapeError("Dense '" + name() + "' needs inputs of rank >= 2 with a known last dimension. Received: " +
-                     shape_to_string(s));
+    throw ShapeError(
+        "Dense '" + name() +
+        "' needs inputs of rank >= 2 with a known last dimension. Received: " + shape_to_string(s));
   kernel_ = add_weight("kernel", {s.back(), units_}, kernel_init_, true, kernel_reg_);
   if (use_bias_) bias_ = add_weight("bias", {units_}, bias_init_, true, bias_reg_);
 }
@@ -42,7 +43,7 @@ at::Tensor Dense::call1(const at::Tensor& x, bool training) {
   at::Tensor y = impl_->apply(x, value(kernel_));
   if (bias_) y = y + value(bias_);
   y = activation_(y);
-  if (activity_reg_) add_loss((*activity_reg_)(y));
+  if (activity_reg_ && training) add_loss((*activity_reg_)(y));
   return y;
 }
 

@@ -7,7 +7,9 @@
 // ("linear"), use_bias (true), kernel_initializer ("glorot_uniform"),
 // bias_initializer ("zeros"), kernel_regularizer, bias_regularizer,
 // activity_regularizer (null), kernel_constraint, bias_constraint (null only).
-// Inputs of any rank >= 2 are multiplied on their last axis.
+// Inputs of any rank >= 2 are multiplied on their last axis. The activity
+// regularizer's penalty joins regularization_loss() after training calls
+// only, so concurrent inference calls write no layer state.
 // The product runs through a KernelImpl (kernel_impl.h), the quantization seam.
 #pragma once
 

@@ -60,8 +60,8 @@ size_t expected_partial_rank(const ParsedEquation& p) {
 
 }  // namespace
 
-EinsumShapes analyze_einsum(const std::string& owner, const std::string& equation, const std::string& bias_axes,
-                            const Shape& input_shape, const Shape& partial) {
+EinsumShapes analyze_einsum(const std::string& owner, const std::string& equation,
+                            const std::string& bias_axes, const Shape& input_shape, const Shape& partial) {
   ParsedEquation p = parse_equation(owner, equation);
   const int64_t rank = (int64_t)input_shape.size();
   const int64_t elided = rank - (int64_t)p.in.size();
@@ -70,7 +70,8 @@ EinsumShapes analyze_einsum(const std::string& owner, const std::string& equatio
                      " does not fit the equation '" + equation + "'");
   if (partial.size() != expected_partial_rank(p))
     throw ValueError(owner + ": `output_shape` " + shape_to_string(partial) + " must have " +
-                     std::to_string(expected_partial_rank(p)) + " entries for the equation '" + equation + "'");
+                     std::to_string(expected_partial_rank(p)) + " entries for the equation '" + equation +
+                     "'");
   Shape full = {input_shape[0]};
   if (p.elide == Elide::kLeft) {
     for (int64_t i = 1; i < elided; ++i) full.push_back(input_shape[i]);
@@ -87,7 +88,8 @@ EinsumShapes analyze_einsum(const std::string& owner, const std::string& equatio
   for (char c : p.out) {
     if (!in_pos.count(c) && p.kernel.find(c) == std::string::npos)
       throw ValueError(owner + ": dimension '" + std::string(1, c) + "' of the output '" + p.out +
-                       "' appears in neither the input spec '" + p.in + "' nor the kernel spec '" + p.kernel + "'");
+                       "' appears in neither the input spec '" + p.in + "' nor the kernel spec '" + p.kernel +
+                       "'");
     if (!in_pos.count(c)) continue;
     int64_t din = input_shape[in_pos[c]], &dout = full[out_pos[c]];
     if (din >= 0 && dout >= 0 && din != dout && out_pos[c] != 0)
@@ -100,8 +102,10 @@ EinsumShapes analyze_einsum(const std::string& owner, const std::string& equatio
   r.full_output = full;
   for (char c : p.kernel) {
     int64_t d;
-    if (in_pos.count(c)) d = input_shape[in_pos[c]];
-    else if (out_pos.count(c)) d = full[out_pos[c]];
+    if (in_pos.count(c))
+      d = input_shape[in_pos[c]];
+    else if (out_pos.count(c))
+      d = full[out_pos[c]];
     else
       throw ValueError(owner + ": kernel dimension '" + std::string(1, c) +
                        "' appears in neither the input nor the output of '" + equation + "'");
@@ -129,7 +133,8 @@ EinsumShapes analyze_einsum(const std::string& owner, const std::string& equatio
 
 EinsumDense::EinsumDense(const Json& config) : SimpleLayer(config) {
   ConfigReader r(config, "EinsumDense");
-  if (!r.has("equation")) throw ValueError("EinsumDense: the config is missing `equation` (e.g. \"ab,bc->ac\")");
+  if (!r.has("equation"))
+    throw ValueError("EinsumDense: the config is missing `equation` (e.g. \"ab,bc->ac\")");
   equation_ = r.string("equation", "");
   const Json* os = r.get("output_shape");
   if (!os) throw ValueError("EinsumDense: the config is missing `output_shape`");
@@ -158,8 +163,8 @@ EinsumDense::EinsumDense(const Json& config) : SimpleLayer(config) {
   ParsedEquation p = parse_equation("EinsumDense", equation_);
   if (output_shape_.size() != expected_partial_rank(p))
     r.invalid("output_shape", "a shape with " + std::to_string(expected_partial_rank(p)) +
-                                  " entries (the output spec without the batch axis) for equation '" + equation_ +
-                                  "'");
+                                  " entries (the output spec without the batch axis) for equation '" +
+                                  equation_ + "'");
   for (char c : bias_axes_)
     if (p.out.find(c) == std::string::npos)
       r.invalid("bias_axes", "letters of the output spec '" + p.out + "'");
@@ -169,13 +174,15 @@ EinsumDense::EinsumDense(const Json& config) : SimpleLayer(config) {
 
 EinsumDense::EinsumDense(const std::string& equation, const Shape& output_shape, const std::string& bias_axes,
                          const std::string& activation, const Json& extra)
-    : EinsumDense(merged_config(extra, Json{{"equation", equation},
-                                            {"output_shape", int_list_json(output_shape)},
-                                            {"bias_axes", bias_axes.empty() ? Json(nullptr) : Json(bias_axes)},
-                                            {"activation", activation}})) {}
+    : EinsumDense(
+          merged_config(extra, Json{{"equation", equation},
+                                    {"output_shape", int_list_json(output_shape)},
+                                    {"bias_axes", bias_axes.empty() ? Json(nullptr) : Json(bias_axes)},
+                                    {"activation", activation}})) {}
 
 void EinsumDense::build(const std::vector<Shape>& input_shapes) {
-  auto s = analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, input_shapes.at(0), output_shape_);
+  auto s = analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, input_shapes.at(0),
+                          output_shape_);
   kernel_ = add_weight("kernel", s.kernel, kernel_init_, true, kernel_reg_);
   if (!s.bias.empty()) bias_ = add_weight("bias", s.bias, bias_init_, true, bias_reg_);
 }
@@ -191,14 +198,15 @@ at::Tensor EinsumDense::call1(const at::Tensor& x, bool training) {
   at::Tensor y = impl_->apply(x, value(kernel_));
   if (bias_) y = y + value(bias_);
   y = activation_(y);
-  if (activity_reg_) add_loss((*activity_reg_)(y));
+  if (activity_reg_ && training) add_loss((*activity_reg_)(y));
   return y;
 }
 
 std::vector<Shape> EinsumDense::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
-  return {analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, input_shapes.at(0), output_shape_)
-              .full_output};
+  return {
+      analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, input_shapes.at(0), output_shape_)
+          .full_output};
 }
 
 Json EinsumDense::get_config() const {

@@ -12,7 +12,7 @@
 // input or the output); `bias_axes` lists the output letters the bias spans
 // ("" or null: no bias). Other keys as Dense: activation, kernel_initializer
 // ("glorot_uniform"), bias_initializer ("zeros"), *_regularizer,
-// *_constraint (null only).
+// *_constraint (null only); activity penalties are recorded in training calls only.
 #pragma once
 
 #include "kiln/layers/activations.h"
@@ -25,11 +25,12 @@ namespace kiln {
 // _analyze_einsum_string). Exposed for tests and for MultiHeadAttention.
 struct EinsumShapes {
   Shape kernel;
-  Shape bias;          // empty when there is no bias
-  Shape full_output;   // with the batch axis (kNone where unknown)
+  Shape bias;         // empty when there is no bias
+  Shape full_output;  // with the batch axis (kNone where unknown)
 };
-EinsumShapes analyze_einsum(const std::string& owner, const std::string& equation, const std::string& bias_axes,
-                            const Shape& input_shape, const Shape& partial_output_shape);
+EinsumShapes analyze_einsum(const std::string& owner, const std::string& equation,
+                            const std::string& bias_axes, const Shape& input_shape,
+                            const Shape& partial_output_shape);
 
 class EinsumDense : public SimpleLayer {
  public:

@@ -12,8 +12,7 @@ Embedding::Embedding(const Json& config) : SimpleLayer(config) {
   reg_ = r.regularizer("embeddings_regularizer");
   activity_reg_ = r.regularizer("activity_regularizer");
   r.no_constraint("embeddings_constraint");
-  if (r.boolean("mask_zero", false))
-    r.invalid("mask_zero", "false (kiln does not propagate masks yet)");
+  if (r.boolean("mask_zero", false)) r.invalid("mask_zero", "false (kiln does not propagate masks yet)");
   r.finish();
 }
 
@@ -33,7 +32,7 @@ at::Tensor Embedding::call1(const at::Tensor& x, bool training) {
                        " is out of range [0, " + std::to_string(input_dim_) + ")");
   }
   at::Tensor y = at::embedding(value(embeddings_), ids);
-  if (activity_reg_) add_loss((*activity_reg_)(y));
+  if (activity_reg_ && training) add_loss((*activity_reg_)(y));
   return y;
 }
 

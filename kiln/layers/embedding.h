@@ -9,7 +9,7 @@
 // id, not an out-of-bounds read.
 // Keys: input_dim, output_dim (required), embeddings_initializer
 // ("uniform": RandomUniform(-0.05, 0.05)), embeddings_regularizer,
-// activity_regularizer, embeddings_constraint (null only), mask_zero (false
+// activity_regularizer (recorded in training calls only), embeddings_constraint (null only), mask_zero (false
 // only: kiln has no mask propagation yet, and silently ignoring the mask
 // would change results).
 #pragma once

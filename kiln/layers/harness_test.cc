@@ -29,9 +29,9 @@ class TestOnlyScale : public SimpleLayer {
   at::Tensor call1(const at::Tensor& x, bool training) override {
     at::Tensor w = value(w_);
     if (mode_ == "wrong_input_grad") return x * w + (x.detach() - x) * 0.5;  // d/dx off by 0.5
-    if (mode_ == "flipped_weight_grad") return x * (2 * w.detach() - w);    // d/dw = -x
+    if (mode_ == "flipped_weight_grad") return x * (2 * w.detach() - w);     // d/dw = -x
     if (mode_ == "ignores_policy") return x.to(at::kFloat) * w.to(at::kFloat);
-    if (mode_ == "hidden_state") return x * w + compute_cast(hidden_);     // state outside the weights
+    if (mode_ == "hidden_state") return x * w + compute_cast(hidden_);  // state outside the weights
     return x * w;
   }
   Json get_config() const override {

@@ -20,20 +20,30 @@ std::optional<Shape> broadcast(const Shape& a, const Shape& b) {
   for (size_t i = 0; i < n; ++i) {
     int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
     int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    if (x == 1) out[i] = y;
-    else if (y == 1) out[i] = x;
-    else if (x < 0) out[i] = y;  // unknown: trust the known one (checked at call)
-    else if (y < 0 || x == y) out[i] = x;
-    else return std::nullopt;
+    if (x == 1)
+      out[i] = y;
+    else if (y == 1)
+      out[i] = x;
+    else if (x < 0)
+      out[i] = y;  // unknown: trust the known one (checked at call)
+    else if (y < 0 || x == y)
+      out[i] = x;
+    else
+      return std::nullopt;
   }
   return out;
 }
 
 }  // namespace
 
-ElementwiseMerge::ElementwiseMerge(const std::string& owner, const Json& config, Combine combine, size_t max_inputs,
+ElementwiseMerge::ElementwiseMerge(const std::string& owner, const Json& config, Combine combine,
+                                   size_t max_inputs,
                                    std::function<at::Tensor(const at::Tensor&, size_t)> finish)
-    : Layer(config), owner_(owner), combine_(std::move(combine)), max_inputs_(max_inputs), finish_(std::move(finish)) {
+    : Layer(config),
+      owner_(owner),
+      combine_(std::move(combine)),
+      max_inputs_(max_inputs),
+      finish_(std::move(finish)) {
   ConfigReader r(config, owner);
   r.finish();
 }
@@ -47,8 +57,10 @@ std::vector<Shape> ElementwiseMerge::compute_output_shape(const std::vector<Shap
   for (size_t i = 1; i < shapes.size(); ++i) {
     auto b = broadcast(out, shapes[i]);
     if (!b || shapes[i].size() != shapes[0].size())
-      throw ShapeError(owner_ + " '" + name() + "': inputs must have the same rank and broadcastable shapes. "
-                       "Received: " + shapes_text(shapes));
+      throw ShapeError(owner_ + " '" + name() +
+                       "': inputs must have the same rank and broadcastable shapes. "
+                       "Received: " +
+                       shapes_text(shapes));
     out = *b;
   }
   build_if_needed(shapes);
@@ -67,9 +79,11 @@ Tensors ElementwiseMerge::call(const Tensors& inputs, bool training) {
   return {y};
 }
 
-Add::Add(const Json& c) : ElementwiseMerge("Add", c, [](const at::Tensor& a, const at::Tensor& b) { return a + b; }) {}
+Add::Add(const Json& c)
+    : ElementwiseMerge("Add", c, [](const at::Tensor& a, const at::Tensor& b) { return a + b; }) {}
 Subtract::Subtract(const Json& c)
-    : ElementwiseMerge("Subtract", c, [](const at::Tensor& a, const at::Tensor& b) { return a - b; }, 2) {}
+    : ElementwiseMerge(
+          "Subtract", c, [](const at::Tensor& a, const at::Tensor& b) { return a - b; }, 2) {}
 Multiply::Multiply(const Json& c)
     : ElementwiseMerge("Multiply", c, [](const at::Tensor& a, const at::Tensor& b) { return a * b; }) {}
 Average::Average(const Json& c)
@@ -77,9 +91,11 @@ Average::Average(const Json& c)
           "Average", c, [](const at::Tensor& a, const at::Tensor& b) { return a + b; }, 0,
           [](const at::Tensor& s, size_t n) { return s / (double)n; }) {}
 Maximum::Maximum(const Json& c)
-    : ElementwiseMerge("Maximum", c, [](const at::Tensor& a, const at::Tensor& b) { return at::maximum(a, b); }) {}
+    : ElementwiseMerge("Maximum", c,
+                       [](const at::Tensor& a, const at::Tensor& b) { return at::maximum(a, b); }) {}
 Minimum::Minimum(const Json& c)
-    : ElementwiseMerge("Minimum", c, [](const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); }) {}
+    : ElementwiseMerge("Minimum", c,
+                       [](const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); }) {}
 
 KILN_REGISTER_LAYER(Add);
 KILN_REGISTER_LAYER(Subtract);
@@ -95,11 +111,13 @@ Concatenate::Concatenate(const Json& config) : Layer(config) {
   r.finish();
 }
 
-Concatenate::Concatenate(int64_t axis, const Json& extra) : Concatenate(merged_config(extra, Json{{"axis", axis}})) {}
+Concatenate::Concatenate(int64_t axis, const Json& extra)
+    : Concatenate(merged_config(extra, Json{{"axis", axis}})) {}
 
 Shape Concatenate::output_shape(const std::vector<Shape>& shapes) const {
   if (shapes.size() < 2)
-    throw ValueError("Concatenate '" + name() + "' takes at least 2 inputs. Received " + std::to_string(shapes.size()));
+    throw ValueError("Concatenate '" + name() + "' takes at least 2 inputs. Received " +
+                     std::to_string(shapes.size()));
   const int64_t rank = (int64_t)shapes[0].size();
   const int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
   if (axis < 1 || axis >= rank)
@@ -115,9 +133,10 @@ Shape Concatenate::output_shape(const std::vector<Shape>& shapes) const {
       if (out[d] < 0) out[d] = s[d];
     }
     if (!ok)
-      throw ShapeError("Concatenate '" + name() + "': a Concatenate layer requires inputs with matching shapes "
-                       "except for the concatenation axis " + std::to_string(axis_) + ". Received: " +
-                       shapes_text(shapes));
+      throw ShapeError("Concatenate '" + name() +
+                       "': a Concatenate layer requires inputs with matching shapes "
+                       "except for the concatenation axis " +
+                       std::to_string(axis_) + ". Received: " + shapes_text(shapes));
     out[axis] = (out[axis] < 0 || s[axis] < 0) ? kNone : out[axis] + s[axis];
   }
   return out;

@@ -74,8 +74,8 @@ class LayerNormalization : public SimpleLayer {
   const VariablePtr& beta() const { return beta_; }
 
  private:
-  Json axis_json_;               // as configured: an int or a list
-  std::vector<int64_t> axes_;    // as configured (may be negative)
+  Json axis_json_;                 // as configured: an int or a list
+  std::vector<int64_t> axes_;      // as configured (may be negative)
   std::vector<int64_t> resolved_;  // sorted, non-negative, set by build
   double epsilon_;
   bool center_, scale_, rms_scaling_;

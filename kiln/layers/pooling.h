@@ -54,8 +54,9 @@ class MaxPooling2D : public Pooling {
  public:
   explicit MaxPooling2D(const Json& config);
   // Empty strides: pool_size.
-  explicit MaxPooling2D(const std::vector<int64_t>& pool_size = {2, 2}, const std::vector<int64_t>& strides = {},
-                        const std::string& padding = "valid", const Json& extra = Json::object());
+  explicit MaxPooling2D(const std::vector<int64_t>& pool_size = {2, 2},
+                        const std::vector<int64_t>& strides = {}, const std::string& padding = "valid",
+                        const Json& extra = Json::object());
   std::string class_name() const override { return "MaxPooling2D"; }
 };
 

@@ -115,8 +115,8 @@ Normalization::Normalization(const Json& config) : SimpleLayer(config) {
 Normalization::Normalization(int64_t axis, const Json& extra)
     : Normalization(merged_config(extra, Json{{"axis", axis}})) {}
 
-Normalization::Normalization(const std::vector<double>& mean, const std::vector<double>& variance, int64_t axis,
-                             const Json& extra)
+Normalization::Normalization(const std::vector<double>& mean, const std::vector<double>& variance,
+                             int64_t axis, const Json& extra)
     : Normalization(merged_config(extra, Json{{"axis", axis}, {"mean", mean}, {"variance", variance}})) {}
 
 std::vector<int64_t> Normalization::kept_axes(int64_t rank) const {
@@ -151,8 +151,8 @@ void Normalization::build(const std::vector<Shape>& input_shapes) {
     auto fit = [&](const std::vector<double>& v, const char* what) {
       if ((int64_t)v.size() != 1 && (int64_t)v.size() != n)
         throw ValueError("Normalization '" + name() + "': `" + what + "` has " + std::to_string(v.size()) +
-                         " values; inputs of shape " + shape_to_string(s) + " with axis=" + axis_json_.dump() +
-                         " need 1 or " + std::to_string(n));
+                         " values; inputs of shape " + shape_to_string(s) +
+                         " with axis=" + axis_json_.dump() + " need 1 or " + std::to_string(n));
       return at::tensor(v, at::kDouble).expand({n}).reshape(broadcast_shape_).contiguous();
     };
     const_mean_ = fit(given_mean_, "mean");
@@ -165,22 +165,25 @@ void Normalization::build(const std::vector<Shape>& input_shapes) {
 }
 
 at::Tensor Normalization::mean() const {
-  if (!built()) throw StateError("Normalization '" + name() + "' is not built yet; call adapt() or the layer first");
+  if (!built())
+    throw StateError("Normalization '" + name() + "' is not built yet; call adapt() or the layer first");
   return mean_ ? value(mean_).reshape(broadcast_shape_) : compute_cast(const_mean_);
 }
 
 at::Tensor Normalization::variance() const {
-  if (!built()) throw StateError("Normalization '" + name() + "' is not built yet; call adapt() or the layer first");
+  if (!built())
+    throw StateError("Normalization '" + name() + "' is not built yet; call adapt() or the layer first");
   return variance_ ? value(variance_).reshape(broadcast_shape_) : compute_cast(const_variance_);
 }
 
 at::Tensor Normalization::call1(const at::Tensor& x, bool training) {
   const Shape& built = build_input_shapes().at(0);
   bool ok = x.dim() == (int64_t)built.size();
-  for (size_t i = 1; ok && i < built.size(); ++i) ok = broadcast_shape_[i] == 1 || x.size(i) == broadcast_shape_[i];
+  for (size_t i = 1; ok && i < built.size(); ++i)
+    ok = broadcast_shape_[i] == 1 || x.size(i) == broadcast_shape_[i];
   if (!ok)
-    throw ShapeError("Normalization '" + name() + "' was built for inputs of shape " + shape_to_string(built) +
-                     ". Received: " + shape_to_string(sizes_of(x)));
+    throw ShapeError("Normalization '" + name() + "' was built for inputs of shape " +
+                     shape_to_string(built) + ". Received: " + shape_to_string(sizes_of(x)));
   at::Tensor xf = as_compute(*this, x);
   at::Tensor m = mean().to(xf.scalar_type()), v = variance().to(xf.scalar_type());
   at::Tensor stddev = at::clamp_min(at::sqrt(v), 1e-7);  // Keras's backend.epsilon()
@@ -189,7 +192,8 @@ at::Tensor Normalization::call1(const at::Tensor& x, bool training) {
 
 void Normalization::adapt(const at::Tensor& data) {
   if (!given_mean_.empty())
-    throw ValueError("Normalization '" + name() + "': cannot adapt() a layer whose `mean` and `variance` were given "
+    throw ValueError("Normalization '" + name() +
+                     "': cannot adapt() a layer whose `mean` and `variance` were given "
                      "in its config");
   if (data.dim() < 1 || data.size(0) < 1) throw ShapeError("Normalization.adapt needs at least one sample");
   Shape s = sizes_of(data);
@@ -197,10 +201,11 @@ void Normalization::adapt(const at::Tensor& data) {
   build_if_needed({s});
   const Shape& built = build_input_shapes().at(0);
   bool ok = data.dim() == (int64_t)built.size();
-  for (size_t i = 1; ok && i < built.size(); ++i) ok = broadcast_shape_[i] == 1 || data.size(i) == broadcast_shape_[i];
+  for (size_t i = 1; ok && i < built.size(); ++i)
+    ok = broadcast_shape_[i] == 1 || data.size(i) == broadcast_shape_[i];
   if (!ok)
-    throw ShapeError("Normalization '" + name() + "' was built for inputs of shape " + shape_to_string(built) +
-                     "; adapt() received " + shape_to_string(sizes_of(data)));
+    throw ShapeError("Normalization '" + name() + "' was built for inputs of shape " +
+                     shape_to_string(built) + "; adapt() received " + shape_to_string(sizes_of(data)));
   at::NoGradGuard ng;
   at::Tensor d = data.to(at::kDouble);
   std::vector<int64_t> reduce;

@@ -53,8 +53,10 @@ Reshape::Reshape(const Json& config) : SimpleLayer(config) {
   for (auto& d : *t) {
     if (!d.is_number_integer()) r.invalid("target_shape", expected);
     int64_t v = d.get<int64_t>();
-    if (v == -1) ++unknown;
-    else if (v < 1) r.invalid("target_shape", expected);
+    if (v == -1)
+      ++unknown;
+    else if (v < 1)
+      r.invalid("target_shape", expected);
     target_.push_back(v);
   }
   if (unknown > 1) r.invalid("target_shape", expected);
@@ -69,13 +71,16 @@ Shape Reshape::resolve(int64_t n, const Shape& input_shape) const {
   int64_t known = 1;
   int64_t unknown_at = -1;
   for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == -1) unknown_at = (int64_t)i;
-    else known *= out[i];
+    if (out[i] == -1)
+      unknown_at = (int64_t)i;
+    else
+      known *= out[i];
   }
   if (n < 0) return out;  // stays unknown (kNone == -1)
   if (unknown_at >= 0 ? (known == 0 || n % known != 0) : n != known)
-    throw ShapeError("Reshape '" + name() + "': cannot reshape an input of shape " + shape_to_string(input_shape) +
-                     " (" + std::to_string(n) + " values per sample) to target_shape " + shape_to_string(target_));
+    throw ShapeError("Reshape '" + name() + "': cannot reshape an input of shape " +
+                     shape_to_string(input_shape) + " (" + std::to_string(n) +
+                     " values per sample) to target_shape " + shape_to_string(target_));
   if (unknown_at >= 0) out[unknown_at] = n / known;
   return out;
 }

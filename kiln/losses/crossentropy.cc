@@ -10,7 +10,9 @@ namespace {
 
 constexpr double kEpsilon = 1e-7;  // Keras's backend.epsilon()
 
-std::string sizes_str(const at::Tensor& t) { return shape_to_string(Shape(t.sizes().begin(), t.sizes().end())); }
+std::string sizes_str(const at::Tensor& t) {
+  return shape_to_string(Shape(t.sizes().begin(), t.sizes().end()));
+}
 
 void check_label_smoothing(double s, const std::string& owner) {
   if (!(s >= 0.0 && s <= 1.0)) {
@@ -36,8 +38,8 @@ at::Tensor sparse_labels(at::Tensor y_true, at::Tensor y_pred, const std::string
   if (y_true.sizes() != y_pred.sizes().slice(0, y_pred.dim() - 1))
     throw ShapeError(owner + ": expected integer labels of shape " +
                      shape_to_string(Shape(y_pred.sizes().begin(), y_pred.sizes().end() - 1)) +
-                     " (or with a trailing 1) for y_pred of shape " + sizes_str(y_pred) + ". Received: " +
-                     sizes_str(y_true));
+                     " (or with a trailing 1) for y_pred of shape " + sizes_str(y_pred) +
+                     ". Received: " + sizes_str(y_true));
   return y_true.to(y_pred.device(), at::kLong);
 }
 
@@ -45,23 +47,27 @@ at::Tensor sparse_labels(at::Tensor y_true, at::Tensor y_pred, const std::string
 
 // --- SparseCategoricalCrossentropy ---------------------------------------------
 
-SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(bool from_logits, std::optional<int64_t> ignore_class,
+SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(bool from_logits,
+                                                             std::optional<int64_t> ignore_class,
                                                              std::string reduction, std::string name)
     : Loss(std::move(name), std::move(reduction)), from_logits_(from_logits), ignore_class_(ignore_class) {}
 
 std::shared_ptr<SparseCategoricalCrossentropy> SparseCategoricalCrossentropy::from_config(const Json& c) {
   check_keys(c, {"from_logits", "ignore_class", "axis"}, "SparseCategoricalCrossentropy");
   if (get_or<int64_t>(c, "axis", -1) != -1)
-    throw ValueError("SparseCategoricalCrossentropy: only axis=-1 is supported. Received: axis=" + c["axis"].dump());
+    throw ValueError("SparseCategoricalCrossentropy: only axis=-1 is supported. Received: axis=" +
+                     c["axis"].dump());
   std::optional<int64_t> ignore;
   if (c.is_object() && c.contains("ignore_class") && !c["ignore_class"].is_null())
     ignore = get_or<int64_t>(c, "ignore_class", 0);
   return std::make_shared<SparseCategoricalCrossentropy>(
-      get_or<bool>(c, "from_logits", false), ignore, get_or<std::string>(c, "reduction", "sum_over_batch_size"),
+      get_or<bool>(c, "from_logits", false), ignore,
+      get_or<std::string>(c, "reduction", "sum_over_batch_size"),
       get_or<std::string>(c, "name", "sparse_categorical_crossentropy"));
 }
 
-at::Tensor SparseCategoricalCrossentropy::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {
+at::Tensor SparseCategoricalCrossentropy::call(const at::Tensor& y_true_in,
+                                               const at::Tensor& y_pred_in) const {
   at::Tensor y_pred = y_pred_in.to(at::kFloat);
   at::Tensor labels = sparse_labels(y_true_in, y_pred, class_name());
   const int64_t num_classes = y_pred.size(-1);
@@ -77,7 +83,8 @@ at::Tensor SparseCategoricalCrossentropy::call(const at::Tensor& y_true_in, cons
     if (lo < 0 || hi >= num_classes)
       throw ValueError(class_name() + ": labels must be in [0, " + std::to_string(num_classes) +
                        ") for y_pred with " + std::to_string(num_classes) +
-                       " classes. Received labels between " + std::to_string(lo) + " and " + std::to_string(hi));
+                       " classes. Received labels between " + std::to_string(lo) + " and " +
+                       std::to_string(hi));
   }
   at::Tensor logp = log_probs(y_pred, from_logits_, -1);
   at::Tensor loss = -logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1);
@@ -85,7 +92,8 @@ at::Tensor SparseCategoricalCrossentropy::call(const at::Tensor& y_true_in, cons
   return loss;
 }
 
-at::Tensor SparseCategoricalCrossentropy::valid_mask(const at::Tensor& y_true, const at::Tensor& y_pred) const {
+at::Tensor SparseCategoricalCrossentropy::valid_mask(const at::Tensor& y_true,
+                                                     const at::Tensor& y_pred) const {
   if (!ignore_class_) return {};
   return sparse_labels(y_true, y_pred, class_name()) != *ignore_class_;
 }
@@ -121,7 +129,8 @@ at::Tensor CategoricalCrossentropy::call(const at::Tensor& y_true_in, const at::
   at::Tensor y_true = y_true_in.to(y_pred.device(), at::kFloat);
   squeeze_or_expand_to_same_rank(y_true, y_pred);
   if (y_true.sizes() != y_pred.sizes())
-    throw ShapeError(class_name() + ": y_true and y_pred must have the same shape (one-hot targets). Received " +
+    throw ShapeError(class_name() +
+                     ": y_true and y_pred must have the same shape (one-hot targets). Received " +
                      sizes_str(y_true) + " and " + sizes_str(y_pred) +
                      "; for integer labels use SparseCategoricalCrossentropy");
   if (label_smoothing_ > 0) {

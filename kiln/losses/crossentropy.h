@@ -46,8 +46,8 @@ class SparseCategoricalCrossentropy : public Loss {
 // replaces targets by t * (1 - s) + s / num_classes.
 class CategoricalCrossentropy : public Loss {
  public:
-  explicit CategoricalCrossentropy(bool from_logits = false, double label_smoothing = 0.0,
-                                   int64_t axis = -1, std::string reduction = "sum_over_batch_size",
+  explicit CategoricalCrossentropy(bool from_logits = false, double label_smoothing = 0.0, int64_t axis = -1,
+                                   std::string reduction = "sum_over_batch_size",
                                    std::string name = "categorical_crossentropy");
   // Keras config keys: from_logits, label_smoothing, axis, name, reduction.
   static std::shared_ptr<CategoricalCrossentropy> from_config(const Json& config);

@@ -1,6 +1,5 @@
 #include "kiln/losses/loss.h"
 
-
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -26,7 +25,9 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-std::string sizes_str(const at::Tensor& t) { return shape_to_string(Shape(t.sizes().begin(), t.sizes().end())); }
+std::string sizes_str(const at::Tensor& t) {
+  return shape_to_string(Shape(t.sizes().begin(), t.sizes().end()));
+}
 
 struct Registry {
   std::mutex mu;
@@ -77,7 +78,8 @@ const std::map<std::string, std::string>& aliases() {
 
 }  // namespace
 
-Loss::Loss(std::string name, std::string reduction) : name_(std::move(name)), reduction_(std::move(reduction)) {
+Loss::Loss(std::string name, std::string reduction)
+    : name_(std::move(name)), reduction_(std::move(reduction)) {
   const auto& r = reductions();
   if (std::find(r.begin(), r.end(), reduction_) == r.end())
     throw ValueError("Invalid value for argument `reduction`. Expected one of {" + join(r) +
@@ -134,7 +136,8 @@ Json Loss::to_json() const { return Json{{"class_name", class_name()}, {"config"
 
 void Loss::check_keys(const Json& config, const std::vector<std::string>& allowed, const std::string& owner) {
   if (config.is_null()) return;
-  if (!config.is_object()) throw ValueError(owner + ": config must be a JSON object. Received: " + config.dump());
+  if (!config.is_object())
+    throw ValueError(owner + ": config must be a JSON object. Received: " + config.dump());
   for (auto it = config.begin(); it != config.end(); ++it) {
     const std::string& k = it.key();
     if (k == "name" || k == "reduction" || k == "dtype") continue;
@@ -174,14 +177,16 @@ LossPtr Loss::get(const std::string& name) {
     if (it != r.classes.end()) factory = it->second;
   }
   if (!factory)
-    throw ValueError("Could not interpret loss identifier: '" + name + "'. Known losses: " + join(known_names()));
+    throw ValueError("Could not interpret loss identifier: '" + name +
+                     "'. Known losses: " + join(known_names()));
   return factory(Json::object());
 }
 
 LossPtr Loss::from_json(const Json& j) {
   if (j.is_string()) return get(j.get<std::string>());
   if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string())
-    throw ValueError("A loss must be a name or {\"class_name\": ..., \"config\": {...}}. Received: " + j.dump());
+    throw ValueError("A loss must be a name or {\"class_name\": ..., \"config\": {...}}. Received: " +
+                     j.dump());
   const std::string cls = j["class_name"].get<std::string>();
   Factory factory;
   {

@@ -10,7 +10,8 @@
 // and the reduction, as Keras 3's reduce_weighted_values:
 //   "sum_over_batch_size" (default) and "mean": sum of weighted values divided
 //        by their number of elements (Keras 3 treats the two alike);
-//   "mean_with_sample_weight": sum of weighted values / sum of weights;
+//   "mean_with_sample_weight": sum of weighted values / sum of the weights
+//        broadcast to the values' shape (a weighted mean);
 //   "sum": sum of weighted values;  "none": the weighted values.
 // Inputs are cast to float32 and the result is float32 whatever the model's
 // compute dtype (mixed precision keeps losses in float32).

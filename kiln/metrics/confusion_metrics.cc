@@ -13,7 +13,9 @@ namespace {
 
 constexpr double kEpsilon = 1e-7;  // Keras's backend.epsilon()
 
-std::string sizes_str(const at::Tensor& t) { return shape_to_string(Shape(t.sizes().begin(), t.sizes().end())); }
+std::string sizes_str(const at::Tensor& t) {
+  return shape_to_string(Shape(t.sizes().begin(), t.sizes().end()));
+}
 
 at::Tensor scalar_zero() { return at::zeros({}, at::kDouble); }
 
@@ -42,8 +44,8 @@ Lined line_up(const at::Tensor& y_true_in, const at::Tensor& y_pred_in, const at
   }
   if (class_id) {
     if (y_pred.dim() < 1 || *class_id < 0 || *class_id >= y_pred.size(-1))
-      throw ValueError(owner + ": class_id=" + std::to_string(*class_id) + " is out of range for y_pred of shape " +
-                       sizes_str(y_pred));
+      throw ValueError(owner + ": class_id=" + std::to_string(*class_id) +
+                       " is out of range for y_pred of shape " + sizes_str(y_pred));
     if (y_true.dim() < 1 || y_true.size(-1) != y_pred.size(-1))
       throw ShapeError(owner + ": class_id needs y_true with the shape of y_pred " + sizes_str(y_pred) +
                        ". Received " + sizes_str(y_true));
@@ -72,8 +74,9 @@ double parse_threshold(const Json& c, const std::string& owner) {
   } else if (t.is_array() && t.size() == 1 && t[0].is_number()) {
     v = t[0].get<double>();
   } else {
-    throw ValueError(owner + ": only one threshold is supported (a number or a one-element list). Received: thresholds=" +
-                     t.dump());
+    throw ValueError(
+        owner + ": only one threshold is supported (a number or a one-element list). Received: thresholds=" +
+        t.dump());
   }
   return v;
 }
@@ -121,7 +124,8 @@ std::shared_ptr<Precision> Precision::from_config(const Json& c) {
                                      get_or<std::string>(c, "name", "precision"));
 }
 
-void Precision::update_state(const at::Tensor& y_true, const at::Tensor& y_pred, const at::Tensor& sample_weight) {
+void Precision::update_state(const at::Tensor& y_true, const at::Tensor& y_pred,
+                             const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
   Lined l = line_up(y_true, y_pred, sample_weight, class_id_, name());
   at::Tensor predicted = l.y_pred > threshold_;
@@ -166,7 +170,8 @@ std::shared_ptr<Recall> Recall::from_config(const Json& c) {
                                   get_or<std::string>(c, "name", "recall"));
 }
 
-void Recall::update_state(const at::Tensor& y_true, const at::Tensor& y_pred, const at::Tensor& sample_weight) {
+void Recall::update_state(const at::Tensor& y_true, const at::Tensor& y_pred,
+                          const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
   Lined l = line_up(y_true, y_pred, sample_weight, class_id_, name());
   at::Tensor predicted = l.y_pred > threshold_;
@@ -206,7 +211,8 @@ AUC::AUC(Options options) : Metric(options.name), options_(std::move(options)) {
   for (auto& ch : method) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (method != "interpolation" && method != "minoring" && method != "majoring")
     throw ValueError(
-        "AUC: invalid `summation_method`, expected \"interpolation\", \"minoring\" or \"majoring\". Received: "
+        "AUC: invalid `summation_method`, expected \"interpolation\", \"minoring\" or \"majoring\". "
+        "Received: "
         "summation_method=" +
         o.summation_method);
   o.summation_method = method;
@@ -241,7 +247,8 @@ std::shared_ptr<AUC> AUC::from_config(const Json& c) {
              "AUC");
   if (get_or<bool>(c, "multi_label", false)) throw ValueError("AUC: multi_label=true is not supported");
   if (c.is_object() && c.contains("label_weights") && !c["label_weights"].is_null())
-    throw ValueError("AUC: label_weights are not supported. Received: label_weights=" + c["label_weights"].dump());
+    throw ValueError("AUC: label_weights are not supported. Received: label_weights=" +
+                     c["label_weights"].dump());
   Options o;
   o.num_thresholds = get_or<int64_t>(c, "num_thresholds", 200);
   o.curve = get_or<std::string>(c, "curve", "ROC");
@@ -252,14 +259,15 @@ std::shared_ptr<AUC> AUC::from_config(const Json& c) {
   return std::make_shared<AUC>(o);
 }
 
-void AUC::update_state(const at::Tensor& y_true, const at::Tensor& y_pred_in, const at::Tensor& sample_weight) {
+void AUC::update_state(const at::Tensor& y_true, const at::Tensor& y_pred_in,
+                       const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
   at::Tensor y_pred = y_pred_in.detach().to(at::kFloat);
   if (options_.from_logits) y_pred = y_pred.sigmoid();
   Lined l = line_up(y_true, y_pred, sample_weight, std::nullopt, name());
   const int64_t n = options_.num_thresholds;
   at::Tensor p = l.y_pred.clamp(0.0, 1.0).reshape({-1});
-  at::Tensor y = l.y_true.reshape({-1}).to(at::kDouble);
+  at::Tensor y = (l.y_true != 0).reshape({-1}).to(at::kDouble);  // Keras casts labels to bool
   at::Tensor w = l.weight.defined() ? l.weight.reshape({-1}) : at::ones_like(y);
   at::Tensor pos_w = y * w, neg_w = (1.0 - y) * w;
   at::Tensor tp, fp;
@@ -338,8 +346,7 @@ Json AUC::get_config() const {
   c["multi_label"] = false;
   c["num_labels"] = nullptr;
   c["label_weights"] = nullptr;
-  if (!evenly_)
-    c["thresholds"] = options_.thresholds;
+  if (!evenly_) c["thresholds"] = options_.thresholds;
   c["from_logits"] = options_.from_logits;
   return c;
 }

@@ -1,8 +1,7 @@
 // Metrics over confusion-matrix counts (Keras's Precision, Recall, AUC).
 // Counts are weighted sums kept in float64 (variables()).
 //
-// Labels: Precision/Recall treat any non-zero y_true as positive; AUC uses
-// y_true as a weight in [0, 1] (soft labels count fractionally), as Keras.
+// Labels: any non-zero y_true is positive (Keras casts labels to bool).
 // Sample weights of shape (N,) or (N, 1) apply to every entry of a sample.
 #pragma once
 
@@ -71,9 +70,9 @@ class AUC : public Metric {
  public:
   struct Options {
     int64_t num_thresholds = 200;
-    std::string curve = "ROC";                        // "ROC" | "PR"
+    std::string curve = "ROC";                       // "ROC" | "PR"
     std::string summation_method = "interpolation";  // | "minoring" | "majoring"
-    std::vector<double> thresholds;                   // empty: evenly spaced
+    std::vector<double> thresholds;                  // empty: evenly spaced
     bool from_logits = false;
     std::string name = "auc";
   };

@@ -89,7 +89,8 @@ Metric::Factory find_class(const std::string& cls) {
 // else by the shapes of the first batch (Keras 3's rule).
 MetricPtr resolve_accuracy(const std::string& name, const Loss* loss) {
   const std::string cls = loss ? loss->class_name() : "";
-  if (cls == "SparseCategoricalCrossentropy") return std::make_shared<metrics::SparseCategoricalAccuracy>(name);
+  if (cls == "SparseCategoricalCrossentropy")
+    return std::make_shared<metrics::SparseCategoricalAccuracy>(name);
   if (cls == "CategoricalCrossentropy") return std::make_shared<metrics::CategoricalAccuracy>(name);
   if (cls == "BinaryCrossentropy") return std::make_shared<metrics::BinaryAccuracy>(name);
   return std::make_shared<metrics::AutoAccuracy>(name);
@@ -99,9 +100,11 @@ MetricPtr resolve_accuracy(const std::string& name, const Loss* loss) {
 
 // --- Metric -------------------------------------------------------------------------------
 
-void Metric::check_keys(const Json& config, const std::vector<std::string>& allowed, const std::string& owner) {
+void Metric::check_keys(const Json& config, const std::vector<std::string>& allowed,
+                        const std::string& owner) {
   if (config.is_null()) return;
-  if (!config.is_object()) throw ValueError(owner + ": config must be a JSON object. Received: " + config.dump());
+  if (!config.is_object())
+    throw ValueError(owner + ": config must be a JSON object. Received: " + config.dump());
   for (auto it = config.begin(); it != config.end(); ++it) {
     const std::string& k = it.key();
     if (k == "name" || k == "dtype") continue;
@@ -135,7 +138,8 @@ MetricPtr Metric::get(const std::string& name, const Loss* loss) {
   auto a = aliases().find(name);
   Factory f = find_class(a != aliases().end() ? a->second : name);
   if (!f)
-    throw ValueError("Could not interpret metric identifier: '" + name + "'. Known metrics: " + join(known_names()));
+    throw ValueError("Could not interpret metric identifier: '" + name +
+                     "'. Known metrics: " + join(known_names()));
   MetricPtr m = f(Json::object());
   m->set_name(name);
   return m;
@@ -144,7 +148,8 @@ MetricPtr Metric::get(const std::string& name, const Loss* loss) {
 MetricPtr Metric::from_json(const Json& j, const Loss* loss) {
   if (j.is_string()) return get(j.get<std::string>(), loss);
   if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string())
-    throw ValueError("A metric must be a name or {\"class_name\": ..., \"config\": {...}}. Received: " + j.dump());
+    throw ValueError("A metric must be a name or {\"class_name\": ..., \"config\": {...}}. Received: " +
+                     j.dump());
   const std::string cls = j["class_name"].get<std::string>();
   Factory f = find_class(cls);
   if (!f) throw ValueError("Unknown metric class '" + cls + "'. Known metrics: " + join(known_names()));
@@ -157,7 +162,8 @@ MetricPtr Metric::from_json(const Json& j, const Loss* loss) {
 Mean::Mean(std::string name)
     : Metric(std::move(name)), total_(at::zeros({}, at::kDouble)), count_(at::zeros({}, at::kDouble)) {}
 
-void Mean::update_state(const at::Tensor& values_in, const at::Tensor& unused, const at::Tensor& sample_weight) {
+void Mean::update_state(const at::Tensor& values_in, const at::Tensor& unused,
+                        const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
   at::Tensor values = values_in.detach().to(at::kDouble);
   at::Tensor weight;

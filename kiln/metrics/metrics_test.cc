@@ -64,7 +64,8 @@ TEST(Metrics, AccumulationAcrossBatchesEqualsOneShot) {
   for (auto& [batched, whole] : pairs) {
     SCOPED_TRACE(batched->class_name());
     for (int64_t i = 0; i < 60; i += 20)
-      batched->update_state(labels.slice(0, i, i + 20), scores.slice(0, i, i + 20), weights.slice(0, i, i + 20));
+      batched->update_state(labels.slice(0, i, i + 20), scores.slice(0, i, i + 20),
+                            weights.slice(0, i, i + 20));
     whole->update_state(labels, scores, weights);
     EXPECT_NEAR(batched->result(), whole->result(), 1e-9);
     EXPECT_GT(whole->result(), 0.0);
@@ -214,6 +215,10 @@ TEST(AUC, KnownValue) {
   AUC auc;
   auc.update_state(i64({0, 0, 1, 1}), f32({0.1, 0.4, 0.35, 0.8}));
   EXPECT_NEAR(auc.result(), 0.75, 1e-9);
+  // Labels count as booleans (any non-zero is positive), as Keras casts them.
+  AUC nonbinary;
+  nonbinary.update_state(f32({0, 0, 2, 2}), f32({0.1, 0.4, 0.35, 0.8}));
+  EXPECT_NEAR(nonbinary.result(), 0.75, 1e-9);
   // All predictions equal: the diagonal.
   AUC flat;
   flat.update_state(f32({0, 1, 0, 1}), f32({0.5, 0.5, 0.5, 0.5}));
@@ -240,7 +245,8 @@ TEST(AUC, RejectsBadOptions) {
   o = AUC::Options();
   o.summation_method = "simpson";
   EXPECT_NE(error_of([&] { AUC a(o); }).find("simpson"), std::string::npos);
-  EXPECT_THROW(Metric::from_json(Json{{"class_name", "AUC"}, {"config", {{"multi_label", true}}}}), ValueError);
+  EXPECT_THROW(Metric::from_json(Json{{"class_name", "AUC"}, {"config", {{"multi_label", true}}}}),
+               ValueError);
   EXPECT_THROW(Metric::from_json(Json{{"class_name", "AUC"}, {"config", {{"thresholds", {0.5, 1.5}}}}}),
                ValueError);
 }
@@ -278,15 +284,16 @@ TEST(Metrics, GetNamesMetricsAsGiven) {
   EXPECT_NE(msg.find("'acuracy'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("binary_accuracy"), std::string::npos) << msg;
   EXPECT_NE(error_of([] { TopKCategoricalAccuracy(0); }).find("k=0"), std::string::npos);
-  EXPECT_NE(error_of([] { Metric::from_json(Json{{"class_name", "BinaryAccuracy"}, {"config", {{"treshold", 1}}}}); })
-                .find("treshold"),
+  EXPECT_NE(error_of([] {
+              Metric::from_json(Json{{"class_name", "BinaryAccuracy"}, {"config", {{"treshold", 1}}}});
+            }).find("treshold"),
             std::string::npos);
 }
 
 TEST(Metrics, HigherIsBetter) {
-  for (const char* name : {"accuracy", "binary_accuracy", "categorical_accuracy", "sparse_categorical_accuracy",
-                           "top_k_categorical_accuracy", "sparse_top_k_categorical_accuracy", "auc", "precision",
-                           "recall"})
+  for (const char* name :
+       {"accuracy", "binary_accuracy", "categorical_accuracy", "sparse_categorical_accuracy",
+        "top_k_categorical_accuracy", "sparse_top_k_categorical_accuracy", "auc", "precision", "recall"})
     EXPECT_TRUE(Metric::get(name)->higher_is_better()) << name;
   for (const char* name : {"mae", "mse", "Mean"}) EXPECT_FALSE(Metric::get(name)->higher_is_better()) << name;
 }

@@ -28,7 +28,9 @@ std::string num_str(double v) {
   return os.str();
 }
 
-std::string sizes_str(const at::Tensor& t) { return shape_to_string(Shape(t.sizes().begin(), t.sizes().end())); }
+std::string sizes_str(const at::Tensor& t) {
+  return shape_to_string(Shape(t.sizes().begin(), t.sizes().end()));
+}
 
 // A non-negative number or null (absent) config entry; 0 when absent.
 double optional_non_negative(const Json& c, const char* key, const std::string& owner, bool* is_set) {
@@ -36,16 +38,26 @@ double optional_non_negative(const Json& c, const char* key, const std::string& 
   if (!c.is_object() || !c.contains(key) || c[key].is_null()) return 0.0;
   const Json& v = c[key];
   if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>()))
-    throw ValueError(owner + ": `" + key + "` must be a non-negative number. Received: " + key + "=" + v.dump());
+    throw ValueError(owner + ": `" + key + "` must be a non-negative number. Received: " + key + "=" +
+                     v.dump());
   *is_set = true;
   return v.get<double>();
 }
 
 const std::vector<std::string>& base_keys() {
-  static const std::vector<std::string> k = {
-      "name",      "learning_rate",    "weight_decay",    "clipnorm",           "clipvalue",
-      "global_clipnorm", "use_ema",    "ema_momentum",    "ema_overwrite_frequency", "loss_scale_factor",
-      "gradient_accumulation_steps", "jit_compile", "is_legacy_optimizer"};
+  static const std::vector<std::string> k = {"name",
+                                             "learning_rate",
+                                             "weight_decay",
+                                             "clipnorm",
+                                             "clipvalue",
+                                             "global_clipnorm",
+                                             "use_ema",
+                                             "ema_momentum",
+                                             "ema_overwrite_frequency",
+                                             "loss_scale_factor",
+                                             "gradient_accumulation_steps",
+                                             "jit_compile",
+                                             "is_legacy_optimizer"};
   return k;
 }
 
@@ -61,8 +73,12 @@ Registry& registry() {
     reg->classes["RMSprop"] = [](const Json& c) -> OptimizerPtr {
       return std::make_shared<optimizers::RMSprop>(c);
     };
-    reg->classes["Adam"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Adam>(c); };
-    reg->classes["AdamW"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::AdamW>(c); };
+    reg->classes["Adam"] = [](const Json& c) -> OptimizerPtr {
+      return std::make_shared<optimizers::Adam>(c);
+    };
+    reg->classes["AdamW"] = [](const Json& c) -> OptimizerPtr {
+      return std::make_shared<optimizers::AdamW>(c);
+    };
     return reg;
   }();
   return *r;
@@ -86,7 +102,8 @@ const std::map<std::string, std::string>& aliases() {
 Optimizer::Optimizer(const Json& config, double default_learning_rate, const std::string& default_name)
     : lr_(default_learning_rate) {
   const Json c = config.is_null() ? Json::object() : config;
-  if (!c.is_object()) throw ValueError(default_name + ": config must be a JSON object. Received: " + c.dump());
+  if (!c.is_object())
+    throw ValueError(default_name + ": config must be a JSON object. Received: " + c.dump());
   name_ = get_or<std::string>(c, "name", default_name);
   const std::string owner = name_;
 
@@ -97,8 +114,10 @@ Optimizer::Optimizer(const Json& config, double default_learning_rate, const std
     } else if (lr.is_number() && lr.get<double>() >= 0 && std::isfinite(lr.get<double>())) {
       lr_ = lr.get<double>();
     } else {
-      throw ValueError(owner + ": `learning_rate` must be a non-negative number or a schedule "
-                               "{\"class_name\", \"config\"}. Received: learning_rate=" + lr.dump());
+      throw ValueError(owner +
+                       ": `learning_rate` must be a non-negative number or a schedule "
+                       "{\"class_name\", \"config\"}. Received: learning_rate=" +
+                       lr.dump());
     }
   }
   bool set = false;
@@ -108,14 +127,17 @@ Optimizer::Optimizer(const Json& config, double default_learning_rate, const std
   clipvalue_ = optional_non_negative(c, "clipvalue", owner, &clipvalue_set);
   global_clipnorm_ = optional_non_negative(c, "global_clipnorm", owner, &global_set);
   if (int(clipnorm_set) + int(clipvalue_set) + int(global_set) > 1)
-    throw ValueError(owner + ": only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. Received: "
-                             "clipnorm=" + (clipnorm_set ? num_str(clipnorm_) : "None") +
+    throw ValueError(owner +
+                     ": only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. Received: "
+                     "clipnorm=" +
+                     (clipnorm_set ? num_str(clipnorm_) : "None") +
                      ", clipvalue=" + (clipvalue_set ? num_str(clipvalue_) : "None") +
                      ", global_clipnorm=" + (global_set ? num_str(global_clipnorm_) : "None"));
   // Keras options kiln does not implement: accepted only at their defaults.
   if (get_or<bool>(c, "use_ema", false)) throw ValueError(owner + ": use_ema=true is not supported");
   if (c.contains("loss_scale_factor") && !c["loss_scale_factor"].is_null())
-    throw ValueError(owner + ": loss_scale_factor is not supported (use the trainer's loss scaling). Received: " +
+    throw ValueError(owner +
+                     ": loss_scale_factor is not supported (use the trainer's loss scaling). Received: " +
                      c["loss_scale_factor"].dump());
   if (c.contains("gradient_accumulation_steps") && !c["gradient_accumulation_steps"].is_null() &&
       get_or<int64_t>(c, "gradient_accumulation_steps", 1) > 1)
@@ -128,10 +150,12 @@ void Optimizer::check_keys(const Json& config, const std::vector<std::string>& o
   for (auto it = config.begin(); it != config.end(); ++it) {
     const std::string& k = it.key();
     const auto& b = base_keys();
-    if (std::find(b.begin(), b.end(), k) != b.end() || std::find(own.begin(), own.end(), k) != own.end()) continue;
+    if (std::find(b.begin(), b.end(), k) != b.end() || std::find(own.begin(), own.end(), k) != own.end())
+      continue;
     std::vector<std::string> known = own;
     known.insert(known.end(), b.begin(), b.begin() + 6);
-    throw ValueError(class_name() + ": argument(s) not recognized: `" + k + "`. Known arguments: " + join(known));
+    throw ValueError(class_name() + ": argument(s) not recognized: `" + k +
+                     "`. Known arguments: " + join(known));
   }
 }
 
@@ -139,8 +163,9 @@ double Optimizer::learning_rate() const { return schedule_ ? (*schedule_)(iterat
 
 void Optimizer::set_learning_rate(double lr) {
   if (schedule_)
-    throw StateError(name_ + ": cannot set the learning rate: it is a " + schedule_->class_name() +
-                     " schedule. Set a constant learning_rate in the optimizer's config to adjust it by hand");
+    throw StateError(
+        name_ + ": cannot set the learning rate: it is a " + schedule_->class_name() +
+        " schedule. Set a constant learning_rate in the optimizer's config to adjust it by hand");
   if (!(lr >= 0) || !std::isfinite(lr))
     throw ValueError(name_ + ": the learning rate must be a non-negative number. Received: " + num_str(lr));
   lr_ = lr;
@@ -162,7 +187,8 @@ std::vector<at::Tensor> Optimizer::clip(std::vector<at::Tensor> grads) const {
     for (auto& g : grads) sq = sq + g.to(at::kFloat).square().sum().to(sq.device());
     at::Tensor norm = sq.sqrt();
     // Keras's form: a NaN/inf norm makes the scale NaN rather than zeroing.
-    at::Tensor scale = global_clipnorm_ * at::minimum(1.0 / norm, at::full({}, 1.0 / global_clipnorm_, norm.options()));
+    at::Tensor scale =
+        global_clipnorm_ * at::minimum(1.0 / norm, at::full({}, 1.0 / global_clipnorm_, norm.options()));
     scale = scale + (norm - norm);
     for (auto& g : grads) g = g * scale.to(g.device(), g.scalar_type());
   } else if (clipvalue_ > 0) {
@@ -180,14 +206,15 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std:
   std::vector<Variable*> v;
   std::set<std::string> paths;
   for (size_t i = 0; i < vars.size(); ++i) {
-    if (!vars[i]) throw ValueError(name_ + ": apply_gradients got a null variable at index " + std::to_string(i));
+    if (!vars[i])
+      throw ValueError(name_ + ": apply_gradients got a null variable at index " + std::to_string(i));
     if (!grads[i].defined()) continue;
     if (!paths.insert(vars[i]->path()).second)
       throw ValueError(name_ + ": two variables share the path '" + vars[i]->path() +
                        "'; optimizer state is keyed by path, so paths must be unique");
     if (!grads[i].sizes().equals(vars[i]->value().sizes()))
-      throw ShapeError(name_ + ": gradient of shape " + sizes_str(grads[i]) + " for variable " + vars[i]->path() +
-                       " of shape " + sizes_str(vars[i]->value()));
+      throw ShapeError(name_ + ": gradient of shape " + sizes_str(grads[i]) + " for variable " +
+                       vars[i]->path() + " of shape " + sizes_str(vars[i]->value()));
     g.push_back(grads[i].detach());
     v.push_back(vars[i].get());
   }
@@ -216,7 +243,8 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std:
     auto& slots = slots_[v[i]->path()];
     if (slots.size() != names.size()) {
       slots.clear();
-      for (size_t s = 0; s < names.size(); ++s) slots.push_back(at::zeros_like(value, at::MemoryFormat::Contiguous));
+      for (size_t s = 0; s < names.size(); ++s)
+        slots.push_back(at::zeros_like(value, at::MemoryFormat::Contiguous));
     } else {
       for (size_t s = 0; s < slots.size(); ++s) {
         if (!slots[s].sizes().equals(value.sizes()))
@@ -251,7 +279,8 @@ std::map<std::string, at::Tensor> Optimizer::state_dict() const {
   std::map<std::string, at::Tensor> state;
   const std::vector<std::string> names = slot_names();
   for (const auto& [path, slots] : slots_)
-    for (size_t s = 0; s < slots.size() && s < names.size(); ++s) state[path + "/" + names[s]] = slots[s].clone();
+    for (size_t s = 0; s < slots.size() && s < names.size(); ++s)
+      state[path + "/" + names[s]] = slots[s].clone();
   state["iterations"] = at::full({}, iterations_, at::kLong);
   if (!schedule_) state["learning_rate"] = at::full({}, lr_, at::kDouble);
   return state;

@@ -102,8 +102,8 @@ class Optimizer {
   // weight decay). `grad` has the variable's dtype and device. `slots` holds
   // this variable's slots, created by slot_names() on first use with zeros
   // like the variable. `step` is iterations() + 1 (Keras's local_step).
-  virtual void update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots,
-                           double lr, int64_t step) = 0;
+  virtual void update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr,
+                           int64_t step) = 0;
   virtual std::vector<std::string> slot_names() const { return {}; }
   // ValueError naming any key of `config` that neither the base nor `own`
   // knows (Keras's "Argument(s) not recognized").

@@ -23,8 +23,8 @@ void check_schedule_keys(const Json& c, const std::vector<std::string>& allowed,
 
 void check_decay_steps(int64_t decay_steps, const std::string& owner) {
   if (decay_steps <= 0)
-    throw ValueError(owner + ": argument `decay_steps` must be > 0. Received: decay_steps=" +
-                     std::to_string(decay_steps));
+    throw ValueError(
+        owner + ": argument `decay_steps` must be > 0. Received: decay_steps=" + std::to_string(decay_steps));
 }
 
 double required_number(const Json& c, const char* key, const std::string& owner) {
@@ -104,16 +104,17 @@ CosineDecay::CosineDecay(double initial_learning_rate, int64_t decay_steps, doub
 }
 
 std::shared_ptr<CosineDecay> CosineDecay::from_config(const Json& c) {
-  check_schedule_keys(c, {"initial_learning_rate", "decay_steps", "alpha", "name", "warmup_target", "warmup_steps"},
-                      "CosineDecay");
+  check_schedule_keys(
+      c, {"initial_learning_rate", "decay_steps", "alpha", "name", "warmup_target", "warmup_steps"},
+      "CosineDecay");
   std::optional<double> warmup_target;
   if (c.contains("warmup_target") && !c["warmup_target"].is_null())
     warmup_target = get_or<double>(c, "warmup_target", 0.0);
-  return std::make_shared<CosineDecay>(required_number(c, "initial_learning_rate", "CosineDecay"),
-                                       static_cast<int64_t>(std::llround(required_number(c, "decay_steps", "CosineDecay"))),
-                                       get_or<double>(c, "alpha", 0.0), warmup_target,
-                                       get_or<int64_t>(c, "warmup_steps", 0),
-                                       get_or<std::string>(c, "name", "CosineDecay"));
+  return std::make_shared<CosineDecay>(
+      required_number(c, "initial_learning_rate", "CosineDecay"),
+      static_cast<int64_t>(std::llround(required_number(c, "decay_steps", "CosineDecay"))),
+      get_or<double>(c, "alpha", 0.0), warmup_target, get_or<int64_t>(c, "warmup_steps", 0),
+      get_or<std::string>(c, "name", "CosineDecay"));
 }
 
 double CosineDecay::operator()(int64_t step_in) const {
@@ -162,13 +163,13 @@ std::shared_ptr<PiecewiseConstantDecay> PiecewiseConstantDecay::from_config(cons
   check_schedule_keys(c, {"boundaries", "values", "name"}, "PiecewiseConstantDecay");
   std::vector<int64_t> boundaries;
   for (const auto& b : require(c, "boundaries", "PiecewiseConstantDecay")) {
-    if (!b.is_number()) throw ValueError("PiecewiseConstantDecay: boundaries must be numbers. Received: " + b.dump());
+    if (!b.is_number())
+      throw ValueError("PiecewiseConstantDecay: boundaries must be numbers. Received: " + b.dump());
     boundaries.push_back(static_cast<int64_t>(std::llround(b.get<double>())));
   }
   require(c, "values", "PiecewiseConstantDecay");
-  return std::make_shared<PiecewiseConstantDecay>(
-      boundaries, get_or<std::vector<double>>(c, "values", {}),
-      get_or<std::string>(c, "name", "PiecewiseConstant"));
+  return std::make_shared<PiecewiseConstantDecay>(boundaries, get_or<std::vector<double>>(c, "values", {}),
+                                                  get_or<std::string>(c, "name", "PiecewiseConstant"));
 }
 
 double PiecewiseConstantDecay::operator()(int64_t step) const {

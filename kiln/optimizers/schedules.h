@@ -16,8 +16,8 @@ namespace kiln::optimizers {
 // floored when staircase. decay_steps must be > 0.
 class ExponentialDecay : public LearningRateSchedule {
  public:
-  ExponentialDecay(double initial_learning_rate, int64_t decay_steps, double decay_rate, bool staircase = false,
-                   std::string name = "ExponentialDecay");
+  ExponentialDecay(double initial_learning_rate, int64_t decay_steps, double decay_rate,
+                   bool staircase = false, std::string name = "ExponentialDecay");
   static std::shared_ptr<ExponentialDecay> from_config(const Json& config);
   double operator()(int64_t step) const override;
   std::string class_name() const override { return "ExponentialDecay"; }

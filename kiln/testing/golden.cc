@@ -25,12 +25,15 @@ at::Tensor golden_tensor(const Json& j) {
 
 ::testing::AssertionResult tensors_close(const at::Tensor& actual, const at::Tensor& expected, double rtol,
                                          double atol) {
-  auto shape_of = [](const at::Tensor& t) { return shape_to_string(Shape(t.sizes().begin(), t.sizes().end())); };
+  auto shape_of = [](const at::Tensor& t) {
+    return shape_to_string(Shape(t.sizes().begin(), t.sizes().end()));
+  };
   if (!actual.defined() || !expected.defined())
     return ::testing::AssertionFailure() << "undefined tensor (actual defined: " << actual.defined()
                                          << ", expected defined: " << expected.defined() << ")";
   if (!actual.sizes().equals(expected.sizes()))
-    return ::testing::AssertionFailure() << "shape " << shape_of(actual) << " != expected " << shape_of(expected);
+    return ::testing::AssertionFailure()
+           << "shape " << shape_of(actual) << " != expected " << shape_of(expected);
   at::Tensor a = actual.detach().cpu().to(at::kDouble).reshape(-1);
   at::Tensor e = expected.detach().cpu().to(at::kDouble).reshape(-1);
   at::Tensor excess = (a - e).abs() - (atol + rtol * e.abs());

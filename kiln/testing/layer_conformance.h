@@ -51,11 +51,11 @@
 namespace kiln {
 
 struct LayerTestCase {
-  std::string name;                  // shown in every failure
-  std::function<LayerPtr()> make;    // a fresh, unbuilt layer (float32 policy)
-  std::vector<Shape> input_shapes;   // concrete, batch axis first
-  std::vector<at::ScalarType> input_dtypes;  // default: float32 for every input
-  int64_t int_input_high = 10;       // integer inputs are drawn from [0, high)
+  std::string name;                           // shown in every failure
+  std::function<LayerPtr()> make;             // a fresh, unbuilt layer (float32 policy)
+  std::vector<Shape> input_shapes;            // concrete, batch axis first
+  std::vector<at::ScalarType> input_dtypes;   // default: float32 for every input
+  int64_t int_input_high = 10;                // integer inputs are drawn from [0, high)
   std::vector<Shape> expected_output_shapes;  // concrete, batch axis first
   int64_t expected_trainable_params = 0;
   int64_t expected_non_trainable_params = 0;
@@ -75,6 +75,9 @@ struct LayerTestCase {
   double mixed_tolerance = 0.05;
   uint64_t seed = 1234;
 };
+
+// gtest prints a case by its name (test listings, ctest names).
+void PrintTo(const LayerTestCase& c, std::ostream* os);
 
 // A factory for `make`: LayerRegistry::create(class_name, config).
 std::function<LayerPtr()> from_config(const std::string& class_name, const Json& config);

@@ -22,6 +22,7 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   restored_ = true;
   restored_epoch_ = point->epoch;
   restored_batch_ = point->batch;
+  counter_.start_at(point->batch);  // count from the resumed batch, not from 0
   model().train_state().progress().resume = std::move(*point);
 }
 

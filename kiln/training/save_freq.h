@@ -48,6 +48,8 @@ class BatchCounter {
     return false;
   }
   void reset() { last_batch_ = -1, since_save_ = 0; }
+  // The next batch seen will be `batch` of the current epoch (a resumed run).
+  void start_at(int64_t batch) { last_batch_ = batch - 1, since_save_ = 0; }
 
  private:
   int64_t last_batch_ = -1;

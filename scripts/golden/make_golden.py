@@ -259,7 +259,7 @@ def in_top_k_by_rank(labels, scores, k):
 
 def confusion(y, p, w, thresholds):
     """Weighted tp, fp, tn, fn at each threshold (prediction > threshold)."""
-    y = y.reshape(-1).double()
+    y = (y != 0).reshape(-1).double()  # Keras casts labels to bool
     p = p.reshape(-1).double()
     w = torch.ones_like(y) if w is None else w.reshape(-1).double()
     above = (p.unsqueeze(0) > thresholds.unsqueeze(1)).double()
