@@ -2,6 +2,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/core/json.h"
 #include "kiln/saving/safetensors.h"
 #include "kiln/testing/testing.h"
 
