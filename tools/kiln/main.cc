@@ -1,2 +1,106 @@
+// kiln: the command line.
+//
+//   kiln [--threads N] train SPEC.json [--output BASE] [--epochs N]
+//   kiln [--threads N] evaluate MODEL_DIR (--data DATA | --spec SPEC.json)
+//   kiln [--threads N] predict MODEL_DIR [--input FILE|-] [--output FILE|-]
+//   kiln [--threads N] show MODEL_DIR
+//
+// Exit codes: 0 success; 2 user error (bad arguments, files, specs, shapes),
+// reported as one line "kiln: error: <message>" on stderr; 1 anything else
+// (also one line). No stack traces: LibTorch's are cut off.
+#include <c10/util/Exception.h>
+
+#include <algorithm>
 #include <iostream>
-int main(int argc, char** argv) { std::cerr << "kiln: not built yet\n"; return 2; }
+#include <new>
+
+#include "kiln/core/error.h"
+#include "kiln/core/threads.h"
+#include "tools/kiln/cli.h"
+
+namespace {
+
+// Keeps the first line, trims it; the CLI's contract is one line per error.
+std::string one_line(std::string s) {
+  auto nl = s.find('\n');
+  if (nl != std::string::npos) s.resize(nl);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\r' || s.back() == '\t')) s.pop_back();
+  return s;
+}
+
+// The whole message on one line (kiln's own messages may hold a list).
+std::string joined(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+int fail(int code, const std::string& message) {
+  std::cout.flush();
+  std::cerr << "kiln: error: " << message << std::endl;
+  return code;
+}
+
+// LibTorch reports shape problems (a spec's layers against its data, a
+// model against an input) as c10::Error: those are the user's to fix.
+bool is_shape_problem(const std::string& m) {
+  for (const char* key : {"shape", "size", "dimension", "dim ", "channels", "Expected", "expected", "out of bounds",
+                          "must match", "cannot be multiplied", "Target"})
+    if (m.find(key) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kiln::prepare_thread_environment(argv);
+
+  CLI::App app{"kiln: train, evaluate, inspect and run Keras-style models (see README.md and docs/SPEC.md)", "kiln"};
+  app.require_subcommand(1, 1);
+  app.fallthrough();  // --threads may also come after the command
+  int threads = 0;
+  app.add_option("--threads", threads,
+                 "Intra-op threads (default: $KILN_NUM_THREADS, else every core)")
+      ->check(CLI::PositiveNumber);
+  std::vector<kiln::cli::Command> commands = {
+      kiln::cli::add_train_command(app), kiln::cli::add_evaluate_command(app),
+      kiln::cli::add_predict_command(app), kiln::cli::add_show_command(app)};
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string cmd;
+    for (auto* sub : app.get_subcommands()) cmd = " " + sub->get_name();
+    return fail(2, joined(e.what()) + "; run 'kiln" + cmd + " --help' for usage");
+  }
+
+  try {
+    kiln::ThreadConfig cfg;
+    cfg.intra_op = threads;
+    kiln::configure_threads(cfg);
+    for (auto& c : commands)
+      if (c.app->parsed()) c.run();
+    std::cout.flush();
+    return 0;
+  } catch (const kiln::UserError& e) {
+    return fail(2, joined(e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    // A value of the wrong JSON type somewhere in a spec or request.
+    return fail(2, "a JSON value has the wrong type: " + joined(e.what()));
+  } catch (const c10::Error& e) {
+    std::string m = one_line(e.what_without_backtrace());
+    if (is_shape_problem(m))
+      return fail(2, "shape mismatch: " + m + "; check that the data fits the model's input shape (kiln show MODEL_DIR)");
+    return fail(1, "internal error in LibTorch: " + m);
+  } catch (const kiln::Error& e) {
+    return fail(1, joined(e.what()));
+  } catch (const std::bad_alloc&) {
+    return fail(1, "out of memory; try a smaller --batch_size or data `limit`");
+  } catch (const std::exception& e) {
+    return fail(1, "internal error: " + joined(e.what()));
+  }
+}

@@ -1,0 +1,365 @@
+// End-to-end tests of the `kiln` command line: they run the built binary
+// (KILN_CLI) on small specs and check its files, output and exit codes.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "kiln/core/io.h"
+#include "kiln/core/json.h"
+#include "kiln/models/model.h"
+#include "kiln/saving/safetensors.h"
+#include "kiln/testing/testing.h"
+
+extern char** environ;
+
+namespace kiln {
+namespace {
+
+std::string q(const std::string& s) { return "'" + s + "'"; }
+
+CommandResult kiln(const std::string& args) { return run_command(q(cli_path()) + " " + args); }
+
+// Runs the CLI and returns only what it wrote to stderr (stdout dropped).
+CommandResult kiln_stderr(const std::string& args) {
+  return run_command("( " + q(cli_path()) + " " + args + " 2>&1 1>/dev/null )");
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(line);
+  return out;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+}
+
+// Three well-separated classes of 4-feature points.
+std::string make_csv(int rows, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> noise(0.0, 0.3);
+  std::ostringstream os;
+  os << "f0,f1,f2,f3,label\n";
+  for (int i = 0; i < rows; ++i) {
+    int c = i % 3;
+    for (int k = 0; k < 4; ++k) os << (k == c ? 2.0 : 0.0) + noise(rng) << ",";
+    os << c << "\n";
+  }
+  return os.str();
+}
+
+Json csv_spec(const std::string& csv, const std::string& base) {
+  Json s = Json::parse(R"({
+    "model": {"layers": [{"class_name": "Dense", "config": {"units": 8, "activation": "relu"}},
+                         {"class_name": "Dense", "config": {"units": 3, "activation": "softmax"}}]},
+    "data": {"source": "csv", "label": "label", "test_split": 0.2},
+    "compile": {"optimizer": {"class_name": "Adam", "config": {"learning_rate": 0.01}},
+                "loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"]},
+    "fit": {"epochs": 3, "batch_size": 16, "seed": 3, "verbose": 2}
+  })");
+  s["data"]["path"] = csv;
+  s["output"] = {{"base_dir", base}};
+  return s;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    csv_ = dir_.path() + "/points.csv";
+    write_text(csv_, make_csv(150, 7));
+    base_ = dir_.path() + "/models/points";
+    spec_ = write_spec("spec.json", csv_spec(csv_, base_));
+  }
+  std::string write_spec(const std::string& name, const Json& spec) {
+    std::string p = dir_.path() + "/" + name;
+    write_text(p, spec.dump(2));
+    return p;
+  }
+  // Trains the CSV spec and returns the saved version directory.
+  std::string train(const std::string& extra = "") {
+    auto r = kiln("--threads 1 train " + q(spec_) + " " + extra);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    auto pos = r.output.find("Saved model to ");
+    EXPECT_NE(pos, std::string::npos) << r.output;
+    if (pos == std::string::npos) return "";
+    return lines_of(r.output.substr(pos + 15))[0];
+  }
+  // One line on stderr, "kiln: error: ...", and exit code 2.
+  void expect_user_error(const std::string& args, const std::vector<std::string>& mentions) {
+    auto r = kiln_stderr(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    auto lines = lines_of(r.output);
+    ASSERT_EQ(lines.size(), 1u) << args << "\n" << r.output;
+    EXPECT_EQ(lines[0].rfind("kiln: error: ", 0), 0u) << lines[0];
+    for (auto& m : mentions) EXPECT_NE(lines[0].find(m), std::string::npos) << "'" << m << "' not in: " << lines[0];
+  }
+
+  TempDir dir_;
+  std::string csv_, base_, spec_;
+};
+
+TEST_F(Cli, TrainSavesIncreasingVersionsAndIgnoresOtherEntries) {
+  std::string v1 = train();
+  EXPECT_EQ(v1, base_ + "/1");
+  EXPECT_TRUE(path_exists(v1 + "/model.json"));
+  EXPECT_TRUE(path_exists(v1 + "/weights.safetensors"));
+  // Temp dirs, names that are not positive integers and files are skipped.
+  make_dirs(base_ + "/.7.tmp-abc");
+  make_dirs(base_ + "/latest");
+  make_dirs(base_ + "/0");
+  make_dirs(base_ + "/03");
+  write_text(base_ + "/5", "not a directory");
+  EXPECT_EQ(train(), base_ + "/2");
+  EXPECT_FALSE(path_exists(base_ + "/3"));
+  // --output overrides output.base_dir.
+  EXPECT_EQ(train("--output " + q(dir_.path() + "/elsewhere")), dir_.path() + "/elsewhere/1");
+}
+
+TEST_F(Cli, TrainPrintsTestMetricsAndShowPrintsTheSignature) {
+  auto r = kiln("--threads 1 train " + q(spec_));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("test_loss: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("test_accuracy: "), std::string::npos) << r.output;
+
+  auto s = kiln("show " + q(base_ + "/1"));
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  for (const char* want : {"signature_def['serving_default']", "shape: (-1, 4)", "shape: (-1, 3)", "dtype: float32",
+                           "Method name is: predict", "Total params: 67", "Trainable params: 67",
+                           "Non-trainable params: 0", "Dense", "sparse_categorical_crossentropy"})
+    EXPECT_NE(s.output.find(want), std::string::npos) << "'" << want << "' not in:\n" << s.output;
+}
+
+TEST_F(Cli, PredictRoundTripsJsonLinesInOrder) {
+  std::string v = train();
+  ASSERT_FALSE(v.empty());
+  auto model = load_model(v);
+  std::string input_name = model->input_names().at(0);
+  const int n = 37;
+  auto x = at::randn({n, 4});
+  std::ostringstream in;
+  for (int i = 0; i < n; ++i) {
+    Json row = Json::array();
+    for (int k = 0; k < 4; ++k) row.push_back(x[i][k].item<float>());
+    if (i % 3 == 0) in << row.dump() << "\n";
+    else if (i % 3 == 1) in << Json{{"inputs", row}}.dump() << "\n";
+    else in << Json{{input_name, row}}.dump() << "\n";
+    if (i == 10) in << "\n";  // blank lines are skipped
+  }
+  write_text(dir_.path() + "/in.jsonl", in.str());
+  auto r = kiln("predict " + q(v) + " --input " + q(dir_.path() + "/in.jsonl") + " --output " +
+                q(dir_.path() + "/out.jsonl") + " --batch_size 8");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto out = lines_of(read_file(dir_.path() + "/out.jsonl"));
+  ASSERT_EQ(out.size(), (size_t)n);
+  // The values re-read equal the float32s an in-process prediction gives.
+  auto want = model->predict(x, 32);
+  for (int i = 0; i < n; ++i) {
+    Json j = Json::parse(out[i]);
+    ASSERT_TRUE(j.contains("predictions")) << out[i];
+    ASSERT_EQ(j["predictions"].size(), 3u) << out[i];
+    for (int k = 0; k < 3; ++k)
+      EXPECT_NEAR(j["predictions"][k].get<double>(), want[i][k].item<double>(), 1e-6) << "row " << i;
+  }
+  // stdin to stdout works the same.
+  auto piped = run_command("cat " + q(dir_.path() + "/in.jsonl") + " | " + q(cli_path()) + " predict " + q(v));
+  ASSERT_EQ(piped.exit_code, 0) << piped.output;
+  EXPECT_EQ(lines_of(piped.output), out);
+}
+
+TEST_F(Cli, EvaluatePrintsMetrics) {
+  std::string v = train();
+  auto r = kiln("evaluate " + q(v) + " --spec " + q(spec_));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("loss: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("accuracy: "), std::string::npos) << r.output;
+  Json data{{"source", "csv"}, {"path", csv_}, {"label", "label"}};
+  auto j = kiln("evaluate " + q(v) + " --json --data " + q(data.dump()));
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  Json m = Json::parse(lines_of(j.output).back());
+  EXPECT_EQ(m["split"], "train");
+  EXPECT_EQ(m["examples"], 150);
+  EXPECT_GE(m["accuracy"].get<double>(), 0.0);
+}
+
+TEST_F(Cli, UserErrorsAreOneLineAndExitTwo) {
+  expect_user_error("train " + q(dir_.path() + "/missing.json"), {"missing.json"});
+  write_text(dir_.path() + "/bad.json", "{\"model\": {\"builtin\": \"mlp\"},,}");
+  expect_user_error("train " + q(dir_.path() + "/bad.json"), {"bad.json"});
+
+  Json unknown_layer = csv_spec(csv_, base_);
+  unknown_layer["model"]["layers"][0]["class_name"] = "Dnse";
+  expect_user_error("train " + q(write_spec("unknown_layer.json", unknown_layer)), {"Dnse", "Dense", "Dropout"});
+
+  Json bad_key = csv_spec(csv_, base_);
+  bad_key["fitt"] = Json::object();
+  expect_user_error("train " + q(write_spec("bad_key.json", bad_key)), {"fitt", "fit"});
+
+  Json bad_source = csv_spec(csv_, base_);
+  bad_source["data"]["source"] = "parquet";
+  expect_user_error("train " + q(write_spec("bad_source.json", bad_source)), {"parquet", "csv"});
+
+  // The model says 5 features, the data has 4.
+  Json mismatch = csv_spec(csv_, base_);
+  mismatch["model"]["input_shape"] = {5};
+  expect_user_error("--threads 1 train " + q(write_spec("mismatch.json", mismatch)), {});
+
+  expect_user_error("train " + q(spec_) + " --bogus", {"--bogus"});
+  expect_user_error("frobnicate", {"frobnicate"});
+  expect_user_error("--threads 0 show x", {"threads"});
+  expect_user_error("show " + q(dir_.path() + "/nope"), {"nope"});
+  EXPECT_FALSE(path_exists(base_)) << "no version may be written by a failed run";
+
+  std::string v = train();
+  write_text(dir_.path() + "/narrow.jsonl", "[1, 2, 3, 4]\n[1, 2, 3]\n");
+  expect_user_error("predict " + q(v) + " --input " + q(dir_.path() + "/narrow.jsonl"), {"line 2", "(4", "(3"});
+  write_text(dir_.path() + "/notjson.jsonl", "[1, 2, 3, 4]\n{oops\n");
+  expect_user_error("predict " + q(v) + " --input " + q(dir_.path() + "/notjson.jsonl"), {"line 2"});
+  write_text(dir_.path() + "/ragged.jsonl", "[[1, 2], [3]]\n");
+  expect_user_error("predict " + q(v) + " --input " + q(dir_.path() + "/ragged.jsonl"), {"line 1"});
+}
+
+TEST_F(Cli, HelpExitsZero) {
+  auto r = kiln("--help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* cmd : {"train", "evaluate", "predict", "show"}) EXPECT_NE(r.output.find(cmd), std::string::npos);
+  auto t = kiln("train --help");
+  EXPECT_EQ(t.exit_code, 0) << t.output;
+  EXPECT_NE(t.output.find("--epochs"), std::string::npos) << t.output;
+}
+
+bool have_fashion_mnist() {
+  const char* d = std::getenv("KILN_FASHION_MNIST_DIR");
+  std::string dir = d && *d ? d : "/usr/share/datasets/fashion-mnist";
+  return path_exists(dir + "/train-labels-idx1-ubyte.gz") || path_exists(dir + "/train-labels-idx1-ubyte");
+}
+
+TEST_F(Cli, TrainsBuiltinModelsOnASliceOfFashionMnist) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+  Json mlp = Json::parse(R"({
+    "model": {"builtin": "mlp", "args": {"hidden_units": [32], "dropout": 0.1}},
+    "data": {"source": "fashion_mnist", "scale": "1/255", "flatten": true, "limit": 1000, "test_limit": 500},
+    "fit": {"epochs": 2, "batch_size": 64, "validation_split": 0.1, "seed": 1, "verbose": 2}
+  })");
+  mlp["output"] = {{"base_dir", dir_.path() + "/fm"}};
+  auto r = kiln("--threads 1 train " + q(write_spec("mlp.json", mlp)));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("test_accuracy: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("val_loss"), std::string::npos) << r.output;
+  auto s = kiln("show " + q(dir_.path() + "/fm/1"));
+  EXPECT_NE(s.output.find("shape: (-1, 784)"), std::string::npos) << s.output;
+
+  Json cnn = Json::parse(R"({
+    "model": {"builtin": "cnn", "args": {"filters": [4, 8]}},
+    "data": {"source": "fashion_mnist", "scale": "1/255", "reshape": [28, 28, 1], "limit": 256, "test_limit": 128},
+    "fit": {"epochs": 1, "batch_size": 64, "seed": 1, "verbose": 2}
+  })");
+  cnn["output"] = {{"base_dir", dir_.path() + "/fm"}};
+  auto c = kiln("--threads 1 train " + q(write_spec("cnn.json", cnn)));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  auto cs = kiln("show " + q(dir_.path() + "/fm/2"));
+  EXPECT_NE(cs.output.find("shape: (-1, 28, 28, 1)"), std::string::npos) << cs.output;
+  EXPECT_NE(cs.output.find("Conv2D"), std::string::npos) << cs.output;
+}
+
+// --- kill -9 and resume -------------------------------------------------------
+
+// Starts the CLI in the background with output to `log`; returns its pid.
+pid_t spawn_cli(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> argv_s = {cli_path()};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? pid : -1;
+}
+
+// A checkpoint is there once the backup directory holds a finished entry
+// (names starting with '.' are in-progress temporaries).
+bool has_checkpoint(const std::string& backup_dir) {
+  if (!is_directory(backup_dir)) return false;
+  for (auto& name : list_directory(backup_dir))
+    if (!name.empty() && name[0] != '.') return true;
+  return false;
+}
+
+TEST_F(Cli, KilledTrainingResumesFromBackupBitForBit) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+  auto spec_for = [&](const std::string& name) {
+    Json s = Json::parse(R"({
+      "model": {"builtin": "mlp", "args": {"hidden_units": [128, 128], "dropout": 0.2}},
+      "data": {"source": "fashion_mnist", "scale": "1/255", "flatten": true, "limit": 6000, "test_limit": 500},
+      "fit": {"epochs": 4, "batch_size": 32, "validation_split": 0.1, "seed": 11, "verbose": 2}
+    })");
+    s["callbacks"] = Json::array({Json{{"class_name", "BackupAndRestore"},
+                                       {"config", {{"backup_dir", dir_.path() + "/backup_" + name}, {"save_freq", 40}}}}});
+    s["output"] = {{"base_dir", dir_.path() + "/out_" + name}};
+    return write_spec(name + ".json", s);
+  };
+  const std::string killed_spec = spec_for("killed"), clean_spec = spec_for("clean");
+  const std::string backup = dir_.path() + "/backup_killed";
+
+  // Start, wait for the first checkpoint (bounded), SIGKILL.
+  pid_t pid = spawn_cli({"--threads", "1", "train", killed_spec}, dir_.path() + "/killed.log");
+  ASSERT_GT(pid, 0);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  bool seen = false;
+  int status = 0;
+  bool exited = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (has_checkpoint(backup)) {
+      seen = true;
+      break;
+    }
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (!exited) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  ASSERT_TRUE(seen) << "no checkpoint appeared in " << backup << "; log:\n" << read_file(dir_.path() + "/killed.log");
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+      << "training finished before it could be killed; log:\n" << read_file(dir_.path() + "/killed.log");
+  EXPECT_FALSE(path_exists(dir_.path() + "/out_killed/1")) << "a killed run must not publish a version";
+
+  // The same command again resumes and finishes.
+  auto resumed = kiln("--threads 1 train " + q(killed_spec));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  auto clean = kiln("--threads 1 train " + q(clean_spec));
+  ASSERT_EQ(clean.exit_code, 0) << clean.output;
+
+  auto a = load_safetensors(dir_.path() + "/out_killed/1/weights.safetensors");
+  auto b = load_safetensors(dir_.path() + "/out_clean/1/weights.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first << " differs after resume";
+  }
+}
+
+}  // namespace
+}  // namespace kiln

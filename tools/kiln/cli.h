@@ -1,0 +1,45 @@
+// The `kiln` command line: shared pieces of the subcommands.
+//
+// Each command lives in its own file (train.cc, evaluate.cc, predict.cc,
+// show.cc) and registers itself on the CLI11 app through add_*_command(),
+// which returns the subcommand and the function to run when it is chosen.
+// main.cc parses, sets up threads, runs the chosen command and maps errors:
+//   kiln::UserError, CLI11 parse errors, LibTorch shape errors -> exit 2
+//   anything else                                              -> exit 1
+// always as exactly one line on stderr: "kiln: error: <message>".
+#pragma once
+
+#include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "kiln/core/json.h"
+
+namespace kiln::cli {
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<void()> run;  // throws on failure
+};
+
+Command add_train_command(CLI::App& app);
+Command add_evaluate_command(CLI::App& app);
+Command add_predict_command(CLI::App& app);
+Command add_show_command(CLI::App& app);
+
+// A JSON argument given inline ("{...}") or as a file path.
+Json json_argument(const std::string& value, const std::string& option);
+
+// "0.8812" with four decimals, as Keras's progress bar prints metrics.
+std::string format_metric(double v);
+
+// One "<prefix><name>: <value>" line per metric, "loss" first (as Keras lists
+// them), the others in name order.
+void print_metrics(const std::map<std::string, double>& metrics, const std::string& prefix, std::ostream& os);
+
+}  // namespace kiln::cli

@@ -1,0 +1,32 @@
+// Helpers shared by the subcommands.
+#include <cstdio>
+
+#include "kiln/core/error.h"
+#include "kiln/core/io.h"
+#include "tools/kiln/cli.h"
+
+namespace kiln::cli {
+
+Json json_argument(const std::string& value, const std::string& option) {
+  size_t first = value.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && (value[first] == '{' || value[first] == '['))
+    return parse_json(value, option + " (inline JSON)");
+  if (!path_exists(value))
+    throw NotFoundError(option + " " + value + ": no such file; give a JSON file or inline JSON such as '{\"source\": \"fashion_mnist\"}'");
+  return read_json_file(value);
+}
+
+std::string format_metric(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4f", v);
+  return buf;
+}
+
+void print_metrics(const std::map<std::string, double>& metrics, const std::string& prefix, std::ostream& os) {
+  auto loss = metrics.find("loss");
+  if (loss != metrics.end()) os << prefix << "loss: " << format_metric(loss->second) << "\n";
+  for (auto& [name, value] : metrics)
+    if (name != "loss") os << prefix << name << ": " << format_metric(value) << "\n";
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,118 @@
+// kiln show MODEL_DIR
+//
+// What is inside a model directory, in the layout of TensorFlow's
+// `saved_model_cli show --all`: the serving signature (inputs and outputs with
+// name, dtype and shape; -1 for any size), then the layers table
+// (Model::summary_string) with parameter counts, then how it was compiled
+// and the files.
+#include <sys/stat.h>
+
+#include <iostream>
+#include <memory>
+
+#include "kiln/core/error.h"
+#include "kiln/core/io.h"
+#include "kiln/models/model.h"
+#include "kiln/saving/model_io.h"
+#include "tools/kiln/cli.h"
+
+namespace kiln::cli {
+namespace {
+
+struct ShowOptions {
+  std::string model_dir;
+};
+
+std::string dims(const Json& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += shape[i].is_null() ? "-1" : std::to_string(shape[i].get<int64_t>());
+  }
+  if (shape.size() == 1) s += ",";
+  return s + ")";
+}
+
+std::string describe(const Json& j) {  // "adam" or {"class_name": "Adam", "config": {...}}
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object() && j.contains("class_name")) {
+    std::string s = j["class_name"].get<std::string>();
+    if (j.contains("config") && j["config"].is_object() && j["config"].contains("name") &&
+        j["config"]["name"].is_string())
+      s = j["config"]["name"].get<std::string>() + " = " + s;
+    if (j.contains("config") && j["config"].is_object()) {
+      std::string args;
+      for (auto& [k, v] : j["config"].items()) {
+        if (k == "name" || v.is_null() || (v.is_boolean() && !v.get<bool>())) continue;
+        args += (args.empty() ? "" : ", ") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+      }
+      if (!args.empty()) s += "(" + args + ")";
+    }
+    return s;
+  }
+  return j.dump();
+}
+
+void print_tensor_infos(const Json& infos, const char* kind) {
+  std::cout << "  The given SignatureDef contains the following " << kind << "(s):\n";
+  for (auto& [name, info] : infos.items()) {
+    std::cout << "    " << kind << "s['" << name << "'] tensor_info:\n";
+    std::cout << "        dtype: " << info.value("dtype", "float32") << "\n";
+    std::cout << "        shape: " << dims(info.value("shape", Json::array())) << "\n";
+  }
+}
+
+void run_show(const ShowOptions& o) {
+  Json mj = read_model_json(o.model_dir);
+  ModelPtr model = load_model(o.model_dir);
+
+  std::cout << "Model directory " << o.model_dir << " (" << mj.value("format", "") << " format "
+            << mj.value("format_version", 0) << ", dtype policy " << mj.value("dtype_policy", "float32") << ")\n\n";
+
+  Json sigs = mj.value("signatures", Json::object());
+  if (sigs.empty()) sigs = model_signatures(*model);
+  std::cout << "The model contains the following SignatureDefs:\n";
+  for (auto& [key, sig] : sigs.items()) {
+    std::cout << "\nsignature_def['" << key << "']:\n";
+    print_tensor_infos(sig.value("inputs", Json::object()), "input");
+    print_tensor_infos(sig.value("outputs", Json::object()), "output");
+    std::cout << "  Method name is: " << sig.value("method_name", "predict") << "\n";
+  }
+
+  std::cout << "\n" << model->summary_string();
+  int64_t total = model->count_params(), trainable = 0;
+  for (auto& v : model->trainable_weights()) trainable += v->value().numel();
+  std::cout << "Parameters: total=" << total << " trainable=" << trainable << " non_trainable=" << (total - trainable)
+            << "\n";
+
+  const Json& cc = mj.contains("compile_config") ? mj["compile_config"] : Json(nullptr);
+  if (cc.is_object()) {
+    std::cout << "\nCompiled with:\n  optimizer: " << describe(cc.value("optimizer", Json(nullptr))) << "\n  loss: "
+              << describe(cc.value("loss", Json(nullptr))) << "\n  metrics: ";
+    std::string ms;
+    for (auto& m : cc.value("metrics", Json::array())) ms += (ms.empty() ? "" : ", ") + describe(m);
+    std::cout << (ms.empty() ? "-" : ms) << "\n";
+  } else {
+    std::cout << "\nNot compiled (no loss or optimizer saved).\n";
+  }
+
+  std::cout << "\nFiles:\n";
+  for (auto& name : list_directory(o.model_dir)) {
+    struct stat st {};
+    const std::string p = join_path(o.model_dir, name);
+    if (::stat(p.c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) std::cout << "  " << name << "/\n";
+    else std::cout << "  " << name << "  " << st.st_size << " bytes\n";
+  }
+}
+
+}  // namespace
+
+Command add_show_command(CLI::App& app) {
+  auto o = std::make_shared<ShowOptions>();
+  CLI::App* sub = app.add_subcommand("show", "Show a saved model's signatures, layers and parameter counts");
+  sub->add_option("model_dir", o->model_dir, "A model version directory, e.g. models/fashion_mnist/1")->required();
+  return {sub, [o] { run_show(*o); }};
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,99 @@
+// Spec: top-level validation, "compile" and "fit" sections.
+#include "tools/kiln/spec.h"
+
+#include <algorithm>
+
+#include "kiln/core/error.h"
+#include "kiln/core/io.h"
+
+namespace kiln::cli {
+
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+}  // namespace
+
+void check_keys(const Json& j, const std::vector<std::string>& allowed, const std::string& where) {
+  if (!j.is_object())
+    throw ValueError(where + " must be a JSON object. Received: " + j.dump());
+  for (auto& [key, value] : j.items())
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+      throw ValueError("unknown key `" + key + "` in " + where + "; allowed keys: " + join(allowed));
+}
+
+Json read_spec(const std::string& path) {
+  if (is_directory(path)) throw ValueError("the spec " + path + " is a directory; pass a JSON file");
+  Json spec = read_json_file(path);
+  check_keys(spec, {"model", "data", "compile", "fit", "callbacks", "output", "name", "description"},
+             "the spec " + path);
+  for (const char* key : {"model", "data"})
+    if (!spec.contains(key))
+      throw ValueError("the spec " + path + " has no `" + key + "` section; see docs/SPEC.md for the format");
+  return spec;
+}
+
+CompileArgs compile_args_from_spec(const Json& compile) {
+  Json c = compile.is_null() ? Json::object() : compile;
+  check_keys(c, {"optimizer", "loss", "metrics"}, "the `compile` section");
+  if (!c.contains("optimizer")) c["optimizer"] = "adam";
+  if (!c.contains("loss")) c["loss"] = "sparse_categorical_crossentropy";
+  if (!c.contains("metrics")) c["metrics"] = Json::array({"accuracy"});
+  if (!c["metrics"].is_array())
+    throw ValueError("`compile.metrics` must be a list of names or {class_name, config} objects. Received: " +
+                     c["metrics"].dump());
+  return CompileArgs::from_json(c);
+}
+
+FitArgs fit_args_from_spec(const Json& fit, std::optional<uint64_t>* seed) {
+  Json f = fit.is_null() ? Json::object() : fit;
+  check_keys(f,
+             {"epochs", "batch_size", "validation_split", "shuffle", "seed", "verbose", "initial_epoch",
+              "steps_per_epoch", "validation_steps", "validation_freq", "class_weight"},
+             "the `fit` section");
+  FitArgs a;
+  a.epochs = get_or<int>(f, "epochs", 1);
+  a.batch_size = get_or<int64_t>(f, "batch_size", 32);
+  a.validation_split = get_or<double>(f, "validation_split", 0.0);
+  a.shuffle = get_or<bool>(f, "shuffle", true);
+  a.verbose = get_or<int>(f, "verbose", -1);
+  a.initial_epoch = get_or<int>(f, "initial_epoch", 0);
+  a.steps_per_epoch = get_or<int64_t>(f, "steps_per_epoch", 0);
+  a.validation_steps = get_or<int64_t>(f, "validation_steps", 0);
+  a.validation_freq = get_or<int>(f, "validation_freq", 1);
+  if (a.epochs < 1) throw ValueError("`fit.epochs` must be a positive integer. Received: epochs=" + std::to_string(a.epochs));
+  if (a.batch_size < 1)
+    throw ValueError("`fit.batch_size` must be a positive integer. Received: batch_size=" + std::to_string(a.batch_size));
+  if (a.validation_split < 0 || a.validation_split >= 1)
+    throw ValueError("`fit.validation_split` must be in [0, 1). Received: validation_split=" +
+                     std::to_string(a.validation_split));
+  if (f.contains("class_weight")) {
+    if (!f["class_weight"].is_object())
+      throw ValueError("`fit.class_weight` must be an object {\"<class id>\": weight}. Received: " +
+                       f["class_weight"].dump());
+    for (auto& [k, v] : f["class_weight"].items()) {
+      int64_t cls;
+      try {
+        size_t used = 0;
+        cls = std::stoll(k, &used);
+        if (used != k.size()) throw std::invalid_argument(k);
+      } catch (const std::exception&) {
+        throw ValueError("`fit.class_weight` keys must be integer class ids. Received: \"" + k + "\"");
+      }
+      if (!v.is_number()) throw ValueError("`fit.class_weight[\"" + k + "\"]` must be a number. Received: " + v.dump());
+      a.class_weight[cls] = v.get<double>();
+    }
+  }
+  if (f.contains("seed") && !f["seed"].is_null()) {
+    if (!f["seed"].is_number_integer() || f["seed"].get<int64_t>() < 0)
+      throw ValueError("`fit.seed` must be a non-negative integer. Received: seed=" + f["seed"].dump());
+    *seed = f["seed"].get<uint64_t>();
+  }
+  return a;
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,64 @@
+// The declarative training spec read by `kiln train` (format: docs/SPEC.md).
+//
+//   {
+//     "model":     {"builtin": "mlp", "args": {"hidden_units": [256, 256]}},
+//     "data":      {"source": "fashion_mnist", "scale": "1/255", "flatten": true},
+//     "compile":   {"optimizer": "adam", "loss": "sparse_categorical_crossentropy",
+//                   "metrics": ["accuracy"]},
+//     "fit":       {"epochs": 10, "batch_size": 128, "validation_split": 0.1, "seed": 1},
+//     "callbacks": [{"class_name": "EarlyStopping", "config": {"patience": 2}}],
+//     "output":    {"base_dir": "models/fashion_mnist"}
+//   }
+//
+// Every section is checked strictly: an unknown key is a ValueError naming
+// the key, where it was found and the keys allowed there (a typo must not be
+// silently ignored). Relative paths are relative to the working directory.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/core/json.h"
+#include "kiln/models/fit_args.h"
+#include "kiln/models/model.h"
+
+namespace kiln::cli {
+
+// ValueError if `j` is not an object or has a key outside `allowed`.
+void check_keys(const Json& j, const std::vector<std::string>& allowed, const std::string& where);
+
+// A spec file, its top-level keys validated.
+Json read_spec(const std::string& path);
+
+// --- data ("data" section) ---------------------------------------------------
+struct DataSplits {
+  std::string description;  // "fashion_mnist", "csv iris.csv", ...
+  at::Tensor x_train, y_train;
+  at::Tensor x_test, y_test;  // undefined when the source has no test split
+  bool has_test() const { return x_test.defined(); }
+};
+// Reads the data and applies limit / test_split / scale / flatten / reshape / dtype.
+DataSplits load_data(const Json& data);
+
+// --- model ("model" section) -------------------------------------------------
+// `input_shape` (without the batch dimension) is used when the spec gives
+// none (e.g. taken from the data).
+ModelPtr build_model(const Json& model, const std::optional<Shape>& input_shape);
+// Named architectures: "mlp", "cnn".
+ModelPtr builtin_model(const std::string& name, const Json& args,
+                       const std::optional<Shape>& input_shape);
+std::vector<std::string> builtin_model_names();
+
+// --- compile / fit / callbacks -----------------------------------------------
+// Defaults when absent: adam, sparse_categorical_crossentropy, ["accuracy"].
+CompileArgs compile_args_from_spec(const Json& compile);
+// Fills epochs, batch_size, validation_split, ... ; `seed` gets fit.seed.
+FitArgs fit_args_from_spec(const Json& fit, std::optional<uint64_t>* seed);
+// [{"class_name": "EarlyStopping", "config": {...}}, "TerminateOnNaN", ...]
+std::vector<CallbackPtr> callbacks_from_spec(const Json& callbacks);
+std::vector<std::string> callback_names();
+
+}  // namespace kiln::cli

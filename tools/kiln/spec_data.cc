@@ -1,0 +1,223 @@
+// Spec: the "data" section. Sources are read with kiln's readers
+// (kiln/data/readers.h, kiln/data/datasets.h); the CLI only picks the reader
+// and applies the small transformations a spec may ask for.
+#include <cmath>
+#include <cstdlib>
+
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/data/datasets.h"
+#include "kiln/data/readers.h"
+#include "tools/kiln/spec.h"
+
+namespace kiln::cli {
+namespace {
+
+const std::vector<std::string> kSources = {"fashion_mnist", "csv", "jsonl", "npy", "idx"};
+// Keys every source accepts.
+const std::vector<std::string> kCommonKeys = {"source", "scale", "flatten", "reshape", "limit",
+                                              "test_limit", "test_split", "dtype"};
+
+std::vector<std::string> with_common(std::vector<std::string> own) {
+  own.insert(own.end(), kCommonKeys.begin(), kCommonKeys.end());
+  return own;
+}
+
+std::string str_key(const Json& d, const char* key, const std::string& source) {
+  if (!d.contains(key) || !d[key].is_string() || d[key].get<std::string>().empty())
+    throw ValueError("the `data` section (source \"" + source + "\") needs `" + key + "`, a file path");
+  return d[key].get<std::string>();
+}
+
+std::string opt_str(const Json& d, const char* key) {
+  if (!d.contains(key) || d[key].is_null()) return "";
+  if (!d[key].is_string()) throw ValueError("`data." + std::string(key) + "` must be a string. Received: " + d[key].dump());
+  return d[key].get<std::string>();
+}
+
+// A number, or a fraction written "1/255".
+double parse_scale(const Json& v) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    char* end = nullptr;
+    double a = std::strtod(s.c_str(), &end);
+    if (end != s.c_str()) {
+      if (*end == '\0') return a;
+      if (*end == '/') {
+        const char* b_start = end + 1;
+        double b = std::strtod(b_start, &end);
+        if (end != b_start && *end == '\0' && b != 0) return a / b;
+      }
+    }
+  }
+  throw ValueError("`data.scale` must be a number or a fraction like \"1/255\". Received: " + v.dump());
+}
+
+data::LabelType label_type(const Json& d) {
+  std::string t = opt_str(d, "label_type");
+  if (t.empty() || t == "int64" || t == "int") return data::LabelType::kInt64;
+  if (t == "float32" || t == "float") return data::LabelType::kFloat32;
+  throw ValueError("`data.label_type` must be \"int64\" (class ids) or \"float32\" (regression). Received: \"" + t + "\"");
+}
+
+std::vector<std::string> str_list(const Json& d, const char* key) {
+  std::vector<std::string> out;
+  if (!d.contains(key) || d[key].is_null()) return out;
+  if (!d[key].is_array()) throw ValueError("`data." + std::string(key) + "` must be a list of names. Received: " + d[key].dump());
+  for (auto& x : d[key]) {
+    if (!x.is_string()) throw ValueError("`data." + std::string(key) + "` must be a list of names. Received: " + d[key].dump());
+    out.push_back(x.get<std::string>());
+  }
+  return out;
+}
+
+// Integer label tensors (uint8 from IDX/npy) become int64, as kiln's losses take.
+at::Tensor as_labels(const at::Tensor& y) {
+  if (!y.defined()) return y;
+  if (at::isIntegralType(y.scalar_type(), /*includeBool=*/true)) return y.to(at::kLong);
+  return y.to(at::kFloat);
+}
+
+void check_pair(const at::Tensor& x, const at::Tensor& y, const std::string& what) {
+  if (x.dim() == 0) throw ValueError(what + ": the features must have at least one dimension (one row per example)");
+  if (y.defined() && (y.dim() == 0 || y.size(0) != x.size(0)))
+    throw ShapeError(what + ": " + std::to_string(x.size(0)) + " feature rows but " +
+                     (y.dim() == 0 ? std::string("a scalar label") : std::to_string(y.size(0)) + " labels") +
+                     "; the files must hold one label per example");
+}
+
+}  // namespace
+
+DataSplits load_data(const Json& d) {
+  if (!d.is_object()) throw ValueError("the `data` section must be a JSON object. Received: " + d.dump());
+  const std::string source = opt_str(d, "source");
+  if (source.empty())
+    throw ValueError("the `data` section needs `source`: one of fashion_mnist, csv, jsonl, npy, idx");
+  DataSplits s;
+  if (source == "fashion_mnist") {
+    check_keys(d, with_common({"directory"}), "the `data` section (source \"fashion_mnist\")");
+    auto fm = datasets::fashion_mnist(opt_str(d, "directory"));
+    s = {"fashion_mnist", fm.x_train, fm.y_train, fm.x_test, fm.y_test};
+  } else if (source == "csv" || source == "jsonl") {
+    check_keys(d, with_common({"path", "test_path", "label", "label_type", "features", "delimiter"}),
+               "the `data` section (source \"" + source + "\")");
+    const std::string path = str_key(d, "path", source), test_path = opt_str(d, "test_path");
+    auto read = [&](const std::string& p) {
+      if (source == "csv") {
+        data::CsvOptions o;
+        o.label_column = opt_str(d, "label");
+        o.label_type = label_type(d);
+        o.feature_columns = str_list(d, "features");
+        std::string delim = opt_str(d, "delimiter");
+        if (delim.size() > 1) throw ValueError("`data.delimiter` must be one character. Received: \"" + delim + "\"");
+        if (!delim.empty()) o.delimiter = delim[0];
+        return data::read_csv(p, o);
+      }
+      data::JsonlOptions o;
+      o.feature_keys = str_list(d, "features");
+      if (o.feature_keys.empty())
+        throw ValueError("the `data` section (source \"jsonl\") needs `features`: the keys holding each row's inputs");
+      o.label_key = opt_str(d, "label");
+      o.label_type = label_type(d);
+      return data::read_jsonl(p, o);
+    };
+    auto train = read(path);
+    s.description = source + " " + path;
+    s.x_train = train.features;
+    s.y_train = train.labels;
+    if (!test_path.empty()) {
+      auto test = read(test_path);
+      s.x_test = test.features;
+      s.y_test = test.labels;
+    }
+  } else if (source == "npy" || source == "idx") {
+    check_keys(d, with_common({"x", "y", "x_test", "y_test"}), "the `data` section (source \"" + source + "\")");
+    auto read = [&](const std::string& p) { return source == "npy" ? data::read_npy(p) : data::read_idx(p); };
+    s.description = source + " " + str_key(d, "x", source);
+    s.x_train = read(str_key(d, "x", source));
+    if (!opt_str(d, "y").empty()) s.y_train = read(opt_str(d, "y"));
+    if (!opt_str(d, "x_test").empty()) {
+      s.x_test = read(opt_str(d, "x_test"));
+      if (!opt_str(d, "y_test").empty()) s.y_test = read(opt_str(d, "y_test"));
+    } else if (!opt_str(d, "y_test").empty()) {
+      throw ValueError("`data.y_test` is set but `data.x_test` is not; give both or neither");
+    }
+  } else {
+    throw ValueError("unknown data source \"" + source + "\"; known sources: fashion_mnist, csv, jsonl, npy, idx");
+  }
+  s.y_train = as_labels(s.y_train);
+  s.y_test = as_labels(s.y_test);
+  check_pair(s.x_train, s.y_train, "training data");
+  if (s.has_test()) check_pair(s.x_test, s.y_test, "test data");
+
+  // Hold out the last fraction as the test split (before `limit`, so the
+  // test set does not shrink with it).
+  double test_split = get_or<double>(d, "test_split", 0.0);
+  if (test_split < 0 || test_split >= 1)
+    throw ValueError("`data.test_split` must be in [0, 1). Received: test_split=" + std::to_string(test_split));
+  if (test_split > 0) {
+    if (s.has_test()) throw ValueError("`data.test_split` is set but the source already has a test split; drop one");
+    int64_t n = s.x_train.size(0), n_test = (int64_t)std::floor(n * test_split);
+    if (n_test < 1 || n_test >= n)
+      throw ValueError("`data.test_split`=" + std::to_string(test_split) + " leaves no examples on one side of " +
+                       std::to_string(n) + " rows");
+    s.x_test = s.x_train.narrow(0, n - n_test, n_test);
+    s.y_test = s.y_train.defined() ? s.y_train.narrow(0, n - n_test, n_test) : at::Tensor();
+    s.x_train = s.x_train.narrow(0, 0, n - n_test);
+    if (s.y_train.defined()) s.y_train = s.y_train.narrow(0, 0, n - n_test);
+  }
+  auto take = [](at::Tensor& t, int64_t n) {
+    if (t.defined() && t.size(0) > n) t = t.narrow(0, 0, n);
+  };
+  for (auto [key, is_test] : {std::pair{"limit", false}, std::pair{"test_limit", true}}) {
+    int64_t n = get_or<int64_t>(d, key, 0);
+    if (d.contains(key) && !d[key].is_null() && n < 1)
+      throw ValueError(std::string("`data.") + key + "` must be a positive integer. Received: " + d[key].dump());
+    if (n > 0) {
+      take(is_test ? s.x_test : s.x_train, n);
+      take(is_test ? s.y_test : s.y_train, n);
+    }
+  }
+
+  // Features: dtype, scale, reshape/flatten.
+  at::ScalarType dtype = dtype_from_string(get_or<std::string>(d, "dtype", "float32"));
+  const bool has_scale = d.contains("scale") && !d["scale"].is_null();
+  const double scale = has_scale ? parse_scale(d["scale"]) : 1.0;
+  if (has_scale && !at::isFloatingType(dtype))
+    throw ValueError("`data.scale` needs a floating `data.dtype`. Received: dtype=" + dtype_to_string(dtype));
+  if (d.contains("flatten") && d.contains("reshape"))
+    throw ValueError("the `data` section sets both `flatten` and `reshape`; use one");
+  Shape reshape;
+  if (d.contains("reshape")) {
+    if (!d["reshape"].is_array()) throw ValueError("`data.reshape` must be a list of dims without the batch dim, e.g. [28, 28, 1]");
+    for (auto& v : d["reshape"]) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 1)
+        throw ValueError("`data.reshape` must be a list of positive dims without the batch dim. Received: " + d["reshape"].dump());
+      reshape.push_back(v.get<int64_t>());
+    }
+  }
+  const bool flatten = get_or<bool>(d, "flatten", false);
+  auto features = [&](at::Tensor x) {
+    if (!x.defined()) return x;
+    x = x.to(dtype);
+    if (has_scale) x = x.mul(scale);
+    if (flatten) x = x.reshape({x.size(0), -1});
+    if (!reshape.empty()) {
+      int64_t want = 1, have = x.numel() / std::max<int64_t>(1, x.size(0));
+      for (auto v : reshape) want *= v;
+      if (want != have)
+        throw ShapeError("`data.reshape` " + shape_to_string(reshape) + " holds " + std::to_string(want) +
+                         " values but each example has " + std::to_string(have));
+      Shape full = {x.size(0)};
+      full.insert(full.end(), reshape.begin(), reshape.end());
+      x = x.reshape(full);
+    }
+    return x.contiguous();
+  };
+  s.x_train = features(s.x_train);
+  s.x_test = features(s.x_test);
+  return s;
+}
+
+}  // namespace kiln::cli

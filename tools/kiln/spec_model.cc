@@ -1,0 +1,195 @@
+// Spec: the "model" section. Layers come from the registry by class name
+// (layer_from_json), so the CLI speaks the same vocabulary as model.json and
+// needs no layer headers.
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/layers/layer.h"
+#include "kiln/models/sequential.h"
+#include "tools/kiln/spec.h"
+
+namespace kiln::cli {
+namespace {
+
+Json layer_json(const std::string& class_name, Json config = Json::object()) {
+  return Json{{"class_name", class_name}, {"config", std::move(config)}};
+}
+
+Shape shape_from_json(const Json& j, const std::string& where) {
+  Shape s;
+  if (!j.is_array() || j.empty()) throw ValueError(where + " must be a list of positive dims without the batch dim, e.g. [784]. Received: " + j.dump());
+  for (auto& v : j) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 1)
+      throw ValueError(where + " must be a list of positive dims without the batch dim, e.g. [784]. Received: " + j.dump());
+    s.push_back(v.get<int64_t>());
+  }
+  return s;
+}
+
+std::vector<int64_t> int_list(const Json& args, const char* key, std::vector<int64_t> fallback, const std::string& owner) {
+  if (!args.contains(key) || args[key].is_null()) return fallback;
+  const Json& v = args[key];
+  std::vector<int64_t> out;
+  if (v.is_number_integer()) return {v.get<int64_t>()};
+  if (!v.is_array()) throw ValueError(owner + ": `" + key + "` must be a list of positive integers. Received: " + v.dump());
+  for (auto& x : v) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 1)
+      throw ValueError(owner + ": `" + key + "` must be a list of positive integers. Received: " + v.dump());
+    out.push_back(x.get<int64_t>());
+  }
+  return out;
+}
+
+// Applies `layers` (registry JSON) one by one after an Input of `shape`, so
+// an error names the entry at fault.
+ModelPtr sequential_from(const std::vector<Json>& layers, const Shape& shape, at::ScalarType dtype,
+                         const std::string& name, const std::string& where) {
+  auto model = std::make_shared<Sequential>(std::vector<LayerPtr>{}, name);
+  model->add(Input(shape, dtype));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    const Json& lj = layers[i];
+    LayerPtr layer;
+    try {
+      layer = layer_from_json(lj);
+    } catch (const UserError& e) {
+      throw ValueError(at + ": " + e.what());
+    }
+    try {
+      model->add(layer);
+    } catch (const UserError& e) {
+      throw ValueError(at + " (" + lj["class_name"].get<std::string>() + ") does not fit after the layers before it: " + e.what());
+    }
+  }
+  return model;
+}
+
+ModelPtr mlp(const Json& args, const std::optional<Shape>& input_shape) {
+  const std::string owner = "builtin model \"mlp\"";
+  check_keys(args, {"input_shape", "hidden_units", "dropout", "activation", "num_classes", "output_activation", "name"},
+             owner + " args");
+  Shape shape = args.contains("input_shape") ? shape_from_json(args["input_shape"], owner + ": `input_shape`")
+                                             : input_shape.value_or(Shape{784});
+  auto hidden = int_list(args, "hidden_units", {256, 256}, owner);
+  double dropout = get_or<double>(args, "dropout", 0.2);
+  if (dropout < 0 || dropout >= 1) throw ValueError(owner + ": `dropout` must be in [0, 1). Received: " + std::to_string(dropout));
+  std::string activation = get_or<std::string>(args, "activation", "relu");
+  int64_t classes = get_or<int64_t>(args, "num_classes", 10);
+  if (classes < 1) throw ValueError(owner + ": `num_classes` must be a positive integer. Received: " + std::to_string(classes));
+  std::vector<Json> layers;
+  if (shape.size() > 1) layers.push_back(layer_json("Flatten"));
+  for (auto units : hidden) {
+    layers.push_back(layer_json("Dense", {{"units", units}, {"activation", activation}}));
+    if (dropout > 0) layers.push_back(layer_json("Dropout", {{"rate", dropout}}));
+  }
+  layers.push_back(layer_json("Dense", {{"units", classes}, {"activation", get_or<std::string>(args, "output_activation", "softmax")}}));
+  return sequential_from(layers, shape, at::kFloat, get_or<std::string>(args, "name", "mlp"), owner);
+}
+
+ModelPtr cnn(const Json& args, const std::optional<Shape>& input_shape) {
+  const std::string owner = "builtin model \"cnn\"";
+  check_keys(args,
+             {"input_shape", "filters", "kernel_size", "pool_size", "dense_units", "dropout", "activation",
+              "num_classes", "output_activation", "name"},
+             owner + " args");
+  Shape shape = args.contains("input_shape") ? shape_from_json(args["input_shape"], owner + ": `input_shape`")
+                                             : input_shape.value_or(Shape{28, 28, 1});
+  auto filters = int_list(args, "filters", {32, 64}, owner);
+  int64_t kernel = get_or<int64_t>(args, "kernel_size", 3), pool = get_or<int64_t>(args, "pool_size", 2);
+  auto dense = int_list(args, "dense_units", {}, owner);
+  double dropout = get_or<double>(args, "dropout", 0.5);
+  if (dropout < 0 || dropout >= 1) throw ValueError(owner + ": `dropout` must be in [0, 1). Received: " + std::to_string(dropout));
+  std::string activation = get_or<std::string>(args, "activation", "relu");
+  int64_t classes = get_or<int64_t>(args, "num_classes", 10);
+  std::vector<Json> layers;
+  // Images without a channel axis (N, 28, 28) get one.
+  if (shape.size() == 2) layers.push_back(layer_json("Reshape", {{"target_shape", Json::array({shape[0], shape[1], 1})}}));
+  else if (shape.size() != 3)
+    throw ValueError(owner + " takes images (height, width[, channels]). Received: input_shape=" + shape_to_string(shape));
+  for (auto f : filters) {
+    layers.push_back(layer_json("Conv2D", {{"filters", f}, {"kernel_size", Json::array({kernel, kernel})}, {"activation", activation}}));
+    layers.push_back(layer_json("MaxPooling2D", {{"pool_size", Json::array({pool, pool})}}));
+  }
+  layers.push_back(layer_json("Flatten"));
+  for (auto units : dense) layers.push_back(layer_json("Dense", {{"units", units}, {"activation", activation}}));
+  if (dropout > 0) layers.push_back(layer_json("Dropout", {{"rate", dropout}}));
+  layers.push_back(layer_json("Dense", {{"units", classes}, {"activation", get_or<std::string>(args, "output_activation", "softmax")}}));
+  return sequential_from(layers, shape, at::kFloat, get_or<std::string>(args, "name", "cnn"), owner);
+}
+
+}  // namespace
+
+std::vector<std::string> builtin_model_names() { return {"mlp", "cnn"}; }
+
+ModelPtr builtin_model(const std::string& name, const Json& args, const std::optional<Shape>& input_shape) {
+  Json a = args.is_null() ? Json::object() : args;
+  if (name == "mlp") return mlp(a, input_shape);
+  if (name == "cnn") return cnn(a, input_shape);
+  throw ValueError("unknown builtin model \"" + name + "\"; known builtin models: mlp, cnn");
+}
+
+ModelPtr build_model(const Json& m, const std::optional<Shape>& input_shape) {
+  if (!m.is_object()) throw ValueError("the `model` section must be a JSON object. Received: " + m.dump());
+  if (m.contains("builtin")) {
+    check_keys(m, {"builtin", "args"}, "the `model` section (builtin)");
+    if (!m["builtin"].is_string()) throw ValueError("`model.builtin` must be a name: mlp or cnn");
+    return builtin_model(m["builtin"].get<std::string>(), m.value("args", Json::object()), input_shape);
+  }
+  if (m.contains("layers")) {
+    check_keys(m, {"layers", "input_shape", "input_dtype", "name"}, "the `model` section (layers)");
+    if (!m["layers"].is_array() || m["layers"].empty())
+      throw ValueError("`model.layers` must be a non-empty list of {\"class_name\", \"config\"} objects");
+    std::vector<Json> layers;
+    std::optional<Shape> shape;
+    if (m.contains("input_shape")) shape = shape_from_json(m["input_shape"], "`model.input_shape`");
+    for (size_t i = 0; i < m["layers"].size(); ++i) {
+      Json lj = m["layers"][i];
+      const std::string at = "model.layers[" + std::to_string(i) + "]";
+      if (lj.is_string()) lj = layer_json(lj.get<std::string>());
+      if (!lj.is_object() || !lj.contains("class_name") || !lj["class_name"].is_string())
+        throw ValueError(at + " must be {\"class_name\": \"Dense\", \"config\": {...}}. Received: " + lj.dump());
+      check_keys(lj, {"class_name", "config", "build_config", "module", "registered_name"}, at);
+      if (!lj.contains("config")) lj["config"] = Json::object();
+      if (lj["class_name"] == "InputLayer") {
+        // Keras writes the input as the first layer of a Sequential config.
+        if (i != 0) throw ValueError(at + ": an InputLayer may only come first");
+        const Json& c = lj["config"];
+        if (c.contains("batch_shape")) {
+          Json dims = c["batch_shape"];
+          dims.erase(dims.begin());
+          shape = shape_from_json(dims, at + ": `batch_shape` after the batch dim");
+        } else if (c.contains("shape")) {
+          shape = shape_from_json(c["shape"], at + ": `shape`");
+        }
+        continue;
+      }
+      layers.push_back(lj);
+    }
+    if (!shape) shape = input_shape;
+    if (!shape) throw ValueError("the `model` section needs `input_shape` (dims without the batch dim, e.g. [784])");
+    at::ScalarType dtype = dtype_from_string(get_or<std::string>(m, "input_dtype", "float32"));
+    return sequential_from(layers, *shape, dtype, get_or<std::string>(m, "name", ""), "model.layers");
+  }
+  if (m.contains("class_name")) {
+    LayerPtr layer;
+    try {
+      layer = layer_from_json(m);
+    } catch (const UserError& e) {
+      throw ValueError(std::string("the `model` section: ") + e.what());
+    }
+    auto model = std::dynamic_pointer_cast<Model>(layer);
+    if (!model)
+      throw ValueError("the `model` section describes a " + m["class_name"].get<std::string>() +
+                       " layer, not a model; use \"Sequential\" or \"Functional\", or list layers under `layers`");
+    if (model->input_shapes().empty() && input_shape) {
+      std::vector<Shape> shapes{Shape{kNone}};
+      shapes[0].insert(shapes[0].end(), input_shape->begin(), input_shape->end());
+      model->build_if_needed(shapes);
+    }
+    return model;
+  }
+  throw ValueError(
+      "the `model` section needs one of `builtin` ({\"builtin\": \"mlp\"}), `layers` ([{\"class_name\": \"Dense\", "
+      "...}]) or a Keras model config ({\"class_name\": \"Sequential\", \"config\": {...}})");
+}
+
+}  // namespace kiln::cli
