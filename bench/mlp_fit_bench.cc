@@ -85,9 +85,9 @@ Result hand_written(const at::Tensor& x, const at::Tensor& y, const at::Tensor& 
       at::NoGradGuard ng;
       const double alpha = lr * std::sqrt(1 - std::pow(b2, step)) / (1 - std::pow(b1, step));
       for (size_t k = 0; k < params.size(); ++k) {
-        m[k].add_(grads[k] - m[k], 1 - b1);
-        v[k].add_(grads[k].square() - v[k], 1 - b2);
-        params[k].sub_(m[k] * alpha / (v[k].sqrt() + eps));
+        m[k].lerp_(grads[k], 1 - b1);
+        v[k].mul_(b2).addcmul_(grads[k], grads[k], 1 - b2);
+        params[k].addcdiv_(m[k], v[k].sqrt().add_(eps), -alpha);
       }
     }
     r.epoch_s.push_back(seconds_since(t0));
