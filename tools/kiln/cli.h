@@ -32,6 +32,10 @@ Command add_evaluate_command(CLI::App& app);
 Command add_predict_command(CLI::App& app);
 Command add_show_command(CLI::App& app);
 
+// CLI11 validator: a positive integer ("--epochs: must be a positive
+// integer. Received: 0").
+CLI::Validator positive_integer();
+
 // A JSON argument given inline ("{...}") or as a file path.
 Json json_argument(const std::string& value, const std::string& option);
 

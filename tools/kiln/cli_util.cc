@@ -16,6 +16,20 @@ Json json_argument(const std::string& value, const std::string& option) {
   return read_json_file(value);
 }
 
+CLI::Validator positive_integer() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        try {
+          size_t used = 0;
+          long long v = std::stoll(value, &used);
+          if (used == value.size() && v > 0) return "";
+        } catch (const std::exception&) {
+        }
+        return "must be a positive integer. Received: " + value;
+      },
+      "POSITIVE");
+}
+
 std::string format_metric(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.4f", v);

@@ -75,7 +75,7 @@ Command add_evaluate_command(CLI::App& app) {
   sub->add_option("--spec", o->spec, "A training spec whose data section to use");
   sub->add_option("--split", o->split, "test (default when the data has one) or train")
       ->check(CLI::IsMember({"test", "train"}));
-  sub->add_option("--batch_size", o->batch_size, "Examples per batch")->check(CLI::PositiveNumber);
+  sub->add_option("--batch_size", o->batch_size, "Examples per batch")->check(positive_integer());
   sub->add_flag("--json", o->json, "Print one JSON object instead of lines");
   return {sub, [o] { run_evaluate(*o); }};
 }

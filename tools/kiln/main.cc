@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   int threads = 0;
   app.add_option("--threads", threads,
                  "Intra-op threads (default: $KILN_NUM_THREADS, else every core)")
-      ->check(CLI::PositiveNumber);
+      ->check(kiln::cli::positive_integer());
   std::vector<kiln::cli::Command> commands = {
       kiln::cli::add_train_command(app), kiln::cli::add_evaluate_command(app),
       kiln::cli::add_predict_command(app), kiln::cli::add_show_command(app)};
@@ -75,6 +75,18 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::string cmd;
     for (auto* sub : app.get_subcommands()) cmd = " " + sub->get_name();
+    if (cmd.empty()) {
+      // No command recognised: name the word that was meant to be one.
+      for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a == "--threads") {
+          ++i;
+          continue;
+        }
+        if (!a.empty() && a[0] != '-')
+          return fail(2, "unknown command '" + a + "'; the commands are train, evaluate, predict, show (kiln --help)");
+      }
+    }
     return fail(2, joined(e.what()) + "; run 'kiln" + cmd + " --help' for usage");
   }
 

@@ -289,7 +289,7 @@ Command add_predict_command(CLI::App& app) {
   sub->add_option("model_dir", o->model_dir, "A model version directory, e.g. models/fashion_mnist/1")->required();
   sub->add_option("--input", o->input, "JSON Lines file of instances, or - for stdin (default)");
   sub->add_option("--output", o->output, "Where to write the predictions (JSON Lines), or - for stdout (default)");
-  sub->add_option("--batch_size", o->batch_size, "Instances per batch")->check(CLI::PositiveNumber);
+  sub->add_option("--batch_size", o->batch_size, "Instances per batch")->check(positive_integer());
   return {sub, [o] { run_predict(*o); }};
 }
 

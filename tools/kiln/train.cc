@@ -79,7 +79,7 @@ Command add_train_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("train", "Train a model from a declarative JSON spec (docs/SPEC.md) and save it as the next version");
   sub->add_option("spec", o->spec, "The spec file (JSON)")->required();
   sub->add_option("--output", o->output, "Base directory for versions (overrides output.base_dir)");
-  sub->add_option("--epochs", o->epochs, "Number of epochs (overrides fit.epochs)")->check(CLI::PositiveNumber);
+  sub->add_option("--epochs", o->epochs, "Number of epochs (overrides fit.epochs)")->check(positive_integer());
   return {sub, [o] { run_train(*o); }};
 }
 
