@@ -10,10 +10,16 @@ PACKAGES=(
   libtorch-dev libgloo-dev libopenblas-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev
+  # tuning and ensembling
+  libsqlite3-dev libnlopt-cxx-dev libxgboost-dev
+  # serving
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libcpp-httplib-dev libssl-dev
   # real data
   dataset-fashion-mnist
   # peers for golden data and benchmarks
-  python3 python3-torch python3-numpy
+  python3 python3-torch python3-numpy python3-optuna
+  python3-flask gunicorn wrk nginx
 )
 
 missing=()
