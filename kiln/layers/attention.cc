@@ -46,6 +46,7 @@ MultiHeadAttention::MultiHeadAttention(const Json& config) : Layer(config) {
   const Json* seed = r.get("seed");
   if (seed && !seed->is_number_integer()) r.invalid("seed", "null or an integer");
   seed_ = seed ? *seed : Json(nullptr);
+  use_causal_mask_ = r.boolean("use_causal_mask", false);
   r.finish();
 }
 
@@ -70,11 +71,13 @@ std::shared_ptr<EinsumDense> MultiHeadAttention::make_dense(const std::string& n
   return std::make_shared<EinsumDense>(c);
 }
 
-void MultiHeadAttention::check_inputs(const std::vector<Shape>& shapes) const {
-  if (shapes.size() != 2 && shapes.size() != 3)
+void MultiHeadAttention::check_inputs(const std::vector<Shape>& all) const {
+  if (all.size() < 2 || all.size() > 4)
     throw ValueError("MultiHeadAttention '" + name() +
-                     "' takes [query, value] or [query, value, key]. Received " +
-                     std::to_string(shapes.size()) + " inputs");
+                     "' takes [query, value], [query, value, key] or [query, value, key, attention_mask]. "
+                     "Received " +
+                     std::to_string(all.size()) + " inputs");
+  const std::vector<Shape> shapes(all.begin(), all.begin() + std::min<size_t>(all.size(), 3));
   for (auto& s : shapes)
     if (s.size() != 3 || s.back() < 1)
       throw ShapeError("MultiHeadAttention '" + name() +
@@ -85,6 +88,37 @@ void MultiHeadAttention::check_inputs(const std::vector<Shape>& shapes) const {
   if (v[1] >= 0 && k[1] >= 0 && v[1] != k[1])
     throw ShapeError("MultiHeadAttention '" + name() + "': value " + shape_to_string(v) + " and key " +
                      shape_to_string(k) + " must have the same sequence length");
+  if (all.size() == 4) {
+    const Shape& m = all[3];
+    const Shape& q = shapes[0];
+    bool ok = m.size() == 3;
+    if (ok && q[1] >= 0 && m[1] >= 0) ok = m[1] == q[1];
+    if (ok && k[1] >= 0 && m[2] >= 0) ok = m[2] == k[1];
+    if (!ok)
+      throw ShapeError("MultiHeadAttention '" + name() +
+                       "': attention_mask must have shape (batch, query_seq, key_seq) = (batch, " +
+                       std::to_string(q[1]) + ", " + std::to_string(k[1]) +
+                       "). Received: " + shape_to_string(m));
+  }
+}
+
+at::Tensor MultiHeadAttention::combined_mask(const at::Tensor& attention_mask, bool use_causal_mask,
+                                             int64_t query_len, int64_t key_len) const {
+  at::Tensor mask;  // (B or 1, T, S) bool, true = attend
+  if (attention_mask.defined()) {
+    if (attention_mask.dim() != 3 || attention_mask.size(1) != query_len || attention_mask.size(2) != key_len)
+      throw ShapeError("MultiHeadAttention '" + name() + "': attention_mask must have shape (batch, " +
+                       std::to_string(query_len) + ", " + std::to_string(key_len) +
+                       "). Received: " + shape_to_string(sizes_of(attention_mask)));
+    mask = attention_mask.to(at::kBool);
+  }
+  if (use_causal_mask) {
+    // Keras's causal mask: query i attends to keys j <= i (lower triangle).
+    at::Tensor causal =
+        at::ones({query_len, key_len}, at::TensorOptions().dtype(at::kBool)).tril().unsqueeze(0);
+    mask = mask.defined() ? mask.logical_and(causal) : causal;
+  }
+  return mask;
 }
 
 void MultiHeadAttention::build(const std::vector<Shape>& input_shapes) {
@@ -112,6 +146,15 @@ void MultiHeadAttention::build(const std::vector<Shape>& input_shapes) {
 
 std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(const Tensors& inputs,
                                                                             bool training) {
+  return attention_with_scores(inputs, training, inputs.size() > 3 ? inputs[3] : at::Tensor(),
+                               use_causal_mask_);
+}
+
+std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(const Tensors& all_inputs,
+                                                                            bool training,
+                                                                            const at::Tensor& attention_mask,
+                                                                            bool use_causal_mask) {
+  const Tensors inputs(all_inputs.begin(), all_inputs.begin() + std::min<size_t>(all_inputs.size(), 3));
   std::vector<Shape> shapes;
   for (auto& t : inputs) shapes.push_back(sizes_of(t));
   if (!built()) {
@@ -127,6 +170,13 @@ std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(cons
   at::Tensor k = (*key_)(key, training);                                            // (B, S, N, H)
   at::Tensor v = (*value_)(value, training);                                        // (B, S, N, Hv)
   at::Tensor logits = at::einsum("aecd,abcd->acbe", {k, q});                        // (B, N, T, S)
+  at::Tensor mask = combined_mask(attention_mask, use_causal_mask, query.size(1), key.size(1));
+  if (mask.defined()) {
+    // As Keras's masked softmax: masked positions get a large negative logit
+    // (a fully masked row becomes uniform rather than NaN).
+    const double large_negative = logits.scalar_type() == at::kHalf ? -3e4 : -1e9;
+    logits = logits.masked_fill(mask.unsqueeze(1).logical_not(), large_negative);
+  }
   // Softmax in at least float32 for 16-bit compute dtypes, then back.
   at::Tensor scores =
       at::softmax(logits, -1, at::promote_types(logits.scalar_type(), at::kFloat)).to(logits.scalar_type());
@@ -166,6 +216,7 @@ Json MultiHeadAttention::get_config() const {
   j["kernel_constraint"] = nullptr;
   j["bias_constraint"] = nullptr;
   j["seed"] = seed_;
+  j["use_causal_mask"] = use_causal_mask_;
   return j;
 }
 

@@ -21,7 +21,14 @@
 // bias_regularizer, activity_regularizer, kernel_constraint, bias_constraint
 // (null only), seed (null; dropout uses LibTorch's generator).
 // Activity penalties are recorded in training calls only.
-// Not supported yet: attention masks, causal masking, inputs of rank != 3.
+// Masks (Keras's call arguments): `attention_mask` (batch, query_seq,
+// key_seq), true/nonzero = attend, given as a 4th input {query, value, key,
+// mask} or to attention_with_scores(); `use_causal_mask` (query i attends to
+// keys j <= i) as a call argument or, for Functional graphs and specs, the
+// config key "use_causal_mask" (default false; a kiln extension, since a
+// Functional node here has no call kwargs). Masked logits get -1e9 (-3e4 in
+// float16) before the softmax, as Keras does.
+// Not supported yet: attention_axes other than the sequence axis, inputs of rank != 3.
 #pragma once
 
 #include "kiln/layers/einsum_dense.h"
@@ -44,6 +51,10 @@ class MultiHeadAttention : public Layer {
   // The output and the attention scores (batch, heads, query_seq, key_seq),
   // as Keras's return_attention_scores=True. Builds if needed.
   std::pair<at::Tensor, at::Tensor> attention_with_scores(const Tensors& inputs, bool training = false);
+  // Explicit masks (see above); an undefined attention_mask means none.
+  std::pair<at::Tensor, at::Tensor> attention_with_scores(const Tensors& inputs, bool training,
+                                                          const at::Tensor& attention_mask,
+                                                          bool use_causal_mask);
 
   int64_t num_heads() const { return num_heads_; }
   int64_t key_dim() const { return key_dim_; }
@@ -57,6 +68,8 @@ class MultiHeadAttention : public Layer {
   std::shared_ptr<EinsumDense> make_dense(const std::string& name, const std::string& equation,
                                           const Shape& output_shape, const std::string& bias_axes) const;
   void check_inputs(const std::vector<Shape>& shapes) const;
+  at::Tensor combined_mask(const at::Tensor& attention_mask, bool use_causal_mask, int64_t query_len,
+                           int64_t key_len) const;
 
   int64_t num_heads_, key_dim_, value_dim_;
   double dropout_;
@@ -66,6 +79,7 @@ class MultiHeadAttention : public Layer {
   Json kernel_init_, bias_init_;
   RegularizerPtr kernel_reg_, bias_reg_, activity_reg_;
   Json seed_;
+  bool use_causal_mask_ = false;
   std::shared_ptr<EinsumDense> query_, key_, value_, output_;
 };
 

@@ -191,6 +191,50 @@ TEST(MultiHeadAttention, RejectsBadConfigsAndInputs) {
       {"same sequence length"});
 }
 
+TEST(MultiHeadAttention, PaddingMaskEqualsDroppingTheMaskedKeys) {
+  auto mha = std::make_shared<MultiHeadAttention>(2, 4, Json{{"bias_initializer", "random_normal"}});
+  at::Tensor q = at::randn({2, 3, 6}), v = at::randn({2, 5, 6});
+  (*mha)(Tensors{q, v});
+  // Keys 3 and 4 masked for every query: the result must equal attention over
+  // the first three keys only, and their scores must be zero.
+  at::Tensor mask = at::ones({2, 3, 5}, at::kBool);
+  mask.narrow(2, 3, 2).fill_(false);
+  auto [masked, scores] = mha->attention_with_scores(Tensors{q, v, v}, false, mask, false);
+  at::Tensor truncated = (*mha)(Tensors{q, v.narrow(1, 0, 3)})[0];
+  EXPECT_TRUE(at::allclose(masked, truncated, 1e-5, 1e-6));
+  EXPECT_EQ(scores.narrow(3, 3, 2).abs().max().item<float>(), 0.0f);
+  // The same mask given as a 4th input (as a Functional graph would pass it).
+  EXPECT_TRUE(at::allclose((*mha)(Tensors{q, v, v, mask.to(at::kFloat)})[0], masked));
+  // A wrong mask shape names the expected one.
+  expect_error<ShapeError>(
+      [&] {
+        (*mha)(Tensors{q, v, v, at::ones({2, 3, 4})});
+      },
+      {"attention_mask", "(batch, 3, 5)"});
+}
+
+TEST(MultiHeadAttention, CausalMaskHidesTheFuture) {
+  auto mha = std::make_shared<MultiHeadAttention>(2, 4, Json{{"use_causal_mask", true}});
+  at::Tensor x = at::randn({1, 6, 8});
+  at::Tensor y = (*mha)(Tensors{x, x})[0];
+  // Changing positions 4 and 5 changes nothing before position 4.
+  at::Tensor x2 = x.clone();
+  x2.narrow(1, 4, 2).normal_();
+  at::Tensor y2 = (*mha)(Tensors{x2, x2})[0];
+  EXPECT_TRUE(at::allclose(y.narrow(1, 0, 4), y2.narrow(1, 0, 4), 1e-5, 1e-6));
+  EXPECT_FALSE(at::allclose(y.narrow(1, 4, 2), y2.narrow(1, 4, 2)));
+  // Position 0 attends to itself only.
+  auto [out, scores] = mha->attention_with_scores(Tensors{x, x}, false);
+  EXPECT_NEAR(scores.index({0, 0, 0, 0}).item<float>(), 1.0f, 1e-6);
+  // The flag survives the config round trip; without it the future leaks in.
+  EXPECT_TRUE(mha->get_config()["use_causal_mask"].get<bool>());
+  auto plain = std::make_shared<MultiHeadAttention>(2, 4);
+  plain->build_if_needed({{kNone, 6, 8}, {kNone, 6, 8}});
+  for (size_t i = 0; i < plain->weights().size(); ++i)
+    plain->weights()[i]->assign(mha->weights()[i]->value());
+  EXPECT_FALSE(at::allclose((*plain)(Tensors{x, x})[0].narrow(1, 0, 4), y.narrow(1, 0, 4)));
+}
+
 TEST(MultiHeadAttention, FrozenBeforeBuildFreezesItsSublayers) {
   auto mha = std::make_shared<MultiHeadAttention>(2, 4, Json{{"trainable", false}});
   (*mha)(Tensors{at::randn({1, 3, 4}), at::randn({1, 3, 4})});

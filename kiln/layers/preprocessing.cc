@@ -191,31 +191,61 @@ at::Tensor Normalization::call1(const at::Tensor& x, bool training) {
 }
 
 void Normalization::adapt(const at::Tensor& data) {
+  bool given = false;
+  adapt([&]() -> at::Tensor {
+    if (given) return at::Tensor();
+    given = true;
+    return data;
+  });
+}
+
+void Normalization::adapt(const std::function<at::Tensor()>& next_batch) {
   if (!given_mean_.empty())
     throw ValueError("Normalization '" + name() +
                      "': cannot adapt() a layer whose `mean` and `variance` were given "
                      "in its config");
-  if (data.dim() < 1 || data.size(0) < 1) throw ShapeError("Normalization.adapt needs at least one sample");
-  Shape s = sizes_of(data);
-  s[0] = kNone;
-  build_if_needed({s});
-  const Shape& built = build_input_shapes().at(0);
-  bool ok = data.dim() == (int64_t)built.size();
-  for (size_t i = 1; ok && i < built.size(); ++i)
-    ok = broadcast_shape_[i] == 1 || data.size(i) == broadcast_shape_[i];
-  if (!ok)
-    throw ShapeError("Normalization '" + name() + "' was built for inputs of shape " +
-                     shape_to_string(built) + "; adapt() received " + shape_to_string(sizes_of(data)));
   at::NoGradGuard ng;
-  at::Tensor d = data.to(at::kDouble);
-  std::vector<int64_t> reduce;
-  for (int64_t i = 0; i < d.dim(); ++i)
-    if (broadcast_shape_[i] == 1) reduce.push_back(i);
-  at::Tensor m = d.mean(reduce, /*keepdim=*/true);
-  at::Tensor v = (d - m).square().mean(reduce, /*keepdim=*/true);
-  mean_->assign(m.reshape(mean_->value().sizes()).to(mean_->dtype()));
+  // Per-batch statistics combined with Chan et al.'s parallel update, in
+  // float64: the result equals one pass over the concatenated data.
+  at::Tensor mean, m2;  // shaped like the kept axes (broadcastable)
+  int64_t count = 0;
+  while (true) {
+    at::Tensor data = next_batch();
+    if (!data.defined()) break;
+    if (data.dim() < 1 || data.size(0) < 1) throw ShapeError("Normalization.adapt needs at least one sample");
+    Shape s = sizes_of(data);
+    s[0] = kNone;
+    build_if_needed({s});
+    const Shape& built = build_input_shapes().at(0);
+    bool ok = data.dim() == (int64_t)built.size();
+    for (size_t i = 1; ok && i < built.size(); ++i)
+      ok = broadcast_shape_[i] == 1 || data.size(i) == broadcast_shape_[i];
+    if (!ok)
+      throw ShapeError("Normalization '" + name() + "' was built for inputs of shape " +
+                       shape_to_string(built) + "; adapt() received " + shape_to_string(sizes_of(data)));
+    at::Tensor d = data.to(at::kDouble);
+    std::vector<int64_t> reduce;
+    for (int64_t i = 0; i < d.dim(); ++i)
+      if (broadcast_shape_[i] == 1) reduce.push_back(i);
+    at::Tensor bm = d.mean(reduce, /*keepdim=*/true);
+    at::Tensor bm2 = (d - bm).square().sum(reduce, /*keepdim=*/true);
+    const int64_t bn = d.numel() / std::max<int64_t>(1, bm.numel());
+    if (count == 0) {
+      mean = bm;
+      m2 = bm2;
+    } else {
+      const double n = (double)count, nb = (double)bn, total = n + nb;
+      at::Tensor delta = bm - mean;
+      mean = mean + delta * (nb / total);
+      m2 = m2 + bm2 + delta.square() * (n * nb / total);
+    }
+    count += bn;
+  }
+  if (count == 0) throw ValueError("Normalization '" + name() + "': adapt() received no data");
+  at::Tensor v = m2 / (double)count;  // biased, as Keras
+  mean_->assign(mean.reshape(mean_->value().sizes()).to(mean_->dtype()));
   variance_->assign(v.reshape(variance_->value().sizes()).to(variance_->dtype()));
-  count_->assign(at::scalar_tensor(d.numel() / std::max<int64_t>(1, m.numel()), at::kLong));
+  count_->assign(at::scalar_tensor(count, at::kLong));
 }
 
 std::vector<Shape> Normalization::compute_output_shape(const std::vector<Shape>& input_shapes) {

@@ -18,6 +18,8 @@
 //   norm->adapt(x_train);          // per-feature mean 0, variance 1 after
 #pragma once
 
+#include <functional>
+
 #include "kiln/layers/layer.h"
 
 namespace kiln {
@@ -58,6 +60,11 @@ class Normalization : public SimpleLayer {
   // if needed. ValueError if mean/variance were given in the config, or
   // ShapeError if `data` does not match the built shape.
   void adapt(const at::Tensor& data);
+  // Streaming form: calls next_batch() until it returns an undefined tensor
+  // and combines per-batch statistics exactly (same result as one tensor).
+  // kiln::adapt(Normalization&, const Dataset&) in kiln/data/adapt.h feeds it
+  // from a Dataset, as Keras's adapt(dataset) does.
+  void adapt(const std::function<at::Tensor()>& next_batch);
 
   // Current statistics, shaped to broadcast against the input.
   at::Tensor mean() const;

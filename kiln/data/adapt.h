@@ -1,0 +1,20 @@
+// Keras's `layer.adapt(dataset)` for preprocessing layers that learn
+// statistics: streams a Dataset's batches into the layer's accumulator
+// without materializing the whole dataset.
+//
+//   auto norm = std::make_shared<Normalization>();
+//   adapt(*norm, Dataset::from_tensor_slices({x}).batch(1024));
+//
+// Uses element component `component` (default 0, the features of an
+// (x, y) dataset); `steps` > 0 stops after that many batches. The dataset
+// must be batched (each element is a batch, as in Keras's adapt).
+#pragma once
+
+#include "kiln/data/dataset.h"
+#include "kiln/layers/preprocessing.h"
+
+namespace kiln {
+
+void adapt(Normalization& layer, const Dataset& dataset, int64_t steps = 0, size_t component = 0);
+
+}  // namespace kiln
