@@ -3,7 +3,7 @@
 // lr 1e-3, epsilon 1e-7) and epochs, all in one run.
 //
 //   build/bench/mlp_fit_bench [--epochs 3] [--batch_size 128] [--threads N]
-//                             [--no_pytorch] [--json out.json]
+//                             [--no_pytorch] [--json out.json] [--blas_threads N]
 //
 // Reports seconds per epoch (median over epochs after the first) and test
 // accuracy for each, and the ratios fit/hand-written and fit/PyTorch.
@@ -26,6 +26,8 @@
 #include "kiln/core/json.h"
 #include "kiln/core/random.h"
 #include "kiln/core/threads.h"
+
+#include <dlfcn.h>
 #include "kiln/data/datasets.h"
 #include "kiln/layers/dense.h"
 #include "kiln/models/sequential.h"
@@ -155,7 +157,7 @@ Result pytorch_peer(int epochs, int64_t batch, int threads) {
 
 int main(int argc, char** argv) {
   prepare_thread_environment(argv);
-  int epochs = 3, threads = 0;
+  int epochs = 3, threads = 0, blas_threads = 0;
   int64_t batch = 128;
   bool run_pytorch = true;
   std::string json_out;
@@ -166,6 +168,7 @@ int main(int argc, char** argv) {
     else if (a == "--batch_size") batch = std::stoll(next());
     else if (a == "--threads") threads = std::stoi(next());
     else if (a == "--no_pytorch") run_pytorch = false;
+    else if (a == "--blas_threads") blas_threads = std::stoi(next());
     else if (a == "--json") json_out = next();
     else {
       std::cerr << "mlp_fit_bench: unknown option " << a << "\n";
@@ -173,6 +176,14 @@ int main(int argc, char** argv) {
     }
   }
   threads = configure_threads(ThreadConfig{threads});
+  if (blas_threads > 0) {
+    // Overrides kiln's choice, to reproduce an oversubscribed set-up
+    // (e.g. OMP_WAIT_POLICY=ACTIVE ... --blas_threads 2).
+    using SetFn = void (*)(int);
+    if (auto set = reinterpret_cast<SetFn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(blas_threads);
+  }
+  std::printf("threads: intra-op %d, OpenBLAS %d, OpenMP idle threads %s\n", threads, blas_num_threads(),
+              omp_threads_passive() ? "sleep (PASSIVE)" : "spin (ACTIVE)");
   auto data = datasets::fashion_mnist();
   auto prep = [](const at::Tensor& img) { return img.reshape({img.size(0), 784}).to(at::kFloat).div_(255.0f); };
   at::Tensor x = prep(data.x_train), y = data.y_train.to(at::kLong);
