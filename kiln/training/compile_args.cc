@@ -27,9 +27,25 @@ CompileArgs CompileArgs::from_json(const Json& j) {
   if (j.contains("metrics") && !j["metrics"].is_null()) {
     if (!j["metrics"].is_array())
       throw ValueError("compile config: `metrics` must be a list. Received: " + j["metrics"].dump());
-    for (auto& m : j["metrics"])
-      a.metrics.push_back(m.is_string() ? Metric::get(m.get<std::string>(), a.loss.get())
-                                        : Metric::from_json(m, a.loss.get()));
+    auto one = [&](const Json& m) {
+      return m.is_string() ? Metric::get(m.get<std::string>(), a.loss.get())
+                           : Metric::from_json(m, a.loss.get());
+    };
+    const Json& ms = j["metrics"];
+    const bool nested = !ms.empty() && ms[0].is_array();
+    for (auto& m : ms) {
+      if (m.is_array() != nested)
+        throw ValueError(
+            "compile config: `metrics` must be a list of metrics or a list of lists (one per output), "
+            "not a mix. Received: " +
+            ms.dump());
+      if (!nested) {
+        a.metrics.push_back(one(m));
+        continue;
+      }
+      a.output_metrics.emplace_back();
+      for (auto& mm : m) a.output_metrics.back().push_back(one(mm));
+    }
   }
   return a;
 }
@@ -40,6 +56,11 @@ Json CompileArgs::to_json() const {
   j["loss"] = loss ? loss->to_json() : Json(nullptr);
   Json m = Json::array();
   for (auto& metric : metrics) m.push_back(metric->to_json());
+  for (auto& per_output : output_metrics) {
+    Json o = Json::array();
+    for (auto& metric : per_output) o.push_back(metric->to_json());
+    m.push_back(o);
+  }
   j["metrics"] = m;
   return j;
 }

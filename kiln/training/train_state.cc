@@ -49,10 +49,17 @@ void update_metrics_stage(TrainState& ts, StepData& s) {
   ts.loss_tracker().update(s.loss.detach().item<double>(), static_cast<double>(s.batch_size()));
   auto metrics = ts.all_metrics();
   if (metrics.size() <= 1 || s.y.empty()) return;
-  // Compiled metrics track the first output.
-  at::Tensor pred = s.y_pred[0].detach();
-  if (at::isFloatingType(pred.scalar_type())) pred = pred.to(at::kFloat);
-  for (size_t i = 1; i < metrics.size(); ++i) metrics[i]->update_state(s.y[0], pred, s.sample_weight);
+  const auto& outputs = ts.metric_outputs();
+  Tensors preds(s.y_pred.size());
+  for (size_t i = 1; i < metrics.size(); ++i) {
+    const size_t o = outputs[i - 1];
+    if (o >= s.y.size() || o >= s.y_pred.size()) continue;
+    if (!preds[o].defined()) {
+      preds[o] = s.y_pred[o].detach();
+      if (at::isFloatingType(preds[o].scalar_type())) preds[o] = preds[o].to(at::kFloat);
+    }
+    metrics[i]->update_state(s.y[o], preds[o], s.sample_weight);
+  }
 }
 
 }  // namespace
@@ -74,16 +81,70 @@ TrainState::TrainState(const CompileArgs& args)
     : args_(args), loss_tracker_(std::make_shared<Mean>("loss")), pipeline_(StepPipeline::standard()) {
   if (!args_.optimizer)
     throw ValueError("compile: an optimizer is required (e.g. \"adam\"). Received: optimizer=null");
+  if (!args_.metrics.empty() && !args_.output_metrics.empty())
+    throw ValueError(
+        "compile: give `metrics` (applied to every output) or `output_metrics` (one list per output), not "
+        "both");
   for (auto& m : args_.metrics)
     if (!m) throw ValueError("compile: received a null metric");
-  std::vector<std::string> names{"loss"};
+  for (auto& list : args_.output_metrics)
+    for (auto& m : list)
+      if (!m) throw ValueError("compile: received a null metric");
+  // Until bind_outputs(): flat metrics on output 0 (per-output lists: list i on output i).
   for (auto& m : args_.metrics) {
-    for (auto& n : names)
-      if (n == m->name())
-        throw ValueError("compile: two metrics are named '" + n +
-                         "'; metric names must be unique (give one a name)");
+    metrics_.push_back(m);
+    metric_outputs_.push_back(0);
+  }
+  for (size_t o = 0; o < args_.output_metrics.size(); ++o)
+    for (auto& m : args_.output_metrics[o]) {
+      metrics_.push_back(m);
+      metric_outputs_.push_back(o);
+    }
+  // Names must be unique per output (bind_outputs() prefixes them per output).
+  auto check_unique = [](const std::vector<MetricPtr>& list) {
+    std::vector<std::string> names{"loss"};
+    for (auto& m : list) {
+      for (auto& n : names)
+        if (n == m->name())
+          throw ValueError("compile: two metrics are named '" + n +
+                           "'; metric names must be unique (give one a name)");
+      names.push_back(m->name());
+    }
+  };
+  check_unique(args_.metrics);
+  for (auto& list : args_.output_metrics) check_unique(list);
+}
+
+void TrainState::bind_outputs(const std::vector<std::string>& output_names) {
+  const size_t n = output_names.size();
+  if (!args_.output_metrics.empty() && args_.output_metrics.size() != n)
+    throw ValueError("compile: `output_metrics` must have one list per model output (" + std::to_string(n) +
+                     "). Received " + std::to_string(args_.output_metrics.size()) + " lists");
+  if (n <= 1) return;  // one output: metrics keep their own names
+  std::vector<MetricPtr> metrics;
+  std::vector<size_t> outputs;
+  const Loss* loss = args_.loss.get();
+  for (size_t o = 0; o < n; ++o) {
+    const std::vector<MetricPtr>& list =
+        args_.output_metrics.empty() ? args_.metrics : args_.output_metrics[o];
+    for (auto& m : list) {
+      // Copies: a flat list gives every output its own (metrics are stateful),
+      // and the caller's objects keep their names for compile_config.
+      MetricPtr mine = Metric::from_json(m->to_json(), loss);
+      mine->set_name(output_names[o] + "_" + m->name());
+      metrics.push_back(mine);
+      outputs.push_back(o);
+    }
+  }
+  std::vector<std::string> names{"loss"};
+  for (auto& m : metrics) {
+    for (auto& existing : names)
+      if (existing == m->name())
+        throw ValueError("compile: two metrics are named '" + existing + "'; metric names must be unique");
     names.push_back(m->name());
   }
+  metrics_ = std::move(metrics);
+  metric_outputs_ = std::move(outputs);
 }
 
 Loss& TrainState::loss() {
@@ -95,33 +156,33 @@ Loss& TrainState::loss() {
 
 std::vector<Metric*> TrainState::all_metrics() {
   std::vector<Metric*> out{loss_tracker_.get()};
-  for (auto& m : args_.metrics) out.push_back(m.get());
+  for (auto& m : metrics_) out.push_back(m.get());
   return out;
 }
 
 std::vector<std::string> TrainState::metric_names() const {
   std::vector<std::string> out{"loss"};
-  for (auto& m : args_.metrics) out.push_back(m->name());
+  for (auto& m : metrics_) out.push_back(m->name());
   return out;
 }
 
 std::optional<bool> TrainState::higher_is_better(const std::string& name) const {
   std::string n = name.rfind("val_", 0) == 0 ? name.substr(4) : name;
   if (n == "loss") return false;
-  for (auto& m : args_.metrics)
+  for (auto& m : metrics_)
     if (m->name() == n) return m->higher_is_better();
   return std::nullopt;
 }
 
 void TrainState::reset_metrics() {
   loss_tracker_->reset_state();
-  for (auto& m : args_.metrics) m->reset_state();
+  for (auto& m : metrics_) m->reset_state();
 }
 
 std::map<std::string, double> TrainState::results() const {
   std::map<std::string, double> out;
   out["loss"] = loss_tracker_->result();
-  for (auto& m : args_.metrics) out[m->name()] = m->result();
+  for (auto& m : metrics_) out[m->name()] = m->result();
   return out;
 }
 

@@ -112,8 +112,17 @@ struct FitProgress {
 
 class TrainState {
  public:
-  // Validates `args` (an optimizer is required).
+  // Validates `args` (an optimizer is required). Metrics track output 0
+  // until bind_outputs() says how many outputs the model has.
   explicit TrainState(const CompileArgs& args);
+
+  // Assigns the compiled metrics to the model's outputs (Model::compile
+  // calls it with Model::output_names()): one output keeps the metrics'
+  // own names; several give each output its own copies named
+  // "<output>_<metric>" (flat list) or the per-output lists of
+  // CompileArgs::output_metrics. ValueError if output_metrics has a
+  // different number of lists than outputs, or names collide.
+  void bind_outputs(const std::vector<std::string>& output_names);
 
   const CompileArgs& compile_args() const { return args_; }
   Optimizer& optimizer() { return *args_.optimizer; }
@@ -126,6 +135,8 @@ class TrainState {
   // "loss", then the compiled metrics' names, in order (the order Keras
   // prints and the order of logs).
   std::vector<std::string> metric_names() const;
+  // Which output each compiled metric (all_metrics() after the tracker) reads.
+  const std::vector<size_t>& metric_outputs() const { return metric_outputs_; }
   // Higher-is-better for a metric name ("val_" stripped); nullopt if the
   // name is unknown. "loss" is lower-is-better.
   std::optional<bool> higher_is_better(const std::string& name) const;
@@ -146,6 +157,8 @@ class TrainState {
  private:
   CompileArgs args_;
   std::shared_ptr<Mean> loss_tracker_;
+  std::vector<MetricPtr> metrics_;      // compiled metrics, bound to outputs
+  std::vector<size_t> metric_outputs_;  // metrics_[i] reads output metric_outputs_[i]
   StepPipeline pipeline_;
   FitProgress progress_;
 };

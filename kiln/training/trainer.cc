@@ -86,7 +86,9 @@ std::unique_ptr<DataAdapter> eval_adapter(Model& model, const Tensors& x, const 
 // --- compile -------------------------------------------------------------------
 
 void Model::compile(const CompileArgs& args) {
-  train_state_ = std::make_shared<TrainState>(args);
+  auto state = std::make_shared<TrainState>(args);
+  state->bind_outputs(output_names());
+  train_state_ = std::move(state);
   compile_args_ = std::make_unique<CompileArgs>(args);
 }
 

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "kiln/core/error.h"
+#include "kiln/layers/dense.h"
+#include "kiln/models/functional.h"
 #include "kiln/training/callbacks.h"
 #include "kiln/training/train_state.h"
 #include "kiln/training/training_test_util.h"
@@ -313,6 +315,44 @@ TEST(Compile, ArgsValidateAndRoundTrip) {
   EXPECT_EQ(back.optimizer->class_name(), "SGD");
   EXPECT_EQ(back.loss->class_name(), "MeanSquaredError");
   EXPECT_EQ(model->train_state().metric_names(), (std::vector<std::string>{"loss"}));
+}
+
+TEST(Compile, MetricsForEveryOutputOfAMultiOutputModel) {
+  clear_session();
+  auto in = Input({4}, at::kFloat, "features");
+  auto a = (*std::make_shared<Dense>(3, "linear", Json{{"name", "head_a"}}))(in);
+  auto b = (*std::make_shared<Dense>(3, "linear", Json{{"name", "head_b"}}))(in);
+  auto model = std::make_shared<Functional>(KerasTensors{in}, KerasTensors{a, b});
+  // A flat list applies to each output, with Keras's "<output>_<metric>" names.
+  model->compile(CompileArgs::from_names("sgd", "sparse_categorical_crossentropy", {"accuracy"}));
+  EXPECT_EQ(model->train_state().metric_names(),
+            (std::vector<std::string>{"loss", "head_a_accuracy", "head_b_accuracy"}));
+  // Targets such that head_a's argmax is always right and head_b's always wrong:
+  // evaluate must tell the two outputs apart.
+  at::Tensor x = at::randn({16, 4});
+  Tensors pred = model->predict(Tensors{x});
+  at::Tensor ya = pred[0].argmax(1), yb = (pred[1].argmax(1) + 1) % 3;
+  auto r = model->evaluate({.x = {x}, .y = {ya, yb}});
+  EXPECT_DOUBLE_EQ(r.at("head_a_accuracy"), 1.0);
+  EXPECT_DOUBLE_EQ(r.at("head_b_accuracy"), 0.0);
+  // Per-output lists (Keras's nested list), also through the JSON form.
+  Json j = Json::parse(
+      R"({"optimizer": "sgd", "loss": "sparse_categorical_crossentropy", "metrics": [["accuracy"], []]})");
+  CompileArgs per_output = CompileArgs::from_json(j);
+  ASSERT_EQ(per_output.output_metrics.size(), 2u);
+  model->compile(per_output);
+  EXPECT_EQ(model->train_state().metric_names(), (std::vector<std::string>{"loss", "head_a_accuracy"}));
+  // compile_config keeps the metrics' own names (no prefix piling up on reload).
+  EXPECT_EQ(model->compile_args().to_json()["metrics"][0][0]["config"]["name"], "accuracy");
+  // One list per output, or a clear error.
+  CompileArgs wrong = CompileArgs::from_json(
+      Json::parse(R"({"optimizer": "sgd", "loss": "mse", "metrics": [["mae"], ["mae"], ["mae"]]})"));
+  try {
+    model->compile(wrong);
+    ADD_FAILURE() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("one list per model output (2)"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
