@@ -3,21 +3,12 @@
 
 #include "kiln/layers/conv.h"
 #include "kiln/layers/pooling.h"
+#include "kiln/testing/expect_error.h"
 
 namespace kiln {
 namespace {
 
 Shape sizes_of(const at::Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end()); }
-
-template <class E, class F>
-void expect_error(F&& f, std::vector<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one mentioning " << parts[0];
-  } catch (const E& e) {
-    for (auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
 
 // Direct loops over a channels_last input and a (kh, kw, in, out) kernel:
 // an independent reference for "valid" convolution with strides.

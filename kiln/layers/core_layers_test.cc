@@ -11,20 +11,10 @@
 #include "kiln/layers/dropout.h"
 #include "kiln/layers/einsum_dense.h"
 #include "kiln/layers/reshaping.h"
+#include "kiln/testing/expect_error.h"
 
 namespace kiln {
 namespace {
-
-// Runs `f`, which must throw E with a message containing every `parts`.
-template <class E, class F>
-void expect_error(F&& f, std::vector<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one mentioning " << parts[0];
-  } catch (const E& e) {
-    for (auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
 
 Shape sizes_of(const at::Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end()); }
 

@@ -3,19 +3,10 @@
 
 #include "kiln/layers/merging.h"
 #include "kiln/layers/preprocessing.h"
+#include "kiln/testing/expect_error.h"
 
 namespace kiln {
 namespace {
-
-template <class E, class F>
-void expect_error(F&& f, std::vector<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one mentioning " << parts[0];
-  } catch (const E& e) {
-    for (auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
 
 // --- merging ----------------------------------------------------------------------------
 TEST(Merging, ElementwiseValues) {

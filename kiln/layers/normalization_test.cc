@@ -4,19 +4,10 @@
 #include <gtest/gtest.h>
 
 #include "kiln/core/names.h"
+#include "kiln/testing/expect_error.h"
 
 namespace kiln {
 namespace {
-
-template <class E, class F>
-void expect_error(F&& f, std::vector<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one mentioning " << parts[0];
-  } catch (const E& e) {
-    for (auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
 
 TEST(BatchNormalization, KerasWeightsAndDefaults) {
   clear_session();

@@ -176,14 +176,18 @@ at::Tensor Normalization::variance() const {
   return variance_ ? value(variance_).reshape(broadcast_shape_) : compute_cast(const_variance_);
 }
 
-at::Tensor Normalization::call1(const at::Tensor& x, bool training) {
+void Normalization::check_shape(const at::Tensor& x, const char* what) const {
   const Shape& built = build_input_shapes().at(0);
   bool ok = x.dim() == (int64_t)built.size();
   for (size_t i = 1; ok && i < built.size(); ++i)
     ok = broadcast_shape_[i] == 1 || x.size(i) == broadcast_shape_[i];
   if (!ok)
-    throw ShapeError("Normalization '" + name() + "' was built for inputs of shape " +
-                     shape_to_string(built) + ". Received: " + shape_to_string(sizes_of(x)));
+    throw ShapeError("Normalization '" + name() + "' was built for inputs of shape " + shape_to_string(built) +
+                     "; " + what + " received " + shape_to_string(sizes_of(x)));
+}
+
+at::Tensor Normalization::call1(const at::Tensor& x, bool training) {
+  check_shape(x, "the call");
   at::Tensor xf = as_compute(*this, x);
   at::Tensor m = mean().to(xf.scalar_type()), v = variance().to(xf.scalar_type());
   at::Tensor stddev = at::clamp_min(at::sqrt(v), 1e-7);  // Keras's backend.epsilon()
@@ -216,13 +220,7 @@ void Normalization::adapt(const std::function<at::Tensor()>& next_batch) {
     Shape s = sizes_of(data);
     s[0] = kNone;
     build_if_needed({s});
-    const Shape& built = build_input_shapes().at(0);
-    bool ok = data.dim() == (int64_t)built.size();
-    for (size_t i = 1; ok && i < built.size(); ++i)
-      ok = broadcast_shape_[i] == 1 || data.size(i) == broadcast_shape_[i];
-    if (!ok)
-      throw ShapeError("Normalization '" + name() + "' was built for inputs of shape " +
-                       shape_to_string(built) + "; adapt() received " + shape_to_string(sizes_of(data)));
+    check_shape(data, "adapt()");
     at::Tensor d = data.to(at::kDouble);
     std::vector<int64_t> reduce;
     for (int64_t i = 0; i < d.dim(); ++i)

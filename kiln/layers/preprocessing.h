@@ -72,6 +72,8 @@ class Normalization : public SimpleLayer {
 
  private:
   std::vector<int64_t> kept_axes(int64_t rank) const;  // resolved, sorted
+  // ShapeError unless `x` matches the built shape (`what`: "the call", "adapt()").
+  void check_shape(const at::Tensor& x, const char* what) const;
   Json axis_json_;
   std::optional<std::vector<int64_t>> axes_;  // nullopt: axis=null
   bool invert_;
