@@ -174,6 +174,9 @@ void Tuner::run_trial(const Trial& trial, const FitArgs& args) {
         oracle_->end_trial(trial.trial_id, TrialStatus::kInvalid, "build(hp) returned no model");
         return;
       }
+      // A build may declare hyperparameters the first (default) build never
+      // reached, e.g. inside a conditional scope: they join the space now.
+      oracle_->update_space(hp_e);
       if (!model->compiled())
         throw ValueError("build(hp) must return a compiled model (call compile() in build)");
       if (!parent_ckpt.empty()) {

@@ -745,6 +745,32 @@ TEST(Tuner, BuildErrorsMakeTrialsInvalidAndSetUpErrorsAreReported) {
   expect_error<ValueError>([&] { wrong.search(toy_fit(d, 1)); }, {"\"val_f9\"", "val_accuracy"});
 }
 
+TEST(Tuner, HyperparametersFirstDeclaredInLaterBuildsJoinTheSpace) {
+  TempDir dir;
+  Data d = toy_data();
+  auto build = [](HyperParameters& hp) -> ModelPtr {
+    auto m = std::make_shared<Sequential>();
+    m->add(Input({4}));
+    int64_t units = 4;
+    if (hp.Boolean("wide")) {  // false in the first (default) build
+      auto scope = hp.conditional_scope("wide", {true});
+      units = hp.Int("wide_units", 8, 16, {.step = 8});
+    }
+    m->add(std::make_shared<Dense>(units, "relu"));
+    m->add(std::make_shared<Dense>(2, "softmax"));
+    m->compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
+    return m;
+  };
+  Tuner tuner(make_oracle("grid_search", {.objective = "val_accuracy", .max_trials = 0}), build,
+              {.directory = dir.path(), .project_name = "grow", .verbose = 0});
+  tuner.search(toy_fit(d, 1));
+  ASSERT_NE(tuner.oracle().space().find("wide_units"), nullptr);
+  std::set<int64_t> tried;
+  for (auto& t : tuner.oracle().trials())
+    if (t.hyperparameters.contains("wide_units")) tried.insert(t.hyperparameters.get_int("wide_units"));
+  EXPECT_EQ(tried, (std::set<int64_t>{8, 16}));
+}
+
 TEST(Tuner, HyperbandPromotionsContinueFromTheParentCheckpoint) {
   TempDir dir;
   Data d = toy_data();
