@@ -41,4 +41,16 @@ if ! awk -v a="$accuracy" -v m="$MIN_ACCURACY" 'BEGIN { exit !(a + 0 >= m + 0) }
   echo "demo: FAILED: test accuracy $accuracy is below $MIN_ACCURACY" >&2
   exit 1
 fi
+
+# --- tuning (issue #3): a short Bayesian search with median pruning on a
+# Fashion-MNIST subset, the search's summaries, then the final-training
+# recipe for the top 2 configurations (saved under models/tuned/<rank>/1).
+# A rerun continues the same search (nothing is redone).
+echo
+echo "== tuning: build/examples/example_fashion_mnist_tune --trials 8 --epochs 3"
+tstart=$(date +%s.%N)
+build/examples/example_fashion_mnist_tune --trials 8 --epochs 3 --dir build/demo_tuning | tee "$log"
+tend=$(date +%s.%N)
+echo "demo: tuning took $(awk -v a="$tstart" -v b="$tend" 'BEGIN { printf "%.1f", b - a }')s"
+grep -q '^rank 1: ' "$log" || { echo "demo: FAILED: the tuning example retrained nothing" >&2; exit 1; }
 echo "demo: OK"
