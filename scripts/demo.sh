@@ -53,4 +53,14 @@ build/examples/example_fashion_mnist_tune --trials 8 --epochs 3 --dir build/demo
 tend=$(date +%s.%N)
 echo "demo: tuning took $(awk -v a="$tstart" -v b="$tend" 'BEGIN { printf "%.1f", b - a }')s"
 grep -q '^rank 1: ' "$log" || { echo "demo: FAILED: the tuning example retrained nothing" >&2; exit 1; }
+
+# --- ensembling (issue #3): the two retrained configurations plus XGBoost
+# trees, weights fitted on held-out validation images; prints every
+# member's and the ensemble's test accuracy, saves and reloads the ensemble.
+echo
+echo "== ensemble: build/examples/example_fashion_mnist_ensemble"
+estart=$(date +%s.%N)
+build/examples/example_fashion_mnist_ensemble --output models/fashion_mnist_ensemble/1
+eend=$(date +%s.%N)
+echo "demo: ensembling took $(awk -v a="$estart" -v b="$eend" 'BEGIN { printf "%.1f", b - a }')s"
 echo "demo: OK"
