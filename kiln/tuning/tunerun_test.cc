@@ -372,7 +372,9 @@ TEST(TuneCli, ResumeAfterKill9KeepsCompletedTrialsAndFinishesTheBudget) {
   std::set<std::string> ids;
   for (auto& t : after) {
     ids.insert(t.trial_id);
-    if (completed_before.count(t.trial_id)) EXPECT_DOUBLE_EQ(*t.score, completed_before[t.trial_id]);
+    if (completed_before.count(t.trial_id)) {
+      EXPECT_DOUBLE_EQ(*t.score, completed_before[t.trial_id]);
+    }
   }
   EXPECT_EQ(ids.size(), 6u);
   // Every trial's program ran to its end; completed ones were not rerun.
