@@ -201,6 +201,21 @@ void Oracle::end_trial(const std::string& trial_id, TrialStatus status, const st
   persist(t);
 }
 
+void Oracle::requeue_trial(const std::string& trial_id, const std::string& message) {
+  std::lock_guard<std::mutex> l(mu_);
+  Trial& t = trial_ref(trial_id);
+  if (t.status != TrialStatus::kRunning)
+    throw StateError("requeue_trial: trial '" + trial_id + "' is " + status_name(t.status) + ", not RUNNING");
+  for (auto& id : requeue_)
+    if (id == trial_id) return;
+  t.metrics.clear();
+  t.score.reset();
+  t.best_step = -1;
+  t.message = message;
+  requeue_.push_back(trial_id);
+  persist(t);
+}
+
 void Oracle::set_checkpoint(const std::string& trial_id, const std::string& dir) {
   std::lock_guard<std::mutex> l(mu_);
   Trial& t = trial_ref(trial_id);

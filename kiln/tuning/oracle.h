@@ -113,6 +113,11 @@ class Oracle {
   // average over executions). FAILED with retries left is retried later.
   void end_trial(const std::string& trial_id, TrialStatus status, const std::string& message = "",
                  std::optional<double> score = std::nullopt);
+  // Hands a RUNNING trial out again from scratch (same id and values, its
+  // metrics cleared) without counting a failure or a retry: the worker
+  // running it was lost (distributed lease expired). StateError if the
+  // trial is not RUNNING.
+  void requeue_trial(const std::string& trial_id, const std::string& message);
   // Sets where a trial's best-epoch checkpoint lives ("" = none kept).
   void set_checkpoint(const std::string& trial_id, const std::string& dir);
 

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# kiln's tuners vs Optuna's TPE (bench/tune_bench.py): same space, budget and
+# external training program. Usage: bench/tune_bench.sh [--trials N] [--epochs E]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake --build build --target kiln_cli example_tune_trial_mlp >/dev/null
+exec /usr/bin/python3 bench/tune_bench.py "$@"

@@ -1,0 +1,140 @@
+// kiln tune: hyperparameter search over any program (docs/TUNING.md,
+// "CLI, parallel and distributed").
+//
+//   kiln tune SPEC.json [--parallel N] [--resume | --overwrite] [--max_trials N]
+//   kiln tune --summary PROJECT_DIR [--num_trials N]
+//   kiln tune SPEC.json --chief [--address HOST:PORT]     serve the oracle (port 0: any;
+//                                                         prints "chief listening on PORT")
+//   kiln tune SPEC.json --worker [--oracle HOST:PORT] [--tuner_id ID]
+//
+// Workers may instead take KerasTuner's environment variables:
+// KERASTUNER_ORACLE_IP, KERASTUNER_ORACLE_PORT, KERASTUNER_TUNER_ID ("chief"
+// there makes this process the chief). SIGINT/SIGTERM stop the running
+// trials' processes and leave them RUNNING in the store, so --resume runs
+// them again; so does kill -9 (the children die with the parent).
+#include <signal.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "kiln/core/error.h"
+#include "kiln/core/io.h"
+#include "kiln/tuning/oracle_service.h"
+#include "kiln/tuning/tune_spec.h"
+#include "tools/kiln/cli.h"
+
+namespace kiln::cli {
+namespace {
+
+std::atomic<bool> g_cancel{false};
+extern "C" void on_signal(int) { g_cancel.store(true); }
+
+struct TuneOptions {
+  std::string spec;
+  std::string summary;
+  int num_trials = 10;
+  int parallel = 0;
+  int max_trials = -1;
+  bool resume = false, overwrite = false;
+  bool chief = false, worker = false;
+  std::string address = "0.0.0.0:0";
+  std::string oracle;
+  std::string tuner_id;
+};
+
+void run_tune(const TuneOptions& o) {
+  if (!o.summary.empty()) {
+    tuning::print_tuning_summary(o.summary, o.num_trials);
+    return;
+  }
+  if (o.spec.empty()) throw ValueError("kiln tune needs SPEC.json (or --summary PROJECT_DIR)");
+  Json j = json_argument(o.spec, "spec");
+  if (o.max_trials >= 0) j["max_trials"] = o.max_trials;
+  if (o.parallel > 0) j["parallel"] = o.parallel;
+  tuning::TuneSpec spec = tuning::TuneSpec::from_json(j);
+
+  bool chief = o.chief, worker = o.worker;
+  std::string oracle_target = o.oracle, tuner_id = o.tuner_id;
+  if (!chief && !worker) {
+    if (auto env = tuning::worker_config_from_env()) {
+      if (env->tuner_id == "chief") {
+        chief = true;
+      } else {
+        worker = true;
+        if (oracle_target.empty()) oracle_target = env->target();
+        if (tuner_id.empty()) tuner_id = env->tuner_id;
+      }
+    }
+  }
+  if (chief && worker) throw ValueError("--chief and --worker exclude each other; choose one");
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  if (worker) {
+    if (oracle_target.empty()) {
+      auto env = tuning::worker_config_from_env();
+      if (!env)
+        throw ValueError("a worker needs the chief's address: --oracle HOST:PORT or KERASTUNER_ORACLE_IP and "
+                         "KERASTUNER_ORACLE_PORT");
+      oracle_target = env->target();
+    }
+    if (tuner_id.empty()) tuner_id = "worker" + std::to_string(getpid());
+    tuning::RemoteOracleSource source(oracle_target, tuner_id);
+    auto c = spec.command_options(join_path(spec.project_dir(), tuner_id));
+    c.tuner_id = tuner_id;
+    c.heartbeat_seconds = spec.lease_seconds / 3;
+    int n = tuning::run_command_trials(source, c, &g_cancel);
+    std::cout << "worker " << tuner_id << ": ran " << n << " trials" << std::endl;
+    return;
+  }
+
+  auto oracle = tuning::open_tuning_project(spec, o.resume, o.overwrite);
+  if (chief) {
+    std::string address = o.address;
+    if (const char* port = std::getenv("KERASTUNER_ORACLE_PORT"); port && o.address == "0.0.0.0:0")
+      address = std::string("0.0.0.0:") + port;
+    tuning::OracleChief server(oracle, {.address = address, .lease_seconds = spec.lease_seconds});
+    std::cout << "kiln tune: chief listening on port " << server.port() << std::endl;
+    while (!g_cancel.load() && !server.done()) {
+      struct timespec ts {0, 100000000};
+      nanosleep(&ts, nullptr);
+    }
+    if (!g_cancel.load()) server.wait_until_done(2.0);
+    server.shutdown();
+  } else {
+    tuning::OracleSource source(oracle);
+    auto c = spec.command_options(spec.project_dir());
+    tuning::run_command_trials(source, c, &g_cancel);
+  }
+  if (g_cancel.load()) throw StateError("interrupted; run the same command with --resume to continue");
+  std::cout << "\n";
+  tuning::print_tuning_summary(spec.project_dir(), 3);
+}
+
+}  // namespace
+
+Command add_tune_command(CLI::App& app) {
+  auto o = std::make_shared<TuneOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "tune", "Search hyperparameters: run a program per trial (docs/TUNING.md), in parallel or distributed");
+  sub->add_option("spec", o->spec, "The tune spec (JSON file or inline JSON)");
+  sub->add_option("--summary", o->summary, "Print the results of a tuning project directory and exit");
+  sub->add_option("--num_trials", o->num_trials, "Trials shown by --summary")->check(positive_integer());
+  sub->add_option("--parallel", o->parallel, "Trials run at once (overrides the spec)")->check(positive_integer());
+  sub->add_option("--max_trials", o->max_trials, "Trial budget (overrides the spec)")->check(CLI::NonNegativeNumber);
+  sub->add_flag("--resume", o->resume, "Continue an interrupted search (completed trials are kept)");
+  sub->add_flag("--overwrite", o->overwrite, "Delete the project's earlier trials and start over");
+  sub->add_flag("--chief", o->chief, "Serve the oracle to workers over gRPC (distributed tuning)");
+  sub->add_option("--address", o->address, "The chief's HOST:PORT (port 0 picks a free one)");
+  sub->add_flag("--worker", o->worker, "Pull trials from a chief (see --oracle)");
+  sub->add_option("--oracle", o->oracle, "The chief's HOST:PORT (default: $KERASTUNER_ORACLE_IP:$KERASTUNER_ORACLE_PORT)");
+  sub->add_option("--tuner_id", o->tuner_id, "This worker's id (default: $KERASTUNER_TUNER_ID)");
+  return {sub, [o] { run_tune(*o); }};
+}
+
+}  // namespace kiln::cli
