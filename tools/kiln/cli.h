@@ -32,6 +32,7 @@ Command add_evaluate_command(CLI::App& app);
 Command add_predict_command(CLI::App& app);
 Command add_show_command(CLI::App& app);
 Command add_batch_predict_command(CLI::App& app);
+Command add_export_command(CLI::App& app);
 
 // CLI11 validator: a positive integer ("--epochs: must be a positive
 // integer. Received: 0").
