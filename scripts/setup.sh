@@ -29,8 +29,20 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+# export: ONNX Runtime for node (web/onnx-check), used by kiln_export_test to
+# check `kiln export --format onnx`; skipped when npm is absent or offline.
+setup_onnx_check() {
+  local dir
+  dir="$(dirname "$0")/../web/onnx-check"
+  if command -v npm >/dev/null 2>&1 && [ ! -f "$dir/node_modules/onnxruntime-node/package.json" ]; then
+    (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund >/dev/null 2>&1) ||
+      echo "setup: npm ci in web/onnx-check failed; the ONNX Runtime check will try again or skip"
+  fi
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
+  setup_onnx_check
   exit 0
 fi
 
@@ -41,3 +53,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "setup: done"
+setup_onnx_check

@@ -31,7 +31,12 @@ Command add_train_command(CLI::App& app);
 Command add_evaluate_command(CLI::App& app);
 Command add_predict_command(CLI::App& app);
 Command add_show_command(CLI::App& app);
+<<<<<<< HEAD
 Command add_tune_command(CLI::App& app);  // tune.cc
+=======
+Command add_batch_predict_command(CLI::App& app);
+Command add_export_command(CLI::App& app);
+>>>>>>> grpc
 
 // CLI11 validator: a positive integer ("--epochs: must be a positive
 // integer. Received: 0").

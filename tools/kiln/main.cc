@@ -5,6 +5,8 @@
 //   kiln [--threads N] predict MODEL_DIR [--input FILE|-] [--output FILE|-]
 //   kiln [--threads N] show MODEL_DIR
 //   kiln tune SPEC.json [--parallel N] [--resume] | --summary DIR | --chief | --worker
+//   kiln [--threads N] batch-predict --model DIR --input FILES... --output DIR [--workers N]
+//   kiln [--threads N] export --format onnx --model DIR --output model.onnx
 //
 // Exit codes: 0 success; 2 user error (bad arguments, files, specs, shapes),
 // reported as one line "kiln: error: <message>" on stderr; 1 anything else
@@ -66,7 +68,8 @@ int main(int argc, char** argv) {
   std::vector<kiln::cli::Command> commands = {
       kiln::cli::add_train_command(app), kiln::cli::add_evaluate_command(app),
       kiln::cli::add_predict_command(app), kiln::cli::add_show_command(app),
-      kiln::cli::add_tune_command(app)};
+      kiln::cli::add_tune_command(app), kiln::cli::add_batch_predict_command(app),
+      kiln::cli::add_export_command(app)};
 
   try {
     app.parse(argc, argv);
@@ -86,7 +89,8 @@ int main(int argc, char** argv) {
           continue;
         }
         if (!a.empty() && a[0] != '-')
-          return fail(2, "unknown command '" + a + "'; the commands are train, evaluate, predict, show, tune (kiln --help)");
+          return fail(2, "unknown command '" + a +
+                             "'; the commands are train, evaluate, predict, show, tune, batch-predict, export (kiln --help)");
       }
     }
     return fail(2, joined(e.what()) + "; run 'kiln" + cmd + " --help' for usage");

@@ -1,0 +1,452 @@
+#include "kiln/export/onnx_export.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "kiln/core/error.h"
+#include "kiln/core/io.h"
+#include "kiln/layers/preprocessing.h"
+#include "kiln/models/functional.h"
+#include "onnx/onnx.pb.h"
+
+namespace kiln::exporter {
+namespace {
+
+int32_t onnx_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return onnx::TensorProto::FLOAT;
+    case at::kDouble: return onnx::TensorProto::DOUBLE;
+    case at::kLong: return onnx::TensorProto::INT64;
+    case at::kInt: return onnx::TensorProto::INT32;
+    case at::kByte: return onnx::TensorProto::UINT8;
+    case at::kChar: return onnx::TensorProto::INT8;
+    case at::kBool: return onnx::TensorProto::BOOL;
+    default: throw ValueError(std::string("export_onnx: inputs of dtype ") + c10::toString(t) + " are not supported");
+  }
+}
+
+std::vector<int64_t> int_list(const Json& j, size_t rank) {
+  if (j.is_number_integer()) return std::vector<int64_t>(rank, j.get<int64_t>());
+  return j.get<std::vector<int64_t>>();
+}
+
+// Builds one GraphProto.
+class GraphBuilder {
+ public:
+  GraphBuilder(onnx::GraphProto* g) : g_(g) {}
+
+  std::string fresh(const std::string& base) {
+    std::string name = base;
+    for (int i = 1; used_.count(name); ++i) name = base + "_" + std::to_string(i);
+    used_.insert(name);
+    return name;
+  }
+
+  std::string constant(const std::string& base, const at::Tensor& value) {
+    auto t = value.contiguous().cpu();
+    auto* init = g_->add_initializer();
+    std::string name = fresh(base);
+    init->set_name(name);
+    init->set_data_type(onnx_type(t.scalar_type()));
+    for (auto d : t.sizes()) init->add_dims(d);
+    init->set_raw_data(std::string(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size()));
+    return name;
+  }
+
+  std::string ints(const std::string& base, const std::vector<int64_t>& v) {
+    return constant(base, at::tensor(v, at::kLong));
+  }
+
+  onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& inputs, const std::string& out) {
+    auto* n = g_->add_node();
+    n->set_op_type(op);
+    n->set_name(out);
+    for (auto& i : inputs) n->add_input(i);
+    n->add_output(out);
+    return n;
+  }
+  std::string op(const std::string& op, const std::vector<std::string>& inputs, const std::string& base) {
+    std::string out = fresh(base);
+    node(op, inputs, out);
+    return out;
+  }
+
+  static void attr(onnx::NodeProto* n, const std::string& name, int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  static void attr(onnx::NodeProto* n, const std::string& name, float v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(v);
+  }
+  static void attr(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(v);
+  }
+  static void attr(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (auto x : v) a->add_ints(x);
+  }
+
+  void value_info(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list, const std::string& name,
+                  at::ScalarType type, const Shape& shape) {
+    auto* v = list->Add();
+    v->set_name(name);
+    auto* tt = v->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx_type(type));
+    auto* s = tt->mutable_shape();
+    for (size_t i = 0; i < shape.size(); ++i) {
+      auto* d = s->add_dim();
+      if (shape[i] < 0) d->set_dim_param(i == 0 ? "batch" : "d" + std::to_string(i));
+      else d->set_dim_value(shape[i]);
+    }
+  }
+
+  onnx::GraphProto* graph() { return g_; }
+
+ private:
+  onnx::GraphProto* g_;
+  std::set<std::string> used_;
+};
+
+// Emits the ONNX ops of one layer application.
+class LayerEmitter {
+ public:
+  explicit LayerEmitter(GraphBuilder& b) : b_(b) {}
+
+  std::string activation(const std::string& act, const std::string& x, const std::string& where) {
+    const std::string base = x + "_" + act;
+    if (act.empty() || act == "linear") return x;
+    if (act == "relu") return b_.op("Relu", {x}, base);
+    if (act == "sigmoid") return b_.op("Sigmoid", {x}, base);
+    if (act == "tanh") return b_.op("Tanh", {x}, base);
+    if (act == "softplus") return b_.op("Softplus", {x}, base);
+    if (act == "softsign") return b_.op("Softsign", {x}, base);
+    if (act == "exponential") return b_.op("Exp", {x}, base);
+    if (act == "selu") return b_.op("Selu", {x}, base);  // ONNX defaults are SELU's constants
+    if (act == "softmax") {
+      auto out = b_.fresh(base);
+      GraphBuilder::attr(b_.node("Softmax", {x}, out), "axis", (int64_t)-1);
+      return out;
+    }
+    if (act == "elu") {
+      auto out = b_.fresh(base);
+      GraphBuilder::attr(b_.node("Elu", {x}, out), "alpha", 1.0f);
+      return out;
+    }
+    if (act == "leaky_relu") {  // kiln/Keras 3 default negative_slope 0.2
+      auto out = b_.fresh(base);
+      GraphBuilder::attr(b_.node("LeakyRelu", {x}, out), "alpha", 0.2f);
+      return out;
+    }
+    if (act == "silu" || act == "swish") return b_.op("Mul", {x, b_.op("Sigmoid", {x}, base + "_sig")}, base);
+    if (act == "relu6")
+      return b_.op("Clip", {x, b_.constant("zero", at::scalar_tensor(0.0f)), b_.constant("six", at::scalar_tensor(6.0f))},
+                   base);
+    if (act == "gelu") {  // exact (erf) form, as at::gelu computes it
+      auto scaled = b_.op("Div", {x, b_.constant("sqrt2", at::scalar_tensor((float)std::sqrt(2.0)))}, base + "_d");
+      auto erf = b_.op("Erf", {scaled}, base + "_erf");
+      auto one = b_.op("Add", {erf, b_.constant("one", at::scalar_tensor(1.0f))}, base + "_1p");
+      auto half = b_.op("Mul", {x, b_.constant("half", at::scalar_tensor(0.5f))}, base + "_h");
+      return b_.op("Mul", {half, one}, base);
+    }
+    throw ValueError("export_onnx: " + where + " uses activation '" + act +
+                     "', which has no ONNX export; supported: relu, relu6, gelu, sigmoid, tanh, softmax, silu, swish, "
+                     "leaky_relu, elu, selu, softplus, softsign, exponential, linear");
+  }
+
+  std::vector<std::string> emit(Layer& layer, const std::vector<std::string>& in) {
+    const std::string cls = layer.class_name();
+    const std::string where = "layer '" + layer.name() + "' (" + cls + ")";
+    const Json cfg = layer.get_config();
+    const std::string base = layer.name();
+    std::map<std::string, at::Tensor> w;
+    for (auto& v : layer.weights()) w[v->name()] = v->value().detach().to(at::kFloat);
+    auto weight = [&](const std::string& n) {
+      auto it = w.find(n);
+      if (it == w.end()) throw StateError("export_onnx: " + where + " has no `" + n + "` weight; build the model first");
+      return b_.constant(base + "_" + n, it->second);
+    };
+    auto channels_last = [&] {
+      std::string f = cfg.value("data_format", "channels_last");
+      return f == "channels_last";
+    };
+    const std::string x = in.at(0);
+
+    if (cls == "Dense") {
+      std::string y = b_.op("MatMul", {x, weight("kernel")}, base + "_matmul");
+      if (cfg.value("use_bias", true)) y = b_.op("Add", {y, weight("bias")}, base + "_bias");
+      return {activation(cfg.value("activation", "linear"), y, where)};
+    }
+    if (cls == "Activation") return {activation(cfg.value("activation", "linear"), x, where)};
+    if (cls == "Dropout" || cls == "SpatialDropout2D" || cls == "GaussianNoise" || cls == "GaussianDropout")
+      return {b_.op("Identity", {x}, base)};
+    if (cls == "Flatten") {
+      if (!channels_last()) throw ValueError("export_onnx: " + where + " with data_format channels_first is not supported");
+      auto out = b_.fresh(base);
+      GraphBuilder::attr(b_.node("Flatten", {x}, out), "axis", (int64_t)1);
+      return {out};
+    }
+    if (cls == "Reshape") {
+      std::vector<int64_t> target = {0};  // 0: keep the batch dimension
+      for (auto& d : cfg.at("target_shape")) target.push_back(d.get<int64_t>());
+      return {b_.op("Reshape", {x, b_.ints(base + "_shape", target)}, base)};
+    }
+    if (cls == "Rescaling") {
+      auto as_tensor = [](const Json& j) {
+        return j.is_array() ? at::tensor(j.get<std::vector<double>>(), at::kFloat) : at::scalar_tensor(j.get<double>(), at::kFloat);
+      };
+      auto y = b_.op("Mul", {x, b_.constant(base + "_scale", as_tensor(cfg.at("scale")))}, base + "_mul");
+      return {b_.op("Add", {y, b_.constant(base + "_offset", as_tensor(cfg.at("offset")))}, base)};
+    }
+    if (cls == "Normalization") {
+      auto* n = dynamic_cast<Normalization*>(&layer);
+      if (!n) throw ValueError("export_onnx: " + where + " is not kiln's Normalization");
+      at::Tensor m = n->mean().to(at::kFloat), v = n->variance().to(at::kFloat);
+      at::Tensor sd = at::clamp_min(at::sqrt(v), 1e-7);
+      if (cfg.value("invert", false))
+        return {b_.op("Add", {b_.op("Mul", {x, b_.constant(base + "_std", sd)}, base + "_mul"),
+                              b_.constant(base + "_mean", m)},
+                      base)};
+      auto d = b_.op("Sub", {x, b_.constant(base + "_mean", m)}, base + "_sub");
+      return {b_.op("Div", {d, b_.constant(base + "_std", sd)}, base)};
+    }
+    if (cls == "Add" || cls == "Multiply" || cls == "Maximum" || cls == "Minimum" || cls == "Subtract" ||
+        cls == "Average") {
+      if (in.size() < 2) throw ValueError("export_onnx: " + where + " needs at least 2 inputs");
+      if (cls == "Subtract") return {b_.op("Sub", {in[0], in[1]}, base)};
+      const std::string op = cls == "Add" || cls == "Average" ? "Add" : cls == "Multiply" ? "Mul" : cls == "Maximum" ? "Max" : "Min";
+      std::string acc = in[0];
+      for (size_t i = 1; i < in.size(); ++i) acc = b_.op(op, {acc, in[i]}, base + (i + 1 == in.size() && cls != "Average" ? "" : "_acc"));
+      if (cls == "Average")
+        acc = b_.op("Div", {acc, b_.constant(base + "_n", at::scalar_tensor((float)in.size()))}, base);
+      return {acc};
+    }
+    if (cls == "Concatenate") {
+      auto out = b_.fresh(base);
+      GraphBuilder::attr(b_.node("Concat", in, out), "axis", cfg.value("axis", (int64_t)-1));
+      return {out};
+    }
+    if (cls == "Conv2D" || cls == "MaxPooling2D" || cls == "AveragePooling2D") {
+      const bool last = channels_last();
+      std::string t = last ? transpose(x, {0, 3, 1, 2}, base + "_nchw") : x;
+      const std::string padding = cfg.value("padding", "valid");
+      if (padding != "valid" && padding != "same")
+        throw ValueError("export_onnx: " + where + " uses padding '" + padding + "'; only valid and same export");
+      std::string y = b_.fresh(base + "_op");
+      onnx::NodeProto* node;
+      if (cls == "Conv2D") {
+        auto k = w.at("kernel").permute({3, 2, 0, 1}).contiguous();  // (kh, kw, in, out) -> (out, in, kh, kw)
+        std::vector<std::string> args = {t, b_.constant(base + "_kernel", k)};
+        if (cfg.value("use_bias", true)) args.push_back(weight("bias"));
+        node = b_.node("Conv", args, y);
+        GraphBuilder::attr(node, "kernel_shape", int_list(cfg.at("kernel_size"), 2));
+        GraphBuilder::attr(node, "strides", int_list(cfg.value("strides", Json(1)), 2));
+        GraphBuilder::attr(node, "dilations", int_list(cfg.value("dilation_rate", Json(1)), 2));
+        GraphBuilder::attr(node, "group", cfg.value("groups", (int64_t)1));
+      } else {
+        node = b_.node(cls == "MaxPooling2D" ? "MaxPool" : "AveragePool", {t}, y);
+        auto pool = int_list(cfg.at("pool_size"), 2);
+        Json s = cfg.value("strides", Json(nullptr));
+        GraphBuilder::attr(node, "kernel_shape", pool);
+        GraphBuilder::attr(node, "strides", s.is_null() ? pool : int_list(s, 2));
+      }
+      // TensorFlow's "same" puts the odd padding element after: SAME_UPPER.
+      GraphBuilder::attr(node, "auto_pad", std::string(padding == "same" ? "SAME_UPPER" : "VALID"));
+      if (last) y = transpose(y, {0, 2, 3, 1}, base + "_nhwc");
+      if (cls == "Conv2D") y = activation(cfg.value("activation", "linear"), y, where);
+      return {y};
+    }
+    if (cls == "GlobalAveragePooling2D" || cls == "GlobalMaxPooling2D") {
+      auto out = b_.fresh(base);
+      auto* n = b_.node(cls == "GlobalAveragePooling2D" ? "ReduceMean" : "ReduceMax", {x}, out);
+      GraphBuilder::attr(n, "axes", channels_last() ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{2, 3});
+      GraphBuilder::attr(n, "keepdims", (int64_t)(cfg.value("keepdims", false) ? 1 : 0));
+      return {out};
+    }
+    if (cls == "BatchNormalization") {
+      // Inference form folded into one scale and shift along `axis`.
+      int64_t axis = cfg.value("axis", (int64_t)-1);
+      const float eps = cfg.value("epsilon", 1e-3);
+      at::Tensor mean = w.at("moving_mean"), var = w.at("moving_variance");
+      at::Tensor gamma = w.count("gamma") ? w.at("gamma") : at::ones_like(mean);
+      at::Tensor beta = w.count("beta") ? w.at("beta") : at::zeros_like(mean);
+      at::Tensor scale = gamma / at::sqrt(var + eps);
+      at::Tensor shift = beta - mean * scale;
+      if (axis != -1) {
+        const Shape& s = layer.build_input_shapes().at(0);
+        int64_t rank = s.size();
+        int64_t a = axis < 0 ? axis + rank : axis;
+        std::vector<int64_t> bshape(rank - a, 1);
+        bshape[0] = mean.size(0);
+        scale = scale.reshape(bshape);
+        shift = shift.reshape(bshape);
+      }
+      auto y = b_.op("Mul", {x, b_.constant(base + "_scale", scale)}, base + "_mul");
+      return {b_.op("Add", {y, b_.constant(base + "_shift", shift)}, base)};
+    }
+    if (cls == "LayerNormalization") {
+      if (cfg.value("rms_scaling", false))
+        throw ValueError("export_onnx: " + where + " uses rms_scaling, which has no ONNX export");
+      std::vector<int64_t> axes;
+      Json a = cfg.value("axis", Json(-1));
+      if (a.is_array()) axes = a.get<std::vector<int64_t>>();
+      else axes = {a.get<int64_t>()};
+      const float eps = cfg.value("epsilon", 1e-3);
+      auto mean = b_.fresh(base + "_mean");
+      auto* n1 = b_.node("ReduceMean", {x}, mean);
+      GraphBuilder::attr(n1, "axes", axes);
+      GraphBuilder::attr(n1, "keepdims", (int64_t)1);
+      auto d = b_.op("Sub", {x, mean}, base + "_centered");
+      auto sq = b_.op("Mul", {d, d}, base + "_sq");
+      auto var = b_.fresh(base + "_var");
+      auto* n2 = b_.node("ReduceMean", {sq}, var);
+      GraphBuilder::attr(n2, "axes", axes);
+      GraphBuilder::attr(n2, "keepdims", (int64_t)1);
+      auto sd = b_.op("Sqrt", {b_.op("Add", {var, b_.constant(base + "_eps", at::scalar_tensor(eps))}, base + "_ve")},
+                      base + "_sd");
+      std::string y = b_.op("Div", {d, sd}, base + "_norm");
+      // gamma/beta have the normalized axes' shape; they broadcast when those axes trail.
+      if (w.count("gamma")) y = b_.op("Mul", {y, weight("gamma")}, base + "_g");
+      if (w.count("beta")) y = b_.op("Add", {y, weight("beta")}, base + "_b");
+      return {b_.op("Identity", {y}, base)};
+    }
+    if (cls == "Embedding") {
+      auto idx = b_.fresh(base + "_idx");
+      GraphBuilder::attr(b_.node("Cast", {x}, idx), "to", (int64_t)onnx::TensorProto::INT64);
+      auto out = b_.fresh(base);
+      GraphBuilder::attr(b_.node("Gather", {weight("embeddings"), idx}, out), "axis", (int64_t)0);
+      return {out};
+    }
+    throw ValueError("export_onnx: " + where +
+                     " has no ONNX export; supported layers: Dense, Activation, Dropout, Flatten, Reshape, Rescaling, "
+                     "Normalization, Add, Subtract, Multiply, Average, Maximum, Minimum, Concatenate, Conv2D, "
+                     "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, BatchNormalization, "
+                     "LayerNormalization, Embedding");
+  }
+
+ private:
+  std::string transpose(const std::string& x, const std::vector<int64_t>& perm, const std::string& base) {
+    auto out = b_.fresh(base);
+    GraphBuilder::attr(b_.node("Transpose", {x}, out), "perm", perm);
+    return out;
+  }
+
+  GraphBuilder& b_;
+};
+
+}  // namespace
+
+void OnnxExportOptions::validate() const {
+  if (opset < 13 || opset > 17)
+    throw ValueError("export_onnx: received an invalid value for `opset`, expected 13 to 17 (ReduceMean takes `axes` "
+                     "as an attribute up to 17). Received: opset=" + std::to_string(opset));
+}
+
+std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options) {
+  options.validate();
+  if (!model.built()) throw StateError("export_onnx: the model is not built; call it on data or give it an Input");
+  onnx::ModelProto proto;
+  proto.set_ir_version(8);
+  proto.set_producer_name("kiln");
+  proto.set_producer_version("1");
+  auto* opset = proto.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(options.opset);
+  GraphBuilder b(proto.mutable_graph());
+  b.graph()->set_name(options.graph_name.empty() ? model.name() : options.graph_name);
+  LayerEmitter e(b);
+
+  const auto in_names = model.input_names();
+  const auto in_shapes = model.input_shapes();
+  const auto in_types = model.input_dtypes();
+  for (size_t i = 0; i < in_names.size(); ++i) {
+    b.fresh(in_names[i]);
+    b.value_info(b.graph()->mutable_input(), in_names[i], i < in_types.size() ? in_types[i] : at::kFloat, in_shapes.at(i));
+  }
+
+  // Graph outputs keep kiln's output names; reserve them before any op is named.
+  std::vector<std::string> out_names = model.output_names();
+  const auto out_shapes = model.output_shapes();
+  for (size_t i = 0; i < out_shapes.size(); ++i) {
+    if (i >= out_names.size()) out_names.push_back("output_" + std::to_string(i));
+    out_names[i] = b.fresh(out_names[i]);
+  }
+
+  std::vector<std::string> outputs;
+  if (auto* f = dynamic_cast<Functional*>(&model)) {
+    // Walk the config's graph: tensors are "<layer>:<node>:<index>".
+    Json cfg = f->get_config();
+    auto key = [](const Json& ref) {
+      return ref[0].get<std::string>() + ":" + std::to_string(ref[1].get<int>()) + ":" + std::to_string(ref[2].get<int>());
+    };
+    std::map<std::string, std::string> tensor;  // key -> ONNX value name
+    size_t k = 0;
+    for (auto& ref : cfg.at("input_layers")) tensor[key(ref)] = in_names.at(k++);
+    struct Application {
+      std::string layer;
+      int node;
+      Json args;
+    };
+    std::vector<Application> pending;
+    for (auto& lj : cfg.at("layers")) {
+      if (lj.at("class_name") == "InputLayer") continue;
+      int node = 0;
+      for (auto& inbound : lj.at("inbound_nodes")) pending.push_back({lj.at("name"), node++, inbound.at("args")});
+    }
+    while (!pending.empty()) {
+      bool progressed = false;
+      for (auto it = pending.begin(); it != pending.end();) {
+        std::vector<std::string> ins;
+        bool ready = true;
+        for (auto& a : it->args) {
+          auto t = tensor.find(key(a));
+          if (t == tensor.end()) {
+            ready = false;
+            break;
+          }
+          ins.push_back(t->second);
+        }
+        if (!ready) {
+          ++it;
+          continue;
+        }
+        auto outs = e.emit(*model.get_layer(it->layer), ins);
+        for (size_t i = 0; i < outs.size(); ++i) tensor[it->layer + ":" + std::to_string(it->node) + ":" + std::to_string(i)] = outs[i];
+        it = pending.erase(it);
+        progressed = true;
+      }
+      if (!progressed) throw FormatError("export_onnx: the Functional graph has a cycle or a dangling input");
+    }
+    for (auto& ref : cfg.at("output_layers")) outputs.push_back(tensor.at(key(ref)));
+  } else {
+    std::string x = in_names.at(0);
+    for (auto& layer : model.layers()) {
+      if (layer->class_name() == "InputLayer") continue;
+      x = e.emit(*layer, {x}).at(0);
+    }
+    outputs.push_back(x);
+  }
+
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    b.node("Identity", {outputs[i]}, out_names[i]);
+    b.value_info(b.graph()->mutable_output(), out_names[i], at::kFloat, out_shapes.at(i));
+  }
+  return proto.SerializeAsString();
+}
+
+void export_onnx(Model& model, const std::string& path, const OnnxExportOptions& options) {
+  atomic_write_file(path, export_onnx_bytes(model, options));
+}
+
+}  // namespace kiln::exporter

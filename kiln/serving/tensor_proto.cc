@@ -1,0 +1,370 @@
+#include "kiln/serving/tensor_proto.h"
+
+#include <cstring>
+
+#include "kiln/core/error.h"
+
+namespace kiln::serving {
+namespace {
+
+using tensorflow::DataType;
+
+std::string count_str(int64_t n) { return std::to_string(n); }
+
+Shape decode_shape(const tensorflow::TensorShapeProto& s, const std::string& what) {
+  if (s.unknown_rank()) throw ValueError(what + ": tensor_shape has unknown_rank set; send a concrete shape");
+  Shape shape;
+  for (auto& d : s.dim()) {
+    if (d.size() < 0)
+      throw ValueError(what + ": tensor_shape has a negative dimension (" + std::to_string(d.size()) +
+                       "); every dimension of a request tensor must be known");
+    shape.push_back(d.size());
+  }
+  return shape;
+}
+
+int64_t numel_of(const Shape& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+// n values from a typed field into a tensor of `shape` (one value broadcasts).
+template <typename Field, typename Cast>
+at::Tensor from_values(const Field& values, const Shape& shape, at::ScalarType type, const std::string& what,
+                       const char* field, Cast cast) {
+  const int64_t n = numel_of(shape);
+  const int64_t got = values.size();
+  auto t = at::empty(shape, at::TensorOptions().dtype(type));
+  if (got == n) {
+    for (int64_t i = 0; i < n; ++i) cast(t, i, values.Get(i));
+  } else if (got == 1) {
+    for (int64_t i = 0; i < n; ++i) cast(t, i, values.Get(0));
+  } else {
+    throw ValueError(what + ": " + field + " holds " + count_str(got) + " values but tensor_shape " +
+                     shape_to_string(shape) + " needs " + count_str(n) +
+                     " (or exactly 1, which fills the shape)");
+  }
+  return t;
+}
+
+template <typename T>
+auto setter() {
+  return [](at::Tensor& t, int64_t i, auto v) { t.data_ptr<T>()[i] = static_cast<T>(v); };
+}
+
+at::Tensor from_bytes(const std::string& bytes, const Shape& shape, at::ScalarType type, const std::string& what,
+                      const char* field) {
+  const int64_t n = numel_of(shape);
+  const int64_t item = c10::elementSize(type);
+  if ((int64_t)bytes.size() != n * item)
+    throw ValueError(what + ": " + field + " holds " + count_str(bytes.size()) + " bytes but tensor_shape " +
+                     shape_to_string(shape) + " of " + std::string(c10::toString(type)) + " needs " +
+                     count_str(n * item) + " (" + count_str(n) + " x " + count_str(item) + ")");
+  auto t = at::empty(shape, at::TensorOptions().dtype(type));
+  if (n) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  return t;
+}
+
+std::string raw_bytes(const at::Tensor& t) {
+  auto c = t.contiguous().cpu();
+  return std::string(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+}
+
+}  // namespace
+
+at::ScalarType to_scalar_type(DataType dtype, const std::string& what) {
+  switch (dtype) {
+    case tensorflow::DT_FLOAT: return at::kFloat;
+    case tensorflow::DT_DOUBLE: return at::kDouble;
+    case tensorflow::DT_INT32: return at::kInt;
+    case tensorflow::DT_INT64: return at::kLong;
+    case tensorflow::DT_INT16: return at::kShort;
+    case tensorflow::DT_INT8: return at::kChar;
+    case tensorflow::DT_UINT8: return at::kByte;
+    case tensorflow::DT_BOOL: return at::kBool;
+    case tensorflow::DT_HALF: return at::kHalf;
+    case tensorflow::DT_BFLOAT16: return at::kBFloat16;
+    default:
+      throw ValueError(what + ": dtype " + data_type_name(dtype) +
+                       " is not supported; use DT_FLOAT, DT_DOUBLE, DT_INT32, DT_INT64, DT_INT16, DT_INT8, "
+                       "DT_UINT8, DT_BOOL, DT_HALF, DT_BFLOAT16 or DT_STRING");
+  }
+}
+
+DataType to_data_type(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return tensorflow::DT_FLOAT;
+    case at::kDouble: return tensorflow::DT_DOUBLE;
+    case at::kInt: return tensorflow::DT_INT32;
+    case at::kLong: return tensorflow::DT_INT64;
+    case at::kShort: return tensorflow::DT_INT16;
+    case at::kChar: return tensorflow::DT_INT8;
+    case at::kByte: return tensorflow::DT_UINT8;
+    case at::kBool: return tensorflow::DT_BOOL;
+    case at::kHalf: return tensorflow::DT_HALF;
+    case at::kBFloat16: return tensorflow::DT_BFLOAT16;
+    default: throw ValueError(std::string("tensor dtype ") + c10::toString(type) + " has no TensorFlow DataType");
+  }
+}
+
+std::string data_type_name(DataType dtype) {
+  const std::string& n = tensorflow::DataType_Name(dtype);
+  return n.empty() ? "DataType(" + std::to_string((int)dtype) + ")" : n;
+}
+
+void shape_to_proto(const Shape& shape, tensorflow::TensorShapeProto* out) {
+  out->Clear();
+  for (auto d : shape) out->add_dim()->set_size(d);
+}
+
+WireTensor from_tensor_proto(const tensorflow::TensorProto& p, const std::string& what) {
+  WireTensor w;
+  w.shape = decode_shape(p.tensor_shape(), what);
+  const int64_t n = numel_of(w.shape);
+  if (p.dtype() == tensorflow::DT_STRING) {
+    if (!p.tensor_content().empty())
+      throw ValueError(what + ": DT_STRING tensors must carry their values in string_val, not tensor_content");
+    const int64_t got = p.string_val_size();
+    if (got == n) w.strings.assign(p.string_val().begin(), p.string_val().end());
+    else if (got == 1) w.strings.assign(n, p.string_val(0));
+    else
+      throw ValueError(what + ": string_val holds " + count_str(got) + " values but tensor_shape " +
+                       shape_to_string(w.shape) + " needs " + count_str(n) + " (or exactly 1, which fills the shape)");
+    return w;
+  }
+  const at::ScalarType type = to_scalar_type(p.dtype(), what);
+  if (!p.tensor_content().empty() || n == 0) {
+    w.tensor = from_bytes(p.tensor_content(), w.shape, type, what, "tensor_content");
+    return w;
+  }
+  switch (p.dtype()) {
+    case tensorflow::DT_FLOAT:
+      w.tensor = from_values(p.float_val(), w.shape, type, what, "float_val", setter<float>());
+      break;
+    case tensorflow::DT_DOUBLE:
+      w.tensor = from_values(p.double_val(), w.shape, type, what, "double_val", setter<double>());
+      break;
+    case tensorflow::DT_INT32:
+      w.tensor = from_values(p.int_val(), w.shape, type, what, "int_val", setter<int32_t>());
+      break;
+    case tensorflow::DT_INT16:
+      w.tensor = from_values(p.int_val(), w.shape, type, what, "int_val", setter<int16_t>());
+      break;
+    case tensorflow::DT_INT8:
+      w.tensor = from_values(p.int_val(), w.shape, type, what, "int_val", setter<int8_t>());
+      break;
+    case tensorflow::DT_UINT8:
+      w.tensor = from_values(p.int_val(), w.shape, type, what, "int_val", setter<uint8_t>());
+      break;
+    case tensorflow::DT_INT64:
+      w.tensor = from_values(p.int64_val(), w.shape, type, what, "int64_val", setter<int64_t>());
+      break;
+    case tensorflow::DT_BOOL:
+      w.tensor = from_values(p.bool_val(), w.shape, type, what, "bool_val", setter<bool>());
+      break;
+    case tensorflow::DT_HALF:
+    case tensorflow::DT_BFLOAT16: {
+      // half_val carries the 16-bit patterns; fill int16 then reinterpret.
+      auto bits = from_values(p.half_val(), w.shape, at::kShort, what, "half_val",
+                              [](at::Tensor& t, int64_t i, int32_t v) {
+                                t.data_ptr<int16_t>()[i] = static_cast<int16_t>(static_cast<uint16_t>(v));
+                              });
+      w.tensor = at::empty(w.shape, at::TensorOptions().dtype(type));
+      std::memcpy(w.tensor.data_ptr(), bits.data_ptr(), n * 2);
+      break;
+    }
+    default: break;
+  }
+  return w;
+}
+
+void to_tensor_proto(const at::Tensor& tensor, tensorflow::TensorProto* out, TensorEncoding encoding) {
+  out->Clear();
+  auto t = tensor.contiguous().cpu();
+  out->set_dtype(to_data_type(t.scalar_type()));
+  shape_to_proto(Shape(t.sizes().begin(), t.sizes().end()), out->mutable_tensor_shape());
+  if (encoding == TensorEncoding::kTensorContent) {
+    out->set_tensor_content(raw_bytes(t));
+    return;
+  }
+  const int64_t n = t.numel();
+  switch (t.scalar_type()) {
+    case at::kFloat: out->mutable_float_val()->Add(t.data_ptr<float>(), t.data_ptr<float>() + n); break;
+    case at::kDouble: out->mutable_double_val()->Add(t.data_ptr<double>(), t.data_ptr<double>() + n); break;
+    case at::kLong: out->mutable_int64_val()->Add(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n); break;
+    case at::kBool:
+      for (int64_t i = 0; i < n; ++i) out->add_bool_val(t.data_ptr<bool>()[i]);
+      break;
+    case at::kInt:
+    case at::kShort:
+    case at::kChar:
+    case at::kByte: {
+      auto v = t.to(at::kInt);
+      out->mutable_int_val()->Add(v.data_ptr<int32_t>(), v.data_ptr<int32_t>() + n);
+      break;
+    }
+    case at::kHalf:
+    case at::kBFloat16: {
+      const uint16_t* bits = static_cast<const uint16_t*>(t.data_ptr());
+      for (int64_t i = 0; i < n; ++i) out->add_half_val(bits[i]);
+      break;
+    }
+    default: break;  // to_data_type has rejected it
+  }
+}
+
+void to_tensor_proto(const Shape& shape, const std::vector<std::string>& strings, tensorflow::TensorProto* out) {
+  out->Clear();
+  out->set_dtype(tensorflow::DT_STRING);
+  shape_to_proto(shape, out->mutable_tensor_shape());
+  for (auto& s : strings) out->add_string_val(s);
+}
+
+// --- KServe v2 ----------------------------------------------------------------
+
+std::string kserve_datatype(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return "FP32";
+    case at::kDouble: return "FP64";
+    case at::kHalf: return "FP16";
+    case at::kBFloat16: return "BF16";
+    case at::kInt: return "INT32";
+    case at::kLong: return "INT64";
+    case at::kShort: return "INT16";
+    case at::kChar: return "INT8";
+    case at::kByte: return "UINT8";
+    case at::kBool: return "BOOL";
+    default: throw ValueError(std::string("tensor dtype ") + c10::toString(type) + " has no KServe datatype");
+  }
+}
+
+at::ScalarType from_kserve_datatype(const std::string& d, const std::string& what) {
+  if (d == "FP32") return at::kFloat;
+  if (d == "FP64") return at::kDouble;
+  if (d == "FP16") return at::kHalf;
+  if (d == "BF16") return at::kBFloat16;
+  if (d == "INT32") return at::kInt;
+  if (d == "INT64") return at::kLong;
+  if (d == "INT16") return at::kShort;
+  if (d == "INT8") return at::kChar;
+  if (d == "UINT8") return at::kByte;
+  if (d == "BOOL") return at::kBool;
+  throw ValueError(what + ": datatype '" + d +
+                   "' is not supported; use FP32, FP64, FP16, BF16, INT64, INT32, INT16, INT8, UINT8, BOOL or BYTES");
+}
+
+WireTensor from_infer_input(const inference::ModelInferRequest::InferInputTensor& in, const std::string* raw) {
+  const std::string what = "input '" + in.name() + "'";
+  WireTensor w;
+  for (auto d : in.shape()) {
+    if (d < 0) throw ValueError(what + ": shape has a negative dimension (" + std::to_string(d) + ")");
+    w.shape.push_back(d);
+  }
+  const int64_t n = numel_of(w.shape);
+  const auto& c = in.contents();
+  if (in.datatype() == "BYTES") {
+    if (raw) {
+      // Each element: 4-byte little-endian length, then the bytes.
+      size_t pos = 0;
+      while (pos < raw->size()) {
+        if (pos + 4 > raw->size()) throw ValueError(what + ": raw BYTES contents end inside a length prefix");
+        uint32_t len;
+        std::memcpy(&len, raw->data() + pos, 4);
+        pos += 4;
+        if (pos + len > raw->size())
+          throw ValueError(what + ": raw BYTES element of " + std::to_string(len) + " bytes runs past the end");
+        w.strings.emplace_back(raw->data() + pos, len);
+        pos += len;
+      }
+    } else {
+      w.strings.assign(c.bytes_contents().begin(), c.bytes_contents().end());
+    }
+    if ((int64_t)w.strings.size() != n)
+      throw ValueError(what + ": holds " + count_str(w.strings.size()) + " BYTES elements but shape " +
+                       shape_to_string(w.shape) + " needs " + count_str(n));
+    return w;
+  }
+  const at::ScalarType type = from_kserve_datatype(in.datatype(), what);
+  if (raw) {
+    w.tensor = from_bytes(*raw, w.shape, type, what, "raw_input_contents");
+    return w;
+  }
+  auto check = [&](int64_t got, const char* field) {
+    if (got != n)
+      throw ValueError(what + ": contents." + field + " holds " + count_str(got) + " values but shape " +
+                       shape_to_string(w.shape) + " needs " + count_str(n));
+  };
+  auto fill = [&](const auto& field, const char* name, auto set) {
+    check(field.size(), name);
+    w.tensor = at::empty(w.shape, at::TensorOptions().dtype(type));
+    for (int64_t i = 0; i < n; ++i) set(w.tensor, i, field.Get(i));
+  };
+  switch (type) {
+    case at::kFloat: fill(c.fp32_contents(), "fp32_contents", setter<float>()); break;
+    case at::kDouble: fill(c.fp64_contents(), "fp64_contents", setter<double>()); break;
+    case at::kInt: fill(c.int_contents(), "int_contents", setter<int32_t>()); break;
+    case at::kShort: fill(c.int_contents(), "int_contents", setter<int16_t>()); break;
+    case at::kChar: fill(c.int_contents(), "int_contents", setter<int8_t>()); break;
+    case at::kByte: fill(c.uint_contents(), "uint_contents", setter<uint8_t>()); break;
+    case at::kLong: fill(c.int64_contents(), "int64_contents", setter<int64_t>()); break;
+    case at::kBool: fill(c.bool_contents(), "bool_contents", setter<bool>()); break;
+    default:
+      throw ValueError(what + ": datatype " + in.datatype() +
+                       " has no typed contents field; send it in raw_input_contents");
+  }
+  return w;
+}
+
+void to_infer_output(const std::string& name, const at::Tensor& tensor,
+                     inference::ModelInferResponse::InferOutputTensor* out, std::string* raw) {
+  auto t = tensor.contiguous().cpu();
+  if (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16) {
+    if (!raw) t = t.to(at::kFloat);  // no typed field for 16-bit floats
+  }
+  out->set_name(name);
+  out->set_datatype(kserve_datatype(t.scalar_type()));
+  for (auto d : t.sizes()) out->add_shape(d);
+  if (raw) {
+    *raw = raw_bytes(t);
+    return;
+  }
+  auto* c = out->mutable_contents();
+  const int64_t n = t.numel();
+  switch (t.scalar_type()) {
+    case at::kFloat: c->mutable_fp32_contents()->Add(t.data_ptr<float>(), t.data_ptr<float>() + n); break;
+    case at::kDouble: c->mutable_fp64_contents()->Add(t.data_ptr<double>(), t.data_ptr<double>() + n); break;
+    case at::kLong: c->mutable_int64_contents()->Add(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n); break;
+    case at::kBool:
+      for (int64_t i = 0; i < n; ++i) c->add_bool_contents(t.data_ptr<bool>()[i]);
+      break;
+    case at::kByte: {
+      auto v = t.to(at::kInt);
+      for (int64_t i = 0; i < n; ++i) c->add_uint_contents(static_cast<uint32_t>(v.data_ptr<int32_t>()[i]));
+      break;
+    }
+    default: {  // int32, int16, int8
+      auto v = t.to(at::kInt);
+      c->mutable_int_contents()->Add(v.data_ptr<int32_t>(), v.data_ptr<int32_t>() + n);
+    }
+  }
+}
+
+void to_infer_output(const std::string& name, const Shape& shape, const std::vector<std::string>& strings,
+                     inference::ModelInferResponse::InferOutputTensor* out, std::string* raw) {
+  out->set_name(name);
+  out->set_datatype("BYTES");
+  for (auto d : shape) out->add_shape(d);
+  if (raw) {
+    raw->clear();
+    for (auto& s : strings) {
+      uint32_t len = s.size();
+      raw->append(reinterpret_cast<const char*>(&len), 4);
+      raw->append(s);
+    }
+    return;
+  }
+  for (auto& s : strings) out->mutable_contents()->add_bytes_contents(s);
+}
+
+}  // namespace kiln::serving

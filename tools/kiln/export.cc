@@ -1,0 +1,40 @@
+// kiln export --format onnx --model DIR --output model.onnx [--opset N]
+//
+// Writes the model as ONNX (see docs/EXPORT.md and kiln/export/onnx_export.h).
+// An unsupported layer is a one-line error naming it (exit 2).
+#include <iostream>
+#include <memory>
+
+#include "kiln/core/error.h"
+#include "kiln/export/onnx_export.h"
+#include "kiln/saving/model_io.h"
+#include "tools/kiln/cli.h"
+
+namespace kiln::cli {
+namespace {
+struct ExportOptions {
+  std::string format = "onnx";
+  std::string model_dir;
+  std::string output;
+  int64_t opset = 17;
+};
+}  // namespace
+
+Command add_export_command(CLI::App& app) {
+  auto o = std::make_shared<ExportOptions>();
+  CLI::App* sub = app.add_subcommand("export", "Export a saved model to another format (ONNX)");
+  sub->add_option("--format", o->format, "Export format (onnx)")->check(CLI::IsMember({"onnx"}));
+  sub->add_option("--model", o->model_dir, "A model version directory, e.g. models/fashion_mnist/1")->required();
+  sub->add_option("--output", o->output, "Where to write the file, e.g. model.onnx")->required();
+  sub->add_option("--opset", o->opset, "ONNX opset (13 to 17)");
+  return {sub, [o] {
+            ModelPtr model = load_model(o->model_dir);
+            exporter::OnnxExportOptions eo;
+            eo.opset = o->opset;
+            exporter::export_onnx(*model, o->output, eo);
+            std::cout << "Exported " << o->model_dir << " to " << o->output << " (ONNX opset " << o->opset << ")"
+                      << std::endl;
+          }};
+}
+
+}  // namespace kiln::cli
