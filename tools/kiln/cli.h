@@ -31,12 +31,9 @@ Command add_train_command(CLI::App& app);
 Command add_evaluate_command(CLI::App& app);
 Command add_predict_command(CLI::App& app);
 Command add_show_command(CLI::App& app);
-<<<<<<< HEAD
-Command add_tune_command(CLI::App& app);  // tune.cc
-=======
-Command add_batch_predict_command(CLI::App& app);
-Command add_export_command(CLI::App& app);
->>>>>>> grpc
+Command add_tune_command(CLI::App& app);           // tune.cc
+Command add_batch_predict_command(CLI::App& app);  // batch_predict.cc
+Command add_export_command(CLI::App& app);         // export.cc
 
 // CLI11 validator: a positive integer ("--epochs: must be a positive
 // integer. Received: 0").
