@@ -295,6 +295,7 @@ Proc start_cli(const std::vector<std::string>& args, const std::string& out_path
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
+  std::fflush(stdout);  // else the child's freopen flushes our buffer a second time
   pid_t pid = fork();
   if (pid == 0) {
     for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
@@ -397,7 +398,7 @@ TEST(TuneCli, DistributedChiefAndTwoWorkersSurviveAWorkerKilledMidTrial) {
   Json spec = {{"project_name", "p"},  {"directory", dir},  {"tuner", "random_search"},
                {"objective", {{"name", "score"}, {"direction", "max"}}},
                {"max_trials", 5},      {"seed", 5},         {"hyperparameters", space_x()},
-               {"lease_seconds", 1.5}, {"command", prog + " --steps=3 --pause=0.3"}};
+               {"lease_seconds", 3.0}, {"command", prog + " --steps=3 --pause=0.5"}};
   std::ofstream(dir + "/spec.json") << spec.dump();
   Proc chief = start_cli({"tune", dir + "/spec.json", "--chief", "--address", "127.0.0.1:0"}, dir + "/chief.log");
   int port = 0;
