@@ -121,7 +121,7 @@ TEST(BatchPredict, NamedInputsOfAFunctionalModelAndMultipleOutputs) {
   auto b = Input({2}, at::kFloat, "b");
   auto sum = (*std::make_shared<Add>())(KerasTensors{a, b});
   auto y1 = (*std::make_shared<Dense>(1))(sum);
-  auto model = std::make_shared<Functional>(KerasTensors{a, b}, KerasTensors{y1, sum});
+  auto model = std::make_shared<Functional>(KerasTensors{a, b}, KerasTensors{y1[0], sum[0]});
   model->save(dir.path() + "/f");
   atomic_write_file(dir.path() + "/in.jsonl",
                     "{\"a\": [1, 2], \"b\": [3, 4]}\n{\"inputs\": {\"b\": [0, 0], \"a\": [1, 1]}}\n{\"a\": [1, 2]}\n");

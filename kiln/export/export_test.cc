@@ -138,11 +138,11 @@ TEST(OnnxExport, FunctionalWithAddAndConcatenateMatchesOnnxRuntime) {
   auto h1 = (*L("Dense", {{"units", 8}, {"activation", "relu"}}))(na);
   auto h2 = (*L("Dense", {{"units", 8}}))(b);
   auto sum = (*L("Add"))(KerasTensors{h1, h2});
-  auto cat = (*L("Concatenate"))(KerasTensors{sum, na, b});
+  auto cat = (*L("Concatenate"))(KerasTensors{sum[0], na, b});
   auto shared = L("Dense", {{"units", 4}, {"activation", "tanh"}});
   auto y1 = (*shared)(cat);
   auto y2 = (*L("Dense", {{"units", 2}}))(sum);
-  auto model = std::make_shared<Functional>(KerasTensors{a, b}, KerasTensors{y1, y2});
+  auto model = std::make_shared<Functional>(KerasTensors{a, b}, KerasTensors{y1[0], y2[0]});
   norm->adapt(at::randn({50, 6}) * 3 + 1);
   expect_same_as_onnx_runtime(*model, {at::randn({5, 6}), at::randn({5, 6})}, "Functional");
 
