@@ -15,7 +15,7 @@
 #include "kiln/models/functional.h"
 #include "kiln/models/sequential.h"
 #include "kiln/testing/testing.h"
-#include "onnx/onnx.pb.h"
+#include "kiln_onnx/onnx.pb.h"
 
 namespace kiln::exporter {
 namespace {
@@ -157,7 +157,7 @@ TEST(OnnxExport, GraphIsWellFormed) {
   auto m = std::make_shared<Sequential>();
   m->add(Input({3}));
   m->add(L("Dense", {{"units", 2}}));
-  onnx::ModelProto p;
+  kiln_onnx::ModelProto p;
   ASSERT_TRUE(p.ParseFromString(export_onnx_bytes(*m)));
   EXPECT_EQ(p.opset_import(0).version(), 17);
   EXPECT_EQ(p.graph().input(0).name(), m->input_names()[0]);
@@ -193,7 +193,7 @@ TEST(OnnxExportCli, ExportsASavedModel) {
   auto r = run_command(q(cli_path()) + " export --format onnx --model " + q(dir.path() + "/m/1") + " --output " +
                        q(dir.path() + "/model.onnx") + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  onnx::ModelProto p;
+  kiln_onnx::ModelProto p;
   ASSERT_TRUE(p.ParseFromString(read_file(dir.path() + "/model.onnx")));
   EXPECT_EQ(p.producer_name(), "kiln");
   r = run_command(q(cli_path()) + " export --format tflite --model " + q(dir.path() + "/m/1") + " --output x 2>&1");
