@@ -76,6 +76,7 @@ TEST(BatchPredict, ShardsKeepInputOrderAndBadLinesGoToErrorFiles) {
   }
   for (int i = 5; i < 9; ++i) b += (i == 6 ? "{\"inputs\": " + row_json(x[i]) + "}" : row_json(x[i])) + "\n";
   b += "{not json";  // line 5 of b, no trailing newline
+  make_dirs(dir.path() + "/in");
   atomic_write_file(dir.path() + "/in/a.jsonl", a);
   atomic_write_file(dir.path() + "/in/b.jsonl", b);
 
