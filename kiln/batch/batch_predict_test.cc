@@ -76,6 +76,7 @@ TEST(BatchPredict, ShardsKeepInputOrderAndBadLinesGoToErrorFiles) {
   }
   for (int i = 5; i < 9; ++i) b += (i == 6 ? "{\"inputs\": " + row_json(x[i]) + "}" : row_json(x[i])) + "\n";
   b += "{not json";  // line 5 of b, no trailing newline
+  make_dirs(dir.path() + "/in");
   atomic_write_file(dir.path() + "/in/a.jsonl", a);
   atomic_write_file(dir.path() + "/in/b.jsonl", b);
 
@@ -121,7 +122,7 @@ TEST(BatchPredict, NamedInputsOfAFunctionalModelAndMultipleOutputs) {
   auto b = Input({2}, at::kFloat, "b");
   auto sum = (*std::make_shared<Add>())(KerasTensors{a, b});
   auto y1 = (*std::make_shared<Dense>(1))(sum);
-  auto model = std::make_shared<Functional>(KerasTensors{a, b}, KerasTensors{y1, sum});
+  auto model = std::make_shared<Functional>(KerasTensors{a, b}, KerasTensors{y1[0], sum[0]});
   model->save(dir.path() + "/f");
   atomic_write_file(dir.path() + "/in.jsonl",
                     "{\"a\": [1, 2], \"b\": [3, 4]}\n{\"inputs\": {\"b\": [0, 0], \"a\": [1, 1]}}\n{\"a\": [1, 2]}\n");

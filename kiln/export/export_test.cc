@@ -15,7 +15,7 @@
 #include "kiln/models/functional.h"
 #include "kiln/models/sequential.h"
 #include "kiln/testing/testing.h"
-#include "onnx/onnx.pb.h"
+#include "kiln_onnx/onnx.pb.h"
 
 namespace kiln::exporter {
 namespace {
@@ -138,11 +138,11 @@ TEST(OnnxExport, FunctionalWithAddAndConcatenateMatchesOnnxRuntime) {
   auto h1 = (*L("Dense", {{"units", 8}, {"activation", "relu"}}))(na);
   auto h2 = (*L("Dense", {{"units", 8}}))(b);
   auto sum = (*L("Add"))(KerasTensors{h1, h2});
-  auto cat = (*L("Concatenate"))(KerasTensors{sum, na, b});
+  auto cat = (*L("Concatenate"))(KerasTensors{sum[0], na, b});
   auto shared = L("Dense", {{"units", 4}, {"activation", "tanh"}});
   auto y1 = (*shared)(cat);
   auto y2 = (*L("Dense", {{"units", 2}}))(sum);
-  auto model = std::make_shared<Functional>(KerasTensors{a, b}, KerasTensors{y1, y2});
+  auto model = std::make_shared<Functional>(KerasTensors{a, b}, KerasTensors{y1[0], y2[0]});
   norm->adapt(at::randn({50, 6}) * 3 + 1);
   expect_same_as_onnx_runtime(*model, {at::randn({5, 6}), at::randn({5, 6})}, "Functional");
 
@@ -157,7 +157,7 @@ TEST(OnnxExport, GraphIsWellFormed) {
   auto m = std::make_shared<Sequential>();
   m->add(Input({3}));
   m->add(L("Dense", {{"units", 2}}));
-  onnx::ModelProto p;
+  kiln_onnx::ModelProto p;
   ASSERT_TRUE(p.ParseFromString(export_onnx_bytes(*m)));
   EXPECT_EQ(p.opset_import(0).version(), 17);
   EXPECT_EQ(p.graph().input(0).name(), m->input_names()[0]);
@@ -193,7 +193,7 @@ TEST(OnnxExportCli, ExportsASavedModel) {
   auto r = run_command(q(cli_path()) + " export --format onnx --model " + q(dir.path() + "/m/1") + " --output " +
                        q(dir.path() + "/model.onnx") + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  onnx::ModelProto p;
+  kiln_onnx::ModelProto p;
   ASSERT_TRUE(p.ParseFromString(read_file(dir.path() + "/model.onnx")));
   EXPECT_EQ(p.producer_name(), "kiln");
   r = run_command(q(cli_path()) + " export --format tflite --model " + q(dir.path() + "/m/1") + " --output x 2>&1");

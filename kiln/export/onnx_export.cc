@@ -9,20 +9,20 @@
 #include "kiln/core/io.h"
 #include "kiln/layers/preprocessing.h"
 #include "kiln/models/functional.h"
-#include "onnx/onnx.pb.h"
+#include "kiln_onnx/onnx.pb.h"
 
 namespace kiln::exporter {
 namespace {
 
 int32_t onnx_type(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return onnx::TensorProto::FLOAT;
-    case at::kDouble: return onnx::TensorProto::DOUBLE;
-    case at::kLong: return onnx::TensorProto::INT64;
-    case at::kInt: return onnx::TensorProto::INT32;
-    case at::kByte: return onnx::TensorProto::UINT8;
-    case at::kChar: return onnx::TensorProto::INT8;
-    case at::kBool: return onnx::TensorProto::BOOL;
+    case at::kFloat: return kiln_onnx::TensorProto::FLOAT;
+    case at::kDouble: return kiln_onnx::TensorProto::DOUBLE;
+    case at::kLong: return kiln_onnx::TensorProto::INT64;
+    case at::kInt: return kiln_onnx::TensorProto::INT32;
+    case at::kByte: return kiln_onnx::TensorProto::UINT8;
+    case at::kChar: return kiln_onnx::TensorProto::INT8;
+    case at::kBool: return kiln_onnx::TensorProto::BOOL;
     default: throw ValueError(std::string("export_onnx: inputs of dtype ") + c10::toString(t) + " are not supported");
   }
 }
@@ -35,7 +35,7 @@ std::vector<int64_t> int_list(const Json& j, size_t rank) {
 // Builds one GraphProto.
 class GraphBuilder {
  public:
-  GraphBuilder(onnx::GraphProto* g) : g_(g) {}
+  GraphBuilder(kiln_onnx::GraphProto* g) : g_(g) {}
 
   std::string fresh(const std::string& base) {
     std::string name = base;
@@ -59,7 +59,7 @@ class GraphBuilder {
     return constant(base, at::tensor(v, at::kLong));
   }
 
-  onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& inputs, const std::string& out) {
+  kiln_onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& inputs, const std::string& out) {
     auto* n = g_->add_node();
     n->set_op_type(op);
     n->set_name(out);
@@ -73,32 +73,32 @@ class GraphBuilder {
     return out;
   }
 
-  static void attr(onnx::NodeProto* n, const std::string& name, int64_t v) {
+  static void attr(kiln_onnx::NodeProto* n, const std::string& name, int64_t v) {
     auto* a = n->add_attribute();
     a->set_name(name);
-    a->set_type(onnx::AttributeProto::INT);
+    a->set_type(kiln_onnx::AttributeProto::INT);
     a->set_i(v);
   }
-  static void attr(onnx::NodeProto* n, const std::string& name, float v) {
+  static void attr(kiln_onnx::NodeProto* n, const std::string& name, float v) {
     auto* a = n->add_attribute();
     a->set_name(name);
-    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_type(kiln_onnx::AttributeProto::FLOAT);
     a->set_f(v);
   }
-  static void attr(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+  static void attr(kiln_onnx::NodeProto* n, const std::string& name, const std::string& v) {
     auto* a = n->add_attribute();
     a->set_name(name);
-    a->set_type(onnx::AttributeProto::STRING);
+    a->set_type(kiln_onnx::AttributeProto::STRING);
     a->set_s(v);
   }
-  static void attr(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+  static void attr(kiln_onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
     auto* a = n->add_attribute();
     a->set_name(name);
-    a->set_type(onnx::AttributeProto::INTS);
+    a->set_type(kiln_onnx::AttributeProto::INTS);
     for (auto x : v) a->add_ints(x);
   }
 
-  void value_info(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list, const std::string& name,
+  void value_info(google::protobuf::RepeatedPtrField<kiln_onnx::ValueInfoProto>* list, const std::string& name,
                   at::ScalarType type, const Shape& shape) {
     auto* v = list->Add();
     v->set_name(name);
@@ -112,10 +112,10 @@ class GraphBuilder {
     }
   }
 
-  onnx::GraphProto* graph() { return g_; }
+  kiln_onnx::GraphProto* graph() { return g_; }
 
  private:
-  onnx::GraphProto* g_;
+  kiln_onnx::GraphProto* g_;
   std::set<std::string> used_;
 };
 
@@ -244,7 +244,7 @@ class LayerEmitter {
       if (padding != "valid" && padding != "same")
         throw ValueError("export_onnx: " + where + " uses padding '" + padding + "'; only valid and same export");
       std::string y = b_.fresh(base + "_op");
-      onnx::NodeProto* node;
+      kiln_onnx::NodeProto* node;
       if (cls == "Conv2D") {
         auto k = w.at("kernel").permute({3, 2, 0, 1}).contiguous();  // (kh, kw, in, out) -> (out, in, kh, kw)
         std::vector<std::string> args = {t, b_.constant(base + "_kernel", k)};
@@ -323,7 +323,7 @@ class LayerEmitter {
     }
     if (cls == "Embedding") {
       auto idx = b_.fresh(base + "_idx");
-      GraphBuilder::attr(b_.node("Cast", {x}, idx), "to", (int64_t)onnx::TensorProto::INT64);
+      GraphBuilder::attr(b_.node("Cast", {x}, idx), "to", (int64_t)kiln_onnx::TensorProto::INT64);
       auto out = b_.fresh(base);
       GraphBuilder::attr(b_.node("Gather", {weight("embeddings"), idx}, out), "axis", (int64_t)0);
       return {out};
@@ -356,7 +356,7 @@ void OnnxExportOptions::validate() const {
 std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options) {
   options.validate();
   if (!model.built()) throw StateError("export_onnx: the model is not built; call it on data or give it an Input");
-  onnx::ModelProto proto;
+  kiln_onnx::ModelProto proto;
   proto.set_ir_version(8);
   proto.set_producer_name("kiln");
   proto.set_producer_version("1");

@@ -53,7 +53,7 @@ TEST(TensorProto, RoundTripsEveryDtypeInBothEncodings) {
       at::arange(-3, 3, at::kShort),
       at::arange(-3, 3, at::kChar),
       at::arange(250, 256).to(at::kByte),
-      at::tensor({true, false, true}),
+      at::tensor({1, 0, 1}).to(at::kBool),
       at::randn({2, 2}).to(at::kHalf),
       at::randn({3}).to(at::kBFloat16),
       at::zeros({0, 5}),
@@ -66,7 +66,7 @@ TEST(TensorProto, RoundTripsEveryDtypeInBothEncodings) {
       // Through the wire, not just the object.
       tensorflow::TensorProto q;
       ASSERT_TRUE(q.ParseFromString(p.SerializeAsString()));
-      EXPECT_EQ(enc == TensorEncoding::kTensorContent, !q.tensor_content().empty() || t.numel() == 0);
+      if (t.numel() > 0) EXPECT_EQ(enc == TensorEncoding::kTensorContent, !q.tensor_content().empty());
       WireTensor w = from_tensor_proto(q, "t");
       ASSERT_FALSE(w.is_string());
       EXPECT_EQ(w.tensor.scalar_type(), t.scalar_type()) << c10::toString(t.scalar_type());
@@ -130,7 +130,7 @@ TEST(KServeTensor, RoundTripsContentsAndRawInEveryDtype) {
   std::vector<at::Tensor> tensors = {
       at::randn({2, 3}),          at::randn({4}, at::kDouble), at::arange(-3, 3, at::kInt),
       at::arange(-3, 3, at::kLong), at::arange(-3, 3, at::kChar), at::arange(250, 256).to(at::kByte),
-      at::tensor({true, false}),
+      at::tensor({1, 0}).to(at::kBool),
   };
   for (bool use_raw : {false, true}) {
     for (auto& t : tensors) {
@@ -168,7 +168,7 @@ TEST(KServeTensor, BytesRawIsLengthPrefixed) {
   in.set_datatype("BYTES");
   in.add_shape(2);
   EXPECT_EQ(from_infer_input(in, &raw).strings, (std::vector<std::string>{"hi", "kiln"}));
-  std::string cut = raw.substr(0, 9);
+  std::string cut = raw.substr(0, 11);  // the second element is cut short
   EXPECT_NE(error_of([&] { from_infer_input(in, &cut); }).find("runs past the end"), std::string::npos);
 }
 
