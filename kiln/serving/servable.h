@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,8 +61,8 @@ std::unique_ptr<Servable> make_servable(const std::string& platform, const std::
 bool has_servable_platform(const std::string& platform);
 
 // The "kiln" servable: a model directory loaded with kiln::load_model and run
-// with Model::predict_on_batch under no-grad. Thread-safe (a shared mutex
-// around nothing: inference does not mutate the model).
+// with Model::predict_on_batch under no-grad. Thread-safe: calls into the
+// model are serialised (batching gives the throughput).
 class ModelServable : public Servable {
  public:
   explicit ModelServable(const std::string& dir);
@@ -75,6 +76,7 @@ class ModelServable : public Servable {
   Json signatures_;
   int64_t memory_bytes_ = 0;
   std::vector<std::string> input_names_, output_names_;
+  std::mutex mu_;  // serialises calls into the model
 };
 
 }  // namespace kiln::serving

@@ -31,6 +31,7 @@ Command add_train_command(CLI::App& app);
 Command add_evaluate_command(CLI::App& app);
 Command add_predict_command(CLI::App& app);
 Command add_show_command(CLI::App& app);
+Command add_serve_command(CLI::App& app);  // serve.cc: the model server
 
 // CLI11 validator: a positive integer ("--epochs: must be a positive
 // integer. Received: 0").

@@ -4,6 +4,7 @@
 //   kiln [--threads N] evaluate MODEL_DIR (--data DATA | --spec SPEC.json)
 //   kiln [--threads N] predict MODEL_DIR [--input FILE|-] [--output FILE|-]
 //   kiln [--threads N] show MODEL_DIR
+//   kiln [--threads N] serve (--model_base_path DIR | --model_config_file F) [flags]
 //
 // Exit codes: 0 success; 2 user error (bad arguments, files, specs, shapes),
 // reported as one line "kiln: error: <message>" on stderr; 1 anything else
@@ -64,7 +65,8 @@ int main(int argc, char** argv) {
       ->check(kiln::cli::positive_integer());
   std::vector<kiln::cli::Command> commands = {
       kiln::cli::add_train_command(app), kiln::cli::add_evaluate_command(app),
-      kiln::cli::add_predict_command(app), kiln::cli::add_show_command(app)};
+      kiln::cli::add_predict_command(app), kiln::cli::add_show_command(app),
+      kiln::cli::add_serve_command(app)};
 
   try {
     app.parse(argc, argv);
@@ -84,7 +86,7 @@ int main(int argc, char** argv) {
           continue;
         }
         if (!a.empty() && a[0] != '-')
-          return fail(2, "unknown command '" + a + "'; the commands are train, evaluate, predict, show (kiln --help)");
+          return fail(2, "unknown command '" + a + "'; the commands are train, evaluate, predict, show, serve (kiln --help)");
       }
     }
     return fail(2, joined(e.what()) + "; run 'kiln" + cmd + " --help' for usage");
