@@ -76,6 +76,9 @@ struct MetricsRegistry::Family {
   std::map<Labels, std::unique_ptr<Histogram>> histograms;
 };
 
+MetricsRegistry::MetricsRegistry() = default;
+MetricsRegistry::~MetricsRegistry() = default;
+
 MetricsRegistry::Family& MetricsRegistry::family(const std::string& name, const std::string& help, const char* type) {
   auto& f = families_[name];
   if (!f) {

@@ -68,6 +68,8 @@ std::vector<double> batch_size_buckets();
 
 class MetricsRegistry {
  public:
+  MetricsRegistry();
+  ~MetricsRegistry();
   Counter& counter(const std::string& name, const std::string& help, const Labels& labels = {});
   Gauge& gauge(const std::string& name, const std::string& help, const Labels& labels = {});
   Histogram& histogram(const std::string& name, const std::string& help, const Labels& labels = {},

@@ -84,7 +84,8 @@ Json parse_request_json(const std::string& body, int max_depth) {
   if (j.is_discarded()) {
     // Re-parse with exceptions for the position in the message.
     try {
-      (void)Json::parse(*src);
+      Json again = Json::parse(*src);
+      (void)again;
     } catch (const nlohmann::json::exception& e) {
       throw ServingError(Code::kInvalidArgument, std::string("JSON Parse error: ") + e.what());
     }
