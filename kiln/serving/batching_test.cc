@@ -64,7 +64,7 @@ TEST(BatchScheduler, ConcurrentRequestsShareABatchAndGetTheirOwnRows) {
   Recorder r;
   BatchingOptions o;
   o.max_batch_size = 64;
-  o.batch_timeout_micros = 200000;  // the batch closes when full (8 x 8 rows)
+  o.batch_timeout_micros = 10000000;  // 10 s: the batch closes when full (8 x 8 rows)
   o.num_batch_threads = 1;
   BatchScheduler s(o, r.fn());
   std::vector<std::future<bool>> fs;
@@ -76,7 +76,7 @@ TEST(BatchScheduler, ConcurrentRequestsShareABatchAndGetTheirOwnRows) {
     }));
   for (auto& f : fs) EXPECT_TRUE(f.get());
   ASSERT_FALSE(r.sizes.empty());
-  EXPECT_EQ(r.sizes[0], 64);  // one full batch, closed by size, not by the 200 ms timeout
+  EXPECT_EQ(r.sizes[0], 64);  // one full batch, closed by size, not by the timeout
 }
 
 // Blocks every batch until released, to fill the queue deterministically.

@@ -68,7 +68,7 @@ TEST(KilnServe, StartsOnAnEphemeralPortAndServesTheModel) {
     f << "model_config_list { config { name: \"tiny\" base_path: \"" << dir.path() << "/m\" } }\n";
   }
   Process p({cli_path(), "serve", "--model_config_file", dir.path() + "/models.config", "--rest_api_port", "0",
-             "--port", "-1", "--enable_batching", "--batching_parameters_file", dir.path() + "/batching.config",
+             "--port=-1", "--enable_batching", "--batching_parameters_file", dir.path() + "/batching.config",
              "--file_system_poll_wait_seconds", "0"});
   std::string ready = p.line_starting("kiln serve: ready");
   ASSERT_FALSE(ready.empty());
