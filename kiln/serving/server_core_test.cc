@@ -106,8 +106,7 @@ TEST(ServerCore, AFailedLoadIsReportedAndDoesNotReplaceTheWorkingVersion) {
   EXPECT_EQ(st["model_version_status"][0]["state"], "END");
   EXPECT_EQ(st["model_version_status"][0]["status"]["error_code"], "UNKNOWN");
   EXPECT_FALSE(st["model_version_status"][0]["status"]["error_message"].get<std::string>().empty());
-  auto h = s.core->get({"m"});
-  EXPECT_EQ(h->version, 1);
+  EXPECT_EQ(s.core->get({"m"})->version, 1);  // the handle is released at once
   auto r = s.client()->Post("/v1/models/m:predict", R"({"instances": [[1,1,1,1]]})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
