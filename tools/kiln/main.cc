@@ -7,6 +7,7 @@
 //   kiln tune SPEC.json [--parallel N] [--resume] | --summary DIR | --chief | --worker
 //   kiln [--threads N] batch-predict --model DIR --input FILES... --output DIR [--workers N]
 //   kiln [--threads N] export --format onnx --model DIR --output model.onnx
+//   kiln [--threads N] serve (--model_base_path DIR | --model_config_file F) [flags]
 //
 // Exit codes: 0 success; 2 user error (bad arguments, files, specs, shapes),
 // reported as one line "kiln: error: <message>" on stderr; 1 anything else
@@ -69,7 +70,7 @@ int main(int argc, char** argv) {
       kiln::cli::add_train_command(app), kiln::cli::add_evaluate_command(app),
       kiln::cli::add_predict_command(app), kiln::cli::add_show_command(app),
       kiln::cli::add_tune_command(app), kiln::cli::add_batch_predict_command(app),
-      kiln::cli::add_export_command(app)};
+      kiln::cli::add_export_command(app), kiln::cli::add_serve_command(app)};
 
   try {
     app.parse(argc, argv);
@@ -90,7 +91,8 @@ int main(int argc, char** argv) {
         }
         if (!a.empty() && a[0] != '-')
           return fail(2, "unknown command '" + a +
-                             "'; the commands are train, evaluate, predict, show, tune, batch-predict, export (kiln --help)");
+                             "'; the commands are train, evaluate, predict, show, tune, serve, batch-predict, export "
+                             "(kiln --help)");
       }
     }
     return fail(2, joined(e.what()) + "; run 'kiln" + cmd + " --help' for usage");

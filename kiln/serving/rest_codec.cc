@@ -1,0 +1,300 @@
+#include "kiln/serving/rest_codec.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kiln/core/dtype.h"
+#include "kiln/serving/status.h"
+
+namespace kiln::serving {
+namespace {
+
+[[noreturn]] void bad(const std::string& m) { throw ServingError(Code::kInvalidArgument, m); }
+
+double number_of(const Json& v, const std::string& where) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_boolean()) return v.get<bool>() ? 1.0 : 0.0;
+  if (v.is_string()) {
+    const auto& s = v.get_ref<const std::string&>();
+    if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
+    if (s == "Infinity") return std::numeric_limits<double>::infinity();
+    if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
+  }
+  bad(where + " holds " + v.dump().substr(0, 80) + " where a number belongs");
+}
+
+void flatten(const Json& v, const std::vector<int64_t>& shape, size_t depth, std::vector<double>& out,
+             const std::string& where) {
+  if (depth < shape.size()) {
+    if (!v.is_array() || (int64_t)v.size() != shape[depth])
+      bad(where + " is a ragged list: every list at depth " + std::to_string(depth) + " must have " +
+          std::to_string(shape[depth]) + " entries");
+    for (auto& e : v) flatten(e, shape, depth + 1, out, where);
+    return;
+  }
+  out.push_back(number_of(v, where));
+}
+
+bool is_b64(const Json& v) { return v.is_object() && v.size() == 1 && v.contains("b64"); }
+
+at::Tensor b64_tensor(const Json& v, at::ScalarType dtype, const Json& spec, const std::string& where) {
+  if (!v["b64"].is_string()) bad(where + ": \"b64\" must be a string");
+  std::string bytes = base64_decode(v["b64"].get<std::string>());
+  int64_t es = (int64_t)c10::elementSize(dtype);
+  if ((int64_t)bytes.size() % es)
+    bad(where + ": " + std::to_string(bytes.size()) + " base64 bytes are not a whole number of " +
+        dtype_to_string(dtype) + " values");
+  auto t = at::empty({(int64_t)bytes.size() / es}, at::TensorOptions().dtype(dtype));
+  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  // One example: reshape to the signature's shape without the batch dim when fully known.
+  if (spec.is_object() && spec.contains("shape")) {
+    std::vector<int64_t> dims;
+    const Json& s = spec["shape"];
+    for (size_t i = 1; i < s.size(); ++i) {
+      if (s[i].is_null() || s[i].get<int64_t>() < 0) return t;
+      dims.push_back(s[i].get<int64_t>());
+    }
+    int64_t n = 1;
+    for (auto d : dims) n *= d;
+    if (n != t.numel())
+      bad(where + ": the base64 value holds " + std::to_string(t.numel()) + " values; one example of this input has " +
+          std::to_string(n));
+    t = t.reshape(dims);
+  }
+  return t;
+}
+
+const Json& signature_of(const Json& signatures, const std::string& name) {
+  if (!signatures.contains(name)) {
+    std::string known;
+    for (auto& [k, v] : signatures.items()) known += (known.empty() ? "" : ", ") + k;
+    bad("Serving signature name: \"" + name + "\" not found in signature def. Known: " + known);
+  }
+  return signatures[name];
+}
+
+at::ScalarType dtype_of(const Json& spec) {
+  return spec.contains("dtype") ? dtype_from_string(spec["dtype"].get<std::string>()) : at::kFloat;
+}
+
+}  // namespace
+
+at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::string& where) {
+  std::vector<int64_t> shape;
+  const Json* cur = &value;
+  while (cur->is_array()) {
+    shape.push_back((int64_t)cur->size());
+    if (cur->empty()) break;
+    cur = &(*cur)[0];
+  }
+  std::vector<double> data;
+  flatten(value, shape, 0, data, where);
+  auto t = at::from_blob(data.data(), {(int64_t)data.size()}, at::kDouble).clone();
+  if (at::isIntegralType(dtype, /*includeBool=*/true)) {
+    for (double d : data)
+      if (!std::isfinite(d) || d != std::floor(d))
+        bad(where + " expects integers (" + dtype_to_string(dtype) + "); received " + std::to_string(d));
+  }
+  return t.to(dtype).reshape(shape);
+}
+
+Json tensor_to_json(const at::Tensor& t0) {
+  at::Tensor t = t0.contiguous().cpu();
+  bool integral = at::isIntegralType(t.scalar_type(), true);
+  at::Tensor flat = integral ? t.to(at::kLong).reshape({-1}) : t.to(at::kDouble).reshape({-1});
+  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+  int64_t n = flat.numel();
+  // Build nested lists iteratively from the innermost dim outwards.
+  std::vector<Json> level;
+  level.reserve(n);
+  if (integral) {
+    auto* p = flat.data_ptr<int64_t>();
+    for (int64_t i = 0; i < n; ++i) level.emplace_back(t.scalar_type() == at::kBool ? Json(p[i] != 0) : Json(p[i]));
+  } else {
+    auto* p = flat.data_ptr<double>();
+    bool f32 = t.scalar_type() == at::kFloat || t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
+    for (int64_t i = 0; i < n; ++i) level.emplace_back(f32 ? Json((float)p[i]) : Json(p[i]));
+  }
+  if (shape.empty()) return level.empty() ? Json(nullptr) : level[0];
+  for (int64_t d = (int64_t)shape.size() - 1; d >= 0; --d) {
+    int64_t k = shape[d];
+    std::vector<Json> up;
+    if (k == 0) {
+      int64_t groups = 1;
+      for (int64_t e = 0; e < d; ++e) groups *= shape[e];
+      up.assign(groups, Json::array());
+    } else {
+      for (size_t i = 0; i < level.size(); i += k) {
+        Json a = Json::array();
+        for (int64_t j = 0; j < k; ++j) a.push_back(std::move(level[i + j]));
+        up.push_back(std::move(a));
+      }
+    }
+    level = std::move(up);
+  }
+  return level.empty() ? Json::array() : level[0];
+}
+
+PredictCall decode_predict_request(const Json& body, const Json& signatures) {
+  if (!body.is_object()) bad("the request body must be a JSON object with \"instances\" or \"inputs\"");
+  PredictCall call;
+  if (body.contains("signature_name")) {
+    if (!body["signature_name"].is_string()) bad("\"signature_name\" must be a string");
+    call.signature_name = body["signature_name"].get<std::string>();
+    if (call.signature_name.empty()) call.signature_name = kDefaultSignature;
+  }
+  const Json& sig = signature_of(signatures, call.signature_name);
+  const Json& in_specs = sig["inputs"];
+  std::vector<std::string> names;
+  for (auto& [k, v] : in_specs.items()) names.push_back(k);
+  bool has_inst = body.contains("instances"), has_cols = body.contains("inputs");
+  if (has_inst == has_cols) bad("the request body must hold exactly one of \"instances\" (row format) or \"inputs\" (columnar format)");
+  if (has_inst) {
+    const Json& inst = body["instances"];
+    if (!inst.is_array()) bad("\"instances\" must be a list with one entry per example");
+    if (inst.empty()) bad("\"instances\" is empty");
+    bool named = inst[0].is_object() && !is_b64(inst[0]);
+    if (!named && names.size() != 1)
+      bad("this signature has " + std::to_string(names.size()) +
+          " inputs; each instance must be an object naming them: {\"" + (names.empty() ? "" : names[0]) + "\": ...}");
+    for (auto& name : names) {
+      const Json& spec = in_specs[name];
+      auto dtype = dtype_of(spec);
+      std::vector<at::Tensor> rows;
+      rows.reserve(inst.size());
+      bool all_plain = true;
+      for (size_t i = 0; i < inst.size(); ++i) {
+        const Json* v = &inst[i];
+        std::string where = "instances[" + std::to_string(i) + "]";
+        if (named) {
+          if (!v->is_object() || is_b64(*v)) bad(where + " must be an object like instances[0]");
+          if (!v->contains(name)) bad(where + " is missing input \"" + name + "\"");
+          v = &(*v)[name];
+          where += "." + name;
+        } else if (v->is_object() && !is_b64(*v)) {
+          bad(where + " must be a value like instances[0]");
+        }
+        if (is_b64(*v)) {
+          all_plain = false;
+          rows.push_back(b64_tensor(*v, dtype, spec, where));
+        } else {
+          rows.push_back(json_to_tensor(*v, dtype, where));
+        }
+      }
+      for (size_t i = 1; i < rows.size(); ++i)
+        if (rows[i].sizes() != rows[0].sizes())
+          bad("instances disagree on the shape of \"" + name + "\": instances[0] vs instances[" + std::to_string(i) + "]");
+      (void)all_plain;
+      call.inputs[name] = at::stack(rows, 0);
+    }
+    if (named)
+      for (auto& [k, v] : inst[0].items())
+        if (!in_specs.contains(k)) bad("instances[0] names an unknown input \"" + k + "\"");
+  } else {
+    call.row_format = false;
+    const Json& cols = body["inputs"];
+    bool named = cols.is_object() && !is_b64(cols);
+    if (!named && names.size() != 1)
+      bad("this signature has " + std::to_string(names.size()) + " inputs; \"inputs\" must be an object naming them");
+    if (named)
+      for (auto& [k, v] : cols.items())
+        if (!in_specs.contains(k)) bad("\"inputs\" names an unknown input \"" + k + "\"");
+    for (auto& name : names) {
+      if (named && !cols.contains(name)) bad("\"inputs\" is missing input \"" + name + "\"");
+      const Json& v = named ? cols[name] : cols;
+      auto dtype = dtype_of(in_specs[name]);
+      std::string where = "inputs." + name;
+      if (v.is_array() && !v.empty() && is_b64(v[0])) {
+        std::vector<at::Tensor> rows;
+        for (size_t i = 0; i < v.size(); ++i)
+          rows.push_back(b64_tensor(v[i], dtype, in_specs[name], where + "[" + std::to_string(i) + "]"));
+        for (size_t i = 1; i < rows.size(); ++i)
+          if (rows[i].sizes() != rows[0].sizes()) bad(where + ": base64 values differ in size");
+        call.inputs[name] = at::stack(rows, 0);
+      } else {
+        call.inputs[name] = json_to_tensor(v, dtype, where);
+      }
+    }
+  }
+  return call;
+}
+
+Json encode_predict_response(const TensorMap& outputs, bool row_format) {
+  if (!row_format) {
+    if (outputs.size() == 1) return Json{{"outputs", tensor_to_json(outputs.begin()->second)}};
+    Json o = Json::object();
+    for (auto& [k, v] : outputs) o[k] = tensor_to_json(v);
+    return Json{{"outputs", o}};
+  }
+  if (outputs.size() == 1) return Json{{"predictions", tensor_to_json(outputs.begin()->second)}};
+  int64_t n = outputs.begin()->second.dim() ? outputs.begin()->second.size(0) : 1;
+  std::map<std::string, Json> cols;
+  for (auto& [k, v] : outputs) cols[k] = tensor_to_json(v);
+  Json preds = Json::array();
+  for (int64_t i = 0; i < n; ++i) {
+    Json row = Json::object();
+    for (auto& [k, c] : cols) row[k] = c.is_array() && i < (int64_t)c.size() ? c[i] : c;
+    preds.push_back(std::move(row));
+  }
+  return Json{{"predictions", preds}};
+}
+
+std::string base64_decode(const std::string& in) {
+  auto val = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+' || c == '-') return 62;
+    if (c == '/' || c == '_') return 63;
+    return -1;
+  };
+  size_t n = in.size();
+  while (n > 0 && in[n - 1] == '=') --n;
+  if (in.size() - n > 2 || (in.size() % 4 != 0 && in.size() != n)) bad("invalid base64: bad padding");
+  if (n % 4 == 1) bad("invalid base64: truncated input");
+  std::string out;
+  out.reserve(n * 3 / 4);
+  uint32_t acc = 0;
+  int bits = 0;
+  for (size_t i = 0; i < n; ++i) {
+    int v = val(in[i]);
+    if (v < 0) bad("invalid base64: unexpected character at offset " + std::to_string(i));
+    acc = (acc << 6) | (uint32_t)v;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back((char)((acc >> bits) & 0xFF));
+    }
+  }
+  return out;
+}
+
+std::string kserve_datatype(at::ScalarType t) {
+  switch (t) {
+    case at::kBool: return "BOOL";
+    case at::kByte: return "UINT8";
+    case at::kChar: return "INT8";
+    case at::kShort: return "INT16";
+    case at::kInt: return "INT32";
+    case at::kLong: return "INT64";
+    case at::kHalf: return "FP16";
+    case at::kFloat: return "FP32";
+    case at::kDouble: return "FP64";
+    case at::kBFloat16: return "BF16";
+    default: return "BYTES";
+  }
+}
+
+bool kserve_to_scalar_type(const std::string& d, at::ScalarType* out) {
+  static const std::map<std::string, at::ScalarType> m{{"BOOL", at::kBool},  {"UINT8", at::kByte}, {"INT8", at::kChar},
+                                                       {"INT16", at::kShort}, {"INT32", at::kInt},  {"INT64", at::kLong},
+                                                       {"FP16", at::kHalf},  {"FP32", at::kFloat}, {"FP64", at::kDouble},
+                                                       {"BF16", at::kBFloat16}};
+  auto it = m.find(d);
+  if (it == m.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+}  // namespace kiln::serving

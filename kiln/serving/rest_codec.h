@@ -1,0 +1,44 @@
+// JSON <-> tensors for TF Serving's REST predict API and KServe v2 infer,
+// shared by the REST front end and warmup replay.
+//
+// Predict body: {"signature_name": "...", "instances": [...]} (row format:
+// one entry per example; with several inputs each entry is {name: value})
+// or {"inputs": value | {name: value}} (columnar, batch dim included).
+// Values are nested lists of numbers (also true/false and the strings "NaN",
+// "Infinity", "-Infinity", which parse_request_json makes of bare NaN and
+// Infinity), or {"b64": "..."}: the base64 bytes as the little-endian raw
+// buffer of one example of that input (e.g. 784 uint8 pixels, or 784*4
+// bytes for float32). Errors: ServingError INVALID_ARGUMENT naming the input.
+#pragma once
+
+#include <string>
+
+#include "kiln/core/json.h"
+#include "kiln/serving/servable.h"
+
+namespace kiln::serving {
+
+struct PredictCall {
+  std::string signature_name = kDefaultSignature;
+  TensorMap inputs;
+  bool row_format = true;  // "instances" (answer "predictions") vs "inputs" (answer "outputs")
+};
+
+// `signatures`: Servable::signatures().
+PredictCall decode_predict_request(const Json& body, const Json& signatures);
+// {"predictions": [...]} or {"outputs": ...}.
+Json encode_predict_response(const TensorMap& outputs, bool row_format);
+
+// One JSON value (nested lists) -> tensor of `dtype`. `where` names it in errors.
+at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::string& where);
+// Tensor -> nested lists (NaN/Inf become null, as nlohmann writes them).
+Json tensor_to_json(const at::Tensor& t);
+
+// Strict base64 (standard or URL-safe alphabet, optional padding); ServingError on bad input.
+std::string base64_decode(const std::string& in);
+
+// KServe v2 datatypes: "FP32" <-> at::kFloat, ... ValueError-free: nullopt if unknown.
+std::string kserve_datatype(at::ScalarType t);
+bool kserve_to_scalar_type(const std::string& datatype, at::ScalarType* out);
+
+}  // namespace kiln::serving

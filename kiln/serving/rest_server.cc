@@ -1,0 +1,477 @@
+#include "kiln/serving/rest_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "kiln/core/error.h"
+#include "kiln/serving/httplib.h"
+#include "kiln/serving/rest_codec.h"
+
+namespace kiln::serving {
+
+int json_depth(const std::string& text, int limit) {
+  int depth = 0, max_depth = 0;
+  bool in_str = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_str) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_str = false;
+      continue;
+    }
+    if (c == '"') in_str = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > max_depth) max_depth = depth;
+      if (max_depth > limit) return max_depth;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+Json parse_request_json(const std::string& body, int max_depth) {
+  if (json_depth(body, max_depth) > max_depth)
+    throw ServingError(Code::kInvalidArgument,
+                       "JSON nesting deeper than " + std::to_string(max_depth) + " levels is not accepted");
+  // TF Serving accepts bare NaN / Infinity / -Infinity: turn them into the
+  // strings the tensor codec reads as numbers (outside strings no valid JSON
+  // token starts with N or I, so this cannot change a valid document).
+  std::string text;
+  bool rewritten = false, in_str = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    char c = body[i];
+    if (in_str) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_str = false;
+      continue;
+    }
+    if (c == '"') in_str = true;
+    else if (c == 'N' || c == 'I' || (c == '-' && i + 1 < body.size() && body[i + 1] == 'I')) {
+      rewritten = true;
+      break;
+    }
+  }
+  if (rewritten) {
+    text.reserve(body.size() + 16);
+    bool s = false;
+    for (size_t i = 0; i < body.size(); ++i) {
+      char c = body[i];
+      if (s) {
+        text += c;
+        if (c == '\\' && i + 1 < body.size()) text += body[++i];
+        else if (c == '"') s = false;
+        continue;
+      }
+      if (c == '"') {
+        s = true;
+        text += c;
+        continue;
+      }
+      auto at = [&](const char* w) { return body.compare(i, std::strlen(w), w) == 0; };
+      if (c == 'N' && at("NaN")) text += "\"NaN\"", i += 2;
+      else if (c == 'I' && at("Infinity")) text += "\"Infinity\"", i += 7;
+      else if (c == '-' && at("-Infinity")) text += "\"-Infinity\"", i += 8;
+      else text += c;
+    }
+  }
+  const std::string* src = rewritten ? &text : &body;
+  Json j = Json::parse(*src, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    // Re-parse with exceptions for the position in the message.
+    try {
+      Json again = Json::parse(*src);
+      (void)again;
+    } catch (const nlohmann::json::exception& e) {
+      throw ServingError(Code::kInvalidArgument, std::string("JSON Parse error: ") + e.what());
+    }
+    throw ServingError(Code::kInvalidArgument, "JSON Parse error");
+  }
+  return j;
+}
+
+namespace {
+
+using Req = httplib::Request;
+using Res = httplib::Response;
+
+const char* kModel = "([^/:]+)";
+const char* kSel = "(?:/versions/([0-9]+)|/labels/([^/:]+))?";
+
+int64_t micros(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+struct RestServer::Impl {
+  ServerCore& core;
+  FrontendOptions o;
+  httplib::Server svr;
+  std::thread thread;
+  int port = -1;
+
+  Impl(ServerCore& c, FrontendOptions opts) : core(c), o(std::move(opts)) {}
+
+  static void reply(Res& res, int code, const Json& j) {
+    res.status = code;
+    res.set_content(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+  }
+  static void error(Res& res, const Status& s) { reply(res, http_status(s.code), Json{{"error", s.message}}); }
+
+  ModelSpec spec_from(const Req& req, bool tfs) {
+    ModelSpec s;
+    s.name = req.matches[1];
+    if (!is_valid_model_name(s.name))
+      throw ServingError(Code::kInvalidArgument, "invalid model name \"" + s.name + "\"");
+    if (req.matches.size() > 2 && req.matches[2].matched) {
+      const std::string v = req.matches[2];
+      if (v.size() > 18) throw ServingError(Code::kInvalidArgument, "version number too large: " + v);
+      s.version = std::stoll(v);
+    }
+    if (tfs && req.matches.size() > 3 && req.matches[3].matched) s.label = std::string(req.matches[3]);
+    return s;
+  }
+
+  Deadline deadline_of(const Req& req) {
+    if (!req.has_header("X-Request-Timeout-Ms")) return std::nullopt;
+    std::string v = req.get_header_value("X-Request-Timeout-Ms");
+    try {
+      size_t used = 0;
+      long long ms = std::stoll(v, &used);
+      if (used != v.size() || ms < 0) throw 0;
+      return Clock::now() + std::chrono::milliseconds(ms);
+    } catch (...) {
+      throw ServingError(Code::kInvalidArgument, "X-Request-Timeout-Ms must be a non-negative integer. Received: " + v);
+    }
+  }
+
+  bool authorized(const Req& req, Res& res) {
+    if (o.bearer_token.empty()) return true;
+    if (req.get_header_value("Authorization") == "Bearer " + o.bearer_token) return true;
+    error(res, {Code::kUnauthenticated, "missing or wrong bearer token (Authorization: Bearer <token>)"});
+    return false;
+  }
+
+  // Wraps a handler: auth, error mapping, never lets an exception escape.
+  template <class F>
+  httplib::Server::Handler wrap(F f) {
+    return [this, f](const Req& req, Res& res) {
+      if (!authorized(req, res)) return;
+      try {
+        f(req, res);
+      } catch (...) {
+        error(res, status_of_current_exception());
+      }
+    };
+  }
+
+  void tfs_predict(const Req& req, Res& res) {
+    ModelSpec spec = spec_from(req, true);
+    std::string api = req.matches[4];
+    RequestTiming t;
+    Status st;
+    int64_t version = 0;
+    try {
+      Deadline deadline = deadline_of(req);
+      auto h = core.get(spec);
+      version = h->version;
+      auto t0 = Clock::now();
+      Json body = parse_request_json(req.body, o.max_json_depth);
+      Json response;
+      if (api == "predict") {
+        PredictCall call = decode_predict_request(body, h->signatures());
+        t.parse_us = micros(t0);
+        TensorMap out = core.predict(*h, call.signature_name, call.inputs, deadline, &t);
+        auto t1 = Clock::now();
+        response = encode_predict_response(out, call.row_format);
+        reply(res, 200, response);
+        t.serialize_us = micros(t1);
+      } else {
+        classify_or_regress(*h, api, body, deadline, t, res);
+      }
+    } catch (...) {
+      st = status_of_current_exception();
+      error(res, st);
+    }
+    core.record_request(spec.name, version, "rest", api, st, t);
+  }
+
+  void classify_or_regress(const ServableHandle& h, const std::string& api, const Json& body, Deadline deadline,
+                           RequestTiming& t, Res& res) {
+    auto t0 = Clock::now();
+    if (!body.is_object()) throw ServingError(Code::kInvalidArgument, "the request body must be a JSON object");
+    std::string sig = body.value("signature_name", std::string(kDefaultSignature));
+    if (sig.empty()) sig = kDefaultSignature;
+    const Json& sigs = h.signatures();
+    if (!sigs.contains(sig))
+      throw ServingError(Code::kInvalidArgument, "Serving signature name: \"" + sig + "\" not found in signature def");
+    std::string method = sigs[sig].value("method_name", "predict");
+    if (method.rfind("tensorflow/serving/", 0) == 0) method = method.substr(19);
+    std::string want = api == "classify" ? "classify" : "regress";
+    if (method != want)
+      throw ServingError(Code::kInvalidArgument, "Expected " + std::string(api == "classify" ? "classification" : "regression") +
+                                                     " signature method_name to be tensorflow/serving/" + want +
+                                                     ". Was: tensorflow/serving/" + method);
+    if (!body.contains("examples") || !body["examples"].is_array() || body["examples"].empty())
+      throw ServingError(Code::kInvalidArgument, "\"examples\" must be a non-empty list of {feature: value} objects");
+    Json instances = Json::array();
+    for (auto& ex : body["examples"]) {
+      if (!ex.is_object()) throw ServingError(Code::kInvalidArgument, "each example must be an object");
+      Json merged = body.contains("context") && body["context"].is_object() ? body["context"] : Json::object();
+      for (auto& [k, v] : ex.items()) merged[k] = v;
+      instances.push_back(merged);
+    }
+    PredictCall call = decode_predict_request(Json{{"signature_name", sig}, {"instances", instances}}, sigs);
+    t.parse_us = micros(t0);
+    TensorMap out = core.predict(h, sig, call.inputs, deadline, &t);
+    auto t1 = Clock::now();
+    Json results = Json::array();
+    if (api == "classify") {
+      at::Tensor scores = out.count("scores") ? out["scores"] : out.begin()->second;
+      scores = scores.reshape({scores.size(0), -1}).to(at::kDouble);
+      at::Tensor classes = out.count("classes") ? out["classes"] : at::Tensor();
+      for (int64_t i = 0; i < scores.size(0); ++i) {
+        Json row = Json::array();
+        for (int64_t k = 0; k < scores.size(1); ++k) {
+          std::string label = classes.defined() ? std::to_string(classes[i][k].item<int64_t>()) : std::to_string(k);
+          row.push_back(Json::array({label, scores[i][k].item<double>()}));
+        }
+        results.push_back(row);
+      }
+    } else {
+      at::Tensor v = out.count("outputs") ? out["outputs"] : out.begin()->second;
+      v = v.reshape({v.size(0), -1}).to(at::kDouble);
+      for (int64_t i = 0; i < v.size(0); ++i) results.push_back(v[i][0].item<double>());
+    }
+    reply(res, 200, Json{{"results", results}});
+    t.serialize_us = micros(t1);
+  }
+
+  Json kserve_tensor_meta(const Json& specs) {
+    Json out = Json::array();
+    for (auto& [name, s] : specs.items()) {
+      Json shape = Json::array();
+      for (auto& d : s["shape"]) shape.push_back(d.is_null() ? -1 : d.get<int64_t>());
+      at::ScalarType st = at::kFloat;
+      try {
+        st = dtype_from_string_safe(s.value("dtype", "float32"));
+      } catch (...) {
+      }
+      out.push_back(Json{{"name", name}, {"datatype", kserve_datatype(st)}, {"shape", shape}});
+    }
+    return out;
+  }
+
+  static at::ScalarType dtype_from_string_safe(const std::string& d);
+
+  void kserve_infer(const Req& req, Res& res) {
+    ModelSpec spec = spec_from(req, false);
+    RequestTiming t;
+    Status st;
+    int64_t version = 0;
+    try {
+      Deadline deadline = deadline_of(req);
+      auto h = core.get(spec);
+      version = h->version;
+      auto t0 = Clock::now();
+      Json body = parse_request_json(req.body, o.max_json_depth);
+      if (!body.is_object() || !body.contains("inputs") || !body["inputs"].is_array())
+        throw ServingError(Code::kInvalidArgument, "the infer request must be an object with an \"inputs\" list");
+      const Json& sig = h->signatures()[kDefaultSignature];
+      TensorMap inputs;
+      for (auto& in : body["inputs"]) {
+        if (!in.is_object() || !in.contains("name") || !in["name"].is_string() || !in.contains("shape") ||
+            !in["shape"].is_array() || !in.contains("datatype") || !in["datatype"].is_string() || !in.contains("data"))
+          throw ServingError(Code::kInvalidArgument, "each input needs \"name\", \"shape\", \"datatype\" and \"data\"");
+        std::string name = in["name"];
+        if (!sig["inputs"].contains(name))
+          throw ServingError(Code::kInvalidArgument, "unknown input \"" + name + "\"");
+        at::ScalarType dt;
+        std::string datatype = in["datatype"];
+        if (!kserve_to_scalar_type(datatype, &dt))
+          throw ServingError(Code::kInvalidArgument, "unsupported datatype \"" + datatype + "\" for input \"" + name + "\"");
+        at::ScalarType want = dtype_from_string_safe(sig["inputs"][name].value("dtype", "float32"));
+        if (dt != want)
+          throw ServingError(Code::kInvalidArgument, "input \"" + name + "\" has datatype " + datatype +
+                                                         "; the model expects " + kserve_datatype(want));
+        std::vector<int64_t> shape;
+        int64_t n = 1;
+        for (auto& d : in["shape"]) {
+          if (!d.is_number_integer() || d.get<int64_t>() < 0)
+            throw ServingError(Code::kInvalidArgument, "input \"" + name + "\": shape entries must be non-negative integers");
+          shape.push_back(d.get<int64_t>());
+          n *= shape.back();
+        }
+        at::Tensor flat = json_to_tensor(in["data"], dt, "input \"" + name + "\"").reshape({-1});
+        if (flat.numel() != n)
+          throw ServingError(Code::kInvalidArgument, "input \"" + name + "\": shape " + in["shape"].dump() + " holds " +
+                                                         std::to_string(n) + " values; data has " +
+                                                         std::to_string(flat.numel()));
+        inputs[name] = flat.reshape(shape);
+      }
+      t.parse_us = micros(t0);
+      TensorMap out = core.predict(*h, kDefaultSignature, inputs, deadline, &t);
+      auto t1 = Clock::now();
+      std::set<std::string> wanted;
+      if (body.contains("outputs") && body["outputs"].is_array())
+        for (auto& o : body["outputs"])
+          if (o.is_object() && o.contains("name") && o["name"].is_string()) {
+            if (!out.count(o["name"].get<std::string>()))
+              throw ServingError(Code::kInvalidArgument, "unknown output \"" + o["name"].get<std::string>() + "\"");
+            wanted.insert(o["name"].get<std::string>());
+          }
+      Json outs = Json::array();
+      for (auto& [name, v] : out) {
+        if (!wanted.empty() && !wanted.count(name)) continue;
+        Json shape = Json::array();
+        for (auto d : v.sizes()) shape.push_back(d);
+        outs.push_back(Json{{"name", name}, {"datatype", kserve_datatype(v.scalar_type())}, {"shape", shape},
+                            {"data", tensor_to_json(v.reshape({-1}))}});
+      }
+      Json r{{"model_name", h->model_name}, {"model_version", std::to_string(h->version)}, {"outputs", outs}};
+      if (body.contains("id")) r["id"] = body["id"];
+      reply(res, 200, r);
+      t.serialize_us = micros(t1);
+    } catch (...) {
+      st = status_of_current_exception();
+      error(res, st);
+    }
+    core.record_request(spec.name, version, "kserve_rest", "infer", st, t);
+  }
+
+  void routes() {
+    std::string m = kModel, sel = kSel;
+    // --- TF Serving REST v1 ---
+    svr.Get("/v1/models/" + m + sel, wrap([this](const Req& req, Res& res) {
+              reply(res, 200, core.model_status_json(spec_from(req, true)));
+            }));
+    svr.Get("/v1/models/" + m + sel + "/metadata", wrap([this](const Req& req, Res& res) {
+              auto h = core.get(spec_from(req, true));
+              reply(res, 200, tfs_metadata_json(*h));
+            }));
+    svr.Post("/v1/models/" + m + sel + ":(predict|classify|regress)",
+             wrap([this](const Req& req, Res& res) { tfs_predict(req, res); }));
+    if (o.enable_admin) {
+      svr.Post("/v1/models/" + m + ":load", wrap([this](const Req& req, Res& res) {
+                 std::string name = req.matches[1];
+                 Json body = req.body.empty() ? Json::object() : parse_request_json(req.body, o.max_json_depth);
+                 body["name"] = name;
+                 ModelServerConfig c = parse_model_config_json(Json{{"model_config_list", Json::array({body})}});
+                 core.load_model(c.models[0]);
+                 reply(res, 200, Json{{"status", "loading"}, {"model", name}});
+               }));
+      svr.Post("/v1/models/" + m + ":unload", wrap([this](const Req& req, Res& res) {
+                 std::string name = req.matches[1];
+                 core.unload_model(name);
+                 reply(res, 200, Json{{"status", "unloading"}, {"model", name}});
+               }));
+      svr.Post("/v1/config:reload", wrap([this](const Req& req, Res& res) {
+                 if (json_depth(req.body, o.max_json_depth) > o.max_json_depth)
+                   throw ServingError(Code::kInvalidArgument, "config nesting too deep");
+                 core.reload_config(parse_model_config(req.body));
+                 reply(res, 200, core.config().to_json());
+               }));
+    }
+    // --- KServe v2 ---
+    svr.Get("/v2/health/live", wrap([](const Req&, Res& res) { reply(res, 200, Json{{"live", true}}); }));
+    svr.Get("/v2/health/ready", wrap([this](const Req&, Res& res) {
+              bool r = core.ready();
+              reply(res, r ? 200 : 400, Json{{"ready", r}});
+            }));
+    svr.Get("/v2", wrap([](const Req&, Res& res) {
+              reply(res, 200, Json{{"name", "kiln"}, {"version", "1"}, {"extensions", Json::array()}});
+            }));
+    std::string vsel = "(?:/versions/([0-9]+))?";
+    svr.Get("/v2/models/" + m + vsel, wrap([this](const Req& req, Res& res) {
+              ModelSpec spec = spec_from(req, false);
+              auto h = core.get(spec);
+              Json versions = Json::array();
+              for (auto& s : core.model_status({spec.name, spec.version, std::nullopt}))
+                if (s.state == VersionState::kReady) versions.push_back(std::to_string(s.version));
+              const Json& sig = h->signatures()[kDefaultSignature];
+              reply(res, 200,
+                    Json{{"name", spec.name}, {"versions", versions}, {"platform", "kiln"},
+                         {"inputs", kserve_tensor_meta(sig["inputs"])}, {"outputs", kserve_tensor_meta(sig["outputs"])}});
+            }));
+    svr.Get("/v2/models/" + m + vsel + "/ready", wrap([this](const Req& req, Res& res) {
+              ModelSpec spec = spec_from(req, false);
+              core.model_status(spec);  // NOT_FOUND for an unknown model/version
+              bool r = core.is_ready(spec);
+              reply(res, r ? 200 : 400, Json{{"name", spec.name}, {"ready", r}});
+            }));
+    svr.Post("/v2/models/" + m + vsel + "/infer", wrap([this](const Req& req, Res& res) { kserve_infer(req, res); }));
+    // --- metrics ---
+    auto metrics = wrap([this](const Req&, Res& res) {
+      res.status = 200;
+      res.set_content(core.metrics().expose(), "text/plain; version=0.0.4; charset=utf-8");
+    });
+    svr.Get("/monitoring/prometheus/metrics", metrics);
+    svr.Get("/metrics", metrics);
+
+    svr.set_error_handler([](const Req& req, Res& res) {
+      if (!res.body.empty()) return;
+      std::string msg = res.status == 404   ? "no route for " + req.method + " " + req.path
+                        : res.status == 413 ? "request body too large"
+                                            : "HTTP error " + std::to_string(res.status);
+      res.set_content(Json{{"error", msg}}.dump(), "application/json");
+    });
+    svr.set_exception_handler([](const Req&, Res& res, std::exception_ptr ep) {
+      Status s;
+      try {
+        std::rethrow_exception(ep);
+      } catch (...) {
+        s = status_of_current_exception();
+      }
+      error(res, s);
+    });
+  }
+};
+
+at::ScalarType RestServer::Impl::dtype_from_string_safe(const std::string& d) {
+  static const std::map<std::string, at::ScalarType> m{
+      {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
+      {"int64", at::kLong},    {"int32", at::kInt},      {"int16", at::kShort},  {"int8", at::kChar},
+      {"uint8", at::kByte},    {"bool", at::kBool}};
+  auto it = m.find(d);
+  return it == m.end() ? at::kFloat : it->second;
+}
+
+RestServer::RestServer(ServerCore& core, FrontendOptions options)
+    : impl_(std::make_unique<Impl>(core, std::move(options))) {
+  impl_->routes();
+  impl_->svr.set_payload_max_length(impl_->o.max_body_bytes);
+  int n = std::max(1, impl_->o.num_threads);
+  impl_->svr.new_task_queue = [n] { return new httplib::ThreadPool(n); };
+  impl_->svr.set_read_timeout(30, 0);
+}
+
+RestServer::~RestServer() { stop(); }
+
+int RestServer::start() {
+  if (impl_->port >= 0) return impl_->port;
+  int port = impl_->o.port == 0 ? impl_->svr.bind_to_any_port(impl_->o.host)
+                                : (impl_->svr.bind_to_port(impl_->o.host, impl_->o.port) ? impl_->o.port : -1);
+  if (port < 0)
+    throw IOError("REST server: cannot bind " + impl_->o.host + ":" + std::to_string(impl_->o.port) +
+                  " (in use or not permitted); choose another --rest_api_port");
+  impl_->port = port;
+  impl_->thread = std::thread([this] { impl_->svr.listen_after_bind(); });
+  spdlog::info("serving: REST API on {}:{}", impl_->o.host, port);
+  return port;
+}
+
+void RestServer::stop() {
+  if (impl_->port < 0) return;
+  // stop() only acts on a running listener: wait until the thread got there.
+  while (!impl_->svr.is_running()) std::this_thread::yield();
+  impl_->svr.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->port = -1;
+}
+
+}  // namespace kiln::serving

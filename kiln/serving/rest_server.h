@@ -1,0 +1,43 @@
+// The REST front end (cpp-httplib): TF Serving's REST API v1, KServe v2
+// (Open Inference Protocol) and Prometheus metrics over one port. Routes,
+// formats and error codes: docs/SERVING.md.
+//
+//   RestServer rest(core, {.host = "127.0.0.1", .port = 0});
+//   int port = rest.start();
+//
+// Every error answers {"error": "..."} with http_status(code). Bodies are
+// size-limited and their JSON nesting depth is checked before parsing.
+// Thread-safe; stop() waits for the listener thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kiln/core/json.h"
+#include "kiln/serving/frontend.h"
+#include "kiln/serving/server_core.h"
+
+namespace kiln::serving {
+
+class RestServer : public Frontend {
+ public:
+  RestServer(ServerCore& core, FrontendOptions options);  // borrows core
+  ~RestServer() override;
+  int start() override;
+  void stop() override;
+  std::string name() const override { return "rest"; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Request JSON helpers shared with other front ends and tests.
+// Deepest nesting of arrays/objects in `text` (strings skipped), scanning
+// without recursion; stops early once `limit` is exceeded.
+int json_depth(const std::string& text, int limit);
+// Parses a request body: accepts NaN, Infinity, -Infinity as numbers (TF
+// Serving does); ServingError INVALID_ARGUMENT on bad JSON or too deep.
+Json parse_request_json(const std::string& body, int max_depth);
+
+}  // namespace kiln::serving

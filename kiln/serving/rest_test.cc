@@ -1,0 +1,237 @@
+#include <gtest/gtest.h>
+
+#include "kiln/serving/rest_codec.h"
+#include "kiln/serving/serving_test_util.h"
+
+namespace kiln::serving {
+namespace {
+
+using namespace kiln::serving::testing;
+
+class Rest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    save_tiny_model(dir_.path() + "/m/1", 0.5f);
+    save_tiny_model(dir_.path() + "/m/2", 1.0f);
+    ServerCoreOptions o;
+    ModelConfig m = model_config("m", dir_.path() + "/m");
+    m.version_policy.kind = VersionPolicy::Kind::kAll;
+    m.version_labels = {{"stable", 1}, {"canary", 2}};
+    o.config.models = {m};
+    o.file_system_poll_wait_seconds = 0;
+    FrontendOptions f;
+    f.max_body_bytes = 1 << 20;
+    served_ = std::make_unique<Served>(o, f);
+    cli_ = served_->client();
+    in_ = input_name(*served_->core->get({"m"}));
+  }
+  Json post(const std::string& path, const std::string& body, int* status) {
+    auto r = cli_->Post(path.c_str(), body, "application/json");
+    EXPECT_TRUE(r) << path;
+    if (!r) return Json();
+    *status = r->status;
+    return Json::parse(r->body, nullptr, false);
+  }
+  Json get(const std::string& path, int* status) {
+    auto r = cli_->Get(path.c_str());
+    EXPECT_TRUE(r) << path;
+    if (!r) return Json();
+    *status = r->status;
+    return Json::parse(r->body, nullptr, false);
+  }
+  // 400 with an "error" message containing `part`.
+  void expect_400(const std::string& path, const std::string& body, const std::string& part) {
+    int st = 0;
+    Json j = post(path, body, &st);
+    EXPECT_EQ(st, 400) << body.substr(0, 200);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << j.dump();
+    EXPECT_NE(j["error"].get<std::string>().find(part), std::string::npos) << j["error"];
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Served> served_;
+  std::unique_ptr<httplib::Client> cli_;
+  std::string in_;
+};
+
+TEST_F(Rest, ModelStatusIsTfServingJson) {
+  int st = 0;
+  Json j = get("/v1/models/m", &st);
+  EXPECT_EQ(st, 200);
+  EXPECT_EQ(j, Json::parse(R"({"model_version_status":[
+    {"version":"2","state":"AVAILABLE","status":{"error_code":"OK","error_message":""}},
+    {"version":"1","state":"AVAILABLE","status":{"error_code":"OK","error_message":""}}]})"));
+  j = get("/v1/models/m/versions/1", &st);
+  EXPECT_EQ(st, 200);
+  ASSERT_EQ(j["model_version_status"].size(), 1u);
+  EXPECT_EQ(j["model_version_status"][0]["version"], "1");
+  j = get("/v1/models/m/labels/canary", &st);
+  EXPECT_EQ(j["model_version_status"][0]["version"], "2");
+  get("/v1/models/nope", &st);
+  EXPECT_EQ(st, 404);
+  j = get("/v1/models/m/versions/7", &st);
+  EXPECT_EQ(st, 404);
+  EXPECT_TRUE(j.contains("error"));
+  j = get("/v1/models/m/labels/beta", &st);
+  EXPECT_EQ(st, 404);
+  EXPECT_NE(j["error"].get<std::string>().find("beta"), std::string::npos);
+}
+
+TEST_F(Rest, MetadataIsTfServingSignatureDef) {
+  int st = 0;
+  Json j = get("/v1/models/m/versions/1/metadata", &st);
+  EXPECT_EQ(st, 200);
+  EXPECT_EQ(j["model_spec"]["name"], "m");
+  EXPECT_EQ(j["model_spec"]["version"], "1");
+  const Json& sig = j["metadata"]["signature_def"]["signature_def"]["serving_default"];
+  EXPECT_EQ(sig["method_name"], "tensorflow/serving/predict");
+  EXPECT_EQ(sig["inputs"][in_]["dtype"], "DT_FLOAT");
+  EXPECT_EQ(sig["inputs"][in_]["tensor_shape"]["dim"][0]["size"], "-1");
+  EXPECT_EQ(sig["inputs"][in_]["tensor_shape"]["dim"][1]["size"], "4");
+}
+
+TEST_F(Rest, PredictRowAndColumnarFormatsWithVersionsAndLabels) {
+  int st = 0;
+  Json j = post("/v1/models/m:predict", R"({"instances": [[1,2,3,4], [0,0,0,0]]})", &st);
+  ASSERT_EQ(st, 200) << j.dump();
+  // Latest is version 2 (fill 1.0): 10 + 1.
+  ASSERT_EQ(j["predictions"].size(), 2u);
+  EXPECT_FLOAT_EQ(j["predictions"][0][0].get<float>(), tiny_output(1.0f, {1, 2, 3, 4}));
+  EXPECT_FLOAT_EQ(j["predictions"][1][2].get<float>(), 1.0f);
+  j = post("/v1/models/m/labels/stable:predict", R"({"instances": [[1,2,3,4]]})", &st);
+  EXPECT_FLOAT_EQ(j["predictions"][0][0].get<float>(), tiny_output(0.5f, {1, 2, 3, 4}));
+  j = post("/v1/models/m/versions/1:predict",
+           R"({"signature_name": "serving_default", "inputs": {")" + in_ + R"(": [[1,1,1,1]]}})", &st);
+  ASSERT_EQ(st, 200) << j.dump();
+  EXPECT_FLOAT_EQ(j["outputs"][0][1].get<float>(), tiny_output(0.5f, {1, 1, 1, 1}));
+  j = post("/v1/models/m:predict", R"({"inputs": [[1,1,1,1]]})", &st);
+  EXPECT_EQ(st, 200);
+  // Named row format.
+  j = post("/v1/models/m:predict", R"({"instances": [{")" + in_ + R"(": [1,1,1,1]}]})", &st);
+  EXPECT_EQ(st, 200) << j.dump();
+}
+
+TEST_F(Rest, AcceptsNaNInfinityAndBase64) {
+  int st = 0;
+  Json j = post("/v1/models/m:predict", R"({"instances": [[NaN, 0, 0, 0], [Infinity, -Infinity, 0, 1]]})", &st);
+  ASSERT_EQ(st, 200) << j.dump();
+  EXPECT_TRUE(j["predictions"][0][0].is_null());  // NaN out, written as null
+  float x[4] = {1, 2, 3, 4};
+  std::string raw(reinterpret_cast<char*>(x), sizeof x);
+  static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string b64;
+  for (size_t i = 0; i < raw.size(); i += 3) {
+    uint32_t n = (uint8_t)raw[i] << 16 | (i + 1 < raw.size() ? (uint8_t)raw[i + 1] << 8 : 0) |
+                 (i + 2 < raw.size() ? (uint8_t)raw[i + 2] : 0);
+    b64 += a[n >> 18 & 63];
+    b64 += a[n >> 12 & 63];
+    b64 += i + 1 < raw.size() ? a[n >> 6 & 63] : '=';
+    b64 += i + 2 < raw.size() ? a[n & 63] : '=';
+  }
+  j = post("/v1/models/m:predict", R"({"instances": [{"b64": ")" + b64 + R"("}]})", &st);
+  ASSERT_EQ(st, 200) << j.dump();
+  EXPECT_FLOAT_EQ(j["predictions"][0][0].get<float>(), tiny_output(1.0f, {1, 2, 3, 4}));
+  EXPECT_EQ(base64_decode("aGVsbG8="), "hello");
+  EXPECT_EQ(base64_decode("aGVsbG8"), "hello");
+}
+
+TEST_F(Rest, MalformedRequestsGetA400AndNeverWedgeTheServer) {
+  expect_400("/v1/models/m:predict", R"({"instances": [[1,2,3,4])", "JSON Parse error");  // truncated
+  expect_400("/v1/models/m:predict", "", "JSON Parse error");
+  expect_400("/v1/models/m:predict", R"({"instances": [[1,2,3]]})", "expects shape");
+  expect_400("/v1/models/m:predict", R"({"instances": [[1,2,3,4],[1,2]]})", "disagree");
+  expect_400("/v1/models/m:predict", R"({"instances": [["a",2,3,4]]})", "where a number belongs");
+  expect_400("/v1/models/m:predict", R"({"instances": [[[1,2],[3,4]]]})", "expects shape");
+  expect_400("/v1/models/m:predict", R"({"instances": [{"b64": "!!!"}]})", "invalid base64");
+  expect_400("/v1/models/m:predict", R"({"instances": [{"b64": "AAAA"}]})", "values");
+  expect_400("/v1/models/m:predict", R"({"instances": [[1,2,3,4]], "inputs": [[1,2,3,4]]})", "exactly one");
+  expect_400("/v1/models/m:predict", R"({"instances": [[1,2,3,4]], "signature_name": "nope"})", "nope");
+  expect_400("/v1/models/m:predict", R"([1,2])", "JSON object");
+  expect_400("/v1/models/m:predict", std::string(100000, '[') + std::string(100000, ']'), "nesting");
+  expect_400("/v1/models/m:classify", R"({"examples": [{"x": [1,2,3,4]}]})", "tensorflow/serving/classify");
+  expect_400("/v1/models/m:regress", R"({"examples": [{"x": [1,2,3,4]}]})", "tensorflow/serving/regress");
+  int st = 0;
+  post("/v1/models/nope:predict", R"({"instances": [[1,2,3,4]]})", &st);
+  EXPECT_EQ(st, 404);
+  post("/v1/models/m/versions/9:predict", R"({"instances": [[1,2,3,4]]})", &st);
+  EXPECT_EQ(st, 404);
+  // Too large a body: 413 from the size limit.
+  auto r = cli_->Post("/v1/models/m:predict", std::string(2 << 20, ' '), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  // Still serving.
+  Json j = post("/v1/models/m:predict", R"({"instances": [[1,2,3,4]]})", &st);
+  EXPECT_EQ(st, 200);
+  r = cli_->Get("/v1/nothing");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+}
+
+TEST_F(Rest, KServeV2HealthMetadataReadyAndInfer) {
+  int st = 0;
+  get("/v2/health/live", &st);
+  EXPECT_EQ(st, 200);
+  get("/v2/health/ready", &st);
+  EXPECT_EQ(st, 200);
+  Json j = get("/v2/models/m", &st);
+  EXPECT_EQ(st, 200);
+  EXPECT_EQ(j["name"], "m");
+  EXPECT_EQ(j["inputs"][0]["datatype"], "FP32");
+  EXPECT_EQ(j["inputs"][0]["shape"], Json::parse("[-1, 4]"));
+  get("/v2/models/m/versions/1/ready", &st);
+  EXPECT_EQ(st, 200);
+  get("/v2/models/m/versions/5/ready", &st);
+  EXPECT_EQ(st, 404);
+  get("/v2/models/zzz/ready", &st);
+  EXPECT_EQ(st, 404);
+  j = post("/v2/models/m/versions/1/infer",
+           R"({"id": "r1", "inputs": [{"name": ")" + in_ + R"(", "shape": [2, 4], "datatype": "FP32", "data": [1,2,3,4,0,0,0,0]}]})",
+           &st);
+  ASSERT_EQ(st, 200) << j.dump();
+  EXPECT_EQ(j["id"], "r1");
+  EXPECT_EQ(j["model_version"], "1");
+  EXPECT_EQ(j["outputs"][0]["shape"], Json::parse("[2, 3]"));
+  EXPECT_EQ(j["outputs"][0]["datatype"], "FP32");
+  EXPECT_FLOAT_EQ(j["outputs"][0]["data"][0].get<float>(), tiny_output(0.5f, {1, 2, 3, 4}));
+  expect_400("/v2/models/m/infer",
+             R"({"inputs": [{"name": ")" + in_ + R"(", "shape": [1, 4], "datatype": "INT64", "data": [1,2,3,4]}]})",
+             "datatype INT64");
+  expect_400("/v2/models/m/infer",
+             R"({"inputs": [{"name": ")" + in_ + R"(", "shape": [2, 4], "datatype": "FP32", "data": [1,2,3,4]}]})",
+             "holds 8 values");
+  expect_400("/v2/models/m/infer", R"({"inputs": 3})", "inputs");
+}
+
+TEST_F(Rest, PrometheusMetricsCountRequestsPerModelVersionAndPhase) {
+  int st = 0;
+  post("/v1/models/m/versions/1:predict", R"({"instances": [[1,2,3,4]]})", &st);
+  ASSERT_EQ(st, 200);
+  for (const char* path : {"/monitoring/prometheus/metrics", "/metrics"}) {
+    auto r = cli_->Get(path);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    const std::string& b = r->body;
+    EXPECT_NE(b.find("kiln_requests_total{api=\"predict\",code=\"OK\",model=\"m\",protocol=\"rest\",version=\"1\"} 1"),
+              std::string::npos)
+        << b;
+    EXPECT_NE(b.find("kiln_request_latency_seconds_bucket{model=\"m\",phase=\"compute\",protocol=\"rest\",version=\"1\",le=\"+Inf\"} 1"),
+              std::string::npos);
+    EXPECT_NE(b.find("phase=\"parse\""), std::string::npos);
+    EXPECT_NE(b.find("phase=\"serialize\""), std::string::npos);
+    EXPECT_NE(b.find("kiln_model_load_seconds_count{model=\"m\"} 2"), std::string::npos);
+    EXPECT_NE(b.find("kiln_model_version_available{model=\"m\",version=\"2\"} 1"), std::string::npos);
+    EXPECT_NE(b.find("process_resident_memory_bytes "), std::string::npos);
+  }
+}
+
+TEST(RestJson, DepthScanAndNaN) {
+  EXPECT_EQ(json_depth(R"({"a": "[[[[", "b": [[1]]})", 10), 3);
+  EXPECT_GT(json_depth(std::string(50, '['), 10), 10);
+  Json j = parse_request_json(R"({"s": "NaN Infinity", "v": [NaN, -Infinity]})", 10);
+  EXPECT_EQ(j["s"], "NaN Infinity");
+  EXPECT_EQ(j["v"][0], "NaN");
+  EXPECT_EQ(j["v"][1], "-Infinity");
+}
+
+}  // namespace
+}  // namespace kiln::serving

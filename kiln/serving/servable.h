@@ -1,0 +1,82 @@
+// Servable: what the server loads from one version directory and runs.
+// Small on purpose, so that another kind (an ensemble Predictor, an ONNX
+// runtime) plugs in by registering a factory for its `model_platform`.
+//
+//   auto s = make_servable("kiln", "/models/mnist/3");   // loads; throws on a bad dir
+//   TensorMap out = s->predict({{"inputs", x}}, "serving_default");
+//
+// Contract: load happens in the factory (constructor); predict() is called
+// concurrently from many threads and must be thread-safe; the batch
+// dimension is dim 0 of every input and output; signatures() is fixed after
+// load. Destroying the servable releases its memory.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/core/json.h"
+
+namespace kiln {
+class Model;
+}
+
+namespace kiln::serving {
+
+// Named tensors of one request or response, in name order.
+using TensorMap = std::map<std::string, at::Tensor>;
+
+constexpr const char* kDefaultSignature = "serving_default";
+
+class Servable {
+ public:
+  virtual ~Servable() = default;
+  // Runs `signature` on a batch. Inputs are checked against the signature
+  // (ServingError INVALID_ARGUMENT naming the input, expected and received
+  // shape/dtype); unknown signature -> INVALID_ARGUMENT listing the known ones.
+  virtual TensorMap predict(const TensorMap& inputs, const std::string& signature) = 0;
+  // kiln's signature JSON (kiln/saving/model_io.h, model_signatures()):
+  // {"serving_default": {"inputs": {name: {"dtype", "shape"}}, "outputs": {...},
+  //  "method_name": "predict"|"classify"|"regress"}}. Shapes hold -1 for any size.
+  virtual const Json& signatures() const = 0;
+  // Bytes held (weights and buffers), for metrics and resource accounting.
+  virtual int64_t memory_bytes() const = 0;
+};
+
+using ServablePtr = std::shared_ptr<Servable>;
+
+// Loads one version directory. Throws (FormatError, NotFoundError, ...) on failure.
+using ServableFactory = std::function<std::unique_ptr<Servable>(const std::string& dir)>;
+
+// Registers a factory for `platform` (the `model_platform` of a model
+// config). "kiln" (kiln::load_model directories) is registered by default.
+void register_servable_factory(const std::string& platform, ServableFactory factory);
+// Throws ServingError INVALID_ARGUMENT naming the known platforms if unknown.
+std::unique_ptr<Servable> make_servable(const std::string& platform, const std::string& dir);
+bool has_servable_platform(const std::string& platform);
+
+// The "kiln" servable: a model directory loaded with kiln::load_model and run
+// with Model::predict_on_batch under no-grad. Thread-safe: calls into the
+// model are serialised (batching gives the throughput).
+class ModelServable : public Servable {
+ public:
+  explicit ModelServable(const std::string& dir);
+  TensorMap predict(const TensorMap& inputs, const std::string& signature) override;
+  const Json& signatures() const override { return signatures_; }
+  int64_t memory_bytes() const override { return memory_bytes_; }
+  Model& model() { return *model_; }
+
+ private:
+  std::shared_ptr<Model> model_;
+  Json signatures_;
+  int64_t memory_bytes_ = 0;
+  std::vector<std::string> input_names_, output_names_;
+  std::mutex mu_;  // serialises calls into the model
+};
+
+}  // namespace kiln::serving

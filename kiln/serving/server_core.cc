@@ -1,0 +1,672 @@
+#include "kiln/serving/server_core.h"
+
+#include <dirent.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <set>
+#include <shared_mutex>
+#include <thread>
+
+#include "kiln/core/error.h"
+#include "kiln/serving/rest_codec.h"
+#include "kiln/serving/rest_server.h"
+
+namespace kiln::serving {
+namespace {
+
+int64_t micros_since(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count();
+}
+
+bool is_dir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int64_t mtime_ns(const std::string& p) {
+  struct stat st;
+  if (::stat(p.c_str(), &st) != 0) return -1;
+  return (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+// Complete version directories under base: positive integer names holding
+// model.json. Anything else (".tmp-3", "3.partial", a file) is ignored.
+std::map<int64_t, std::string> scan_versions(const std::string& base) {
+  std::map<int64_t, std::string> out;
+  DIR* d = ::opendir(base.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n.empty() || n.size() > 18 || !std::all_of(n.begin(), n.end(), ::isdigit)) continue;
+    int64_t v = std::stoll(n);
+    if (v < 1) continue;
+    std::string dir = base + "/" + n;
+    if (!is_dir(dir) || mtime_ns(dir + "/model.json") < 0) continue;
+    out[v] = dir;
+  }
+  ::closedir(d);
+  return out;
+}
+
+std::string spec_str(const ModelSpec& s) {
+  if (s.version) return "Specific(" + s.name + ", " + std::to_string(*s.version) + ")";
+  if (s.label) return "Label(" + s.name + ", " + *s.label + ")";
+  return "Latest(" + s.name + ")";
+}
+
+}  // namespace
+
+void ServerCoreOptions::validate() const {
+  config.validate();
+  if (file_system_poll_wait_seconds < 0)
+    throw ValueError("file_system_poll_wait_seconds must be >= 0. Received: " + std::to_string(file_system_poll_wait_seconds));
+  if (num_load_threads < 1)
+    throw ValueError("num_load_threads must be a positive integer. Received: " + std::to_string(num_load_threads));
+  if (enable_batching) batching.validate();
+}
+
+struct VersionEntry {
+  std::string model;
+  int64_t version = 0;
+  std::string dir;
+  std::string platform;
+  int64_t model_json_mtime = 0;
+  VersionLifecycle life;
+  std::shared_ptr<Servable> servable;          // set in Loading, reset in Unloading
+  std::unique_ptr<BatchScheduler> batcher;     // idem
+  std::mutex mu;                               // guards in_flight with cv
+  std::condition_variable cv;
+  int64_t in_flight = 0;                       // guarded by mu
+  bool unload_scheduled = false;               // guarded by Impl::mu_
+};
+
+struct ModelEntry {
+  ModelConfig config;
+  std::map<int64_t, std::shared_ptr<VersionEntry>> versions;  // every version seen, for status
+};
+
+struct ServerCore::Impl {
+  ServerCore* self;
+  ServerCoreOptions& o;
+  MetricsRegistry& metrics;
+
+  mutable std::shared_mutex mu_;                          // routing: models_ and entries' maps
+  std::map<std::string, std::shared_ptr<ModelEntry>> models_;  // guarded by mu_
+
+  std::mutex reconcile_mu_;  // one reconcile at a time
+
+  // Loader pool.
+  std::mutex jobs_mu_;
+  mutable std::condition_variable jobs_cv_;
+  std::deque<std::function<void()>> jobs_;  // guarded by jobs_mu_
+  int64_t running_jobs_ = 0;                // guarded by jobs_mu_
+  bool stopping_ = false;                   // guarded by jobs_mu_
+  std::vector<std::thread> workers_;
+
+  std::thread poller_;
+  std::mutex poll_mu_;
+  std::condition_variable poll_cv_;
+  bool poll_stop_ = false;  // guarded by poll_mu_
+
+  Impl(ServerCore* s, ServerCoreOptions& opts, MetricsRegistry& m) : self(s), o(opts), metrics(m) {}
+
+  void submit(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> l(jobs_mu_);
+      if (stopping_) return;
+      jobs_.push_back(std::move(job));
+    }
+    jobs_cv_.notify_all();
+  }
+
+  void worker() {
+    std::unique_lock<std::mutex> l(jobs_mu_);
+    for (;;) {
+      jobs_cv_.wait(l, [&] { return stopping_ || !jobs_.empty(); });
+      if (stopping_ && jobs_.empty()) return;
+      auto job = std::move(jobs_.front());
+      jobs_.pop_front();
+      ++running_jobs_;
+      l.unlock();
+      try {
+        job();
+      } catch (const std::exception& e) {
+        spdlog::error("serving: loader job failed: {}", e.what());
+      }
+      l.lock();
+      --running_jobs_;
+      jobs_cv_.notify_all();
+    }
+  }
+
+  void set_state_gauge(const VersionEntry& v) {
+    metrics.gauge("kiln_model_version_available", "1 while the version is AVAILABLE",
+                  {{"model", v.model}, {"version", std::to_string(v.version)}})
+        .set(v.life.state() == VersionState::kReady ? 1 : 0);
+  }
+
+  void transition(VersionEntry& v, VersionState to) {
+    VersionState from = v.life.state();
+    v.life.transition(to);
+    spdlog::info("serving: {} version {}: {} -> {}", v.model, v.version, state_name(from), state_name(to));
+    set_state_gauge(v);
+  }
+
+  void warmup(VersionEntry& v) {
+    std::string path = v.dir + "/assets/extra/warmup_requests.jsonl";
+    std::ifstream in(path);
+    if (!in) return;
+    std::string line;
+    int n = 0, lineno = 0;
+    while (std::getline(in, line)) {
+      ++lineno;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      try {
+        Json body = parse_request_json(line, 64);
+        PredictCall call = decode_predict_request(body, v.servable->signatures());
+        v.servable->predict(call.inputs, call.signature_name);
+      } catch (const std::exception& e) {
+        throw FormatError("warmup request " + path + ":" + std::to_string(lineno) + " failed: " + e.what());
+      }
+      ++n;
+    }
+    metrics.counter("kiln_warmup_requests_total", "Warmup requests replayed", {{"model", v.model}}).inc(n);
+    spdlog::info("serving: {} version {}: replayed {} warmup requests", v.model, v.version, n);
+  }
+
+  void load(std::shared_ptr<VersionEntry> v) {
+    if (v->life.state() != VersionState::kNew) return;
+    transition(*v, VersionState::kLoading);
+    auto start = Clock::now();
+    try {
+      v->servable = make_servable(v->platform, v->dir);
+      if (o.enable_batching) {
+        Servable* raw = v->servable.get();
+        v->batcher = std::make_unique<BatchScheduler>(
+            o.batching, [raw](const std::string& sig, const TensorMap& batch) { return raw->predict(batch, sig); });
+      }
+      if (o.enable_warmup) warmup(*v);
+    } catch (const std::exception& e) {
+      v->batcher.reset();
+      v->servable.reset();
+      std::string msg = e.what();
+      v->life.fail(msg);
+      spdlog::error("serving: {} version {}: Loading -> Error: {}", v->model, v->version, msg);
+      set_state_gauge(*v);
+      metrics.counter("kiln_model_load_failures_total", "Failed version loads", {{"model", v->model}}).inc();
+      return;
+    }
+    double secs = micros_since(start) / 1e6;
+    metrics.histogram("kiln_model_load_seconds", "Time to load and warm up a version", {{"model", v->model}})
+        .observe(secs);
+    metrics.gauge("kiln_model_memory_bytes", "Bytes held by the version's servable",
+                  {{"model", v->model}, {"version", std::to_string(v->version)}})
+        .set((double)v->servable->memory_bytes());
+    {
+      std::unique_lock<std::shared_mutex> l(mu_);  // routing sees it from now on
+      transition(*v, VersionState::kReady);
+    }
+  }
+
+  void unload(std::shared_ptr<VersionEntry> v) {
+    {
+      std::unique_lock<std::shared_mutex> l(mu_);  // no get() between the check and the lease
+      VersionState s = v->life.state();
+      if (s == VersionState::kNew) {
+        transition(*v, VersionState::kDisabled);
+        return;
+      }
+      if (s != VersionState::kReady) return;
+      transition(*v, VersionState::kQuiescing);
+    }
+    {
+      std::unique_lock<std::mutex> l(v->mu);
+      v->cv.wait(l, [&] { return v->in_flight == 0; });
+    }
+    transition(*v, VersionState::kUnloading);
+    v->batcher.reset();
+    v->servable.reset();
+    metrics.gauge("kiln_model_memory_bytes", "Bytes held by the version's servable",
+                  {{"model", v->model}, {"version", std::to_string(v->version)}})
+        .set(0);
+    transition(*v, VersionState::kDisabled);
+  }
+
+  // Brings one model's versions toward what its policy aspires to.
+  void reconcile_model(const std::shared_ptr<ModelEntry>& m, bool removed) {
+    std::map<int64_t, std::string> on_disk = removed ? std::map<int64_t, std::string>{} : scan_versions(m->config.base_path);
+    std::vector<int64_t> avail;
+    for (auto& [v, d] : on_disk) avail.push_back(v);
+    std::vector<int64_t> aspired_list = m->config.version_policy.select(avail);
+    std::set<int64_t> aspired(aspired_list.begin(), aspired_list.end());
+
+    std::vector<std::shared_ptr<VersionEntry>> to_load, to_unload;
+    {
+      std::unique_lock<std::shared_mutex> l(mu_);
+      bool any_aspired_ready = false, any_aspired_pending = false;  // pending: for the log only
+      (void)any_aspired_pending;
+      for (int64_t v : aspired) {
+        auto it = m->versions.find(v);
+        if (it == m->versions.end()) {
+          any_aspired_pending = true;
+          continue;
+        }
+        VersionState s = it->second->life.state();
+        if (s == VersionState::kReady) any_aspired_ready = true;
+        if (s == VersionState::kNew || s == VersionState::kLoading) any_aspired_pending = true;
+        if (s == VersionState::kDisabled) any_aspired_pending = true;  // will be reloaded
+        if (s == VersionState::kError && mtime_ns(on_disk[v] + "/model.json") != it->second->model_json_mtime)
+          any_aspired_pending = true;  // changed on disk: retried below
+      }
+      // Unload versions no longer aspired.
+      bool others_live = false;
+      for (auto& [v, e] : m->versions) {
+        if (aspired.count(v)) continue;
+        VersionState s = e->life.state();
+        if (s == VersionState::kNew) {
+          to_unload.push_back(e);
+        } else if (s == VersionState::kReady && !e->unload_scheduled) {
+          // Availability-preserving: keep it until an aspired version serves.
+          // If every aspired version failed, it keeps serving (a failed load
+          // never replaces a working version).
+          bool go = removed || o.resource_preserving || any_aspired_ready || aspired.empty();
+          if (go) {
+            e->unload_scheduled = true;
+            to_unload.push_back(e);
+          } else {
+            others_live = true;
+          }
+        }
+        if (s == VersionState::kLoading || s == VersionState::kQuiescing || s == VersionState::kUnloading ||
+            (s == VersionState::kReady))
+          others_live = true;
+      }
+      // Load newly aspired versions (resource-preserving: only once the old ones are gone).
+      if (!(o.resource_preserving && others_live)) {
+        for (int64_t v : aspired) {
+          auto it = m->versions.find(v);
+          bool fresh = it == m->versions.end() || it->second->life.state() == VersionState::kDisabled ||
+                       (it->second->life.state() == VersionState::kError &&
+                        mtime_ns(on_disk[v] + "/model.json") != it->second->model_json_mtime);
+          if (!fresh) continue;
+          auto e = std::make_shared<VersionEntry>();
+          e->model = m->config.name;
+          e->version = v;
+          e->dir = on_disk[v];
+          e->platform = m->config.model_platform;
+          e->model_json_mtime = mtime_ns(e->dir + "/model.json");
+          m->versions[v] = e;
+          to_load.push_back(e);
+          spdlog::info("serving: {} version {}: found at {}", e->model, v, e->dir);
+        }
+      }
+    }
+    std::weak_ptr<ModelEntry> weak = m;
+    for (auto& e : to_load)
+      submit([this, e, weak, removed] {
+        load(e);
+        if (auto mm = weak.lock()) reconcile_later(mm, removed);
+      });
+    for (auto& e : to_unload)
+      submit([this, e, weak, removed] {
+        unload(e);
+        if (auto mm = weak.lock()) reconcile_later(mm, removed);
+      });
+  }
+
+  void reconcile_later(const std::shared_ptr<ModelEntry>& m, bool removed) {
+    std::lock_guard<std::mutex> l(reconcile_mu_);
+    bool still = false;
+    {
+      std::shared_lock<std::shared_mutex> rl(mu_);
+      auto it = models_.find(m->config.name);
+      still = it != models_.end() && it->second == m;
+    }
+    reconcile_model(m, removed || !still);
+  }
+
+  void poll() {
+    std::lock_guard<std::mutex> l(reconcile_mu_);
+    std::vector<std::shared_ptr<ModelEntry>> ms;
+    {
+      std::shared_lock<std::shared_mutex> rl(mu_);
+      for (auto& [n, m] : models_) ms.push_back(m);
+    }
+    for (auto& m : ms) reconcile_model(m, false);
+  }
+
+  void apply_config(const ModelServerConfig& cfg) {
+    std::lock_guard<std::mutex> l(reconcile_mu_);
+    std::vector<std::shared_ptr<ModelEntry>> removed, kept;
+    {
+      std::unique_lock<std::shared_mutex> wl(mu_);
+      std::map<std::string, std::shared_ptr<ModelEntry>> next;
+      for (auto& mc : cfg.models) {
+        auto it = models_.find(mc.name);
+        std::shared_ptr<ModelEntry> m;
+        if (it != models_.end() && it->second->config.base_path == mc.base_path &&
+            it->second->config.model_platform == mc.model_platform) {
+          m = it->second;
+          m->config = mc;  // policy and labels apply on this reconcile
+        } else {
+          if (it != models_.end()) removed.push_back(it->second);
+          m = std::make_shared<ModelEntry>();
+          m->config = mc;
+          spdlog::info("serving: model {} added (base_path {})", mc.name, mc.base_path);
+        }
+        next[mc.name] = m;
+        kept.push_back(m);
+      }
+      for (auto& [n, m] : models_)
+        if (!next.count(n)) {
+          removed.push_back(m);
+          spdlog::info("serving: model {} removed", n);
+        }
+      models_ = std::move(next);
+    }
+    for (auto& m : removed) reconcile_model(m, true);
+    for (auto& m : kept) reconcile_model(m, false);
+  }
+
+  std::shared_ptr<ModelEntry> find_model(const std::string& name) const {
+    auto it = models_.find(name);
+    if (it == models_.end())
+      throw ServingError(Code::kNotFound, "Servable not found for request: Latest(" + name + "): unknown model '" + name + "'");
+    return it->second;
+  }
+
+  // Resolves spec to a version number (label -> version). Under mu_.
+  std::optional<int64_t> resolve(const ModelEntry& m, const ModelSpec& spec) const {
+    if (spec.version && spec.label)
+      throw ServingError(Code::kInvalidArgument, "give a version or a label, not both");
+    if (spec.label) {
+      auto it = m.config.version_labels.find(*spec.label);
+      if (it == m.config.version_labels.end())
+        throw ServingError(Code::kNotFound, "Unrecognized servable version label: " + *spec.label);
+      return it->second;
+    }
+    return spec.version;
+  }
+};
+
+ServerCore::ServerCore(ServerCoreOptions options)
+    : options_(std::move(options)), metrics_(std::make_unique<MetricsRegistry>()) {
+  options_.validate();
+  impl_ = std::make_unique<Impl>(this, options_, *metrics_);
+  for (int64_t i = 0; i < options_.num_load_threads; ++i) impl_->workers_.emplace_back([this] { impl_->worker(); });
+}
+
+ServerCore::~ServerCore() {
+  stop();
+  {
+    std::lock_guard<std::mutex> l(impl_->jobs_mu_);
+    impl_->stopping_ = true;
+    impl_->jobs_.clear();
+  }
+  impl_->jobs_cv_.notify_all();
+  for (auto& t : impl_->workers_) t.join();
+}
+
+void ServerCore::start() {
+  impl_->apply_config(options_.config);
+  // Wait for the first aspired versions (they may also fail; then status says so).
+  wait_until_idle(options_.initial_load_timeout_seconds);
+  if (options_.file_system_poll_wait_seconds > 0 && !impl_->poller_.joinable()) {
+    impl_->poller_ = std::thread([this] {
+      std::unique_lock<std::mutex> l(impl_->poll_mu_);
+      while (!impl_->poll_stop_) {
+        impl_->poll_cv_.wait_for(l, std::chrono::duration<double>(options_.file_system_poll_wait_seconds),
+                                 [&] { return impl_->poll_stop_; });
+        if (impl_->poll_stop_) break;
+        l.unlock();
+        try {
+          impl_->poll();
+        } catch (const std::exception& e) {
+          spdlog::error("serving: file system poll failed: {}", e.what());
+        }
+        l.lock();
+      }
+    });
+  }
+}
+
+void ServerCore::stop() {
+  {
+    std::lock_guard<std::mutex> l(impl_->poll_mu_);
+    impl_->poll_stop_ = true;
+  }
+  impl_->poll_cv_.notify_all();
+  if (impl_->poller_.joinable()) impl_->poller_.join();
+}
+
+ServableHandlePtr ServerCore::get(const ModelSpec& spec) const {
+  std::shared_lock<std::shared_mutex> l(impl_->mu_);
+  auto m = impl_->find_model(spec.name);
+  auto want = impl_->resolve(*m, spec);
+  std::shared_ptr<VersionEntry> v;
+  if (want) {
+    auto it = m->versions.find(*want);
+    if (it == m->versions.end() || it->second->life.state() != VersionState::kReady)
+      throw ServingError(Code::kNotFound, "Servable not found for request: " + spec_str(spec));
+    v = it->second;
+  } else {
+    for (auto it = m->versions.rbegin(); it != m->versions.rend(); ++it)
+      if (it->second->life.state() == VersionState::kReady) {
+        v = it->second;
+        break;
+      }
+    if (!v)
+      throw ServingError(Code::kUnavailable, "Servable not found for request: " + spec_str(spec) +
+                                                 ": no version of '" + spec.name + "' is available yet");
+  }
+  {
+    std::lock_guard<std::mutex> g(v->mu);
+    ++v->in_flight;
+  }
+  auto h = std::make_shared<ServableHandle>();
+  h->model_name = spec.name;
+  h->version = v->version;
+  h->servable = v->servable;
+  h->lease = std::shared_ptr<void>(nullptr, [v](void*) {
+    std::lock_guard<std::mutex> g(v->mu);
+    if (--v->in_flight == 0) v->cv.notify_all();
+  });
+  return h;
+}
+
+TensorMap ServerCore::predict(const ServableHandle& handle, const std::string& signature, const TensorMap& inputs,
+                              Deadline deadline, RequestTiming* timing) {
+  std::shared_ptr<VersionEntry> v;
+  {
+    std::shared_lock<std::shared_mutex> l(impl_->mu_);
+    auto it = impl_->models_.find(handle.model_name);
+    if (it != impl_->models_.end()) {
+      auto vit = it->second->versions.find(handle.version);
+      if (vit != it->second->versions.end() && vit->second->servable == handle.servable) v = vit->second;
+    }
+  }
+  const std::string& sig = signature.empty() ? std::string(kDefaultSignature) : signature;
+  if (v && v->batcher) {
+    BatchTiming bt;
+    TensorMap out = v->batcher->run(sig, inputs, deadline, &bt);
+    if (timing) {
+      timing->queue_us = bt.queue_us;
+      timing->compute_us = bt.compute_us;
+      timing->batch_size = bt.batch_size;
+    }
+    metrics_->histogram("kiln_batch_size", "Rows per executed batch (with padding)", {{"model", handle.model_name}},
+                        batch_size_buckets())
+        .observe((double)bt.batch_size);
+    return out;
+  }
+  if (deadline && Clock::now() >= *deadline) throw ServingError(Code::kDeadlineExceeded, "deadline exceeded before compute");
+  auto start = Clock::now();
+  TensorMap out = handle.servable->predict(inputs, sig);
+  if (timing) {
+    timing->compute_us = micros_since(start);
+    timing->batch_size = inputs.empty() || inputs.begin()->second.dim() == 0 ? 1 : inputs.begin()->second.size(0);
+  }
+  return out;
+}
+
+void ServerCore::record_request(const std::string& model, int64_t version, const std::string& protocol,
+                                const std::string& api, const Status& status, const RequestTiming& t) {
+  std::string ver = version > 0 ? std::to_string(version) : "";
+  metrics_->counter("kiln_requests_total", "Requests by model, version, protocol, api and status code",
+                    {{"model", model}, {"version", ver}, {"protocol", protocol}, {"api", api}, {"code", code_name(status.code)}})
+      .inc();
+  if (!status.ok()) return;
+  auto phase = [&](const char* p, int64_t us) {
+    metrics_->histogram("kiln_request_latency_seconds", "Request latency by phase (parse, queue, compute, serialize, total)",
+                        {{"model", model}, {"version", ver}, {"protocol", protocol}, {"phase", p}})
+        .observe(us / 1e6);
+  };
+  phase("parse", t.parse_us);
+  phase("queue", t.queue_us);
+  phase("compute", t.compute_us);
+  phase("serialize", t.serialize_us);
+  phase("total", t.parse_us + t.queue_us + t.compute_us + t.serialize_us);
+}
+
+std::vector<VersionStatus> ServerCore::model_status(const ModelSpec& spec) const {
+  std::shared_lock<std::shared_mutex> l(impl_->mu_);
+  auto m = impl_->find_model(spec.name);
+  auto want = impl_->resolve(*m, spec);
+  std::vector<VersionStatus> out;
+  for (auto it = m->versions.rbegin(); it != m->versions.rend(); ++it) {
+    if (want && it->first != *want) continue;
+    out.push_back({it->first, it->second->life.state(), it->second->life.error()});
+  }
+  if (want && out.empty())
+    throw ServingError(Code::kNotFound, "Servable not found for request: " + spec_str(spec));
+  return out;
+}
+
+Json ServerCore::model_status_json(const ModelSpec& spec) const {
+  Json list = Json::array();
+  for (auto& s : model_status(spec)) {
+    bool err = s.state == VersionState::kError;
+    list.push_back(Json{{"version", std::to_string(s.version)},
+                        {"state", tfs_state_name(s.state)},
+                        {"status", {{"error_code", err ? "UNKNOWN" : "OK"}, {"error_message", s.error}}}});
+  }
+  return Json{{"model_version_status", list}};
+}
+
+std::vector<std::string> ServerCore::model_names() const {
+  std::shared_lock<std::shared_mutex> l(impl_->mu_);
+  std::vector<std::string> out;
+  for (auto& [n, m] : impl_->models_) out.push_back(n);
+  return out;
+}
+
+bool ServerCore::ready() const {
+  std::shared_lock<std::shared_mutex> l(impl_->mu_);
+  for (auto& [n, m] : impl_->models_) {
+    bool any = false;
+    for (auto& [v, e] : m->versions) any = any || e->life.state() == VersionState::kReady;
+    if (!any) return false;
+  }
+  return true;
+}
+
+bool ServerCore::is_ready(const ModelSpec& spec) const {
+  try {
+    get(spec);
+    return true;
+  } catch (const ServingError&) {
+    return false;
+  }
+}
+
+ModelServerConfig ServerCore::config() const {
+  std::shared_lock<std::shared_mutex> l(impl_->mu_);
+  ModelServerConfig c;
+  for (auto& [n, m] : impl_->models_) c.models.push_back(m->config);
+  return c;
+}
+
+void ServerCore::reload_config(const ModelServerConfig& config) {
+  config.validate();
+  impl_->apply_config(config);
+}
+
+void ServerCore::load_model(const ModelConfig& model) {
+  model.validate();
+  ModelServerConfig c = config();
+  bool replaced = false;
+  for (auto& m : c.models)
+    if (m.name == model.name) m = model, replaced = true;
+  if (!replaced) c.models.push_back(model);
+  reload_config(c);
+}
+
+void ServerCore::unload_model(const std::string& name) {
+  ModelServerConfig c = config();
+  auto it = std::find_if(c.models.begin(), c.models.end(), [&](const ModelConfig& m) { return m.name == name; });
+  if (it == c.models.end()) throw ServingError(Code::kNotFound, "unknown model '" + name + "'");
+  c.models.erase(it);
+  reload_config(c);
+}
+
+void ServerCore::poll_now() { impl_->poll(); }
+
+bool ServerCore::wait_until_ready(const ModelSpec& spec, double timeout_seconds) const {
+  auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
+  std::unique_lock<std::mutex> l(impl_->jobs_mu_);
+  for (;;) {
+    l.unlock();
+    bool ok = is_ready(spec);
+    l.lock();
+    if (ok) return true;
+    if (Clock::now() >= end) return false;
+    impl_->jobs_cv_.wait_until(l, std::min(end, Clock::now() + std::chrono::milliseconds(20)));
+  }
+}
+
+bool ServerCore::wait_until_idle(double timeout_seconds) const {
+  auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
+  std::unique_lock<std::mutex> l(impl_->jobs_mu_);
+  return impl_->jobs_cv_.wait_until(l, end, [&] { return impl_->jobs_.empty() && impl_->running_jobs_ == 0; });
+}
+
+std::string tf_dtype_name(const std::string& d) {
+  static const std::map<std::string, std::string> m{
+      {"float32", "DT_FLOAT"}, {"float64", "DT_DOUBLE"}, {"int32", "DT_INT32"},  {"int64", "DT_INT64"},
+      {"uint8", "DT_UINT8"},   {"int8", "DT_INT8"},      {"int16", "DT_INT16"},  {"bool", "DT_BOOL"},
+      {"float16", "DT_HALF"},  {"bfloat16", "DT_BFLOAT16"}, {"string", "DT_STRING"}};
+  auto it = m.find(d);
+  return it == m.end() ? "DT_INVALID" : it->second;
+}
+
+Json tfs_metadata_json(const ServableHandle& h) {
+  auto tensors = [](const Json& specs) {
+    Json out = Json::object();
+    for (auto& [name, spec] : specs.items()) {
+      Json dims = Json::array();
+      for (auto& d : spec["shape"])
+        dims.push_back(Json{{"size", std::to_string(d.is_null() ? -1 : d.get<int64_t>())}, {"name", ""}});
+      out[name] = Json{{"dtype", tf_dtype_name(spec.value("dtype", "float32"))},
+                       {"tensor_shape", {{"dim", dims}, {"unknown_rank", false}}},
+                       {"name", name + ":0"}};
+    }
+    return out;
+  };
+  Json defs = Json::object();
+  for (auto& [sig, s] : h.signatures().items()) {
+    std::string method = s.value("method_name", "predict");
+    if (method.find('/') == std::string::npos) method = "tensorflow/serving/" + method;
+    defs[sig] = Json{{"inputs", tensors(s["inputs"])}, {"outputs", tensors(s["outputs"])}, {"method_name", method}};
+  }
+  return Json{{"model_spec", {{"name", h.model_name}, {"signature_name", ""}, {"version", std::to_string(h.version)}}},
+              {"metadata", {{"signature_def", {{"signature_def", defs}}}}}};
+}
+
+}  // namespace kiln::serving

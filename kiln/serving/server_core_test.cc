@@ -1,0 +1,270 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "kiln/serving/serving_test_util.h"
+
+namespace kiln::serving {
+namespace {
+
+using namespace kiln::serving::testing;
+
+bool wait_for(const std::function<bool()>& cond, double seconds = 30) {
+  auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  while (!cond()) {
+    if (Clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling a condition with a deadline
+  }
+  return true;
+}
+
+VersionState state_of(ServerCore& core, const std::string& m, int64_t v) {
+  try {
+    auto s = core.model_status({m, v, std::nullopt});
+    return s.at(0).state;
+  } catch (const ServingError&) {
+    return VersionState::kNew;
+  }
+}
+
+TEST(ServerCore, NewVersionsReplaceOldOnesUnderLoadWithZeroFailures) {
+  TempDir dir;
+  std::string base = dir.path() + "/m";
+  save_tiny_model(base + "/1", 0.5f);
+  ServerCoreOptions o;
+  o.config.models = {model_config("m", base)};
+  o.file_system_poll_wait_seconds = 0.02;
+  Served s(o);
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0};
+  std::string body = R"({"instances": [[1,1,1,1]]})";
+  std::vector<std::thread> clients;
+  std::mutex seen_mu;
+  std::set<float> seen;
+  for (int i = 0; i < 4; ++i)
+    clients.emplace_back([&] {
+      auto c = s.client();
+      while (!stop) {
+        auto r = c->Post("/v1/models/m:predict", body, "application/json");
+        if (r && r->status == 200) {
+          ++ok;
+          float v = Json::parse(r->body)["predictions"][0][0].get<float>();
+          std::lock_guard<std::mutex> l(seen_mu);
+          seen.insert(v);
+        } else {
+          ++failed;
+        }
+      }
+    });
+  // A half-written version (no model.json yet, temp name) is ignored.
+  make_dirs(base + "/.tmp-2");
+  make_dirs(base + "/3");
+  // Version 2 appears (atomically, as Model::save writes it): it takes over.
+  save_tiny_model(base + "/2", 1.0f);
+  ASSERT_TRUE(wait_for([&] { return state_of(*s.core, "m", 1) == VersionState::kDisabled; }));
+  EXPECT_EQ(state_of(*s.core, "m", 2), VersionState::kReady);
+  // Rollback: removing version 2 brings version 1 back.
+  std::filesystem::remove_all(base + "/2");
+  ASSERT_TRUE(wait_for([&] {
+    return state_of(*s.core, "m", 2) == VersionState::kDisabled && state_of(*s.core, "m", 1) == VersionState::kReady;
+  }));
+  int before = ok;
+  ASSERT_TRUE(wait_for([&] { return ok > before + 20; }));
+  stop = true;
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(failed, 0);
+  EXPECT_GT(ok, 0);
+  EXPECT_TRUE(seen.count(tiny_output(0.5f, {1, 1, 1, 1})));
+  EXPECT_TRUE(seen.count(tiny_output(1.0f, {1, 1, 1, 1})));
+  Json st = s.core->model_status_json({"m"});
+  EXPECT_EQ(st["model_version_status"][0]["version"], "2");
+  EXPECT_EQ(st["model_version_status"][0]["state"], "END");
+}
+
+TEST(ServerCore, AFailedLoadIsReportedAndDoesNotReplaceTheWorkingVersion) {
+  TempDir dir;
+  std::string base = dir.path() + "/m";
+  save_tiny_model(base + "/1", 0.5f);
+  ServerCoreOptions o;
+  o.config.models = {model_config("m", base)};
+  o.file_system_poll_wait_seconds = 0;
+  Served s(o);
+  make_dirs(base + "/2");
+  {
+    std::ofstream f(base + "/2/model.json");
+    f << "{\"format\": \"kiln.model\", \"class_name\": ";  // damaged
+  }
+  s.core->poll_now();
+  ASSERT_TRUE(s.core->wait_until_idle(30));
+  EXPECT_EQ(state_of(*s.core, "m", 2), VersionState::kError);
+  EXPECT_EQ(state_of(*s.core, "m", 1), VersionState::kReady);
+  Json st = s.core->model_status_json({"m", 2, std::nullopt});
+  EXPECT_EQ(st["model_version_status"][0]["state"], "END");
+  EXPECT_EQ(st["model_version_status"][0]["status"]["error_code"], "UNKNOWN");
+  EXPECT_FALSE(st["model_version_status"][0]["status"]["error_message"].get<std::string>().empty());
+  EXPECT_EQ(s.core->get({"m"})->version, 1);  // the handle is released at once
+  auto r = s.client()->Post("/v1/models/m:predict", R"({"instances": [[1,1,1,1]]})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  // Fixed on disk: retried and served.
+  std::filesystem::remove_all(base + "/2");
+  save_tiny_model(base + "/2", 1.0f);
+  s.core->poll_now();
+  ASSERT_TRUE(s.core->wait_until_ready({"m", 2, std::nullopt}, 30));
+  ASSERT_TRUE(s.core->wait_until_idle(30));
+  EXPECT_EQ(state_of(*s.core, "m", 1), VersionState::kDisabled);
+}
+
+// Wraps the kiln servable; records the state its version was in at each predict.
+struct Spy {
+  static ServerCore*& core() {
+    static ServerCore* c = nullptr;
+    return c;
+  }
+  static std::vector<VersionState>& states() {
+    static std::vector<VersionState> s;
+    return s;
+  }
+};
+class SpyServable : public Servable {
+ public:
+  explicit SpyServable(const std::string& dir) : inner_(dir) {}
+  TensorMap predict(const TensorMap& in, const std::string& sig) override {
+    if (Spy::core()) Spy::states().push_back(state_of(*Spy::core(), "w", 1));
+    return inner_.predict(in, sig);
+  }
+  const Json& signatures() const override { return inner_.signatures(); }
+  int64_t memory_bytes() const override { return inner_.memory_bytes(); }
+
+ private:
+  ModelServable inner_;
+};
+
+TEST(ServerCore, WarmupRequestsAreReplayedBeforeTheVersionIsAvailable) {
+  register_servable_factory("spy", [](const std::string& d) { return std::make_unique<SpyServable>(d); });
+  TempDir dir;
+  std::string base = dir.path() + "/w";
+  save_tiny_model(base + "/1", 0.5f);
+  ServerCoreOptions o;
+  ModelConfig m = model_config("w", base);
+  m.model_platform = "spy";
+  o.file_system_poll_wait_seconds = 0;
+  ServerCore core(o);
+  Spy::core() = &core;
+  Spy::states().clear();
+  make_dirs(base + "/1/assets/extra");
+  {
+    std::ofstream f(base + "/1/assets/extra/warmup_requests.jsonl");
+    f << R"({"instances": [[1,2,3,4]]})" << "\n\n" << R"({"inputs": [[1,2,3,4],[5,6,7,8]]})" << "\n";
+  }
+  core.start();
+  core.load_model(m);
+  ASSERT_TRUE(core.wait_until_ready({"w"}, 30));
+  ASSERT_EQ(Spy::states().size(), 2u);
+  for (auto s : Spy::states()) EXPECT_EQ(s, VersionState::kLoading);
+  EXPECT_NE(core.metrics().expose().find("kiln_warmup_requests_total{model=\"w\"} 2"), std::string::npos);
+  // A failing warmup request fails the load.
+  save_tiny_model(base + "/2", 1.0f);
+  make_dirs(base + "/2/assets/extra");
+  {
+    std::ofstream f(base + "/2/assets/extra/warmup_requests.jsonl");
+    f << R"({"instances": [[1,2]]})" << "\n";
+  }
+  core.poll_now();
+  ASSERT_TRUE(core.wait_until_idle(30));
+  auto st = core.model_status({"w", 2, std::nullopt});
+  EXPECT_EQ(st[0].state, VersionState::kError);
+  EXPECT_NE(st[0].error.find("warmup"), std::string::npos);
+  EXPECT_EQ(core.get({"w"})->version, 1);
+  Spy::core() = nullptr;
+}
+
+TEST(ServerCore, ConfigReloadAddsAndRemovesModelsAndLabels) {
+  TempDir dir;
+  save_tiny_model(dir.path() + "/a/1", 0.5f);
+  save_tiny_model(dir.path() + "/b/1", 1.0f);
+  save_tiny_model(dir.path() + "/b/2", 2.0f);
+  ServerCoreOptions o;
+  o.config.models = {model_config("a", dir.path() + "/a")};
+  o.file_system_poll_wait_seconds = 0;
+  ServerCore core(o);
+  core.start();
+  EXPECT_TRUE(core.is_ready({"a"}));
+  auto cfg = parse_model_config("model_config_list { config { name: \"b\" base_path: \"" + dir.path() +
+                                "/b\" model_version_policy { specific { versions: 1 versions: 2 } } "
+                                "version_labels { key: \"stable\" value: 1 } } }");
+  core.reload_config(cfg);
+  ASSERT_TRUE(core.wait_until_idle(30));
+  EXPECT_EQ(core.model_names(), (std::vector<std::string>{"b"}));
+  try {
+    core.get({"a"});
+    ADD_FAILURE();
+  } catch (const ServingError& e) {
+    EXPECT_EQ(e.code(), Code::kNotFound);
+  }
+  EXPECT_EQ(core.get({"b", std::nullopt, "stable"})->version, 1);
+  EXPECT_EQ(core.get({"b"})->version, 2);
+  core.unload_model("b");
+  ASSERT_TRUE(core.wait_until_idle(30));
+  EXPECT_TRUE(core.model_names().empty());
+}
+
+TEST(ServerCore, AHandleKeepsAQuiescingVersionAliveUntilReleased) {
+  TempDir dir;
+  std::string base = dir.path() + "/m";
+  save_tiny_model(base + "/1", 0.5f);
+  ServerCoreOptions o;
+  o.config.models = {model_config("m", base)};
+  o.file_system_poll_wait_seconds = 0;
+  ServerCore core(o);
+  core.start();
+  auto h = core.get({"m"});
+  save_tiny_model(base + "/2", 1.0f);
+  core.poll_now();
+  ASSERT_TRUE(core.wait_until_ready({"m", 2, std::nullopt}, 30));
+  ASSERT_TRUE(wait_for([&] { return state_of(core, "m", 1) == VersionState::kQuiescing; }));
+  // The old version still computes for the request that holds it.
+  auto x = at::ones({1, 4});
+  auto out = core.predict(*h, "", {{input_name(*h), x}});
+  EXPECT_FLOAT_EQ(out.begin()->second[0][0].item<float>(), tiny_output(0.5f, {1, 1, 1, 1}));
+  EXPECT_EQ(state_of(core, "m", 1), VersionState::kQuiescing);
+  h.reset();
+  ASSERT_TRUE(wait_for([&] { return state_of(core, "m", 1) == VersionState::kDisabled; }));
+}
+
+TEST(ServerCore, BatchingThroughTheRestApiSplitsOversizeRequestsAndHonoursDeadlines) {
+  TempDir dir;
+  std::string base = dir.path() + "/m";
+  save_tiny_model(base + "/1", 1.0f);
+  ServerCoreOptions o;
+  o.config.models = {model_config("m", base)};
+  o.file_system_poll_wait_seconds = 0;
+  o.enable_batching = true;
+  o.batching.max_batch_size = 4;
+  o.batching.batch_timeout_micros = 0;
+  Served s(o);
+  auto c = s.client();
+  // 10 rows with max_batch_size 4: split, not rejected.
+  std::string body = R"({"instances": [)";
+  for (int i = 0; i < 10; ++i) body += std::string(i ? "," : "") + "[" + std::to_string(i) + ",0,0,0]";
+  body += "]}";
+  auto r = c->Post("/v1/models/m:predict", body, "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  ASSERT_EQ(j["predictions"].size(), 10u);
+  for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(j["predictions"][i][0].get<float>(), tiny_output(1.0f, {(float)i}));
+  // A deadline already spent: 504.
+  httplib::Headers hd{{"X-Request-Timeout-Ms", "0"}};
+  r = c->Post("/v1/models/m:predict", hd, R"({"instances": [[1,1,1,1]]})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 504);
+  EXPECT_NE(s.core->metrics().expose().find("kiln_batch_size_bucket"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln::serving

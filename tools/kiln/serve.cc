@@ -1,0 +1,182 @@
+// kiln serve: the model server (TF Serving-like flags).
+//
+//   kiln serve --model_name mnist --model_base_path models/mnist [--rest_api_port 8501]
+//   kiln serve --model_config_file models.config [--model_config_file_poll_wait_seconds 30]
+//              [--enable_batching --batching_parameters_file batching.config]
+//              [--file_system_poll_wait_seconds 1] [--rest_api_bind 127.0.0.1] [--port 8500]
+//
+// When every front end is listening it prints one line on stdout:
+//   kiln serve: ready rest_port=8501 grpc_port=-1
+// (-1: not started). Runs until SIGINT or SIGTERM. docs/SERVING.md has the rest.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "kiln/core/error.h"
+#include "kiln/serving/frontend.h"
+#include "kiln/serving/rest_server.h"
+#include "kiln/serving/server_core.h"
+#include "tools/kiln/cli.h"
+
+namespace kiln::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model_name = "default";
+  std::string model_base_path;
+  std::string model_platform = "kiln";
+  std::string model_config_file;
+  double model_config_file_poll_wait_seconds = 0;
+  int port = 8500;
+  int rest_api_port = 8501;
+  std::string rest_api_bind = "127.0.0.1";
+  std::string grpc_bind = "127.0.0.1";
+  int rest_api_num_threads = 16;
+  int64_t max_body_bytes = 64 << 20;
+  bool enable_batching = false;
+  std::string batching_parameters_file;
+  double file_system_poll_wait_seconds = 1;
+  bool enable_model_warmup = true;
+  bool resource_preserving = false;
+  std::string bearer_token_file;
+};
+
+std::string read_text(const std::string& path, const std::string& option) {
+  std::ifstream in(path);
+  if (!in) throw NotFoundError(option + ": file not found: " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void run_serve(const ServeOptions& o) {
+  using namespace kiln::serving;
+  ServerCoreOptions co;
+  if (!o.model_config_file.empty()) {
+    if (!o.model_base_path.empty())
+      throw ValueError("give either --model_config_file or --model_base_path, not both");
+    co.config = read_model_config_file(o.model_config_file);
+  } else if (!o.model_base_path.empty()) {
+    ModelConfig m;
+    m.name = o.model_name;
+    m.base_path = o.model_base_path;
+    m.model_platform = o.model_platform;
+    co.config.models = {m};
+  } else {
+    throw ValueError("kiln serve needs --model_base_path DIR (with --model_name) or --model_config_file FILE");
+  }
+  co.file_system_poll_wait_seconds = o.file_system_poll_wait_seconds;
+  co.enable_batching = o.enable_batching || !o.batching_parameters_file.empty();
+  if (!o.batching_parameters_file.empty())
+    co.batching = parse_batching_parameters(read_text(o.batching_parameters_file, "--batching_parameters_file"));
+  co.enable_warmup = o.enable_model_warmup;
+  co.resource_preserving = o.resource_preserving;
+  co.validate();
+
+  // Signals go to sigwait below, never to the server's threads.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  ServerCore core(co);
+  core.start();
+  FrontendOptions fo;
+  fo.host = o.rest_api_bind;
+  fo.port = o.rest_api_port;
+  fo.num_threads = o.rest_api_num_threads;
+  fo.max_body_bytes = (size_t)o.max_body_bytes;
+  if (!o.bearer_token_file.empty()) {
+    fo.bearer_token = read_text(o.bearer_token_file, "--bearer_token_file");
+    while (!fo.bearer_token.empty() && std::isspace((unsigned char)fo.bearer_token.back())) fo.bearer_token.pop_back();
+  }
+  std::unique_ptr<Frontend> rest, grpc;
+  int rest_port = -1, grpc_port = -1;
+  if (o.rest_api_port >= 0) {
+    rest = std::make_unique<RestServer>(core, fo);
+    rest_port = rest->start();
+  }
+  if (o.port >= 0) {
+    if (const FrontendFactory* f = grpc_frontend_factory()) {
+      FrontendOptions go = fo;
+      go.host = o.grpc_bind;
+      go.port = o.port;
+      grpc = (*f)(core, go);
+      grpc_port = grpc->start();
+    } else {
+      spdlog::warn("serving: no gRPC front end is linked into this build; --port ignored");
+    }
+  }
+  std::cout << "kiln serve: ready rest_port=" << rest_port << " grpc_port=" << grpc_port << std::endl;
+
+  // Config file polling: reload when the content changes.
+  std::atomic<bool> done{false};
+  std::thread config_poller;
+  if (!o.model_config_file.empty() && o.model_config_file_poll_wait_seconds > 0) {
+    config_poller = std::thread([&] {
+      std::string last = read_text(o.model_config_file, "--model_config_file");
+      std::mutex mu;
+      std::condition_variable cv;
+      while (!done) {
+        std::unique_lock<std::mutex> l(mu);
+        cv.wait_for(l, std::chrono::duration<double>(o.model_config_file_poll_wait_seconds), [&] { return done.load(); });
+        if (done) break;
+        try {
+          std::string now = read_text(o.model_config_file, "--model_config_file");
+          if (now != last) {
+            core.reload_config(parse_model_config(now));
+            spdlog::info("serving: reloaded {}", o.model_config_file);
+            last = now;
+          }
+        } catch (const std::exception& e) {
+          spdlog::error("serving: config reload failed (keeping the current one): {}", e.what());
+        }
+      }
+    });
+  }
+  int sig = 0;
+  sigwait(&set, &sig);
+  spdlog::info("serving: signal {}, shutting down", sig);
+  done = true;
+  if (config_poller.joinable()) config_poller.join();  // wakes within one poll interval
+  if (grpc) grpc->stop();
+  if (rest) rest->stop();
+  core.stop();
+}
+
+}  // namespace
+
+Command add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  auto* cmd = app.add_subcommand("serve", "Serve model versions over REST (TF Serving v1, KServe v2) and gRPC");
+  cmd->add_option("--model_name", o->model_name, "Name of the model (with --model_base_path)");
+  cmd->add_option("--model_base_path", o->model_base_path, "Directory holding <version>/ model directories");
+  cmd->add_option("--model_platform", o->model_platform, "Servable kind (default kiln)");
+  cmd->add_option("--model_config_file", o->model_config_file, "model_config_list (protobuf text or JSON)");
+  cmd->add_option("--model_config_file_poll_wait_seconds", o->model_config_file_poll_wait_seconds,
+                  "Re-read the config file this often (0: never)");
+  cmd->add_option("--port", o->port, "gRPC port (0: ephemeral, -1: off)");
+  cmd->add_option("--grpc_bind", o->grpc_bind, "gRPC listen address (default loopback)");
+  cmd->add_option("--rest_api_port", o->rest_api_port, "REST port (0: ephemeral, -1: off)");
+  cmd->add_option("--rest_api_bind", o->rest_api_bind, "REST listen address (default loopback)");
+  cmd->add_option("--rest_api_num_threads", o->rest_api_num_threads, "REST worker threads")->check(positive_integer());
+  cmd->add_option("--max_body_bytes", o->max_body_bytes, "Largest request body accepted (413 beyond)");
+  cmd->add_flag("--enable_batching", o->enable_batching, "Batch requests per model version");
+  cmd->add_option("--batching_parameters_file", o->batching_parameters_file, "TF Serving batching parameters (text)");
+  cmd->add_option("--file_system_poll_wait_seconds", o->file_system_poll_wait_seconds,
+                  "Scan base paths for new versions this often (0: only at start)");
+  cmd->add_option("--enable_model_warmup", o->enable_model_warmup, "Replay assets/extra/warmup_requests.jsonl (default true)");
+  cmd->add_flag("--resource_preserving", o->resource_preserving, "Unload the old version before loading the new one");
+  cmd->add_option("--bearer_token_file", o->bearer_token_file, "Require Authorization: Bearer <token in this file>");
+  return {cmd, [o] { run_serve(*o); }};
+}
+
+}  // namespace kiln::cli
