@@ -270,22 +270,6 @@ std::string base64_decode(const std::string& in) {
   return out;
 }
 
-std::string kserve_datatype(at::ScalarType t) {
-  switch (t) {
-    case at::kBool: return "BOOL";
-    case at::kByte: return "UINT8";
-    case at::kChar: return "INT8";
-    case at::kShort: return "INT16";
-    case at::kInt: return "INT32";
-    case at::kLong: return "INT64";
-    case at::kHalf: return "FP16";
-    case at::kFloat: return "FP32";
-    case at::kDouble: return "FP64";
-    case at::kBFloat16: return "BF16";
-    default: return "BYTES";
-  }
-}
-
 bool kserve_to_scalar_type(const std::string& d, at::ScalarType* out) {
   static const std::map<std::string, at::ScalarType> m{{"BOOL", at::kBool},  {"UINT8", at::kByte}, {"INT8", at::kChar},
                                                        {"INT16", at::kShort}, {"INT32", at::kInt},  {"INT64", at::kLong},

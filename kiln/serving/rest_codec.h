@@ -38,7 +38,7 @@ Json tensor_to_json(const at::Tensor& t);
 std::string base64_decode(const std::string& in);
 
 // KServe v2 datatypes: "FP32" <-> at::kFloat, ... ValueError-free: nullopt if unknown.
-std::string kserve_datatype(at::ScalarType t);
+// kserve_datatype(): kiln/serving/tensor_proto.h (one mapping for REST and gRPC).
 bool kserve_to_scalar_type(const std::string& datatype, at::ScalarType* out);
 
 }  // namespace kiln::serving

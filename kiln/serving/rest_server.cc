@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "kiln/core/error.h"
+#include "kiln/serving/tensor_proto.h"
 #include "kiln/serving/httplib.h"
 #include "kiln/serving/rest_codec.h"
 
