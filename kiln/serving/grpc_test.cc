@@ -1,8 +1,8 @@
 // The gRPC front end with real grpc::Channel clients on loopback: every RPC
 // of PredictionService, ModelService and KServe's GRPCInferenceService, both
 // tensor encodings, error codes, metadata, status and config reload.
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "kiln/core/io.h"
@@ -21,7 +21,8 @@ namespace {
 
 namespace tfs = tensorflow::serving;
 
-std::shared_ptr<Sequential> save_model(const std::string& dir, int64_t in, int64_t out, const std::string& act) {
+std::shared_ptr<Sequential> save_model(const std::string& dir, int64_t in, int64_t out,
+                                       const std::string& act) {
   auto m = std::make_shared<Sequential>();
   m->add(Input({in}));
   m->add(std::make_shared<Dense>(out, act));
@@ -171,7 +172,11 @@ TEST_F(GrpcServerTest, ClassifyAndRegressFromExamples) {
     }
   }
   // A feature of the wrong length is INVALID_ARGUMENT; Regress on a 3-wide output too.
-  (*req.mutable_input()->mutable_example_list()->mutable_examples(1)->mutable_features()->mutable_feature())["inputs"]
+  (*req.mutable_input()
+        ->mutable_example_list()
+        ->mutable_examples(1)
+        ->mutable_features()
+        ->mutable_feature())["inputs"]
       .mutable_float_list()
       ->add_value(1);
   grpc::ClientContext ctx;
@@ -211,7 +216,8 @@ TEST_F(GrpcServerTest, MetadataStatusAndReloadConfig) {
   mreq.clear_metadata_field();
   {
     grpc::ClientContext ctx;
-    EXPECT_EQ(predict_->GetModelMetadata(&ctx, mreq, &mresp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(predict_->GetModelMetadata(&ctx, mreq, &mresp).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
   }
 
   tfs::GetModelStatusRequest sreq;
@@ -264,8 +270,8 @@ TEST_F(GrpcServerTest, MetadataStatusAndReloadConfig) {
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   ASSERT_EQ(regr.result().regressions_size(), 1);
-  EXPECT_NEAR(regr.result().regressions(0).value(), reg->predict(at::tensor({1.5f, -2.0f}).reshape({1, 2}))[0][0].item<float>(),
-              1e-6);
+  EXPECT_NEAR(regr.result().regressions(0).value(),
+              reg->predict(at::tensor({1.5f, -2.0f}).reshape({1, 2}))[0][0].item<float>(), 1e-6);
   EXPECT_EQ(regr.model_spec().version().value(), 3);
 
   c2->set_name("bad name!");
@@ -273,9 +279,11 @@ TEST_F(GrpcServerTest, MetadataStatusAndReloadConfig) {
     grpc::ClientContext ctx;
     auto s = models_->HandleReloadConfigRequest(&ctx, rreq, &rresp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    // gRPC sends no response body with a non-OK status; the message names the problem.
+    EXPECT_NE(s.error_message().find("bad name!"), std::string::npos) << s.error_message();
   }
-  EXPECT_EQ(rresp.status().error_code(), tensorflow::error::INVALID_ARGUMENT);
-  EXPECT_FALSE(rresp.status().error_message().empty());
+  // The rejected config changed nothing: "reg" still serves.
+  EXPECT_TRUE(core_->wait_until_ready({.name = "reg"}, 5));
 }
 
 TEST_F(GrpcServerTest, KServeHealthMetadataAndInfer) {
@@ -334,8 +342,10 @@ TEST_F(GrpcServerTest, KServeHealthMetadataAndInfer) {
     in->set_datatype("FP32");
     in->add_shape(3);
     in->add_shape(4);
-    if (raw) q.add_raw_input_contents(bytes);
-    else *in->mutable_contents() = enc.contents();
+    if (raw)
+      q.add_raw_input_contents(bytes);
+    else
+      *in->mutable_contents() = enc.contents();
     inference::ModelInferResponse r;
     grpc::ClientContext ctx;
     auto s = kserve_->ModelInfer(&ctx, q, &r);
