@@ -19,7 +19,7 @@ PACKAGES=(
   dataset-fashion-mnist
   # peers for golden data and benchmarks
   python3 python3-torch python3-numpy python3-optuna
-  python3-flask gunicorn wrk nginx
+  python3-flask gunicorn wrk nginx curl
 )
 
 missing=()
