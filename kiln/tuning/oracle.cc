@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "kiln/core/error.h"
 #include "kiln/core/random.h"
@@ -283,6 +284,29 @@ std::optional<HyperParameters> Oracle::random_values(int attempts) {
 }
 
 bool Oracle::seen(const HyperParameters& hp) const { return fingerprints_.count(hp.fingerprint()) > 0; }
+
+std::optional<HyperParameters> Oracle::first_unseen_grid_point() const {
+  const auto& hps = space_.space();
+  std::optional<HyperParameters> found;
+  std::function<bool(size_t, HyperParameters&)> walk = [&](size_t i, HyperParameters& hp) -> bool {
+    if (i == hps.size()) {
+      HyperParameters clean = space_.copy_space();  // active values only
+      for (auto& [k, x] : hp.values()) clean.set(k, x);
+      if (seen(clean)) return false;
+      found = clean;
+      return true;
+    }
+    if (!hp.is_active(hps[i])) return walk(i + 1, hp);
+    for (auto& x : hps[i].grid()) {
+      hp.set(hps[i].name, x);
+      if (walk(i + 1, hp)) return true;
+    }
+    return false;
+  };
+  HyperParameters hp = space_.copy_space();
+  walk(0, hp);
+  return found;
+}
 
 std::optional<uint64_t> Oracle::space_size() const {
   // Enumerates the active combinations of a finite space (conditions make

@@ -154,6 +154,9 @@ class Oracle {
   // Random active values not tried before; nullopt after `attempts` collisions.
   std::optional<HyperParameters> random_values(int attempts = 1000);
   bool seen(const HyperParameters& hp) const;  // same active values as an earlier trial
+  // The first point of the (finite) grid, in declaration order with the last
+  // hyperparameter fastest and conditions respected, not tried before.
+  std::optional<HyperParameters> first_unseen_grid_point() const;
   // Number of distinct points of a finite space (nullopt: infinite or huge).
   std::optional<uint64_t> space_size() const;
   std::vector<const Trial*> ended_trials() const;  // completed/stopped with a score

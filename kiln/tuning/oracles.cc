@@ -15,26 +15,8 @@ Oracle::Proposal RandomSearchOracle::populate_space(const std::string&) {
   if (auto size = space_size(); size && fingerprints_.size() >= *size) return {Next::kDone, {}};
   auto v = random_values();
   // A finite space not yet exhausted but hard to hit at random: walk it.
-  if (!v) {
-    const auto& hps = space_.space();
-    std::function<bool(size_t, HyperParameters&)> walk = [&](size_t i, HyperParameters& hp) -> bool {
-      if (i == hps.size()) {
-        HyperParameters clean = space_.copy_space();
-        for (auto& [k, x] : hp.values()) clean.set(k, x);
-        if (seen(clean)) return false;
-        v = clean;
-        return true;
-      }
-      if (!hp.is_active(hps[i])) return walk(i + 1, hp);
-      for (auto& x : hps[i].grid()) {
-        hp.set(hps[i].name, x);
-        if (walk(i + 1, hp)) return true;
-      }
-      return false;
-    };
-    HyperParameters hp = space_.copy_space();
-    if (!walk(0, hp)) return {Next::kDone, {}};
-  }
+  if (!v) v = first_unseen_grid_point();
+  if (!v) return {Next::kDone, {}};
   return {Next::kTrial, *v};
 }
 
@@ -45,24 +27,8 @@ Oracle::Proposal GridSearchOracle::populate_space(const std::string&) {
   for (auto& h : hps)
     if (h.kind == HpKind::kFloat && !h.step)
       throw ValueError("GridSearch needs a finite space: Float '" + h.name + "' has no step; give it one");
-  std::optional<HyperParameters> found;
-  std::function<bool(size_t, HyperParameters&)> walk = [&](size_t i, HyperParameters& hp) -> bool {
-    if (i == hps.size()) {
-      HyperParameters clean = space_.copy_space();
-      for (auto& [k, x] : hp.values()) clean.set(k, x);
-      if (seen(clean)) return false;
-      found = clean;
-      return true;
-    }
-    if (!hp.is_active(hps[i])) return walk(i + 1, hp);
-    for (auto& x : hps[i].grid()) {
-      hp.set(hps[i].name, x);
-      if (walk(i + 1, hp)) return true;
-    }
-    return false;
-  };
-  HyperParameters hp = space_.copy_space();
-  if (!walk(0, hp)) return {Next::kDone, {}};
+  auto found = first_unseen_grid_point();
+  if (!found) return {Next::kDone, {}};
   return {Next::kTrial, *found};
 }
 
