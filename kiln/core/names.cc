@@ -7,8 +7,8 @@
 
 namespace kiln {
 namespace {
-std::mutex g_mu;
-std::map<std::string, int>& counters() {  // guarded by g_mu
+std::mutex g_names_mu;
+std::map<std::string, int>& counters() {  // guarded by g_names_mu
   static std::map<std::string, int> m;
   return m;
 }
@@ -34,7 +34,7 @@ std::string to_snake_case(const std::string& s) {
 }
 
 std::string unique_name(const std::string& base) {
-  std::lock_guard<std::mutex> l(g_mu);
+  std::lock_guard<std::mutex> l(g_names_mu);
   int& n = counters()[base];
   std::string name = n == 0 ? base : base + "_" + std::to_string(n);
   ++n;
@@ -42,7 +42,7 @@ std::string unique_name(const std::string& base) {
 }
 
 void reserve_name(const std::string& name) {
-  std::lock_guard<std::mutex> l(g_mu);
+  std::lock_guard<std::mutex> l(g_names_mu);
   auto pos = name.rfind('_');
   if (pos != std::string::npos && pos + 1 < name.size() &&
       std::all_of(name.begin() + pos + 1, name.end(), [](char c) { return std::isdigit((unsigned char)c); })) {
@@ -56,7 +56,7 @@ void reserve_name(const std::string& name) {
 }
 
 void clear_session() {
-  std::lock_guard<std::mutex> l(g_mu);
+  std::lock_guard<std::mutex> l(g_names_mu);
   counters().clear();
 }
 

@@ -6,7 +6,7 @@
 
 namespace kiln {
 namespace {
-std::mutex g_mu;
+std::mutex g_random_mu;
 }
 
 std::mt19937_64& host_rng() {
@@ -15,13 +15,13 @@ std::mt19937_64& host_rng() {
 }
 
 void set_random_seed(uint64_t seed) {
-  std::lock_guard<std::mutex> l(g_mu);
+  std::lock_guard<std::mutex> l(g_random_mu);
   host_rng().seed(seed);
   at::manual_seed(seed);  // CPU generator, and CUDA's when present
 }
 
 uint64_t next_seed() {
-  std::lock_guard<std::mutex> l(g_mu);
+  std::lock_guard<std::mutex> l(g_random_mu);
   return host_rng()();
 }
 

@@ -1,5 +1,7 @@
 #include "kiln/core/shape.h"
 
+#include <ATen/ATen.h>
+
 namespace kiln {
 
 std::string shape_to_string(const Shape& s) {
@@ -27,5 +29,9 @@ Shape concrete(const Shape& s, int64_t fill) {
     if (d < 0) d = fill;
   return out;
 }
+
+Shape sizes_of(const at::Tensor& t) { return Shape(t.sizes().begin(), t.sizes().end()); }
+
+std::string sizes_str(const at::Tensor& t) { return shape_to_string(sizes_of(t)); }
 
 }  // namespace kiln

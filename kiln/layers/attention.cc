@@ -5,10 +5,6 @@
 #include "kiln/layers/config_reader.h"
 
 namespace kiln {
-namespace {
-Shape sizes_of(const at::Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end()); }
-}  // namespace
-
 MultiHeadAttention::MultiHeadAttention(const Json& config) : Layer(config) {
   ConfigReader r(config, "MultiHeadAttention");
   num_heads_ = r.positive_int("num_heads");

@@ -6,7 +6,6 @@
 namespace kiln {
 namespace {
 
-Shape sizes_of(const at::Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end()); }
 
 class FloatConv : public KernelImpl {
  public:

@@ -8,8 +8,6 @@
 namespace kiln {
 namespace {
 
-Shape sizes_of(const at::Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end()); }
-
 // Direct loops over a channels_last input and a (kh, kw, in, out) kernel:
 // an independent reference for "valid" convolution with strides.
 at::Tensor reference_conv2d(const at::Tensor& x, const at::Tensor& k, int64_t sh, int64_t sw) {

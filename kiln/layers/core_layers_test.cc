@@ -16,8 +16,6 @@
 namespace kiln {
 namespace {
 
-Shape sizes_of(const at::Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end()); }
-
 // --- Dense ---------------------------------------------------------------------------
 TEST(Dense, ComputesXTimesKernelPlusBias) {
   auto d = std::make_shared<Dense>(2);

@@ -12,8 +12,6 @@
 namespace kiln {
 namespace {
 
-Shape sizes_of(const at::Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end()); }
-
 // --- Embedding ----------------------------------------------------------------------
 TEST(Embedding, LooksUpRows) {
   auto e = std::make_shared<Embedding>(6, 3);

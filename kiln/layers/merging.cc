@@ -5,7 +5,6 @@
 namespace kiln {
 namespace {
 
-Shape sizes_of(const at::Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end()); }
 
 std::string shapes_text(const std::vector<Shape>& shapes) {
   std::string out;

@@ -7,7 +7,6 @@
 namespace kiln {
 namespace {
 
-Shape sizes_of(const at::Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end()); }
 
 // Statistics are fragile in 16 bits: like Keras, these layers work in at
 // least float32 (the variable dtype under the mixed policies) and hand back

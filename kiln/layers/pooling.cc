@@ -7,7 +7,6 @@
 
 namespace kiln {
 namespace {
-Shape sizes_of(const at::Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end()); }
 
 Json pooling_config(const Json& extra, const std::vector<int64_t>& pool_size,
                     const std::vector<int64_t>& strides, const std::string& padding) {

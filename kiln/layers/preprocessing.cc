@@ -8,7 +8,6 @@
 namespace kiln {
 namespace {
 
-Shape sizes_of(const at::Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end()); }
 
 // A number or a (nested) list of numbers, flattened; false if anything else.
 bool flatten_numbers(const Json& j, std::vector<double>* out) {

@@ -3,10 +3,6 @@
 #include "kiln/layers/config_reader.h"
 
 namespace kiln {
-namespace {
-Shape sizes_of(const at::Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end()); }
-}  // namespace
-
 // --- Flatten ------------------------------------------------------------------
 Flatten::Flatten(const Json& config) : SimpleLayer(config) {
   ConfigReader r(config, "Flatten");

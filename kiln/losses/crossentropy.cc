@@ -10,9 +10,6 @@ namespace {
 
 constexpr double kEpsilon = 1e-7;  // Keras's backend.epsilon()
 
-std::string sizes_str(const at::Tensor& t) {
-  return shape_to_string(Shape(t.sizes().begin(), t.sizes().end()));
-}
 
 void check_label_smoothing(double s, const std::string& owner) {
   if (!(s >= 0.0 && s <= 1.0)) {

@@ -25,9 +25,6 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-std::string sizes_str(const at::Tensor& t) {
-  return shape_to_string(Shape(t.sizes().begin(), t.sizes().end()));
-}
 
 struct Registry {
   std::mutex mu;

@@ -9,9 +9,6 @@
 namespace kiln::metrics {
 namespace {
 
-std::string sizes_str(const at::Tensor& t) {
-  return shape_to_string(Shape(t.sizes().begin(), t.sizes().end()));
-}
 
 void check_k(int64_t k, const std::string& owner) {
   if (k < 1) throw ValueError(owner + ": `k` must be a positive integer. Received: k=" + std::to_string(k));

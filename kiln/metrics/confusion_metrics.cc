@@ -13,9 +13,6 @@ namespace {
 
 constexpr double kEpsilon = 1e-7;  // Keras's backend.epsilon()
 
-std::string sizes_str(const at::Tensor& t) {
-  return shape_to_string(Shape(t.sizes().begin(), t.sizes().end()));
-}
 
 at::Tensor scalar_zero() { return at::zeros({}, at::kDouble); }
 

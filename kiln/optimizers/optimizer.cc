@@ -28,9 +28,6 @@ std::string num_str(double v) {
   return os.str();
 }
 
-std::string sizes_str(const at::Tensor& t) {
-  return shape_to_string(Shape(t.sizes().begin(), t.sizes().end()));
-}
 
 // A non-negative number or null (absent) config entry; 0 when absent.
 double optional_non_negative(const Json& c, const char* key, const std::string& owner, bool* is_set) {

@@ -13,8 +13,6 @@
 namespace kiln {
 namespace {
 
-Shape sizes_of(const at::Tensor& x) { return Shape(x.sizes().begin(), x.sizes().end()); }
-
 std::vector<Shape> with_unknown_batch(std::vector<Shape> shapes) {
   for (auto& s : shapes)
     if (!s.empty()) s[0] = kNone;

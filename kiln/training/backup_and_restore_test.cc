@@ -42,21 +42,21 @@ struct RunResult {
   std::shared_ptr<BackupAndRestore> backup;
 };
 
-enum class Input { kTensors, kDataset };
+enum class Source { kTensors, kDataset };
 
 // One "program run": seed, fresh model, fit 4 epochs (72 samples, batch 16:
 // 4 training batches per epoch after a 0.2 validation split). Adam, dropout
 // and shuffling exercise optimizer slots, the LibTorch generator and the
 // host RNG.
 RunResult program(const std::string& backup_dir, BackupAndRestoreOptions opt, CallbackPtr crash = nullptr,
-                  Input input = Input::kTensors) {
+                  Source input = Source::kTensors) {
   set_random_seed(21);
   auto model = make_model(optimizer("Adam", 0.02), /*dropout=*/0.25);
   Problem p = blobs(72, 9);
   FitArgs a;
   a.epochs = 4;
   a.verbose = 0;
-  if (input == Input::kTensors) {
+  if (input == Source::kTensors) {
     a.x = {p.x};
     a.y = {p.y};
     a.batch_size = 16;
@@ -77,7 +77,7 @@ RunResult program(const std::string& backup_dir, BackupAndRestoreOptions opt, Ca
   return r;
 }
 
-RunResult reference(Input input = Input::kTensors) { return program("", {}, nullptr, input); }
+RunResult reference(Source input = Source::kTensors) { return program("", {}, nullptr, input); }
 
 TEST(BackupAndRestore, ResumesMidEpochBitIdentical) {
   TempDir tmp;
@@ -134,9 +134,9 @@ TEST(BackupAndRestore, SurvivesRepeatedCrashesAtManyPoints) {
 TEST(BackupAndRestore, DatasetInputResumesMidEpoch) {
   TempDir tmp;
   const std::string dir = tmp.path() + "/backup";
-  RunResult ref = reference(Input::kDataset);  // 6 batches per epoch
-  EXPECT_THROW(program(dir, {.save_freq = 4}, std::make_shared<Crash>(9), Input::kDataset), Interrupted);
-  RunResult resumed = program(dir, {.save_freq = 4}, nullptr, Input::kDataset);
+  RunResult ref = reference(Source::kDataset);  // 6 batches per epoch
+  EXPECT_THROW(program(dir, {.save_freq = 4}, std::make_shared<Crash>(9), Source::kDataset), Interrupted);
+  RunResult resumed = program(dir, {.save_freq = 4}, nullptr, Source::kDataset);
   EXPECT_EQ(resumed.backup->restored_epoch(), 1);
   EXPECT_EQ(resumed.backup->restored_batch(), 2);
   EXPECT_TRUE(same_weights(resumed.weights, ref.weights));

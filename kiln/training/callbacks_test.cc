@@ -21,16 +21,6 @@ namespace {
 
 using namespace testing_training;
 
-FitArgs quiet(const Problem& p, int epochs, int64_t batch = 16) {
-  FitArgs a;
-  a.x = {p.x};
-  a.y = {p.y};
-  a.epochs = epochs;
-  a.batch_size = batch;
-  a.verbose = 0;
-  return a;
-}
-
 // Overwrites logs[key] with a scripted value per epoch; put it before the
 // callback under test (on_epoch_end logs are shared, as in Keras).
 CallbackPtr script(const std::string& key, std::vector<double> values) {

@@ -12,16 +12,6 @@ namespace {
 
 using namespace testing_training;
 
-FitArgs quiet(const Problem& p, int epochs, int64_t batch = 16) {
-  FitArgs a;
-  a.x = {p.x};
-  a.y = {p.y};
-  a.epochs = epochs;
-  a.batch_size = batch;
-  a.verbose = 0;
-  return a;
-}
-
 TEST(Fit, LearnsASeparableProblem) {
   set_random_seed(1);
   Problem train = blobs(256, 1), val = blobs(64, 2);

@@ -67,6 +67,17 @@ inline Problem blobs(int64_t n, uint64_t seed = 3) {
   return {x, y};
 }
 
+// FitArgs for `epochs` silent epochs on `p` in batches of `batch`.
+inline FitArgs quiet(const Problem& p, int epochs, int64_t batch = 16) {
+  FitArgs a;
+  a.x = {p.x};
+  a.y = {p.y};
+  a.epochs = epochs;
+  a.batch_size = batch;
+  a.verbose = 0;
+  return a;
+}
+
 inline LossPtr scce_logits() {
   return Loss::from_json(
       Json{{"class_name", "SparseCategoricalCrossentropy"}, {"config", {{"from_logits", true}}}});
