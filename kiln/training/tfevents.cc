@@ -65,11 +65,11 @@ std::string hostname() {
   return buf;
 }
 
-double now_seconds() {
+}  // namespace
+
+double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
-
-}  // namespace
 
 uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
   static const Crc32cTable table;
@@ -119,7 +119,7 @@ std::string encode_scalar_event(double wall_time, int64_t step, const std::strin
 EventFileWriter::EventFileWriter(const std::string& log_dir) {
   static std::atomic<int> counter{0};
   make_dirs(log_dir);
-  const double now = now_seconds();
+  const double now = unix_seconds();
   char stamp[32];
   std::snprintf(stamp, sizeof stamp, "%010lld", (long long)now);
   path_ = join_path(log_dir, std::string("events.out.tfevents.") + stamp + "." + hostname() + "." +
@@ -141,7 +141,7 @@ void EventFileWriter::write_record(const std::string& data) {
 }
 
 void EventFileWriter::add_scalar(const std::string& tag, double value, int64_t step) {
-  write_record(encode_scalar_event(now_seconds(), step, tag, static_cast<float>(value)));
+  write_record(encode_scalar_event(unix_seconds(), step, tag, static_cast<float>(value)));
 }
 
 void EventFileWriter::flush() {

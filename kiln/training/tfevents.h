@@ -27,6 +27,9 @@ namespace kiln {
 uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);
 uint32_t masked_crc32c(const void* data, size_t n);
 
+// Seconds since the Unix epoch: an Event's wall_time.
+double unix_seconds();
+
 // A TFRecord around `data`.
 std::string tfrecord_frame(const std::string& data);
 
@@ -45,6 +48,8 @@ class EventFileWriter {
   EventFileWriter& operator=(const EventFileWriter&) = delete;
 
   void add_scalar(const std::string& tag, double value, int64_t step);
+  // Appends one serialized tensorflow.Event (e.g. a plugin summary).
+  void add_event(const std::string& serialized_event) { write_record(serialized_event); }
   void flush();
   const std::string& path() const { return path_; }
 

@@ -20,6 +20,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/training/tfevents.h"
+#include "kiln/tuning/hparams_summary.h"
 #include "kiln/tuning/metric_report.h"
 
 extern char** environ;
@@ -189,6 +190,7 @@ TrialOutcome run_command_trial(const Trial& trial, const CommandOptions& o, Tria
     Json hp = Json::object();
     for (auto& [k, v] : trial.hyperparameters.values()) hp[k] = value_to_json(v);
     atomic_write_file(join_path(tb, "hparams.json"), Json{{"trial_id", trial.trial_id}, {"hparams", hp}}.dump(2));
+    write_hparams_session_start(*events, trial.hyperparameters, trial.trial_id, unix_seconds());
   }
 
   std::ofstream out_log(stdout_path, std::ios::app);
@@ -345,6 +347,7 @@ TrialOutcome run_command_trial(const Trial& trial, const CommandOptions& o, Tria
                                            : "exited with status " + std::to_string(WEXITSTATUS(wstatus));
     out.message = "the trial program " + how + " (" + stderr_path + ": " + last_line_of(stderr_path) + ")";
   }
+  if (events) write_hparams_session_end(*events, out.status, unix_seconds());
   err_note << "[kiln] trial " << trial.trial_id << " " << status_name(out.status) << " after "
            << seconds_since(started) << " s" << (out.message.empty() ? "" : ": " + out.message) << std::endl;
   try {

@@ -5,6 +5,8 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/training/tfevents.h"
+#include "kiln/tuning/hparams_summary.h"
 #include "kiln/tuning/trial_store.h"
 
 namespace kiln::tuning {
@@ -155,6 +157,17 @@ std::shared_ptr<Oracle> open_tuning_project(const TuneSpec& spec, bool resume, b
   store->put_state(kSpecStateKey, spec.source);
   auto oracle = spec.make_oracle();
   oracle->attach_store(store);
+  if (spec.tensorboard) {
+    // TensorBoard keeps the first experiment summary it sees, so one file
+    // holds it; a resumed search (same space, checked above) leaves it.
+    const std::string logs = join_path(dir, "logs");
+    const std::string marker = join_path(logs, "hparams_experiment");
+    if (!path_exists(marker)) {
+      EventFileWriter w(logs);
+      write_hparams_experiment(w, oracle->space(), {Objective::from_json(spec.objective).name()}, unix_seconds());
+      atomic_write_file(marker, w.path() + "\n");
+    }
+  }
   return oracle;
 }
 

@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -17,18 +19,64 @@
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/testing/expect_error.h"
+#include "kiln/training/tfevents.h"
+#include "kiln/tuning/hparams_summary.h"
 #include "kiln/tuning/metric_report.h"
 #include "kiln/tuning/oracle_service.h"
 #include "kiln/tuning/oracles.h"
 #include "kiln/tuning/trial_runner.h"
 #include "kiln/tuning/trial_store.h"
 #include "kiln/tuning/tune_spec.h"
+#include "tensorboard/plugins/hparams/plugin_data.pb.h"
+#include "tensorflow/core/util/event.pb.h"
 
 namespace kiln::tuning {
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+// Every Event in the event files directly inside `dir`, in file order; each
+// TFRecord's CRCs are checked on the way.
+std::vector<tensorflow::Event> read_events(const std::string& dir) {
+  std::vector<tensorflow::Event> out;
+  std::vector<std::string> files;
+  for (auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (auto& f : files) {
+    std::string bytes = read_file(f);
+    size_t at = 0;
+    while (at < bytes.size()) {
+      EXPECT_LE(at + 12, bytes.size()) << f;
+      uint64_t len;
+      uint32_t len_crc, data_crc;
+      std::memcpy(&len, bytes.data() + at, 8);
+      std::memcpy(&len_crc, bytes.data() + at + 8, 4);
+      EXPECT_EQ(len_crc, masked_crc32c(bytes.data() + at, 8));
+      std::string data = bytes.substr(at + 12, len);
+      std::memcpy(&data_crc, bytes.data() + at + 12 + len, 4);
+      EXPECT_EQ(data_crc, masked_crc32c(data.data(), data.size()));
+      tensorflow::Event ev;
+      EXPECT_TRUE(ev.ParseFromString(data));
+      out.push_back(ev);
+      at += 12 + len + 4;
+    }
+  }
+  return out;
+}
+
+// The "hparams" plugin data of the summary tagged `tag`; false if none.
+bool find_hparams(const std::vector<tensorflow::Event>& events, const std::string& tag,
+                  tensorboard::hparams::HParamsPluginData* out) {
+  for (auto& ev : events)
+    for (auto& v : ev.summary().value())
+      if (v.tag() == tag) {
+        EXPECT_EQ(v.metadata().plugin_data().plugin_name(), "hparams");
+        return out->ParseFromString(v.metadata().plugin_data().content());
+      }
+  return false;
+}
 
 std::string temp_dir(const std::string& name) {
   std::string d = (fs::temp_directory_path() / ("kiln_tunerun_" + name + "_" + std::to_string(getpid()))).string();
@@ -203,8 +251,57 @@ echo "ordinary output"; echo "kiln-metric broken" )");
       }
       EXPECT_TRUE(fs::exists(c.trials_dir + "/trial_" + t.trial_id + "/stdout.log"));
       EXPECT_TRUE(fs::exists(c.trials_dir + "/logs/trial_" + t.trial_id + "/hparams.json"));
+      // TensorBoard's HParams tab: the session's values and status, and its scalars, in its run.
+      auto events = read_events(c.trials_dir + "/logs/trial_" + t.trial_id);
+      tensorboard::hparams::HParamsPluginData start, end;
+      ASSERT_TRUE(find_hparams(events, "_hparams_/session_start_info", &start));
+      EXPECT_EQ(start.session_start_info().hparams().at("x").number_value(), static_cast<double>(x));
+      EXPECT_EQ(start.session_start_info().group_name(), t.trial_id);
+      ASSERT_TRUE(find_hparams(events, "_hparams_/session_end_info", &end));
+      EXPECT_EQ(end.session_end_info().status(), tensorboard::hparams::STATUS_SUCCESS);
+      std::vector<double> scores;
+      for (auto& ev : events)
+        for (auto& v : ev.summary().value())
+          if (v.tag() == "score") scores.push_back(v.simple_value());
+      ASSERT_EQ(scores.size(), cmd == ht ? 1u : 3u);
+      EXPECT_NEAR(*std::max_element(scores.begin(), scores.end()), *t.score, 1e-5 * (1 + std::fabs(*t.score)));
     }
   }
+  fs::remove_all(dir);
+}
+
+TEST(HParamsSummary, ExperimentListsEveryHyperparameterWithItsDomain) {
+  std::string dir = temp_dir("hparams");
+  HyperParameters space;
+  space.Int("units", 32, 256, {.step = 32});
+  space.Float("lr", 1e-4, 1e-2, {.sampling = Sampling::kLog});
+  space.Boolean("dropout");
+  space.Choice("act", std::vector<std::string>{"relu", "tanh"});
+  {
+    EventFileWriter w(dir);
+    write_hparams_experiment(w, space, {"val_accuracy", "loss"}, 1000.0);
+  }
+  auto events = read_events(dir);
+  ASSERT_EQ(events.size(), 2u);  // file version, experiment
+  EXPECT_EQ(events[0].file_version(), "brain.Event:2");
+  tensorboard::hparams::HParamsPluginData data;
+  ASSERT_TRUE(find_hparams(events, "_hparams_/experiment", &data));
+  const auto& ex = data.experiment();
+  ASSERT_EQ(ex.hparam_infos_size(), 4);
+  std::map<std::string, tensorboard::hparams::HParamInfo> by_name;
+  for (auto& h : ex.hparam_infos()) by_name[h.name()] = h;
+  EXPECT_EQ(by_name["units"].domain_interval().min_value(), 32);
+  EXPECT_EQ(by_name["units"].domain_interval().max_value(), 256);
+  EXPECT_EQ(by_name["lr"].type(), tensorboard::hparams::DATA_TYPE_FLOAT64);
+  EXPECT_DOUBLE_EQ(by_name["lr"].domain_interval().max_value(), 1e-2);
+  EXPECT_EQ(by_name["dropout"].type(), tensorboard::hparams::DATA_TYPE_BOOL);
+  EXPECT_EQ(by_name["dropout"].domain_discrete().values_size(), 2);
+  EXPECT_EQ(by_name["act"].type(), tensorboard::hparams::DATA_TYPE_STRING);
+  ASSERT_EQ(by_name["act"].domain_discrete().values_size(), 2);
+  EXPECT_EQ(by_name["act"].domain_discrete().values(1).string_value(), "tanh");
+  ASSERT_EQ(ex.metric_infos_size(), 2);
+  EXPECT_EQ(ex.metric_infos(0).name().tag(), "val_accuracy");
+  EXPECT_EQ(ex.metric_infos(0).dataset_type(), tensorboard::hparams::DATASET_VALIDATION);
   fs::remove_all(dir);
 }
 
@@ -384,6 +481,11 @@ TEST(TuneCli, ResumeAfterKill9KeepsCompletedTrialsAndFinishesTheBudget) {
   for (std::string id; done >> id;) ++runs[id];
   EXPECT_EQ(runs.size(), 6u);
   for (auto& [id, score] : completed_before) EXPECT_EQ(runs[id], 1) << "completed trial " << id << " ran again";
+  // One HParams experiment in the log root, written by the first run, not again on resume.
+  int experiments = 0;
+  for (auto& ev : read_events(dir + "/p/logs"))
+    for (auto& v : ev.summary().value()) experiments += v.tag() == "_hparams_/experiment";
+  EXPECT_EQ(experiments, 1);
 
   Proc s = start_cli({"tune", "--summary", dir + "/p"}, dir + "/summary.log");
   EXPECT_EQ(wait_exit(s.pid, 30), 0);
