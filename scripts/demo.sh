@@ -93,7 +93,7 @@ instance=$(/usr/bin/python3 -c 'print("{\"instances\": [[" + ",".join(["0.5"] * 
 echo "POST $url:predict"; curl -s -X POST "$url:predict" -d "$instance"; echo
 /usr/bin/python3 -c 'print("[" + ",".join(["0.5"] * 784) + "]"); print("[" + ",".join(["0.0"] * 784) + "]")' >"$jsonl"
 grpc_predict() {  # extra arguments: e.g. --model_version N
-  echo "gRPC PredictionService/Predict at 127.0.0.1:$grpc_port $* (kiln predict --grpc, two instances)"
+  echo "gRPC PredictionService/Predict at 127.0.0.1:$grpc_port${*:+ $*} (kiln predict --grpc, two instances)"
   "$KILN" predict --grpc "127.0.0.1:$grpc_port" --model_name fashion_mnist --input "$jsonl" "$@" ||
     { echo "demo: FAILED: the gRPC query failed" >&2; exit 1; }
 }

@@ -474,6 +474,10 @@ RestServer::RestServer(ServerCore& core, FrontendOptions options)
   int n = std::max(1, impl_->o.num_threads);
   impl_->svr.new_task_queue = [n] { return new httplib::ThreadPool(n); };
   impl_->svr.set_read_timeout(30, 0);
+  // Without it, Nagle's algorithm and the client's delayed ACK hold each
+  // keep-alive response back ~40 ms (wrk, one connection, a Fashion-MNIST
+  // MLP: 37 requests/s without, ~2,400 with).
+  impl_->svr.set_tcp_nodelay(true);
 }
 
 RestServer::~RestServer() { stop(); }
