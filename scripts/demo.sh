@@ -65,8 +65,10 @@ eend=$(date +%s.%N)
 echo "demo: ensembling took $(awk -v a="$estart" -v b="$eend" 'BEGIN { printf "%.1f", b - a }')s"
 
 # --- serving (issue #4): serve models/fashion_mnist with kiln serve (REST +
-# gRPC), query it, deploy a new version by dropping a complete directory in
-# the base path, watch the transition, then roll back by removing it.
+# gRPC), query it over both (gRPC with `kiln predict --grpc`, a
+# tensorflow.serving.PredictionService client), deploy a new version by
+# dropping a complete directory in the base path, watch the transition, then
+# roll back by removing it.
 echo
 echo "== serving: build/kiln serve --model_name fashion_mnist --model_base_path models/fashion_mnist"
 base="$PWD/models/fashion_mnist"
@@ -74,10 +76,12 @@ slog=$(mktemp)
 "$KILN" serve --model_name fashion_mnist --model_base_path "$base" --port 0 --rest_api_port 0 \
   --file_system_poll_wait_seconds 1 >"$slog" 2>&1 &
 spid=$!
-trap 'kill $spid 2>/dev/null || true; rm -f "$log" "$slog"' EXIT
+jsonl=$(mktemp)
+trap 'kill $spid 2>/dev/null || true; rm -f "$log" "$slog" "$jsonl"' EXIT
 for _ in $(seq 1 100); do grep -q 'kiln serve: ready' "$slog" && break; sleep 0.2; done
 grep 'kiln serve: ready' "$slog" || { echo "demo: FAILED: kiln serve did not start" >&2; cat "$slog" >&2; exit 1; }
 port=$(sed -n 's/.*rest_port=\([0-9]*\).*/\1/p' "$slog" | head -n 1)
+grpc_port=$(sed -n 's/.*grpc_port=\([0-9]*\).*/\1/p' "$slog" | head -n 1)
 url="http://127.0.0.1:$port/v1/models/fashion_mnist"
 status() { curl -s "$url"; echo; }
 wait_for() {  # wait until the status JSON contains $1
@@ -87,14 +91,23 @@ wait_for() {  # wait until the status JSON contains $1
 echo "GET $url"; status
 instance=$(/usr/bin/python3 -c 'print("{\"instances\": [[" + ",".join(["0.5"] * 784) + "]]}")')
 echo "POST $url:predict"; curl -s -X POST "$url:predict" -d "$instance"; echo
+/usr/bin/python3 -c 'print("[" + ",".join(["0.5"] * 784) + "]"); print("[" + ",".join(["0.0"] * 784) + "]")' >"$jsonl"
+grpc_predict() {  # extra arguments: e.g. --model_version N
+  echo "gRPC PredictionService/Predict at 127.0.0.1:$grpc_port${*:+ $*} (kiln predict --grpc, two instances)"
+  "$KILN" predict --grpc "127.0.0.1:$grpc_port" --model_name fashion_mnist --input "$jsonl" "$@" ||
+    { echo "demo: FAILED: the gRPC query failed" >&2; exit 1; }
+}
+grpc_predict
 latest=$(ls "$base" | grep -E '^[0-9]+$' | sort -n | tail -n 1)
 next=$((latest + 1))
 echo "deploy version $next (a complete copy of version $latest, renamed into place)"
 cp -r "$base/$latest" "$base/.tmp-$next" && mv "$base/.tmp-$next" "$base/$next"
 wait_for "\"version\":\"$next\",\"state\":\"AVAILABLE\""; status
+grpc_predict --model_version "$next"
 echo "roll back: remove version $next"
 rm -rf "${base:?}/$next"
 wait_for "\"version\":\"$latest\",\"state\":\"AVAILABLE\""; status
+grpc_predict
 grep -E 'serving: fashion_mnist version' "$slog" | sed 's/^/  log: /' | tail -n 12
 kill $spid; wait $spid 2>/dev/null || true
 echo "demo: OK"

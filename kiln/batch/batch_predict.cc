@@ -1,4 +1,5 @@
 #include "kiln/batch/batch_predict.h"
+#include "kiln/batch/instances.h"
 
 #include <glob.h>
 
@@ -25,23 +26,12 @@ namespace {
 constexpr const char* kResults = "prediction.results";
 constexpr const char* kErrors = "prediction.errors_stats";
 
-struct InputSpec {
-  std::string name;
-  at::ScalarType dtype;
-  Shape shape;  // without the batch dimension
-};
-
-struct Value {  // one input of one instance
-  std::vector<double> data;
-  Shape shape;
-};
-
 // One input line of a shard.
 struct Item {
   std::string file;
   int64_t line_no = 0;
   std::string text;
-  std::vector<Value> values;
+  Instance values;
 };
 
 // Where a shard's first line starts.
@@ -50,86 +40,6 @@ struct ShardStart {
   std::streamoff offset = 0;
   int64_t line_no = 1;
 };
-
-// --- parsing (the formats of `kiln predict`) ----------------------------------
-void flatten_into(const Json& v, const Shape& shape, size_t depth, std::vector<double>& out) {
-  if (depth < shape.size()) {
-    if (!v.is_array() || (int64_t)v.size() != shape[depth])
-      throw ValueError("a ragged list: every sub-list at depth " + std::to_string(depth) + " must have " +
-                       std::to_string(shape[depth]) + " entries");
-    for (auto& e : v) flatten_into(e, shape, depth + 1, out);
-    return;
-  }
-  if (v.is_number()) out.push_back(v.get<double>());
-  else if (v.is_boolean()) out.push_back(v.get<bool>() ? 1.0 : 0.0);
-  else throw ValueError("holds " + v.dump() + " where a number belongs");
-}
-
-Value to_value(const Json& v, const std::string& input) {
-  Value out;
-  const Json* cur = &v;
-  while (cur->is_array()) {
-    out.shape.push_back((int64_t)cur->size());
-    if (cur->empty()) break;
-    cur = &(*cur)[0];
-  }
-  try {
-    flatten_into(v, out.shape, 0, out.data);
-  } catch (const ValueError& e) {
-    throw ValueError("input '" + input + "' is " + e.what());
-  }
-  return out;
-}
-
-bool fits(const Shape& got, const Shape& want) {
-  if (got.size() != want.size()) return false;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (want[i] != kNone && want[i] != got[i]) return false;
-  return true;
-}
-
-std::string names_of(const std::vector<InputSpec>& inputs) {
-  std::string s;
-  for (auto& i : inputs) s += (s.empty() ? "'" : ", '") + i.name + "'";
-  return s;
-}
-
-std::vector<Value> parse_instance(const std::string& line, const std::vector<InputSpec>& inputs) {
-  Json j = parse_json(line, "the line");
-  if (j.is_object() && j.contains("inputs")) {
-    if (j.size() != 1) throw ValueError("an object with \"inputs\" must have no other keys");
-    j = Json(j["inputs"]);
-  }
-  std::vector<Json> raw(inputs.size());
-  if (j.is_object()) {
-    for (auto& [k, v] : j.items()) {
-      size_t i = 0;
-      while (i < inputs.size() && inputs[i].name != k) ++i;
-      if (i == inputs.size()) throw ValueError("unknown input '" + k + "'; the model's inputs are " + names_of(inputs));
-      raw[i] = v;
-    }
-    for (size_t i = 0; i < inputs.size(); ++i)
-      if (raw[i].is_null())
-        throw ValueError("input '" + inputs[i].name + "' is missing; the model's inputs are " + names_of(inputs));
-  } else if (j.is_array() || j.is_number()) {
-    if (inputs.size() != 1)
-      throw ValueError("the model takes " + std::to_string(inputs.size()) + " inputs (" + names_of(inputs) +
-                       "); send an object {\"<name>\": [...], ...}");
-    raw[0] = j;
-  } else {
-    throw ValueError("an instance must be a list of numbers or an object of named inputs. Received: " +
-                     j.dump().substr(0, 80));
-  }
-  std::vector<Value> out;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    Value v = to_value(raw[i], inputs[i].name);
-    if (!fits(v.shape, inputs[i].shape))
-      throw ShapeError("input '" + inputs[i].name + "' has shape " + shape_to_string(v.shape) +
-                       " but the model expects " + shape_to_string(inputs[i].shape));
-    out.push_back(std::move(v));
-  }
-  return out;
-}
 
 // --- output -------------------------------------------------------------------
 void write_number(std::string& out, double v, bool is_float32) {
@@ -168,13 +78,7 @@ std::string escape_json(const std::string& s) { return Json(s).dump(-1, ' ', fal
 // --- the run ------------------------------------------------------------------
 class Worker {
  public:
-  explicit Worker(const std::string& model_dir) : model_(load_model(model_dir)) {
-    auto shapes = model_->input_shapes();
-    auto dtypes = model_->input_dtypes();
-    auto names = model_->input_names();
-    for (size_t i = 0; i < shapes.size(); ++i)
-      inputs_.push_back({i < names.size() ? names[i] : "input_" + std::to_string(i),
-                         i < dtypes.size() ? dtypes[i] : at::kFloat, Shape(shapes[i].begin() + 1, shapes[i].end())});
+  explicit Worker(const std::string& model_dir) : model_(load_model(model_dir)), inputs_(instance_inputs(*model_)) {
     output_names_ = model_->output_names();
   }
 
@@ -202,13 +106,7 @@ class Worker {
         ++n_err;
         continue;
       }
-      if (!batch.empty()) {
-        for (size_t i = 0; i < item.values.size(); ++i)
-          if (item.values[i].shape != batch[0]->values[i].shape) {
-            flush();
-            break;
-          }
-      }
+      if (!batch.empty() && !same_shapes(item.values, batch[0]->values)) flush();
       batch.push_back(&item);
       if ((int64_t)batch.size() >= batch_size) flush();
     }
@@ -226,16 +124,9 @@ class Worker {
     const int64_t n = batch.size();
     Tensors y;
     try {
-      Tensors x;
-      for (size_t i = 0; i < inputs_.size(); ++i) {
-        Shape shape = {n};
-        shape.insert(shape.end(), batch[0]->values[i].shape.begin(), batch[0]->values[i].shape.end());
-        auto t = at::empty(shape, at::kDouble);
-        double* p = t.data_ptr<double>();
-        for (auto* item : batch) p = std::copy(item->values[i].data.begin(), item->values[i].data.end(), p);
-        x.push_back(t.to(inputs_[i].dtype));
-      }
-      y = model_->predict(x, n);
+      std::vector<const Instance*> instances;
+      for (auto* item : batch) instances.push_back(&item->values);
+      y = model_->predict(stack_instances(instances, inputs_), n);
     } catch (const std::exception& e) {
       if (n > 1) {  // find the instance(s) at fault
         for (auto* item : batch) predict_batch({item}, results, errors, n_ok, n_err);
@@ -267,7 +158,7 @@ class Worker {
   }
 
   ModelPtr model_;
-  std::vector<InputSpec> inputs_;
+  std::vector<InstanceInput> inputs_;
   std::vector<std::string> output_names_;
 };
 

@@ -60,7 +60,9 @@ std::vector<Shape> shapes_of(const Tensors& ts) {
 
 Tensors Layer::operator()(const Tensors& inputs, bool training) {
   if (!built_) build_if_needed(shapes_of(inputs));
-  activity_losses_.clear();
+  // Only training calls add activity losses; leaving an empty list alone keeps
+  // inference calls read-only, so they may run concurrently (layer.h).
+  if (!activity_losses_.empty()) activity_losses_.clear();
   if (!autocast()) return call(inputs, training);
   Tensors cast;
   cast.reserve(inputs.size());

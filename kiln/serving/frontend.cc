@@ -1,5 +1,6 @@
 #include "kiln/serving/frontend.h"
 
+#include <cctype>
 #include <mutex>
 
 namespace kiln::serving {
@@ -13,6 +14,16 @@ std::unique_ptr<FrontendFactory>& slot() {
   return f;
 }
 }  // namespace
+
+bool bearer_token_matches(const std::string& authorization, const std::string& token) {
+  static const std::string scheme = "bearer ";
+  if (token.empty() || authorization.size() != scheme.size() + token.size()) return false;
+  for (size_t i = 0; i < scheme.size(); ++i)
+    if (std::tolower((unsigned char)authorization[i]) != scheme[i]) return false;
+  unsigned char diff = 0;  // no early exit: the time does not tell how much matched
+  for (size_t i = 0; i < token.size(); ++i) diff |= (unsigned char)(authorization[scheme.size() + i] ^ token[i]);
+  return diff == 0;
+}
 
 void register_grpc_frontend(FrontendFactory factory) {
   std::lock_guard<std::mutex> l(mu());

@@ -16,13 +16,29 @@ namespace kiln::serving {
 
 class ServerCore;
 
+// TLS for one front end. PEM *contents*, not paths (TF Serving's SSLConfig
+// holds contents too; the CLI reads the files). Empty cert_pem: plaintext.
+// check_tls_options() (tls.h) validates them; start() calls it.
+struct TlsOptions {
+  std::string cert_pem;       // server certificate, optionally followed by its chain
+  std::string key_pem;        // its private key (unencrypted)
+  std::string client_ca_pem;  // CA for client certificates (mutual TLS)
+  bool client_verify = false; // require a client certificate signed by client_ca_pem
+  bool enabled() const { return !cert_pem.empty(); }
+};
+
 struct FrontendOptions {
   std::string host = "127.0.0.1";    // loopback unless told otherwise
   int port = 0;                      // 0 = ephemeral; start() returns the bound one
   size_t max_body_bytes = 64 << 20;  // larger requests: 413 / RESOURCE_EXHAUSTED
   int max_json_depth = 64;           // deeper JSON: 400 before parsing
   int num_threads = 16;
-  std::string bearer_token;          // non-empty: require "Authorization: Bearer <token>"
+  // Non-empty: every call needs "Authorization: Bearer <token>" (gRPC:
+  // metadata "authorization"), except the health checks (REST
+  // /v2/health/live|ready, KServe gRPC ServerLive/ServerReady), which
+  // orchestrators' probes call without credentials.
+  std::string bearer_token;
+  TlsOptions tls;
   bool enable_admin = true;          // REST :load / :unload / :reload_config
 };
 
@@ -37,6 +53,10 @@ class Frontend {
 };
 
 using FrontendFactory = std::function<std::unique_ptr<Frontend>(ServerCore&, const FrontendOptions&)>;
+
+// True when `authorization` is "Bearer <token>" (scheme case-insensitive, as
+// RFC 7235 says). Compares in time independent of where the token differs.
+bool bearer_token_matches(const std::string& authorization, const std::string& token);
 
 void register_grpc_frontend(FrontendFactory factory);
 // nullptr when no gRPC front end is linked.

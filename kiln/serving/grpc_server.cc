@@ -14,6 +14,7 @@
 #include "kiln/serving/server_core.h"
 #include "kiln/serving/status.h"
 #include "kiln/serving/tensor_proto.h"
+#include "kiln/serving/tls.h"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
 
@@ -87,21 +88,32 @@ std::string kserve_dtype_name(const std::string& kiln_dtype) {
 
 // Runs `body`, turns whatever it throws into a gRPC status, and records the
 // request in the core's metrics.
+// With a bearer token configured, checks the call's "authorization"
+// metadata (UNAUTHENTICATED otherwise).
+void check_token(const FrontendOptions& o, const grpc::ServerContext* ctx) {
+  if (o.bearer_token.empty()) return;
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end())
+    throw ServingError(Code::kUnauthenticated, "missing bearer token; send metadata 'authorization: Bearer <token>'");
+  if (!bearer_token_matches(std::string(it->second.data(), it->second.size()), o.bearer_token))
+    throw ServingError(Code::kUnauthenticated,
+                       "wrong bearer token; send the server's token as metadata 'authorization: Bearer <token>'");
+}
+
+// Health checks (KServe ServerLive/ServerReady) answer without a token, as
+// the REST /v2/health routes do: probes carry no credentials.
+enum class Auth { kRequired, kOpen };
+
 template <typename F>
 grpc::Status handle(ServerCore& core, const FrontendOptions& o, grpc::ServerContext* ctx, const char* protocol,
-                    const char* api, F body) {
+                    const char* api, F body, Auth auth = Auth::kRequired) {
   RequestTiming timing;
   std::string model;
   int64_t version = 0;
   Status status;
   try {
-    if (!o.bearer_token.empty()) {
-      auto md = ctx->client_metadata();
-      auto it = md.find("authorization");
-      if (it == md.end() || std::string(it->second.data(), it->second.size()) != "Bearer " + o.bearer_token)
-        throw ServingError(Code::kUnauthenticated, "missing or wrong bearer token; send metadata "
-                                                   "'authorization: Bearer <token>'");
-    }
+    if (auth == Auth::kRequired) check_token(o, ctx);
     body(timing, model, version);
   } catch (...) {
     status = status_of_current_exception();
@@ -358,15 +370,15 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
 
   grpc::Status ServerLive(grpc::ServerContext* ctx, const inference::ServerLiveRequest*,
                           inference::ServerLiveResponse* resp) override {
-    return handle(core_, o_, ctx, "kserve_grpc", "live", [&](RequestTiming&, std::string&, int64_t&) {
-      resp->set_live(true);
-    });
+    return handle(
+        core_, o_, ctx, "kserve_grpc", "live", [&](RequestTiming&, std::string&, int64_t&) { resp->set_live(true); },
+        Auth::kOpen);
   }
   grpc::Status ServerReady(grpc::ServerContext* ctx, const inference::ServerReadyRequest*,
                            inference::ServerReadyResponse* resp) override {
-    return handle(core_, o_, ctx, "kserve_grpc", "ready", [&](RequestTiming&, std::string&, int64_t&) {
-      resp->set_ready(core_.ready());
-    });
+    return handle(
+        core_, o_, ctx, "kserve_grpc", "ready",
+        [&](RequestTiming&, std::string&, int64_t&) { resp->set_ready(core_.ready()); }, Auth::kOpen);
   }
   grpc::Status ModelReady(grpc::ServerContext* ctx, const inference::ModelReadyRequest* req,
                           inference::ModelReadyResponse* resp) override {
@@ -458,8 +470,9 @@ const bool registered = (register_grpc_frontend([](ServerCore& core, const Front
 
 }  // namespace
 
-GrpcServer::GrpcServer(ServerCore& core, FrontendOptions options, GrpcTlsOptions tls)
-    : core_(core), options_(std::move(options)), tls_(std::move(tls)) {}
+GrpcServer::GrpcServer(ServerCore& core, FrontendOptions options) : core_(core), options_(std::move(options)) {
+  check_tls_options(options_.tls, "gRPC TLS");
+}
 
 GrpcServer::~GrpcServer() { stop(); }
 
@@ -469,9 +482,14 @@ int GrpcServer::start() {
   model_ = std::make_unique<ModelServiceImpl>(core_, options_);
   inference_ = std::make_unique<InferenceServiceImpl>(core_, options_);
   std::shared_ptr<grpc::ServerCredentials> creds;
-  if (!tls_.cert_chain_file.empty()) {
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({read_file(tls_.private_key_file), read_file(tls_.cert_chain_file)});
+  if (options_.tls.enabled()) {
+    // As TF Serving: custom_ca + client_verify = mutual TLS; otherwise no
+    // client certificate is asked for.
+    grpc::SslServerCredentialsOptions ssl(options_.tls.client_verify
+                                              ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                              : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    ssl.pem_root_certs = options_.tls.client_ca_pem;
+    ssl.pem_key_cert_pairs.push_back({options_.tls.key_pem, options_.tls.cert_pem});
     creds = grpc::SslServerCredentials(ssl);
   } else {
     creds = grpc::InsecureServerCredentials();

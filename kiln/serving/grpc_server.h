@@ -16,11 +16,13 @@
 // models/versions/labels, UNAVAILABLE before a model is ready,
 // RESOURCE_EXHAUSTED for a full batch queue, DEADLINE_EXCEEDED past the
 // client's deadline). With FrontendOptions::bearer_token set, calls without
-// metadata "authorization: Bearer <token>" get UNAUTHENTICATED.
-// TLS: set GrpcTlsOptions (PEM files); otherwise plaintext.
+// metadata "authorization: Bearer <token>" get UNAUTHENTICATED (except
+// ServerLive/ServerReady, the health checks).
+// TLS: FrontendOptions::tls (PEM contents; mutual TLS with client_verify);
+// otherwise plaintext. The constructor throws ValueError for bad TLS material.
 //
 // Linking this file registers it through register_grpc_frontend(), which is
-// how `kiln serve --grpc_port N` finds it. Thread safety: start/stop from
+// how `kiln serve --port N` finds it. Thread safety: start/stop from
 // one thread; RPCs run on gRPC's threads.
 #pragma once
 
@@ -38,14 +40,9 @@ namespace kiln::serving {
 
 class ServerCore;
 
-struct GrpcTlsOptions {
-  std::string cert_chain_file;  // PEM; empty: plaintext
-  std::string private_key_file;  // PEM
-};
-
 class GrpcServer : public Frontend {
  public:
-  GrpcServer(ServerCore& core, FrontendOptions options, GrpcTlsOptions tls = {});
+  GrpcServer(ServerCore& core, FrontendOptions options);
   ~GrpcServer() override;
   int start() override;  // IOError naming host:port if it cannot bind
   void stop() override;
@@ -55,7 +52,6 @@ class GrpcServer : public Frontend {
  private:
   ServerCore& core_;
   FrontendOptions options_;
-  GrpcTlsOptions tls_;
   std::unique_ptr<grpc::Service> prediction_, model_, inference_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

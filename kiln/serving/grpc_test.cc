@@ -391,25 +391,7 @@ TEST_F(GrpcServerTest, KServeHealthMetadataAndInfer) {
   }
 }
 
-TEST_F(GrpcServerTest, BearerTokenIsRequiredWhenSet) {
-  FrontendOptions fo;
-  fo.bearer_token = "s3cret";
-  GrpcServer secured(*core_, fo);
-  int port = secured.start();
-  auto ch = grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
-  auto stub = inference::GRPCInferenceService::NewStub(ch);
-  inference::ServerLiveResponse r;
-  {
-    grpc::ClientContext ctx;
-    EXPECT_EQ(stub->ServerLive(&ctx, {}, &r).error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  }
-  {
-    grpc::ClientContext ctx;
-    ctx.AddMetadata("authorization", "Bearer s3cret");
-    EXPECT_TRUE(stub->ServerLive(&ctx, {}, &r).ok());
-  }
-  secured.stop();
-}
+// Bearer tokens and TLS: security_test.cc.
 
 TEST_F(GrpcServerTest, RegisteredAsTheGrpcFrontend) {
   ASSERT_NE(grpc_frontend_factory(), nullptr);

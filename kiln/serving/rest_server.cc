@@ -11,6 +11,7 @@
 #include "kiln/serving/tensor_proto.h"
 #include "kiln/serving/httplib.h"
 #include "kiln/serving/rest_codec.h"
+#include "kiln/serving/tls.h"
 
 namespace kiln::serving {
 
@@ -107,16 +108,31 @@ int64_t micros(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count();
 }
 
+// Plain HTTP, or HTTPS when options.tls is set (checked first, so a bad
+// certificate or key is a ValueError here rather than failed handshakes).
+std::unique_ptr<httplib::Server> make_http_server(const FrontendOptions& o) {
+  check_tls_options(o.tls, "REST TLS");
+  if (!o.tls.enabled()) return std::make_unique<httplib::Server>();
+  auto s = std::make_unique<httplib::SSLServer>(
+      [tls = o.tls](SSL_CTX& ctx) { return configure_ssl_ctx(&ctx, tls); });
+  if (!s->is_valid())
+    throw ValueError("REST TLS: OpenSSL refused the certificate or key; check them with "
+                     "`openssl x509 -in CERT -noout` and `openssl pkey -in KEY -noout`");
+  return s;
+}
+
 }  // namespace
 
 struct RestServer::Impl {
   ServerCore& core;
   FrontendOptions o;
-  httplib::Server svr;
+  std::unique_ptr<httplib::Server> server;  // an SSLServer with TLS
+  httplib::Server& svr;
   std::thread thread;
   int port = -1;
 
-  Impl(ServerCore& c, FrontendOptions opts) : core(c), o(std::move(opts)) {}
+  Impl(ServerCore& c, FrontendOptions opts)
+      : core(c), o(std::move(opts)), server(make_http_server(o)), svr(*server) {}
 
   static void reply(Res& res, int code, const Json& j) {
     res.status = code;
@@ -153,16 +169,21 @@ struct RestServer::Impl {
 
   bool authorized(const Req& req, Res& res) {
     if (o.bearer_token.empty()) return true;
-    if (req.get_header_value("Authorization") == "Bearer " + o.bearer_token) return true;
-    error(res, {Code::kUnauthenticated, "missing or wrong bearer token (Authorization: Bearer <token>)"});
+    if (bearer_token_matches(req.get_header_value("Authorization"), o.bearer_token)) return true;
+    res.set_header("WWW-Authenticate", "Bearer");
+    error(res, {Code::kUnauthenticated,
+                req.has_header("Authorization")
+                    ? "wrong bearer token; send the server's token as \"Authorization: Bearer <token>\""
+                    : "missing bearer token; send \"Authorization: Bearer <token>\""});
     return false;
   }
 
-  // Wraps a handler: auth, error mapping, never lets an exception escape.
+  // Wraps a handler: auth (unless `open`: the health checks), error mapping,
+  // never lets an exception escape.
   template <class F>
-  httplib::Server::Handler wrap(F f) {
-    return [this, f](const Req& req, Res& res) {
-      if (!authorized(req, res)) return;
+  httplib::Server::Handler wrap(F f, bool open = false) {
+    return [this, f, open](const Req& req, Res& res) {
+      if (!open && !authorized(req, res)) return;
       try {
         f(req, res);
       } catch (...) {
@@ -379,11 +400,15 @@ struct RestServer::Impl {
                }));
     }
     // --- KServe v2 ---
-    svr.Get("/v2/health/live", wrap([](const Req&, Res& res) { reply(res, 200, Json{{"live", true}}); }));
-    svr.Get("/v2/health/ready", wrap([this](const Req&, Res& res) {
-              bool r = core.ready();
-              reply(res, r ? 200 : 400, Json{{"ready", r}});
-            }));
+    // Health checks answer without a token: Kubernetes probes and load
+    // balancers call them without credentials, and they reveal only up/ready.
+    svr.Get("/v2/health/live", wrap([](const Req&, Res& res) { reply(res, 200, Json{{"live", true}}); }, true));
+    svr.Get("/v2/health/ready", wrap(
+                                    [this](const Req&, Res& res) {
+                                      bool r = core.ready();
+                                      reply(res, r ? 200 : 400, Json{{"ready", r}});
+                                    },
+                                    true));
     svr.Get("/v2", wrap([](const Req&, Res& res) {
               reply(res, 200, Json{{"name", "kiln"}, {"version", "1"}, {"extensions", Json::array()}});
             }));
@@ -449,6 +474,10 @@ RestServer::RestServer(ServerCore& core, FrontendOptions options)
   int n = std::max(1, impl_->o.num_threads);
   impl_->svr.new_task_queue = [n] { return new httplib::ThreadPool(n); };
   impl_->svr.set_read_timeout(30, 0);
+  // Without it, Nagle's algorithm and the client's delayed ACK hold each
+  // keep-alive response back ~40 ms (wrk, one connection, a Fashion-MNIST
+  // MLP: 37 requests/s without, ~2,400 with).
+  impl_->svr.set_tcp_nodelay(true);
 }
 
 RestServer::~RestServer() { stop(); }
@@ -462,7 +491,7 @@ int RestServer::start() {
                   " (in use or not permitted); choose another --rest_api_port");
   impl_->port = port;
   impl_->thread = std::thread([this] { impl_->svr.listen_after_bind(); });
-  spdlog::info("serving: REST API on {}:{}", impl_->o.host, port);
+  spdlog::info("serving: REST API on {}://{}:{}", impl_->o.tls.enabled() ? "https" : "http", impl_->o.host, port);
   return port;
 }
 

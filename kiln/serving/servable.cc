@@ -29,6 +29,14 @@ std::string shape_str(at::IntArrayRef s) {
   return o.str();
 }
 
+// The layer and everything below it are built (no lazy build left to race).
+bool fully_built(const Layer& layer) {
+  if (!layer.built()) return false;
+  for (auto& s : layer.sublayers())
+    if (!fully_built(*s)) return false;
+  return true;
+}
+
 }  // namespace
 
 void register_servable_factory(const std::string& platform, ServableFactory factory) {
@@ -70,6 +78,7 @@ ModelServable::ModelServable(const std::string& dir) {
   output_names_.clear();
   for (auto& [k, v] : sig["outputs"].items()) output_names_.push_back(k);
   for (auto& [name, t] : named_weights(*model_)) memory_bytes_ += t.numel() * (int64_t)t.element_size();
+  built_ = fully_built(*model_);
 }
 
 TensorMap ModelServable::predict(const TensorMap& inputs, const std::string& signature) {
@@ -111,11 +120,12 @@ TensorMap ModelServable::predict(const TensorMap& inputs, const std::string& sig
       if (std::find(input_names_.begin(), input_names_.end(), k) == input_names_.end())
         throw ServingError(Code::kInvalidArgument, "unknown input '" + k + "' for signature " + sig_name);
   Tensors ys;
-  {
-    // Layer::operator() is not documented as re-entrant: one call at a time
-    // per model; throughput comes from batching.
-    std::lock_guard<std::mutex> l(mu_);
+  if (built_.load(std::memory_order_acquire)) {
+    ys = model_->predict_on_batch(xs);  // read-only: concurrent calls are safe
+  } else {
+    std::lock_guard<std::mutex> l(build_mu_);  // a lazy build must not race
     ys = model_->predict_on_batch(xs);
+    if (fully_built(*model_)) built_.store(true, std::memory_order_release);
   }
   TensorMap out;
   for (size_t i = 0; i < ys.size(); ++i)

@@ -13,6 +13,7 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -61,8 +62,11 @@ std::unique_ptr<Servable> make_servable(const std::string& platform, const std::
 bool has_servable_platform(const std::string& platform);
 
 // The "kiln" servable: a model directory loaded with kiln::load_model and run
-// with Model::predict_on_batch under no-grad. Thread-safe: calls into the
-// model are serialised (batching gives the throughput).
+// with Model::predict_on_batch under no-grad. Thread-safe, and concurrent:
+// inference on a built model only reads it (layer.h), so requests run in
+// parallel without a lock. Until every layer is built (load_model builds the
+// graph's layers; a layer built lazily on first call would not be), calls
+// are serialised; the first call that leaves everything built lifts that.
 class ModelServable : public Servable {
  public:
   explicit ModelServable(const std::string& dir);
@@ -70,13 +74,16 @@ class ModelServable : public Servable {
   const Json& signatures() const override { return signatures_; }
   int64_t memory_bytes() const override { return memory_bytes_; }
   Model& model() { return *model_; }
+  // True once calls run without the build lock (every layer built).
+  bool runs_concurrently() const { return built_.load(std::memory_order_acquire); }
 
  private:
   std::shared_ptr<Model> model_;
   Json signatures_;
   int64_t memory_bytes_ = 0;
   std::vector<std::string> input_names_, output_names_;
-  std::mutex mu_;  // serialises calls into the model
+  std::mutex build_mu_;            // serialises calls while some layer is unbuilt
+  std::atomic<bool> built_{false};  // every layer built: calls need no lock
 };
 
 }  // namespace kiln::serving

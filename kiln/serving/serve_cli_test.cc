@@ -6,8 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <sstream>
 
 #include "kiln/serving/serving_test_util.h"
 
@@ -90,6 +93,185 @@ TEST(KilnServe, UserErrorsAreOneLineAndExitCode2) {
   auto r = run_command(cli_path() + " serve --rest_api_port 0 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("kiln: error: kiln serve needs --model_base_path"), std::string::npos) << r.output;
+}
+
+// --- kiln predict --grpc, TLS and tokens from the command line -------------------
+
+std::string q(const std::string& s) { return "'" + s + "'"; }
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+}
+
+int port_of(const std::string& ready, const char* key) {
+  auto at = ready.find(key);
+  return at == std::string::npos ? -2 : std::atoi(ready.c_str() + at + std::strlen(key));
+}
+
+// One line of stderr: "kiln: error: ..." (run with 2>&1 1>/dev/null).
+void expect_one_line_error(const CommandResult& r, const std::string& part) {
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_EQ(r.output.rfind("kiln: error: ", 0), 0u) << r.output;
+  EXPECT_NE(r.output.find(part), std::string::npos) << r.output;
+}
+
+CommandResult kiln_err(const std::string& args) {
+  return run_command("( " + q(cli_path()) + " " + args + " 2>&1 1>/dev/null )");
+}
+
+TEST(KilnPredictGrpc, QueriesAServedModelAndWritesWhatLocalPredictWrites) {
+  TempDir dir;
+  save_tiny_model(dir.path() + "/m/1", 0.5f);
+  Process p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
+             "--rest_api_port=-1", "--file_system_poll_wait_seconds", "0"});
+  std::string ready = p.line_starting("kiln serve: ready");
+  const int port = port_of(ready, "grpc_port=");
+  ASSERT_GT(port, 0) << ready;
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+  const std::string in = dir.path() + "/in.jsonl";
+  write_text(in, "[1, 2, 3, 4]\n\n{\"inputs\": [0, 0, 0, 1]}\n[-1, 0.5, 2, 8]\n");
+
+  const std::string err = dir.path() + "/stderr.txt";
+  auto r = run_command(q(cli_path()) + " predict --grpc " + target + " --model_name tiny --batch_size 2 --input " +
+                       q(in) + " 2>" + q(err));
+  ASSERT_EQ(r.exit_code, 0) << r.output << read_file(err);
+  auto local = run_command(q(cli_path()) + " predict " + q(dir.path() + "/m/1") + " --input " + q(in) + " 2>/dev/null");
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+  EXPECT_EQ(r.output, local.output) << "the server's answers, written as kiln predict writes a local model's";
+  std::istringstream lines(r.output);
+  std::string line;
+  std::vector<std::vector<float>> xs = {{1, 2, 3, 4}, {0, 0, 0, 1}, {-1, 0.5, 2, 8}};
+  for (auto& x : xs) {
+    ASSERT_TRUE(std::getline(lines, line)) << r.output;
+    EXPECT_FLOAT_EQ(Json::parse(line)["predictions"][2].get<float>(), tiny_output(0.5f, x)) << line;
+  }
+
+  // A version, from stdin.
+  r = run_command("printf '[1,1,1,1]\\n' | " + q(cli_path()) + " predict --grpc " + target +
+                  " --model_name tiny --model_version 1 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FLOAT_EQ(Json::parse(r.output)["predictions"][0].get<float>(), tiny_output(0.5f, {1, 1, 1, 1}));
+
+  // Errors: one line, exit 2, naming the problem.
+  expect_one_line_error(kiln_err("predict --grpc " + target + " --model_name nope --input " + q(in)), "NOT_FOUND");
+  expect_one_line_error(kiln_err("predict --grpc " + target + " --model_name tiny --model_version 7 --input " + q(in)),
+                        "NOT_FOUND");
+  expect_one_line_error(kiln_err("predict --grpc " + target + " --model_name tiny --signature_name x --input " + q(in)),
+                        "no signature 'x'");
+  write_text(dir.path() + "/narrow.jsonl", "[1, 2, 3, 4]\n[1, 2, 3]\n");
+  expect_one_line_error(
+      kiln_err("predict --grpc " + target + " --model_name tiny --input " + q(dir.path() + "/narrow.jsonl")),
+      "line 2: input");
+  expect_one_line_error(kiln_err("predict --grpc " + target + " --input " + q(in)), "--grpc needs --model_name");
+  expect_one_line_error(kiln_err("predict --model_name tiny --input " + q(in)), "needs a MODEL_DIR");
+  expect_one_line_error(kiln_err("predict " + q(dir.path() + "/m/1") + " --model_name tiny --input " + q(in)),
+                        "--model_name applies to --grpc");
+  expect_one_line_error(kiln_err("predict --grpc " + target + " " + q(dir.path() + "/m/1") + " --model_name tiny"),
+                        "not both");
+  // Nothing listens there: a clear UNAVAILABLE.
+  expect_one_line_error(kiln_err("predict --grpc 127.0.0.1:1 --model_name tiny --timeout 5 --input " + q(in)),
+                        "UNAVAILABLE");
+  EXPECT_EQ(p.stop(), 0);
+}
+
+TEST(KilnServe, TlsAndBearerTokenFromTheCommandLine) {
+  KILN_SKIP_WITHOUT_OPENSSL();
+  TempDir dir;
+  save_tiny_model(dir.path() + "/m/1", 0.5f);
+  auto cert = make_test_cert(dir.path(), "server");
+  write_text(dir.path() + "/token", "s3cret\n");
+  Process p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
+             "--rest_api_port", "0", "--file_system_poll_wait_seconds", "0", "--ssl_cert", cert.cert_path,
+             "--ssl_key", cert.key_path, "--bearer_token_file", dir.path() + "/token"});
+  std::string ready = p.line_starting("kiln serve: ready");
+  const int rest = port_of(ready, "rest_port="), grpc = port_of(ready, "grpc_port=");
+  ASSERT_GT(rest, 0) << ready;
+  ASSERT_GT(grpc, 0) << ready;
+  const std::string in = dir.path() + "/in.jsonl";
+  write_text(in, "[1, 2, 3, 4]\n");
+  const std::string target = "127.0.0.1:" + std::to_string(grpc);
+
+  // gRPC over TLS with the token.
+  auto r = run_command(q(cli_path()) + " predict --grpc " + target + " --model_name tiny --ssl_ca " +
+                       q(cert.cert_path) + " --bearer_token_file " + q(dir.path() + "/token") + " --input " + q(in) +
+                       " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FLOAT_EQ(Json::parse(r.output)["predictions"][0].get<float>(), tiny_output(0.5f, {1, 2, 3, 4}));
+  expect_one_line_error(kiln_err("predict --grpc " + target + " --model_name tiny --ssl_ca " + q(cert.cert_path) +
+                                 " --input " + q(in)),
+                        "UNAUTHENTICATED");
+  expect_one_line_error(kiln_err("predict --grpc " + target + " --model_name tiny --timeout 5 --bearer_token_file " +
+                                 q(dir.path() + "/token") + " --input " + q(in)),
+                        "UNAVAILABLE");  // plaintext to the TLS port
+
+  // HTTPS with the token; the health check without.
+  httplib::SSLClient c("127.0.0.1", rest);
+  c.set_ca_cert_path(cert.cert_path.c_str());
+  c.enable_server_certificate_verification(true);
+  auto res = c.Post("/v1/models/tiny:predict", {{"Authorization", "Bearer s3cret"}}, R"({"instances": [[1,2,3,4]]})",
+                    "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200) << res->body;
+  res = c.Get("/v1/models/tiny");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 401);
+  res = c.Get("/v2/health/ready");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  c.stop();
+  EXPECT_EQ(p.stop(), 0);
+}
+
+TEST(KilnServe, SslConfigFileSecuresGrpcAsTfServingDoes) {
+  KILN_SKIP_WITHOUT_OPENSSL();
+  TempDir dir;
+  save_tiny_model(dir.path() + "/m/1", 0.5f);
+  auto cert = make_test_cert(dir.path(), "server");
+  // PEM pasted over several lines, as TF Serving's examples write it.
+  write_text(dir.path() + "/ssl.config",
+             "server_key: '" + cert.key_pem + "'\nserver_cert: '" + cert.cert_pem + "'\nclient_verify: false\n");
+  Process p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
+             "--rest_api_port", "0", "--file_system_poll_wait_seconds", "0", "--ssl_config_file",
+             dir.path() + "/ssl.config"});
+  std::string ready = p.line_starting("kiln serve: ready");
+  const int rest = port_of(ready, "rest_port="), grpc = port_of(ready, "grpc_port=");
+  ASSERT_GT(grpc, 0) << ready;
+  write_text(dir.path() + "/in.jsonl", "[1, 2, 3, 4]\n");
+  auto r = run_command(q(cli_path()) + " predict --grpc 127.0.0.1:" + std::to_string(grpc) +
+                       " --model_name tiny --ssl_ca " + q(cert.cert_path) + " --input " + q(dir.path() + "/in.jsonl") +
+                       " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // TF Serving's SSLConfig covers gRPC only: REST stays plain HTTP.
+  httplib::Client c("127.0.0.1", rest);
+  auto res = c.Get("/v2/health/live");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  c.stop();
+  EXPECT_EQ(p.stop(), 0);
+}
+
+TEST(KilnServe, BadTlsAndTokenFilesAreOneLineAndExitCode2) {
+  KILN_SKIP_WITHOUT_OPENSSL();
+  TempDir dir;
+  save_tiny_model(dir.path() + "/m/1", 0.5f);
+  auto a = make_test_cert(dir.path(), "a");
+  auto b = make_test_cert(dir.path(), "b");
+  write_text(dir.path() + "/garbage.pem", "not a certificate\n");
+  write_text(dir.path() + "/empty", "\n");
+  const std::string serve = "serve --model_base_path " + q(dir.path() + "/m") + " --rest_api_port 0 --port 0 ";
+  expect_one_line_error(kiln_err(serve + "--ssl_cert " + q(dir.path() + "/garbage.pem") + " --ssl_key " + q(a.key_path)),
+                        "not a PEM certificate");
+  expect_one_line_error(kiln_err(serve + "--ssl_cert " + q(a.cert_path) + " --ssl_key " + q(b.key_path)),
+                        "does not belong to the server certificate");
+  expect_one_line_error(kiln_err(serve + "--ssl_cert " + q(a.cert_path)), "--ssl_cert needs --ssl_key");
+  expect_one_line_error(kiln_err(serve + "--ssl_cert " + q(dir.path() + "/nope.crt") + " --ssl_key " + q(a.key_path)),
+                        "nope.crt");
+  write_text(dir.path() + "/ssl.config", "server_cert: 'x'\nserver_crt: 'y'\n");
+  expect_one_line_error(kiln_err(serve + "--ssl_config_file " + q(dir.path() + "/ssl.config")),
+                        "unknown field `server_crt`");
+  expect_one_line_error(kiln_err(serve + "--bearer_token_file " + q(dir.path() + "/empty")), "is empty");
 }
 
 }  // namespace

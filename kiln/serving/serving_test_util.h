@@ -55,12 +55,47 @@ struct Served {
     rest->stop();
     core.reset();
   }
+  // HTTPS client trusting `ca_path` (the server's self-signed certificate).
+  std::unique_ptr<httplib::SSLClient> tls_client(const std::string& ca_path) const {
+    auto c = std::make_unique<httplib::SSLClient>("127.0.0.1", port);
+    c->set_ca_cert_path(ca_path.c_str());
+    c->enable_server_certificate_verification(true);
+    c->set_read_timeout(30, 0);
+    return c;
+  }
   std::unique_ptr<httplib::Client> client() const {
     auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
     c->set_read_timeout(30, 0);
     return c;
   }
 };
+
+// A self-signed certificate for localhost / 127.0.0.1 (P-256 key, one day),
+// made at test time with the `openssl` command: <dir>/<stem>.crt and .key.
+struct TestCert {
+  std::string cert_path, key_path, cert_pem, key_pem;
+};
+inline bool have_openssl() { return run_command("command -v openssl >/dev/null 2>&1").exit_code == 0; }
+#define KILN_SKIP_WITHOUT_OPENSSL()                                                                   \
+  if (!::kiln::serving::testing::have_openssl())                                                  \
+  GTEST_SKIP() << "the openssl command is missing (apt-get install openssl); TLS tests would make a " \
+                  "self-signed certificate with it and query HTTPS and gRPC over TLS"
+inline TestCert make_test_cert(const std::string& dir, const std::string& stem) {
+  TestCert c{dir + "/" + stem + ".crt", dir + "/" + stem + ".key", "", ""};
+  auto r = run_command("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+                       "-subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout '" +
+                       c.key_path + "' -out '" + c.cert_path + "' 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  c.cert_pem = read_file(c.cert_path);
+  c.key_pem = read_file(c.key_path);
+  return c;
+}
+inline TlsOptions tls_of(const TestCert& c) {
+  TlsOptions t;
+  t.cert_pem = c.cert_pem;
+  t.key_pem = c.key_pem;
+  return t;
+}
 
 inline ModelConfig model_config(const std::string& name, const std::string& base) {
   ModelConfig m;

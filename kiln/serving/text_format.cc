@@ -9,7 +9,8 @@ namespace {
 
 class Reader {
  public:
-  Reader(const std::string& t, const std::string& what) : t_(t), what_(what) {}
+  Reader(const std::string& t, const std::string& what, bool multiline)
+      : t_(t), what_(what), multiline_(multiline) {}
 
   std::vector<TextField> message(char close) {
     std::vector<TextField> out;
@@ -79,7 +80,8 @@ class Reader {
       for (;;) {
         while (pos_ < t_.size() && t_[pos_] != q) {
           char c = t_[pos_++];
-          if (c == '\n') fail("unterminated string for `" + f.name + "`");
+          if (c == '\n' && !multiline_) fail("unterminated string for `" + f.name + "`");
+          if (c == '\n') ++line_;
           if (c == '\\' && pos_ < t_.size()) {
             char e = t_[pos_++];
             switch (e) {
@@ -112,6 +114,7 @@ class Reader {
 
   const std::string& t_;
   std::string what_;
+  bool multiline_ = false;
   size_t pos_ = 0;
   int line_ = 1;
 };
@@ -146,8 +149,9 @@ bool TextField::as_bool(const std::string& what) const {
   throw ValueError(what + ": line " + std::to_string(line) + ": `" + name + "` must be true or false");
 }
 
-std::vector<TextField> parse_text_format(const std::string& text, const std::string& what) {
-  Reader r(text, what);
+std::vector<TextField> parse_text_format(const std::string& text, const std::string& what,
+                                         bool allow_multiline_strings) {
+  Reader r(text, what, allow_multiline_strings);
   return r.message(0);
 }
 

@@ -26,7 +26,9 @@ struct TextField {
 };
 
 // Parses a whole document into its top-level fields. ValueError with the
-// line number on a syntax error.
-std::vector<TextField> parse_text_format(const std::string& text, const std::string& what);
+// line number on a syntax error. allow_multiline_strings: a quoted string
+// may hold raw line breaks (PEM blocks pasted into an SSLConfig).
+std::vector<TextField> parse_text_format(const std::string& text, const std::string& what,
+                                         bool allow_multiline_strings = false);
 
 }  // namespace kiln::serving

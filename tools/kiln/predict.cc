@@ -1,4 +1,11 @@
 // kiln predict MODEL_DIR [--input FILE.jsonl|-] [--output FILE|-] [--batch_size N]
+// kiln predict --grpc HOST:PORT --model_name M [--model_version V | --version_label L]
+//              [--signature_name S] [--ssl_ca CA.pem] [--bearer_token_file F] [--input ...] [--output ...]
+//
+// The second form asks a model server (kiln serve, TF Serving) over
+// tensorflow.serving.PredictionService: the signature comes from
+// GetModelMetadata, each batch is one Predict call; input and output are the
+// same as for a local model (the instance format: kiln/batch/instances.h).
 //
 // JSON Lines in, JSON Lines out, in order. Each input line is one instance:
 //   [0.1, 0.2, ...]                       a nested list (one-input models)
@@ -14,15 +21,20 @@
 // before anything runs, so a wrong width is a one-line error naming the line.
 // Lines are batched (--batch_size) and each batch is written and flushed as
 // soon as it is predicted, so the command works in a pipe.
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
+#include "kiln/batch/instances.h"
 #include "kiln/core/error.h"
 #include "kiln/models/model.h"
 #include "kiln/saving/model_io.h"
+#include "kiln/serving/grpc_client.h"
+#include "kiln/serving/status.h"
 #include "tools/kiln/cli.h"
 
 namespace kiln::cli {
@@ -33,100 +45,16 @@ struct PredictOptions {
   std::string input = "-";
   std::string output = "-";
   int64_t batch_size = 32;
+  // --grpc: ask a server (TF Serving's PredictionService) instead.
+  std::string grpc;
+  std::string model_name;
+  int64_t model_version = 0;  // 0: the latest
+  std::string version_label;
+  std::string signature_name = "serving_default";
+  std::string ssl_ca;
+  std::string bearer_token_file;
+  double timeout_seconds = 60;
 };
-
-struct InputSpec {
-  std::string name;
-  at::ScalarType dtype;
-  Shape shape;  // without the batch dimension; kNone where any size goes
-};
-
-// One input of one instance: values in row-major order and their shape.
-struct Value {
-  std::vector<double> data;
-  Shape shape;
-};
-
-// Shape of a nested list from its first elements, then a walk checking that
-// every sub-list agrees (no ragged lists) and leaves are numbers.
-void flatten_into(const Json& v, const Shape& shape, size_t depth, std::vector<double>& out, const std::string& where) {
-  if (depth < shape.size()) {
-    if (!v.is_array() || (int64_t)v.size() != shape[depth])
-      throw ValueError(where + " is a ragged list: every sub-list at depth " + std::to_string(depth) + " must have " +
-                       std::to_string(shape[depth]) + " entries");
-    for (auto& e : v) flatten_into(e, shape, depth + 1, out, where);
-    return;
-  }
-  if (v.is_number()) out.push_back(v.get<double>());
-  else if (v.is_boolean()) out.push_back(v.get<bool>() ? 1.0 : 0.0);
-  else throw ValueError(where + " holds " + v.dump() + " where a number belongs");
-}
-
-Value to_value(const Json& v, const std::string& where) {
-  Value out;
-  const Json* cur = &v;
-  while (cur->is_array()) {
-    out.shape.push_back((int64_t)cur->size());
-    if (cur->empty()) break;
-    cur = &(*cur)[0];
-  }
-  flatten_into(v, out.shape, 0, out.data, where);
-  return out;
-}
-
-bool fits(const Shape& got, const Shape& want) {
-  if (got.size() != want.size()) return false;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (want[i] != kNone && want[i] != got[i]) return false;
-  return true;
-}
-
-std::string names_of(const std::vector<InputSpec>& inputs) {
-  std::string s;
-  for (auto& i : inputs) s += (s.empty() ? "" : ", ") + std::string("'") + i.name + "'";
-  return s;
-}
-
-// The inputs of one line, in signature order.
-std::vector<Value> parse_instance(const std::string& line, const std::vector<InputSpec>& inputs, const std::string& where) {
-  Json j = parse_json(line, where);
-  if (j.is_object() && j.contains("inputs")) {
-    if (j.size() != 1) throw ValueError(where + ": an object with \"inputs\" must have no other keys");
-    j = Json(j["inputs"]);
-  }
-  std::vector<Json> raw(inputs.size());
-  if (j.is_object()) {
-    for (auto& [k, v] : j.items()) {
-      size_t i = 0;
-      while (i < inputs.size() && inputs[i].name != k) ++i;
-      if (i == inputs.size())
-        throw ValueError(where + ": unknown input '" + k + "'; the model's inputs are " + names_of(inputs));
-      raw[i] = v;
-    }
-    for (size_t i = 0; i < inputs.size(); ++i)
-      if (raw[i].is_null()) throw ValueError(where + ": input '" + inputs[i].name + "' is missing; the model's inputs are " + names_of(inputs));
-  } else if (j.is_array() || j.is_number()) {
-    if (inputs.size() != 1)
-      throw ValueError(where + ": the model takes " + std::to_string(inputs.size()) + " inputs (" + names_of(inputs) +
-                       "); send an object {\"<name>\": [...], ...}");
-    raw[0] = j;
-  } else {
-    throw ValueError(where + ": an instance must be a list of numbers or an object of named inputs. Received: " +
-                     j.dump().substr(0, 80));
-  }
-  std::vector<Value> out;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    Value v = to_value(raw[i], where + ", input '" + inputs[i].name + "'");
-    if (!fits(v.shape, inputs[i].shape)) {
-      int64_t n = num_elements(inputs[i].shape);
-      throw ShapeError(where + ": input '" + inputs[i].name + "' has shape " + shape_to_string(v.shape) +
-                       " but the model expects " + shape_to_string(inputs[i].shape) +
-                       (n > 0 ? " (" + std::to_string(n) + " values per instance)" : std::string()));
-    }
-    out.push_back(std::move(v));
-  }
-  return out;
-}
 
 // --- output ------------------------------------------------------------------
 void write_number(std::string& out, double v, bool is_float32) {
@@ -177,32 +105,74 @@ void write_row(std::string& out, const at::Tensor& row) {
   write_nested(out, row.to(integral ? at::kLong : at::kDouble).contiguous());
 }
 
-class Predictor {
+// Where predictions come from: a model loaded here, or a server over gRPC.
+class Backend {
  public:
-  Predictor(ModelPtr model, std::ostream& out, int64_t batch_size) : model_(std::move(model)), out_(out), batch_size_(batch_size) {
-    auto shapes = model_->input_shapes();
-    auto dtypes = model_->input_dtypes();
-    Json sig = model_signatures(*model_)["serving_default"];
-    size_t i = 0;
-    for (auto& [name, info] : sig["inputs"].items()) {
-      InputSpec s{name, i < dtypes.size() ? dtypes[i] : at::kFloat, Shape(shapes[i].begin() + 1, shapes[i].end())};
-      inputs_.push_back(s);
-      ++i;
-    }
-    for (auto& [name, info] : sig["outputs"].items()) output_names_.push_back(name);
+  virtual ~Backend() = default;
+  virtual const std::vector<batch::InstanceInput>& inputs() const = 0;
+  // Named outputs of one batch, each with the batch along dim 0.
+  virtual std::vector<std::pair<std::string, at::Tensor>> run(const Tensors& x) = 0;
+};
+
+class LocalBackend : public Backend {
+ public:
+  LocalBackend(const std::string& dir, int64_t batch_size)
+      : model_(load_model(dir)), inputs_(batch::instance_inputs(*model_)), batch_size_(batch_size) {
+    for (auto& [name, info] : model_signatures(*model_)["serving_default"]["outputs"].items())
+      output_names_.push_back(name);
+  }
+  const std::vector<batch::InstanceInput>& inputs() const override { return inputs_; }
+  std::vector<std::pair<std::string, at::Tensor>> run(const Tensors& x) override {
+    Tensors y = model_->predict(x, batch_size_);
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (size_t k = 0; k < y.size(); ++k)
+      out.emplace_back(k < output_names_.size() ? output_names_[k] : "output_" + std::to_string(k), y[k]);
+    return out;
   }
 
-  const std::vector<InputSpec>& inputs() const { return inputs_; }
+ private:
+  ModelPtr model_;
+  std::vector<batch::InstanceInput> inputs_;
+  int64_t batch_size_;
+  std::vector<std::string> output_names_;
+};
 
-  void add(std::vector<Value> instance) {
-    // Instances of different shapes (inputs with None dims) cannot share a batch.
-    if (!pending_.empty()) {
-      for (size_t i = 0; i < instance.size(); ++i)
-        if (instance[i].shape != pending_[0][i].shape) {
-          flush();
-          break;
-        }
+// tensorflow.serving.PredictionService: the signature from GetModelMetadata,
+// each batch one Predict call.
+class GrpcBackend : public Backend {
+ public:
+  explicit GrpcBackend(serving::PredictionClientOptions o) : client_(std::move(o)) {
+    for (auto& t : client_.signature().inputs) {
+      if (t.shape.empty())
+        throw ValueError("the server's input '" + t.name + "' has no batch dimension; kiln predict sends batches");
+      inputs_.push_back({t.name, t.dtype, Shape(t.shape.begin() + 1, t.shape.end())});
     }
+  }
+  const std::vector<batch::InstanceInput>& inputs() const override { return inputs_; }
+  std::vector<std::pair<std::string, at::Tensor>> run(const Tensors& x) override {
+    serving::TensorMap in;
+    for (size_t i = 0; i < inputs_.size(); ++i) in[inputs_[i].name] = x[i];
+    serving::TensorMap y = client_.predict(in);
+    return {y.begin(), y.end()};  // name order
+  }
+
+ private:
+  serving::PredictionClient client_;
+  std::vector<batch::InstanceInput> inputs_;
+};
+
+class Predictor {
+ public:
+  Predictor(Backend& backend, std::ostream& out, int64_t batch_size)
+      : backend_(backend), out_(out), batch_size_(batch_size) {}
+
+  const std::vector<batch::InstanceInput>& inputs() const { return backend_.inputs(); }
+
+  void add(batch::Instance instance, int64_t line_no) {
+    // Instances of different shapes (inputs with None dims) cannot share a batch.
+    if (!pending_.empty() && !batch::same_shapes(instance, pending_[0])) flush();
+    if (pending_.empty()) first_line_ = line_no;
+    last_line_ = line_no;
     pending_.push_back(std::move(instance));
     if ((int64_t)pending_.size() >= batch_size_) flush();
   }
@@ -210,27 +180,38 @@ class Predictor {
   void flush() {
     if (pending_.empty()) return;
     const int64_t n = (int64_t)pending_.size();
-    Tensors x;
-    for (size_t i = 0; i < inputs_.size(); ++i) {
-      Shape shape = {n};
-      shape.insert(shape.end(), pending_[0][i].shape.begin(), pending_[0][i].shape.end());
-      auto t = at::empty(shape, at::kDouble);
-      double* p = t.data_ptr<double>();
-      for (auto& inst : pending_) p = std::copy(inst[i].data.begin(), inst[i].data.end(), p);
-      x.push_back(t.to(inputs_[i].dtype));
+    std::vector<const batch::Instance*> rows;
+    for (auto& p : pending_) rows.push_back(&p);
+    std::vector<std::pair<std::string, at::Tensor>> y;
+    try {
+      y = backend_.run(batch::stack_instances(rows, inputs()));
+    } catch (const serving::ServingError& e) {
+      // The server's answer, with the lines it was about; user-side codes exit 2.
+      const std::string m = "lines " + std::to_string(first_line_) + "-" + std::to_string(last_line_) + ": " + e.what();
+      switch (e.code()) {
+        case serving::Code::kNotFound: throw NotFoundError(m);
+        case serving::Code::kInvalidArgument:
+        case serving::Code::kFailedPrecondition:
+        case serving::Code::kOutOfRange:
+        case serving::Code::kUnauthenticated:
+        case serving::Code::kPermissionDenied:
+        case serving::Code::kUnavailable:
+        case serving::Code::kDeadlineExceeded:
+        case serving::Code::kResourceExhausted: throw ValueError(m);
+        default: throw;
+      }
     }
-    Tensors y = model_->predict(x, batch_size_);
     std::string buf;
     for (int64_t r = 0; r < n; ++r) {
       buf += "{\"predictions\":";
       if (y.size() == 1) {
-        write_row(buf, y[0][r]);
+        write_row(buf, y[0].second[r]);
       } else {
         buf += '{';
         for (size_t k = 0; k < y.size(); ++k) {
           if (k) buf += ',';
-          buf += Json(k < output_names_.size() ? output_names_[k] : "output_" + std::to_string(k)).dump() + ":";
-          write_row(buf, y[k][r]);
+          buf += Json(y[k].first).dump() + ":";
+          write_row(buf, y[k].second[r]);
         }
         buf += '}';
       }
@@ -242,16 +223,66 @@ class Predictor {
   }
 
  private:
-  ModelPtr model_;
+  Backend& backend_;
   std::ostream& out_;
   int64_t batch_size_;
-  std::vector<InputSpec> inputs_;
-  std::vector<std::string> output_names_;
-  std::vector<std::vector<Value>> pending_;
+  std::vector<batch::Instance> pending_;
+  int64_t first_line_ = 0, last_line_ = 0;
 };
 
+// ServingError from the client (unreachable server, unknown model) before
+// any line is read: user-side codes exit 2.
+std::unique_ptr<Backend> connect(const PredictOptions& o) {
+  serving::PredictionClientOptions c;
+  c.target = o.grpc;
+  c.model_name = o.model_name;
+  if (o.model_version > 0) c.version = o.model_version;
+  c.version_label = o.version_label;
+  c.signature_name = o.signature_name;
+  if (!o.ssl_ca.empty()) {
+    std::ifstream f(o.ssl_ca);
+    if (!f) throw NotFoundError("--ssl_ca: file not found: " + o.ssl_ca);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    c.ca_pem = ss.str();
+    c.tls = true;
+  }
+  if (!o.bearer_token_file.empty()) {
+    std::ifstream f(o.bearer_token_file);
+    if (!f) throw NotFoundError("--bearer_token_file: file not found: " + o.bearer_token_file);
+    std::getline(f, c.bearer_token);
+    while (!c.bearer_token.empty() && std::isspace((unsigned char)c.bearer_token.back())) c.bearer_token.pop_back();
+    if (c.bearer_token.empty()) throw ValueError("--bearer_token_file " + o.bearer_token_file + " is empty");
+  }
+  c.timeout_seconds = o.timeout_seconds;
+  try {
+    return std::make_unique<GrpcBackend>(std::move(c));
+  } catch (const serving::ServingError& e) {
+    if (e.code() == serving::Code::kNotFound) throw NotFoundError(e.what());
+    if (e.code() == serving::Code::kInternal || e.code() == serving::Code::kUnknown) throw;
+    throw ValueError(e.what());
+  }
+}
+
 void run_predict(const PredictOptions& o) {
-  ModelPtr model = load_model(o.model_dir);
+  const bool remote = !o.grpc.empty();
+  if (remote && !o.model_dir.empty())
+    throw ValueError("give either MODEL_DIR (predict here) or --grpc HOST:PORT (ask a server), not both");
+  if (!remote && o.model_dir.empty())
+    throw ValueError("kiln predict needs a MODEL_DIR, or --grpc HOST:PORT --model_name NAME to query a server");
+  const std::pair<const char*, bool> remote_only[] = {
+      {"--model_name", !o.model_name.empty()},      {"--model_version", o.model_version != 0},
+      {"--version_label", !o.version_label.empty()}, {"--ssl_ca", !o.ssl_ca.empty()},
+      {"--bearer_token_file", !o.bearer_token_file.empty()},
+      {"--signature_name", o.signature_name != "serving_default"}};
+  if (!remote)
+    for (auto& [flag, set] : remote_only)
+      if (set) throw ValueError(std::string(flag) + " applies to --grpc HOST:PORT only; a MODEL_DIR is run here");
+  if (remote && o.model_name.empty())
+    throw ValueError("--grpc needs --model_name (the name the server serves the model under)");
+  if (o.model_version < 0)
+    throw ValueError("--model_version must be a positive integer. Received: " + std::to_string(o.model_version));
+
   std::ifstream in_file;
   std::istream* in = &std::cin;
   if (o.input != "-") {
@@ -259,6 +290,8 @@ void run_predict(const PredictOptions& o) {
     if (!in_file) throw NotFoundError("cannot read --input " + o.input + ": no such file");
     in = &in_file;
   }
+  std::unique_ptr<Backend> backend =
+      remote ? connect(o) : std::unique_ptr<Backend>(new LocalBackend(o.model_dir, o.batch_size));
   std::ofstream out_file;
   std::ostream* out = &std::cout;
   if (o.output != "-") {
@@ -266,13 +299,22 @@ void run_predict(const PredictOptions& o) {
     if (!out_file) throw NotFoundError("cannot write --output " + o.output + ": check that its directory exists");
     out = &out_file;
   }
-  Predictor predictor(model, *out, o.batch_size);
+  Predictor predictor(*backend, *out, o.batch_size);
   const std::string source = o.input == "-" ? "stdin" : o.input;
   std::string line;
   for (int64_t line_no = 1; std::getline(*in, line); ++line_no) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    predictor.add(parse_instance(line, predictor.inputs(), source + " line " + std::to_string(line_no)));
+    const std::string where = source + " line " + std::to_string(line_no) + ": ";
+    batch::Instance instance;
+    try {
+      instance = batch::parse_instance(line, predictor.inputs());
+    } catch (const ShapeError& e) {
+      throw ShapeError(where + e.what());
+    } catch (const UserError& e) {
+      throw ValueError(where + e.what());
+    }
+    predictor.add(std::move(instance), line_no);
   }
   predictor.flush();
   if (out_file.is_open()) {
@@ -286,10 +328,19 @@ void run_predict(const PredictOptions& o) {
 Command add_predict_command(CLI::App& app) {
   auto o = std::make_shared<PredictOptions>();
   CLI::App* sub = app.add_subcommand("predict", "Run a saved model on JSON Lines instances");
-  sub->add_option("model_dir", o->model_dir, "A model version directory, e.g. models/fashion_mnist/1")->required();
+  sub->add_option("model_dir", o->model_dir, "A model version directory, e.g. models/fashion_mnist/1 (or use --grpc)");
   sub->add_option("--input", o->input, "JSON Lines file of instances, or - for stdin (default)");
   sub->add_option("--output", o->output, "Where to write the predictions (JSON Lines), or - for stdout (default)");
-  sub->add_option("--batch_size", o->batch_size, "Instances per batch")->check(positive_integer());
+  sub->add_option("--batch_size", o->batch_size, "Instances per batch (per Predict call with --grpc)")
+      ->check(positive_integer());
+  sub->add_option("--grpc", o->grpc, "HOST:PORT of a model server: send Predict requests there instead of MODEL_DIR");
+  sub->add_option("--model_name", o->model_name, "With --grpc: the served model's name");
+  sub->add_option("--model_version", o->model_version, "With --grpc: a version (default: the latest)");
+  sub->add_option("--version_label", o->version_label, "With --grpc: a version label, e.g. stable");
+  sub->add_option("--signature_name", o->signature_name, "With --grpc: the signature (default serving_default)");
+  sub->add_option("--ssl_ca", o->ssl_ca, "With --grpc: use TLS, trusting this CA certificate (PEM)");
+  sub->add_option("--bearer_token_file", o->bearer_token_file, "With --grpc: send the token in this file");
+  sub->add_option("--timeout", o->timeout_seconds, "With --grpc: seconds per call (default 60)");
   return {sub, [o] { run_predict(*o); }};
 }
 

@@ -4,6 +4,8 @@
 //   kiln serve --model_config_file models.config [--model_config_file_poll_wait_seconds 30]
 //              [--enable_batching --batching_parameters_file batching.config]
 //              [--file_system_poll_wait_seconds 1] [--rest_api_bind 127.0.0.1] [--port 8500]
+//              [--ssl_cert server.crt --ssl_key server.key] [--ssl_config_file ssl.config]
+//              [--bearer_token_file token.txt]
 //
 // When every front end is listening it prints one line on stdout:
 //   kiln serve: ready rest_port=8501 grpc_port=-1
@@ -23,6 +25,7 @@
 #include "kiln/serving/frontend.h"
 #include "kiln/serving/rest_server.h"
 #include "kiln/serving/server_core.h"
+#include "kiln/serving/tls.h"
 #include "tools/kiln/cli.h"
 
 namespace kiln::cli {
@@ -46,6 +49,8 @@ struct ServeOptions {
   bool enable_model_warmup = true;
   bool resource_preserving = false;
   std::string bearer_token_file;
+  std::string ssl_cert, ssl_key;  // kiln's: HTTPS and gRPC TLS
+  std::string ssl_config_file;    // TF Serving's: gRPC TLS (SSLConfig text proto)
 };
 
 std::string read_text(const std::string& path, const std::string& option) {
@@ -54,6 +59,27 @@ std::string read_text(const std::string& path, const std::string& option) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// TLS for REST and gRPC from the flags. TF Serving's --ssl_config_file
+// covers gRPC only (its REST API has no TLS); kiln's --ssl_cert/--ssl_key
+// cover REST, and gRPC too unless --ssl_config_file is given.
+void tls_from_flags(const ServeOptions& o, serving::TlsOptions* rest, serving::TlsOptions* grpc) {
+  using namespace kiln::serving;
+  if (o.ssl_cert.empty() != o.ssl_key.empty())
+    throw ValueError(o.ssl_cert.empty() ? "--ssl_key needs --ssl_cert (the certificate that goes with the key)"
+                                        : "--ssl_cert needs --ssl_key (the certificate's private key)");
+  if (!o.ssl_cert.empty()) {
+    rest->cert_pem = read_text(o.ssl_cert, "--ssl_cert");
+    rest->key_pem = read_text(o.ssl_key, "--ssl_key");
+    check_tls_options(*rest, "--ssl_cert " + o.ssl_cert + " / --ssl_key " + o.ssl_key);
+    *grpc = *rest;
+  }
+  if (!o.ssl_config_file.empty()) {
+    const std::string source = "--ssl_config_file " + o.ssl_config_file;
+    *grpc = parse_ssl_config(read_text(o.ssl_config_file, "--ssl_config_file"), source);
+    check_tls_options(*grpc, source);
+  }
 }
 
 void run_serve(const ServeOptions& o) {
@@ -79,6 +105,18 @@ void run_serve(const ServeOptions& o) {
   co.enable_warmup = o.enable_model_warmup;
   co.resource_preserving = o.resource_preserving;
   co.validate();
+  TlsOptions rest_tls, grpc_tls;
+  tls_from_flags(o, &rest_tls, &grpc_tls);
+  std::string bearer_token;
+  if (!o.bearer_token_file.empty()) {
+    bearer_token = read_text(o.bearer_token_file, "--bearer_token_file");
+    while (!bearer_token.empty() && std::isspace((unsigned char)bearer_token.back())) bearer_token.pop_back();
+    if (bearer_token.empty())
+      throw ValueError("--bearer_token_file " + o.bearer_token_file + " is empty; put the token clients must send in it");
+    if (bearer_token.find_first_of(" \t\r\n") != std::string::npos)
+      throw ValueError("--bearer_token_file " + o.bearer_token_file +
+                       ": the token contains white space; put one token on one line");
+  }
 
   // Signals go to sigwait below, never to the server's threads.
   sigset_t set;
@@ -94,10 +132,8 @@ void run_serve(const ServeOptions& o) {
   fo.port = o.rest_api_port;
   fo.num_threads = o.rest_api_num_threads;
   fo.max_body_bytes = (size_t)o.max_body_bytes;
-  if (!o.bearer_token_file.empty()) {
-    fo.bearer_token = read_text(o.bearer_token_file, "--bearer_token_file");
-    while (!fo.bearer_token.empty() && std::isspace((unsigned char)fo.bearer_token.back())) fo.bearer_token.pop_back();
-  }
+  fo.bearer_token = bearer_token;
+  fo.tls = rest_tls;
   std::unique_ptr<Frontend> rest, grpc;
   int rest_port = -1, grpc_port = -1;
   if (o.rest_api_port >= 0) {
@@ -109,6 +145,7 @@ void run_serve(const ServeOptions& o) {
       FrontendOptions go = fo;
       go.host = o.grpc_bind;
       go.port = o.port;
+      go.tls = grpc_tls;
       grpc = (*f)(core, go);
       grpc_port = grpc->start();
     } else {
@@ -175,7 +212,12 @@ Command add_serve_command(CLI::App& app) {
                   "Scan base paths for new versions this often (0: only at start)");
   cmd->add_option("--enable_model_warmup", o->enable_model_warmup, "Replay assets/extra/warmup_requests.jsonl (default true)");
   cmd->add_flag("--resource_preserving", o->resource_preserving, "Unload the old version before loading the new one");
-  cmd->add_option("--bearer_token_file", o->bearer_token_file, "Require Authorization: Bearer <token in this file>");
+  cmd->add_option("--bearer_token_file", o->bearer_token_file,
+                  "Require Authorization: Bearer <token in this file> (health checks excepted)");
+  cmd->add_option("--ssl_cert", o->ssl_cert, "PEM certificate (chain): serve HTTPS and gRPC over TLS (with --ssl_key)");
+  cmd->add_option("--ssl_key", o->ssl_key, "PEM private key of --ssl_cert");
+  cmd->add_option("--ssl_config_file", o->ssl_config_file,
+                  "TF Serving SSLConfig (text: server_key, server_cert, custom_ca, client_verify) for gRPC");
   return {cmd, [o] { run_serve(*o); }};
 }
 
