@@ -174,7 +174,9 @@ TrialOutcome run_command_trial(const Trial& trial, const CommandOptions& o, Tria
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string s = *e;
-    for (const char* k : {"CLOUD_ML_HP_METRIC_FILE=", "CLOUD_ML_TRIAL_ID=", "KILN_TRIAL_ID=", "KILN_TRIAL_DIR="})
+    for (const char* k : {"CLOUD_ML_HP_METRIC_FILE=", "CLOUD_ML_TRIAL_ID=", "KILN_TRIAL_ID=", "KILN_TRIAL_DIR=",
+                          "KILN_OBJECTIVE=", "KILN_OBJECTIVE_DIRECTION=", "KILN_PARENT_TRIAL_DIR=",
+                          "KILN_INITIAL_EPOCH="})
       if (s.rfind(k, 0) == 0) s.clear();
     if (!s.empty()) env.push_back(s);
   }
@@ -182,6 +184,20 @@ TrialOutcome run_command_trial(const Trial& trial, const CommandOptions& o, Tria
   env.push_back("CLOUD_ML_TRIAL_ID=" + trial.trial_id);
   env.push_back("KILN_TRIAL_ID=" + trial.trial_id);
   env.push_back("KILN_TRIAL_DIR=" + dir);
+  if (!o.objective.empty()) {
+    env.push_back("KILN_OBJECTIVE=" + o.objective);
+    env.push_back("KILN_OBJECTIVE_DIRECTION=" + o.objective_direction);
+  }
+  // Hyperband promotion: the program may continue from its parent trial's
+  // checkpoint (what it saved in its own $KILN_TRIAL_DIR) at this epoch.
+  const HyperParameters& hp = trial.hyperparameters;
+  if (hp.contains("tuner/trial_id") && hp.contains("tuner/initial_epoch")) {
+    std::string parent_dir = join_path(o.trials_dir, "trial_" + hp.get_string("tuner/trial_id"));
+    if (path_exists(parent_dir)) {
+      env.push_back("KILN_PARENT_TRIAL_DIR=" + parent_dir);
+      env.push_back("KILN_INITIAL_EPOCH=" + std::to_string(hp.get_int("tuner/initial_epoch")));
+    }
+  }
 
   std::unique_ptr<EventFileWriter> events;
   if (!o.tensorboard_dir.empty()) {

@@ -66,6 +66,7 @@ struct CommandOptions {
   std::string command;         // shell command line; required
   std::string trials_dir;      // trial_<id>/ directories go here; required
   std::string objective;       // a trial that never reports it FAILS
+  std::string objective_direction = "max";  // "max" | "min" (told to the program)
   int parallel = 1;            // concurrent trial processes
   std::string tuner_id = "tuner0";
   double heartbeat_seconds = 0;  // > 0: call source.heartbeat this often while a trial runs

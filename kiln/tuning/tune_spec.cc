@@ -24,24 +24,30 @@ T get(const Json& j, const char* key, const char* expected) {
   }
 }
 
+// `s` as one word for /bin/sh.
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 }  // namespace
 
 TuneSpec TuneSpec::from_json(const Json& j) {
   if (!j.is_object()) throw ValueError("a tune spec must be a JSON object. Received: " + j.dump().substr(0, 80));
   static const std::set<std::string> known = {
       "project_name", "directory", "tuner", "objective", "max_trials", "seed", "max_retries_per_trial",
-      "max_consecutive_failed_trials", "pruner", "hyperparameters", "command", "parallel", "lease_seconds",
-      "tensorboard"};
+      "max_consecutive_failed_trials", "pruner", "hyperparameters", "command", "train", "parallel",
+      "lease_seconds", "tensorboard"};
   for (auto& [k, v] : j.items())
     if (!known.count(k)) {
-      if (k == "train" || k == "model" || k == "data")
-        throw ValueError("tune spec: `" + k +
-                         "`: tuning a kiln train spec is not supported by `kiln tune` yet; give `command` (a "
-                         "program run per trial with --name=value arguments) or use the C++ Tuner API");
+      if (k == "model" || k == "data" || k == "fit")
+        throw ValueError("tune spec: `" + k + "` belongs inside `train` (a kiln train spec whose values may be "
+                         "{\"hp\": NAME} placeholders), not at the top level");
       throw ValueError("tune spec: unknown key `" + k +
                        "`; the keys are project_name, directory, tuner, objective, max_trials, seed, "
                        "max_retries_per_trial, max_consecutive_failed_trials, pruner, hyperparameters, command, "
-                       "parallel, lease_seconds, tensorboard");
+                       "train, parallel, lease_seconds, tensorboard");
     }
   TuneSpec s;
   s.source = j;
@@ -68,6 +74,21 @@ TuneSpec TuneSpec::from_json(const Json& j) {
   if (j.contains("pruner")) s.pruner = j["pruner"];
   if (j.contains("hyperparameters")) s.hyperparameters = j["hyperparameters"];
   if (j.contains("command")) s.command = get<std::string>(j, "command", "a string (a shell command line)");
+  if (j.contains("train")) {
+    const Json& t = j["train"];
+    if (t.is_string()) {
+      std::string path = t.get<std::string>();
+      if (!path_exists(path)) throw NotFoundError("tune spec: `train`: the train spec '" + path + "' does not exist");
+      s.train = read_json_file(path);
+    } else if (t.is_object()) {
+      s.train = t;
+    } else {
+      throw ValueError("tune spec: `train` must be a kiln train spec (an object) or its file name. Received: " +
+                       t.dump().substr(0, 80));
+    }
+  }
+  if (!s.command.empty() && !s.train.is_null())
+    throw ValueError("tune spec: give either `command` (any program) or `train` (a kiln train spec), not both");
   if (j.contains("parallel")) s.parallel = get<int>(j, "parallel", "a positive integer");
   if (j.contains("lease_seconds")) s.lease_seconds = get<double>(j, "lease_seconds", "a number of seconds");
   if (j.contains("tensorboard")) s.tensorboard = get<bool>(j, "tensorboard", "true or false");
@@ -82,7 +103,16 @@ TuneSpec TuneSpec::from_json(const Json& j) {
     throw ValueError("tune spec: `project_name` must be a non-empty name without '/'. Received: \"" +
                      s.project_name + "\"");
   // Validate early what would otherwise fail inside the search.
-  s.make_oracle();
+  auto oracle = s.make_oracle();
+  if (!s.train.is_null()) {
+    std::set<std::string> declared;
+    const HyperParameters space = oracle->space();
+    for (auto& h : space.space()) declared.insert(h.name);
+    for (const std::string& name : hyperparameter_placeholders(s.train))
+      if (!declared.count(name))
+        throw ValueError("tune spec: `train` uses {\"hp\": \"" + name +
+                         "\"} but `hyperparameters` declares no such name; declare it or fix the placeholder");
+  }
   return s;
 }
 
@@ -115,16 +145,69 @@ std::shared_ptr<Oracle> TuneSpec::make_oracle() const {
 }
 
 CommandOptions TuneSpec::command_options(const std::string& trials_dir) const {
-  if (command.empty())
+  if (command.empty() && train.is_null())
     throw ValueError("tune spec: `command` is missing; give the program to run per trial (it receives "
-                     "--name=value arguments and reports \"kiln-metric NAME=VALUE step=N\" lines)");
+                     "--name=value arguments and reports \"kiln-metric NAME=VALUE step=N\" lines) or `train` "
+                     "(a kiln train spec with {\"hp\": NAME} placeholders)");
   CommandOptions c;
-  c.command = command;
+  if (!train.is_null()) {
+    if (kiln_executable.empty())
+      throw ValueError("tune spec: `train` specs are run by the kiln CLI (`kiln tune`); from C++, use the Tuner "
+                       "API with a HyperModel instead");
+    c.command = shell_quote(kiln_executable) + " tune-trial " + shell_quote(join_path(trials_dir, kTrainSpecFile));
+  } else {
+    c.command = command;
+  }
   c.trials_dir = trials_dir;
-  c.objective = Objective::from_json(objective).name();
+  Objective obj = Objective::from_json(objective);
+  c.objective = obj.name();
+  c.objective_direction = obj.direction() == Direction::kMax ? "max" : "min";
   c.parallel = parallel;
   if (tensorboard) c.tensorboard_dir = join_path(trials_dir, "logs");
   return c;
+}
+
+void TuneSpec::write_train_spec(const std::string& trials_dir) const {
+  if (train.is_null()) return;
+  make_dirs(trials_dir);
+  atomic_write_file(join_path(trials_dir, kTrainSpecFile), train.dump(2));
+}
+
+std::vector<std::string> hyperparameter_placeholders(const Json& spec) {
+  std::vector<std::string> out;
+  if (spec.is_object() && spec.contains("hp") && spec["hp"].is_string() &&
+      (spec.size() == 1 || (spec.size() == 2 && spec.contains("default")))) {
+    out.push_back(spec["hp"].get<std::string>());
+  } else if (spec.is_structured()) {
+    for (auto& v : spec) {
+      auto inner = hyperparameter_placeholders(v);
+      out.insert(out.end(), inner.begin(), inner.end());
+    }
+  }
+  return out;
+}
+
+Json substitute_hyperparameters(const Json& spec, const std::map<std::string, Json>& values) {
+  if (spec.is_object() && spec.contains("hp") && spec["hp"].is_string() &&
+      (spec.size() == 1 || (spec.size() == 2 && spec.contains("default")))) {
+    std::string name = spec["hp"].get<std::string>();
+    auto it = values.find(name);
+    if (it != values.end()) return it->second;
+    if (spec.contains("default")) return spec["default"];
+    throw ValueError("the train spec uses {\"hp\": \"" + name + "\"} but the trial has no value for it (an "
+                     "inactive conditional hyperparameter?); give the placeholder a \"default\"");
+  }
+  if (spec.is_object()) {
+    Json out = Json::object();
+    for (auto& [k, v] : spec.items()) out[k] = substitute_hyperparameters(v, values);
+    return out;
+  }
+  if (spec.is_array()) {
+    Json out = Json::array();
+    for (auto& v : spec) out.push_back(substitute_hyperparameters(v, values));
+    return out;
+  }
+  return spec;
 }
 
 std::shared_ptr<Oracle> open_tuning_project(const TuneSpec& spec, bool resume, bool overwrite) {

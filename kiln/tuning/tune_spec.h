@@ -12,6 +12,9 @@
 //       {"type": "Float", "name": "learning_rate", "min_value": 1e-4, "max_value": 1e-2, "sampling": "log"}
 //     ],
 //     "command": "build/examples/example_tune_trial_mlp --epochs=3",
+//     // or, instead of command, a kiln train spec (docs/SPEC.md) whose values
+//     // may be placeholders {"hp": "units"} / {"hp": "rate", "default": 0}:
+//     // "train": {"model": ..., "data": ..., "compile": ..., "fit": ...} or "train.json",
 //     "parallel": 2,
 //     "lease_seconds": 30,            // distributed: a silent worker loses its trial after this
 //     "tensorboard": true             // <project>/logs/trial_<id>/ scalars + hparams.json
@@ -24,8 +27,10 @@
 #pragma once
 
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kiln/core/json.h"
 #include "kiln/tuning/oracles.h"
@@ -46,10 +51,13 @@ struct TuneSpec {
   Json pruner;  // null: none
   Json hyperparameters = Json::array();
   std::string command;
+  Json train;  // null: none; else a kiln train spec run by `kiln tune-trial`
   int parallel = 1;
   double lease_seconds = 30;
   bool tensorboard = true;
   Json source;  // the spec as given
+  // The kiln CLI that runs `train` trials (`kiln tune-trial`); set by the CLI.
+  std::string kiln_executable;
 
   static TuneSpec from_json(const Json& j);  // ValueError naming the key
   static TuneSpec from_file(const std::string& path);
@@ -59,7 +67,17 @@ struct TuneSpec {
   std::shared_ptr<Oracle> make_oracle() const;
   // CommandOptions for trials under `trials_dir`.
   CommandOptions command_options(const std::string& trials_dir) const;
+  // Writes `train` (if any) to <trials_dir>/train_spec.json for the trials.
+  void write_train_spec(const std::string& trials_dir) const;
 };
+
+constexpr const char* kTrainSpecFile = "train_spec.json";
+
+// The names of every {"hp": NAME} (optionally with "default") in `spec`.
+std::vector<std::string> hyperparameter_placeholders(const Json& spec);
+// `spec` with each placeholder replaced by values[NAME], else its "default";
+// ValueError when neither exists.
+Json substitute_hyperparameters(const Json& spec, const std::map<std::string, Json>& values);
 
 // Opens the project for a search: an oracle with the trial store attached.
 // A project that already holds trials needs resume (continue: completed

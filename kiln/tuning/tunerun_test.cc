@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -554,9 +555,89 @@ TEST(TuneCli, DistributedChiefAndTwoWorkersSurviveAWorkerKilledMidTrial) {
   fs::remove_all(dir);
 }
 
-TEST(TuneSpec, RejectsUnknownKeysAndTrainSpecs) {
+// `kiln tune` over a kiln train spec: placeholders take each trial's values,
+// and Hyperband's promoted trials continue from their parent's best epoch.
+TEST(TuneCli, TrainSpecTrialsAndHyperbandPromotionsContinueFromTheParent) {
+  if (!have_cli()) GTEST_SKIP() << "KILN_CLI is not set (ctest sets it to the kiln binary)";
+  std::string dir = temp_dir("train");
+  {
+    std::mt19937_64 rng(5);
+    std::normal_distribution<double> noise(0.0, 0.4);
+    std::ofstream csv(dir + "/points.csv");
+    csv << "f0,f1,f2,label\n";
+    for (int i = 0; i < 240; ++i) {
+      int c = i % 3;
+      for (int k = 0; k < 3; ++k) csv << (k == c ? 1.5 : 0.0) + noise(rng) << (k < 2 ? "," : "");
+      csv << "," << c << "\n";
+    }
+  }
+  Json train = Json::parse(R"({
+    "model": {"layers": [{"class_name": "Dense", "config": {"units": {"hp": "units"}, "activation": "relu"}},
+                         {"class_name": "Dense", "config": {"units": 3, "activation": "softmax"}}]},
+    "data": {"source": "csv", "label": "label"},
+    "compile": {"optimizer": {"class_name": "Adam", "config": {"learning_rate": {"hp": "lr"}}},
+                "loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"]},
+    "fit": {"epochs": 1, "batch_size": 32, "validation_split": 0.25, "seed": 1, "verbose": 0}})");
+  train["data"]["path"] = dir + "/points.csv";
+  Json spec = {{"project_name", "p"},
+               {"directory", dir},
+               {"tuner", {{"type", "hyperband"}, {"max_epochs", 3}, {"factor", 3}}},
+               {"objective", "val_accuracy"},
+               {"seed", 2},
+               {"tensorboard", false},
+               {"hyperparameters", Json::parse(R"([
+                 {"type": "Int", "name": "units", "min_value": 4, "max_value": 16, "step": 4},
+                 {"type": "Float", "name": "lr", "min_value": 0.01, "max_value": 0.1, "sampling": "log"}])")},
+               {"train", train}};
+  std::ofstream(dir + "/spec.json") << spec.dump();
+  Proc p = start_cli({"--threads", "1", "tune", dir + "/spec.json"}, dir + "/run.log");
+  ASSERT_EQ(wait_exit(p.pid, 120), 0) << slurp(p.out);
+  auto trials = store_trials(dir + "/p/trials.db");
+  ASSERT_GE(trials.size(), 4u);
+  int promoted = 0;
+  for (auto& t : trials) {
+    EXPECT_EQ(t.status, TrialStatus::kCompleted) << t.trial_id << ": " << t.message;
+    ASSERT_TRUE(t.score) << t.trial_id;
+    EXPECT_GT(*t.score, 0.5) << "trial " << t.trial_id << " did not learn the separable problem";
+    const std::string tdir = dir + "/p/trial_" + t.trial_id;
+    EXPECT_TRUE(fs::exists(tdir + "/best/model.json")) << tdir;
+    std::string log = slurp(tdir + "/stdout.log");
+    int64_t initial = t.hyperparameters.get_int("tuner/initial_epoch");
+    // Its first report is the epoch it started at: 0, or where the parent stopped.
+    auto first = log.find("kiln-metric");
+    ASSERT_NE(first, std::string::npos) << log;
+    std::string line = log.substr(first, log.find('\n', first) - first);
+    EXPECT_NE(line.find(" step=" + std::to_string(initial)), std::string::npos) << line;
+    if (t.hyperparameters.contains("tuner/trial_id")) {
+      ++promoted;
+      EXPECT_GT(initial, 0);
+      EXPECT_NE(log.find("Continuing from " + dir + "/p/trial_" + t.hyperparameters.get_string("tuner/trial_id") +
+                         "/best at epoch " + std::to_string(initial)),
+                std::string::npos)
+          << log;
+    }
+  }
+  EXPECT_GE(promoted, 1);
+  fs::remove_all(dir);
+}
+
+TEST(TuneSpec, RejectsUnknownKeysAndBadTrainSpecs) {
   expect_error<ValueError>([] { TuneSpec::from_json({{"max_trail", 3}}); }, {"unknown key `max_trail`"});
-  expect_error<ValueError>([] { TuneSpec::from_json({{"train", Json::object()}}); }, {"`command`"});
+  expect_error<ValueError>([] { TuneSpec::from_json({{"model", Json::object()}}); }, {"`model`", "inside `train`"});
+  expect_error<ValueError>(
+      [] { TuneSpec::from_json({{"hyperparameters", space_x()}, {"command", "x"}, {"train", Json::object()}}); },
+      {"either `command`", "or `train`"});
+  expect_error<ValueError>(
+      [] {
+        TuneSpec::from_json({{"hyperparameters", space_x()},
+                             {"train", {{"model", {{"builtin", "mlp"}, {"args", {{"dropout", {{"hp", "rate"}}}}}}}}}});
+      },
+      {"{\"hp\": \"rate\"}", "declares no such name"});
+  // Placeholders are replaced by the trial's values, else their default.
+  Json train = {{"a", {{"hp", "x"}}}, {"b", {1, {{"hp", "y"}, {"default", 0.5}}}}, {"c", {{"hp", 3}}}};
+  EXPECT_EQ(substitute_hyperparameters(train, {{"x", 4}}),
+            Json({{"a", 4}, {"b", {1, 0.5}}, {"c", {{"hp", 3}}}}));
+  expect_error<ValueError>([&] { substitute_hyperparameters(train, {}); }, {"\"x\"", "default"});
   expect_error<ValueError>([] { TuneSpec::from_json({{"parallel", 0}, {"hyperparameters", space_x()}}); },
                            {"`parallel`", "Received: 0"});
   expect_error<ValueError>([] { TuneSpec::from_json({{"hyperparameters", Json::array()}}); }, {"empty"});

@@ -28,6 +28,7 @@ struct Command {
 };
 
 Command add_train_command(CLI::App& app);
+Command add_tune_trial_command(CLI::App& app);     // train.cc (hidden; run by kiln tune)
 Command add_evaluate_command(CLI::App& app);
 Command add_predict_command(CLI::App& app);
 Command add_show_command(CLI::App& app);

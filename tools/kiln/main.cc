@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
                  "Intra-op threads (default: $KILN_NUM_THREADS, else every core)")
       ->check(kiln::cli::positive_integer());
   std::vector<kiln::cli::Command> commands = {
-      kiln::cli::add_train_command(app), kiln::cli::add_evaluate_command(app),
+      kiln::cli::add_train_command(app), kiln::cli::add_tune_trial_command(app),
+      kiln::cli::add_evaluate_command(app),
       kiln::cli::add_predict_command(app), kiln::cli::add_show_command(app),
       kiln::cli::add_tune_command(app), kiln::cli::add_batch_predict_command(app),
       kiln::cli::add_export_command(app), kiln::cli::add_serve_command(app)};

@@ -1,14 +1,24 @@
 // kiln train SPEC.json [--output BASE] [--epochs N]
+// kiln tune-trial SPEC.json --name=value ...   (hidden: one trial of `kiln tune`
+//   over a `train` spec; placeholders {"hp": NAME} take the values, each epoch
+//   prints a kiln-metric line, the best epoch is saved in $KILN_TRIAL_DIR/best,
+//   and a Hyperband promotion continues from $KILN_PARENT_TRIAL_DIR/best)
 //
 // Reads the spec, loads the data, builds and compiles the model, fits it
 // (Keras-style progress), evaluates on the test split when there is one,
 // then saves the next integer version under the output base directory.
+#include <cstdlib>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <sstream>
 
 #include "kiln/core/error.h"
 #include "kiln/core/random.h"
+#include "kiln/core/io.h"
 #include "kiln/models/model.h"
+#include "kiln/training/model_checkpoint.h"
+#include "kiln/tuning/tune_spec.h"
 #include "tools/kiln/cli.h"
 #include "tools/kiln/spec.h"
 #include "tools/kiln/versions.h"
@@ -21,6 +31,40 @@ struct TrainOptions {
   std::string output;
   int epochs = 0;
 };
+
+// A spec read and checked, its data loaded and its model built and compiled,
+// ready for fit().
+struct Prepared {
+  FitArgs fit;
+  DataSplits data;
+  ModelPtr model;
+};
+
+Prepared prepare(const Json& spec, int epochs) {
+  // Everything that can be checked without training is checked first, so a
+  // typo fails in a second rather than after an hour.
+  Prepared p;
+  std::optional<uint64_t> seed;
+  p.fit = fit_args_from_spec(spec.value("fit", Json::object()), &seed);
+  if (epochs > 0) p.fit.epochs = epochs;
+  CompileArgs compile = compile_args_from_spec(spec.value("compile", Json::object()));
+  p.fit.callbacks = callbacks_from_spec(spec.value("callbacks", Json::array()));
+  if (seed) set_random_seed(*seed);
+
+  p.data = load_data(spec["data"]);
+  if (!p.data.y_train.defined())
+    throw ValueError("the training data has no labels; set `data.label` (csv/jsonl) or `data.y` (npy/idx)");
+  Shape example(p.data.x_train.sizes().begin() + 1, p.data.x_train.sizes().end());
+  std::cout << "Data: " << p.data.description << ": " << p.data.x_train.size(0) << " training examples"
+            << (p.data.has_test() ? ", " + std::to_string(p.data.x_test.size(0)) + " test examples" : std::string())
+            << ", each " << shape_to_string(example) << "\n";
+
+  p.model = build_model(spec["model"], example);
+  p.model->compile(compile);
+  p.fit.x = {p.data.x_train};
+  p.fit.y = {p.data.y_train};
+  return p;
+}
 
 void run_train(const TrainOptions& o) {
   Json spec = read_spec(o.spec);
@@ -36,40 +80,90 @@ void run_train(const TrainOptions& o) {
   if (base.empty())
     throw ValueError("no output directory: set `output.base_dir` in the spec or pass --output BASE");
 
-  // Everything that can be checked without training is checked first, so a
-  // typo fails in a second rather than after an hour.
-  std::optional<uint64_t> seed;
-  FitArgs fit = fit_args_from_spec(spec.value("fit", Json::object()), &seed);
-  if (o.epochs > 0) fit.epochs = o.epochs;
-  CompileArgs compile = compile_args_from_spec(spec.value("compile", Json::object()));
-  fit.callbacks = callbacks_from_spec(spec.value("callbacks", Json::array()));
-  if (seed) set_random_seed(*seed);
+  Prepared p = prepare(spec, o.epochs);
+  p.model->fit(p.fit);
 
-  DataSplits data = load_data(spec["data"]);
-  if (!data.y_train.defined())
-    throw ValueError("the training data has no labels; set `data.label` (csv/jsonl) or `data.y` (npy/idx)");
-  Shape example(data.x_train.sizes().begin() + 1, data.x_train.sizes().end());
-  std::cout << "Data: " << data.description << ": " << data.x_train.size(0) << " training examples"
-            << (data.has_test() ? ", " + std::to_string(data.x_test.size(0)) + " test examples" : std::string())
-            << ", each " << shape_to_string(example) << "\n";
-
-  ModelPtr model = build_model(spec["model"], example);
-  model->compile(compile);
-  fit.x = {data.x_train};
-  fit.y = {data.y_train};
-  model->fit(fit);
-
-  if (data.has_test() && data.y_test.defined()) {
+  if (p.data.has_test() && p.data.y_test.defined()) {
     EvaluateArgs ev;
-    ev.x = {data.x_test};
-    ev.y = {data.y_test};
-    ev.batch_size = fit.batch_size;
-    print_metrics(model->evaluate(ev), "test_", std::cout);
+    ev.x = {p.data.x_test};
+    ev.y = {p.data.y_test};
+    ev.batch_size = p.fit.batch_size;
+    print_metrics(p.model->evaluate(ev), "test_", std::cout);
   }
 
-  const std::string path = publish_next_version(*model, base, include_optimizer);
+  const std::string path = publish_next_version(*p.model, base, include_optimizer);
   std::cout << "Saved model to " << path << "\n";
   std::cout.flush();
+}
+
+// --- kiln tune-trial: one trial of `kiln tune` over a train spec ------------------------------
+
+struct TrialOptions {
+  std::string spec;
+};
+
+// Prints each epoch's logs as a `kiln-metric` line for `kiln tune`.
+class MetricLines : public Callback {
+ public:
+  void on_epoch_end(int epoch, Logs& logs) override {
+    std::ostringstream os;
+    os.precision(17);
+    os << "kiln-metric";
+    for (auto& [k, v] : logs) os << " " << k << "=" << v;
+    os << " step=" << epoch;
+    std::cout << os.str() << std::endl;
+  }
+};
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+// `--name=value` arguments as typed JSON values: numbers and true/false
+// parse as JSON, anything else is a string.
+std::map<std::string, Json> trial_values(const std::vector<std::string>& args) {
+  std::map<std::string, Json> values;
+  for (const std::string& a : args) {
+    auto eq = a.find('=');
+    if (a.rfind("--", 0) != 0 || eq == std::string::npos || eq == 2)
+      throw ValueError("tune-trial: arguments must be --name=value. Received: " + a);
+    std::string name = a.substr(2, eq - 2), text = a.substr(eq + 1);
+    Json v = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    values[name] = v.is_number() || v.is_boolean() ? v : Json(text);
+  }
+  return values;
+}
+
+void run_tune_trial(const TrialOptions& o, const std::vector<std::string>& extras) {
+  std::map<std::string, Json> values = trial_values(extras);
+  Json spec = tuning::substitute_hyperparameters(read_spec(o.spec), values);
+  int epochs = 0;
+  if (auto it = values.find("epochs"); it != values.end() && it->second.is_number_integer())
+    epochs = it->second.get<int>();  // Hyperband's tuner/epochs
+  Prepared p = prepare(spec, epochs);
+
+  const std::string trial_dir = env_or("KILN_TRIAL_DIR", ".");
+  const std::string parent_dir = env_or("KILN_PARENT_TRIAL_DIR", "");
+  if (!parent_dir.empty() && path_exists(join_path(parent_dir, "best"))) {
+    // Hyperband promotion: continue from the parent's best epoch.
+    ModelPtr parent = load_model(join_path(parent_dir, "best"));
+    p.model->build_if_needed(parent->input_shapes());
+    p.model->set_weights(parent->get_weights());
+    p.fit.initial_epoch = std::stoi(env_or("KILN_INITIAL_EPOCH", "0"));
+    std::cout << "Continuing from " << parent_dir << "/best at epoch " << p.fit.initial_epoch << std::endl;
+  }
+  const std::string objective = env_or("KILN_OBJECTIVE", "");
+  if (!objective.empty()) {
+    // The trial's best epoch, kept for promotions and get_best_models.
+    ModelCheckpointOptions ck;
+    ck.monitor = objective;
+    ck.mode = env_or("KILN_OBJECTIVE_DIRECTION", "auto");
+    ck.save_best_only = true;
+    p.fit.callbacks.push_back(std::make_shared<ModelCheckpoint>(join_path(trial_dir, "best"), ck));
+  }
+  p.fit.callbacks.push_back(std::make_shared<MetricLines>());
+  p.model->fit(p.fit);
 }
 
 }  // namespace
@@ -81,6 +175,15 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--output", o->output, "Base directory for versions (overrides output.base_dir)");
   sub->add_option("--epochs", o->epochs, "Number of epochs (overrides fit.epochs)")->check(positive_integer());
   return {sub, [o] { run_train(*o); }};
+}
+
+Command add_tune_trial_command(CLI::App& app) {
+  auto o = std::make_shared<TrialOptions>();
+  CLI::App* sub = app.add_subcommand("tune-trial", "");  // no description: hidden, run by `kiln tune`
+  sub->add_option("spec", o->spec, "The train spec with {\"hp\": NAME} placeholders")->required();
+  sub->allow_extras();      // the trial's --name=value arguments
+  sub->fallthrough(false);  // ... stay here instead of reaching the main app's parser
+  return {sub, [o, sub] { run_tune_trial(*o, sub->remaining()); }};
 }
 
 }  // namespace kiln::cli

@@ -13,6 +13,7 @@
 // trials' processes and leave them RUNNING in the store, so --resume runs
 // them again; so does kill -9 (the children die with the parent).
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -29,6 +30,14 @@ namespace kiln::cli {
 namespace {
 
 std::atomic<bool> g_cancel{false};
+
+// This kiln binary's path: `train` trials run it as `kiln tune-trial`.
+std::string self_executable() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw IOError("cannot find the kiln executable (/proc/self/exe)");
+  return std::string(buf, n);
+}
 extern "C" void on_signal(int) { g_cancel.store(true); }
 
 struct TuneOptions {
@@ -54,6 +63,7 @@ void run_tune(const TuneOptions& o) {
   if (o.max_trials >= 0) j["max_trials"] = o.max_trials;
   if (o.parallel > 0) j["parallel"] = o.parallel;
   tuning::TuneSpec spec = tuning::TuneSpec::from_json(j);
+  spec.kiln_executable = self_executable();
 
   bool chief = o.chief, worker = o.worker;
   std::string oracle_target = o.oracle, tuner_id = o.tuner_id;
@@ -86,6 +96,7 @@ void run_tune(const TuneOptions& o) {
     if (tuner_id.empty()) tuner_id = "worker" + std::to_string(getpid());
     tuning::RemoteOracleSource source(oracle_target, tuner_id);
     auto c = spec.command_options(join_path(spec.project_dir(), tuner_id));
+    spec.write_train_spec(c.trials_dir);
     c.tuner_id = tuner_id;
     c.heartbeat_seconds = spec.lease_seconds / 3;
     int n = tuning::run_command_trials(source, c, &g_cancel);
@@ -109,6 +120,7 @@ void run_tune(const TuneOptions& o) {
   } else {
     tuning::OracleSource source(oracle);
     auto c = spec.command_options(spec.project_dir());
+    spec.write_train_spec(c.trials_dir);
     tuning::run_command_trials(source, c, &g_cancel);
   }
   if (g_cancel.load()) throw StateError("interrupted; run the same command with --resume to continue");
