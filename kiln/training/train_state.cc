@@ -7,7 +7,20 @@
 namespace kiln {
 namespace {
 
-void forward_stage(TrainState&, StepData& s) { s.y_pred = (*s.model)(s.x, s.training); }
+void forward_stage(TrainState& ts, StepData& s) {
+  s.y_pred = (*s.model)(s.x, s.training);
+  // A subclassed model's outputs are known only once it runs: the first
+  // step that returns a different number binds the metrics to each of them
+  // ("output_0_accuracy", ... unless the model names its outputs).
+  if (s.y_pred.size() != ts.bound_outputs()) {
+    std::vector<std::string> names = s.model->output_names();
+    if (names.size() != s.y_pred.size()) {
+      names.clear();
+      for (size_t i = 0; i < s.y_pred.size(); ++i) names.push_back("output_" + std::to_string(i));
+    }
+    ts.bind_outputs(names);
+  }
+}
 
 void compute_loss_stage(TrainState& ts, StepData& s) {
   Loss& loss = ts.loss();
@@ -90,16 +103,7 @@ TrainState::TrainState(const CompileArgs& args)
   for (auto& list : args_.output_metrics)
     for (auto& m : list)
       if (!m) throw ValueError("compile: received a null metric");
-  // Until bind_outputs(): flat metrics on output 0 (per-output lists: list i on output i).
-  for (auto& m : args_.metrics) {
-    metrics_.push_back(m);
-    metric_outputs_.push_back(0);
-  }
-  for (size_t o = 0; o < args_.output_metrics.size(); ++o)
-    for (auto& m : args_.output_metrics[o]) {
-      metrics_.push_back(m);
-      metric_outputs_.push_back(o);
-    }
+  bind_unprefixed();
   // Names must be unique per output (bind_outputs() prefixes them per output).
   auto check_unique = [](const std::vector<MetricPtr>& list) {
     std::vector<std::string> names{"loss"};
@@ -115,12 +119,32 @@ TrainState::TrainState(const CompileArgs& args)
   for (auto& list : args_.output_metrics) check_unique(list);
 }
 
+void TrainState::bind_unprefixed() {
+  // Flat metrics on output 0 (per-output lists: list i on output i), under
+  // their own names.
+  metrics_.clear();
+  metric_outputs_.clear();
+  for (auto& m : args_.metrics) {
+    metrics_.push_back(m);
+    metric_outputs_.push_back(0);
+  }
+  for (size_t o = 0; o < args_.output_metrics.size(); ++o)
+    for (auto& m : args_.output_metrics[o]) {
+      metrics_.push_back(m);
+      metric_outputs_.push_back(o);
+    }
+}
+
 void TrainState::bind_outputs(const std::vector<std::string>& output_names) {
   const size_t n = output_names.size();
+  bound_outputs_ = n;
   if (!args_.output_metrics.empty() && args_.output_metrics.size() != n)
     throw ValueError("compile: `output_metrics` must have one list per model output (" + std::to_string(n) +
                      "). Received " + std::to_string(args_.output_metrics.size()) + " lists");
-  if (n <= 1) return;  // one output: metrics keep their own names
+  if (n <= 1) {  // one output: metrics keep their own names
+    bind_unprefixed();
+    return;
+  }
   std::vector<MetricPtr> metrics;
   std::vector<size_t> outputs;
   const Loss* loss = args_.loss.get();

@@ -123,6 +123,9 @@ class TrainState {
   // CompileArgs::output_metrics. ValueError if output_metrics has a
   // different number of lists than outputs, or names collide.
   void bind_outputs(const std::vector<std::string>& output_names);
+  // How many outputs the metrics are bound to (the forward stage rebinds
+  // when a model, e.g. a subclassed one, returns another number).
+  size_t bound_outputs() const { return bound_outputs_; }
 
   const CompileArgs& compile_args() const { return args_; }
   Optimizer& optimizer() { return *args_.optimizer; }
@@ -155,10 +158,12 @@ class TrainState {
   void test_step(StepData& s);
 
  private:
+  void bind_unprefixed();
   CompileArgs args_;
   std::shared_ptr<Mean> loss_tracker_;
   std::vector<MetricPtr> metrics_;      // compiled metrics, bound to outputs
   std::vector<size_t> metric_outputs_;  // metrics_[i] reads output metric_outputs_[i]
+  size_t bound_outputs_ = 1;
   StepPipeline pipeline_;
   FitProgress progress_;
 };
