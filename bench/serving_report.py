@@ -53,6 +53,7 @@ def fmt(v, d=1):
 LABELS = [
     ("bound_b1", "in-process predict, batch 1 (rows/s)"),
     ("bound_b32", "in-process predict, batch 32 (rows/s): the bound"),
+    ("bound_b32_after", "the bound again, after the server runs"),
     ("rest_plain", "kiln REST, no batching (wrk)"),
     ("grpc_plain", "kiln gRPC, no batching"),
     ("rest_batched", "kiln REST, batching (wrk)"),
@@ -85,6 +86,10 @@ print("goals (issue #4):")
 for model in ("mnist", "large"):
     m = R.get(model, {})
     rb, b32, fl = m.get("rest_batched"), m.get("bound_b32"), m.get("flask")
+    if b32 and m.get("bound_b32_after"):
+        after = m["bound_b32_after"]["rows_per_s"]
+        print(f"  {model}: bound measured before / after the server runs: {b32['rows_per_s']:,.0f} / {after:,.0f} rows/s")
+        b32 = dict(b32, rows_per_s=(b32["rows_per_s"] + after) / 2)
     if rb and b32:
         ok = rb["qps"] >= 0.7 * b32["rows_per_s"]
         print(f"  {model}: REST batching / in-process bound = {rb['qps'] / b32['rows_per_s']:.3f} (goal >= 0.70) "
