@@ -501,6 +501,15 @@ int GrpcServer::start() {
   b.AddListeningPort(address, creds, &selected);
   b.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(options_.max_body_bytes, INT32_MAX)));
   b.SetMaxSendMessageSize(INT32_MAX);
+  // The sync server's defaults (1 to 2 polling threads) make it start a
+  // thread for nearly every concurrent call and end it afterwards; each new
+  // thread that runs a model also builds its own OpenMP team. Under 8
+  // concurrent clients that churn cost ~2 ms of CPU per request and held
+  // throughput at ~400 QPS where REST did 6,000 (bench/serving_bench.sh).
+  // Keep up to num_threads threads polling instead (idle ones block).
+  const int threads = std::max(2, options_.num_threads);
+  b.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, std::min(threads, 4));
+  b.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, threads);
   b.RegisterService(prediction_.get());
   b.RegisterService(model_.get());
   b.RegisterService(inference_.get());

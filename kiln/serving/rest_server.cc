@@ -474,10 +474,15 @@ RestServer::RestServer(ServerCore& core, FrontendOptions options)
   int n = std::max(1, impl_->o.num_threads);
   impl_->svr.new_task_queue = [n] { return new httplib::ThreadPool(n); };
   impl_->svr.set_read_timeout(30, 0);
-  // Without it, Nagle's algorithm and the client's delayed ACK hold each
-  // keep-alive response back ~40 ms (wrk, one connection, a Fashion-MNIST
-  // MLP: 37 requests/s without, ~2,400 with).
+  // cpp-httplib writes a response's headers and body with separate send()s;
+  // with Nagle on, the body waits for the client's delayed ACK (40 ms on
+  // Linux): every keep-alive request took 40+ ms (bench/serving_bench.sh).
   impl_->svr.set_tcp_nodelay(true);
+  // Its default closes a keep-alive connection after 5 requests, so clients
+  // reconnect every 5th request. A connection holds a worker thread while
+  // open, so the count stays bounded: other connections queued behind
+  // num_threads busy ones still get a turn.
+  impl_->svr.set_keep_alive_max_count(1000);
 }
 
 RestServer::~RestServer() { stop(); }
