@@ -1,5 +1,7 @@
 #include "kiln/layers/layer.h"
 
+#include <optional>
+
 #include <map>
 #include <mutex>
 #include <set>
@@ -59,7 +61,14 @@ std::vector<Shape> shapes_of(const Tensors& ts) {
 }  // namespace
 
 Tensors Layer::operator()(const Tensors& inputs, bool training) {
-  if (!built_) build_if_needed(shapes_of(inputs));
+  std::optional<NameScope> scope;
+  if (!built_) {
+    build_if_needed(shapes_of(inputs));
+    // Sublayers that a subclassed layer or model builds lazily in its first
+    // call get their variables under its name, as in Keras
+    // ("two_heads/dense/kernel").
+    scope.emplace(name());
+  }
   // Only training calls add activity losses; leaving an empty list alone keeps
   // inference calls read-only, so they may run concurrently (layer.h).
   if (!activity_losses_.empty()) activity_losses_.clear();

@@ -21,6 +21,7 @@ class Functional : public Model {
   Functional(const KerasTensors& inputs, const KerasTensors& outputs, const std::string& name = "");
   explicit Functional(const Json& config);  // registry form
   std::string class_name() const override { return "Functional"; }
+  void build(const std::vector<Shape>&) override {}  // its layers are built as the graph is made
 
   std::vector<LayerPtr> layers() const override;  // topological, InputLayers first
   std::vector<Shape> input_shapes() const override;

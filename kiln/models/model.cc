@@ -5,6 +5,18 @@
 namespace kiln {
 
 Model::Model(const Json& config) : Layer(config) {}
+
+void Model::build(const std::vector<Shape>& input_shapes) {
+  // A subclassed model makes its sublayers' variables in its first call:
+  // run it once on zeros (no grad), as Keras's Model.build does, so a model
+  // rebuilt from its config has its variables before weights are loaded.
+  // (Under build_if_needed's name scope: paths are "<model>/<layer>/...".)
+  if (sublayers().empty() || input_shapes.empty()) return;
+  Tensors probe;
+  for (auto& s : input_shapes) probe.push_back(at::zeros(concrete(s, 1), at::kFloat));
+  at::NoGradGuard no_grad;
+  call(probe, false);
+}
 Model::~Model() = default;
 
 LayerPtr Model::get_layer(const std::string& name) const {

@@ -47,6 +47,10 @@ class Model : public Layer {
   virtual std::vector<std::string> input_names() const;
   std::vector<Shape> output_shapes();
   virtual std::vector<std::string> output_names() const;
+  // Subclassed models: runs call() once on zeros of these shapes (float32)
+  // so lazily built sublayers create their variables. Override when the
+  // model takes integer inputs.
+  void build(const std::vector<Shape>& input_shapes) override;
   size_t num_inputs() const { return input_shapes().empty() ? 1 : input_shapes().size(); }
 
   // Keras's table: Layer (type), Output Shape, Param #; totals (trainable /

@@ -29,9 +29,49 @@ NamedTensors named_weights(const Model& model) {
   return out;
 }
 
+namespace {
+
+// "two_heads/dense_3/kernel" -> "two_heads/dense/kernel": a path without
+// the counters that auto-naming appends.
+std::string without_name_counters(const std::string& path) {
+  std::string out;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t slash = path.find('/', start);
+    std::string part = path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    size_t us = part.rfind('_');
+    if (us != std::string::npos && us + 1 < part.size() &&
+        part.find_first_not_of("0123456789", us + 1) == std::string::npos)
+      part.resize(us);
+    out += (out.empty() ? "" : "/") + part;
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  return out;
+}
+
+// A subclassed model's sublayers get fresh auto-names when it is rebuilt
+// from its config (dense_3 where the saved one had dense), so its paths
+// differ only in those counters: match such tensors by position (the order
+// they were saved in), as Keras matches weights by tracking order.
+bool assign_by_position(const std::vector<VariablePtr>& vars, const NamedTensors& tensors) {
+  if (vars.size() != tensors.size()) return false;
+  for (size_t i = 0; i < vars.size(); ++i)
+    if (without_name_counters(vars[i]->path()) != without_name_counters(tensors[i].first) ||
+        !tensors[i].second.sizes().equals(vars[i]->value().sizes()))
+      return false;
+  for (size_t i = 0; i < vars.size(); ++i) vars[i]->assign(tensors[i].second.to(vars[i]->dtype()));
+  return true;
+}
+
+}  // namespace
+
 void assign_named_weights(Model& model, const NamedTensors& tensors, const std::string& what) {
   std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
   auto vars = model.weights();
+  bool all_named = true;
+  for (auto& v : vars) all_named = all_named && by_name.count(v->path());
+  if (!all_named && assign_by_position(vars, tensors)) return;
   for (auto& v : vars) {
     auto it = by_name.find(v->path());
     if (it == by_name.end())

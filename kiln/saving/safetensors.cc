@@ -134,6 +134,9 @@ NamedTensors decode_safetensors(const std::string& bytes, const std::string& wha
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i].first < ranges[i - 1].second) throw bad("tensor byte ranges overlap");
+  // The order they were written in (the model's weight order), not the
+  // header's (alphabetical).
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
   NamedTensors out;
   for (auto& e : entries) {
     at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.type));
