@@ -119,14 +119,6 @@ std::vector<Shape> Functional::compute_output_shape(const std::vector<Shape>& in
   return out;
 }
 
-namespace {
-Json shape_json(const Shape& s) {
-  Json j = Json::array();
-  for (auto d : s) j.push_back(d < 0 ? Json(nullptr) : Json(d));
-  return j;
-}
-}  // namespace
-
 Json Functional::get_config() const {
   // Node index of each node within its layer's applications.
   std::map<const Node*, int> node_index;

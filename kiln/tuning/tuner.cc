@@ -302,8 +302,11 @@ void Tuner::results_summary(int n, std::ostream& os) const {
 }
 
 void Tuner::export_history(const std::string& path, const std::string& format) const {
+  export_trial_history(oracle_->trials(), path, format);
+}
+
+void export_trial_history(const std::vector<Trial>& trials, const std::string& path, const std::string& format) {
   std::ostringstream out;
-  auto trials = oracle_->trials();
   if (format == "jsonl") {
     for (auto& t : trials) {
       Json j = t.to_json();

@@ -75,8 +75,7 @@ class Tuner {
   std::vector<ModelPtr> get_best_models(int n = 1) const;
   void search_space_summary(std::ostream& os = std::cout) const;
   void results_summary(int n = 10, std::ostream& os = std::cout) const;
-  // Per-trial, per-epoch metrics: "jsonl" (one object per trial) or "csv"
-  // (trial_id, status, step, metric, value, then hyperparameters as JSON).
+  // Per-trial, per-epoch metrics (export_trial_history below).
   void export_history(const std::string& path, const std::string& format) const;
 
   Oracle& oracle() { return *oracle_; }
@@ -106,5 +105,10 @@ struct FinalTrainingResult {
 FinalTrainingResult retrain_on_full_data(const BuildFn& build, const HyperParameters& hp, const FitArgs& args,
                                          const std::string& monitor = "val_loss", int patience = 10,
                                          double factor = 1.2);
+
+// Writes every trial's per-step metrics atomically to `path`: "jsonl" (one
+// object per trial: id, status, score, hyperparameter values, metrics) or
+// "csv" (trial_id,status,step,metric,value). ValueError for another format.
+void export_trial_history(const std::vector<Trial>& trials, const std::string& path, const std::string& format);
 
 }  // namespace kiln::tuning

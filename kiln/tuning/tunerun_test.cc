@@ -491,6 +491,25 @@ TEST(TuneCli, ResumeAfterKill9KeepsCompletedTrialsAndFinishesTheBudget) {
   Proc s = start_cli({"tune", "--summary", dir + "/p"}, dir + "/summary.log");
   EXPECT_EQ(wait_exit(s.pid, 30), 0);
   EXPECT_NE(slurp(s.out).find("COMPLETED=6"), std::string::npos) << slurp(s.out);
+  // Per-trial histories out of the store: one JSON line per trial, one CSV row per step and metric.
+  for (std::string ext : {"jsonl", "csv"}) {
+    Proc e = start_cli({"tune", "--summary", dir + "/p", "--export", dir + "/history." + ext}, dir + "/export.log");
+    ASSERT_EQ(wait_exit(e.pid, 30), 0) << slurp(e.out);
+    std::istringstream lines(slurp(dir + "/history." + ext));
+    std::vector<std::string> rows;
+    for (std::string line; std::getline(lines, line);) rows.push_back(line);
+    if (ext == "jsonl") {
+      ASSERT_EQ(rows.size(), 6u);
+      Json first = Json::parse(rows[0]);
+      EXPECT_TRUE(first["hyperparameters"].contains("x")) << rows[0];
+      EXPECT_EQ(first["metrics"]["score"].size(), 2u) << rows[0];
+    } else {
+      ASSERT_EQ(rows.size(), 1u + 6 * 2);  // header, 2 steps of "score" per trial
+      EXPECT_EQ(rows[0], "trial_id,status,step,metric,value");
+    }
+  }
+  Proc bad = start_cli({"tune", "--summary", dir + "/p", "--export", dir + "/history.txt"}, dir + "/bad.log");
+  EXPECT_EQ(wait_exit(bad.pid, 30), 2);
   fs::remove_all(dir);
 }
 

@@ -2,7 +2,7 @@
 // "CLI, parallel and distributed").
 //
 //   kiln tune SPEC.json [--parallel N] [--resume | --overwrite] [--max_trials N]
-//   kiln tune --summary PROJECT_DIR [--num_trials N]
+//   kiln tune --summary PROJECT_DIR [--num_trials N] [--export FILE.jsonl|FILE.csv]
 //   kiln tune SPEC.json --chief [--address HOST:PORT]     serve the oracle (port 0: any;
 //                                                         prints "chief listening on PORT")
 //   kiln tune SPEC.json --worker [--oracle HOST:PORT] [--tuner_id ID]
@@ -23,6 +23,8 @@
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/tuning/oracle_service.h"
+#include "kiln/tuning/trial_store.h"
+#include "kiln/tuning/tuner.h"
 #include "kiln/tuning/tune_spec.h"
 #include "tools/kiln/cli.h"
 
@@ -43,6 +45,7 @@ extern "C" void on_signal(int) { g_cancel.store(true); }
 struct TuneOptions {
   std::string spec;
   std::string summary;
+  std::string export_path;
   int num_trials = 10;
   int parallel = 0;
   int max_trials = -1;
@@ -55,6 +58,19 @@ struct TuneOptions {
 
 void run_tune(const TuneOptions& o) {
   if (!o.summary.empty()) {
+    if (!o.export_path.empty()) {
+      const std::string db = join_path(o.summary, "trials.db");
+      if (!path_exists(db))
+        throw NotFoundError("'" + o.summary + "' is not a tuning project (no trials.db)");
+      std::string ext = o.export_path.substr(o.export_path.rfind('.') == std::string::npos ? o.export_path.size()
+                                                                                            : o.export_path.rfind('.') + 1);
+      if (ext != "jsonl" && ext != "csv")
+        throw ValueError("--export: name a .jsonl or .csv file. Received: " + o.export_path);
+      tuning::TrialStore store(db, /*read_only=*/true);
+      tuning::export_trial_history(store.load_trials(), o.export_path, ext);
+      std::cout << "Wrote " << o.export_path << "\n";
+      return;
+    }
     tuning::print_tuning_summary(o.summary, o.num_trials);
     return;
   }
@@ -137,6 +153,8 @@ Command add_tune_command(CLI::App& app) {
   sub->add_option("spec", o->spec, "The tune spec (JSON file or inline JSON)");
   sub->add_option("--summary", o->summary, "Print the results of a tuning project directory and exit");
   sub->add_option("--num_trials", o->num_trials, "Trials shown by --summary")->check(positive_integer());
+  sub->add_option("--export", o->export_path,
+                  "With --summary: write every trial's per-epoch metrics to FILE.jsonl or FILE.csv");
   sub->add_option("--parallel", o->parallel, "Trials run at once (overrides the spec)")->check(positive_integer());
   sub->add_option("--max_trials", o->max_trials, "Trial budget (overrides the spec)")->check(CLI::NonNegativeNumber);
   sub->add_flag("--resume", o->resume, "Continue an interrupted search (completed trials are kept)");
