@@ -331,6 +331,12 @@ HyperParameters RemoteOracleSource::space() {
   return HyperParameters::from_json(parse_json(r.hyperparameters_json(), "the chief's search space"));
 }
 
+std::vector<std::string> RemoteOracleSource::best_trial_ids(int n) {
+  std::vector<std::string> ids;
+  for (auto& t : best_trials(n)) ids.push_back(t.trial_id);
+  return ids;
+}
+
 std::vector<Trial> RemoteOracleSource::best_trials(int n) {
   pb::GetBestTrialsRequest q;
   q.set_num_trials(n);

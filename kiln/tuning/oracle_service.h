@@ -90,6 +90,7 @@ class RemoteOracleSource : public TrialSource {
   TrialStatus report(const std::string& trial_id, const std::map<std::string, double>& logs, int step) override;
   void end(const std::string& trial_id, TrialStatus status, const std::string& message) override;
   void heartbeat(const std::string& trial_id) override;
+  std::vector<std::string> best_trial_ids(int n) override;
   HyperParameters space();
   std::vector<Trial> best_trials(int n);
   double lease_seconds() const { return lease_seconds_; }

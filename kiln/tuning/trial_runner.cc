@@ -15,6 +15,7 @@
 #include <iostream>
 #include <mutex>
 #include <sstream>
+#include <set>
 #include <thread>
 
 #include "kiln/core/error.h"
@@ -121,6 +122,12 @@ std::optional<Trial> OracleSource::next_trial(const std::string& tuner_id, Next*
   if (n == Next::kDone && oracle_->count(TrialStatus::kRunning) > 0) n = Next::kIdle;
   *next = n;
   return std::nullopt;
+}
+
+std::vector<std::string> OracleSource::best_trial_ids(int n) {
+  std::vector<std::string> ids;
+  for (auto& t : oracle_->get_best_trials(n)) ids.push_back(t.trial_id);
+  return ids;
 }
 
 TrialStatus OracleSource::report(const std::string& trial_id, const std::map<std::string, double>& logs, int step) {
@@ -391,6 +398,25 @@ int run_command_trials(TrialSource& source, const CommandOptions& o, const std::
   std::atomic<int> ran{0};
   std::mutex err_mu;
   std::exception_ptr first_error;
+  // Ended trials that still hold a best/ checkpoint; only the best
+  // keep_checkpoints keep theirs (running trials are never touched).
+  std::mutex ckpt_mu;
+  std::set<std::string> with_checkpoint;
+  auto prune_checkpoints = [&](const std::string& ended) {
+    std::lock_guard<std::mutex> l(ckpt_mu);
+    if (path_exists(join_path(join_path(o.trials_dir, "trial_" + ended), "best"))) with_checkpoint.insert(ended);
+    auto best = source.best_trial_ids(o.keep_checkpoints);
+    if (best.empty()) return;  // the source cannot rank trials: keep everything
+    std::set<std::string> keep(best.begin(), best.end());
+    for (auto it = with_checkpoint.begin(); it != with_checkpoint.end();) {
+      if (keep.count(*it)) {
+        ++it;
+        continue;
+      }
+      remove_all(join_path(join_path(o.trials_dir, "trial_" + *it), "best"));
+      it = with_checkpoint.erase(it);
+    }
+  };
   auto worker = [&](int index) {
     try {
       std::string tuner_id = o.parallel > 1 ? o.tuner_id + "_" + std::to_string(index) : o.tuner_id;
@@ -402,8 +428,10 @@ int run_command_trials(TrialSource& source, const CommandOptions& o, const std::
           std::this_thread::sleep_for(std::chrono::duration<double>(o.idle_poll_seconds));
           continue;
         }
-        run_command_trial(*trial, o, source, cancel);
+        TrialOutcome outcome = run_command_trial(*trial, o, source, cancel);
         ++ran;
+        if (o.keep_checkpoints > 0 && !outcome.source_lost && outcome.status != TrialStatus::kRunning)
+          prune_checkpoints(trial->trial_id);
       }
     } catch (...) {
       std::lock_guard<std::mutex> l(err_mu);

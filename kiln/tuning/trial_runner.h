@@ -47,6 +47,9 @@ class TrialSource {
   virtual void end(const std::string& trial_id, TrialStatus status, const std::string& message) = 0;
   // Keeps a running trial's lease alive (distributed); default no-op.
   virtual void heartbeat(const std::string& trial_id) {}
+  // The ids of the best `n` completed trials, best first (for keeping only
+  // their checkpoints); default none known.
+  virtual std::vector<std::string> best_trial_ids(int n) { return {}; }
 };
 
 // The in-process source. kDone from the oracle while trials still run
@@ -57,6 +60,7 @@ class OracleSource : public TrialSource {
   std::optional<Trial> next_trial(const std::string& tuner_id, Next* next) override;
   TrialStatus report(const std::string& trial_id, const std::map<std::string, double>& logs, int step) override;
   void end(const std::string& trial_id, TrialStatus status, const std::string& message) override;
+  std::vector<std::string> best_trial_ids(int n) override;
 
  private:
   std::shared_ptr<Oracle> oracle_;
@@ -72,6 +76,9 @@ struct CommandOptions {
   double heartbeat_seconds = 0;  // > 0: call source.heartbeat this often while a trial runs
   double idle_poll_seconds = 0.2;
   std::string tensorboard_dir;  // "": none; else <dir>/trial_<id>/ scalars + hparams.json
+  // > 0: once a trial ends, delete the `best/` checkpoint directory of every
+  // ended trial outside the best `keep_checkpoints` (0: keep all).
+  int keep_checkpoints = 0;
   int verbose = 1;              // 1: one line per finished trial on stdout
   void validate() const;        // ValueError naming the field
 };

@@ -38,7 +38,7 @@ TuneSpec TuneSpec::from_json(const Json& j) {
   static const std::set<std::string> known = {
       "project_name", "directory", "tuner", "objective", "max_trials", "seed", "max_retries_per_trial",
       "max_consecutive_failed_trials", "pruner", "hyperparameters", "command", "train", "parallel",
-      "lease_seconds", "tensorboard"};
+      "lease_seconds", "tensorboard", "keep_checkpoints"};
   for (auto& [k, v] : j.items())
     if (!known.count(k)) {
       if (k == "model" || k == "data" || k == "fit")
@@ -47,7 +47,7 @@ TuneSpec TuneSpec::from_json(const Json& j) {
       throw ValueError("tune spec: unknown key `" + k +
                        "`; the keys are project_name, directory, tuner, objective, max_trials, seed, "
                        "max_retries_per_trial, max_consecutive_failed_trials, pruner, hyperparameters, command, "
-                       "train, parallel, lease_seconds, tensorboard");
+                       "train, parallel, lease_seconds, tensorboard, keep_checkpoints");
     }
   TuneSpec s;
   s.source = j;
@@ -92,6 +92,10 @@ TuneSpec TuneSpec::from_json(const Json& j) {
   if (j.contains("parallel")) s.parallel = get<int>(j, "parallel", "a positive integer");
   if (j.contains("lease_seconds")) s.lease_seconds = get<double>(j, "lease_seconds", "a number of seconds");
   if (j.contains("tensorboard")) s.tensorboard = get<bool>(j, "tensorboard", "true or false");
+  if (j.contains("keep_checkpoints")) s.keep_checkpoints = get<int>(j, "keep_checkpoints", "an integer");
+  if (s.keep_checkpoints < 0)
+    throw ValueError("tune spec: `keep_checkpoints` must be >= 0 (0 keeps every trial's). Received: " +
+                     std::to_string(s.keep_checkpoints));
   if (s.max_trials < 0)
     throw ValueError("tune spec: `max_trials` must be >= 0 (0: the tuner's own schedule). Received: " +
                      std::to_string(s.max_trials));
@@ -163,6 +167,7 @@ CommandOptions TuneSpec::command_options(const std::string& trials_dir) const {
   c.objective = obj.name();
   c.objective_direction = obj.direction() == Direction::kMax ? "max" : "min";
   c.parallel = parallel;
+  c.keep_checkpoints = keep_checkpoints;
   if (tensorboard) c.tensorboard_dir = join_path(trials_dir, "logs");
   return c;
 }

@@ -17,7 +17,8 @@
 //     // "train": {"model": ..., "data": ..., "compile": ..., "fit": ...} or "train.json",
 //     "parallel": 2,
 //     "lease_seconds": 30,            // distributed: a silent worker loses its trial after this
-//     "tensorboard": true             // <project>/logs/trial_<id>/ scalars + hparams.json
+//     "tensorboard": true,            // <project>/logs/trial_<id>/ scalars + hparams.json
+//     "keep_checkpoints": 3           // only the best 3 trials keep trial_<id>/best/ (0: all)
 //   }
 //
 // Project directory <directory>/<project_name>/: trials.db (TrialStore:
@@ -55,6 +56,7 @@ struct TuneSpec {
   int parallel = 1;
   double lease_seconds = 30;
   bool tensorboard = true;
+  int keep_checkpoints = 0;  // > 0: only the best k trials keep trial_<id>/best/
   Json source;  // the spec as given
   // The kiln CLI that runs `train` trials (`kiln tune-trial`); set by the CLI.
   std::string kiln_executable;

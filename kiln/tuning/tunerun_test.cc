@@ -637,6 +637,30 @@ TEST(TuneCli, TrainSpecTrialsAndHyperbandPromotionsContinueFromTheParent) {
     }
   }
   EXPECT_GE(promoted, 1);
+
+  // keep_checkpoints: only the best trial keeps its best/ directory.
+  spec["tuner"] = "random_search";
+  spec["max_trials"] = 4;
+  spec["keep_checkpoints"] = 1;
+  spec["train"]["fit"]["epochs"] = 2;
+  std::ofstream(dir + "/spec.json") << spec.dump();
+  Proc k = start_cli({"--threads", "1", "tune", dir + "/spec.json", "--overwrite"}, dir + "/keep.log");
+  ASSERT_EQ(wait_exit(k.pid, 120), 0) << slurp(k.out);
+  auto kept = store_trials(dir + "/p/trials.db");
+  ASSERT_EQ(kept.size(), 4u);
+  const Trial* best = nullptr;
+  for (auto& t : kept)
+    if (t.score && (!best || *t.score > *best->score)) best = &t;
+  ASSERT_NE(best, nullptr);
+  int with_checkpoint = 0;
+  for (auto& t : kept) {
+    bool has = fs::exists(dir + "/p/trial_" + t.trial_id + "/best/model.json");
+    with_checkpoint += has;
+    if (has) {
+      EXPECT_DOUBLE_EQ(*t.score, *best->score) << "trial " << t.trial_id << " kept a checkpoint";
+    }
+  }
+  EXPECT_EQ(with_checkpoint, 1);
   fs::remove_all(dir);
 }
 
