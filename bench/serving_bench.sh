@@ -11,7 +11,7 @@
 # Models: the Fashion-MNIST MLP (784-256-256-10, trained briefly with
 # `kiln train`) and a larger MLP (784-2048-2048-2048-10, random weights).
 #
-# Usage: bash bench/serving_bench.sh [--seconds 8] [--out DIR]
+# Usage: [CONNECTIONS=32] bash bench/serving_bench.sh [--seconds 8] [--out DIR]
 # Needs wrk, gunicorn, python3-flask, python3-torch (scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +39,7 @@ mkdir -p "$OUT/repo" "$OUT/logs" "$CACHE"
 OUT=$(cd "$OUT" && pwd)
 RESULTS=$OUT/results.txt
 : >"$RESULTS"
-CONNECTIONS=32      # wrk connections and gRPC clients (closed loop)
+CONNECTIONS=${CONNECTIONS:-32}      # wrk connections and gRPC clients (closed loop)
 MAX_BATCH=32
 PIDS=()
 cleanup() {
@@ -90,7 +90,7 @@ REST=""; GRPC=""; SERVER_PID=""
 start_kiln() {  # start_kiln LABEL [extra flags]
   local label=$1; shift
   "$KILN" serve --model_config_file "$OUT/models.config" --rest_api_port 0 --port 0 \
-    --rest_api_num_threads 48 --file_system_poll_wait_seconds 0.05 "$@" \
+    --rest_api_num_threads $((CONNECTIONS + 16)) --file_system_poll_wait_seconds 0.05 "$@" \
     >"$OUT/logs/$label.out" 2>"$OUT/logs/$label.err" &
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
