@@ -23,22 +23,9 @@
 #include "kiln/layers/dropout.h"
 #include "kiln/models/sequential.h"
 #include "kiln/optimizers/adam.h"
-#include "kiln/training/callback.h"
+#include "kiln/tuning/metric_report.h"
 
 using namespace kiln;
-
-namespace {
-
-class ReportMetrics : public Callback {
- public:
-  void on_epoch_end(int epoch, Logs& logs) override {
-    std::cout << "kiln-metric";
-    for (auto& [k, v] : logs) std::cout << " " << k << "=" << v;
-    std::cout << " step=" << epoch << std::endl;  // flushed: the tuner prunes on it
-  }
-};
-
-}  // namespace
 
 int main(int argc, char** argv) {
   prepare_thread_environment(argv);
@@ -78,7 +65,7 @@ int main(int argc, char** argv) {
   c.optimizer = std::make_shared<optimizers::Adam>(Json{{"learning_rate", f["learning_rate"]}});
   model->compile(c);
   model->fit({.x = {x_train}, .y = {y_train}, .batch_size = (int64_t)f["batch_size"], .epochs = (int)f["epochs"],
-              .verbose = 0, .callbacks = {std::make_shared<ReportMetrics>()}, .validation_x = {x_val},
+              .verbose = 0, .callbacks = {std::make_shared<tuning::MetricLineReporter>()}, .validation_x = {x_val},
               .validation_y = {y_val}});
   return 0;
 }

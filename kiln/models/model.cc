@@ -11,11 +11,11 @@ void Model::build(const std::vector<Shape>& input_shapes) {
   // run it once on zeros (no grad), as Keras's Model.build does, so a model
   // rebuilt from its config has its variables before weights are loaded.
   // (Under build_if_needed's name scope: paths are "<model>/<layer>/...".)
-  if (sublayers().empty() || input_shapes.empty()) return;
+  if (input_shapes.empty()) return;
   Tensors probe;
   for (auto& s : input_shapes) probe.push_back(at::zeros(concrete(s, 1), at::kFloat));
   at::NoGradGuard no_grad;
-  call(probe, false);
+  num_outputs_ = call(probe, false).size();
 }
 Model::~Model() = default;
 
@@ -40,7 +40,11 @@ std::vector<std::string> Model::input_names() const {
   return out;
 }
 
-std::vector<std::string> Model::output_names() const { return {"output_0"}; }
+std::vector<std::string> Model::output_names() const {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < num_outputs_; ++i) names.push_back("output_" + std::to_string(i));
+  return names;
+}
 
 std::vector<Shape> Model::output_shapes() {
   auto in = input_shapes();

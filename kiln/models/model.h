@@ -48,8 +48,9 @@ class Model : public Layer {
   std::vector<Shape> output_shapes();
   virtual std::vector<std::string> output_names() const;
   // Subclassed models: runs call() once on zeros of these shapes (float32)
-  // so lazily built sublayers create their variables. Override when the
-  // model takes integer inputs.
+  // so lazily built sublayers create their variables, and counts the
+  // outputs (default output_names(): "output_0", "output_1", ...). Override
+  // when the model takes integer inputs.
   void build(const std::vector<Shape>& input_shapes) override;
   size_t num_inputs() const { return input_shapes().empty() ? 1 : input_shapes().size(); }
 
@@ -95,6 +96,7 @@ class Model : public Layer {
  protected:
   std::shared_ptr<TrainState> train_state_;  // shared_ptr: TrainState is incomplete here
   std::unique_ptr<CompileArgs> compile_args_;
+  size_t num_outputs_ = 1;  // counted by build()
 };
 
 using ModelPtr = std::shared_ptr<Model>;

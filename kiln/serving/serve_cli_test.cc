@@ -1,10 +1,6 @@
 // `kiln serve` as a user runs it: a real process on loopback, port 0, the
 // ready line parsed from stdout, SIGTERM to stop.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -13,51 +9,12 @@
 #include <sstream>
 
 #include "kiln/serving/serving_test_util.h"
-
-extern char** environ;
+#include "kiln/serving/test_process.h"
 
 namespace kiln::serving {
 namespace {
 
 using namespace kiln::serving::testing;
-
-struct Process {
-  pid_t pid = -1;
-  FILE* out = nullptr;
-  explicit Process(const std::vector<std::string>& args) {
-    int fds[2];
-    EXPECT_EQ(pipe(fds), 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    EXPECT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    out = fdopen(fds[0], "r");
-  }
-  // The first line starting with `prefix` (blocks until the process prints it or exits).
-  std::string line_starting(const std::string& prefix) {
-    char buf[4096];
-    while (fgets(buf, sizeof buf, out))
-      if (std::string(buf).rfind(prefix, 0) == 0) return buf;
-    return "";
-  }
-  int stop() {
-    kill(pid, SIGTERM);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    fclose(out);
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  ~Process() {
-    if (pid > 0) stop();
-  }
-};
 
 TEST(KilnServe, StartsOnAnEphemeralPortAndServesTheModel) {
   TempDir dir;
@@ -70,10 +27,10 @@ TEST(KilnServe, StartsOnAnEphemeralPortAndServesTheModel) {
     std::ofstream f(dir.path() + "/models.config");
     f << "model_config_list { config { name: \"tiny\" base_path: \"" << dir.path() << "/m\" } }\n";
   }
-  Process p({cli_path(), "serve", "--model_config_file", dir.path() + "/models.config", "--rest_api_port", "0",
+  ChildProcess p({cli_path(), "serve", "--model_config_file", dir.path() + "/models.config", "--rest_api_port", "0",
              "--port=-1", "--enable_batching", "--batching_parameters_file", dir.path() + "/batching.config",
              "--file_system_poll_wait_seconds", "0"});
-  std::string ready = p.line_starting("kiln serve: ready");
+  std::string ready = p.wait_for_line("kiln serve: ready", 60);
   ASSERT_FALSE(ready.empty());
   int port = 0;
   ASSERT_EQ(std::sscanf(ready.c_str(), "kiln serve: ready rest_port=%d", &port), 1) << ready;
@@ -124,9 +81,9 @@ CommandResult kiln_err(const std::string& args) {
 TEST(KilnPredictGrpc, QueriesAServedModelAndWritesWhatLocalPredictWrites) {
   TempDir dir;
   save_tiny_model(dir.path() + "/m/1", 0.5f);
-  Process p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
+  ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
              "--rest_api_port=-1", "--file_system_poll_wait_seconds", "0"});
-  std::string ready = p.line_starting("kiln serve: ready");
+  std::string ready = p.wait_for_line("kiln serve: ready", 60);
   const int port = port_of(ready, "grpc_port=");
   ASSERT_GT(port, 0) << ready;
   const std::string target = "127.0.0.1:" + std::to_string(port);
@@ -182,10 +139,10 @@ TEST(KilnServe, TlsAndBearerTokenFromTheCommandLine) {
   save_tiny_model(dir.path() + "/m/1", 0.5f);
   auto cert = make_test_cert(dir.path(), "server");
   write_text(dir.path() + "/token", "s3cret\n");
-  Process p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
+  ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
              "--rest_api_port", "0", "--file_system_poll_wait_seconds", "0", "--ssl_cert", cert.cert_path,
              "--ssl_key", cert.key_path, "--bearer_token_file", dir.path() + "/token"});
-  std::string ready = p.line_starting("kiln serve: ready");
+  std::string ready = p.wait_for_line("kiln serve: ready", 60);
   const int rest = port_of(ready, "rest_port="), grpc = port_of(ready, "grpc_port=");
   ASSERT_GT(rest, 0) << ready;
   ASSERT_GT(grpc, 0) << ready;
@@ -232,10 +189,10 @@ TEST(KilnServe, SslConfigFileSecuresGrpcAsTfServingDoes) {
   // PEM pasted over several lines, as TF Serving's examples write it.
   write_text(dir.path() + "/ssl.config",
              "server_key: '" + cert.key_pem + "'\nserver_cert: '" + cert.cert_pem + "'\nclient_verify: false\n");
-  Process p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
+  ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
              "--rest_api_port", "0", "--file_system_poll_wait_seconds", "0", "--ssl_config_file",
              dir.path() + "/ssl.config"});
-  std::string ready = p.line_starting("kiln serve: ready");
+  std::string ready = p.wait_for_line("kiln serve: ready", 60);
   const int rest = port_of(ready, "rest_port="), grpc = port_of(ready, "grpc_port=");
   ASSERT_GT(grpc, 0) << ready;
   write_text(dir.path() + "/in.jsonl", "[1, 2, 3, 4]\n");

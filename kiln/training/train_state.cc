@@ -9,15 +9,15 @@ namespace {
 
 void forward_stage(TrainState& ts, StepData& s) {
   s.y_pred = (*s.model)(s.x, s.training);
-  // A subclassed model's outputs are known only once it runs: the first
-  // step that returns a different number binds the metrics to each of them
-  // ("output_0_accuracy", ... unless the model names its outputs).
+  // A subclassed model compiled before it was built counts its outputs only
+  // when built: the first step that returns another number binds the
+  // metrics to each named output ("output_0_accuracy", ...).
   if (s.y_pred.size() != ts.bound_outputs()) {
     std::vector<std::string> names = s.model->output_names();
-    if (names.size() != s.y_pred.size()) {
-      names.clear();
-      for (size_t i = 0; i < s.y_pred.size(); ++i) names.push_back("output_" + std::to_string(i));
-    }
+    if (names.size() != s.y_pred.size())
+      throw ValueError("model '" + s.model->name() + "' returns " + std::to_string(s.y_pred.size()) +
+                       " outputs but output_names() lists " + std::to_string(names.size()) +
+                       "; make output_names() name every output");
     ts.bind_outputs(names);
   }
 }

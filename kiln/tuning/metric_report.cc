@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "kiln/core/error.h"
@@ -35,6 +36,19 @@ std::optional<int> to_step(double v) {
 }
 
 }  // namespace
+
+std::string format_metric_line(const std::map<std::string, double>& metrics, int step) {
+  std::ostringstream os;
+  os.precision(17);
+  os << kMetricLinePrefix;
+  for (auto& [k, v] : metrics) os << " " << k << "=" << v;
+  os << " step=" << step;
+  return os.str();
+}
+
+void MetricLineReporter::on_epoch_end(int epoch, Logs& logs) {
+  std::cout << format_metric_line(logs, epoch) << std::endl;
+}
 
 std::optional<MetricReport> parse_metric_line(const std::string& raw) {
   std::string line = trim(raw);

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/training/callback.h"
+
 namespace kiln::tuning {
 
 struct MetricReport {
@@ -35,6 +37,17 @@ inline constexpr const char* kHypertuneFileEnv = "CLOUD_ML_HP_METRIC_FILE";
 // nullopt when the line is not a metric line (ordinary program output);
 // FormatError when it starts with "kiln-metric" but is malformed.
 std::optional<MetricReport> parse_metric_line(const std::string& line);
+
+// The line parse_metric_line reads back exactly: "kiln-metric a=0.5 b=2 step=3"
+// (values with enough digits to round-trip a double).
+std::string format_metric_line(const std::map<std::string, double>& metrics, int step);
+
+// A training program's side of `kiln tune`: prints each epoch's logs as a
+// metric line on stdout, flushed (the tuner prunes on it), step = epoch.
+class MetricLineReporter : public Callback {
+ public:
+  void on_epoch_end(int epoch, Logs& logs) override;
+};
 
 // nullopt for an empty line; FormatError for anything that is not a JSON
 // object of numeric values.

@@ -178,10 +178,17 @@ void TuneSpec::write_train_spec(const std::string& trials_dir) const {
   atomic_write_file(join_path(trials_dir, kTrainSpecFile), train.dump(2));
 }
 
+namespace {
+// {"hp": NAME} or {"hp": NAME, "default": V}.
+bool is_placeholder(const Json& j) {
+  return j.is_object() && j.contains("hp") && j["hp"].is_string() &&
+         (j.size() == 1 || (j.size() == 2 && j.contains("default")));
+}
+}  // namespace
+
 std::vector<std::string> hyperparameter_placeholders(const Json& spec) {
   std::vector<std::string> out;
-  if (spec.is_object() && spec.contains("hp") && spec["hp"].is_string() &&
-      (spec.size() == 1 || (spec.size() == 2 && spec.contains("default")))) {
+  if (is_placeholder(spec)) {
     out.push_back(spec["hp"].get<std::string>());
   } else if (spec.is_structured()) {
     for (auto& v : spec) {
@@ -193,8 +200,7 @@ std::vector<std::string> hyperparameter_placeholders(const Json& spec) {
 }
 
 Json substitute_hyperparameters(const Json& spec, const std::map<std::string, Json>& values) {
-  if (spec.is_object() && spec.contains("hp") && spec["hp"].is_string() &&
-      (spec.size() == 1 || (spec.size() == 2 && spec.contains("default")))) {
+  if (is_placeholder(spec)) {
     std::string name = spec["hp"].get<std::string>();
     auto it = values.find(name);
     if (it != values.end()) return it->second;
@@ -259,12 +265,16 @@ std::shared_ptr<Oracle> open_tuning_project(const TuneSpec& spec, bool resume, b
   return oracle;
 }
 
-void print_tuning_summary(const std::string& project_dir, int n, std::ostream& os) {
+std::string project_store_path(const std::string& project_dir) {
   std::string db = join_path(project_dir, "trials.db");
   if (!path_exists(db))
     throw NotFoundError("'" + project_dir + "' is not a tuning project (no trials.db); give the directory "
                         "<directory>/<project_name> of a `kiln tune` run");
-  TrialStore store(db, /*read_only=*/true);
+  return db;
+}
+
+void print_tuning_summary(const std::string& project_dir, int n, std::ostream& os) {
+  TrialStore store(project_store_path(project_dir), /*read_only=*/true);
   auto spec_json = store.get_state(kSpecStateKey);
   Objective objective = Objective::from_json(spec_json ? spec_json->value("objective", Json("val_loss")) : Json("val_loss"));
   auto trials = store.load_trials();

@@ -87,6 +87,10 @@ Json substitute_hyperparameters(const Json& spec, const std::map<std::string, Js
 // otherwise ValueError saying so.
 std::shared_ptr<Oracle> open_tuning_project(const TuneSpec& spec, bool resume, bool overwrite);
 
+// <project_dir>/trials.db; NotFoundError saying what a project directory is
+// when it does not exist.
+std::string project_store_path(const std::string& project_dir);
+
 // KerasTuner's results_summary for a project directory (reads trials.db
 // read-only): the best `n` trials, their hyperparameters and scores, and
 // the counts per status.

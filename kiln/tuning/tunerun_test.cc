@@ -159,6 +159,14 @@ TEST(MetricReport, ParsesKilnMetricLines) {
   expect_error<FormatError>([] { parse_metric_line("kiln-metric step=2"); }, {"no metric"});
 }
 
+TEST(MetricReport, FormattedLinesParseBackExactly) {
+  std::map<std::string, double> m = {{"val_accuracy", 0.1 + 0.2}, {"loss", 1.0 / 3.0}};
+  auto r = parse_metric_line(format_metric_line(m, 4));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->metrics, m);  // bit-exact doubles
+  EXPECT_EQ(r->step, 4);
+}
+
 TEST(MetricReport, ParsesHypertuneLines) {
   // cloudml-hypertune writes values as strings.
   auto r = parse_hypertune_line(R"({"timestamp": 1700000000.5, "trial": "3", "accuracy": "0.91", "global_step": "4"})");

@@ -18,6 +18,7 @@
 #include "kiln/core/io.h"
 #include "kiln/models/model.h"
 #include "kiln/training/model_checkpoint.h"
+#include "kiln/tuning/metric_report.h"
 #include "kiln/tuning/tune_spec.h"
 #include "tools/kiln/cli.h"
 #include "tools/kiln/spec.h"
@@ -102,19 +103,6 @@ struct TrialOptions {
   std::string spec;
 };
 
-// Prints each epoch's logs as a `kiln-metric` line for `kiln tune`.
-class MetricLines : public Callback {
- public:
-  void on_epoch_end(int epoch, Logs& logs) override {
-    std::ostringstream os;
-    os.precision(17);
-    os << "kiln-metric";
-    for (auto& [k, v] : logs) os << " " << k << "=" << v;
-    os << " step=" << epoch;
-    std::cout << os.str() << std::endl;
-  }
-};
-
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
@@ -162,7 +150,7 @@ void run_tune_trial(const TrialOptions& o, const std::vector<std::string>& extra
     ck.save_best_only = true;
     p.fit.callbacks.push_back(std::make_shared<ModelCheckpoint>(join_path(trial_dir, "best"), ck));
   }
-  p.fit.callbacks.push_back(std::make_shared<MetricLines>());
+  p.fit.callbacks.push_back(std::make_shared<tuning::MetricLineReporter>());
   p.model->fit(p.fit);
 }
 

@@ -32,6 +32,7 @@ namespace kiln::cli {
 namespace {
 
 std::atomic<bool> g_cancel{false};
+extern "C" void on_signal(int) { g_cancel.store(true); }
 
 // This kiln binary's path: `train` trials run it as `kiln tune-trial`.
 std::string self_executable() {
@@ -40,7 +41,6 @@ std::string self_executable() {
   if (n <= 0) throw IOError("cannot find the kiln executable (/proc/self/exe)");
   return std::string(buf, n);
 }
-extern "C" void on_signal(int) { g_cancel.store(true); }
 
 struct TuneOptions {
   std::string spec;
@@ -59,14 +59,11 @@ struct TuneOptions {
 void run_tune(const TuneOptions& o) {
   if (!o.summary.empty()) {
     if (!o.export_path.empty()) {
-      const std::string db = join_path(o.summary, "trials.db");
-      if (!path_exists(db))
-        throw NotFoundError("'" + o.summary + "' is not a tuning project (no trials.db)");
-      std::string ext = o.export_path.substr(o.export_path.rfind('.') == std::string::npos ? o.export_path.size()
-                                                                                            : o.export_path.rfind('.') + 1);
+      const size_t dot = o.export_path.rfind('.');
+      const std::string ext = dot == std::string::npos ? "" : o.export_path.substr(dot + 1);
       if (ext != "jsonl" && ext != "csv")
         throw ValueError("--export: name a .jsonl or .csv file. Received: " + o.export_path);
-      tuning::TrialStore store(db, /*read_only=*/true);
+      tuning::TrialStore store(tuning::project_store_path(o.summary), /*read_only=*/true);
       tuning::export_trial_history(store.load_trials(), o.export_path, ext);
       std::cout << "Wrote " << o.export_path << "\n";
       return;
