@@ -14,7 +14,7 @@ PACKAGES=(
   libsqlite3-dev libnlopt-cxx-dev libxgboost-dev
   # serving
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libcpp-httplib-dev libssl-dev openssl   # openssl: the CLI the TLS tests make certificates with
+  libcpp-httplib-dev libsimdjson-dev libssl-dev openssl   # openssl: the CLI the TLS tests make certificates with
   # real data
   dataset-fashion-mnist
   # peers for golden data and benchmarks

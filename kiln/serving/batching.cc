@@ -287,6 +287,7 @@ TensorMap BatchScheduler::run(const std::string& signature, const TensorMap& inp
   req->outputs.resize(pieces);
   auto now = Clock::now();
   if (deadline && *deadline <= now) throw ServingError(Code::kDeadlineExceeded, "deadline exceeded before the request was queued");
+  bool wake = true;
   {
     std::lock_guard<std::mutex> l(impl_->mu);
     if (impl_->stopping) throw ServingError(Code::kUnavailable, "the batch scheduler is shutting down");
@@ -296,6 +297,11 @@ TensorMap BatchScheduler::run(const std::string& signature, const TensorMap& inp
       throw ServingError(Code::kResourceExhausted, "the batch queue is full (max_enqueued_batches=" +
                                                        std::to_string(options_.max_enqueued_batches) + "); retry later");
     q.signature = signature;
+    // Wake the batch threads only when this can change what they do: the
+    // queue was empty (a new timeout to wait for) or a batch is now full.
+    // Requests in between join the batch without a wake-up each (a thread
+    // busy running a batch re-checks the queues under the lock when it ends).
+    wake = q.rows == 0 || q.rows + rows >= m;
     for (int64_t p = 0; p < pieces; ++p) {
       Task t;
       t.request = req;
@@ -309,7 +315,7 @@ TensorMap BatchScheduler::run(const std::string& signature, const TensorMap& inp
     q.rows += rows;
     impl_->queued_rows += rows;
   }
-  impl_->cv.notify_all();
+  if (wake) impl_->cv.notify_all();
   std::unique_lock<std::mutex> rl(req->mu);
   if (deadline) {
     if (!req->cv.wait_until(rl, *deadline, [&] { return req->remaining == 0; })) {

@@ -1,8 +1,10 @@
 #include "kiln/serving/rest_codec.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "kiln/core/dtype.h"
 #include "kiln/serving/status.h"
@@ -90,13 +92,23 @@ at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::st
   }
   std::vector<double> data;
   flatten(value, shape, 0, data, where);
-  auto t = at::from_blob(data.data(), {(int64_t)data.size()}, at::kDouble).clone();
   if (at::isIntegralType(dtype, /*includeBool=*/true)) {
     for (double d : data)
       if (!std::isfinite(d) || d != std::floor(d))
         bad(where + " expects integers (" + dtype_to_string(dtype) + "); received " + std::to_string(d));
   }
-  return t.to(dtype).reshape(shape);
+  return numbers_to_tensor(data, shape, dtype);
+}
+
+at::Tensor numbers_to_tensor(const std::vector<double>& data, const std::vector<int64_t>& shape, at::ScalarType dtype) {
+  if (dtype == at::kFloat) {
+    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
+    float* p = t.data_ptr<float>();
+    for (size_t i = 0; i < data.size(); ++i) p[i] = (float)data[i];
+    return t;
+  }
+  auto view = at::from_blob(const_cast<double*>(data.data()), {(int64_t)data.size()}, at::kDouble);
+  return view.to(dtype, /*non_blocking=*/false, /*copy=*/true).reshape(shape);
 }
 
 Json tensor_to_json(const at::Tensor& t0) {
@@ -238,6 +250,64 @@ Json encode_predict_response(const TensorMap& outputs, bool row_format) {
     preds.push_back(std::move(row));
   }
   return Json{{"predictions", preds}};
+}
+
+namespace {
+
+template <class T>
+void append_number(std::string& out, T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(v)) {
+      out += "null";
+      return;
+    }
+  }
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  out.append(buf, r.ptr);
+}
+
+// Nested lists of a contiguous tensor, innermost dim in one loop.
+template <class T>
+void append_lists(std::string& out, const T* p, const std::vector<int64_t>& shape, size_t depth, int64_t& i) {
+  if (depth == shape.size()) {
+    append_number(out, p[i++]);
+    return;
+  }
+  out += '[';
+  for (int64_t k = 0; k < shape[depth]; ++k) {
+    if (k) out += ',';
+    append_lists(out, p, shape, depth + 1, i);
+  }
+  out += ']';
+}
+
+template <class T>
+void append_tensor(std::string& out, const at::Tensor& t) {
+  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+  int64_t i = 0;
+  append_lists(out, t.data_ptr<T>(), shape, 0, i);
+}
+
+}  // namespace
+
+std::string predict_response_text(const TensorMap& outputs, bool row_format) {
+  if (outputs.size() != 1)
+    return encode_predict_response(outputs, row_format).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  at::Tensor t = outputs.begin()->second.contiguous().cpu();
+  std::string out = row_format ? "{\"predictions\":" : "{\"outputs\":";
+  out.reserve(out.size() + 16 * (size_t)t.numel() + 8);
+  switch (t.scalar_type()) {
+    case at::kFloat: append_tensor<float>(out, t); break;
+    case at::kDouble: append_tensor<double>(out, t); break;
+    case at::kHalf:
+    case at::kBFloat16: append_tensor<float>(out, t.to(at::kFloat)); break;
+    case at::kBool:
+      return encode_predict_response(outputs, row_format).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    default: append_tensor<int64_t>(out, t.to(at::kLong)); break;
+  }
+  out += '}';
+  return out;
 }
 
 std::string base64_decode(const std::string& in) {

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "kiln/core/json.h"
 #include "kiln/serving/servable.h"
@@ -28,6 +30,25 @@ struct PredictCall {
 PredictCall decode_predict_request(const Json& body, const Json& signatures);
 // {"predictions": [...]} or {"outputs": ...}.
 Json encode_predict_response(const TensorMap& outputs, bool row_format);
+
+// The fast path for the body nearly every client sends: an object holding
+// "instances" or "inputs" as rectangular nested lists of plain numbers for a
+// signature with one numeric input, and optionally "signature_name". Parsed
+// without a DOM (simdjson On-Demand, rest_fast_path.cc). Returns false for
+// anything else, and for every body the DOM path would refuse: the caller
+// then uses parse_request_json + decode_predict_request, which accept every
+// form (named instances, b64, bools, NaN/Infinity, ...) and word the errors.
+// Where it returns true, `call` equals what decode_predict_request makes.
+bool decode_predict_fast(std::string_view body, const Json& signatures, PredictCall* call);
+
+// The response body as text: encode_predict_response(...).dump(), written
+// directly for a single output (floats in their shortest round-trip form,
+// NaN/Infinity as null like nlohmann).
+std::string predict_response_text(const TensorMap& outputs, bool row_format);
+
+// Row-major numbers of `shape` -> tensor of `dtype` (integral dtypes: the
+// caller has checked the values are integers).
+at::Tensor numbers_to_tensor(const std::vector<double>& data, const std::vector<int64_t>& shape, at::ScalarType dtype);
 
 // One JSON value (nested lists) -> tensor of `dtype`. `where` names it in errors.
 at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::string& where);

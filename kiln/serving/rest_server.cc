@@ -203,18 +203,18 @@ struct RestServer::Impl {
       auto h = core.get(spec);
       version = h->version;
       auto t0 = Clock::now();
-      Json body = parse_request_json(req.body, o.max_json_depth);
-      Json response;
       if (api == "predict") {
-        PredictCall call = decode_predict_request(body, h->signatures());
+        PredictCall call;
+        if (!decode_predict_fast(req.body, h->signatures(), &call))
+          call = decode_predict_request(parse_request_json(req.body, o.max_json_depth), h->signatures());
         t.parse_us = micros(t0);
         TensorMap out = core.predict(*h, call.signature_name, call.inputs, deadline, &t);
         auto t1 = Clock::now();
-        response = encode_predict_response(out, call.row_format);
-        reply(res, 200, response);
+        res.status = 200;
+        res.set_content(predict_response_text(out, call.row_format), "application/json");
         t.serialize_us = micros(t1);
       } else {
-        classify_or_regress(*h, api, body, deadline, t, res);
+        classify_or_regress(*h, api, parse_request_json(req.body, o.max_json_depth), deadline, t, res);
       }
     } catch (...) {
       st = status_of_current_exception();
