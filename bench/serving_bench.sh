@@ -68,6 +68,10 @@ for m in mnist large; do
   cp -r "$src" "$OUT/repo/$m/1"
 done
 "$SB" make_request --out "$OUT/body.json"
+# The same image 32 times in one request (max_batch_size rows): what a client
+# that batches on its side sends; compared with the bound in rows/s.
+"$PY" -c "import json,sys; b=json.load(open(sys.argv[1])); json.dump({'instances': b['instances'] * $MAX_BATCH}, open(sys.argv[2], 'w'))" \
+  "$OUT/body.json" "$OUT/body$MAX_BATCH.json"
 cat >"$OUT/models.config" <<EOF
 model_config_list {
   config { name: "mnist" base_path: "$OUT/repo/mnist" }
@@ -106,9 +110,10 @@ start_kiln() {  # start_kiln LABEL [extra flags]
 }
 stop_server() { kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; }
 
-run_wrk() {  # run_wrk HOST:PORT MODEL -> the WRK_JSON object
-  wrk -t1 -c$CONNECTIONS -d1s -s bench/serving_predict.lua "http://$1" -- "$2" "$OUT/body.json" >/dev/null  # warm-up
-  wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s --timeout 10s -s bench/serving_predict.lua "http://$1" -- "$2" "$OUT/body.json" \
+run_wrk() {  # run_wrk HOST:PORT MODEL [BODY] -> the WRK_JSON object
+  local body=${3:-$OUT/body.json}
+  wrk -t1 -c$CONNECTIONS -d1s -s bench/serving_predict.lua "http://$1" -- "$2" "$body" >/dev/null  # warm-up
+  wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s --timeout 10s -s bench/serving_predict.lua "http://$1" -- "$2" "$body" \
     | sed -n 's/^WRK_JSON //p'
 }
 answer() { curl -s -X POST -H 'Content-Type: application/json' --data-binary @"$OUT/body.json" "http://$1/v1/models/$2:predict"; }
@@ -130,6 +135,12 @@ for m in mnist large; do
       --concurrency $CONNECTIONS --seconds "$SECONDS_PER_RUN")
     record $m grpc_$mode "$grpc"
     if [ $mode = batched ]; then
+      echo "== $m: REST, $MAX_BATCH rows per request; the HTTP ceiling (GET /v2/health/live, same wrk)"
+      record $m rest_batched_rows$MAX_BATCH "$(run_wrk "$REST" $m "$OUT/body$MAX_BATCH.json")"
+      if [ $m = mnist ]; then
+        record $m rest_ceiling "$(wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s -s bench/serving_predict.lua \
+          "http://$REST/v2/health/live" | sed -n 's/^WRK_JSON //p')"
+      fi
       echo "== $m: p50/p99 at half the peak QPS (fixed rate)"
       half=$("$PY" -c "print(round(0.5 * $(json_get "$rest" qps), 1))")
       record $m rest_half "$("$SB" load --rest "$REST" --model $m --body "$OUT/body.json" \

@@ -1,5 +1,6 @@
 -- wrk script for bench/serving_bench.sh: POST one predict body to a model.
 --   wrk -t1 -c16 -d8s -s bench/serving_predict.lua http://127.0.0.1:PORT -- MODEL BODY.json
+--   wrk -t1 -c16 -d8s -s bench/serving_predict.lua http://127.0.0.1:PORT/v2/health/live   (GET)
 -- Prints one JSON line at the end (requests, failures, latency percentiles in ms);
 -- a non-2xx answer, a socket error or a timeout counts as failed.
 
@@ -7,6 +8,7 @@ local model, body_file = ...
 
 function init(args)
   model, body_file = args[1], args[2]
+  if model == nil then return end  -- no arguments: GET the URL as given (the HTTP ceiling run)
   local f = assert(io.open(body_file, "rb"))
   wrk.body = f:read("*a")
   f:close()

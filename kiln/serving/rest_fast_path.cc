@@ -48,10 +48,22 @@ bool collect(od::value v, size_t depth, Numbers& n) {
   if (v.get_array().get(a)) return false;
   if (n.shape.size() <= depth) n.shape.resize(depth + 1, -1);
   int64_t count = 0;
-  for (auto element : a) {
-    od::value e;
-    if (element.get(e) || !collect(e, depth + 1, n)) return false;
-    ++count;
+  if (n.leaf_depth == depth + 1) {
+    // A list of numbers (the shape below is known): read them straight;
+    // anything but a number is a type error, and the DOM path takes over.
+    if (n.shape[depth] > 0) n.data.reserve(n.data.size() + (size_t)n.shape[depth]);
+    for (auto element : a) {
+      double d;
+      if (element.get_double().get(d)) return false;
+      n.data.push_back(d);
+      ++count;
+    }
+  } else {
+    for (auto element : a) {
+      od::value e;
+      if (element.get(e) || !collect(e, depth + 1, n)) return false;
+      ++count;
+    }
   }
   if (count == 0) return false;
   if (n.shape[depth] < 0) n.shape[depth] = count;
