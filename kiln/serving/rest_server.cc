@@ -496,7 +496,8 @@ int RestServer::start() {
                   " (in use or not permitted); choose another --rest_api_port");
   impl_->port = port;
   impl_->thread = std::thread([this] { impl_->svr.listen_after_bind(); });
-  spdlog::info("serving: REST API on {}://{}:{}", impl_->o.tls.enabled() ? "https" : "http", impl_->o.host, port);
+  spdlog::info("serving: REST API on {}://{}:{}{}", impl_->o.tls.enabled() ? "https" : "http", impl_->o.host, port,
+               impl_->o.tls.enabled() && impl_->o.tls.client_verify ? " (client certificates required)" : "");
   return port;
 }
 

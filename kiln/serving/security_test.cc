@@ -211,6 +211,8 @@ TEST(TlsOptions, BadCertificatesAndKeysAreOneClearError) {
   t = tls_of(a);
   t.client_verify = true;
   expect_error(t, "client_verify needs the CA");
+  t.client_ca_pem = a.key_pem;  // a key where the CA certificate belongs
+  expect_error(t, "custom_ca: not a PEM certificate");
   t = TlsOptions{};
   t.key_pem = a.key_pem;
   expect_error(t, "without a certificate");
@@ -291,6 +293,57 @@ TEST(RestTls, ServesHttpsAndSurvivesPlainHttp) {
   r = again->Post("/v1/models/m:predict", kBody, "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
+  again->stop();
+}
+
+// HTTPS client trusting the server's certificate and presenting `client` (if any).
+std::unique_ptr<httplib::SSLClient> mtls_client(int port, const TestCert& server, const TestCert* client) {
+  auto c = client ? std::make_unique<httplib::SSLClient>("127.0.0.1", port, client->cert_path, client->key_path)
+                  : std::make_unique<httplib::SSLClient>("127.0.0.1", port);
+  c->set_ca_cert_path(server.cert_path.c_str());
+  c->enable_server_certificate_verification(true);
+  c->set_connection_timeout(5, 0);
+  c->set_read_timeout(5, 0);
+  return c;
+}
+
+TEST(RestTls, ClientVerifyRequiresACertificateSignedByTheClientCa) {
+  KILN_SKIP_WITHOUT_OPENSSL();
+  TempDir dir;
+  auto server = make_test_cert(dir.path(), "server");
+  auto ca = make_test_ca(dir.path(), "ca");
+  auto client = make_client_cert(dir.path(), "client", ca);
+  auto other_ca = make_test_ca(dir.path(), "other_ca");
+  auto stranger = make_client_cert(dir.path(), "stranger", other_ca);
+  FrontendOptions f;
+  f.tls = tls_of(server);
+  f.tls.client_ca_pem = ca.cert_pem;
+  f.tls.client_verify = true;
+  Served s(tiny_core(dir), f);
+
+  auto good = mtls_client(s.port, server, &client);
+  auto r = good->Post("/v1/models/m:predict", kBody, "application/json");
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_FLOAT_EQ(Json::parse(r->body)["predictions"][0][0].get<float>(), tiny_output(0.5f, {1, 2, 3, 4}));
+  good->stop();
+
+  // No certificate, or one from another CA: refused in the handshake, so no
+  // route answers, not even the health check (which a bearer token leaves open).
+  for (const TestCert* who : std::vector<const TestCert*>{nullptr, &stranger}) {
+    const char* name = who ? "a certificate from another CA" : "no certificate";
+    auto c = mtls_client(s.port, server, who);
+    auto g = c->Get("/v2/health/live");
+    EXPECT_FALSE(g) << name << ": HTTP " << g->status;
+    auto p = c->Post("/v1/models/m:predict", kBody, "application/json");
+    EXPECT_FALSE(p) << name << ": HTTP " << p->status;
+    c->stop();
+  }
+  // ...and the server keeps serving the client it trusts.
+  auto again = mtls_client(s.port, server, &client);
+  auto g = again->Get("/v2/health/live");
+  ASSERT_TRUE(g) << httplib::to_string(g.error());
+  EXPECT_EQ(g->status, 200);
   again->stop();
 }
 

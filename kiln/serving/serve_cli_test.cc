@@ -1,5 +1,6 @@
 // `kiln serve` as a user runs it: a real process on loopback, port 0, the
 // ready line parsed from stdout, SIGTERM to stop.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "kiln/serving/serving_test_util.h"
 #include "kiln/serving/test_process.h"
+#include "tensorflow_serving/apis/model_service.grpc.pb.h"
 
 namespace kiln::serving {
 namespace {
@@ -209,6 +211,60 @@ TEST(KilnServe, SslConfigFileSecuresGrpcAsTfServingDoes) {
   EXPECT_EQ(p.stop(), 0);
 }
 
+TEST(KilnServe, SslClientCaRequiresClientCertificatesOnRestAndGrpc) {
+  KILN_SKIP_WITHOUT_OPENSSL();
+  TempDir dir;
+  save_tiny_model(dir.path() + "/m/1", 0.5f);
+  auto server = make_test_cert(dir.path(), "server");
+  auto ca = make_test_ca(dir.path(), "ca");
+  auto client = make_client_cert(dir.path(), "client", ca);
+  ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
+                  "--rest_api_port", "0", "--file_system_poll_wait_seconds", "0", "--ssl_cert", server.cert_path,
+                  "--ssl_key", server.key_path, "--ssl_client_ca", ca.cert_path});
+  std::string ready = p.wait_for_line("kiln serve: ready", 60);
+  const int rest = port_of(ready, "rest_port="), grpc_port = port_of(ready, "grpc_port=");
+  ASSERT_GT(rest, 0) << ready;
+  ASSERT_GT(grpc_port, 0) << ready;
+
+  // REST: the client certificate gets an answer, no certificate none.
+  httplib::SSLClient with_cert("127.0.0.1", rest, client.cert_path, client.key_path);
+  with_cert.set_ca_cert_path(server.cert_path.c_str());
+  with_cert.enable_server_certificate_verification(true);
+  auto res = with_cert.Post("/v1/models/tiny:predict", R"({"instances": [[1,2,3,4]]})", "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_FLOAT_EQ(Json::parse(res->body)["predictions"][0][0].get<float>(), tiny_output(0.5f, {1, 2, 3, 4}));
+  with_cert.stop();
+  httplib::SSLClient without("127.0.0.1", rest);
+  without.set_ca_cert_path(server.cert_path.c_str());
+  without.enable_server_certificate_verification(true);
+  without.set_read_timeout(5, 0);
+  res = without.Get("/v2/health/live");
+  EXPECT_FALSE(res) << "HTTP " << res->status << " without a client certificate";
+  without.stop();
+
+  // gRPC (no --ssl_config_file): the same CA applies.
+  auto model_status = [&](const TestCert* who) {
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = server.cert_pem;
+    if (who) {
+      o.pem_private_key = who->key_pem;
+      o.pem_cert_chain = who->cert_pem;
+    }
+    auto ch = grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port), grpc::SslCredentials(o));
+    tensorflow::serving::GetModelStatusRequest req;
+    req.mutable_model_spec()->set_name("tiny");
+    tensorflow::serving::GetModelStatusResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return tensorflow::serving::ModelService::NewStub(ch)->GetModelStatus(&ctx, req, &resp);
+  };
+  auto st = model_status(&client);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(model_status(nullptr).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(p.stop(), 0);
+}
+
 TEST(KilnServe, BadTlsAndTokenFilesAreOneLineAndExitCode2) {
   KILN_SKIP_WITHOUT_OPENSSL();
   TempDir dir;
@@ -229,6 +285,14 @@ TEST(KilnServe, BadTlsAndTokenFilesAreOneLineAndExitCode2) {
   expect_one_line_error(kiln_err(serve + "--ssl_config_file " + q(dir.path() + "/ssl.config")),
                         "unknown field `server_crt`");
   expect_one_line_error(kiln_err(serve + "--bearer_token_file " + q(dir.path() + "/empty")), "is empty");
+  // --ssl_client_ca: a file that is no certificate, a missing file, no --ssl_cert.
+  const std::string tls = "--ssl_cert " + q(a.cert_path) + " --ssl_key " + q(a.key_path) + " ";
+  expect_one_line_error(kiln_err(serve + tls + "--ssl_client_ca " + q(dir.path() + "/garbage.pem")),
+                        "--ssl_client_ca " + dir.path() + "/garbage.pem: not a PEM certificate");
+  expect_one_line_error(kiln_err(serve + tls + "--ssl_client_ca " + q(a.key_path)), "not a PEM certificate");
+  expect_one_line_error(kiln_err(serve + tls + "--ssl_client_ca " + q(dir.path() + "/nope-ca.crt")),
+                        "--ssl_client_ca: file not found: " + dir.path() + "/nope-ca.crt");
+  expect_one_line_error(kiln_err(serve + "--ssl_client_ca " + q(a.cert_path)), "--ssl_client_ca needs --ssl_cert");
 }
 
 }  // namespace

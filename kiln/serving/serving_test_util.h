@@ -90,6 +90,33 @@ inline TestCert make_test_cert(const std::string& dir, const std::string& stem) 
   c.key_pem = read_file(c.key_path);
   return c;
 }
+// For mutual TLS: a CA (self-signed, CA:TRUE, may sign certificates) and a
+// client certificate it signs (clientAuth), at <dir>/<stem>.crt and .key.
+inline TestCert make_test_ca(const std::string& dir, const std::string& stem) {
+  TestCert c{dir + "/" + stem + ".crt", dir + "/" + stem + ".key", "", ""};
+  auto r = run_command("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+                       "-subj '/CN=kiln test CA " + stem + "' -addext basicConstraints=critical,CA:TRUE "
+                       "-addext keyUsage=critical,keyCertSign,cRLSign -keyout '" + c.key_path + "' -out '" +
+                       c.cert_path + "' 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  c.cert_pem = read_file(c.cert_path);
+  c.key_pem = read_file(c.key_path);
+  return c;
+}
+inline TestCert make_client_cert(const std::string& dir, const std::string& stem, const TestCert& ca) {
+  TestCert c{dir + "/" + stem + ".crt", dir + "/" + stem + ".key", "", ""};
+  const std::string csr = dir + "/" + stem + ".csr", ext = dir + "/" + stem + ".ext";
+  atomic_write_file(ext,
+                    "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n");
+  auto r = run_command("openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=" + stem +
+                       " -keyout '" + c.key_path + "' -out '" + csr + "' 2>&1 && openssl x509 -req -in '" + csr +
+                       "' -CA '" + ca.cert_path + "' -CAkey '" + ca.key_path + "' -CAcreateserial -days 1 -extfile '" +
+                       ext + "' -out '" + c.cert_path + "' 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  c.cert_pem = read_file(c.cert_path);
+  c.key_pem = read_file(c.key_path);
+  return c;
+}
 inline TlsOptions tls_of(const TestCert& c) {
   TlsOptions t;
   t.cert_pem = c.cert_pem;

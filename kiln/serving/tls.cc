@@ -72,9 +72,13 @@ void check_tls_options(const TlsOptions& tls, const std::string& source) {
   }
   if (tls.client_verify && tls.client_ca_pem.empty())
     throw ValueError(source + ": client_verify needs the CA that signs client certificates; set custom_ca");
-  if (!tls.client_ca_pem.empty() && read_certs(tls.client_ca_pem).empty())
-    throw ValueError(source + ": custom_ca is not a PEM certificate; give the CA certificate that signs client "
-                              "certificates");
+  if (!tls.client_ca_pem.empty()) check_client_ca(tls.client_ca_pem, source + ": custom_ca");
+}
+
+void check_client_ca(const std::string& ca_pem, const std::string& source) {
+  if (read_certs(ca_pem).empty())
+    throw ValueError(source + ": not a PEM certificate (no '-----BEGIN CERTIFICATE-----' block); give the CA "
+                              "certificate that signs the client certificates");
 }
 
 TlsOptions parse_ssl_config(const std::string& text, const std::string& source) {

@@ -2,6 +2,8 @@
 //  * check_tls_options: parses the PEM certificate, key and CA and checks that
 //    the key belongs to the certificate, so a bad file is one clear error at
 //    start-up instead of every handshake failing later;
+//  * check_client_ca: the CA that signs client certificates (mutual TLS), on
+//    its own, for kiln serve --ssl_client_ca;
 //  * parse_ssl_config: TF Serving's --ssl_config_file (an SSLConfig message in
 //    protobuf text format, PEM contents inline);
 //  * configure_ssl_ctx: the OpenSSL server context the REST front end uses.
@@ -25,6 +27,10 @@ namespace kiln::serving {
 // certificate's, or client_verify is set without a CA. No-op when
 // !tls.enabled() and no key or CA was given.
 void check_tls_options(const TlsOptions& tls, const std::string& source);
+
+// ValueError "<source>: not a PEM certificate; ..." unless `ca_pem` holds at
+// least one PEM certificate. check_tls_options calls it for client_ca_pem.
+void check_client_ca(const std::string& ca_pem, const std::string& source);
 
 // SSLConfig { server_key, server_cert, custom_ca, client_verify } in text
 // format (field names as TF Serving's ssl_config.proto; strings hold the PEM

@@ -4,7 +4,8 @@
 //   kiln serve --model_config_file models.config [--model_config_file_poll_wait_seconds 30]
 //              [--enable_batching --batching_parameters_file batching.config]
 //              [--file_system_poll_wait_seconds 1] [--rest_api_bind 127.0.0.1] [--port 8500]
-//              [--ssl_cert server.crt --ssl_key server.key] [--ssl_config_file ssl.config]
+//              [--ssl_cert server.crt --ssl_key server.key [--ssl_client_ca ca.crt]]
+//              [--ssl_config_file ssl.config]
 //              [--bearer_token_file token.txt]
 //
 // When every front end is listening it prints one line on stdout:
@@ -50,6 +51,7 @@ struct ServeOptions {
   bool resource_preserving = false;
   std::string bearer_token_file;
   std::string ssl_cert, ssl_key;  // kiln's: HTTPS and gRPC TLS
+  std::string ssl_client_ca;      // kiln's: mutual TLS wherever ssl_cert applies
   std::string ssl_config_file;    // TF Serving's: gRPC TLS (SSLConfig text proto)
 };
 
@@ -62,16 +64,26 @@ std::string read_text(const std::string& path, const std::string& option) {
 }
 
 // TLS for REST and gRPC from the flags. TF Serving's --ssl_config_file
-// covers gRPC only (its REST API has no TLS); kiln's --ssl_cert/--ssl_key
-// cover REST, and gRPC too unless --ssl_config_file is given.
+// covers gRPC only (its REST API has no TLS), and keeps doing only that here;
+// kiln's --ssl_cert/--ssl_key (and --ssl_client_ca with them) cover REST, and
+// gRPC too unless --ssl_config_file is given. So mutual TLS on REST is asked
+// for explicitly, never switched on by a gRPC config's client_verify.
 void tls_from_flags(const ServeOptions& o, serving::TlsOptions* rest, serving::TlsOptions* grpc) {
   using namespace kiln::serving;
   if (o.ssl_cert.empty() != o.ssl_key.empty())
     throw ValueError(o.ssl_cert.empty() ? "--ssl_key needs --ssl_cert (the certificate that goes with the key)"
                                         : "--ssl_cert needs --ssl_key (the certificate's private key)");
+  if (!o.ssl_client_ca.empty() && o.ssl_cert.empty())
+    throw ValueError("--ssl_client_ca needs --ssl_cert and --ssl_key: client certificates are checked in the TLS "
+                     "handshake (for gRPC alone, set custom_ca and client_verify in --ssl_config_file)");
   if (!o.ssl_cert.empty()) {
     rest->cert_pem = read_text(o.ssl_cert, "--ssl_cert");
     rest->key_pem = read_text(o.ssl_key, "--ssl_key");
+    if (!o.ssl_client_ca.empty()) {
+      rest->client_ca_pem = read_text(o.ssl_client_ca, "--ssl_client_ca");
+      check_client_ca(rest->client_ca_pem, "--ssl_client_ca " + o.ssl_client_ca);
+      rest->client_verify = true;
+    }
     check_tls_options(*rest, "--ssl_cert " + o.ssl_cert + " / --ssl_key " + o.ssl_key);
     *grpc = *rest;
   }
@@ -216,8 +228,12 @@ Command add_serve_command(CLI::App& app) {
                   "Require Authorization: Bearer <token in this file> (health checks excepted)");
   cmd->add_option("--ssl_cert", o->ssl_cert, "PEM certificate (chain): serve HTTPS and gRPC over TLS (with --ssl_key)");
   cmd->add_option("--ssl_key", o->ssl_key, "PEM private key of --ssl_cert");
+  cmd->add_option("--ssl_client_ca", o->ssl_client_ca,
+                  "PEM CA certificate(s): mutual TLS wherever --ssl_cert applies (HTTPS, and gRPC unless "
+                  "--ssl_config_file); clients without a certificate signed by it are refused in the handshake");
   cmd->add_option("--ssl_config_file", o->ssl_config_file,
-                  "TF Serving SSLConfig (text: server_key, server_cert, custom_ca, client_verify) for gRPC");
+                  "TF Serving SSLConfig (text: server_key, server_cert, custom_ca, client_verify) for gRPC only, as "
+                  "in TF Serving (for REST use --ssl_cert/--ssl_key/--ssl_client_ca)");
   return {cmd, [o] { run_serve(*o); }};
 }
 
