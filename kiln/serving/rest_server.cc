@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <cstring>
 #include <regex>
 #include <set>
@@ -130,6 +133,7 @@ struct RestServer::Impl {
   httplib::Server& svr;
   std::thread thread;
   int port = -1;
+  int listen_fd = -1;  // the listening socket, set by httplib's socket-options hook
 
   Impl(ServerCore& c, FrontendOptions opts)
       : core(c), o(std::move(opts)), server(make_http_server(o)), svr(*server) {}
@@ -483,6 +487,19 @@ RestServer::RestServer(ServerCore& core, FrontendOptions options)
   // open, so the count stays bounded: other connections queued behind
   // num_threads busy ones still get a turn.
   impl_->svr.set_keep_alive_max_count(1000);
+  // Debian's cpp-httplib listens with a backlog of 5 (compiled in): a burst
+  // of new connections (32 clients connecting at once while earlier requests
+  // still run) overflowed the accept queue, and some connections were reset
+  // (bench/serving_bench.sh: 3-27 of ~1,000 requests failed with ECONNRESET;
+  // `nstat` showed TcpExtListenOverflows). Keep the listening socket to
+  // raise the backlog after bind (see start()). SO_REUSEADDR only, not
+  // httplib's default SO_REUSEPORT, so a second server on the same port fails
+  // to bind instead of silently sharing its traffic.
+  impl_->svr.set_socket_options([impl = impl_.get()](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    impl->listen_fd = sock;
+  });
 }
 
 RestServer::~RestServer() { stop(); }
@@ -495,6 +512,9 @@ int RestServer::start() {
     throw IOError("REST server: cannot bind " + impl_->o.host + ":" + std::to_string(impl_->o.port) +
                   " (in use or not permitted); choose another --rest_api_port");
   impl_->port = port;
+  // listen() again on a listening socket only changes its backlog (Linux).
+  if (impl_->listen_fd >= 0 && ::listen(impl_->listen_fd, SOMAXCONN) != 0)
+    spdlog::warn("serving: could not raise the REST listen backlog: {}", std::strerror(errno));
   impl_->thread = std::thread([this] { impl_->svr.listen_after_bind(); });
   spdlog::info("serving: REST API on {}://{}:{}{}", impl_->o.tls.enabled() ? "https" : "http", impl_->o.host, port,
                impl_->o.tls.enabled() && impl_->o.tls.client_verify ? " (client certificates required)" : "");

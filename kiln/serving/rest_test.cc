@@ -224,6 +224,23 @@ TEST_F(Rest, PrometheusMetricsCountRequestsPerModelVersionAndPhase) {
   }
 }
 
+// httplib's default socket options set SO_REUSEPORT, so a second server on
+// the same port bound too and silently took half the traffic.
+TEST_F(Rest, ASecondServerOnTheSamePortFailsToBind) {
+  FrontendOptions f;
+  f.port = served_->port;
+  RestServer second(*served_->core, f);
+  try {
+    second.start();
+    FAIL() << "a second REST server bound port " << served_->port;
+  } catch (const IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("--rest_api_port"), std::string::npos) << e.what();
+  }
+  int st = 0;
+  Json j = post("/v1/models/m:predict", R"({"instances": [[1, 2, 3, 4]]})", &st);  // the first still serves
+  EXPECT_EQ(st, 200) << j.dump();
+}
+
 TEST(RestJson, DepthScanAndNaN) {
   EXPECT_EQ(json_depth(R"({"a": "[[[[", "b": [[1]]})", 10), 3);
   EXPECT_GT(json_depth(std::string(50, '['), 10), 10);
