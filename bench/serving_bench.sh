@@ -11,7 +11,7 @@
 # Models: the Fashion-MNIST MLP (784-256-256-10, trained briefly with
 # `kiln train`) and a larger MLP (784-2048-2048-2048-10, random weights).
 #
-# Usage: [CONNECTIONS=32] bash bench/serving_bench.sh [--seconds 8] [--out DIR]
+# Usage: [CONNECTIONS=32] [LARGE_CONNECTIONS=64] bash bench/serving_bench.sh [--seconds 8] [--out DIR]
 # Needs wrk, gunicorn, python3-flask, python3-torch (scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +41,13 @@ RESULTS=$OUT/results.txt
 : >"$RESULTS"
 CONNECTIONS=${CONNECTIONS:-32}      # wrk connections and gRPC clients (closed loop)
 MAX_BATCH=32
+# The large model's clients: 2 x max_batch_size, so one full batch can fill
+# while the previous one computes (with 32, the clients split into two
+# halves that alternate: batches of ~16-18 rows). The small model keeps 32:
+# there the cost is per request, and more connections than cores only add
+# queueing.
+LARGE_CONNECTIONS=${LARGE_CONNECTIONS:-$((2 * MAX_BATCH))}
+C=$CONNECTIONS                      # the current model's
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -94,7 +101,7 @@ REST=""; GRPC=""; SERVER_PID=""
 start_kiln() {  # start_kiln LABEL [extra flags]
   local label=$1; shift
   "$KILN" serve --model_config_file "$OUT/models.config" --rest_api_port 0 --port 0 \
-    --rest_api_num_threads $((CONNECTIONS + 16)) --file_system_poll_wait_seconds 0.05 "$@" \
+    --rest_api_num_threads $((C + 16)) --file_system_poll_wait_seconds 0.05 "$@" \
     >"$OUT/logs/$label.out" 2>"$OUT/logs/$label.err" &
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
@@ -112,14 +119,16 @@ stop_server() { kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; }
 
 run_wrk() {  # run_wrk HOST:PORT MODEL [BODY] -> the WRK_JSON object
   local body=${3:-$OUT/body.json}
-  wrk -t1 -c$CONNECTIONS -d1s -s bench/serving_predict.lua "http://$1" -- "$2" "$body" >/dev/null  # warm-up
-  wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s --timeout 10s -s bench/serving_predict.lua "http://$1" -- "$2" "$body" \
+  wrk -t1 -c$C -d1s -s bench/serving_predict.lua "http://$1" -- "$2" "$body" >/dev/null  # warm-up
+  wrk -t1 -c$C -d${SECONDS_PER_RUN}s --timeout 10s -s bench/serving_predict.lua "http://$1" -- "$2" "$body" \
     | sed -n 's/^WRK_JSON //p'
 }
 answer() { curl -s -X POST -H 'Content-Type: application/json' --data-binary @"$OUT/body.json" "http://$1/v1/models/$2:predict"; }
 json_get() { "$PY" -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 
 for m in mnist large; do
+  C=$([ $m = large ] && echo "$LARGE_CONNECTIONS" || echo "$CONNECTIONS")
+  record $m clients "{\"connections\": $C}"
   in=$(input_name "$OUT/repo/$m/1")
   echo "== $m: in-process bound"
   record $m bound_b1 "$("$SB" bound --model_dir "$OUT/repo/$m/1" --body "$OUT/body.json" --batch 1 --seconds 3)"
@@ -132,22 +141,22 @@ for m in mnist large; do
     rest=$(run_wrk "$REST" $m)
     record $m rest_$mode "$rest"
     grpc=$("$SB" load --grpc "$GRPC" --model $m --input_name "$in" --body "$OUT/body.json" \
-      --concurrency $CONNECTIONS --seconds "$SECONDS_PER_RUN")
+      --concurrency $C --seconds "$SECONDS_PER_RUN")
     record $m grpc_$mode "$grpc"
     if [ $mode = batched ]; then
       echo "== $m: REST, $MAX_BATCH rows per request; the HTTP ceiling (GET /v2/health/live, same wrk)"
       record $m rest_batched_rows$MAX_BATCH "$(run_wrk "$REST" $m "$OUT/body$MAX_BATCH.json")"
       if [ $m = mnist ]; then
-        record $m rest_ceiling "$(wrk -t1 -c$CONNECTIONS -d${SECONDS_PER_RUN}s -s bench/serving_predict.lua \
+        record $m rest_ceiling "$(wrk -t1 -c$C -d${SECONDS_PER_RUN}s -s bench/serving_predict.lua \
           "http://$REST/v2/health/live" | sed -n 's/^WRK_JSON //p')"
       fi
       echo "== $m: p50/p99 at half the peak QPS (fixed rate)"
       half=$("$PY" -c "print(round(0.5 * $(json_get "$rest" qps), 1))")
       record $m rest_half "$("$SB" load --rest "$REST" --model $m --body "$OUT/body.json" \
-        --concurrency $CONNECTIONS --seconds "$SECONDS_PER_RUN" --rate "$half")"
+        --concurrency $C --seconds "$SECONDS_PER_RUN" --rate "$half")"
       half=$("$PY" -c "print(round(0.5 * $(json_get "$grpc" qps), 1))")
       record $m grpc_half "$("$SB" load --grpc "$GRPC" --model $m --input_name "$in" --body "$OUT/body.json" \
-        --concurrency $CONNECTIONS --seconds "$SECONDS_PER_RUN" --rate "$half")"
+        --concurrency $C --seconds "$SECONDS_PER_RUN" --rate "$half")"
     fi
     answer "$REST" $m >"$OUT/logs/$m-kiln-$mode.answer"
     curl -s "http://$REST/metrics" | grep -E '^kiln_batch_size_(sum|count)\{model="'$m'"' >"$OUT/logs/$m-$mode.batch" || true
@@ -175,6 +184,7 @@ for m in mnist large; do
 done
 
 # --- version swaps under load, and reload isolation -------------------------------
+C=$CONNECTIONS
 start_kiln swaps --enable_batching --batching_parameters_file "$OUT/batching.config"
 echo "== 50 version swaps of mnist under REST load (poll every 50 ms)"
 record mnist swaps "$("$SB" swap --rest "$REST" --model mnist --body "$OUT/body.json" --base "$OUT/repo/mnist" \

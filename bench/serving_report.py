@@ -89,6 +89,8 @@ print()
 print("goals (issue #4):")
 for model in ("mnist", "large"):
     m = R.get(model, {})
+    if m.get("clients"):
+        print(f"  {model}: closed-loop clients (wrk connections, gRPC clients) = {m['clients']['connections']}")
     rb, b32, fl = m.get("rest_batched"), m.get("bound_b32"), m.get("flask")
     if b32 and m.get("bound_b32_after"):
         after = m["bound_b32_after"]["rows_per_s"]

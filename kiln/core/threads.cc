@@ -39,12 +39,19 @@ std::once_flag g_interop_once;
 
 }  // namespace
 
-void prepare_thread_environment(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+void prepare_thread_environment(char** argv, ThreadProfile profile) {
+  bool changed = false;
+  auto set_default = [&](const char* name, const char* value) {
+    if (std::getenv(name) != nullptr) return;
+    ::setenv(name, value, 1);
+    changed = true;
+  };
+  set_default("OMP_WAIT_POLICY", "PASSIVE");
+  if (profile == ThreadProfile::kServing) set_default("OPENBLAS_THREAD_TIMEOUT", "4");
+  if (!changed) return;
   ::execv("/proc/self/exe", argv);
-  // exec failed: carry on with the default policy (configure_threads then
-  // keeps OpenBLAS to one thread).
+  // exec failed: carry on with the defaults (configure_threads then keeps
+  // OpenBLAS to one thread).
 }
 
 bool omp_threads_passive() {

@@ -24,10 +24,24 @@ struct ThreadConfig {
   int inter_op = 1;  // kiln's own pipelines use explicit threads
 };
 
-// Re-executes the current program with OMP_WAIT_POLICY=PASSIVE when that
-// variable is unset (returns normally otherwise, or if exec fails). Call
-// before anything starts threads.
-void prepare_thread_environment(char** argv);
+enum class ThreadProfile {
+  kDefault,
+  // A server: OpenBLAS's idle workers also sleep at once
+  // (OPENBLAS_THREAD_TIMEOUT=4, i.e. 2^4 cycles). By default each spins
+  // ~2^28 cycles calling sched_yield() after every product, which in a
+  // server takes the cores from the request threads: 16% of `kiln serve`'s
+  // CPU under REST load; the MNIST MLP served 18,200 -> 20,300 requests/s
+  // with it. In a tight training or benchmark loop the spinning pays (the
+  // in-process batch-32 bound drops 231k -> 133k rows/s without it), so
+  // only servers use this profile.
+  kServing,
+};
+
+// Re-executes the current program with OMP_WAIT_POLICY=PASSIVE (and the
+// profile's variables) where they are unset; returns normally when all are
+// set already, or if exec fails. libgomp and OpenBLAS read them once at
+// load. Call before anything starts threads.
+void prepare_thread_environment(char** argv, ThreadProfile profile = ThreadProfile::kDefault);
 
 // Applies `cfg`. Returns the intra-op count in force.
 int configure_threads(ThreadConfig cfg = {});

@@ -36,6 +36,13 @@ TEST(KilnServe, StartsOnAnEphemeralPortAndServesTheModel) {
   ASSERT_FALSE(ready.empty());
   int port = 0;
   ASSERT_EQ(std::sscanf(ready.c_str(), "kiln serve: ready rest_port=%d", &port), 1) << ready;
+  // It runs with the server thread profile: OpenBLAS workers sleep when idle
+  // instead of spinning on sched_yield (kiln/core/threads.h).
+  std::string environ = read_file("/proc/" + std::to_string(p.pid()) + "/environ");
+  std::replace(environ.begin(), environ.end(), '\0', '\n');
+  const char* own = std::getenv("OPENBLAS_THREAD_TIMEOUT");
+  EXPECT_NE(("\n" + environ).find("\nOPENBLAS_THREAD_TIMEOUT=" + std::string(own ? own : "4") + "\n"), std::string::npos)
+      << environ;
   httplib::Client c("127.0.0.1", port);
   auto r = c.Post("/v1/models/tiny:predict", R"({"instances": [[1,2,3,4]]})", "application/json");
   ASSERT_TRUE(r);

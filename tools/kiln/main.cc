@@ -57,7 +57,20 @@ bool is_shape_problem(const std::string& m) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  kiln::prepare_thread_environment(argv);
+  // `kiln serve` (the first word that is not an option) runs as a server.
+  bool serving = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--threads") {
+      ++i;
+      continue;
+    }
+    if (!a.empty() && a[0] != '-') {
+      serving = a == "serve";
+      break;
+    }
+  }
+  kiln::prepare_thread_environment(argv, serving ? kiln::ThreadProfile::kServing : kiln::ThreadProfile::kDefault);
 
   CLI::App app{"kiln: train, evaluate, inspect and run Keras-style models (see README.md and docs/SPEC.md)", "kiln"};
   app.require_subcommand(1, 1);
