@@ -32,7 +32,12 @@ struct FrontendOptions {
   int port = 0;                      // 0 = ephemeral; start() returns the bound one
   size_t max_body_bytes = 64 << 20;  // larger requests: 413 / RESOURCE_EXHAUSTED
   int max_json_depth = 64;           // deeper JSON: 400 before parsing
-  int num_threads = 16;
+  int num_threads = 16;               // REST: threads kept ready (gRPC: pollers and workers)
+  // REST: cpp-httplib serves an open (keep-alive) connection on one thread
+  // until it closes, so the pool grows past num_threads, one thread per
+  // extra open connection, up to this many; threads above num_threads end
+  // after 30 s idle. Connections beyond it wait for a thread.
+  int max_rest_threads = 1024;
   // Non-empty: every call needs "Authorization: Bearer <token>" (gRPC:
   // metadata "authorization"), except the health checks (REST
   // /v2/health/live|ready, KServe gRPC ServerLive/ServerReady), which

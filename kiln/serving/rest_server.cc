@@ -5,7 +5,11 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <list>
+#include <mutex>
 #include <regex>
 #include <set>
 #include <thread>
@@ -123,6 +127,96 @@ std::unique_ptr<httplib::Server> make_http_server(const FrontendOptions& o) {
                      "`openssl x509 -in CERT -noout` and `openssl pkey -in KEY -noout`");
   return s;
 }
+
+// cpp-httplib's TaskQueue with a pool that grows. httplib keeps a
+// connection on one thread for as long as it stays open (keep-alive), so
+// its fixed ThreadPool let the first num_threads clients hold every thread
+// and the next client waited until one of them closed (idle keep-alive:
+// 5 s; an active one: 1,000 requests). Here a job that finds no idle
+// thread starts one, up to `max_threads`; threads above `min_threads` end
+// after `idle` without work.
+class ElasticTaskQueue : public httplib::TaskQueue {
+ public:
+  ElasticTaskQueue(size_t min_threads, size_t max_threads, std::chrono::seconds idle)
+      : min_(min_threads), max_(std::max(min_threads, max_threads)), idle_timeout_(idle) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t i = 0; i < min_; ++i) spawn_locked();
+  }
+  ~ElasticTaskQueue() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> l(mu_);
+    jobs_.push_back(std::move(fn));
+    reap_locked();
+    if (idle_ < jobs_.size() && threads_.size() < max_) spawn_locked();
+    else cv_.notify_one();
+  }
+
+  void shutdown() override {
+    std::list<std::thread> all;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (shutdown_) return;
+      shutdown_ = true;
+    }
+    cv_.notify_all();
+    for (;;) {  // workers finish their jobs (httplib has closed the listener)
+      std::thread t;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (threads_.empty()) break;
+        t = std::move(threads_.front());
+        threads_.pop_front();
+      }
+      t.join();
+    }
+  }
+
+ private:
+  void spawn_locked() { threads_.emplace_back([this] { work(); }); }
+
+  // Joins threads that ended on their idle timeout (they only return).
+  void reap_locked() {
+    for (auto id : exited_)
+      for (auto it = threads_.begin(); it != threads_.end(); ++it)
+        if (it->get_id() == id) {
+          it->join();
+          threads_.erase(it);
+          break;
+        }
+    exited_.clear();
+  }
+
+  void work() {
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      ++idle_;
+      bool woke = cv_.wait_for(l, idle_timeout_, [&] { return shutdown_ || !jobs_.empty(); });
+      --idle_;
+      if (!jobs_.empty()) {
+        auto fn = std::move(jobs_.front());
+        jobs_.pop_front();
+        l.unlock();
+        fn();
+        l.lock();
+        continue;
+      }
+      if (shutdown_) return;
+      if (!woke && threads_.size() - exited_.size() > min_) break;
+    }
+    exited_.push_back(std::this_thread::get_id());
+  }
+
+  const size_t min_, max_;
+  const std::chrono::seconds idle_timeout_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;  // guarded by mu_
+  std::list<std::thread> threads_;          // guarded by mu_
+  std::vector<std::thread::id> exited_;     // guarded by mu_: ended, not yet joined
+  size_t idle_ = 0;                         // guarded by mu_
+  bool shutdown_ = false;                   // guarded by mu_
+};
 
 }  // namespace
 
@@ -475,8 +569,8 @@ RestServer::RestServer(ServerCore& core, FrontendOptions options)
     : impl_(std::make_unique<Impl>(core, std::move(options))) {
   impl_->routes();
   impl_->svr.set_payload_max_length(impl_->o.max_body_bytes);
-  int n = std::max(1, impl_->o.num_threads);
-  impl_->svr.new_task_queue = [n] { return new httplib::ThreadPool(n); };
+  size_t n = (size_t)std::max(1, impl_->o.num_threads), most = (size_t)std::max(1, impl_->o.max_rest_threads);
+  impl_->svr.new_task_queue = [n, most] { return new ElasticTaskQueue(n, most, std::chrono::seconds(30)); };
   impl_->svr.set_read_timeout(30, 0);
   // cpp-httplib writes a response's headers and body with separate send()s;
   // with Nagle on, the body waits for the client's delayed ACK (40 ms on
@@ -484,8 +578,8 @@ RestServer::RestServer(ServerCore& core, FrontendOptions options)
   impl_->svr.set_tcp_nodelay(true);
   // Its default closes a keep-alive connection after 5 requests, so clients
   // reconnect every 5th request. A connection holds a worker thread while
-  // open, so the count stays bounded: other connections queued behind
-  // num_threads busy ones still get a turn.
+  // open; the pool grows to max_rest_threads (ElasticTaskQueue), and past
+  // that the count bounds how long a queued connection waits for a turn.
   impl_->svr.set_keep_alive_max_count(1000);
   // Debian's cpp-httplib listens with a backlog of 5 (compiled in): a burst
   // of new connections (32 clients connecting at once while earlier requests

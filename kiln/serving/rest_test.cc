@@ -241,6 +241,36 @@ TEST_F(Rest, ASecondServerOnTheSamePortFailsToBind) {
   EXPECT_EQ(st, 200) << j.dump();
 }
 
+// An open keep-alive connection holds a REST thread. With a fixed pool of
+// num_threads, a client beyond that waited for an idle connection to time
+// out (5 s); the pool now grows, so it is answered at once.
+TEST(RestThreads, MoreOpenConnectionsThanThreadsAllGetAnswers) {
+  TempDir dir;
+  save_tiny_model(dir.path() + "/m/1", 1.0f);
+  ServerCoreOptions o;
+  o.config.models = {model_config("m", dir.path() + "/m")};
+  o.file_system_poll_wait_seconds = 0;
+  FrontendOptions f;
+  f.num_threads = 2;
+  Served served(o, f);
+  std::vector<std::unique_ptr<httplib::Client>> clients;
+  for (int i = 0; i < 6; ++i) {
+    auto c = served.client();
+    c->set_keep_alive(true);
+    c->set_read_timeout(3, 0);  // below httplib's 5 s keep-alive timeout: a wait for a thread fails
+    auto r = c->Post("/v1/models/m:predict", R"({"instances": [[1, 2, 3, 4]]})", "application/json");
+    ASSERT_TRUE(r) << "client " << i << " got no answer while " << i << " idle connections were open";
+    EXPECT_EQ(r->status, 200) << r->body;
+    clients.push_back(std::move(c));  // its connection stays open
+  }
+  for (auto& c : clients) {  // and each still answers on its own connection
+    auto r = c->Get("/v1/models/m");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  }
+  for (auto& c : clients) c->stop();
+}
+
 TEST(RestJson, DepthScanAndNaN) {
   EXPECT_EQ(json_depth(R"({"a": "[[[[", "b": [[1]]})", 10), 3);
   EXPECT_GT(json_depth(std::string(50, '['), 10), 10);

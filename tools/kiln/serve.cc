@@ -43,6 +43,7 @@ struct ServeOptions {
   std::string rest_api_bind = "127.0.0.1";
   std::string grpc_bind = "127.0.0.1";
   int rest_api_num_threads = 16;
+  int rest_api_max_threads = 1024;
   int64_t max_body_bytes = 64 << 20;
   bool enable_batching = false;
   std::string batching_parameters_file;
@@ -143,6 +144,7 @@ void run_serve(const ServeOptions& o) {
   fo.host = o.rest_api_bind;
   fo.port = o.rest_api_port;
   fo.num_threads = o.rest_api_num_threads;
+  fo.max_rest_threads = o.rest_api_max_threads;
   fo.max_body_bytes = (size_t)o.max_body_bytes;
   fo.bearer_token = bearer_token;
   fo.tls = rest_tls;
@@ -216,7 +218,11 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--grpc_bind", o->grpc_bind, "gRPC listen address (default loopback)");
   cmd->add_option("--rest_api_port", o->rest_api_port, "REST port (0: ephemeral, -1: off)");
   cmd->add_option("--rest_api_bind", o->rest_api_bind, "REST listen address (default loopback)");
-  cmd->add_option("--rest_api_num_threads", o->rest_api_num_threads, "REST worker threads")->check(positive_integer());
+  cmd->add_option("--rest_api_num_threads", o->rest_api_num_threads, "REST worker threads kept ready")
+      ->check(positive_integer());
+  cmd->add_option("--rest_api_max_threads", o->rest_api_max_threads,
+                  "Most REST threads: an open connection holds one, so the pool grows to this (default 1024)")
+      ->check(positive_integer());
   cmd->add_option("--max_body_bytes", o->max_body_bytes, "Largest request body accepted (413 beyond)");
   cmd->add_flag("--enable_batching", o->enable_batching, "Batch requests per model version");
   cmd->add_option("--batching_parameters_file", o->batching_parameters_file, "TF Serving batching parameters (text)");
