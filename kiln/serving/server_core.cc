@@ -1,6 +1,7 @@
 #include "kiln/serving/server_core.h"
 
 #include <dirent.h>
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
@@ -233,6 +234,12 @@ struct ServerCore::Impl {
     transition(*v, VersionState::kUnloading);
     v->batcher.reset();
     v->servable.reset();
+    // Give the freed pages back to the system. glibc keeps freed memory in
+    // its heaps (weights below its dynamic mmap threshold land there), so
+    // without this the resident size only grew as versions came and went:
+    // 255 -> 487 MB after four swaps of a 40 MB model (TF Serving's
+    // "memory kept after unload").
+    ::malloc_trim(0);
     metrics.gauge("kiln_model_memory_bytes", "Bytes held by the version's servable",
                   {{"model", v->model}, {"version", std::to_string(v->version)}})
         .set(0);
