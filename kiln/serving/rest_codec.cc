@@ -92,12 +92,43 @@ at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::st
   }
   std::vector<double> data;
   flatten(value, shape, 0, data, where);
+  return checked_numbers_to_tensor(data, shape, dtype, where);
+}
+
+at::Tensor checked_numbers_to_tensor(const std::vector<double>& data, const std::vector<int64_t>& shape,
+                                     at::ScalarType dtype, const std::string& where) {
   if (at::isIntegralType(dtype, /*includeBool=*/true)) {
     for (double d : data)
       if (!std::isfinite(d) || d != std::floor(d))
         bad(where + " expects integers (" + dtype_to_string(dtype) + "); received " + std::to_string(d));
   }
   return numbers_to_tensor(data, shape, dtype);
+}
+
+KServeInferBody decode_kserve_infer(const Json& body) {
+  if (!body.is_object() || !body.contains("inputs") || !body["inputs"].is_array())
+    bad("the infer request must be an object with an \"inputs\" list");
+  KServeInferBody b;
+  for (auto& in : body["inputs"]) {
+    if (!in.is_object() || !in.contains("name") || !in["name"].is_string() || !in.contains("shape") ||
+        !in["shape"].is_array() || !in.contains("datatype") || !in["datatype"].is_string() || !in.contains("data"))
+      bad("each input needs \"name\", \"shape\", \"datatype\" and \"data\"");
+    KServeInferInput x;
+    x.name = in["name"].get<std::string>();
+    x.datatype = in["datatype"].get<std::string>();
+    for (auto& d : in["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        bad("input \"" + x.name + "\": shape entries must be non-negative integers");
+      x.shape.push_back(d.get<int64_t>());
+    }
+    x.data = in["data"];
+    b.inputs.push_back(std::move(x));
+  }
+  if (body.contains("outputs") && body["outputs"].is_array())
+    for (auto& o : body["outputs"])
+      if (o.is_object() && o.contains("name") && o["name"].is_string()) b.outputs.push_back(o["name"].get<std::string>());
+  if (body.contains("id")) b.id = body["id"];
+  return b;
 }
 
 at::Tensor numbers_to_tensor(const std::vector<double>& data, const std::vector<int64_t>& shape, at::ScalarType dtype) {

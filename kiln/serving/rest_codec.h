@@ -49,6 +49,33 @@ std::string predict_response_text(const TensorMap& outputs, bool row_format);
 // Row-major numbers of `shape` -> tensor of `dtype` (integral dtypes: the
 // caller has checked the values are integers).
 at::Tensor numbers_to_tensor(const std::vector<double>& data, const std::vector<int64_t>& shape, at::ScalarType dtype);
+// The same, checking first: an integral dtype with a non-integer value is
+// ServingError INVALID_ARGUMENT naming `where` (json_to_tensor's message).
+at::Tensor checked_numbers_to_tensor(const std::vector<double>& data, const std::vector<int64_t>& shape,
+                                     at::ScalarType dtype, const std::string& where);
+
+// KServe v2 (Open Inference Protocol) infer body, decoded but not yet
+// checked against a model: each input's name, datatype and shape as sent,
+// and its data as row-major numbers (fast path) or the JSON value (DOM).
+struct KServeInferInput {
+  std::string name, datatype;
+  std::vector<int64_t> shape;  // entries checked to be non-negative integers
+  bool has_numbers = false;
+  std::vector<double> numbers;  // when has_numbers
+  Json data;                    // otherwise
+};
+struct KServeInferBody {
+  std::vector<KServeInferInput> inputs;
+  std::vector<std::string> outputs;  // requested output names; empty: all
+  Json id;                           // null when absent
+};
+// DOM path; ServingError INVALID_ARGUMENT for a malformed body.
+KServeInferBody decode_kserve_infer(const Json& body);
+// Fast path (simdjson, rest_fast_path.cc): "inputs" of {"name", "shape",
+// "datatype", "data": lists of plain numbers}, optional string "id" and
+// "outputs" of {"name"}. False for anything else (parameters, strings,
+// bad shapes, ...): decode_kserve_infer then decides and words the error.
+bool decode_kserve_infer_fast(std::string_view body, KServeInferBody* out);
 
 // One JSON value (nested lists) -> tensor of `dtype`. `where` names it in errors.
 at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::string& where);

@@ -140,6 +140,60 @@ TEST(RestFastPath, RandomBodiesAgreeBitForBit) {
   }
 }
 
+// KServe v2 infer: the fast decoder and the DOM decoder agree.
+void expect_same_kserve(const std::string& body) {
+  KServeInferBody fast;
+  ASSERT_TRUE(decode_kserve_infer_fast(body, &fast)) << body;
+  KServeInferBody dom = decode_kserve_infer(parse_request_json(body, 64));
+  ASSERT_EQ(fast.inputs.size(), dom.inputs.size()) << body;
+  for (size_t i = 0; i < fast.inputs.size(); ++i) {
+    const auto &f = fast.inputs[i], &d = dom.inputs[i];
+    EXPECT_EQ(f.name, d.name);
+    EXPECT_EQ(f.datatype, d.datatype);
+    EXPECT_EQ(f.shape, d.shape);
+    ASSERT_TRUE(f.has_numbers);
+    at::Tensor want = json_to_tensor(d.data, at::kDouble, "data").reshape({-1});
+    at::Tensor got = numbers_to_tensor(f.numbers, {(int64_t)f.numbers.size()}, at::kDouble);
+    EXPECT_TRUE(at::equal(got, want)) << body;
+  }
+  EXPECT_EQ(fast.outputs, dom.outputs) << body;
+  EXPECT_EQ(fast.id, dom.id) << body;
+}
+
+TEST(RestFastPath, KServeInferBodiesAgreeWithTheDomPath) {
+  expect_same_kserve(R"({"id": "r1", "inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "data": [1, 2.5, -3e2, 0]}]})");
+  expect_same_kserve(R"({"inputs": [{"data": [[1, 2], [3, 4]], "datatype": "INT64", "shape": [2, 2], "name": "x"}]})");
+  expect_same_kserve(R"({"inputs": [{"name": "a", "shape": [1], "datatype": "FP64", "data": [0.1]},
+                                    {"name": "b", "shape": [0, 3], "datatype": "FP32", "data": [7]}],
+                         "outputs": [{"name": "p"}, {"name": "q"}]})");
+  for (const char* body : {
+           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1], "parameters": {}}]})",
+           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES", "data": ["abc"]}]})",
+           R"({"inputs": [{"name": "x", "shape": [-1], "datatype": "FP32", "data": [1]}]})",
+           R"({"inputs": [{"name": "x", "shape": [1.0], "datatype": "FP32", "data": [1]}]})",
+           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32"}]})",
+           R"({"inputs": [{"name": "x", "name": "y", "shape": [1], "datatype": "FP32", "data": [1]}]})",
+           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": 1}]})",
+           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [NaN]}]})",
+           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]} x)",
+           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], "id": 7})",
+           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], "parameters": {}})",
+           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], "outputs": [{"name": "p", "x": 1}]})",
+           R"({"inputs": 3})",
+           R"({"id": "only"})",
+       }) {
+    KServeInferBody b;
+    EXPECT_FALSE(decode_kserve_infer_fast(body, &b)) << body;
+  }
+  // The DOM decoder words the errors the fast one leaves to it.
+  EXPECT_THROW(decode_kserve_infer(parse_request_json(R"({"inputs": 3})", 64)), ServingError);
+  EXPECT_THROW(decode_kserve_infer(parse_request_json(
+                   R"({"inputs": [{"name": "x", "shape": [-1], "datatype": "FP32", "data": [1]}]})", 64)),
+               ServingError);
+  // Integral data must be integers, on either path.
+  EXPECT_THROW(checked_numbers_to_tensor({1.5}, {1}, at::kInt, "input \"x\""), ServingError);
+}
+
 TEST(RestFastPath, ResponseTextParsesBackToTheSameValues) {
   at::Tensor probs = at::rand({3, 4});
   probs[1][2] = std::numeric_limits<float>::quiet_NaN();

@@ -399,52 +399,42 @@ struct RestServer::Impl {
       auto h = core.get(spec);
       version = h->version;
       auto t0 = Clock::now();
-      Json body = parse_request_json(req.body, o.max_json_depth);
-      if (!body.is_object() || !body.contains("inputs") || !body["inputs"].is_array())
-        throw ServingError(Code::kInvalidArgument, "the infer request must be an object with an \"inputs\" list");
+      KServeInferBody body;
+      if (!decode_kserve_infer_fast(req.body, &body))
+        body = decode_kserve_infer(parse_request_json(req.body, o.max_json_depth));
       const Json& sig = h->signatures()[kDefaultSignature];
       TensorMap inputs;
-      for (auto& in : body["inputs"]) {
-        if (!in.is_object() || !in.contains("name") || !in["name"].is_string() || !in.contains("shape") ||
-            !in["shape"].is_array() || !in.contains("datatype") || !in["datatype"].is_string() || !in.contains("data"))
-          throw ServingError(Code::kInvalidArgument, "each input needs \"name\", \"shape\", \"datatype\" and \"data\"");
-        std::string name = in["name"];
+      for (auto& in : body.inputs) {
+        const std::string& name = in.name;
         if (!sig["inputs"].contains(name))
           throw ServingError(Code::kInvalidArgument, "unknown input \"" + name + "\"");
         at::ScalarType dt;
-        std::string datatype = in["datatype"];
+        const std::string& datatype = in.datatype;
         if (!kserve_to_scalar_type(datatype, &dt))
           throw ServingError(Code::kInvalidArgument, "unsupported datatype \"" + datatype + "\" for input \"" + name + "\"");
         at::ScalarType want = dtype_from_string_safe(sig["inputs"][name].value("dtype", "float32"));
         if (dt != want)
           throw ServingError(Code::kInvalidArgument, "input \"" + name + "\" has datatype " + datatype +
                                                          "; the model expects " + kserve_datatype(want));
-        std::vector<int64_t> shape;
         int64_t n = 1;
-        for (auto& d : in["shape"]) {
-          if (!d.is_number_integer() || d.get<int64_t>() < 0)
-            throw ServingError(Code::kInvalidArgument, "input \"" + name + "\": shape entries must be non-negative integers");
-          shape.push_back(d.get<int64_t>());
-          n *= shape.back();
-        }
-        at::Tensor flat = json_to_tensor(in["data"], dt, "input \"" + name + "\"").reshape({-1});
+        for (auto d : in.shape) n *= d;
+        const std::string where = "input \"" + name + "\"";
+        at::Tensor flat = in.has_numbers ? checked_numbers_to_tensor(in.numbers, {(int64_t)in.numbers.size()}, dt, where)
+                                         : json_to_tensor(in.data, dt, where).reshape({-1});
         if (flat.numel() != n)
-          throw ServingError(Code::kInvalidArgument, "input \"" + name + "\": shape " + in["shape"].dump() + " holds " +
+          throw ServingError(Code::kInvalidArgument, where + ": shape " + Json(in.shape).dump() + " holds " +
                                                          std::to_string(n) + " values; data has " +
                                                          std::to_string(flat.numel()));
-        inputs[name] = flat.reshape(shape);
+        inputs[name] = flat.reshape(in.shape);
       }
       t.parse_us = micros(t0);
       TensorMap out = core.predict(*h, kDefaultSignature, inputs, deadline, &t);
       auto t1 = Clock::now();
       std::set<std::string> wanted;
-      if (body.contains("outputs") && body["outputs"].is_array())
-        for (auto& o : body["outputs"])
-          if (o.is_object() && o.contains("name") && o["name"].is_string()) {
-            if (!out.count(o["name"].get<std::string>()))
-              throw ServingError(Code::kInvalidArgument, "unknown output \"" + o["name"].get<std::string>() + "\"");
-            wanted.insert(o["name"].get<std::string>());
-          }
+      for (auto& o : body.outputs) {
+        if (!out.count(o)) throw ServingError(Code::kInvalidArgument, "unknown output \"" + o + "\"");
+        wanted.insert(o);
+      }
       Json outs = Json::array();
       for (auto& [name, v] : out) {
         if (!wanted.empty() && !wanted.count(name)) continue;
@@ -454,7 +444,7 @@ struct RestServer::Impl {
                             {"data", tensor_to_json(v.reshape({-1}))}});
       }
       Json r{{"model_name", h->model_name}, {"model_version", std::to_string(h->version)}, {"outputs", outs}};
-      if (body.contains("id")) r["id"] = body["id"];
+      if (!body.id.is_null()) r["id"] = body.id;
       reply(res, 200, r);
       t.serialize_us = micros(t1);
     } catch (...) {
