@@ -61,7 +61,8 @@ LABELS = [
     ("rest_ceiling", "HTTP ceiling: GET /v2/health/live, no body, no model (wrk)"),
     ("grpc_batched", "kiln gRPC, batching"),
     ("flask", "Flask + PyTorch, gunicorn 2 workers (wrk)"),
-    ("rest_half", "kiln REST, batching, fixed rate = half peak"),
+    ("rest_gen_peak", "kiln REST, batching, closed loop with the fixed-rate generator (serving_bench load)"),
+    ("rest_half", "kiln REST, batching, fixed rate = half the generator's peak"),
     ("grpc_half", "kiln gRPC, batching, fixed rate = half peak"),
 ]
 
