@@ -51,7 +51,6 @@ bool collect(od::value v, size_t depth, Numbers& n) {
   if (n.leaf_depth == depth + 1) {
     // A list of numbers (the shape below is known): read them straight;
     // anything but a number is a type error, and the DOM path takes over.
-    if (n.shape[depth] > 0) n.data.reserve(n.data.size() + (size_t)n.shape[depth]);
     for (auto element : a) {
       double d;
       if (element.get_double().get(d)) return false;
