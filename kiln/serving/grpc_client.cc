@@ -61,9 +61,13 @@ PredictionClient::PredictionClient(PredictionClientOptions options) : impl_(std:
     throw ValueError("give a model version or a version label, not both");
   if (o.timeout_seconds <= 0) throw ValueError("the timeout must be positive. Received: " + std::to_string(o.timeout_seconds));
   std::shared_ptr<grpc::ChannelCredentials> creds;
-  if (o.tls || !o.ca_pem.empty()) {
+  if (o.client_cert_pem.empty() != o.client_key_pem.empty())
+    throw ValueError("a client certificate needs its key and the key its certificate (--ssl_client_cert and --ssl_client_key)");
+  if (o.tls || !o.ca_pem.empty() || !o.client_cert_pem.empty()) {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = o.ca_pem;
+    ssl.pem_cert_chain = o.client_cert_pem;
+    ssl.pem_private_key = o.client_key_pem;
     creds = grpc::SslCredentials(ssl);
   } else {
     creds = grpc::InsecureChannelCredentials();

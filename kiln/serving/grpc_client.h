@@ -35,6 +35,8 @@ struct PredictionClientOptions {
   std::string signature_name = kDefaultSignature;
   bool tls = false;                    // TLS; trusts ca_pem, or the system's roots when empty
   std::string ca_pem;                  // PEM contents of the CA that signed the server's certificate
+  std::string client_cert_pem;         // mutual TLS: this client's certificate (PEM contents) ...
+  std::string client_key_pem;          // ... and its private key
   std::string bearer_token;            // sent as metadata "authorization: Bearer <token>"
   double timeout_seconds = 60;         // per call
 };

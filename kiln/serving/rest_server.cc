@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <csignal>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -590,6 +591,13 @@ RestServer::~RestServer() { stop(); }
 
 int RestServer::start() {
   if (impl_->port >= 0) return impl_->port;
+  // A client that disconnects while its answer is written must not kill the
+  // server: OpenSSL writes with write(), and on a reset connection that
+  // raises SIGPIPE, whose default ends the process (plain HTTP sends with
+  // MSG_NOSIGNAL). `kiln serve` already had it ignored once gRPC's library
+  // initialised; a process embedding only the REST front end did not.
+  // Ignored, the write returns EPIPE and only that connection ends.
+  std::signal(SIGPIPE, SIG_IGN);
   int port = impl_->o.port == 0 ? impl_->svr.bind_to_any_port(impl_->o.host)
                                 : (impl_->svr.bind_to_port(impl_->o.host, impl_->o.port) ? impl_->o.port : -1);
   if (port < 0)

@@ -7,7 +7,9 @@
 //
 // Every error answers {"error": "..."} with http_status(code). Bodies are
 // size-limited and their JSON nesting depth is checked before parsing.
-// Thread-safe; stop() waits for the listener thread.
+// Thread-safe; stop() waits for the listener thread. start() sets SIGPIPE
+// to ignored for the process: with HTTPS, a client that disconnects while
+// its answer is written would otherwise end the server.
 #pragma once
 
 #include <memory>

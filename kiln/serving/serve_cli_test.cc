@@ -1,7 +1,12 @@
 // `kiln serve` as a user runs it: a real process on loopback, port 0, the
 // ready line parsed from stdout, SIGTERM to stop.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -218,6 +223,63 @@ TEST(KilnServe, SslConfigFileSecuresGrpcAsTfServingDoes) {
   EXPECT_EQ(p.stop(), 0);
 }
 
+// Sends `request` over TLS to 127.0.0.1:port and closes the socket at once,
+// without reading the answer (the server's writes then meet a reset).
+bool send_over_tls_and_hang_up(int port, const std::string& request) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = ctx && fd >= 0 && ::connect(fd, (sockaddr*)&a, sizeof a) == 0;
+  SSL* ssl = ok ? SSL_new(ctx) : nullptr;
+  ok = ok && ssl && SSL_set_fd(ssl, fd) == 1 && SSL_connect(ssl) == 1;  // no verification: the test's own server
+  for (size_t at = 0; ok && at < request.size();) {
+    int n = SSL_write(ssl, request.data() + at, (int)std::min<size_t>(request.size() - at, 1 << 16));
+    ok = n > 0;
+    at += ok ? (size_t)n : 0;
+  }
+  if (fd >= 0) ::close(fd);
+  if (ssl) SSL_free(ssl);
+  if (ctx) SSL_CTX_free(ctx);
+  return ok;
+}
+
+// Over HTTPS a client that hangs up before its answer is written must not
+// end the server (OpenSSL writes with write(): SIGPIPE, unless ignored;
+// RestServer::start ignores it, and so does gRPC's initialisation, so this
+// guards against both going away).
+TEST(KilnServe, HttpsClientsThatHangUpDoNotEndTheServer) {
+  KILN_SKIP_WITHOUT_OPENSSL();
+  TempDir dir;
+  save_tiny_model(dir.path() + "/m/1", 0.5f);
+  auto cert = make_test_cert(dir.path(), "server");
+  ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port=-1",
+                  "--rest_api_port", "0", "--file_system_poll_wait_seconds", "0", "--ssl_cert", cert.cert_path,
+                  "--ssl_key", cert.key_path});
+  std::string ready = p.wait_for_line("kiln serve: ready", 60);
+  const int port = port_of(ready, "rest_port=");
+  ASSERT_GT(port, 0) << ready;
+  // 50,000 rows in, ~1.5 MB of predictions out: more than the socket buffers.
+  std::string body = "{\"instances\": [";
+  for (int i = 0; i < 50000; ++i) body += i ? ",[1,2,3,4]" : "[1,2,3,4]";
+  body += "]}";
+  const std::string request = "POST /v1/models/tiny:predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(send_over_tls_and_hang_up(port, request)) << "attempt " << i;
+  // Still serving: an answer to the next client.
+  httplib::SSLClient c("127.0.0.1", port);
+  c.set_ca_cert_path(cert.cert_path.c_str());
+  c.enable_server_certificate_verification(true);
+  c.set_read_timeout(30, 0);
+  auto r = c.Post("/v1/models/tiny:predict", R"({"instances": [[1,2,3,4]]})", "application/json");
+  ASSERT_TRUE(r) << "the server is gone: " << httplib::to_string(r.error()) << "\n" << p.stderr_text();
+  EXPECT_EQ(r->status, 200);
+  c.stop();
+  EXPECT_EQ(p.stop(), 0);
+}
+
 TEST(KilnServe, SslClientCaRequiresClientCertificatesOnRestAndGrpc) {
   KILN_SKIP_WITHOUT_OPENSSL();
   TempDir dir;
@@ -269,6 +331,26 @@ TEST(KilnServe, SslClientCaRequiresClientCertificatesOnRestAndGrpc) {
   auto st = model_status(&client);
   EXPECT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(model_status(nullptr).error_code(), grpc::StatusCode::UNAVAILABLE);
+
+  // kiln predict --grpc presents a client certificate with --ssl_client_cert/--ssl_client_key.
+  const std::string in = dir.path() + "/in.jsonl";
+  write_text(in, "[1, 2, 3, 4]\n");
+  const std::string ask = q(cli_path()) + " predict --grpc 127.0.0.1:" + std::to_string(grpc_port) +
+                          " --model_name tiny --timeout 10 --ssl_ca " + q(server.cert_path) + " --input " + q(in);
+  auto r = run_command(ask + " --ssl_client_cert " + q(client.cert_path) + " --ssl_client_key " + q(client.key_path) +
+                       " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FLOAT_EQ(Json::parse(r.output)["predictions"][0].get<float>(), tiny_output(0.5f, {1, 2, 3, 4})) << r.output;
+  r = run_command("( " + ask + " 2>&1 1>/dev/null )");  // no certificate: refused
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("UNAVAILABLE"), std::string::npos) << r.output;
+  // The key of another certificate is one clear error before any call.
+  expect_one_line_error(kiln_err("predict --grpc 127.0.0.1:1 --model_name tiny --input " + q(in) + " --ssl_client_cert " +
+                                 q(client.cert_path) + " --ssl_client_key " + q(server.key_path)),
+                        "--ssl_client_cert/--ssl_client_key");
+  expect_one_line_error(kiln_err("predict --grpc 127.0.0.1:1 --model_name tiny --input " + q(in) + " --ssl_client_cert " +
+                                 q(client.cert_path)),
+                        "--ssl_client_key");
   EXPECT_EQ(p.stop(), 0);
 }
 

@@ -1,9 +1,12 @@
 // main() for every kiln test binary: thread set-up as the CLI does it
 // (KILN_NUM_THREADS, set to 1 by ctest so parallel tests do not
 // oversubscribe), and GPU tests (named *_CUDA*) filtered out with a message
-// when no GPU is present.
+// when no GPU is present. SIGPIPE is ignored, as in the servers under test:
+// a TLS client (OpenSSL writes with write()) whose peer refused it must get
+// an error, not end the test binary.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 
@@ -12,6 +15,7 @@
 
 int main(int argc, char** argv) {
   kiln::prepare_thread_environment(argv);
+  std::signal(SIGPIPE, SIG_IGN);
   ::testing::InitGoogleTest(&argc, argv);
   kiln::configure_threads();
   if (!kiln::compat::cuda_available()) {

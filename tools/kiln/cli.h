@@ -41,6 +41,10 @@ Command add_serve_command(CLI::App& app);  // serve.cc: the model server
 // integer. Received: 0").
 CLI::Validator positive_integer();
 
+// The whole text of the file an option names; NotFoundError
+// "<option>: file not found: <path>" when it cannot be read.
+std::string read_option_file(const std::string& path, const std::string& option);
+
 // A JSON argument given inline ("{...}") or as a file path.
 Json json_argument(const std::string& value, const std::string& option);
 

@@ -1,5 +1,7 @@
 // Helpers shared by the subcommands.
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
@@ -14,6 +16,14 @@ Json json_argument(const std::string& value, const std::string& option) {
   if (!path_exists(value))
     throw NotFoundError(option + " " + value + ": no such file; give a JSON file or inline JSON such as '{\"source\": \"fashion_mnist\"}'");
   return read_json_file(value);
+}
+
+std::string read_option_file(const std::string& path, const std::string& option) {
+  std::ifstream in(path);
+  if (!in) throw NotFoundError(option + ": file not found: " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 CLI::Validator positive_integer() {

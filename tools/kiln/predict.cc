@@ -1,6 +1,7 @@
 // kiln predict MODEL_DIR [--input FILE.jsonl|-] [--output FILE|-] [--batch_size N]
 // kiln predict --grpc HOST:PORT --model_name M [--model_version V | --version_label L]
-//              [--signature_name S] [--ssl_ca CA.pem] [--bearer_token_file F] [--input ...] [--output ...]
+//              [--signature_name S] [--ssl_ca CA.pem] [--ssl_client_cert C.pem --ssl_client_key K.pem]
+//              [--bearer_token_file F] [--input ...] [--output ...]
 //
 // The second form asks a model server (kiln serve, TF Serving) over
 // tensorflow.serving.PredictionService: the signature comes from
@@ -35,6 +36,7 @@
 #include "kiln/saving/model_io.h"
 #include "kiln/serving/grpc_client.h"
 #include "kiln/serving/status.h"
+#include "kiln/serving/tls.h"
 #include "tools/kiln/cli.h"
 
 namespace kiln::cli {
@@ -52,6 +54,7 @@ struct PredictOptions {
   std::string version_label;
   std::string signature_name = "serving_default";
   std::string ssl_ca;
+  std::string ssl_client_cert, ssl_client_key;  // mutual TLS (kiln serve --ssl_client_ca)
   std::string bearer_token_file;
   double timeout_seconds = 60;
 };
@@ -240,11 +243,18 @@ std::unique_ptr<Backend> connect(const PredictOptions& o) {
   c.version_label = o.version_label;
   c.signature_name = o.signature_name;
   if (!o.ssl_ca.empty()) {
-    std::ifstream f(o.ssl_ca);
-    if (!f) throw NotFoundError("--ssl_ca: file not found: " + o.ssl_ca);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    c.ca_pem = ss.str();
+    c.ca_pem = read_option_file(o.ssl_ca, "--ssl_ca");
+    c.tls = true;
+  }
+  if (o.ssl_client_cert.empty() != o.ssl_client_key.empty())
+    throw ValueError("--ssl_client_cert and --ssl_client_key go together (the certificate and its private key)");
+  if (!o.ssl_client_cert.empty()) {
+    serving::TlsOptions mine;  // checked like a server's: both parse, and the key is the certificate's
+    mine.cert_pem = read_option_file(o.ssl_client_cert, "--ssl_client_cert");
+    mine.key_pem = read_option_file(o.ssl_client_key, "--ssl_client_key");
+    serving::check_tls_options(mine, "--ssl_client_cert/--ssl_client_key");
+    c.client_cert_pem = mine.cert_pem;
+    c.client_key_pem = mine.key_pem;
     c.tls = true;
   }
   if (!o.bearer_token_file.empty()) {
@@ -273,6 +283,7 @@ void run_predict(const PredictOptions& o) {
   const std::pair<const char*, bool> remote_only[] = {
       {"--model_name", !o.model_name.empty()},      {"--model_version", o.model_version != 0},
       {"--version_label", !o.version_label.empty()}, {"--ssl_ca", !o.ssl_ca.empty()},
+      {"--ssl_client_cert", !o.ssl_client_cert.empty()}, {"--ssl_client_key", !o.ssl_client_key.empty()},
       {"--bearer_token_file", !o.bearer_token_file.empty()},
       {"--signature_name", o.signature_name != "serving_default"}};
   if (!remote)
@@ -339,6 +350,9 @@ Command add_predict_command(CLI::App& app) {
   sub->add_option("--version_label", o->version_label, "With --grpc: a version label, e.g. stable");
   sub->add_option("--signature_name", o->signature_name, "With --grpc: the signature (default serving_default)");
   sub->add_option("--ssl_ca", o->ssl_ca, "With --grpc: use TLS, trusting this CA certificate (PEM)");
+  sub->add_option("--ssl_client_cert", o->ssl_client_cert,
+                  "With --grpc: present this client certificate (PEM; mutual TLS, kiln serve --ssl_client_ca)");
+  sub->add_option("--ssl_client_key", o->ssl_client_key, "With --grpc: the private key of --ssl_client_cert (PEM)");
   sub->add_option("--bearer_token_file", o->bearer_token_file, "With --grpc: send the token in this file");
   sub->add_option("--timeout", o->timeout_seconds, "With --grpc: seconds per call (default 60)");
   return {sub, [o] { run_predict(*o); }};

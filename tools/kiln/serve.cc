@@ -56,14 +56,6 @@ struct ServeOptions {
   std::string ssl_config_file;    // TF Serving's: gRPC TLS (SSLConfig text proto)
 };
 
-std::string read_text(const std::string& path, const std::string& option) {
-  std::ifstream in(path);
-  if (!in) throw NotFoundError(option + ": file not found: " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // TLS for REST and gRPC from the flags. TF Serving's --ssl_config_file
 // covers gRPC only (its REST API has no TLS), and keeps doing only that here;
 // kiln's --ssl_cert/--ssl_key (and --ssl_client_ca with them) cover REST, and
@@ -78,10 +70,10 @@ void tls_from_flags(const ServeOptions& o, serving::TlsOptions* rest, serving::T
     throw ValueError("--ssl_client_ca needs --ssl_cert and --ssl_key: client certificates are checked in the TLS "
                      "handshake (for gRPC alone, set custom_ca and client_verify in --ssl_config_file)");
   if (!o.ssl_cert.empty()) {
-    rest->cert_pem = read_text(o.ssl_cert, "--ssl_cert");
-    rest->key_pem = read_text(o.ssl_key, "--ssl_key");
+    rest->cert_pem = read_option_file(o.ssl_cert, "--ssl_cert");
+    rest->key_pem = read_option_file(o.ssl_key, "--ssl_key");
     if (!o.ssl_client_ca.empty()) {
-      rest->client_ca_pem = read_text(o.ssl_client_ca, "--ssl_client_ca");
+      rest->client_ca_pem = read_option_file(o.ssl_client_ca, "--ssl_client_ca");
       check_client_ca(rest->client_ca_pem, "--ssl_client_ca " + o.ssl_client_ca);
       rest->client_verify = true;
     }
@@ -90,7 +82,7 @@ void tls_from_flags(const ServeOptions& o, serving::TlsOptions* rest, serving::T
   }
   if (!o.ssl_config_file.empty()) {
     const std::string source = "--ssl_config_file " + o.ssl_config_file;
-    *grpc = parse_ssl_config(read_text(o.ssl_config_file, "--ssl_config_file"), source);
+    *grpc = parse_ssl_config(read_option_file(o.ssl_config_file, "--ssl_config_file"), source);
     check_tls_options(*grpc, source);
   }
 }
@@ -114,7 +106,7 @@ void run_serve(const ServeOptions& o) {
   co.file_system_poll_wait_seconds = o.file_system_poll_wait_seconds;
   co.enable_batching = o.enable_batching || !o.batching_parameters_file.empty();
   if (!o.batching_parameters_file.empty())
-    co.batching = parse_batching_parameters(read_text(o.batching_parameters_file, "--batching_parameters_file"));
+    co.batching = parse_batching_parameters(read_option_file(o.batching_parameters_file, "--batching_parameters_file"));
   co.enable_warmup = o.enable_model_warmup;
   co.resource_preserving = o.resource_preserving;
   co.validate();
@@ -122,7 +114,7 @@ void run_serve(const ServeOptions& o) {
   tls_from_flags(o, &rest_tls, &grpc_tls);
   std::string bearer_token;
   if (!o.bearer_token_file.empty()) {
-    bearer_token = read_text(o.bearer_token_file, "--bearer_token_file");
+    bearer_token = read_option_file(o.bearer_token_file, "--bearer_token_file");
     while (!bearer_token.empty() && std::isspace((unsigned char)bearer_token.back())) bearer_token.pop_back();
     if (bearer_token.empty())
       throw ValueError("--bearer_token_file " + o.bearer_token_file + " is empty; put the token clients must send in it");
@@ -173,7 +165,7 @@ void run_serve(const ServeOptions& o) {
   std::thread config_poller;
   if (!o.model_config_file.empty() && o.model_config_file_poll_wait_seconds > 0) {
     config_poller = std::thread([&] {
-      std::string last = read_text(o.model_config_file, "--model_config_file");
+      std::string last = read_option_file(o.model_config_file, "--model_config_file");
       std::mutex mu;
       std::condition_variable cv;
       while (!done) {
@@ -181,7 +173,7 @@ void run_serve(const ServeOptions& o) {
         cv.wait_for(l, std::chrono::duration<double>(o.model_config_file_poll_wait_seconds), [&] { return done.load(); });
         if (done) break;
         try {
-          std::string now = read_text(o.model_config_file, "--model_config_file");
+          std::string now = read_option_file(o.model_config_file, "--model_config_file");
           if (now != last) {
             core.reload_config(parse_model_config(now));
             spdlog::info("serving: reloaded {}", o.model_config_file);
