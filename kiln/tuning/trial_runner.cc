@@ -94,6 +94,12 @@ Child spawn(const std::vector<std::string>& argv, const std::vector<std::string>
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
+    // The trial starts with SIGPIPE at its default whatever kiln inherited
+    // (as Python's subprocess does): if the worker dies, a program still
+    // writing its metrics ends on the broken pipe instead of running on and
+    // finishing a trial the chief has handed to another worker. (PDEATHSIG
+    // reaches only this process, not what a shell script starts.)
+    signal(SIGPIPE, SIG_DFL);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0);
     dup2(pipefd[1], 1);

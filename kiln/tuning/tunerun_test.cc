@@ -549,14 +549,22 @@ TEST(TuneCli, DistributedChiefAndTwoWorkersSurviveAWorkerKilledMidTrial) {
   Proc a = start_cli({"tune", dir + "/spec.json"}, dir + "/wA.log", env);  // worker via KerasTuner's variables
   env["KERASTUNER_TUNER_ID"] = "wB";
   Proc b = start_cli({"tune", dir + "/spec.json"}, dir + "/wB.log", env);
-  // Kill worker A once one of its trials has reported a step.
+  // Kill worker A while one of its trials is mid-run: exactly one of its 3
+  // steps reported, so at least 2 pauses of 0.5 s remain before it could
+  // finish. (Killing it after its program finished but before the chief
+  // heard of it would rightly run that trial again: at-least-once.)
+  auto metric_lines = [](const std::string& text) {
+    size_t n = 0;
+    for (size_t at = text.find("kiln-metric"); at != std::string::npos; at = text.find("kiln-metric", at + 1)) ++n;
+    return n;
+  };
   std::string killed_trial;
   ASSERT_TRUE(wait_for(
       [&] {
         if (!fs::exists(dir + "/p/wA")) return false;
         for (auto& e : fs::directory_iterator(dir + "/p/wA"))
           if (e.path().filename().string().rfind("trial_", 0) == 0 &&
-              slurp(e.path().string() + "/stdout.log").find("kiln-metric") != std::string::npos &&
+              metric_lines(slurp(e.path().string() + "/stdout.log")) == 1 &&
               slurp(e.path().string() + "/stderr.log").find(" after ") == std::string::npos) {
             killed_trial = e.path().filename().string().substr(6);
             return true;
