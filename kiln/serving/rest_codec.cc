@@ -76,11 +76,11 @@ const Json& signature_of(const Json& signatures, const std::string& name) {
   return signatures[name];
 }
 
-at::ScalarType dtype_of(const Json& spec) {
+}  // namespace
+
+at::ScalarType input_dtype(const Json& spec) {
   return spec.contains("dtype") ? dtype_from_string(spec["dtype"].get<std::string>()) : at::kFloat;
 }
-
-}  // namespace
 
 at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::string& where) {
   std::vector<int64_t> shape;
@@ -97,11 +97,9 @@ at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::st
 
 at::Tensor checked_numbers_to_tensor(const std::vector<double>& data, const std::vector<int64_t>& shape,
                                      at::ScalarType dtype, const std::string& where) {
-  if (at::isIntegralType(dtype, /*includeBool=*/true)) {
+  if (at::isIntegralType(dtype, /*includeBool=*/true))
     for (double d : data)
-      if (!std::isfinite(d) || d != std::floor(d))
-        bad(where + " expects integers (" + dtype_to_string(dtype) + "); received " + std::to_string(d));
-  }
+      if (!is_integer(d)) bad(where + " expects integers (" + dtype_to_string(dtype) + "); received " + std::to_string(d));
   return numbers_to_tensor(data, shape, dtype);
 }
 
@@ -203,7 +201,7 @@ PredictCall decode_predict_request(const Json& body, const Json& signatures) {
           " inputs; each instance must be an object naming them: {\"" + (names.empty() ? "" : names[0]) + "\": ...}");
     for (auto& name : names) {
       const Json& spec = in_specs[name];
-      auto dtype = dtype_of(spec);
+      auto dtype = input_dtype(spec);
       std::vector<at::Tensor> rows;
       rows.reserve(inst.size());
       bool all_plain = true;
@@ -246,7 +244,7 @@ PredictCall decode_predict_request(const Json& body, const Json& signatures) {
     for (auto& name : names) {
       if (named && !cols.contains(name)) bad("\"inputs\" is missing input \"" + name + "\"");
       const Json& v = named ? cols[name] : cols;
-      auto dtype = dtype_of(in_specs[name]);
+      auto dtype = input_dtype(in_specs[name]);
       std::string where = "inputs." + name;
       if (v.is_array() && !v.empty() && is_b64(v[0])) {
         std::vector<at::Tensor> rows;
@@ -323,8 +321,10 @@ void append_tensor(std::string& out, const at::Tensor& t) {
 }  // namespace
 
 std::string predict_response_text(const TensorMap& outputs, bool row_format) {
-  if (outputs.size() != 1)
+  auto via_dom = [&] {
     return encode_predict_response(outputs, row_format).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  if (outputs.size() != 1 || outputs.begin()->second.scalar_type() == at::kBool) return via_dom();
   at::Tensor t = outputs.begin()->second.contiguous().cpu();
   std::string out = row_format ? "{\"predictions\":" : "{\"outputs\":";
   out.reserve(out.size() + 16 * (size_t)t.numel() + 8);
@@ -333,8 +333,6 @@ std::string predict_response_text(const TensorMap& outputs, bool row_format) {
     case at::kDouble: append_tensor<double>(out, t); break;
     case at::kHalf:
     case at::kBFloat16: append_tensor<float>(out, t.to(at::kFloat)); break;
-    case at::kBool:
-      return encode_predict_response(outputs, row_format).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     default: append_tensor<int64_t>(out, t.to(at::kLong)); break;
   }
   out += '}';

@@ -11,6 +11,7 @@
 // bytes for float32). Errors: ServingError INVALID_ARGUMENT naming the input.
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +46,12 @@ bool decode_predict_fast(std::string_view body, const Json& signatures, PredictC
 // directly for a single output (floats in their shortest round-trip form,
 // NaN/Infinity as null like nlohmann).
 std::string predict_response_text(const TensorMap& outputs, bool row_format);
+
+// The dtype of one input of a signature (its "dtype", float32 if absent).
+at::ScalarType input_dtype(const Json& spec);
+
+// A finite whole number (what an integral input accepts).
+inline bool is_integer(double d) { return std::isfinite(d) && d == std::floor(d); }
 
 // Row-major numbers of `shape` -> tensor of `dtype` (integral dtypes: the
 // caller has checked the values are integers).

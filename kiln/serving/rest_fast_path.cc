@@ -8,12 +8,11 @@
 // errors, so both paths give the same answer for every body.
 #include <simdjson.h>
 
-#include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <string_view>
 #include <vector>
 
-#include "kiln/core/dtype.h"
 #include "kiln/serving/rest_codec.h"
 
 namespace kiln::serving {
@@ -67,12 +66,6 @@ bool collect(od::value v, size_t depth, Numbers& n) {
   if (count == 0) return false;
   if (n.shape[depth] < 0) n.shape[depth] = count;
   return n.shape[depth] == count;
-}
-
-bool integers_only(const std::vector<double>& data) {
-  for (double d : data)
-    if (!std::isfinite(d) || d != std::floor(d)) return false;
-  return true;
 }
 
 struct ThreadState {
@@ -226,8 +219,9 @@ bool decode_predict_fast(std::string_view body, const Json& signatures, PredictC
   if (inputs.size() != 1) return false;
   const std::string& name = inputs.begin().key();
   const Json& spec = inputs.begin().value();
-  at::ScalarType dtype = spec.contains("dtype") ? dtype_from_string(spec["dtype"].get<std::string>()) : at::kFloat;
-  if (at::isIntegralType(dtype, /*includeBool=*/true) && !integers_only(n.data)) return false;
+  at::ScalarType dtype = input_dtype(spec);
+  if (at::isIntegralType(dtype, /*includeBool=*/true) && !std::all_of(n.data.begin(), n.data.end(), is_integer))
+    return false;  // the DOM path words the error
 
   call->signature_name = signature;
   call->row_format = row_format;

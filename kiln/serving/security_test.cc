@@ -298,13 +298,7 @@ TEST(RestTls, ServesHttpsAndSurvivesPlainHttp) {
 
 // HTTPS client trusting the server's certificate and presenting `client` (if any).
 std::unique_ptr<httplib::SSLClient> mtls_client(int port, const TestCert& server, const TestCert* client) {
-  auto c = client ? std::make_unique<httplib::SSLClient>("127.0.0.1", port, client->cert_path, client->key_path)
-                  : std::make_unique<httplib::SSLClient>("127.0.0.1", port);
-  c->set_ca_cert_path(server.cert_path.c_str());
-  c->enable_server_certificate_verification(true);
-  c->set_connection_timeout(5, 0);
-  c->set_read_timeout(5, 0);
-  return c;
+  return https_client(port, server.cert_path, client ? client->cert_path : "", client ? client->key_path : "", 5);
 }
 
 TEST(RestTls, ClientVerifyRequiresACertificateSignedByTheClientCa) {

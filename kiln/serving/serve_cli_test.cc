@@ -178,9 +178,8 @@ TEST(KilnServe, TlsAndBearerTokenFromTheCommandLine) {
                         "UNAVAILABLE");  // plaintext to the TLS port
 
   // HTTPS with the token; the health check without.
-  httplib::SSLClient c("127.0.0.1", rest);
-  c.set_ca_cert_path(cert.cert_path.c_str());
-  c.enable_server_certificate_verification(true);
+  auto https = https_client(rest, cert.cert_path);
+  auto& c = *https;
   auto res = c.Post("/v1/models/tiny:predict", {{"Authorization", "Bearer s3cret"}}, R"({"instances": [[1,2,3,4]]})",
                     "application/json");
   ASSERT_TRUE(res) << httplib::to_string(res.error());
@@ -269,10 +268,8 @@ TEST(KilnServe, HttpsClientsThatHangUpDoNotEndTheServer) {
                               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(send_over_tls_and_hang_up(port, request)) << "attempt " << i;
   // Still serving: an answer to the next client.
-  httplib::SSLClient c("127.0.0.1", port);
-  c.set_ca_cert_path(cert.cert_path.c_str());
-  c.enable_server_certificate_verification(true);
-  c.set_read_timeout(30, 0);
+  auto https = https_client(port, cert.cert_path);
+  auto& c = *https;
   auto r = c.Post("/v1/models/tiny:predict", R"({"instances": [[1,2,3,4]]})", "application/json");
   ASSERT_TRUE(r) << "the server is gone: " << httplib::to_string(r.error()) << "\n" << p.stderr_text();
   EXPECT_EQ(r->status, 200);
@@ -296,18 +293,15 @@ TEST(KilnServe, SslClientCaRequiresClientCertificatesOnRestAndGrpc) {
   ASSERT_GT(grpc_port, 0) << ready;
 
   // REST: the client certificate gets an answer, no certificate none.
-  httplib::SSLClient with_cert("127.0.0.1", rest, client.cert_path, client.key_path);
-  with_cert.set_ca_cert_path(server.cert_path.c_str());
-  with_cert.enable_server_certificate_verification(true);
+  auto with_client = https_client(rest, server.cert_path, client.cert_path, client.key_path);
+  auto& with_cert = *with_client;
   auto res = with_cert.Post("/v1/models/tiny:predict", R"({"instances": [[1,2,3,4]]})", "application/json");
   ASSERT_TRUE(res) << httplib::to_string(res.error());
   ASSERT_EQ(res->status, 200) << res->body;
   EXPECT_FLOAT_EQ(Json::parse(res->body)["predictions"][0][0].get<float>(), tiny_output(0.5f, {1, 2, 3, 4}));
   with_cert.stop();
-  httplib::SSLClient without("127.0.0.1", rest);
-  without.set_ca_cert_path(server.cert_path.c_str());
-  without.enable_server_certificate_verification(true);
-  without.set_read_timeout(5, 0);
+  auto without_client = https_client(rest, server.cert_path, "", "", 5);
+  auto& without = *without_client;
   res = without.Get("/v2/health/live");
   EXPECT_FALSE(res) << "HTTP " << res->status << " without a client certificate";
   without.stop();

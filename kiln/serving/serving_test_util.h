@@ -41,6 +41,22 @@ inline std::string input_name(const ServableHandle& h) {
   return h.signatures()["serving_default"]["inputs"].begin().key();
 }
 
+// HTTPS client to 127.0.0.1:port trusting `ca_path` (the server's
+// self-signed certificate), presenting a client certificate when given
+// (mutual TLS); connect and read time out after `timeout_s`.
+inline std::unique_ptr<httplib::SSLClient> https_client(int port, const std::string& ca_path,
+                                                        const std::string& client_cert_path = "",
+                                                        const std::string& client_key_path = "", int timeout_s = 30) {
+  auto c = client_cert_path.empty()
+               ? std::make_unique<httplib::SSLClient>("127.0.0.1", port)
+               : std::make_unique<httplib::SSLClient>("127.0.0.1", port, client_cert_path, client_key_path);
+  c->set_ca_cert_path(ca_path.c_str());
+  c->enable_server_certificate_verification(true);
+  c->set_connection_timeout(timeout_s, 0);
+  c->set_read_timeout(timeout_s, 0);
+  return c;
+}
+
 struct Served {
   std::unique_ptr<ServerCore> core;
   std::unique_ptr<RestServer> rest;
@@ -56,13 +72,7 @@ struct Served {
     core.reset();
   }
   // HTTPS client trusting `ca_path` (the server's self-signed certificate).
-  std::unique_ptr<httplib::SSLClient> tls_client(const std::string& ca_path) const {
-    auto c = std::make_unique<httplib::SSLClient>("127.0.0.1", port);
-    c->set_ca_cert_path(ca_path.c_str());
-    c->enable_server_certificate_verification(true);
-    c->set_read_timeout(30, 0);
-    return c;
-  }
+  std::unique_ptr<httplib::SSLClient> tls_client(const std::string& ca_path) const { return https_client(port, ca_path); }
   std::unique_ptr<httplib::Client> client() const {
     auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
     c->set_read_timeout(30, 0);

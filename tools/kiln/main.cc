@@ -54,23 +54,26 @@ bool is_shape_problem(const std::string& m) {
   return false;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // `kiln serve` (the first word that is not an option) runs as a server.
-  bool serving = false;
+// The command word: the first argument that is not an option (skipping
+// --threads' value); "" if none.
+std::string command_word(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--threads") {
       ++i;
       continue;
     }
-    if (!a.empty() && a[0] != '-') {
-      serving = a == "serve";
-      break;
-    }
+    if (!a.empty() && a[0] != '-') return a;
   }
-  kiln::prepare_thread_environment(argv, serving ? kiln::ThreadProfile::kServing : kiln::ThreadProfile::kDefault);
+  return "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // `kiln serve` runs as a server.
+  kiln::prepare_thread_environment(
+      argv, command_word(argc, argv) == "serve" ? kiln::ThreadProfile::kServing : kiln::ThreadProfile::kDefault);
 
   CLI::App app{"kiln: train, evaluate, inspect and run Keras-style models (see README.md and docs/SPEC.md)", "kiln"};
   app.require_subcommand(1, 1);
@@ -97,17 +100,11 @@ int main(int argc, char** argv) {
     for (auto* sub : app.get_subcommands()) cmd = " " + sub->get_name();
     if (cmd.empty()) {
       // No command recognised: name the word that was meant to be one.
-      for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        if (a == "--threads") {
-          ++i;
-          continue;
-        }
-        if (!a.empty() && a[0] != '-')
-          return fail(2, "unknown command '" + a +
-                             "'; the commands are train, evaluate, predict, show, tune, serve, batch-predict, export "
-                             "(kiln --help)");
-      }
+      std::string word = command_word(argc, argv);
+      if (!word.empty())
+        return fail(2, "unknown command '" + word +
+                           "'; the commands are train, evaluate, predict, show, tune, serve, batch-predict, export "
+                           "(kiln --help)");
     }
     return fail(2, joined(e.what()) + "; run 'kiln" + cmd + " --help' for usage");
   }
