@@ -464,6 +464,18 @@ double HyperParameters::Choice(const std::string& name, const std::vector<double
                                const ChoiceOptions& o) {
   return as_double(declare(choice_hp(name, values, o)));
 }
+std::string HyperParameters::Choice(const std::string& name, std::initializer_list<const char*> values,
+                                    const ChoiceOptions& o) {
+  return Choice(name, std::vector<std::string>(values.begin(), values.end()), o);
+}
+int64_t HyperParameters::Choice(const std::string& name, std::initializer_list<int> values,
+                                const ChoiceOptions& o) {
+  return Choice(name, std::vector<int64_t>(values.begin(), values.end()), o);
+}
+double HyperParameters::Choice(const std::string& name, std::initializer_list<double> values,
+                               const ChoiceOptions& o) {
+  return Choice(name, std::vector<double>(values), o);
+}
 
 Value HyperParameters::Fixed(const std::string& name, const Value& value) {
   HyperParameter hp;

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <map>
+#include <initializer_list>
 #include <optional>
 #include <random>
 #include <string>
@@ -117,6 +118,14 @@ class HyperParameters {
                      const ChoiceOptions& o = {});
   int64_t Choice(const std::string& name, const std::vector<int64_t>& values, const ChoiceOptions& o = {});
   double Choice(const std::string& name, const std::vector<double>& values, const ChoiceOptions& o = {});
+  // Braced lists as written in Keras code: hp.Choice("activation", {"relu", "tanh"}),
+  // hp.Choice("units", {32, 64}), hp.Choice("rate", {0.1, 0.2}). Without these a
+  // list of two string literals is ambiguous (two `const char*` also make an
+  // iterator range for std::vector<int64_t>/<double>).
+  std::string Choice(const std::string& name, std::initializer_list<const char*> values,
+                     const ChoiceOptions& o = {});
+  int64_t Choice(const std::string& name, std::initializer_list<int> values, const ChoiceOptions& o = {});
+  double Choice(const std::string& name, std::initializer_list<double> values, const ChoiceOptions& o = {});
   Value Fixed(const std::string& name, const Value& value);
 
   // Hyperparameters declared while the returned object lives are active

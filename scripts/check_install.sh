@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the built tree into a scratch prefix, builds examples/consumer (a
+# project outside kiln's tree) against it with find_package(kiln COMPONENTS
+# training), runs it, and checks that a program that only trains links no
+# gRPC, OpenSSL, XGBoost or SQLite. Also builds a one-file program with
+# pkg-config. Usage: bash scripts/check_install.sh (after scripts/build.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${KILN_BUILD_DIR:-build}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cmake --install "$BUILD_DIR" --prefix "$WORK/prefix" >/dev/null
+cmake -S examples/consumer -B "$WORK/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$WORK/prefix" >/dev/null
+cmake --build "$WORK/consumer" -j "$(nproc)" >/dev/null
+export LD_LIBRARY_PATH="$WORK/prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if ldd "$WORK/consumer/train_mlp" | grep -E "libgrpc|libssl|libcrypto|libxgboost|libsqlite3|libkiln_serving|libkiln_tuning"; then
+  echo "check_install: a training-only program links the libraries above" >&2
+  exit 1
+fi
+(cd "$WORK" && "$WORK/consumer/train_mlp" "$WORK/model")
+# pkg-config: the same program, one command line.
+PKG_CONFIG_PATH="$WORK/prefix/lib/pkgconfig" \
+  g++ examples/consumer/train_mlp.cc -o "$WORK/train_mlp_pc" \
+  $(PKG_CONFIG_PATH="$WORK/prefix/lib/pkgconfig" pkg-config --cflags --libs kiln) -Wl,-rpath,"$WORK/prefix/lib"
+echo "check_install: installed package, CMake consumer and pkg-config build OK"
