@@ -55,6 +55,10 @@ Conv2DTranspose::Conv2DTranspose(const Json& config) : SimpleLayer(config) {
   r.no_constraint("kernel_constraint");
   r.no_constraint("bias_constraint");
   r.finish();
+  if (convt_max(geom_.strides) > 1 && convt_max(geom_.dilation_rate) > 1)
+    throw ValueError(
+        "Conv2DTranspose: `strides > 1` not supported in conjunction with `dilation_rate > 1`. Received: strides=" +
+        int_list_json(geom_.strides).dump() + " and dilation_rate=" + int_list_json(geom_.dilation_rate).dump());
   activation_ = get_activation(activation_name_);
 }
 

@@ -33,8 +33,7 @@
 //   pointwise_initializer="glorot_uniform", pointwise_regularizer, ...):
 //   the depthwise convolution (with strides, padding and dilation) followed
 //   by a 1x1 convolution to `filters` channels.
-// As in Keras, strides > 1 cannot be combined with dilation_rate > 1 in the
-// depthwise/separable layers.
+// As in Keras, strides > 1 cannot be combined with dilation_rate > 1.
 //
 //   auto up = std::make_shared<Conv2DTranspose>(Json{{"filters", 8}, {"kernel_size", 3},
 //                                                   {"strides", 2}, {"padding", "same"}});

@@ -5,6 +5,8 @@
 // "Layers"), and each layer's special behaviour.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "kiln/core/random.h"
 #include "kiln/layers/activation_layers.h"
 #include "kiln/layers/augmentation.h"
@@ -16,6 +18,10 @@
 #include "kiln/layers/spatial.h"
 #include "kiln/layers/string_hash.h"
 #include "kiln/layers/text_preprocessing.h"
+#include "kiln/layers/dense.h"
+#include "kiln/layers/reshaping.h"
+#include "kiln/models/sequential.h"
+#include "kiln/testing/testing.h"
 #include "kiln/testing/expect_error.h"
 #include "kiln/testing/golden.h"
 #include "kiln/testing/layer_conformance.h"
@@ -164,6 +170,9 @@ TEST(Conv2DTranspose, RejectsBadConfig) {
                            {"output_padding", "smaller than the strides"});
   expect_error<ValueError>([] { Conv2DTranspose(Json{{"filters", 2}, {"kernel_size", 3}, {"groups", 2}}); },
                            {"groups"});
+  expect_error<ValueError>(
+      [] { Conv2DTranspose(Json{{"filters", 2}, {"kernel_size", 3}, {"strides", 2}, {"dilation_rate", 2}}); },
+      {"Conv2DTranspose", "dilation_rate > 1"});
   expect_error<ValueError>(
       [] { DepthwiseConv2D(Json{{"kernel_size", 3}, {"strides", 2}, {"dilation_rate", 2}}); },
       {"DepthwiseConv2D", "dilation_rate > 1"});
@@ -492,6 +501,51 @@ TEST(TextVectorization, StandardizeSplitAndPad) {
   TextVectorization chars(Json{{"split", "character"}, {"standardize", nullptr}});
   EXPECT_EQ(chars.tokenize("Ab"), (std::vector<std::string>{"A", "b"}));
   expect_error<ValueError>([] { TextVectorization(Json{{"ngrams", 2}}); }, {"ngrams"});
+}
+
+// --- inside a model -------------------------------------------------------------------------------
+// The new layers train in a Sequential model (augmentation and noise active
+// in fit, inactive in predict) and survive save / load_model.
+TEST(NewLayersInAModel, TrainSaveLoadPredict) {
+  set_random_seed(3);
+  auto model = std::make_shared<Sequential>();
+  model->add(Input({8, 8, 1}));
+  model->add(layer_from_json(Json{{"class_name", "RandomFlip"}, {"config", {{"seed", 1}}}}));
+  model->add(layer_from_json(Json{{"class_name", "RandomRotation"}, {"config", {{"factor", 0.05}}}}));
+  model->add(layer_from_json(Json{{"class_name", "GaussianNoise"}, {"config", {{"stddev", 0.05}}}}));
+  model->add(std::make_shared<Conv2D>(4, 3, "linear", Json{{"padding", "same"}}));
+  model->add(std::make_shared<GroupNormalization>(Json{{"groups", 2}}));
+  model->add(std::make_shared<PReLU>(Json{{"shared_axes", {1, 2}}}));
+  model->add(std::make_shared<SpatialDropout2D>(0.2));
+  model->add(std::make_shared<DepthwiseConv2D>(Json{{"kernel_size", 3}, {"padding", "same"}}));
+  model->add(std::make_shared<Conv2DTranspose>(
+      Json{{"filters", 2}, {"kernel_size", 3}, {"strides", 2}, {"padding", "same"}}));
+  model->add(std::make_shared<Cropping2D>(Json{{"cropping", 4}}));
+  model->add(std::make_shared<LeakyReLU>());
+  model->add(std::make_shared<UpSampling2D>(Json{{"interpolation", "bilinear"}}));
+  model->add(std::make_shared<Resizing>(4, 4));
+  model->add(std::make_shared<Flatten>());
+  model->add(std::make_shared<Dense>(3));
+  model->add(std::make_shared<Softmax>());
+  model->compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
+  at::Tensor x = at::randn({32, 8, 8, 1});
+  at::Tensor y = at::randint(0, 3, {32}, at::kLong);
+  FitArgs a;
+  a.x = {x};
+  a.y = {y};
+  a.epochs = 2;
+  a.batch_size = 8;
+  a.verbose = 0;
+  History h = model->fit(a);
+  ASSERT_EQ(h.history["loss"].size(), 2u);
+  EXPECT_TRUE(std::isfinite(h.history["loss"].back()));
+  at::Tensor p = model->predict(x);
+  EXPECT_TRUE(at::equal(p, model->predict(x))) << "no randomness at inference";
+  TempDir dir;
+  const std::string path = dir.path() + "/m/1";
+  model->save(path);
+  ModelPtr loaded = load_model(path);
+  EXPECT_TRUE(at::allclose(loaded->predict(x), p, 1e-5, 1e-6));
 }
 
 }  // namespace

@@ -790,8 +790,9 @@ def layer_cases():
         ("same_s1_k3", {"kernel_size": [3, 2], "padding": "same"}, (1, 4, 4, 2)),
         ("valid_s3_k2", {"kernel_size": 2, "strides": 3}, (1, 3, 2, 2)),
         ("same_s2_op0", {"kernel_size": 3, "strides": 2, "padding": "same", "output_padding": 0}, (1, 3, 4, 2)),
-        ("valid_op1_dil2", {"kernel_size": 3, "strides": [2, 1], "output_padding": [1, 0], "dilation_rate": [1, 2]},
-         (1, 3, 4, 2)),
+        ("valid_op1", {"kernel_size": 3, "strides": [2, 3], "output_padding": [1, 2]}, (1, 3, 4, 2)),
+        ("same_dilated", {"kernel_size": 3, "padding": "same", "dilation_rate": [1, 2]}, (1, 4, 5, 2)),
+        ("valid_dilated", {"kernel_size": [2, 3], "dilation_rate": 2}, (1, 3, 4, 2)),
     ]:
         filters = 3
         ks = cfg["kernel_size"] if isinstance(cfg["kernel_size"], list) else [cfg["kernel_size"]] * 2
