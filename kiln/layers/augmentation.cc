@@ -1,5 +1,6 @@
 #include "kiln/layers/augmentation.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kiln/layers/config_reader.h"
@@ -206,16 +207,18 @@ RandomAffineLayer::RandomAffineLayer(const Json& config, const std::string& owne
 
 std::pair<double, double> RandomAffineLayer::read_factor(ConfigReader& r, const char* key, double lo, double hi) {
   const Json* j = r.get(key);
-  const std::string expected = "a number or a list [lower, upper] with lower <= upper, each between " +
-                               Json(lo).dump() + " and " + Json(hi).dump();
-  std::pair<double, double> f;
+  const std::string expected = "a number or a list of two numbers, each between " + Json(lo).dump() + " and " +
+                               Json(hi).dump();
   if (!j) throw ValueError(owner_ + ": the config is missing `" + key + "` (" + expected + ")");
-  if (j->is_number()) f = {-j->get<double>(), j->get<double>()};
+  std::pair<double, double> f;
+  // Keras: a number f means (-|f|, |f|); a pair is sorted.
+  if (j->is_number()) f = {-std::abs(j->get<double>()), std::abs(j->get<double>())};
   else if (j->is_array() && j->size() == 2 && (*j)[0].is_number() && (*j)[1].is_number())
-    f = {(*j)[0].get<double>(), (*j)[1].get<double>()};
+    f = std::minmax({(*j)[0].get<double>(), (*j)[1].get<double>()});
   else
     r.invalid(key, expected);
-  if (!(f.first <= f.second) || f.first < lo || f.second > hi) r.invalid(key, expected);
+  const double raw_lo = j->is_number() ? j->get<double>() : f.first;
+  if (!(f.first >= lo && f.second <= hi && raw_lo >= lo)) r.invalid(key, expected);
   return f;
 }
 
@@ -271,8 +274,7 @@ KILN_REGISTER_LAYER(RandomTranslation);
 
 RandomRotation::RandomRotation(const Json& config) : RandomAffineLayer(config, "RandomRotation") {
   ConfigReader r(config, "RandomRotation");
-  factor_json_ = r.has("factor") ? config["factor"] : Json(nullptr);
-  factor_ = read_factor(r, "factor", -1e9, 1e9);
+  factor_ = read_factor(r, "factor", -1.0, 1.0);
   read_fill(r);
   r.finish();
 }
@@ -288,7 +290,7 @@ at::Tensor RandomRotation::draw(int64_t n, int64_t h, int64_t w) {
 
 Json RandomRotation::get_config() const {
   Json j = RandomAffineLayer::get_config();
-  j["factor"] = factor_json_;
+  j["factor"] = Json::array({factor_.first, factor_.second});  // Keras writes the (lower, upper) pair
   return j;
 }
 
@@ -298,8 +300,8 @@ RandomZoom::RandomZoom(const Json& config) : RandomAffineLayer(config, "RandomZo
   ConfigReader r(config, "RandomZoom");
   height_json_ = r.has("height_factor") ? config["height_factor"] : Json(nullptr);
   width_json_ = r.has("width_factor") ? config["width_factor"] : Json(nullptr);
-  height_ = read_factor(r, "height_factor", -1.0, 1e9);
-  if (r.has("width_factor")) width_ = read_factor(r, "width_factor", -1.0, 1e9);
+  height_ = read_factor(r, "height_factor", -1.0, 1.0);
+  if (r.has("width_factor")) width_ = read_factor(r, "width_factor", -1.0, 1.0);
   else r.get("width_factor");
   read_fill(r);
   r.finish();

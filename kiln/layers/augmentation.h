@@ -17,16 +17,18 @@
 // is served. Each draws one transformation per image:
 //   RandomFlip(mode="horizontal_and_vertical" | "horizontal" | "vertical"):
 //     each direction flipped with probability 1/2.
+//   Factors, as Keras reads them: a number f means (-|f|, |f|), a pair
+//   [a, b] means (min, max); every value in [-1, 1].
 //   RandomTranslation(height_factor, width_factor, fill_mode="reflect",
 //     interpolation="bilinear", fill_value=0): shifts by
-//     uniform(lower, upper) * H (and * W); a factor f means (-f, f), a pair
-//     (lower, upper), each in [-1, 1]; positive moves the image down/right.
+//     uniform(lower, upper) * H (and * W); positive moves the image
+//     down/right.
 //   RandomRotation(factor, fill_mode="reflect", interpolation="bilinear",
 //     fill_value=0): rotates by uniform(lower, upper) * 2 pi about the
-//     image centre (Keras's rotation matrix).
+//     image centre (Keras's rotation matrix; positive is counter-clockwise).
 //   RandomZoom(height_factor, width_factor=null, fill_mode="reflect",
 //     interpolation="bilinear", fill_value=0): zoom 1 + uniform(lower,
-//     upper) per axis (negative: zoom in, positive: zoom out); lower >= -1.
+//     upper) per axis (negative: zoom in, positive: zoom out).
 //     width_factor null keeps the aspect ratio (the height's zoom).
 // fill_mode: "reflect" (d c b a | a b c d | d c b a), "wrap" (a b c d | a b
 // c d | a b c d), "nearest" (a a a a | a b c d | d d d d), "constant"
@@ -115,7 +117,7 @@ class RandomAffineLayer : public ImageLayer {
   at::Tensor transform(const at::Tensor& images, bool training) final;
   // (N, 6) float64 transforms for N images of size h x w.
   virtual at::Tensor draw(int64_t n, int64_t h, int64_t w) = 0;
-  // Reads a factor: a number f -> (-f, f), or [lower, upper]; checks range.
+  // Reads a factor: a number f -> (-|f|, |f|), or a pair (sorted); checks range.
   std::pair<double, double> read_factor(class ConfigReader& r, const char* key, double lo, double hi);
   at::Tensor uniform(int64_t n, double lower, double upper);
   void read_fill(class ConfigReader& r);
@@ -148,7 +150,6 @@ class RandomRotation : public RandomAffineLayer {
 
  private:
   std::pair<double, double> factor_;
-  Json factor_json_;
 };
 
 class RandomZoom : public RandomAffineLayer {

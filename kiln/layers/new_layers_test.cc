@@ -329,7 +329,13 @@ TEST(Augmentation, RejectsBadFactors) {
                            {"RandomTranslation", "height_factor"});
   expect_error<ValueError>([] { RandomTranslation(Json{{"height_factor", 0.1}}); }, {"width_factor"});
   expect_error<ValueError>([] { RandomZoom(Json{{"height_factor", {-1.5, 0.0}}}); }, {"RandomZoom"});
-  expect_error<ValueError>([] { RandomRotation(Json{{"factor", {0.3, 0.1}}}); }, {"factor", "lower <= upper"});
+  expect_error<ValueError>([] { RandomRotation(Json{{"factor", 1.5}}); }, {"RandomRotation", "factor"});
+  expect_error<ValueError>([] { RandomZoom(Json{{"height_factor", 0.5}, {"width_factor", {0.0, 2.0}}}); },
+                           {"width_factor"});
+  // Keras's reading: a reversed pair is sorted, a negative number is its magnitude.
+  RandomRotation rr(Json{{"factor", {0.3, 0.1}}});
+  EXPECT_EQ(rr.get_config()["factor"].dump(), "[0.1,0.3]");
+  EXPECT_EQ(RandomRotation(Json{{"factor", -0.2}}).get_config()["factor"].dump(), "[-0.2,0.2]");
   expect_error<ValueError>([] { RandomRotation(Json{{"factor", 0.1}, {"fill_mode", "mirror"}}); }, {"fill_mode"});
   expect_error<ValueError>([] { Resizing(Json{{"height", 2}}); }, {"Resizing", "width"});
 }
