@@ -49,6 +49,8 @@
 
 namespace kiln {
 
+class ConfigReader;
+
 // Keras's affine_transform on channels_last images (N, H, W, C): output
 // pixel (y, x) of image n reads the input at (b0*x + b1*y + b2,
 // a0*x + a1*y + a2) for transforms[n] = [a0, a1, a2, b0, b1, b2] (x, y in
@@ -69,7 +71,7 @@ class ImageLayer : public SimpleLayer {
   // channels_last (N, H, W, C) in the compute dtype -> the result, same layout.
   virtual at::Tensor transform(const at::Tensor& images, bool training) = 0;
   // Called by subclasses' constructors with their reader before finish().
-  void read_common(class ConfigReader& r, bool random);
+  void read_common(ConfigReader& r, bool random);
   std::string owner_;
   bool channels_last_ = true;
   bool random_ = false;
@@ -118,9 +120,9 @@ class RandomAffineLayer : public ImageLayer {
   // (N, 6) float64 transforms for N images of size h x w.
   virtual at::Tensor draw(int64_t n, int64_t h, int64_t w) = 0;
   // Reads a factor: a number f -> (-|f|, |f|), or a pair (sorted); checks range.
-  std::pair<double, double> read_factor(class ConfigReader& r, const char* key, double lo, double hi);
+  std::pair<double, double> read_factor(ConfigReader& r, const char* key, double lo, double hi);
   at::Tensor uniform(int64_t n, double lower, double upper);
-  void read_fill(class ConfigReader& r);
+  void read_fill(ConfigReader& r);
   std::string fill_mode_, interpolation_;
   double fill_value_ = 0.0;
 };
