@@ -7,6 +7,11 @@
 #include "kiln/testing/layer_conformance.h"
 
 namespace kiln {
+
+// new_layers_test.cc: issue #10's image, activation, noise, augmentation and
+// categorical layers.
+std::vector<LayerTestCase> new_layer_cases();
+
 namespace {
 
 struct CaseBuilder {
@@ -217,6 +222,7 @@ std::vector<LayerTestCase> all_cases() {
                   {{"mean", {1.0, 2.0, 3.0}}, {"variance", {4.0, 1.0, 0.25}}})
           .in({{4, 3}})
           .out({{4, 3}}));
+  for (auto& c : new_layer_cases()) cases.push_back(c);
   return cases;
 }
 

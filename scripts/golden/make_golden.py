@@ -10,12 +10,15 @@ against torch.optim with epsilon=0, where the two rules coincide.
 
 Run from the repository root:
     /usr/bin/python3 scripts/golden/make_golden.py
-It rewrites kiln/{losses,metrics,optimizers}/testdata/*_golden.json. The
-inputs are generated with a fixed seed and stored next to the results.
+It rewrites kiln/{losses,metrics,optimizers}/testdata/*_golden.json and
+kiln/layers/testdata/new_layers_golden.json (`make_golden.py layers` writes
+only the last). The inputs are generated with a fixed seed and stored next
+to the results.
 """
 import json
 import math
 import os
+import sys
 
 import numpy as np
 import torch
@@ -672,9 +675,301 @@ def optimizer_cases():
     return cases
 
 
+# ----------------------------------------------------------------------------
+# Layers: Conv2DTranspose, DepthwiseConv2D, SeparableConv2D, UpSampling2D,
+# Resizing, ZeroPadding2D, Cropping2D, Permute, ReLU, LeakyReLU, PReLU,
+# Softmax, GroupNormalization and the affine sampler of the Random* image
+# layers (kiln/layers/testdata/new_layers_golden.json). Own generator, so the
+# other sections' data do not move when cases are added here.
+# ----------------------------------------------------------------------------
+
+LGEN = torch.Generator().manual_seed(20261125)
+
+
+def lrandn(*shape):
+    return torch.randn(*shape, generator=LGEN).float()
+
+
+def tf_same_pads(n, k, s, d=1):
+    """TensorFlow's "same" padding (before, after) along one axis."""
+    span = d * (k - 1) + 1
+    out = -(-n // s)
+    total = max((out - 1) * s + span - n, 0)
+    return total // 2, total - total // 2
+
+
+def conv2d_tf(x_cl, kernel_cl, strides, padding, dilation=(1, 1), groups=1):
+    """Keras Conv2D on channels_last input with a Keras-layout kernel
+    (kh, kw, in/groups, out), by F.conv2d after TensorFlow's padding."""
+    x = x_cl.permute(0, 3, 1, 2)
+    w = kernel_cl.permute(3, 2, 0, 1)
+    if padding == "same":
+        ph = tf_same_pads(x.shape[2], w.shape[2], strides[0], dilation[0])
+        pw = tf_same_pads(x.shape[3], w.shape[3], strides[1], dilation[1])
+        x = F.pad(x, (pw[0], pw[1], ph[0], ph[1]))
+    y = F.conv2d(x, w, stride=strides, dilation=dilation, groups=groups)
+    return y.permute(0, 2, 3, 1)
+
+
+def deconv_length(n, k, s, padding, output_padding, d):
+    k = k + (k - 1) * (d - 1)
+    if output_padding is None:
+        return n * s + max(k - s, 0) if padding == "valid" else n * s
+    pad = k // 2 if padding == "same" else 0
+    return (n - 1) * s + k - 2 * pad + output_padding
+
+
+def conv2d_transpose_tf(x_cl, kernel, strides, padding, output_padding, dilation):
+    """TensorFlow's conv2d_transpose as the adjoint of its conv2d: the gradient
+    of conv2d (TensorFlow padding) with respect to an input of the output's
+    size, taken by autograd. kernel: Keras layout (kh, kw, filters, in)."""
+    n, h, w, _ = x_cl.shape
+    kh, kw, filters, _ = kernel.shape
+    op = output_padding or (None, None)
+    oh = deconv_length(h, kh, strides[0], padding, op[0], dilation[0])
+    ow = deconv_length(w, kw, strides[1], padding, op[1], dilation[1])
+    z = torch.zeros(n, oh, ow, filters, dtype=torch.float64, requires_grad=True)
+    # Forward conv maps `filters` channels to `in` channels: kernel (kh, kw, filters, in).
+    y = conv2d_tf(z, kernel.double(), strides, padding, dilation)
+    assert tuple(y.shape) == tuple(x_cl.shape), (y.shape, x_cl.shape)
+    (g,) = torch.autograd.grad(y, z, grad_outputs=x_cl.double())
+    return g.float()
+
+
+def grid_sample_affine(images_cl, transforms, interpolation, fill_mode):
+    """Keras's affine_transform through F.grid_sample (align_corners=False:
+    pixel centres at (2i+1)/size - 1; "reflection" padding reflects about the
+    image edge, Keras's "reflect"; "border" is "nearest"; "zeros" is
+    "constant" with fill 0)."""
+    n, h, w, c = images_cl.shape
+    ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64),
+                            indexing="ij")
+    t = transforms.double()
+    sx = t[:, 0, None, None] * xs + t[:, 1, None, None] * ys + t[:, 2, None, None]
+    sy = t[:, 3, None, None] * xs + t[:, 4, None, None] * ys + t[:, 5, None, None]
+    grid = torch.stack([(2 * sx + 1) / w - 1, (2 * sy + 1) / h - 1], dim=-1)
+    pad = {"reflect": "reflection", "nearest": "border", "constant": "zeros"}[fill_mode]
+    out = F.grid_sample(images_cl.permute(0, 3, 1, 2).double(), grid, mode=interpolation, padding_mode=pad,
+                        align_corners=False)
+    return out.permute(0, 2, 3, 1).float()
+
+
+def rotation_transforms(n, h, w, factor):
+    a = torch.full((n,), factor * 2 * math.pi, dtype=torch.float64)
+    c, s = torch.cos(a), torch.sin(a)
+    xo = ((w - 1) - (c * (w - 1) - s * (h - 1))) / 2
+    yo = ((h - 1) - (s * (w - 1) + c * (h - 1))) / 2
+    return torch.stack([c, -s, xo, s, c, yo], 1)
+
+
+def zoom_transforms(n, h, w, zy, zx):
+    zy = torch.full((n,), zy, dtype=torch.float64)
+    zx = torch.full((n,), zx, dtype=torch.float64)
+    z = torch.zeros(n, dtype=torch.float64)
+    return torch.stack([zx, z, (w - 1) / 2 * (1 - zx), z, zy, (h - 1) / 2 * (1 - zy)], 1)
+
+
+def translation_transforms(n, h, w, fy, fx):
+    o, z = torch.ones(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
+    return torch.stack([o, z, torch.full((n,), -fx * w), z, o, torch.full((n,), -fy * h)], 1).double()
+
+
+def layer_cases():
+    cases = []
+
+    def add(name, cls, config, x, expected, weights=(), training=False, rtol=1e-5, atol=1e-5, source=""):
+        cases.append({"name": name, "class_name": cls, "config": config, "input": T(x),
+                      "weights": [T(wt) for wt in weights], "training": training, "expected": T(expected),
+                      "rtol": rtol, "atol": atol, "source": source})
+
+    # --- Conv2DTranspose: TensorFlow's conv2d_transpose (autograd adjoint of conv2d) ---
+    for name, cfg, shape in [
+        ("valid_s2_k3", {"kernel_size": 3, "strides": 2}, (2, 4, 5, 3)),
+        ("same_s2_k3", {"kernel_size": 3, "strides": 2, "padding": "same"}, (2, 4, 5, 3)),
+        ("same_s2_k4", {"kernel_size": 4, "strides": 2, "padding": "same"}, (2, 3, 3, 2)),
+        ("same_s1_k3", {"kernel_size": [3, 2], "padding": "same"}, (1, 4, 4, 2)),
+        ("valid_s3_k2", {"kernel_size": 2, "strides": 3}, (1, 3, 2, 2)),
+        ("same_s2_op0", {"kernel_size": 3, "strides": 2, "padding": "same", "output_padding": 0}, (1, 3, 4, 2)),
+        ("valid_op1", {"kernel_size": 3, "strides": [2, 3], "output_padding": [1, 2]}, (1, 3, 4, 2)),
+        ("same_dilated", {"kernel_size": 3, "padding": "same", "dilation_rate": [1, 2]}, (1, 4, 5, 2)),
+        ("valid_dilated", {"kernel_size": [2, 3], "dilation_rate": 2}, (1, 3, 4, 2)),
+    ]:
+        filters = 3
+        ks = cfg["kernel_size"] if isinstance(cfg["kernel_size"], list) else [cfg["kernel_size"]] * 2
+        st = cfg.get("strides", 1)
+        st = st if isinstance(st, list) else [st, st]
+        dl = cfg.get("dilation_rate", 1)
+        dl = dl if isinstance(dl, list) else [dl, dl]
+        op = cfg.get("output_padding")
+        op = None if op is None else (op if isinstance(op, list) else [op, op])
+        x = lrandn(*shape)
+        kernel = lrandn(ks[0], ks[1], filters, shape[-1]) * 0.5
+        bias = lrandn(filters)
+        y = conv2d_transpose_tf(x, kernel, st, cfg.get("padding", "valid"), op, dl) + bias
+        add("Conv2DTranspose_" + name, "Conv2DTranspose", dict(cfg, filters=filters), x, y, [kernel, bias],
+            source="autograd adjoint of F.conv2d with TensorFlow padding")
+    # channels_first: same values, transposed layout.
+    x = lrandn(2, 3, 4, 4)
+    kernel = lrandn(3, 3, 2, 3) * 0.5
+    y = conv2d_transpose_tf(x.permute(0, 2, 3, 1), kernel, [2, 2], "same", None, [1, 1]).permute(0, 3, 1, 2)
+    add("Conv2DTranspose_channels_first_nobias", "Conv2DTranspose",
+        {"filters": 2, "kernel_size": 3, "strides": 2, "padding": "same", "use_bias": False,
+         "data_format": "channels_first"}, x, y, [kernel], source="autograd adjoint of F.conv2d")
+    # Where PyTorch's conv_transpose2d(padding, output_padding) crops the same window
+    # (even kernel), compare with it directly.
+    x = lrandn(2, 3, 4, 2)
+    kernel = lrandn(4, 4, 3, 2) * 0.5
+    y = F.conv_transpose2d(x.permute(0, 3, 1, 2), kernel.permute(3, 2, 0, 1), stride=2, padding=1).permute(0, 2, 3, 1)
+    add("Conv2DTranspose_same_k4_vs_conv_transpose2d", "Conv2DTranspose",
+        {"filters": 3, "kernel_size": 4, "strides": 2, "padding": "same", "use_bias": False}, x, y, [kernel],
+        source="F.conv_transpose2d(stride=2, padding=1)")
+
+    # --- DepthwiseConv2D (conv2d with groups=in_channels) and SeparableConv2D ---
+    for name, cfg, shape in [
+        ("valid", {"kernel_size": 3}, (2, 5, 5, 3)),
+        ("same_s2_dm2", {"kernel_size": 3, "strides": 2, "padding": "same", "depth_multiplier": 2}, (2, 5, 6, 3)),
+        ("dilated", {"kernel_size": [2, 3], "dilation_rate": 2, "padding": "same"}, (1, 6, 6, 2)),
+    ]:
+        dm = cfg.get("depth_multiplier", 1)
+        ks = cfg["kernel_size"] if isinstance(cfg["kernel_size"], list) else [cfg["kernel_size"]] * 2
+        st = [cfg.get("strides", 1)] * 2
+        dl = [cfg.get("dilation_rate", 1)] * 2
+        c = shape[-1]
+        x = lrandn(*shape)
+        dw = lrandn(ks[0], ks[1], c, dm) * 0.5
+        bias = lrandn(c * dm)
+        # Grouped kernel (kh, kw, 1, c*dm): output channel c*dm + m.
+        y = conv2d_tf(x, dw.reshape(ks[0], ks[1], 1, c * dm), st, cfg.get("padding", "valid"), dl, groups=c) + bias
+        add("DepthwiseConv2D_" + name, "DepthwiseConv2D", cfg, x, y, [dw, bias],
+            source="F.conv2d(groups=in_channels)")
+        filters = 4
+        pw = lrandn(1, 1, c * dm, filters) * 0.5
+        b2 = lrandn(filters)
+        mid = conv2d_tf(x, dw.reshape(ks[0], ks[1], 1, c * dm), st, cfg.get("padding", "valid"), dl, groups=c)
+        y2 = conv2d_tf(mid, pw, [1, 1], "valid") + b2
+        add("SeparableConv2D_" + name, "SeparableConv2D", dict(cfg, filters=filters), x, y2, [dw, pw, b2],
+            source="F.conv2d(groups=in) then 1x1 F.conv2d")
+
+    # --- resampling ---
+    x = lrandn(2, 3, 4, 2)
+    cf = x.permute(0, 3, 1, 2)
+    add("UpSampling2D_nearest", "UpSampling2D", {"size": [2, 3]}, x,
+        F.interpolate(cf, scale_factor=(2, 3), mode="nearest").permute(0, 2, 3, 1), source="F.interpolate nearest")
+    add("UpSampling2D_bilinear", "UpSampling2D", {"size": [2, 3], "interpolation": "bilinear"}, x,
+        F.interpolate(cf, size=(6, 12), mode="bilinear", align_corners=False).permute(0, 2, 3, 1),
+        source="F.interpolate bilinear align_corners=False")
+    add("UpSampling2D_bilinear_channels_first", "UpSampling2D",
+        {"size": 2, "interpolation": "bilinear", "data_format": "channels_first"}, cf,
+        F.interpolate(cf, size=(6, 8), mode="bilinear", align_corners=False),
+        source="F.interpolate bilinear align_corners=False")
+    img = lrandn(2, 7, 9, 3)
+    icf = img.permute(0, 3, 1, 2)
+    for (hh, ww) in [(4, 5), (10, 13), (7, 4)]:
+        add("Resizing_bilinear_%dx%d" % (hh, ww), "Resizing", {"height": hh, "width": ww}, img,
+            F.interpolate(icf, size=(hh, ww), mode="bilinear", align_corners=False).permute(0, 2, 3, 1),
+            source="F.interpolate bilinear align_corners=False")
+        add("Resizing_nearest_%dx%d" % (hh, ww), "Resizing",
+            {"height": hh, "width": ww, "interpolation": "nearest"}, img,
+            F.interpolate(icf, size=(hh, ww), mode="nearest-exact").permute(0, 2, 3, 1),
+            source="F.interpolate nearest-exact")
+    # crop_to_aspect_ratio 4x4 from 7x9: centred 7x7 window (columns 1..7).
+    add("Resizing_crop_to_aspect_ratio", "Resizing", {"height": 4, "width": 4, "crop_to_aspect_ratio": True}, img,
+        F.interpolate(icf[:, :, :, 1:8], size=(4, 4), mode="bilinear", align_corners=False).permute(0, 2, 3, 1),
+        source="centre crop then F.interpolate")
+    # pad_to_aspect_ratio 6x6 from 7x9: padded to 9x9 (one row above, one below).
+    padded = F.pad(icf, (0, 0, 1, 1), value=0.5)
+    add("Resizing_pad_to_aspect_ratio", "Resizing",
+        {"height": 6, "width": 6, "pad_to_aspect_ratio": True, "fill_value": 0.5}, img,
+        F.interpolate(padded, size=(6, 6), mode="bilinear", align_corners=False).permute(0, 2, 3, 1),
+        source="F.pad then F.interpolate")
+
+    # --- padding, cropping, permute ---
+    x = lrandn(2, 3, 4, 2)
+    add("ZeroPadding2D_default", "ZeroPadding2D", {}, x, F.pad(x, (0, 0, 1, 1, 1, 1)), source="F.pad")
+    add("ZeroPadding2D_asymmetric", "ZeroPadding2D", {"padding": [[1, 2], [0, 3]]}, x,
+        F.pad(x, (0, 0, 0, 3, 1, 2)), source="F.pad")
+    add("ZeroPadding2D_channels_first", "ZeroPadding2D", {"padding": [2, 1], "data_format": "channels_first"},
+        x, F.pad(x, (1, 1, 2, 2)), source="F.pad")
+    y = lrandn(2, 6, 7, 2)
+    add("Cropping2D", "Cropping2D", {"cropping": [[1, 2], [2, 1]]}, y, y[:, 1:4, 2:6, :], source="slicing")
+    yc = lrandn(2, 2, 6, 7)
+    add("Cropping2D_channels_first", "Cropping2D", {"cropping": [1, 2], "data_format": "channels_first"}, yc,
+        yc[:, :, 1:5, 2:5], source="slicing")
+    z = lrandn(2, 3, 4, 5)
+    add("Permute_312", "Permute", {"dims": [3, 1, 2]}, z, z.permute(0, 3, 1, 2), source="torch.permute")
+
+    # --- activations ---
+    a = lrandn(3, 4, 5) * 3
+    add("LeakyReLU_default", "LeakyReLU", {}, a, F.leaky_relu(a, 0.3), source="F.leaky_relu(0.3)")
+    add("LeakyReLU_0.1", "LeakyReLU", {"negative_slope": 0.1}, a, F.leaky_relu(a, 0.1), source="F.leaky_relu")
+    add("ReLU_default", "ReLU", {}, a, F.relu(a), source="F.relu")
+    add("ReLU_max6", "ReLU", {"max_value": 6.0}, a, F.relu6(a), source="F.relu6")
+
+    def keras_relu_doc(x, max_value, slope, thr):
+        # Keras's documented piecewise definition.
+        y = torch.where(x > thr, x, slope * (x - thr))
+        return y if max_value is None else torch.where(x >= max_value, torch.full_like(x, max_value), y)
+
+    add("ReLU_all", "ReLU", {"max_value": 2.5, "negative_slope": 0.2, "threshold": 0.5}, a,
+        keras_relu_doc(a, 2.5, 0.2, 0.5), source="Keras's documented formula")
+    add("ReLU_slope", "ReLU", {"negative_slope": 0.25}, a, F.leaky_relu(a, 0.25), source="F.leaky_relu")
+    add("ReLU_threshold", "ReLU", {"threshold": 1.0}, a, keras_relu_doc(a, None, 0.0, 1.0),
+        source="Keras's documented formula")
+    img = lrandn(2, 3, 4, 5)
+    alpha = lrandn(5) * 0.3
+    add("PReLU_shared_axes_12", "PReLU", {"shared_axes": [1, 2]}, img,
+        F.prelu(img.permute(0, 3, 1, 2), alpha).permute(0, 2, 3, 1), [alpha.reshape(1, 1, 5)],
+        source="F.prelu (one slope per channel)")
+    alpha_full = lrandn(3, 4, 5) * 0.3
+    add("PReLU_full", "PReLU", {}, img, torch.where(img >= 0, img, alpha_full * img), [alpha_full],
+        source="prelu formula, elementwise alpha")
+    add("Softmax_last", "Softmax", {}, a, F.softmax(a, -1), source="F.softmax")
+    add("Softmax_axis1", "Softmax", {"axis": 1}, a, F.softmax(a, 1), source="F.softmax")
+    add("Softmax_axes", "Softmax", {"axis": [1, 2]}, a,
+        F.softmax(a.reshape(3, 20), -1).reshape(3, 4, 5), source="F.softmax over the flattened axes")
+
+    # --- GroupNormalization ---
+    g = lrandn(2, 4, 3, 6) * 2 + 1
+    gamma, beta = lrandn(6), lrandn(6)
+    add("GroupNormalization_3groups", "GroupNormalization", {"groups": 3}, g,
+        F.group_norm(g.permute(0, 3, 1, 2), 3, gamma, beta, 1e-3).permute(0, 2, 3, 1), [gamma, beta],
+        source="F.group_norm")
+    add("GroupNormalization_instance_eps", "GroupNormalization", {"groups": -1, "epsilon": 1e-5}, g,
+        F.group_norm(g.permute(0, 3, 1, 2), 6, gamma, beta, 1e-5).permute(0, 2, 3, 1), [gamma, beta],
+        source="F.group_norm")
+    seq = lrandn(3, 5, 4)
+    add("GroupNormalization_axis1_noscale", "GroupNormalization", {"groups": 1, "axis": 1, "scale": False},
+        seq, F.group_norm(seq, 1, None, beta[:5], 1e-3), [beta[:5]], source="F.group_norm")
+
+    # --- the Random* layers with a fixed draw (lower == upper), in training ---
+    img = lrandn(2, 6, 7, 2)
+    n, h, w = 2, 6, 7
+    for fill in ["reflect", "constant", "nearest"]:
+        for interp in ["bilinear", "nearest"]:
+            extra = {"fill_mode": fill, "interpolation": interp, "seed": 3}
+            add("RandomRotation_%s_%s" % (fill, interp), "RandomRotation", dict(extra, factor=[0.07, 0.07]), img,
+                grid_sample_affine(img, rotation_transforms(n, h, w, 0.07), interp, fill), training=True,
+                atol=2e-5, source="F.grid_sample(align_corners=False)")
+        add("RandomZoom_in_%s" % fill, "RandomZoom", {"height_factor": [-0.3, -0.3], "width_factor": [0.2, 0.2],
+                                                     "fill_mode": fill}, img,
+            grid_sample_affine(img, zoom_transforms(n, h, w, 0.7, 1.2), "bilinear", fill), training=True,
+            atol=2e-5, source="F.grid_sample(align_corners=False)")
+        add("RandomTranslation_%s" % fill, "RandomTranslation",
+            {"height_factor": [0.25, 0.25], "width_factor": [-0.3, -0.3], "fill_mode": fill}, img,
+            grid_sample_affine(img, translation_transforms(n, h, w, 0.25, -0.3), "bilinear", fill), training=True,
+            atol=2e-5, source="F.grid_sample(align_corners=False)")
+    add("RandomZoom_out_same_aspect", "RandomZoom", {"height_factor": [0.5, 0.5]}, img,
+        grid_sample_affine(img, zoom_transforms(n, h, w, 1.5, 1.5), "bilinear", "reflect"), training=True,
+        atol=2e-5, source="F.grid_sample(align_corners=False)")
+    return cases
+
+
 def main():
     torch.set_num_threads(1)
     header = {"generator": "scripts/golden/make_golden.py", "torch": torch.__version__}
+    write("kiln/layers/testdata/new_layers_golden.json", dict(header, cases=layer_cases()))
+    if sys.argv[1:] == ["layers"]:  # only the layers section
+        return
     write("kiln/losses/testdata/losses_golden.json", dict(header, cases=loss_cases()))
     write("kiln/metrics/testdata/metrics_golden.json", dict(header, cases=metric_cases()))
     write("kiln/optimizers/testdata/optimizers_golden.json",

@@ -1,0 +1,86 @@
+// Activation layers with their own config (Keras 3's names, keys and
+// defaults): ReLU, LeakyReLU, PReLU and Softmax.
+//
+//   ReLU(max_value=null, negative_slope=0, threshold=0):
+//     y = min(x, max_value)              for x > threshold (and x >= 0 kept)
+//     y = -negative_slope * (threshold - x)  for x <= threshold
+//     computed as Keras's relu: x * (x > threshold), clipped to
+//     [0, max_value], minus negative_slope * relu(threshold - x). All three
+//     values must be non-negative.
+//   LeakyReLU(negative_slope=0.3): x for x >= 0, negative_slope * x
+//     otherwise (Keras 3's default 0.3; the legacy key `alpha` is read as
+//     negative_slope).
+//   PReLU(alpha_initializer="zeros", alpha_regularizer=null,
+//     alpha_constraint=null, shared_axes=null): a learned slope `alpha` of
+//     the input's shape without the batch axis; `shared_axes` (1-based
+//     axes, an int or a list) share one slope along those axes (size 1).
+//   Softmax(axis=-1): exp(x) / sum(exp(x)) along `axis` (an int or a list
+//     of ints).
+//
+//   auto act = std::make_shared<PReLU>(Json{{"shared_axes", {1, 2}}});
+//   y = (*act)(images);   // one slope per channel
+#pragma once
+
+#include "kiln/layers/layer.h"
+
+namespace kiln {
+
+class ReLU : public SimpleLayer {
+ public:
+  explicit ReLU(const Json& config = Json::object());
+  std::string class_name() const override { return "ReLU"; }
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+ private:
+  std::optional<double> max_value_;
+  double negative_slope_, threshold_;
+};
+
+class LeakyReLU : public SimpleLayer {
+ public:
+  explicit LeakyReLU(const Json& config = Json::object());
+  explicit LeakyReLU(double negative_slope, const Json& extra = Json::object());
+  std::string class_name() const override { return "LeakyReLU"; }
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+  double negative_slope() const { return negative_slope_; }
+
+ private:
+  double negative_slope_;
+};
+
+class PReLU : public SimpleLayer {
+ public:
+  explicit PReLU(const Json& config = Json::object());
+  std::string class_name() const override { return "PReLU"; }
+  void build(const std::vector<Shape>& input_shapes) override;
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+  const VariablePtr& alpha() const { return alpha_; }
+
+ private:
+  InitializerPtr alpha_init_;
+  RegularizerPtr alpha_reg_;
+  std::vector<int64_t> shared_axes_;  // 1-based, as configured
+  Json shared_axes_json_;
+  VariablePtr alpha_;
+};
+
+class Softmax : public SimpleLayer {
+ public:
+  explicit Softmax(const Json& config = Json::object());
+  std::string class_name() const override { return "Softmax"; }
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+ private:
+  Json axis_json_;
+  std::vector<int64_t> axes_;
+};
+
+}  // namespace kiln

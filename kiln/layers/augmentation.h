@@ -1,0 +1,172 @@
+// Image preprocessing and augmentation layers (Keras 3's names, keys and
+// defaults). Inputs are image batches (N, H, W, C), or one image (H, W, C);
+// data_format "channels_first" takes (N, C, H, W). Integer images (uint8)
+// are converted to the compute dtype.
+//
+// Resizing(height, width, interpolation="bilinear", crop_to_aspect_ratio=
+//   false, pad_to_aspect_ratio=false, fill_mode="constant", fill_value=0,
+//   antialias=false, data_format): resizes with half-pixel centres
+//   (TensorFlow's resize; "bilinear" equals PyTorch's interpolate
+//   (align_corners=False), "nearest" PyTorch's "nearest-exact"). With
+//   crop_to_aspect_ratio the largest centred window of the target aspect
+//   ratio is resized; with pad_to_aspect_ratio the image is first padded
+//   (centred, with fill_value) to it. Applies in training and inference.
+//
+// The Random* layers act in training calls only and are the identity at
+// inference (Keras's behaviour), so they sit in the model and vanish when it
+// is served. Each draws one transformation per image:
+//   RandomFlip(mode="horizontal_and_vertical" | "horizontal" | "vertical"):
+//     each direction flipped with probability 1/2.
+//   Factors, as Keras reads them: a number f means (-|f|, |f|), a pair
+//   [a, b] means (min, max); every value in [-1, 1].
+//   RandomTranslation(height_factor, width_factor, fill_mode="reflect",
+//     interpolation="bilinear", fill_value=0): shifts by
+//     uniform(lower, upper) * H (and * W); positive moves the image
+//     down/right.
+//   RandomRotation(factor, fill_mode="reflect", interpolation="bilinear",
+//     fill_value=0): rotates by uniform(lower, upper) * 2 pi about the
+//     image centre (Keras's rotation matrix; positive is counter-clockwise).
+//   RandomZoom(height_factor, width_factor=null, fill_mode="reflect",
+//     interpolation="bilinear", fill_value=0): zoom 1 + uniform(lower,
+//     upper) per axis (negative: zoom in, positive: zoom out).
+//     width_factor null keeps the aspect ratio (the height's zoom).
+// fill_mode: "reflect" (d c b a | a b c d | d c b a), "wrap" (a b c d | a b
+// c d | a b c d), "nearest" (a a a a | a b c d | d d d d), "constant"
+// (fill_value). Points between pixels are interpolated per Keras's
+// affine_transform: "bilinear" or "nearest" (round half to even), the fill
+// mode applied to each neighbouring pixel's index.
+//
+// `seed` (null or an integer) as in seed_generator.h: null draws from
+// LibTorch's default generator (kiln::set_random_seed repeats a run), an
+// integer gives the layer its own generator.
+//
+//   auto aug = std::make_shared<RandomRotation>(Json{{"factor", 0.1}, {"seed", 7}});
+//   at::Tensor y = (*aug)(images, /*training=*/true);
+#pragma once
+
+#include "kiln/layers/layer.h"
+#include "kiln/layers/seed_generator.h"
+
+namespace kiln {
+
+class ConfigReader;
+
+// Keras's affine_transform on channels_last images (N, H, W, C): output
+// pixel (y, x) of image n reads the input at (b0*x + b1*y + b2,
+// a0*x + a1*y + a2) for transforms[n] = [a0, a1, a2, b0, b1, b2] (x, y in
+// pixels, centres at integers). Differentiable in `images`.
+at::Tensor affine_transform(const at::Tensor& images, const at::Tensor& transforms,
+                            const std::string& interpolation, const std::string& fill_mode,
+                            double fill_value);
+
+// Shared config and layout handling of the image layers.
+class ImageLayer : public SimpleLayer {
+ public:
+  at::Tensor call1(const at::Tensor& x, bool training) final;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+ protected:
+  ImageLayer(const Json& config, const std::string& owner);
+  // channels_last (N, H, W, C) in the compute dtype -> the result, same layout.
+  virtual at::Tensor transform(const at::Tensor& images, bool training) = 0;
+  // Called by subclasses' constructors with their reader before finish().
+  void read_common(ConfigReader& r, bool random);
+  std::string owner_;
+  bool channels_last_ = true;
+  bool random_ = false;
+  SeedGenerator seeds_;
+};
+
+class Resizing : public ImageLayer {
+ public:
+  explicit Resizing(const Json& config);
+  Resizing(int64_t height, int64_t width, const Json& extra = Json::object());
+  std::string class_name() const override { return "Resizing"; }
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+ protected:
+  at::Tensor transform(const at::Tensor& images, bool training) override;
+
+ private:
+  int64_t height_, width_;
+  std::string interpolation_;
+  bool crop_, pad_;
+  double fill_value_;
+};
+
+class RandomFlip : public ImageLayer {
+ public:
+  explicit RandomFlip(const Json& config = Json::object());
+  std::string class_name() const override { return "RandomFlip"; }
+  Json get_config() const override;
+
+ protected:
+  at::Tensor transform(const at::Tensor& images, bool training) override;
+
+ private:
+  std::string mode_;
+};
+
+// RandomTranslation, RandomRotation and RandomZoom: a random affine map.
+class RandomAffineLayer : public ImageLayer {
+ public:
+  Json get_config() const override;
+
+ protected:
+  RandomAffineLayer(const Json& config, const std::string& owner);
+  at::Tensor transform(const at::Tensor& images, bool training) final;
+  // (N, 6) float64 transforms for N images of size h x w.
+  virtual at::Tensor draw(int64_t n, int64_t h, int64_t w) = 0;
+  // Reads a factor: a number f -> (-|f|, |f|), or a pair (sorted); checks range.
+  std::pair<double, double> read_factor(ConfigReader& r, const char* key, double lo, double hi);
+  at::Tensor uniform(int64_t n, double lower, double upper);
+  void read_fill(ConfigReader& r);
+  std::string fill_mode_, interpolation_;
+  double fill_value_ = 0.0;
+};
+
+class RandomTranslation : public RandomAffineLayer {
+ public:
+  explicit RandomTranslation(const Json& config);
+  std::string class_name() const override { return "RandomTranslation"; }
+  Json get_config() const override;
+
+ protected:
+  at::Tensor draw(int64_t n, int64_t h, int64_t w) override;
+
+ private:
+  std::pair<double, double> height_, width_;
+  Json height_json_, width_json_;
+};
+
+class RandomRotation : public RandomAffineLayer {
+ public:
+  explicit RandomRotation(const Json& config);
+  std::string class_name() const override { return "RandomRotation"; }
+  Json get_config() const override;
+
+ protected:
+  at::Tensor draw(int64_t n, int64_t h, int64_t w) override;
+
+ private:
+  std::pair<double, double> factor_;
+};
+
+class RandomZoom : public RandomAffineLayer {
+ public:
+  explicit RandomZoom(const Json& config);
+  std::string class_name() const override { return "RandomZoom"; }
+  Json get_config() const override;
+
+ protected:
+  at::Tensor draw(int64_t n, int64_t h, int64_t w) override;
+
+ private:
+  std::pair<double, double> height_;
+  std::optional<std::pair<double, double>> width_;
+  Json height_json_, width_json_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,142 @@
+// Categorical preprocessing layers (Keras 3's names, keys and defaults):
+// CategoryEncoding, Hashing and IntegerLookup. They take integer ids (any
+// integer dtype; floating inputs are truncated to int64, as Keras does) and
+// return int64 ids (output_mode "int") or float encodings in the compute
+// dtype ("one_hot", "multi_hot", "count").
+//
+// Encodings (Keras's encode_categorical_inputs), ids in [0, depth):
+//   one_hot    (N,) or (N, 1) -> (N, depth); (N, k) -> (N, k, depth)
+//   multi_hot  (N, k) -> (N, depth), 1 where an id occurs
+//   count      (N, k) -> (N, depth), how often each id occurs
+//   Inputs of rank > 2 are refused, as in Keras. A rank-1 input (N,) is
+//   one id per sample in every mode (Keras 3 would treat a rank-1 tensor as
+//   a single sample in multi_hot/count; kiln layers keep the batch axis).
+//
+// CategoryEncoding(num_tokens, output_mode="multi_hot", sparse=false):
+//   ids outside [0, num_tokens) are a ValueError naming the value.
+//
+// Hashing(num_bins, mask_value=null, salt=null, output_mode="int",
+//   sparse=false): id -> hash(decimal string of the id) % num_bins, as Keras
+//   (which hashes tf.strings.as_string of integer inputs). Without salt the
+//   hash is FarmHash Fingerprint64 (to_hash_bucket_fast); with salt (an int
+//   k, meaning [k, k], or [k0, k1]) it is SipHash-2-4 keyed (k0, k1)
+//   (to_hash_bucket_strong). Both match Keras bit for bit on the values
+//   checked (string_hash.h). With mask_value, inputs equal to it map to 0
+//   and the others to 1 + hash % (num_bins - 1). hash_strings() hashes
+//   strings the same way, for a data pipeline before the model.
+//
+// IntegerLookup(max_tokens=null, num_oov_indices=1, mask_token=null,
+//   oov_token=-1, vocabulary=null, vocabulary_dtype="int64",
+//   idf_weights=null, invert=false, output_mode="int", sparse=false,
+//   pad_to_max_tokens=false). Index layout (output_mode "int"):
+//   [mask_token -> 0, if set] [num_oov_indices OOV ids] [vocabulary...].
+//   An id not in the vocabulary maps to the OOV id oov_start + id mod
+//   num_oov_indices (Keras's default for integer keys); num_oov_indices=0
+//   makes OOV inputs an error. invert=true maps indices back to tokens (OOV
+//   indices and unknown indices to oov_token, 0 to mask_token when set).
+//   Other output modes encode the index with depth vocabulary_size() (or
+//   max_tokens with pad_to_max_tokens), without a mask slot: mask tokens are
+//   dropped. adapt(data) replaces the vocabulary with the distinct values of
+//   `data` (mask and OOV tokens excluded) sorted by descending frequency,
+//   ties by descending value (Keras's np.lexsort order), at most
+//   max_tokens - (reserved ids) of them. The vocabulary (given or adapted)
+//   is written to get_config()["vocabulary"], so it saves and loads with the
+//   model. Unsupported (ValueError): a vocabulary file path, idf_weights /
+//   "tf_idf", sparse=true.
+//
+//   auto lookup = std::make_shared<IntegerLookup>();
+//   lookup->adapt(at::tensor({12, 36, 12, 1138}));   // vocabulary [12, 1138, 36]
+//   (*lookup)(at::tensor({{12}, {36}, {7}}));         // [[1], [3], [0]]
+//
+// Thread safety: adapt() must not race with calls; calls may run
+// concurrently.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/layers/layer.h"
+
+namespace kiln {
+
+// Encodes int64 ids (each in [0, depth)) as above; `owner` names the layer
+// in errors. `drop` (optional, bool, same shape) marks ids to leave out.
+at::Tensor encode_categorical(const at::Tensor& ids, int64_t depth, const std::string& mode,
+                              at::ScalarType dtype, const std::string& owner,
+                              const at::Tensor& drop = at::Tensor());
+// The shape encode_categorical gives for an input shape.
+Shape encoded_shape(const Shape& input, int64_t depth, const std::string& mode, const std::string& owner);
+
+class CategoryEncoding : public SimpleLayer {
+ public:
+  explicit CategoryEncoding(const Json& config);
+  CategoryEncoding(int64_t num_tokens, const std::string& output_mode, const Json& extra = Json::object());
+  std::string class_name() const override { return "CategoryEncoding"; }
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+ private:
+  int64_t num_tokens_;
+  std::string output_mode_;
+};
+
+class Hashing : public SimpleLayer {
+ public:
+  explicit Hashing(const Json& config);
+  std::string class_name() const override { return "Hashing"; }
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  std::vector<at::ScalarType> compute_output_dtype(const std::vector<at::ScalarType>& in) override;
+  Json get_config() const override;
+
+  // The bin of each string (int64, shaped `shape`, default (n,)), as call()
+  // computes for integer inputs; output_mode must be "int".
+  at::Tensor hash_strings(const std::vector<std::string>& values, const Shape& shape = {}) const;
+
+ private:
+  int64_t bin_of(const std::string& s) const;
+  int64_t num_bins_;
+  Json mask_value_, salt_json_;
+  std::optional<std::array<uint64_t, 2>> salt_;
+  std::string output_mode_;
+};
+
+class IntegerLookup : public SimpleLayer {
+ public:
+  explicit IntegerLookup(const Json& config = Json::object());
+  std::string class_name() const override { return "IntegerLookup"; }
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  std::vector<at::ScalarType> compute_output_dtype(const std::vector<at::ScalarType>& in) override;
+  Json get_config() const override;
+
+  // Replaces the vocabulary (see above); `data` is any integer tensor.
+  void adapt(const at::Tensor& data);
+  // Streaming form: calls next_batch() until it returns an undefined tensor.
+  void adapt(const std::function<at::Tensor()>& next_batch);
+  void set_vocabulary(const std::vector<int64_t>& vocabulary);
+  // The learned or given tokens, without mask and OOV tokens.
+  const std::vector<int64_t>& get_vocabulary() const { return vocabulary_; }
+  // Ids in use: reserved (mask, OOV) plus vocabulary.
+  int64_t vocabulary_size() const;
+
+ private:
+  int64_t oov_start() const;
+  int64_t token_start() const;
+  int64_t depth() const;
+  std::optional<int64_t> max_tokens_;
+  int64_t num_oov_;
+  std::optional<int64_t> mask_token_;
+  int64_t oov_token_;
+  bool invert_, pad_to_max_tokens_;
+  std::string output_mode_;
+  std::vector<int64_t> vocabulary_;
+  std::unordered_map<int64_t, int64_t> index_;  // token -> position in vocabulary_
+};
+
+}  // namespace kiln

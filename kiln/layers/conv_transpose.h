@@ -1,0 +1,113 @@
+// Convolutions beyond Conv1D/Conv2D, with Keras 3's layouts, keys and
+// defaults: Conv2DTranspose, DepthwiseConv2D and SeparableConv2D.
+// Inputs are channels_last ((N, H, W, C)) unless data_format is
+// "channels_first". Kernels are stored as Keras stores them, so weights move
+// between kiln and Keras unchanged:
+//   Conv2DTranspose  kernel            (kh, kw, filters, in_channels)
+//   DepthwiseConv2D  depthwise_kernel  (kh, kw, in_channels, depth_multiplier)
+//   SeparableConv2D  depthwise_kernel  (kh, kw, in_channels, depth_multiplier)
+//                    pointwise_kernel  (1, 1, in_channels * depth_multiplier, filters)
+// plus `bias` when use_bias (the default).
+//
+// Conv2DTranspose(filters, kernel_size, strides=1, padding="valid",
+//   output_padding=null, data_format, dilation_rate=1, activation, use_bias,
+//   kernel_initializer="glorot_uniform", bias_initializer="zeros",
+//   *_regularizer, *_constraint (null only)). Output length per axis (Keras's
+//   deconv_output_length, k the dilated kernel size):
+//     output_padding null: valid n*s + max(k - s, 0); same n*s
+//     otherwise: (n - 1)*s + k - 2*pad + output_padding, pad = k//2 for same
+//   The result is TensorFlow's conv2d_transpose, i.e. the exact adjoint of
+//   Conv2D with the same padding (TensorFlow's "same": the odd padding
+//   element after). PyTorch's conv_transpose2d(padding, output_padding)
+//   crops from the start instead, so for odd "same" paddings (e.g. k=3,
+//   s=2) Keras's own torch backend is shifted by one pixel from this and
+//   from Keras on TensorFlow/JAX; kiln follows TensorFlow and its Conv2D.
+//
+// DepthwiseConv2D(kernel_size, strides=1, padding="valid",
+//   depth_multiplier=1, data_format, dilation_rate=1, activation, use_bias,
+//   depthwise_initializer="glorot_uniform", bias_initializer="zeros",
+//   depthwise_regularizer, bias_regularizer, activity_regularizer, ...):
+//   each input channel c convolved with its own depth_multiplier filters;
+//   output channel c * depth_multiplier + m (TensorFlow's order).
+// SeparableConv2D(filters, kernel_size, ..., depth_multiplier=1,
+//   pointwise_initializer="glorot_uniform", pointwise_regularizer, ...):
+//   the depthwise convolution (with strides, padding and dilation) followed
+//   by a 1x1 convolution to `filters` channels.
+// As in Keras, strides > 1 cannot be combined with dilation_rate > 1.
+//
+//   auto up = std::make_shared<Conv2DTranspose>(Json{{"filters", 8}, {"kernel_size", 3},
+//                                                   {"strides", 2}, {"padding", "same"}});
+//   y = (*up)(at::randn({1, 7, 7, 16}));   // (1, 14, 14, 8)
+#pragma once
+
+#include "kiln/layers/activations.h"
+#include "kiln/layers/conv.h"
+#include "kiln/layers/kernel_impl.h"
+#include "kiln/layers/layer.h"
+
+namespace kiln {
+
+class Conv2DTranspose : public SimpleLayer {
+ public:
+  explicit Conv2DTranspose(const Json& config);
+  std::string class_name() const override { return "Conv2DTranspose"; }
+  void build(const std::vector<Shape>& input_shapes) override;
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+  const VariablePtr& kernel() const { return kernel_; }
+  const VariablePtr& bias() const { return bias_; }
+
+ private:
+  // Output length along spatial axis i for an input length n (-1 stays -1).
+  int64_t output_length(int i, int64_t n) const;
+  int64_t filters_;
+  ConvGeometry geom_;
+  std::optional<std::vector<int64_t>> output_padding_;
+  std::string activation_name_;
+  ActivationFn activation_;
+  bool use_bias_;
+  InitializerPtr kernel_init_, bias_init_;
+  RegularizerPtr kernel_reg_, bias_reg_, activity_reg_;
+  VariablePtr kernel_, bias_;
+};
+
+// DepthwiseConv2D and, with a pointwise step, SeparableConv2D.
+class DepthwiseConv2D : public SimpleLayer {
+ public:
+  explicit DepthwiseConv2D(const Json& config);
+  std::string class_name() const override { return "DepthwiseConv2D"; }
+  void build(const std::vector<Shape>& input_shapes) override;
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+  const VariablePtr& depthwise_kernel() const { return depthwise_; }
+  const VariablePtr& pointwise_kernel() const { return pointwise_; }
+  const VariablePtr& bias() const { return bias_; }
+
+ protected:
+  DepthwiseConv2D(const Json& config, bool separable);
+
+ private:
+  bool separable_;
+  std::string owner_;
+  int64_t filters_ = 0;  // separable only
+  int64_t depth_multiplier_;
+  ConvGeometry geom_;    // the depthwise step (groups set by build)
+  std::string activation_name_;
+  ActivationFn activation_;
+  bool use_bias_;
+  InitializerPtr depthwise_init_, pointwise_init_, bias_init_;
+  RegularizerPtr depthwise_reg_, pointwise_reg_, bias_reg_, activity_reg_;
+  KernelImplPtr depthwise_impl_, pointwise_impl_;
+  int64_t in_channels_ = 0;
+  VariablePtr depthwise_, pointwise_, bias_;
+};
+
+class SeparableConv2D : public DepthwiseConv2D {
+ public:
+  explicit SeparableConv2D(const Json& config);
+  std::string class_name() const override { return "SeparableConv2D"; }
+};
+
+}  // namespace kiln

@@ -1,0 +1,82 @@
+#include "kiln/layers/group_norm.h"
+
+#include "kiln/layers/config_reader.h"
+
+namespace kiln {
+
+GroupNormalization::GroupNormalization(const Json& config) : SimpleLayer(config) {
+  ConfigReader r(config, "GroupNormalization");
+  groups_config_ = r.integer("groups", 32);
+  if (groups_config_ == 0 || groups_config_ < -1) r.invalid("groups", "a positive integer, or -1");
+  axis_ = r.integer("axis", -1);
+  epsilon_ = r.number("epsilon", 1e-3);
+  if (!(epsilon_ >= 0)) r.invalid("epsilon", "a non-negative number");
+  center_ = r.boolean("center", true);
+  scale_ = r.boolean("scale", true);
+  beta_init_ = r.initializer("beta_initializer", "zeros");
+  gamma_init_ = r.initializer("gamma_initializer", "ones");
+  beta_reg_ = r.regularizer("beta_regularizer");
+  gamma_reg_ = r.regularizer("gamma_regularizer");
+  r.no_constraint("beta_constraint");
+  r.no_constraint("gamma_constraint");
+  r.finish();
+}
+
+void GroupNormalization::build(const std::vector<Shape>& input_shapes) {
+  const Shape& s = input_shapes.at(0);
+  const int64_t rank = (int64_t)s.size();
+  resolved_axis_ = axis_ < 0 ? axis_ + rank : axis_;
+  if (rank < 2 || resolved_axis_ < 1 || resolved_axis_ >= rank)
+    throw ValueError("GroupNormalization '" + name() + "': axis=" + std::to_string(axis_) +
+                     " is not a non-batch axis of inputs of shape " + shape_to_string(s));
+  channels_ = s[resolved_axis_];
+  if (channels_ < 1)
+    throw ShapeError("GroupNormalization '" + name() + "': axis " + std::to_string(resolved_axis_) +
+                     " must have a known size. Received input shape " + shape_to_string(s));
+  groups_ = groups_config_ == -1 ? channels_ : groups_config_;
+  if (groups_ > channels_ || channels_ % groups_ != 0)
+    throw ValueError("GroupNormalization '" + name() + "': the number of channels (" + std::to_string(channels_) +
+                     ") must be a multiple of the number of groups (" + std::to_string(groups_) +
+                     "). Received input shape " + shape_to_string(s));
+  if (scale_) gamma_ = add_weight("gamma", {channels_}, gamma_init_, true, gamma_reg_);
+  if (center_) beta_ = add_weight("beta", {channels_}, beta_init_, true, beta_reg_);
+}
+
+at::Tensor GroupNormalization::call1(const at::Tensor& x, bool training) {
+  const int64_t a = resolved_axis_;
+  if (x.dim() != (int64_t)build_input_shapes().at(0).size() || x.size(a) != channels_)
+    throw ShapeError("GroupNormalization '" + name() + "' was built for inputs of shape " +
+                     shape_to_string(build_input_shapes().at(0)) + ". Received " + shape_to_string(sizes_of(x)));
+  const at::ScalarType out_dtype = x.scalar_type();
+  const at::ScalarType stat = at::promote_types(out_dtype, at::kFloat);
+  at::Tensor t = x.to(stat).movedim(a, 1);
+  at::Tensor g = gamma_ ? gamma_->value().to(stat) : at::Tensor();
+  at::Tensor b = beta_ ? beta_->value().to(stat) : at::Tensor();
+  at::Tensor y = at::group_norm(t, groups_, g, b, epsilon_, /*cudnn_enabled=*/false);
+  return y.movedim(1, a).to(out_dtype);
+}
+
+std::vector<Shape> GroupNormalization::compute_output_shape(const std::vector<Shape>& input_shapes) {
+  build_if_needed(input_shapes);
+  return input_shapes;
+}
+
+Json GroupNormalization::get_config() const {
+  Json j = base_config();
+  j["groups"] = groups_config_;
+  j["axis"] = axis_;
+  j["epsilon"] = epsilon_;
+  j["center"] = center_;
+  j["scale"] = scale_;
+  j["beta_initializer"] = beta_init_->to_json();
+  j["gamma_initializer"] = gamma_init_->to_json();
+  j["beta_regularizer"] = regularizer_json(beta_reg_);
+  j["gamma_regularizer"] = regularizer_json(gamma_reg_);
+  j["beta_constraint"] = nullptr;
+  j["gamma_constraint"] = nullptr;
+  return j;
+}
+
+KILN_REGISTER_LAYER(GroupNormalization);
+
+}  // namespace kiln

@@ -1,0 +1,42 @@
+// GroupNormalization (Keras 3): channels split into `groups` contiguous
+// groups; each sample is normalised by the mean and (biased) variance of
+// each group over the group's channels and every other non-batch axis,
+// then scaled by gamma and shifted by beta (per channel).
+//
+// Config keys and defaults: groups (32; -1 means one group per channel),
+// axis (-1, the channel axis), epsilon (1e-3), center (true), scale (true),
+// beta_initializer ("zeros"), gamma_initializer ("ones"), beta_regularizer,
+// gamma_regularizer, beta_constraint, gamma_constraint (null only). The
+// channel count must be a multiple of `groups`. As in Keras, statistics are
+// computed in float32 at least (bfloat16 inputs are upcast), the output is
+// in the compute dtype. Equals PyTorch's group_norm for channels_first.
+//
+//   auto gn = std::make_shared<GroupNormalization>(Json{{"groups", 4}});
+//   y = (*gn)(at::randn({2, 8, 8, 16}));
+#pragma once
+
+#include "kiln/layers/layer.h"
+
+namespace kiln {
+
+class GroupNormalization : public SimpleLayer {
+ public:
+  explicit GroupNormalization(const Json& config = Json::object());
+  std::string class_name() const override { return "GroupNormalization"; }
+  void build(const std::vector<Shape>& input_shapes) override;
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+  const VariablePtr& gamma() const { return gamma_; }
+  const VariablePtr& beta() const { return beta_; }
+
+ private:
+  int64_t groups_config_, groups_ = 0, axis_, resolved_axis_ = 0, channels_ = 0;
+  double epsilon_;
+  bool center_, scale_;
+  InitializerPtr beta_init_, gamma_init_;
+  RegularizerPtr beta_reg_, gamma_reg_;
+  VariablePtr gamma_, beta_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,50 @@
+// Regularisation layers that act in training only (identity at inference),
+// Keras 3's names, keys and defaults:
+//
+//   SpatialDropout2D(rate, data_format="channels_last", seed=null): drops
+//     whole feature maps: one keep/drop draw per (sample, channel), kept
+//     maps scaled by 1/(1 - rate). Inputs (N, H, W, C) or, channels_first,
+//     (N, C, H, W).
+//   GaussianNoise(stddev, seed=null): adds N(0, stddev^2) noise; stddev
+//     between 0 and 1, as Keras checks.
+//
+// `seed` (see seed_generator.h): null draws from LibTorch's default
+// generator (repeatable after kiln::set_random_seed); an integer gives the
+// layer its own seeded generator.
+#pragma once
+
+#include "kiln/layers/layer.h"
+#include "kiln/layers/seed_generator.h"
+
+namespace kiln {
+
+class SpatialDropout2D : public SimpleLayer {
+ public:
+  explicit SpatialDropout2D(const Json& config);
+  explicit SpatialDropout2D(double rate, const Json& extra = Json::object());
+  std::string class_name() const override { return "SpatialDropout2D"; }
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+ private:
+  double rate_;
+  bool channels_last_;
+  SeedGenerator seeds_;
+};
+
+class GaussianNoise : public SimpleLayer {
+ public:
+  explicit GaussianNoise(const Json& config);
+  explicit GaussianNoise(double stddev, const Json& extra = Json::object());
+  std::string class_name() const override { return "GaussianNoise"; }
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  Json get_config() const override;
+
+ private:
+  double stddev_;
+  SeedGenerator seeds_;
+};
+
+}  // namespace kiln
