@@ -280,5 +280,85 @@ TEST(OptimizerAccumulation, WithEma) {
   }
 }
 
+// --- schedules: PolynomialDecay, InverseTimeDecay, CosineDecayRestarts --------------------
+
+TEST(Keras3SchedulesGolden, MatchFormulaValues) {
+  Json golden = load_golden("kiln/optimizers/testdata/keras3_optimizers_golden.json");
+  ASSERT_GE(golden["schedules"].size(), 9u);
+  for (const auto& c : golden["schedules"]) {
+    SCOPED_TRACE(c["schedule"].dump());
+    SchedulePtr s = LearningRateSchedule::from_json(c["schedule"]);
+    for (size_t i = 0; i < c["steps"].size(); ++i)
+      EXPECT_NEAR((*s)(c["steps"][i].get<int64_t>()), c["values"][i].get<double>(), 1e-12) << "step " << i;
+  }
+}
+
+TEST(Keras3Schedules, HandValuesAndDefaults) {
+  // PolynomialDecay(0.1, 10): linear to 1e-4 by step 10, then held.
+  PolynomialDecay poly(0.1, 10);
+  EXPECT_DOUBLE_EQ(poly(0), 0.1);
+  EXPECT_NEAR(poly(5), (0.1 - 1e-4) * 0.5 + 1e-4, 1e-15);
+  EXPECT_NEAR(poly(10), 1e-4, 1e-15);
+  EXPECT_NEAR(poly(50), 1e-4, 1e-15);
+  // cycle: step 5 of decay_steps 4 decays over 8 steps: (1 - 5/8)^1.
+  PolynomialDecay cyc(1.0, 4, 0.0, 1.0, true);
+  EXPECT_NEAR(cyc(5), 0.375, 1e-15);
+  EXPECT_NEAR(cyc(8), 0.0, 1e-15);
+  EXPECT_DOUBLE_EQ(cyc(0), 1.0);
+  // InverseTimeDecay(0.1, 1, 0.5): 0.1 / (1 + 0.5 t).
+  InverseTimeDecay inv(0.1, 1, 0.5);
+  EXPECT_NEAR(inv(2), 0.05, 1e-15);
+  EXPECT_NEAR(InverseTimeDecay(0.1, 4, 1.0, true)(7), 0.05, 1e-15);  // floor(7/4) = 1
+  // CosineDecayRestarts(1, 4): 1 -> 0 over 4 steps, restart, then 8 steps.
+  CosineDecayRestarts sgdr(1.0, 4);
+  EXPECT_DOUBLE_EQ(sgdr(0), 1.0);
+  EXPECT_NEAR(sgdr(2), 0.5, 1e-12);
+  EXPECT_NEAR(sgdr(4), 1.0, 1e-12);
+  EXPECT_NEAR(sgdr(8), 0.5, 1e-12);
+  EXPECT_NEAR(sgdr(12), 1.0, 1e-12);
+  Json defaults = sgdr.get_config();
+  EXPECT_EQ(defaults["t_mul"], 2.0);
+  EXPECT_EQ(defaults["m_mul"], 1.0);
+  EXPECT_EQ(defaults["alpha"], 0.0);
+  EXPECT_EQ(defaults["name"], "SGDRDecay");
+  EXPECT_EQ(poly.get_config()["end_learning_rate"], 0.0001);
+  EXPECT_EQ(poly.get_config()["power"], 1.0);
+}
+
+TEST(Keras3Schedules, ConfigRoundTripAndBadConfigs) {
+  std::vector<SchedulePtr> all = {std::make_shared<PolynomialDecay>(0.1, 7, 0.01, 0.5, true, "poly"),
+                                  std::make_shared<InverseTimeDecay>(0.3, 2.5, 0.7, true),
+                                  std::make_shared<CosineDecayRestarts>(0.2, 10, 1.5, 0.9, 0.05)};
+  for (auto& s : all) {
+    Json j = s->to_json();
+    SCOPED_TRACE(j.dump());
+    SchedulePtr back = LearningRateSchedule::from_json(Json::parse(j.dump()));
+    EXPECT_EQ(back->to_json(), j);
+    for (int64_t step : {0, 3, 17, 400}) EXPECT_DOUBLE_EQ((*back)(step), (*s)(step));
+    // Inside an optimizer's config too.
+    auto opt = Optimizer::from_json(Json{{"class_name", "nadam"}, {"config", {{"learning_rate", j}}}});
+    EXPECT_EQ(opt->get_config()["learning_rate"], j);
+    EXPECT_DOUBLE_EQ(opt->learning_rate(), (*s)(0));
+  }
+  // Keras's serialized form ("name": null, module/registered_name around it).
+  Json keras = Json::parse(R"({"module": "keras.optimizers.schedules", "class_name": "PolynomialDecay",
+      "config": {"cycle": false, "decay_steps": 10000, "end_learning_rate": 0.01, "initial_learning_rate": 0.1,
+                 "name": null, "power": 0.5}, "registered_name": null})");
+  EXPECT_NEAR((*LearningRateSchedule::from_json(keras))(2500), 0.09 * std::sqrt(0.75) + 0.01, 1e-12);
+  EXPECT_NE(value_error_of([] { PolynomialDecay(0.1, 0); }).find("decay_steps=0"), std::string::npos);
+  EXPECT_NE(value_error_of([] { InverseTimeDecay(0.1, -1, 0.5); }).find("decay_steps=-1"), std::string::npos);
+  EXPECT_NE(value_error_of([] { CosineDecayRestarts(0.1, 0); }).find("first_decay_steps=0"), std::string::npos);
+  EXPECT_THROW(LearningRateSchedule::from_json(
+                   Json{{"class_name", "InverseTimeDecay"}, {"config", {{"initial_learning_rate", 0.1}, {"decay_steps", 1}}}}),
+               ValueError);  // decay_rate missing
+  EXPECT_NE(value_error_of([] {
+              LearningRateSchedule::from_json(Json{{"class_name", "CosineDecayRestarts"},
+                                                   {"config", {{"initial_learning_rate", 0.1},
+                                                               {"first_decay_steps", 3},
+                                                               {"t_mull", 2.0}}}});
+            }).find("t_mull"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -55,7 +55,8 @@ class LearningRateSchedule {
   virtual std::string class_name() const = 0;
   virtual Json get_config() const = 0;
   Json to_json() const { return Json{{"class_name", class_name()}, {"config", get_config()}}; }
-  // {"class_name": "ExponentialDecay" | "CosineDecay" | "PiecewiseConstantDecay", "config": {...}}
+  // {"class_name": "ExponentialDecay" | "CosineDecay" | "PiecewiseConstantDecay" |
+  // "PolynomialDecay" | "InverseTimeDecay" | "CosineDecayRestarts", "config": {...}}
   // (see schedules.h). ValueError for an unknown class or a bad config.
   static std::shared_ptr<LearningRateSchedule> from_json(const Json& j);
 };

@@ -781,6 +781,80 @@ def np_keras_optimizer(cls, cfg, sched, params, grad_steps):
     return out
 
 
+class PolynomialDecay:
+    def __init__(self, initial_learning_rate, decay_steps, end_learning_rate=0.0001, power=1.0, cycle=False):
+        self.cfg = dict(initial_learning_rate=initial_learning_rate, decay_steps=decay_steps,
+                        end_learning_rate=end_learning_rate, power=power, cycle=cycle)
+
+    def __call__(self, step):
+        c = self.cfg
+        d = c["decay_steps"]
+        if c["cycle"]:
+            d = d * (1 if step == 0 else math.ceil(step / d))
+        else:
+            step = min(step, d)
+        return (c["initial_learning_rate"] - c["end_learning_rate"]) * (1 - step / d) ** c["power"] + \
+            c["end_learning_rate"]
+
+    def to_json(self):
+        return {"class_name": "PolynomialDecay", "config": self.cfg}
+
+
+class InverseTimeDecay:
+    def __init__(self, initial_learning_rate, decay_steps, decay_rate, staircase=False):
+        self.cfg = dict(initial_learning_rate=initial_learning_rate, decay_steps=decay_steps, decay_rate=decay_rate,
+                        staircase=staircase)
+
+    def __call__(self, step):
+        c = self.cfg
+        p = step / c["decay_steps"]
+        if c["staircase"]:
+            p = math.floor(p)
+        return c["initial_learning_rate"] / (1 + c["decay_rate"] * p)
+
+    def to_json(self):
+        return {"class_name": "InverseTimeDecay", "config": self.cfg}
+
+
+class CosineDecayRestarts:
+    """SGDR by walking the periods one by one (period i: first_decay_steps *
+    t_mul^i steps, peak m_mul^i), an independent route to Keras's closed form."""
+
+    def __init__(self, initial_learning_rate, first_decay_steps, t_mul=2.0, m_mul=1.0, alpha=0.0):
+        self.cfg = dict(initial_learning_rate=initial_learning_rate, first_decay_steps=first_decay_steps,
+                        t_mul=t_mul, m_mul=m_mul, alpha=alpha)
+
+    def __call__(self, step):
+        c = self.cfg
+        start, length, peak = 0.0, float(c["first_decay_steps"]), 1.0
+        while step >= start + length - 1e-9:
+            start += length
+            length *= c["t_mul"]
+            peak *= c["m_mul"]
+        frac = (step - start) / length
+        cosine = 0.5 * peak * (1 + math.cos(math.pi * frac))
+        return c["initial_learning_rate"] * ((1 - c["alpha"]) * cosine + c["alpha"])
+
+    def to_json(self):
+        return {"class_name": "CosineDecayRestarts", "config": self.cfg}
+
+
+def keras3_schedule_cases():
+    scheds = [
+        PolynomialDecay(0.1, 10),
+        PolynomialDecay(0.1, 4, end_learning_rate=0.01, power=0.5),
+        PolynomialDecay(0.1, 4, end_learning_rate=0.01, power=2.0, cycle=True),
+        InverseTimeDecay(0.1, 2, 0.5),
+        InverseTimeDecay(0.1, 3, 1.5, staircase=True),
+        InverseTimeDecay(0.2, 0.5, 0.1),
+        CosineDecayRestarts(0.1, 3),
+        CosineDecayRestarts(0.1, 2, t_mul=1.0, m_mul=0.5, alpha=0.1),
+        CosineDecayRestarts(0.2, 2, t_mul=1.5, m_mul=0.8, alpha=0.05),
+    ]
+    steps = list(range(0, 25))
+    return [{"schedule": s.to_json(), "steps": steps, "values": [s(t) for t in steps]} for s in scheds]
+
+
 def keras3_optimizer_cases():
     params = [randn3(3, 4), randn3(4)]
     names = ["dense/kernel", "dense/bias"]
@@ -867,7 +941,7 @@ def main():
     write("kiln/metrics/testdata/metrics_golden.json", dict(header, cases=metric_cases()))
     write("kiln/optimizers/testdata/optimizers_golden.json",
           dict(header, cases=optimizer_cases(), schedules=schedule_cases()))
-    write("kiln/optimizers/testdata/keras3_optimizers_golden.json", dict(header, cases=keras3_optimizer_cases()))
+    write("kiln/optimizers/testdata/keras3_optimizers_golden.json", dict(header, cases=keras3_optimizer_cases(), schedules=keras3_schedule_cases()))
 
 
 if __name__ == "__main__":
