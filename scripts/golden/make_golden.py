@@ -934,11 +934,137 @@ def keras3_optimizer_cases():
     return cases
 
 
+# Losses added for Keras 3 parity: torch.nn.functional where it has the op
+# (kl_div, poisson_nll_loss(log_input=False), cosine_similarity, log(cosh) in
+# float64), numpy formulas for the ones it lacks (hinge, squared hinge,
+# binary focal crossentropy, the latter checked against F.binary_cross_entropy
+# at gamma 0).
+GEN_L = torch.Generator().manual_seed(20261126)
+
+
+def keras3_loss_cases():
+    cases = []
+
+    def add(name, cls, config, y_true, y_pred, per_sample, sample_weight=None, source="torch"):
+        reduction = config.get("reduction", "sum_over_batch_size")
+        cases.append({
+            "name": name,
+            "source": source,
+            "loss": {"class_name": cls, "config": config},
+            "y_true": T(y_true),
+            "y_pred": T(y_pred),
+            "sample_weight": None if sample_weight is None else T(sample_weight),
+            "per_sample": T(per_sample.float()),
+            "expected": T(reduce(per_sample.float(), sample_weight, reduction)),
+        })
+
+    def rn(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=GEN_L) * scale).float()
+
+    def ru(*shape):
+        return torch.rand(*shape, generator=GEN_L).float()
+
+    n, c = 8, 5
+    weights = ru(n) * 2
+
+    # KL divergence: distributions, one y_true row with zeros (clipped to eps).
+    t = torch.softmax(rn(n, c, scale=2.0), -1)
+    t[0] = torch.tensor([0.5, 0.5, 0.0, 0.0, 0.0])
+    pr = torch.softmax(rn(n, c, scale=2.0), -1)
+    per = F.kl_div(pr.double().clamp(EPS, 1).log(), t.double().clamp(EPS, 1), reduction="none").sum(-1)
+    add("kl_divergence", "KLDivergence", {}, t, pr, per)
+    add("kl_divergence_weighted_sum", "KLDivergence", {"reduction": "sum"}, t, pr, per, sample_weight=weights)
+
+    # Poisson: rates > 0, counts.
+    rate = ru(n, 3) * 4 + 0.01
+    counts = torch.poisson(ru(n, 3) * 3, generator=GEN_L).float()
+    per = F.poisson_nll_loss(rate.double(), counts.double(), log_input=False, full=False, eps=EPS,
+                             reduction="none").mean(-1)
+    add("poisson", "Poisson", {}, counts, rate, per)
+    add("poisson_weighted_mean_with_sample_weight", "Poisson", {"reduction": "mean_with_sample_weight"}, counts, rate,
+        per, sample_weight=weights)
+
+    # Log-cosh, including errors large enough that cosh overflows float32.
+    yt = rn(n, 4)
+    yp = yt + rn(n, 4, scale=2.0)
+    yp[0, 0] = yt[0, 0] + 120.0
+    per = torch.log(torch.cosh((yp - yt).double())).mean(-1)
+    add("log_cosh", "LogCosh", {}, yt, yp, per)
+    yv = rn(n)
+    pv = rn(n, 1)
+    add("log_cosh_n_vs_n1", "LogCosh", {}, yv, pv, torch.log(torch.cosh((pv - yv.unsqueeze(-1)).double())).mean(-1),
+        sample_weight=weights)
+
+    # Cosine similarity (negated), last axis and axis 1 of a rank-3 input.
+    a, b = rn(n, 6), rn(n, 6)
+    add("cosine_similarity", "CosineSimilarity", {}, a, b, -F.cosine_similarity(a.double(), b.double(), dim=-1))
+    a3, b3 = rn(3, 4, 2), rn(3, 4, 2)
+    add("cosine_similarity_axis1", "CosineSimilarity", {"axis": 1}, a3, b3,
+        -F.cosine_similarity(a3.double(), b3.double(), dim=1))
+
+    # Hinge / squared hinge: {0, 1} labels (mapped to {-1, 1}) and {-1, 1} labels.
+    def hinge_np(t, p, squared):
+        t = t.double().numpy()
+        p = p.double().numpy()
+        if np.all((t == 0) | (t == 1)):
+            t = 2 * t - 1
+        m = np.maximum(1 - t * p, 0)
+        return torch.from_numpy((m * m if squared else m).mean(-1))
+
+    y01 = torch.randint(0, 2, (n, 3), generator=GEN_L).float()
+    ypm = y01 * 2 - 1
+    ph = rn(n, 3, scale=1.5)
+    for cls, key, sq in [("Hinge", "hinge", False), ("SquaredHinge", "squared_hinge", True)]:
+        add(key + "_01_labels", cls, {}, y01, ph, hinge_np(y01, ph, sq), source="numpy")
+        add(key + "_pm1_labels_weighted", cls, {}, ypm, ph, hinge_np(ypm, ph, sq), sample_weight=weights,
+            source="numpy")
+    # Labels that are neither all {0,1} nor converted: used as given.
+    ymix = ypm.clone()
+    ymix[0, 0] = 0.0
+    add("hinge_unconverted_labels", "Hinge", {}, ymix, ph, hinge_np(ymix, ph, False), source="numpy")
+
+    # Binary focal crossentropy.
+    def focal_np(t, p, gamma=2.0, alpha=0.25, balance=False, logits=False, ls=0.0):
+        t = t.double().numpy()
+        p = p.double().numpy()
+        if ls:
+            t = t * (1 - ls) + 0.5 * ls
+        if logits:
+            p = 1 / (1 + np.exp(-p))
+        q = np.clip(p, EPS, 1 - EPS)
+        bce = -(t * np.log(q) + (1 - t) * np.log(1 - q))
+        p_t = t * p + (1 - t) * (1 - p)
+        out = (1 - p_t) ** gamma * bce
+        if balance:
+            out = (t * alpha + (1 - t) * (1 - alpha)) * out
+        return torch.from_numpy(out.mean(-1))
+
+    yb = torch.randint(0, 2, (n, 3), generator=GEN_L).float()
+    pb = torch.sigmoid(rn(n, 3, scale=2.0))
+    xb = rn(n, 3, scale=3.0)
+    ref0 = focal_np(yb, pb, gamma=0.0)
+    bce = F.binary_cross_entropy(pb.double().clamp(EPS, 1 - EPS), yb.double(), reduction="none").mean(-1)
+    assert torch.allclose(ref0, bce, rtol=1e-9, atol=1e-12), "focal at gamma 0 must be BCE"
+    add("binary_focal_crossentropy", "BinaryFocalCrossentropy", {}, yb, pb, focal_np(yb, pb), source="numpy")
+    add("binary_focal_gamma0_is_bce", "BinaryFocalCrossentropy", {"gamma": 0.0}, yb, pb, bce)
+    add("binary_focal_balanced_alpha_gamma", "BinaryFocalCrossentropy",
+        {"apply_class_balancing": True, "alpha": 0.4, "gamma": 1.5}, yb, pb,
+        focal_np(yb, pb, gamma=1.5, alpha=0.4, balance=True), sample_weight=weights, source="numpy")
+    add("binary_focal_logits_smoothing", "BinaryFocalCrossentropy", {"from_logits": True, "label_smoothing": 0.1},
+        yb, xb, focal_np(yb, xb, logits=True, ls=0.1), source="numpy")
+    y1 = torch.randint(0, 2, (n,), generator=GEN_L).float()
+    p1 = torch.sigmoid(rn(n, 1))
+    add("binary_focal_n_vs_n1", "BinaryFocalCrossentropy", {}, y1, p1, focal_np(y1.unsqueeze(-1), p1),
+        source="numpy")
+    return cases
+
+
 def main():
     torch.set_num_threads(1)
     header = {"generator": "scripts/golden/make_golden.py", "torch": torch.__version__}
     write("kiln/losses/testdata/losses_golden.json", dict(header, cases=loss_cases()))
     write("kiln/metrics/testdata/metrics_golden.json", dict(header, cases=metric_cases()))
+    write("kiln/losses/testdata/keras3_losses_golden.json", dict(header, cases=keras3_loss_cases()))
     write("kiln/optimizers/testdata/optimizers_golden.json",
           dict(header, cases=optimizer_cases(), schedules=schedule_cases()))
     write("kiln/optimizers/testdata/keras3_optimizers_golden.json", dict(header, cases=keras3_optimizer_cases(), schedules=keras3_schedule_cases()))
