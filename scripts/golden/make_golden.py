@@ -1059,12 +1059,182 @@ def keras3_loss_cases():
     return cases
 
 
+# Metrics added for Keras 3 parity: F1Score/FBetaScore, RootMeanSquaredError,
+# MeanIoU and R2Score, accumulated over several batches, from numpy float64
+# formulas (sklearn-free); R2 is checked against 1 - SSE/SST written with
+# np.var for unweighted data, and MeanIoU against a per-class set count.
+
+
+def keras3_metric_cases():
+    cases = []
+    rng = np.random.default_rng(20261127)
+
+    def add(name, cls, config, batches, results):
+        cases.append({
+            "name": name,
+            "metric": {"class_name": cls, "config": config},
+            "batches": [{"y_true": T(torch.as_tensor(b[0])), "y_pred": T(torch.as_tensor(b[1])),
+                         "sample_weight": None if b[2] is None else T(torch.as_tensor(b[2]))} for b in batches],
+            "results": results,
+        })
+
+    f32 = lambda a: np.asarray(a, dtype=np.float32)
+    eps = 1e-7
+
+    # F-scores: (batch, classes) one-hot / multi-label targets and scores.
+    def fbeta(batches, average, beta=1.0, threshold=None):
+        state = None
+        out = []
+        for y, p, w in batches:
+            y = y.astype(np.float64)
+            p = p.astype(np.float64)
+            if threshold is None:
+                pred = ((p >= p.max(-1, keepdims=True)) & (np.abs(p) > 1e-9)).astype(np.float64)
+            else:
+                pred = (p > threshold).astype(np.float64)
+            ww = np.ones((y.shape[0], 1)) if w is None else w.astype(np.float64)[:, None]
+            axis = None if average == "micro" else 0
+            parts = [((pred * y) * ww).sum(axis), ((pred * (1 - y)) * ww).sum(axis),
+                     (((1 - pred) * y) * ww).sum(axis), (y * ww).sum(axis)]
+            state = parts if state is None else [a + b for a, b in zip(state, parts)]
+            tp, fp, fn, wt = state
+            prec = tp / (tp + fp + eps)
+            rec = tp / (tp + fn + eps)
+            f = prec * rec / (beta * beta * prec + rec + eps) * (1 + beta * beta)
+            if average == "weighted":
+                out.append(float((f * wt / (wt.sum() + eps)).sum()))
+            elif average is not None:
+                out.append(float(np.mean(f)))
+            else:
+                out.append([float(v) for v in f])
+        return out
+
+    nb, n, c = 3, 12, 4
+    onehot = []
+    for i in range(nb):
+        labels = rng.integers(0, c, n)
+        y = np.eye(c)[labels]
+        logits = rng.normal(size=(n, c)) + 1.5 * y
+        p = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+        onehot.append((f32(y), f32(p), f32(rng.uniform(0.2, 2.0, n)) if i != 1 else None))
+    multilabel = [(f32(rng.integers(0, 2, (n, c))), f32(rng.uniform(size=(n, c))), None) for _ in range(nb)]
+    for avg in [None, "micro", "macro", "weighted"]:
+        key = "none" if avg is None else avg
+        add("f1_" + key, "F1Score", {"average": avg}, onehot, fbeta(onehot, avg))
+        add("f1_" + key + "_threshold0.4_multilabel", "F1Score", {"average": avg, "threshold": 0.4}, multilabel,
+            fbeta(multilabel, avg, threshold=0.4))
+    add("fbeta2_macro", "FBetaScore", {"average": "macro", "beta": 2.0}, onehot, fbeta(onehot, "macro", beta=2.0))
+    add("fbeta0.5_weighted_threshold", "FBetaScore", {"average": "weighted", "beta": 0.5, "threshold": 0.3},
+        multilabel, fbeta(multilabel, "weighted", beta=0.5, threshold=0.3))
+
+    # RMSE.
+    def rmse(batches):
+        tot, cnt, out = 0.0, 0.0, []
+        for y, p, w in batches:
+            y64, p64 = y.astype(np.float64), p.astype(np.float64)
+            if y64.ndim == 1 and p64.ndim == 2:
+                y64 = y64[:, None]
+            e = ((p64 - y64) ** 2).reshape(len(y64), -1).mean(-1)
+            ww = np.ones(len(e)) if w is None else w.astype(np.float64)
+            tot += (e * ww).sum()
+            cnt += ww.sum()
+            out.append(float(np.sqrt(tot / cnt)))
+        return out
+
+    reg = [(f32(rng.normal(size=(n, 3))), f32(rng.normal(size=(n, 3))), f32(rng.uniform(0, 2, n)) if i else None)
+           for i in range(nb)]
+    add("rmse", "RootMeanSquaredError", {}, reg, rmse(reg))
+    reg1 = [(f32(rng.normal(size=n)), f32(rng.normal(size=(n, 1))), None) for _ in range(nb)]
+    add("rmse_n_vs_n1", "RootMeanSquaredError", {}, reg1, rmse(reg1))
+
+    # MeanIoU.
+    def miou(batches, k, ignore=None, sparse_true=True, sparse_pred=True):
+        cm = np.zeros((k, k))
+        out = []
+        for y, p, w in batches:
+            yt = (y if sparse_true else y.argmax(-1)).reshape(-1).astype(np.int64)
+            yp = (p if sparse_pred else p.argmax(-1)).reshape(-1).astype(np.int64)
+            ww = np.ones(len(yt)) if w is None else np.broadcast_to(w.reshape(-1), yt.shape).astype(np.float64)
+            for a, b, wi in zip(yt, yp, ww):
+                if ignore is not None and a == ignore:
+                    continue
+                cm[a, b] += wi
+            ious = []
+            for cls in range(k):
+                tp = cm[cls, cls]
+                union = cm[cls, :].sum() + cm[:, cls].sum() - tp
+                if union > 1e-9:
+                    ious.append(tp / (union + eps))
+            out.append(float(sum(ious) / (len(ious) + eps)))
+        return out
+
+    k = 4
+    seg = [(f32(rng.integers(0, k, (2, 3, 3))), f32(rng.integers(0, k, (2, 3, 3))),
+            f32(rng.uniform(0.5, 1.5, (2, 3, 3))) if i == 2 else None) for i in range(nb)]
+    add("mean_iou_sparse", "MeanIoU", {"num_classes": k}, seg, miou(seg, k))
+    # A class never seen (5 classes, ids 0..3 only) is left out of the mean.
+    add("mean_iou_unseen_class", "MeanIoU", {"num_classes": 5}, seg, miou(seg, 5))
+    seg_ign = [(np.where(b[0] == 3, np.float32(-1), b[0]), b[1], b[2]) for b in seg]
+    add("mean_iou_ignore_class", "MeanIoU", {"num_classes": k, "ignore_class": -1}, seg_ign,
+        miou(seg_ign, k, ignore=-1))
+    dense = [(f32(np.eye(k)[rng.integers(0, k, n)]), f32(rng.uniform(size=(n, k))), None) for _ in range(nb)]
+    add("mean_iou_dense", "MeanIoU", {"num_classes": k, "sparse_y_true": False, "sparse_y_pred": False}, dense,
+        miou(dense, k, sparse_true=False, sparse_pred=False))
+
+    # R2.
+    def r2(batches, agg="uniform_average", p_reg=0):
+        st = None
+        nsamp = 0
+        out = []
+        for y, p, w in batches:
+            y = y.astype(np.float64)
+            p = p.astype(np.float64)
+            if y.ndim == 1:
+                y = y[:, None]
+            ww = np.ones_like(y) if w is None else np.broadcast_to(
+                (w[:, None] if w.ndim == 1 else w).astype(np.float64), y.shape)
+            parts = [(y * ww).sum(0), (y * y * ww).sum(0), ((y - p) ** 2 * ww).sum(0), ww.sum(0)]
+            st = parts if st is None else [a + b for a, b in zip(st, parts)]
+            nsamp += y.size
+            s, sq, sse, cnt = st
+            total = sq - s * (s / cnt)
+            raw = 1 - sse / total
+            raw = np.where(np.isinf(raw), 0.0, raw)
+            if agg == "uniform_average":
+                r = float(raw.mean())
+            elif agg == "variance_weighted_average":
+                r = float((total * raw).sum() / total.sum())
+            else:
+                r = raw
+            if p_reg and p_reg < nsamp - 1:
+                r = 1 - (1 - r) * (nsamp - 1) / (nsamp - p_reg - 1)
+            out.append([float(v) for v in r] if agg is None else float(r))
+        return out
+
+    yr = [(f32(rng.normal(size=(n, 3)) * [1, 2, 5]), None, None) for _ in range(nb)]
+    yr = [(y, f32(y + rng.normal(size=y.shape)), f32(rng.uniform(0.5, 2, n)) if i == 1 else None)
+          for i, (y, _, _) in enumerate(yr)]
+    # Independent check: unweighted, one batch, R2 per output = 1 - SSE / (n var(y)).
+    y0, p0 = yr[0][0].astype(np.float64), yr[0][1].astype(np.float64)
+    direct = 1 - ((y0 - p0) ** 2).sum(0) / (len(y0) * y0.var(0))
+    assert np.allclose(r2([yr[0]], None)[0], direct), "R2 reference"
+    add("r2_uniform", "R2Score", {}, yr, r2(yr))
+    add("r2_variance_weighted", "R2Score", {"class_aggregation": "variance_weighted_average"}, yr,
+        r2(yr, "variance_weighted_average"))
+    add("r2_per_output", "R2Score", {"class_aggregation": None}, yr, r2(yr, None))
+    add("r2_adjusted", "R2Score", {"num_regressors": 3}, yr, r2(yr, p_reg=3))
+    y1 = [(f32(rng.normal(size=n)), f32(rng.normal(size=(n, 1))), None) for _ in range(2)]
+    add("r2_n_vs_n1", "R2Score", {}, y1, r2(y1))
+    return cases
+
+
 def main():
     torch.set_num_threads(1)
     header = {"generator": "scripts/golden/make_golden.py", "torch": torch.__version__}
     write("kiln/losses/testdata/losses_golden.json", dict(header, cases=loss_cases()))
     write("kiln/metrics/testdata/metrics_golden.json", dict(header, cases=metric_cases()))
     write("kiln/losses/testdata/keras3_losses_golden.json", dict(header, cases=keras3_loss_cases()))
+    write("kiln/metrics/testdata/keras3_metrics_golden.json", dict(header, cases=keras3_metric_cases()))
     write("kiln/optimizers/testdata/optimizers_golden.json",
           dict(header, cases=optimizer_cases(), schedules=schedule_cases()))
     write("kiln/optimizers/testdata/keras3_optimizers_golden.json", dict(header, cases=keras3_optimizer_cases(), schedules=keras3_schedule_cases()))
