@@ -8,6 +8,8 @@
 #include "kiln/core/error.h"
 #include "kiln/core/shape.h"
 #include "kiln/losses/crossentropy.h"
+#include "kiln/losses/hinge.h"
+#include "kiln/losses/probabilistic.h"
 #include "kiln/losses/regression.h"
 
 namespace kiln {
@@ -50,6 +52,17 @@ Registry& registry() {
       return losses::MeanAbsoluteError::from_config(c);
     };
     reg->classes["Huber"] = [](const Json& c) -> LossPtr { return losses::Huber::from_config(c); };
+    reg->classes["KLDivergence"] = [](const Json& c) -> LossPtr { return losses::KLDivergence::from_config(c); };
+    reg->classes["Hinge"] = [](const Json& c) -> LossPtr { return losses::Hinge::from_config(c); };
+    reg->classes["SquaredHinge"] = [](const Json& c) -> LossPtr { return losses::SquaredHinge::from_config(c); };
+    reg->classes["LogCosh"] = [](const Json& c) -> LossPtr { return losses::LogCosh::from_config(c); };
+    reg->classes["Poisson"] = [](const Json& c) -> LossPtr { return losses::Poisson::from_config(c); };
+    reg->classes["CosineSimilarity"] = [](const Json& c) -> LossPtr {
+      return losses::CosineSimilarity::from_config(c);
+    };
+    reg->classes["BinaryFocalCrossentropy"] = [](const Json& c) -> LossPtr {
+      return losses::BinaryFocalCrossentropy::from_config(c);
+    };
     return reg;
   }();
   return *r;
@@ -69,6 +82,16 @@ const std::map<std::string, std::string>& aliases() {
       {"MAE", "MeanAbsoluteError"},
       {"huber", "Huber"},
       {"huber_loss", "Huber"},
+      {"kl_divergence", "KLDivergence"},
+      {"kld", "KLDivergence"},
+      {"KLD", "KLDivergence"},
+      {"hinge", "Hinge"},
+      {"squared_hinge", "SquaredHinge"},
+      {"log_cosh", "LogCosh"},
+      {"logcosh", "LogCosh"},
+      {"poisson", "Poisson"},
+      {"cosine_similarity", "CosineSimilarity"},
+      {"binary_focal_crossentropy", "BinaryFocalCrossentropy"},
   };
   return a;
 }

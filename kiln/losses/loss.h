@@ -16,7 +16,8 @@
 // Inputs are cast to float32 and the result is float32 whatever the model's
 // compute dtype (mixed precision keeps losses in float32).
 //
-// Concrete losses live in kiln::losses (crossentropy.h, regression.h).
+// Concrete losses live in kiln::losses (crossentropy.h, regression.h,
+// hinge.h, probabilistic.h).
 // Thread safety: losses are immutable after construction; calls are
 // thread-safe.
 #pragma once
@@ -54,7 +55,9 @@ class Loss {
 
   // Keras names: "sparse_categorical_crossentropy", "categorical_crossentropy",
   // "binary_crossentropy", "mse"/"mean_squared_error", "mae"/
-  // "mean_absolute_error", "huber"/"huber_loss", or a class name
+  // "mean_absolute_error", "huber"/"huber_loss", "kl_divergence"/"kld",
+  // "hinge", "squared_hinge", "log_cosh"/"logcosh", "poisson",
+  // "cosine_similarity", "binary_focal_crossentropy", or a class name
   // ("MeanSquaredError"). ValueError lists the known names.
   static std::shared_ptr<Loss> get(const std::string& name);
   // {"class_name", "config"} (Keras's serialized form; extra keys such as

@@ -9,6 +9,8 @@
 #include "kiln/losses/loss.h"
 #include "kiln/metrics/accuracy_metrics.h"
 #include "kiln/metrics/confusion_metrics.h"
+#include "kiln/metrics/f_score.h"
+#include "kiln/metrics/iou_metrics.h"
 #include "kiln/metrics/regression_metrics.h"
 
 namespace kiln {
@@ -54,6 +56,11 @@ Registry& registry() {
     reg->classes["Recall"] = factory_of<Recall>();
     reg->classes["MeanAbsoluteError"] = factory_of<metrics::MeanAbsoluteError>();
     reg->classes["MeanSquaredError"] = factory_of<metrics::MeanSquaredError>();
+    reg->classes["RootMeanSquaredError"] = factory_of<metrics::RootMeanSquaredError>();
+    reg->classes["R2Score"] = factory_of<metrics::R2Score>();
+    reg->classes["F1Score"] = factory_of<metrics::F1Score>();
+    reg->classes["FBetaScore"] = factory_of<metrics::FBetaScore>();
+    reg->classes["MeanIoU"] = factory_of<metrics::MeanIoU>();
     return reg;
   }();
   return *r;
@@ -74,6 +81,11 @@ const std::map<std::string, std::string>& aliases() {
       {"mean_absolute_error", "MeanAbsoluteError"},
       {"mse", "MeanSquaredError"},
       {"mean_squared_error", "MeanSquaredError"},
+      {"root_mean_squared_error", "RootMeanSquaredError"},
+      {"r2_score", "R2Score"},
+      {"f1_score", "F1Score"},
+      {"fbeta_score", "FBetaScore"},
+      {"mean_iou", "MeanIoU"},
   };
   return a;
 }

@@ -8,7 +8,7 @@
 // State lives in float64 CPU tensors returned by variables(), so a
 // distributed trainer can sum them across replicas (in place) before
 // result(). Concrete metrics live in kiln::metrics (accuracy_metrics.h,
-// confusion_metrics.h, regression_metrics.h).
+// confusion_metrics.h, regression_metrics.h, f_score.h, iou_metrics.h).
 //
 // Thread safety: not thread-safe; one training loop owns each metric.
 #pragma once
@@ -54,7 +54,9 @@ class Metric {
   // "categorical_accuracy", "sparse_categorical_accuracy",
   // "top_k_categorical_accuracy", "sparse_top_k_categorical_accuracy", "auc",
   // "precision", "recall", "mae"/"mean_absolute_error",
-  // "mse"/"mean_squared_error", or a class name ("AUC"). The metric is named
+  // "mse"/"mean_squared_error", "root_mean_squared_error", "r2_score",
+  // "f1_score", "fbeta_score", "mean_iou" (needs num_classes: use
+  // from_json with a config), or a class name ("AUC"). The metric is named
   // as the string given (Keras 3), so "accuracy" logs as `accuracy` and
   // `val_accuracy`. ValueError lists the known names.
   static std::shared_ptr<Metric> get(const std::string& name, const Loss* loss = nullptr);

@@ -9,7 +9,13 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/shape.h"
+#include "kiln/optimizers/adadelta.h"
+#include "kiln/optimizers/adagrad.h"
 #include "kiln/optimizers/adam.h"
+#include "kiln/optimizers/adamax.h"
+#include "kiln/optimizers/ftrl.h"
+#include "kiln/optimizers/lion.h"
+#include "kiln/optimizers/nadam.h"
 #include "kiln/optimizers/rmsprop.h"
 #include "kiln/optimizers/sgd.h"
 
@@ -76,6 +82,20 @@ Registry& registry() {
     reg->classes["AdamW"] = [](const Json& c) -> OptimizerPtr {
       return std::make_shared<optimizers::AdamW>(c);
     };
+    reg->classes["Adagrad"] = [](const Json& c) -> OptimizerPtr {
+      return std::make_shared<optimizers::Adagrad>(c);
+    };
+    reg->classes["Adadelta"] = [](const Json& c) -> OptimizerPtr {
+      return std::make_shared<optimizers::Adadelta>(c);
+    };
+    reg->classes["Adamax"] = [](const Json& c) -> OptimizerPtr {
+      return std::make_shared<optimizers::Adamax>(c);
+    };
+    reg->classes["Nadam"] = [](const Json& c) -> OptimizerPtr {
+      return std::make_shared<optimizers::Nadam>(c);
+    };
+    reg->classes["Lion"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Lion>(c); };
+    reg->classes["Ftrl"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Ftrl>(c); };
     return reg;
   }();
   return *r;
@@ -90,7 +110,9 @@ Optimizer::Factory find_class(const std::string& cls) {
 
 const std::map<std::string, std::string>& aliases() {
   static const std::map<std::string, std::string> a = {
-      {"sgd", "SGD"}, {"rmsprop", "RMSprop"}, {"adam", "Adam"}, {"adamw", "AdamW"}};
+      {"sgd", "SGD"},           {"rmsprop", "RMSprop"}, {"adam", "Adam"},     {"adamw", "AdamW"},
+      {"adagrad", "Adagrad"},   {"adadelta", "Adadelta"}, {"adamax", "Adamax"}, {"nadam", "Nadam"},
+      {"lion", "Lion"},         {"ftrl", "Ftrl"}};
   return a;
 }
 
@@ -130,16 +152,39 @@ Optimizer::Optimizer(const Json& config, double default_learning_rate, const std
                      (clipnorm_set ? num_str(clipnorm_) : "None") +
                      ", clipvalue=" + (clipvalue_set ? num_str(clipvalue_) : "None") +
                      ", global_clipnorm=" + (global_set ? num_str(global_clipnorm_) : "None"));
-  // Keras options kiln does not implement: accepted only at their defaults.
-  if (get_or<bool>(c, "use_ema", false)) throw ValueError(owner + ": use_ema=true is not supported");
+  // Keras's loss_scale_factor: kiln scales losses in the trainer instead.
   if (c.contains("loss_scale_factor") && !c["loss_scale_factor"].is_null())
     throw ValueError(owner +
                      ": loss_scale_factor is not supported (use the trainer's loss scaling). Received: " +
                      c["loss_scale_factor"].dump());
-  if (c.contains("gradient_accumulation_steps") && !c["gradient_accumulation_steps"].is_null() &&
-      get_or<int64_t>(c, "gradient_accumulation_steps", 1) > 1)
-    throw ValueError(owner + ": gradient_accumulation_steps is not supported. Received: " +
-                     c["gradient_accumulation_steps"].dump());
+  if (c.contains("gradient_accumulation_steps") && !c["gradient_accumulation_steps"].is_null()) {
+    const Json& v = c["gradient_accumulation_steps"];
+    // Keras: a falsy value (0) turns it off; anything else must be an integer >= 2.
+    const bool is_int = v.is_number_integer() || (v.is_number() && std::floor(v.get<double>()) == v.get<double>());
+    if (!is_int || (v.get<double>() != 0 && v.get<double>() < 2))
+      throw ValueError(owner + ": `gradient_accumulation_steps` must be an integer >= 2. Received: "
+                               "gradient_accumulation_steps=" + v.dump());
+    accumulation_steps_ = v.get<int64_t>();
+  }
+  if (c.contains("use_ema") && !c["use_ema"].is_null() && !c["use_ema"].is_boolean())
+    throw ValueError(owner + ": `use_ema` must be true or false. Received: use_ema=" + c["use_ema"].dump());
+  use_ema_ = get_or<bool>(c, "use_ema", false);
+  if (c.contains("ema_momentum") && !c["ema_momentum"].is_null()) {
+    const Json& v = c["ema_momentum"];
+    if (!v.is_number() || !(v.get<double>() >= 0 && v.get<double>() <= 1))
+      throw ValueError(owner + ": `ema_momentum` must be in the range [0, 1]. Received: ema_momentum=" +
+                       v.dump());
+    ema_momentum_ = v.get<double>();
+  }
+  if (c.contains("ema_overwrite_frequency") && !c["ema_overwrite_frequency"].is_null()) {
+    const Json& v = c["ema_overwrite_frequency"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      throw ValueError(owner +
+                       ": `ema_overwrite_frequency` must be an integer >= 1 or null. Received: "
+                       "ema_overwrite_frequency=" +
+                       v.dump());
+    ema_overwrite_frequency_ = v.get<int64_t>();
+  }
 }
 
 void Optimizer::check_keys(const Json& config, const std::vector<std::string>& own) const {
@@ -222,6 +267,49 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std:
     throw ValueError(name_ + ": no gradients provided for any variable. Variables: " + join(names));
   }
 
+  // Gradient accumulation (Keras's _backend_apply_gradients): add to the
+  // accumulators, and on every N-th call update with their mean.
+  bool update = true;
+  if (accumulation_steps_ > 1) {
+    update = (iterations_ + 1) % accumulation_steps_ == 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      at::Tensor value = v[i]->value();
+      at::Tensor& acc = accumulators_[v[i]->path()];
+      if (!acc.defined() || !acc.sizes().equals(value.sizes()))
+        acc = at::zeros_like(value, at::MemoryFormat::Contiguous);
+      else if (acc.device() != value.device() || acc.scalar_type() != value.scalar_type())
+        acc = acc.to(value.device(), value.scalar_type());
+      if (update) {
+        g[i] = (g[i].to(value.device(), value.scalar_type()) + acc) / static_cast<double>(accumulation_steps_);
+        acc.zero_();
+      } else {
+        acc.add_(g[i].to(value.device(), value.scalar_type()));
+      }
+    }
+  }
+  if (update) update_variables(g, v);
+
+  if (use_ema_) {
+    // Every variable given (Keras: all trainable variables), with or without
+    // a gradient this step.
+    const double m = iterations() != 0 ? ema_momentum_ : 0.0;
+    const bool overwrite =
+        ema_overwrite_frequency_ > 0 && (iterations() + 1) % ema_overwrite_frequency_ == 0;
+    for (auto& var : vars) {
+      at::Tensor value = var->value();
+      at::Tensor& avg = averages_[var->path()];
+      if (!avg.defined() || !avg.sizes().equals(value.sizes()))
+        avg = value.detach().clone(at::MemoryFormat::Contiguous);
+      else if (avg.device() != value.device() || avg.scalar_type() != value.scalar_type())
+        avg = avg.to(value.device(), value.scalar_type());
+      avg.mul_(m).add_(value * (1.0 - m));
+      if (overwrite) value.copy_(avg);
+    }
+  }
+  ++iterations_;
+}
+
+void Optimizer::update_variables(std::vector<at::Tensor> g, const std::vector<Variable*>& v) {
   g = clip(std::move(g));
   const double lr = learning_rate();
   if (weight_decay_ > 0) {
@@ -241,7 +329,7 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std:
     if (slots.size() != names.size()) {
       slots.clear();
       for (size_t s = 0; s < names.size(); ++s)
-        slots.push_back(at::zeros_like(value, at::MemoryFormat::Contiguous));
+        slots.push_back(at::full_like(value, slot_initial_value(s), at::MemoryFormat::Contiguous));
     } else {
       for (size_t s = 0; s < slots.size(); ++s) {
         if (!slots[s].sizes().equals(value.sizes()))
@@ -252,9 +340,23 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std:
       }
     }
     at::Tensor grad = g[i].to(value.device(), value.scalar_type());
-    update_step(grad, value, slots, lr, iterations_ + 1);
+    update_step(grad, value, slots, lr, iterations() + 1);
   }
-  ++iterations_;
+}
+
+void Optimizer::finalize_variable_values(const std::vector<VariablePtr>& vars) {
+  if (!use_ema_) return;
+  at::NoGradGuard no_grad;
+  for (auto& var : vars) {
+    if (!var) continue;
+    auto it = averages_.find(var->path());
+    if (it == averages_.end()) continue;
+    at::Tensor value = var->value();
+    if (!it->second.sizes().equals(value.sizes()))
+      throw ShapeError(name_ + ": moving average of " + var->path() + " has shape " + sizes_str(it->second) +
+                       " but the variable has shape " + sizes_str(value));
+    value.copy_(it->second);
+  }
 }
 
 Json Optimizer::get_config() const {
@@ -266,9 +368,11 @@ Json Optimizer::get_config() const {
   c["clipnorm"] = opt(clipnorm_);
   c["global_clipnorm"] = opt(global_clipnorm_);
   c["clipvalue"] = opt(clipvalue_);
-  c["use_ema"] = false;
+  c["use_ema"] = use_ema_;
+  c["ema_momentum"] = ema_momentum_;
+  c["ema_overwrite_frequency"] = ema_overwrite_frequency_ > 0 ? Json(ema_overwrite_frequency_) : Json(nullptr);
   c["loss_scale_factor"] = nullptr;
-  c["gradient_accumulation_steps"] = nullptr;
+  c["gradient_accumulation_steps"] = accumulation_steps_ > 0 ? Json(accumulation_steps_) : Json(nullptr);
   return c;
 }
 
@@ -278,6 +382,8 @@ std::map<std::string, at::Tensor> Optimizer::state_dict() const {
   for (const auto& [path, slots] : slots_)
     for (size_t s = 0; s < slots.size() && s < names.size(); ++s)
       state[path + "/" + names[s]] = slots[s].clone();
+  for (const auto& [path, t] : averages_) state[path + "/average"] = t.clone();
+  for (const auto& [path, t] : accumulators_) state[path + "/gradient_accumulator"] = t.clone();
   state["iterations"] = at::full({}, iterations_, at::kLong);
   if (!schedule_) state["learning_rate"] = at::full({}, lr_, at::kDouble);
   return state;
@@ -286,10 +392,19 @@ std::map<std::string, at::Tensor> Optimizer::state_dict() const {
 void Optimizer::load_state_dict(const std::map<std::string, at::Tensor>& state) {
   const std::vector<std::string> names = slot_names();
   std::map<std::string, std::vector<at::Tensor>> slots;
+  std::map<std::string, at::Tensor> averages, accumulators;
   for (const auto& [key, t] : state) {
     if (key == "iterations" || key == "learning_rate") continue;
     const auto pos = key.rfind('/');
     const std::string slot = pos == std::string::npos ? key : key.substr(pos + 1);
+    if (pos != std::string::npos && use_ema_ && slot == "average") {
+      averages[key.substr(0, pos)] = t.detach().clone();
+      continue;
+    }
+    if (pos != std::string::npos && accumulation_steps_ > 1 && slot == "gradient_accumulator") {
+      accumulators[key.substr(0, pos)] = t.detach().clone();
+      continue;
+    }
     const auto it = std::find(names.begin(), names.end(), slot);
     if (pos == std::string::npos || it == names.end())
       throw ValueError(name_ + ": state entry '" + key + "' is not a slot of this " + class_name() +
@@ -303,6 +418,8 @@ void Optimizer::load_state_dict(const std::map<std::string, at::Tensor>& state) 
       if (!v[s].defined())
         throw ValueError(name_ + ": state for variable '" + path + "' lacks its slot '" + names[s] + "'");
   slots_ = std::move(slots);
+  averages_ = std::move(averages);
+  accumulators_ = std::move(accumulators);
   auto it = state.find("iterations");
   if (it != state.end()) iterations_ = it->second.item<int64_t>();
   it = state.find("learning_rate");

@@ -12,9 +12,21 @@
 // schedule(iterations) before the increment, as Keras.
 //
 // One apply_gradients, as Keras 3's apply(): drop undefined gradients ->
-// clip -> weight decay -> update_step per variable -> iterations += 1.
-// Concrete optimizers (SGD, RMSprop, Adam, AdamW) are in kiln::optimizers
-// (sgd.h, rmsprop.h, adam.h); schedules in schedules.h.
+// clip -> weight decay -> update_step per variable -> EMA -> iterations += 1.
+// Concrete optimizers (SGD, RMSprop, Adam, AdamW, Adagrad, Adadelta, Adamax,
+// Nadam, Lion, Ftrl) are in kiln::optimizers, one header each (sgd.h,
+// rmsprop.h, adam.h, adagrad.h, ...); schedules in schedules.h.
+//
+// gradient_accumulation_steps = N (>= 2, or null): each call adds the
+// gradients to an accumulator; every N-th call applies (g + accumulated) / N
+// (clipped, with weight decay) and clears it. As Keras, the raw call count
+// drives schedules, while iterations() (and update_step's `step`) count
+// applied updates: raw / N.
+// use_ema (ema_momentum 0.99, ema_overwrite_frequency null): after every
+// call, average = m * average + (1 - m) * var, with m = 0 while iterations()
+// is 0; every ema_overwrite_frequency-th iteration the variables are set to
+// their averages, and finalize_variable_values (called at the end of fit)
+// sets them too.
 //
 // State (slots such as Adam's m and v) is created lazily on the first
 // apply_gradients, keyed by variable path, so checkpoints can store and
@@ -43,7 +55,8 @@ class LearningRateSchedule {
   virtual std::string class_name() const = 0;
   virtual Json get_config() const = 0;
   Json to_json() const { return Json{{"class_name", class_name()}, {"config", get_config()}}; }
-  // {"class_name": "ExponentialDecay" | "CosineDecay" | "PiecewiseConstantDecay", "config": {...}}
+  // {"class_name": "ExponentialDecay" | "CosineDecay" | "PiecewiseConstantDecay" |
+  // "PolynomialDecay" | "InverseTimeDecay" | "CosineDecayRestarts", "config": {...}}
   // (see schedules.h). ValueError for an unknown class or a bad config.
   static std::shared_ptr<LearningRateSchedule> from_json(const Json& j);
 };
@@ -61,8 +74,17 @@ class Optimizer {
   // its variable's; ValueError if two variables share a path.
   void apply_gradients(const std::vector<at::Tensor>& grads, const std::vector<VariablePtr>& vars);
 
-  int64_t iterations() const { return iterations_; }
+  // Applied updates: the call count, divided by gradient_accumulation_steps
+  // when accumulating (Keras's `optimizer.iterations`).
+  int64_t iterations() const { return accumulation_steps_ > 1 ? iterations_ / accumulation_steps_ : iterations_; }
+  // Sets the raw call count (state_dict's "iterations").
   void set_iterations(int64_t it) { iterations_ = it; }
+  bool use_ema() const { return use_ema_; }
+  int64_t gradient_accumulation_steps() const { return accumulation_steps_; }  // 0 when off
+  // Keras's finalize_variable_values: with use_ema, each of `vars` that has a
+  // moving average is overwritten with it; nothing otherwise. Model::fit calls
+  // it after the last epoch, before on_train_end.
+  void finalize_variable_values(const std::vector<VariablePtr>& vars);
   double learning_rate() const;  // at the current iteration
   // Replaces a constant learning rate (ReduceLROnPlateau). StateError if a
   // schedule is in use.
@@ -80,15 +102,18 @@ class Optimizer {
   Json to_json() const { return Json{{"class_name", class_name()}, {"config", get_config()}}; }
 
   // Slots by "<variable path>/<slot name>" (e.g. "dense/kernel/momentum"),
-  // plus "iterations" (int64 scalar) and, when constant, "learning_rate"
-  // (float64 scalar), for checkpoints. The tensors are copies.
+  // "<path>/average" with use_ema, "<path>/gradient_accumulator" when
+  // accumulating, plus "iterations" (int64 scalar, the raw call count) and,
+  // when constant, "learning_rate" (float64 scalar), for checkpoints. The
+  // tensors are copies.
   std::map<std::string, at::Tensor> state_dict() const;
   // Replaces all slots (and iterations / learning_rate when present).
   // ValueError for a slot name this optimizer does not use or a variable
   // with only some of its slots.
   void load_state_dict(const std::map<std::string, at::Tensor>& state);
 
-  // "sgd", "rmsprop", "adam", "adamw" or a class name ("Adam"); ValueError
+  // "sgd", "rmsprop", "adam", "adamw", "adagrad", "adadelta", "adamax",
+  // "nadam", "lion", "ftrl" or a class name ("Adam"); ValueError
   // lists the known names.
   static std::shared_ptr<Optimizer> get(const std::string& name);
   // {"class_name", "config"} (Keras's serialized form) or a name.
@@ -105,6 +130,8 @@ class Optimizer {
   virtual void update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr,
                            int64_t step) = 0;
   virtual std::vector<std::string> slot_names() const { return {}; }
+  // Initial value of slot `index` (Adagrad's and Ftrl's accumulators).
+  virtual double slot_initial_value(size_t /*index*/) const { return 0.0; }
   // ValueError naming any key of `config` that neither the base nor `own`
   // knows (Keras's "Argument(s) not recognized").
   void check_keys(const Json& config, const std::vector<std::string>& own) const;
@@ -112,6 +139,8 @@ class Optimizer {
 
  private:
   std::vector<at::Tensor> clip(std::vector<at::Tensor> grads) const;
+  // clip -> weight decay -> update_step for each variable (one applied update).
+  void update_variables(std::vector<at::Tensor> grads, const std::vector<Variable*>& vars);
 
   std::string name_;
   double lr_ = 0.001;
@@ -120,6 +149,12 @@ class Optimizer {
   int64_t iterations_ = 0;
   std::map<std::string, std::vector<at::Tensor>> slots_;  // by variable path
   std::vector<std::string> exclude_from_wd_;
+  bool use_ema_ = false;
+  double ema_momentum_ = 0.99;
+  int64_t ema_overwrite_frequency_ = 0;                  // 0: never
+  int64_t accumulation_steps_ = 0;                       // 0: off
+  std::map<std::string, at::Tensor> averages_;            // by variable path (use_ema)
+  std::map<std::string, at::Tensor> accumulators_;        // by variable path
 };
 
 using OptimizerPtr = std::shared_ptr<Optimizer>;

@@ -45,8 +45,12 @@ std::shared_ptr<LearningRateSchedule> LearningRateSchedule::from_json(const Json
   if (cls == "ExponentialDecay") return optimizers::ExponentialDecay::from_config(config);
   if (cls == "CosineDecay") return optimizers::CosineDecay::from_config(config);
   if (cls == "PiecewiseConstantDecay") return optimizers::PiecewiseConstantDecay::from_config(config);
+  if (cls == "PolynomialDecay") return optimizers::PolynomialDecay::from_config(config);
+  if (cls == "InverseTimeDecay") return optimizers::InverseTimeDecay::from_config(config);
+  if (cls == "CosineDecayRestarts") return optimizers::CosineDecayRestarts::from_config(config);
   throw ValueError("Unknown learning-rate schedule '" + cls +
-                   "'. Known schedules: ExponentialDecay, CosineDecay, PiecewiseConstantDecay");
+                   "'. Known schedules: ExponentialDecay, CosineDecay, PiecewiseConstantDecay, PolynomialDecay, "
+                   "InverseTimeDecay, CosineDecayRestarts");
 }
 
 namespace optimizers {
@@ -180,6 +184,145 @@ double PiecewiseConstantDecay::operator()(int64_t step) const {
 
 Json PiecewiseConstantDecay::get_config() const {
   return Json{{"boundaries", boundaries_}, {"values", values_}, {"name", name_}};
+}
+
+// --- PolynomialDecay ----------------------------------------------------------------------
+
+PolynomialDecay::PolynomialDecay(double initial_learning_rate, int64_t decay_steps, double end_learning_rate,
+                                 double power, bool cycle, std::string name)
+    : initial_learning_rate_(initial_learning_rate),
+      decay_steps_(decay_steps),
+      end_learning_rate_(end_learning_rate),
+      power_(power),
+      cycle_(cycle),
+      name_(std::move(name)) {
+  check_decay_steps(decay_steps, "PolynomialDecay");
+}
+
+std::shared_ptr<PolynomialDecay> PolynomialDecay::from_config(const Json& c) {
+  const std::string owner = "PolynomialDecay";
+  check_schedule_keys(c, {"initial_learning_rate", "decay_steps", "end_learning_rate", "power", "cycle", "name"},
+                      owner);
+  return std::make_shared<PolynomialDecay>(
+      required_number(c, "initial_learning_rate", owner),
+      static_cast<int64_t>(std::llround(required_number(c, "decay_steps", owner))),
+      get_or<double>(c, "end_learning_rate", 0.0001), get_or<double>(c, "power", 1.0),
+      get_or<bool>(c, "cycle", false), get_or<std::string>(c, "name", owner));
+}
+
+double PolynomialDecay::operator()(int64_t step_in) const {
+  double step = static_cast<double>(step_in);
+  double decay_steps = static_cast<double>(decay_steps_);
+  if (cycle_)
+    decay_steps *= step == 0 ? 1.0 : std::ceil(step / decay_steps);
+  else
+    step = std::min(step, decay_steps);
+  return (initial_learning_rate_ - end_learning_rate_) * std::pow(1.0 - step / decay_steps, power_) +
+         end_learning_rate_;
+}
+
+Json PolynomialDecay::get_config() const {
+  return Json{{"initial_learning_rate", initial_learning_rate_},
+              {"decay_steps", decay_steps_},
+              {"end_learning_rate", end_learning_rate_},
+              {"power", power_},
+              {"cycle", cycle_},
+              {"name", name_}};
+}
+
+// --- InverseTimeDecay ---------------------------------------------------------------------
+
+InverseTimeDecay::InverseTimeDecay(double initial_learning_rate, double decay_steps, double decay_rate,
+                                   bool staircase, std::string name)
+    : initial_learning_rate_(initial_learning_rate),
+      decay_steps_(decay_steps),
+      decay_rate_(decay_rate),
+      staircase_(staircase),
+      name_(std::move(name)) {
+  if (!(decay_steps > 0)) {
+    std::ostringstream os;
+    os << "InverseTimeDecay: argument `decay_steps` must be > 0. Received: decay_steps=" << decay_steps;
+    throw ValueError(os.str());
+  }
+}
+
+std::shared_ptr<InverseTimeDecay> InverseTimeDecay::from_config(const Json& c) {
+  const std::string owner = "InverseTimeDecay";
+  check_schedule_keys(c, {"initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name"}, owner);
+  return std::make_shared<InverseTimeDecay>(
+      required_number(c, "initial_learning_rate", owner), required_number(c, "decay_steps", owner),
+      required_number(c, "decay_rate", owner), get_or<bool>(c, "staircase", false),
+      get_or<std::string>(c, "name", owner));
+}
+
+double InverseTimeDecay::operator()(int64_t step) const {
+  double p = static_cast<double>(step) / decay_steps_;
+  if (staircase_) p = std::floor(p);
+  return initial_learning_rate_ / (1.0 + decay_rate_ * p);
+}
+
+Json InverseTimeDecay::get_config() const {
+  return Json{{"initial_learning_rate", initial_learning_rate_},
+              {"decay_steps", decay_steps_},
+              {"decay_rate", decay_rate_},
+              {"staircase", staircase_},
+              {"name", name_}};
+}
+
+// --- CosineDecayRestarts ------------------------------------------------------------------
+
+CosineDecayRestarts::CosineDecayRestarts(double initial_learning_rate, int64_t first_decay_steps, double t_mul,
+                                         double m_mul, double alpha, std::string name)
+    : initial_learning_rate_(initial_learning_rate),
+      first_decay_steps_(first_decay_steps),
+      t_mul_(t_mul),
+      m_mul_(m_mul),
+      alpha_(alpha),
+      name_(std::move(name)) {
+  if (first_decay_steps <= 0)
+    throw ValueError("CosineDecayRestarts: argument `first_decay_steps` must be > 0. Received: first_decay_steps=" +
+                     std::to_string(first_decay_steps));
+  if (!(t_mul > 0)) {
+    std::ostringstream os;
+    os << "CosineDecayRestarts: argument `t_mul` must be > 0 (each period lasts t_mul times the previous one). "
+          "Received: t_mul="
+       << t_mul;
+    throw ValueError(os.str());
+  }
+}
+
+std::shared_ptr<CosineDecayRestarts> CosineDecayRestarts::from_config(const Json& c) {
+  const std::string owner = "CosineDecayRestarts";
+  check_schedule_keys(c, {"initial_learning_rate", "first_decay_steps", "t_mul", "m_mul", "alpha", "name"}, owner);
+  return std::make_shared<CosineDecayRestarts>(
+      required_number(c, "initial_learning_rate", owner),
+      static_cast<int64_t>(std::llround(required_number(c, "first_decay_steps", owner))),
+      get_or<double>(c, "t_mul", 2.0), get_or<double>(c, "m_mul", 1.0), get_or<double>(c, "alpha", 0.0),
+      get_or<std::string>(c, "name", "SGDRDecay"));
+}
+
+double CosineDecayRestarts::operator()(int64_t step) const {
+  double fraction = static_cast<double>(step) / static_cast<double>(first_decay_steps_);
+  double i_restart;
+  if (t_mul_ == 1.0) {
+    i_restart = std::floor(fraction);
+    fraction -= i_restart;
+  } else {
+    i_restart = std::floor(std::log(1.0 - fraction * (1.0 - t_mul_)) / std::log(t_mul_));
+    const double sum_r = (1.0 - std::pow(t_mul_, i_restart)) / (1.0 - t_mul_);
+    fraction = (fraction - sum_r) / std::pow(t_mul_, i_restart);
+  }
+  const double cosine = 0.5 * std::pow(m_mul_, i_restart) * (1.0 + std::cos(M_PI * fraction));
+  return initial_learning_rate_ * ((1.0 - alpha_) * cosine + alpha_);
+}
+
+Json CosineDecayRestarts::get_config() const {
+  return Json{{"initial_learning_rate", initial_learning_rate_},
+              {"first_decay_steps", first_decay_steps_},
+              {"t_mul", t_mul_},
+              {"m_mul", m_mul_},
+              {"alpha", alpha_},
+              {"name", name_}};
 }
 
 }  // namespace optimizers

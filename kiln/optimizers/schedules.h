@@ -75,4 +75,69 @@ class PiecewiseConstantDecay : public LearningRateSchedule {
   std::string name_;
 };
 
+// Keras's PolynomialDecay:
+//   s = min(step, decay_steps);  d = decay_steps
+//   cycle: s = step, d = decay_steps * ceil(step / decay_steps) (1 at step 0)
+//   lr = (initial - end_learning_rate) * (1 - s / d)^power + end_learning_rate
+// Defaults: end_learning_rate 1e-4, power 1, cycle false; decay_steps > 0.
+class PolynomialDecay : public LearningRateSchedule {
+ public:
+  PolynomialDecay(double initial_learning_rate, int64_t decay_steps, double end_learning_rate = 0.0001,
+                  double power = 1.0, bool cycle = false, std::string name = "PolynomialDecay");
+  static std::shared_ptr<PolynomialDecay> from_config(const Json& config);
+  double operator()(int64_t step) const override;
+  std::string class_name() const override { return "PolynomialDecay"; }
+  Json get_config() const override;
+
+ private:
+  double initial_learning_rate_;
+  int64_t decay_steps_;
+  double end_learning_rate_, power_;
+  bool cycle_;
+  std::string name_;
+};
+
+// Keras's InverseTimeDecay:
+//   lr = initial / (1 + decay_rate * step / decay_steps), the quotient
+//   step / decay_steps floored when staircase. decay_steps > 0 (may be
+//   fractional, as in Keras's own example).
+class InverseTimeDecay : public LearningRateSchedule {
+ public:
+  InverseTimeDecay(double initial_learning_rate, double decay_steps, double decay_rate, bool staircase = false,
+                   std::string name = "InverseTimeDecay");
+  static std::shared_ptr<InverseTimeDecay> from_config(const Json& config);
+  double operator()(int64_t step) const override;
+  std::string class_name() const override { return "InverseTimeDecay"; }
+  Json get_config() const override;
+
+ private:
+  double initial_learning_rate_, decay_steps_, decay_rate_;
+  bool staircase_;
+  std::string name_;
+};
+
+// Keras's CosineDecayRestarts (SGDR, Loshchilov & Hutter): with
+// f = step / first_decay_steps, the i-th period (i = 0, 1, ...) lasts
+// t_mul^i first periods and starts at m_mul^i times the rate:
+//   t_mul == 1: i = floor(f), f -= i
+//   else:       i = floor(log(1 - f (1 - t_mul)) / log(t_mul)),
+//               f = (f - (1 - t_mul^i) / (1 - t_mul)) / t_mul^i
+//   lr = initial * ((1 - alpha) * 0.5 * m_mul^i * (1 + cos(pi f)) + alpha)
+// Defaults: t_mul 2, m_mul 1, alpha 0, name "SGDRDecay"; first_decay_steps > 0.
+class CosineDecayRestarts : public LearningRateSchedule {
+ public:
+  CosineDecayRestarts(double initial_learning_rate, int64_t first_decay_steps, double t_mul = 2.0,
+                      double m_mul = 1.0, double alpha = 0.0, std::string name = "SGDRDecay");
+  static std::shared_ptr<CosineDecayRestarts> from_config(const Json& config);
+  double operator()(int64_t step) const override;
+  std::string class_name() const override { return "CosineDecayRestarts"; }
+  Json get_config() const override;
+
+ private:
+  double initial_learning_rate_;
+  int64_t first_decay_steps_;
+  double t_mul_, m_mul_, alpha_;
+  std::string name_;
+};
+
 }  // namespace kiln::optimizers

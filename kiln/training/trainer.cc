@@ -259,6 +259,9 @@ History Model::fit(const FitArgs& a) {
     cbs.on_epoch_end(epoch, epoch_logs);
     if (stop_training) break;
   }
+  // As Keras: the optimizer's final say (use_ema swaps in the averages) comes
+  // before on_train_end, so EarlyStopping's restore still wins.
+  if (a.epochs > 0) ts.optimizer().finalize_variable_values(trainable_weights());
   cbs.on_train_end(epoch_logs);
   return cbs.history()->history();
 }

@@ -964,6 +964,562 @@ def layer_cases():
     return cases
 
 
+# ----------------------------------------------------------------------------
+# Keras 3 parity additions (issue #10): Adagrad, Adadelta, Adamax, Nadam, Lion,
+# Ftrl. Own generator and own files, so the data above stays as it is.
+# References are small numpy (float64) loops written from Keras 3's documented
+# formulas; torch.optim gives the expected values where its rule equals
+# Keras's (Adadelta as is, NAdam with momentum_decay=1, Adagrad and Adamax
+# with epsilon 0, where their epsilon placement stops mattering), and every
+# numpy loop is checked against torch.optim in that configuration. NAdam runs
+# with foreach=True: torch 1.13's single-tensor NAdam multiplies mu_t twice
+# into the next momentum product (fixed in later releases); the foreach path
+# follows the documented formula, as Keras does.
+# ----------------------------------------------------------------------------
+
+GEN3 = torch.Generator().manual_seed(20261125)
+
+
+def randn3(*shape, scale=1.0):
+    return (torch.randn(*shape, generator=GEN3) * scale).float()
+
+
+def rand3(*shape):
+    return torch.rand(*shape, generator=GEN3).float()
+
+
+def np_clip(grads, cfg):
+    if cfg.get("clipnorm"):
+        cn = cfg["clipnorm"]
+        return [g * cn / max(np.sqrt((g * g).sum()), cn) for g in grads]
+    if cfg.get("global_clipnorm"):
+        cn = cfg["global_clipnorm"]
+        norm = np.sqrt(sum((g * g).sum() for g in grads))
+        return [g * (cn * min(1.0 / norm, 1.0 / cn)) for g in grads]
+    if cfg.get("clipvalue"):
+        return [np.clip(g, -cfg["clipvalue"], cfg["clipvalue"]) for g in grads]
+    return grads
+
+
+def np_keras_optimizer(cls, cfg, sched, params, grad_steps):
+    """Keras 3's apply() with the update rules from its documentation."""
+    params = [p.double().numpy().copy() for p in params]
+    state = [dict() for _ in params]
+    out = []
+    u_product = 1.0
+    for it, grads in enumerate(grad_steps):
+        grads = np_clip([g.double().numpy().copy() for g in grads], cfg)
+        lr = sched(it) if sched is not None else cfg.get("learning_rate", 0.001)
+        if cfg.get("weight_decay"):
+            params = [p - p * cfg["weight_decay"] * lr for p in params]
+        t = it + 1
+        if cls == "Nadam":
+            b1 = cfg.get("beta_1", 0.9)
+            u_t = b1 * (1 - 0.5 * 0.96 ** t)
+            u_next = b1 * (1 - 0.5 * 0.96 ** (t + 1))
+            u_product *= u_t
+        for i, g in enumerate(grads):
+            p, s = params[i], state[i]
+            if cls == "Adagrad":
+                acc = s.setdefault("acc", np.full_like(p, cfg.get("initial_accumulator_value", 0.1))) + g * g
+                s["acc"] = acc
+                p = p - lr * g / np.sqrt(acc + cfg.get("epsilon", 1e-7))
+            elif cls == "Adadelta":
+                rho, eps = cfg.get("rho", 0.95), cfg.get("epsilon", 1e-7)
+                ag = rho * s.get("ag", 0.0) + (1 - rho) * g * g
+                ad = s.get("ad", np.zeros_like(p))
+                delta = -np.sqrt(ad + eps) * g / np.sqrt(ag + eps)
+                s["ag"], s["ad"] = ag, rho * ad + (1 - rho) * delta * delta
+                p = p + lr * delta
+            elif cls == "Adamax":
+                b1, b2, eps = cfg.get("beta_1", 0.9), cfg.get("beta_2", 0.999), cfg.get("epsilon", 1e-7)
+                m = s.get("m", 0.0) * b1 + (1 - b1) * g
+                u = np.maximum(b2 * s.get("u", np.zeros_like(p)), np.abs(g))
+                s["m"], s["u"] = m, u
+                p = p - (lr / (1 - b1 ** t)) * m / (u + eps)
+            elif cls == "Nadam":
+                b2, eps = cfg.get("beta_2", 0.999), cfg.get("epsilon", 1e-7)
+                m = s.get("m", 0.0) * b1 + (1 - b1) * g
+                v = s.get("v", 0.0) * b2 + (1 - b2) * g * g
+                s["m"], s["v"] = m, v
+                m_hat = u_next * m / (1 - u_product * u_next) + (1 - u_t) * g / (1 - u_product)
+                v_hat = v / (1 - b2 ** t)
+                p = p - lr * m_hat / (np.sqrt(v_hat) + eps)
+            elif cls == "Lion":
+                b1, b2 = cfg.get("beta_1", 0.9), cfg.get("beta_2", 0.99)
+                m = s.get("m", np.zeros_like(p))
+                p = p - lr * np.sign(b1 * m + (1 - b1) * g)
+                s["m"] = b2 * m + (1 - b2) * g
+            elif cls == "Ftrl":
+                # The paper's form (McMahan et al. 2013, as Keras documents it):
+                # w = 0 where |z| <= l1, else (sign(z) l1 - z) / ((beta + n^p) / lr + 2 l2).
+                pw = -cfg.get("learning_rate_power", -0.5)
+                l1 = cfg.get("l1_regularization_strength", 0.0)
+                l2 = cfg.get("l2_regularization_strength", 0.0)
+                shrink = cfg.get("l2_shrinkage_regularization_strength", 0.0)
+                beta = cfg.get("beta", 0.0)
+                n = s.get("n", np.full_like(p, cfg.get("initial_accumulator_value", 0.1)))
+                z = s.get("z", np.zeros_like(p))
+                n_new = n + g * g
+                sigma = (n_new ** pw - n ** pw) / lr
+                z = z + (g + 2 * shrink * p) - sigma * p
+                denom = (beta + n_new ** pw) / lr + 2 * l2
+                p = np.where(np.abs(z) <= l1, 0.0, (np.sign(z) * l1 - z) / denom)
+                s["n"], s["z"] = n_new, z
+            else:
+                raise ValueError(cls)
+            params[i] = p
+        out.append([torch.from_numpy(p.copy()).float() for p in params])
+    return out
+
+
+class PolynomialDecay:
+    def __init__(self, initial_learning_rate, decay_steps, end_learning_rate=0.0001, power=1.0, cycle=False):
+        self.cfg = dict(initial_learning_rate=initial_learning_rate, decay_steps=decay_steps,
+                        end_learning_rate=end_learning_rate, power=power, cycle=cycle)
+
+    def __call__(self, step):
+        c = self.cfg
+        d = c["decay_steps"]
+        if c["cycle"]:
+            d = d * (1 if step == 0 else math.ceil(step / d))
+        else:
+            step = min(step, d)
+        return (c["initial_learning_rate"] - c["end_learning_rate"]) * (1 - step / d) ** c["power"] + \
+            c["end_learning_rate"]
+
+    def to_json(self):
+        return {"class_name": "PolynomialDecay", "config": self.cfg}
+
+
+class InverseTimeDecay:
+    def __init__(self, initial_learning_rate, decay_steps, decay_rate, staircase=False):
+        self.cfg = dict(initial_learning_rate=initial_learning_rate, decay_steps=decay_steps, decay_rate=decay_rate,
+                        staircase=staircase)
+
+    def __call__(self, step):
+        c = self.cfg
+        p = step / c["decay_steps"]
+        if c["staircase"]:
+            p = math.floor(p)
+        return c["initial_learning_rate"] / (1 + c["decay_rate"] * p)
+
+    def to_json(self):
+        return {"class_name": "InverseTimeDecay", "config": self.cfg}
+
+
+class CosineDecayRestarts:
+    """SGDR by walking the periods one by one (period i: first_decay_steps *
+    t_mul^i steps, peak m_mul^i), an independent route to Keras's closed form."""
+
+    def __init__(self, initial_learning_rate, first_decay_steps, t_mul=2.0, m_mul=1.0, alpha=0.0):
+        self.cfg = dict(initial_learning_rate=initial_learning_rate, first_decay_steps=first_decay_steps,
+                        t_mul=t_mul, m_mul=m_mul, alpha=alpha)
+
+    def __call__(self, step):
+        c = self.cfg
+        start, length, peak = 0.0, float(c["first_decay_steps"]), 1.0
+        while step >= start + length - 1e-9:
+            start += length
+            length *= c["t_mul"]
+            peak *= c["m_mul"]
+        frac = (step - start) / length
+        cosine = 0.5 * peak * (1 + math.cos(math.pi * frac))
+        return c["initial_learning_rate"] * ((1 - c["alpha"]) * cosine + c["alpha"])
+
+    def to_json(self):
+        return {"class_name": "CosineDecayRestarts", "config": self.cfg}
+
+
+def keras3_schedule_cases():
+    scheds = [
+        PolynomialDecay(0.1, 10),
+        PolynomialDecay(0.1, 4, end_learning_rate=0.01, power=0.5),
+        PolynomialDecay(0.1, 4, end_learning_rate=0.01, power=2.0, cycle=True),
+        InverseTimeDecay(0.1, 2, 0.5),
+        InverseTimeDecay(0.1, 3, 1.5, staircase=True),
+        InverseTimeDecay(0.2, 0.5, 0.1),
+        CosineDecayRestarts(0.1, 3),
+        CosineDecayRestarts(0.1, 2, t_mul=1.0, m_mul=0.5, alpha=0.1),
+        CosineDecayRestarts(0.2, 2, t_mul=1.5, m_mul=0.8, alpha=0.05),
+    ]
+    steps = list(range(0, 25))
+    return [{"schedule": s.to_json(), "steps": steps, "values": [s(t) for t in steps]} for s in scheds]
+
+
+def keras3_optimizer_cases():
+    params = [randn3(3, 4), randn3(4)]
+    names = ["dense/kernel", "dense/bias"]
+    steps = 6
+    grad_steps = [[randn3(3, 4, scale=1.5), randn3(4, scale=1.5)] for _ in range(steps)]
+    O = torch.optim
+    # Each numpy loop against torch.optim where the two rules coincide.
+    checks = [
+        ("Adagrad", {"learning_rate": 0.1, "epsilon": 0.0},
+         lambda ps: O.Adagrad(ps, lr=0.1, initial_accumulator_value=0.1, eps=0.0)),
+        ("Adadelta", {"learning_rate": 1.0}, lambda ps: O.Adadelta(ps, lr=1.0, rho=0.95, eps=1e-7)),
+        ("Adamax", {"learning_rate": 0.01, "epsilon": 0.0}, lambda ps: O.Adamax(ps, lr=0.01, eps=0.0)),
+        ("Nadam", {"learning_rate": 0.01}, lambda ps: O.NAdam(ps, lr=0.01, eps=1e-7, momentum_decay=1.0, foreach=True)),
+    ]
+    for cls, cfg, make in checks:
+        assert_close(np_keras_optimizer(cls, cfg, None, params, grad_steps),
+                     torch_optim_run(make, params, grad_steps), "%s %s" % (cls, cfg))
+    specs = [
+        ("adagrad", "Adagrad", {"learning_rate": 0.1}, None, None),
+        ("adagrad_eps0_torch", "Adagrad", {"learning_rate": 0.1, "epsilon": 0.0}, None,
+         lambda ps: O.Adagrad(ps, lr=0.1, initial_accumulator_value=0.1, eps=0.0)),
+        ("adagrad_init0_clipnorm_wd", "Adagrad",
+         {"learning_rate": 0.05, "initial_accumulator_value": 0.0, "epsilon": 1e-3, "clipnorm": 1.0,
+          "weight_decay": 0.1}, None, None),
+        ("adadelta_torch", "Adadelta", {"learning_rate": 1.0}, None,
+         lambda ps: O.Adadelta(ps, lr=1.0, rho=0.95, eps=1e-7)),
+        ("adadelta_defaults", "Adadelta", {}, None, None),
+        ("adadelta_rho_eps_torch", "Adadelta", {"learning_rate": 0.5, "rho": 0.8, "epsilon": 1e-4}, None,
+         lambda ps: O.Adadelta(ps, lr=0.5, rho=0.8, eps=1e-4)),
+        ("adamax", "Adamax", {"learning_rate": 0.01}, None, None),
+        ("adamax_eps0_torch", "Adamax", {"learning_rate": 0.01, "epsilon": 0.0, "beta_2": 0.9}, None,
+         lambda ps: O.Adamax(ps, lr=0.01, betas=(0.9, 0.9), eps=0.0)),
+        ("adamax_expdecay_clipvalue", "Adamax", {"epsilon": 1e-2, "clipvalue": 1.0},
+         ExponentialDecay(0.05, 2, 0.5), None),
+        ("nadam_torch", "Nadam", {"learning_rate": 0.01}, None,
+         lambda ps: O.NAdam(ps, lr=0.01, eps=1e-7, momentum_decay=1.0, foreach=True)),
+        ("nadam_betas_torch", "Nadam", {"learning_rate": 0.02, "beta_1": 0.8, "beta_2": 0.99, "epsilon": 1e-3},
+         None, lambda ps: O.NAdam(ps, lr=0.02, betas=(0.8, 0.99), eps=1e-3, momentum_decay=1.0, foreach=True)),
+        ("nadam_global_clipnorm_wd", "Nadam", {"learning_rate": 0.01, "global_clipnorm": 1.0, "weight_decay": 0.05},
+         None, None),
+        ("lion", "Lion", {"learning_rate": 0.01}, None, None),
+        ("lion_betas_wd_cosine", "Lion", {"beta_1": 0.5, "beta_2": 0.9, "weight_decay": 0.3},
+         CosineDecay(0.02, 5, alpha=0.1), None),
+        ("ftrl", "Ftrl", {"learning_rate": 0.1}, None, None),
+        ("ftrl_l1_l2_beta", "Ftrl",
+         {"learning_rate": 0.2, "l1_regularization_strength": 0.05, "l2_regularization_strength": 0.1,
+          "beta": 0.5, "initial_accumulator_value": 0.2}, None, None),
+        ("ftrl_shrinkage_power", "Ftrl",
+         {"learning_rate": 0.1, "learning_rate_power": -0.7, "l2_shrinkage_regularization_strength": 0.2,
+          "l1_regularization_strength": 0.5}, None, None),
+        ("ftrl_power0", "Ftrl", {"learning_rate": 0.05, "learning_rate_power": 0.0}, None, None),
+    ]
+    cases = []
+    for name, cls, cfg, sched, torch_factory in specs:
+        ref = np_keras_optimizer(cls, cfg, sched, params, grad_steps)
+        if torch_factory is not None:
+            expected = torch_optim_run(torch_factory, params, grad_steps)
+            assert_close(ref, expected, name)
+            source = "torch.optim"
+        else:
+            expected = ref
+            source = "numpy reference"
+        config = dict(cfg)
+        if sched is not None:
+            config["learning_rate"] = sched.to_json()
+        cases.append({
+            "name": name,
+            "source": source,
+            "optimizer": {"class_name": cls, "config": config},
+            "variables": names,
+            "initial": [T(p) for p in params],
+            "grads": [[T(g) for g in gs] for gs in grad_steps],
+            "expected": [[T(p) for p in ps] for ps in expected],
+            "learning_rates": [sched(it) if sched is not None else cfg.get("learning_rate", 0.001)
+                               for it in range(steps)],
+        })
+    return cases
+
+
+# Losses added for Keras 3 parity: torch.nn.functional where it has the op
+# (kl_div, poisson_nll_loss(log_input=False), cosine_similarity, log(cosh) in
+# float64), numpy formulas for the ones it lacks (hinge, squared hinge,
+# binary focal crossentropy, the latter checked against F.binary_cross_entropy
+# at gamma 0).
+GEN_L = torch.Generator().manual_seed(20261126)
+
+
+def keras3_loss_cases():
+    cases = []
+
+    def add(name, cls, config, y_true, y_pred, per_sample, sample_weight=None, source="torch"):
+        reduction = config.get("reduction", "sum_over_batch_size")
+        cases.append({
+            "name": name,
+            "source": source,
+            "loss": {"class_name": cls, "config": config},
+            "y_true": T(y_true),
+            "y_pred": T(y_pred),
+            "sample_weight": None if sample_weight is None else T(sample_weight),
+            "per_sample": T(per_sample.float()),
+            "expected": T(reduce(per_sample.float(), sample_weight, reduction)),
+        })
+
+    def rn(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=GEN_L) * scale).float()
+
+    def ru(*shape):
+        return torch.rand(*shape, generator=GEN_L).float()
+
+    n, c = 8, 5
+    weights = ru(n) * 2
+
+    # KL divergence: distributions, one y_true row with zeros (clipped to eps).
+    t = torch.softmax(rn(n, c, scale=2.0), -1)
+    t[0] = torch.tensor([0.5, 0.5, 0.0, 0.0, 0.0])
+    pr = torch.softmax(rn(n, c, scale=2.0), -1)
+    per = F.kl_div(pr.double().clamp(EPS, 1).log(), t.double().clamp(EPS, 1), reduction="none").sum(-1)
+    add("kl_divergence", "KLDivergence", {}, t, pr, per)
+    add("kl_divergence_weighted_sum", "KLDivergence", {"reduction": "sum"}, t, pr, per, sample_weight=weights)
+
+    # Poisson: rates > 0, counts.
+    rate = ru(n, 3) * 4 + 0.01
+    counts = torch.poisson(ru(n, 3) * 3, generator=GEN_L).float()
+    per = F.poisson_nll_loss(rate.double(), counts.double(), log_input=False, full=False, eps=EPS,
+                             reduction="none").mean(-1)
+    add("poisson", "Poisson", {}, counts, rate, per)
+    add("poisson_weighted_mean_with_sample_weight", "Poisson", {"reduction": "mean_with_sample_weight"}, counts, rate,
+        per, sample_weight=weights)
+
+    # Log-cosh, including errors large enough that cosh overflows float32.
+    yt = rn(n, 4)
+    yp = yt + rn(n, 4, scale=2.0)
+    yp[0, 0] = yt[0, 0] + 120.0
+    per = torch.log(torch.cosh((yp - yt).double())).mean(-1)
+    add("log_cosh", "LogCosh", {}, yt, yp, per)
+    yv = rn(n)
+    pv = rn(n, 1)
+    add("log_cosh_n_vs_n1", "LogCosh", {}, yv, pv, torch.log(torch.cosh((pv - yv.unsqueeze(-1)).double())).mean(-1),
+        sample_weight=weights)
+
+    # Cosine similarity (negated), last axis and axis 1 of a rank-3 input.
+    a, b = rn(n, 6), rn(n, 6)
+    add("cosine_similarity", "CosineSimilarity", {}, a, b, -F.cosine_similarity(a.double(), b.double(), dim=-1))
+    a3, b3 = rn(3, 4, 2), rn(3, 4, 2)
+    add("cosine_similarity_axis1", "CosineSimilarity", {"axis": 1}, a3, b3,
+        -F.cosine_similarity(a3.double(), b3.double(), dim=1))
+
+    # Hinge / squared hinge: {0, 1} labels (mapped to {-1, 1}) and {-1, 1} labels.
+    def hinge_np(t, p, squared):
+        t = t.double().numpy()
+        p = p.double().numpy()
+        if np.all((t == 0) | (t == 1)):
+            t = 2 * t - 1
+        m = np.maximum(1 - t * p, 0)
+        return torch.from_numpy((m * m if squared else m).mean(-1))
+
+    y01 = torch.randint(0, 2, (n, 3), generator=GEN_L).float()
+    ypm = y01 * 2 - 1
+    ph = rn(n, 3, scale=1.5)
+    for cls, key, sq in [("Hinge", "hinge", False), ("SquaredHinge", "squared_hinge", True)]:
+        add(key + "_01_labels", cls, {}, y01, ph, hinge_np(y01, ph, sq), source="numpy")
+        add(key + "_pm1_labels_weighted", cls, {}, ypm, ph, hinge_np(ypm, ph, sq), sample_weight=weights,
+            source="numpy")
+    # Labels that are neither all {0,1} nor converted: used as given.
+    ymix = ypm.clone()
+    ymix[0, 0] = 0.0
+    add("hinge_unconverted_labels", "Hinge", {}, ymix, ph, hinge_np(ymix, ph, False), source="numpy")
+
+    # Binary focal crossentropy.
+    def focal_np(t, p, gamma=2.0, alpha=0.25, balance=False, logits=False, ls=0.0):
+        t = t.double().numpy()
+        p = p.double().numpy()
+        if ls:
+            t = t * (1 - ls) + 0.5 * ls
+        if logits:
+            p = 1 / (1 + np.exp(-p))
+        q = np.clip(p, EPS, 1 - EPS)
+        bce = -(t * np.log(q) + (1 - t) * np.log(1 - q))
+        p_t = t * p + (1 - t) * (1 - p)
+        out = (1 - p_t) ** gamma * bce
+        if balance:
+            out = (t * alpha + (1 - t) * (1 - alpha)) * out
+        return torch.from_numpy(out.mean(-1))
+
+    yb = torch.randint(0, 2, (n, 3), generator=GEN_L).float()
+    pb = torch.sigmoid(rn(n, 3, scale=2.0))
+    xb = rn(n, 3, scale=3.0)
+    ref0 = focal_np(yb, pb, gamma=0.0)
+    bce = F.binary_cross_entropy(pb.double().clamp(EPS, 1 - EPS), yb.double(), reduction="none").mean(-1)
+    assert torch.allclose(ref0, bce, rtol=1e-9, atol=1e-12), "focal at gamma 0 must be BCE"
+    add("binary_focal_crossentropy", "BinaryFocalCrossentropy", {}, yb, pb, focal_np(yb, pb), source="numpy")
+    add("binary_focal_gamma0_is_bce", "BinaryFocalCrossentropy", {"gamma": 0.0}, yb, pb, bce)
+    add("binary_focal_balanced_alpha_gamma", "BinaryFocalCrossentropy",
+        {"apply_class_balancing": True, "alpha": 0.4, "gamma": 1.5}, yb, pb,
+        focal_np(yb, pb, gamma=1.5, alpha=0.4, balance=True), sample_weight=weights, source="numpy")
+    add("binary_focal_logits_smoothing", "BinaryFocalCrossentropy", {"from_logits": True, "label_smoothing": 0.1},
+        yb, xb, focal_np(yb, xb, logits=True, ls=0.1), source="numpy")
+    y1 = torch.randint(0, 2, (n,), generator=GEN_L).float()
+    p1 = torch.sigmoid(rn(n, 1))
+    add("binary_focal_n_vs_n1", "BinaryFocalCrossentropy", {}, y1, p1, focal_np(y1.unsqueeze(-1), p1),
+        source="numpy")
+    return cases
+
+
+# Metrics added for Keras 3 parity: F1Score/FBetaScore, RootMeanSquaredError,
+# MeanIoU and R2Score, accumulated over several batches, from numpy float64
+# formulas (sklearn-free); R2 is checked against 1 - SSE/SST written with
+# np.var for unweighted data, and MeanIoU against a per-class set count.
+
+
+def keras3_metric_cases():
+    cases = []
+    rng = np.random.default_rng(20261127)
+
+    def add(name, cls, config, batches, results):
+        cases.append({
+            "name": name,
+            "metric": {"class_name": cls, "config": config},
+            "batches": [{"y_true": T(torch.as_tensor(b[0])), "y_pred": T(torch.as_tensor(b[1])),
+                         "sample_weight": None if b[2] is None else T(torch.as_tensor(b[2]))} for b in batches],
+            "results": results,
+        })
+
+    f32 = lambda a: np.asarray(a, dtype=np.float32)
+    eps = 1e-7
+
+    # F-scores: (batch, classes) one-hot / multi-label targets and scores.
+    def fbeta(batches, average, beta=1.0, threshold=None):
+        state = None
+        out = []
+        for y, p, w in batches:
+            y = y.astype(np.float64)
+            p = p.astype(np.float64)
+            if threshold is None:
+                pred = ((p >= p.max(-1, keepdims=True)) & (np.abs(p) > 1e-9)).astype(np.float64)
+            else:
+                pred = (p > threshold).astype(np.float64)
+            ww = np.ones((y.shape[0], 1)) if w is None else w.astype(np.float64)[:, None]
+            axis = None if average == "micro" else 0
+            parts = [((pred * y) * ww).sum(axis), ((pred * (1 - y)) * ww).sum(axis),
+                     (((1 - pred) * y) * ww).sum(axis), (y * ww).sum(axis)]
+            state = parts if state is None else [a + b for a, b in zip(state, parts)]
+            tp, fp, fn, wt = state
+            prec = tp / (tp + fp + eps)
+            rec = tp / (tp + fn + eps)
+            f = prec * rec / (beta * beta * prec + rec + eps) * (1 + beta * beta)
+            if average == "weighted":
+                out.append(float((f * wt / (wt.sum() + eps)).sum()))
+            elif average is not None:
+                out.append(float(np.mean(f)))
+            else:
+                out.append([float(v) for v in f])
+        return out
+
+    nb, n, c = 3, 12, 4
+    onehot = []
+    for i in range(nb):
+        labels = rng.integers(0, c, n)
+        y = np.eye(c)[labels]
+        logits = rng.normal(size=(n, c)) + 1.5 * y
+        p = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+        onehot.append((f32(y), f32(p), f32(rng.uniform(0.2, 2.0, n)) if i != 1 else None))
+    multilabel = [(f32(rng.integers(0, 2, (n, c))), f32(rng.uniform(size=(n, c))), None) for _ in range(nb)]
+    for avg in [None, "micro", "macro", "weighted"]:
+        key = "none" if avg is None else avg
+        add("f1_" + key, "F1Score", {"average": avg}, onehot, fbeta(onehot, avg))
+        add("f1_" + key + "_threshold0.4_multilabel", "F1Score", {"average": avg, "threshold": 0.4}, multilabel,
+            fbeta(multilabel, avg, threshold=0.4))
+    add("fbeta2_macro", "FBetaScore", {"average": "macro", "beta": 2.0}, onehot, fbeta(onehot, "macro", beta=2.0))
+    add("fbeta0.5_weighted_threshold", "FBetaScore", {"average": "weighted", "beta": 0.5, "threshold": 0.3},
+        multilabel, fbeta(multilabel, "weighted", beta=0.5, threshold=0.3))
+
+    # RMSE.
+    def rmse(batches):
+        tot, cnt, out = 0.0, 0.0, []
+        for y, p, w in batches:
+            y64, p64 = y.astype(np.float64), p.astype(np.float64)
+            if y64.ndim == 1 and p64.ndim == 2:
+                y64 = y64[:, None]
+            e = ((p64 - y64) ** 2).reshape(len(y64), -1).mean(-1)
+            ww = np.ones(len(e)) if w is None else w.astype(np.float64)
+            tot += (e * ww).sum()
+            cnt += ww.sum()
+            out.append(float(np.sqrt(tot / cnt)))
+        return out
+
+    reg = [(f32(rng.normal(size=(n, 3))), f32(rng.normal(size=(n, 3))), f32(rng.uniform(0, 2, n)) if i else None)
+           for i in range(nb)]
+    add("rmse", "RootMeanSquaredError", {}, reg, rmse(reg))
+    reg1 = [(f32(rng.normal(size=n)), f32(rng.normal(size=(n, 1))), None) for _ in range(nb)]
+    add("rmse_n_vs_n1", "RootMeanSquaredError", {}, reg1, rmse(reg1))
+
+    # MeanIoU.
+    def miou(batches, k, ignore=None, sparse_true=True, sparse_pred=True):
+        cm = np.zeros((k, k))
+        out = []
+        for y, p, w in batches:
+            yt = (y if sparse_true else y.argmax(-1)).reshape(-1).astype(np.int64)
+            yp = (p if sparse_pred else p.argmax(-1)).reshape(-1).astype(np.int64)
+            ww = np.ones(len(yt)) if w is None else np.broadcast_to(w.reshape(-1), yt.shape).astype(np.float64)
+            for a, b, wi in zip(yt, yp, ww):
+                if ignore is not None and a == ignore:
+                    continue
+                cm[a, b] += wi
+            ious = []
+            for cls in range(k):
+                tp = cm[cls, cls]
+                union = cm[cls, :].sum() + cm[:, cls].sum() - tp
+                if union > 1e-9:
+                    ious.append(tp / (union + eps))
+            out.append(float(sum(ious) / (len(ious) + eps)))
+        return out
+
+    k = 4
+    seg = [(f32(rng.integers(0, k, (2, 3, 3))), f32(rng.integers(0, k, (2, 3, 3))),
+            f32(rng.uniform(0.5, 1.5, (2, 3, 3))) if i == 2 else None) for i in range(nb)]
+    add("mean_iou_sparse", "MeanIoU", {"num_classes": k}, seg, miou(seg, k))
+    # A class never seen (5 classes, ids 0..3 only) is left out of the mean.
+    add("mean_iou_unseen_class", "MeanIoU", {"num_classes": 5}, seg, miou(seg, 5))
+    seg_ign = [(np.where(b[0] == 3, np.float32(-1), b[0]), b[1], b[2]) for b in seg]
+    add("mean_iou_ignore_class", "MeanIoU", {"num_classes": k, "ignore_class": -1}, seg_ign,
+        miou(seg_ign, k, ignore=-1))
+    dense = [(f32(np.eye(k)[rng.integers(0, k, n)]), f32(rng.uniform(size=(n, k))), None) for _ in range(nb)]
+    add("mean_iou_dense", "MeanIoU", {"num_classes": k, "sparse_y_true": False, "sparse_y_pred": False}, dense,
+        miou(dense, k, sparse_true=False, sparse_pred=False))
+
+    # R2.
+    def r2(batches, agg="uniform_average", p_reg=0):
+        st = None
+        nsamp = 0
+        out = []
+        for y, p, w in batches:
+            y = y.astype(np.float64)
+            p = p.astype(np.float64)
+            if y.ndim == 1:
+                y = y[:, None]
+            ww = np.ones_like(y) if w is None else np.broadcast_to(
+                (w[:, None] if w.ndim == 1 else w).astype(np.float64), y.shape)
+            parts = [(y * ww).sum(0), (y * y * ww).sum(0), ((y - p) ** 2 * ww).sum(0), ww.sum(0)]
+            st = parts if st is None else [a + b for a, b in zip(st, parts)]
+            nsamp += y.size
+            s, sq, sse, cnt = st
+            total = sq - s * (s / cnt)
+            raw = 1 - sse / total
+            raw = np.where(np.isinf(raw), 0.0, raw)
+            if agg == "uniform_average":
+                r = float(raw.mean())
+            elif agg == "variance_weighted_average":
+                r = float((total * raw).sum() / total.sum())
+            else:
+                r = raw
+            if p_reg and p_reg < nsamp - 1:
+                r = 1 - (1 - r) * (nsamp - 1) / (nsamp - p_reg - 1)
+            out.append([float(v) for v in r] if agg is None else float(r))
+        return out
+
+    yr = [(f32(rng.normal(size=(n, 3)) * [1, 2, 5]), None, None) for _ in range(nb)]
+    yr = [(y, f32(y + rng.normal(size=y.shape)), f32(rng.uniform(0.5, 2, n)) if i == 1 else None)
+          for i, (y, _, _) in enumerate(yr)]
+    # Independent check: unweighted, one batch, R2 per output = 1 - SSE / (n var(y)).
+    y0, p0 = yr[0][0].astype(np.float64), yr[0][1].astype(np.float64)
+    direct = 1 - ((y0 - p0) ** 2).sum(0) / (len(y0) * y0.var(0))
+    assert np.allclose(r2([yr[0]], None)[0], direct), "R2 reference"
+    add("r2_uniform", "R2Score", {}, yr, r2(yr))
+    add("r2_variance_weighted", "R2Score", {"class_aggregation": "variance_weighted_average"}, yr,
+        r2(yr, "variance_weighted_average"))
+    add("r2_per_output", "R2Score", {"class_aggregation": None}, yr, r2(yr, None))
+    add("r2_adjusted", "R2Score", {"num_regressors": 3}, yr, r2(yr, p_reg=3))
+    y1 = [(f32(rng.normal(size=n)), f32(rng.normal(size=(n, 1))), None) for _ in range(2)]
+    add("r2_n_vs_n1", "R2Score", {}, y1, r2(y1))
+    return cases
+
+
 def main():
     torch.set_num_threads(1)
     header = {"generator": "scripts/golden/make_golden.py", "torch": torch.__version__}
@@ -972,8 +1528,11 @@ def main():
         return
     write("kiln/losses/testdata/losses_golden.json", dict(header, cases=loss_cases()))
     write("kiln/metrics/testdata/metrics_golden.json", dict(header, cases=metric_cases()))
+    write("kiln/losses/testdata/keras3_losses_golden.json", dict(header, cases=keras3_loss_cases()))
+    write("kiln/metrics/testdata/keras3_metrics_golden.json", dict(header, cases=keras3_metric_cases()))
     write("kiln/optimizers/testdata/optimizers_golden.json",
           dict(header, cases=optimizer_cases(), schedules=schedule_cases()))
+    write("kiln/optimizers/testdata/keras3_optimizers_golden.json", dict(header, cases=keras3_optimizer_cases(), schedules=keras3_schedule_cases()))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,144 @@
+#include "kiln/metrics/f_score.h"
+
+#include <sstream>
+
+#include "kiln/core/error.h"
+#include "kiln/core/shape.h"
+
+namespace kiln::metrics {
+namespace {
+
+constexpr double kFScoreEps = 1e-7;
+
+std::optional<std::string> fscore_average_of(const Json& c, const std::string& owner) {
+  if (!c.is_object() || !c.contains("average") || c["average"].is_null()) return std::nullopt;
+  if (!c["average"].is_string())
+    throw ValueError(owner + ": `average` must be null, \"micro\", \"macro\" or \"weighted\". Received: average=" +
+                     c["average"].dump());
+  return c["average"].get<std::string>();
+}
+
+std::optional<double> fscore_threshold_of(const Json& c) {
+  if (!c.is_object() || !c.contains("threshold") || c["threshold"].is_null()) return std::nullopt;
+  return get_or<double>(c, "threshold", 0.5);
+}
+
+}  // namespace
+
+FBetaScore::FBetaScore(std::optional<std::string> average, double beta, std::optional<double> threshold,
+                       std::string name)
+    : Metric(std::move(name)), average_(std::move(average)), beta_(beta), threshold_(threshold) {
+  std::ostringstream os;
+  if (average_ && *average_ != "micro" && *average_ != "macro" && *average_ != "weighted")
+    os << class_name() << ": invalid `average` argument value. Expected one of: null, \"micro\", \"macro\", "
+       << "\"weighted\". Received: average=" << *average_;
+  else if (!(beta > 0))
+    os << class_name() << ": invalid `beta` argument value. It should be a float > 0. Received: beta=" << beta;
+  else if (threshold && !(*threshold > 0 && *threshold <= 1))
+    os << class_name() << ": invalid `threshold` argument value. It should be a float in (0, 1] or null. Received: "
+       << "threshold=" << *threshold;
+  if (!os.str().empty()) throw ValueError(os.str());
+}
+
+std::shared_ptr<FBetaScore> FBetaScore::from_config(const Json& c) {
+  check_keys(c, {"average", "beta", "threshold"}, "FBetaScore");
+  return std::make_shared<FBetaScore>(fscore_average_of(c, "FBetaScore"), get_or<double>(c, "beta", 1.0), fscore_threshold_of(c),
+                                      get_or<std::string>(c, "name", "fbeta_score"));
+}
+
+void FBetaScore::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred_in,
+                              const at::Tensor& sample_weight) {
+  at::NoGradGuard no_grad;
+  at::Tensor y_true = y_true_in.detach().to(at::kCPU, at::kDouble);
+  at::Tensor y_pred = y_pred_in.detach().to(at::kCPU, at::kDouble);
+  if (y_true.dim() != 2 || y_pred.dim() != 2)
+    throw ShapeError(class_name() + " expects 2D inputs with shape (batch_size, output_dim). Received input shapes: "
+                     "y_true " + sizes_str(y_true) + " and y_pred " + sizes_str(y_pred));
+  if (!y_true.sizes().equals(y_pred.sizes()))
+    throw ShapeError(class_name() + ": y_true " + sizes_str(y_true) + " and y_pred " + sizes_str(y_pred) +
+                     " must have the same shape");
+  const int64_t classes = y_pred.size(1);
+  if (!tp_.defined()) {
+    const std::vector<int64_t> shape =
+        average_ && *average_ == "micro" ? std::vector<int64_t>{} : std::vector<int64_t>{classes};
+    tp_ = at::zeros(shape, at::kDouble);
+    fp_ = at::zeros(shape, at::kDouble);
+    fn_ = at::zeros(shape, at::kDouble);
+    weights_ = at::zeros(shape, at::kDouble);
+  } else if (tp_.dim() == 1 && tp_.size(0) != classes) {
+    throw ShapeError(name() + ": got " + std::to_string(classes) + " classes after " + std::to_string(tp_.size(0)) +
+                     " in earlier batches");
+  }
+  at::Tensor pred;
+  if (threshold_) {
+    pred = (y_pred > *threshold_).to(at::kDouble);
+  } else {
+    at::Tensor row_max = std::get<0>(y_pred.max(-1, /*keepdim=*/true));
+    pred = ((y_pred >= row_max) & (y_pred.abs() > 1e-9)).to(at::kDouble);
+  }
+  at::Tensor w;
+  if (sample_weight.defined()) {
+    w = sample_weight.detach().to(at::kCPU, at::kDouble);
+    if (w.dim() == 2 && w.size(1) == 1) w = w.squeeze(1);
+    if (w.dim() > 1 || (w.dim() == 1 && w.size(0) != y_true.size(0)))
+      throw ShapeError(name() + ": sample_weight must have shape (batch,). Received: " + sizes_str(w));
+    w = w.unsqueeze(-1);
+  }
+  const bool micro = average_ && *average_ == "micro";
+  auto weighted_sum = [&](const at::Tensor& v) {
+    at::Tensor x = w.defined() ? v * w : v;
+    return micro ? x.sum() : x.sum(0);
+  };
+  tp_ += weighted_sum(pred * y_true);
+  fp_ += weighted_sum(pred * (1.0 - y_true));
+  fn_ += weighted_sum((1.0 - pred) * y_true);
+  weights_ += weighted_sum(y_true);
+}
+
+at::Tensor FBetaScore::result_per_class() const {
+  if (!tp_.defined()) return at::zeros({}, at::kDouble);
+  at::Tensor precision = tp_ / (tp_ + fp_ + kFScoreEps);
+  at::Tensor recall = tp_ / (tp_ + fn_ + kFScoreEps);
+  const double b2 = beta_ * beta_;
+  at::Tensor f = precision * recall / (b2 * precision + recall + kFScoreEps) * (1.0 + b2);
+  if (average_ && *average_ == "weighted") return (f * (weights_ / (weights_.sum() + kFScoreEps))).sum();
+  if (average_) return f.mean();
+  return f;
+}
+
+double FBetaScore::result() const { return result_per_class().mean().item<double>(); }
+
+void FBetaScore::reset_state() {
+  for (at::Tensor* t : {&tp_, &fp_, &fn_, &weights_})
+    if (t->defined()) t->zero_();
+}
+
+std::vector<at::Tensor> FBetaScore::variables() const {
+  if (!tp_.defined()) return {};
+  return {tp_, fp_, fn_, weights_};
+}
+
+Json FBetaScore::get_config() const {
+  Json c = Metric::get_config();
+  c["average"] = average_ ? Json(*average_) : Json(nullptr);
+  c["beta"] = beta_;
+  c["threshold"] = threshold_ ? Json(*threshold_) : Json(nullptr);
+  return c;
+}
+
+F1Score::F1Score(std::optional<std::string> average, std::optional<double> threshold, std::string name)
+    : FBetaScore(std::move(average), 1.0, threshold, std::move(name)) {}
+
+std::shared_ptr<F1Score> F1Score::from_config(const Json& c) {
+  check_keys(c, {"average", "threshold"}, "F1Score");
+  return std::make_shared<F1Score>(fscore_average_of(c, "F1Score"), fscore_threshold_of(c),
+                                   get_or<std::string>(c, "name", "f1_score"));
+}
+
+Json F1Score::get_config() const {
+  Json c = FBetaScore::get_config();
+  c.erase("beta");
+  return c;
+}
+
+}  // namespace kiln::metrics
