@@ -7,6 +7,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/layers/dense.h"
 #include "kiln/models/functional.h"
 #include "kiln/models/model_json.h"
 #include "kiln/models/sequential.h"
@@ -186,6 +187,39 @@ TEST(Keras3Config, KilnsOlderFormStillLoads) {
       {"class_name": "Dense", "config": {"units": 2}, "build_config": {"input_shapes": [[null, 3]]}}],
       "build_input_shape": [null, 3], "input_dtype": "float32"}})");
   EXPECT_EQ(model_from_json(seq)->predict(x).size(1), 2);
+}
+
+TEST(Keras3Config, Keras2InboundNodesLoad) {
+  Json k2 = Json::parse(R"({"class_name": "Functional", "config": {"name": "k2", "layers": [
+      {"class_name": "InputLayer", "config": {"batch_input_shape": [null, 3], "dtype": "float32", "sparse": false,
+       "ragged": false, "name": "input_1"}, "name": "input_1", "inbound_nodes": []},
+      {"class_name": "Dense", "config": {"name": "dense", "units": 2, "dtype": "float32"}, "name": "dense",
+       "inbound_nodes": [[["input_1", 0, 0, {}]]]}],
+    "input_layers": [["input_1", 0, 0]], "output_layers": [["dense", 0, 0]]}})");
+  ModelPtr m = model_from_json(k2);
+  EXPECT_EQ(m->predict(at::randn({4, 3})).size(1), 2);
+}
+
+TEST(Keras3Config, NestedFunctionalCallsCountFromOne) {
+  // Keras numbers a nested Functional model's calls from 1 (node 0 is its
+  // own graph's); kiln writes and reads that numbering.
+  auto in = Input({3}, at::kFloat, "inner_in");
+  auto inner = std::make_shared<Functional>(
+      KerasTensors{in}, KerasTensors{(*std::make_shared<Dense>(2, "linear", Json{{"name", "inner_dense"}}))(in)},
+      "inner");
+  auto x = Input({3}, at::kFloat, "outer_in");
+  auto y = (*std::make_shared<Dense>(1, "linear", Json{{"name", "outer_dense"}}))((*inner)(x));
+  auto outer = std::make_shared<Functional>(KerasTensors{x}, KerasTensors{y}, "outer");
+  Json j = model_to_json(*outer);
+  const Json& layers = j["config"]["layers"];
+  ASSERT_EQ(layers.size(), 3u);
+  EXPECT_EQ(layers[1]["module"], "keras.src.models.functional");
+  EXPECT_EQ(layers[2]["inbound_nodes"][0]["args"][0]["config"]["keras_history"], Json::parse(R"(["inner", 1, 0])"));
+  ModelPtr back = model_from_json(j);
+  back->set_weights(outer->get_weights());
+  at::Tensor t = at::randn({5, 3});
+  EXPECT_TRUE(at::equal(back->predict(t), outer->predict(t)));
+  EXPECT_EQ(unordered(model_to_json(*back)), unordered(j));
 }
 
 void expect_load_error(const Json& j, const std::string& want) {
