@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -359,6 +360,87 @@ TEST_F(Cli, KilledTrainingResumesFromBackupBitForBit) {
     EXPECT_EQ(a[i].first, b[i].first);
     EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first << " differs after resume";
   }
+}
+
+// A spec with two named inputs and two named outputs: CSV columns per input
+// and a label column per output, a Keras 3 Functional config, a loss and
+// metrics per output and loss_weights. Keras's per-output logs come out of
+// fit (with val_), the test evaluation and `kiln evaluate`.
+TEST_F(Cli, TrainsATwoInputTwoOutputSpec) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> noise(0.0, 0.3);
+  std::ostringstream csv;
+  csv << "f0,f1,f2,e0,digit,sign\n";
+  for (int i = 0; i < 150; ++i) {
+    const int c = i % 3;
+    for (int k = 0; k < 3; ++k) csv << (k == c ? 2.0 : 0.0) + noise(rng) << ",";
+    const double e = noise(rng) * 4;
+    csv << e << "," << c << "," << (e > 0 ? 1 : 0) << "\n";
+  }
+  write_text(dir_.path() + "/two.csv", csv.str());
+  auto kt = [](const char* layer, int width) {
+    return Json{{"class_name", "__keras_tensor__"},
+                {"config", {{"shape", {nullptr, width}}, {"dtype", "float32"}, {"keras_history", {layer, 0, 0}}}}};
+  };
+  auto input = [](const char* name, int width) {
+    return Json{{"module", "keras.layers"}, {"class_name", "InputLayer"},
+                {"config", {{"batch_shape", {nullptr, width}}, {"dtype", "float32"}, {"sparse", false}, {"name", name}}},
+                {"registered_name", nullptr}, {"name", name}, {"inbound_nodes", Json::array()}};
+  };
+  auto layer = [](const char* cls, Json config, const char* name, Json args) {
+    config["name"] = name;
+    return Json{{"module", "keras.layers"}, {"class_name", cls}, {"config", config}, {"registered_name", nullptr},
+                {"name", name}, {"inbound_nodes", {{{"args", args}, {"kwargs", Json::object()}}}}};
+  };
+  Json model = {{"module", "keras.src.models.functional"}, {"class_name", "Functional"}, {"registered_name", "Functional"},
+                {"config", {{"name", "two_heads"}, {"trainable", true},
+                            {"layers", {input("features", 3),
+                                        layer("Dense", {{"units", 8}, {"activation", "relu"}}, "trunk", {kt("features", 3)}),
+                                        input("extra", 1),
+                                        layer("Concatenate", {{"axis", -1}}, "merge", {{kt("trunk", 8), kt("extra", 1)}}),
+                                        layer("Dense", {{"units", 3}, {"activation", "softmax"}}, "digit", {kt("merge", 9)}),
+                                        layer("Dense", {{"units", 1}, {"activation", "sigmoid"}}, "sign", {kt("merge", 9)})}},
+                            {"input_layers", {{"features", 0, 0}, {"extra", 0, 0}}},
+                            {"output_layers", {{"digit", 0, 0}, {"sign", 0, 0}}}}}};
+  Json spec = Json::parse(R"({
+    "data": {"source": "csv", "inputs": {"features": ["f0", "f1", "f2"], "extra": "e0"},
+             "outputs": {"digit": "digit", "sign": {"column": "sign", "type": "float32"}}, "test_split": 0.2},
+    "compile": {"optimizer": {"class_name": "Adam", "config": {"learning_rate": 0.05}},
+                "loss": {"digit": "sparse_categorical_crossentropy", "sign": "binary_crossentropy"},
+                "loss_weights": {"digit": 1.0, "sign": 0.5},
+                "metrics": {"digit": ["accuracy"], "sign": ["accuracy"]}},
+    "fit": {"epochs": 10, "batch_size": 16, "validation_split": 0.2, "seed": 3, "verbose": 2}
+  })");
+  spec["model"] = model;
+  spec["data"]["path"] = dir_.path() + "/two.csv";
+  spec["output"] = {{"base_dir", dir_.path() + "/two"}};
+  const std::string spec_path = write_spec("two.json", spec);
+  auto r = kiln("--threads 1 train " + q(spec_path));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* want : {"features (3,), extra (1,)", "digit_loss: ", "sign_loss: ", "digit_accuracy: ",
+                           "val_sign_accuracy: ", "val_loss: ", "test_digit_loss: ", "test_sign_accuracy: "})
+    EXPECT_NE(r.output.find(want), std::string::npos) << "'" << want << "' not in:\n" << r.output;
+  // The test metrics: total = digit_loss + 0.5 * sign_loss; the easy digit task is learned.
+  std::map<std::string, double> test;
+  for (auto& line : lines_of(r.output))
+    if (line.rfind("test_", 0) == 0) test[line.substr(5, line.find(':') - 5)] = std::stod(line.substr(line.find(':') + 1));
+  ASSERT_TRUE(test.count("loss") && test.count("digit_loss") && test.count("sign_loss")) << r.output;
+  EXPECT_NEAR(test["loss"], test["digit_loss"] + 0.5 * test["sign_loss"], 2e-4);
+  EXPECT_GE(test["digit_accuracy"], 0.8) << r.output;
+
+  // The saved model.json holds Keras's form and the per-output compile config.
+  Json mj = read_json_file(dir_.path() + "/two/1/model.json");
+  EXPECT_EQ(mj["config"]["layers"][1]["inbound_nodes"][0]["args"][0]["class_name"], "__keras_tensor__");
+  EXPECT_EQ(mj["compile_config"]["loss_weights"]["sign"], 0.5);
+  auto ev = kiln("--threads 1 evaluate " + q(dir_.path() + "/two/1") + " --spec " + q(spec_path) + " --json");
+  ASSERT_EQ(ev.exit_code, 0) << ev.output;
+  Json ej = Json::parse(lines_of(ev.output).back());
+  EXPECT_NEAR(ej["digit_loss"].get<double>(), test["digit_loss"], 1e-3);
+  EXPECT_NEAR(ej["sign_accuracy"].get<double>(), test["sign_accuracy"], 1e-3);
+
+  // A name the model does not have is one clear line.
+  spec["data"]["outputs"] = Json::parse(R"({"digit": "digit", "sgn": "sign"})");
+  expect_user_error("train " + q(write_spec("bad.json", spec)), {"the model's output 'sign' has no data", "digit, sgn"});
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "kiln/core/initializers.h"
 
+#include "kiln/core/config_keys.h"
+
 #include <cmath>
 
 #include "kiln/core/error.h"
@@ -14,7 +16,13 @@ std::pair<double, double> compute_fans(const Shape& shape) {
   return {shape[shape.size() - 2] * receptive, shape.back() * receptive};
 }
 
-Json Initializer::to_json() const { return Json{{"class_name", class_name()}, {"config", get_config()}}; }
+Json Initializer::to_json() const {
+  // As Keras 3 serializes it.
+  return Json{{"module", "keras.initializers"},
+              {"class_name", class_name()},
+              {"config", get_config()},
+              {"registered_name", nullptr}};
+}
 
 namespace {
 
@@ -166,6 +174,7 @@ InitializerPtr Initializer::from_json(const Json& j) {
   if (j.is_string()) return get(j.get<std::string>());
   if (!j.is_object() || !j.contains("class_name"))
     throw ValueError("initializer must be a name or {\"class_name\", \"config\"}. Received: " + j.dump());
+  check_config_keys(j, {"module", "class_name", "config", "registered_name"}, "an initializer");
   const std::string cls = j["class_name"].get<std::string>();
   const Json cfg = j.value("config", Json::object());
   if (cls == "VarianceScaling")

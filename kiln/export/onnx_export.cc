@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -398,11 +399,24 @@ std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options) {
       int node;
       Json args;
     };
+    // Keras 3 inbound nodes: __keras_tensor__ objects (a list of them for a
+    // layer called on a list); each holds its [layer, node, index] history.
+    std::function<void(const Json&, Json*)> histories = [&](const Json& a, Json* out) {
+      if (a.is_array()) {
+        for (auto& x : a) histories(x, out);
+        return;
+      }
+      out->push_back(a.at("config").at("keras_history"));
+    };
     std::vector<Application> pending;
     for (auto& lj : cfg.at("layers")) {
       if (lj.at("class_name") == "InputLayer") continue;
       int node = 0;
-      for (auto& inbound : lj.at("inbound_nodes")) pending.push_back({lj.at("name"), node++, inbound.at("args")});
+      for (auto& inbound : lj.at("inbound_nodes")) {
+        Json args = Json::array();
+        histories(inbound.at("args"), &args);
+        pending.push_back({lj.at("name"), node++, args});
+      }
     }
     while (!pending.empty()) {
       bool progressed = false;

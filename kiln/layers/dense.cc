@@ -63,9 +63,10 @@ Json Dense::get_config() const {
   j["bias_initializer"] = bias_init_->to_json();
   j["kernel_regularizer"] = regularizer_json(kernel_reg_);
   j["bias_regularizer"] = regularizer_json(bias_reg_);
-  j["activity_regularizer"] = regularizer_json(activity_reg_);
   j["kernel_constraint"] = nullptr;
   j["bias_constraint"] = nullptr;
+  // Keras writes it only when set.
+  if (activity_reg_) j["activity_regularizer"] = regularizer_json(activity_reg_);
   return j;
 }
 

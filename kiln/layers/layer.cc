@@ -6,6 +6,7 @@
 #include <mutex>
 #include <set>
 
+#include "kiln/core/config_keys.h"
 #include "kiln/core/names.h"
 
 namespace kiln {
@@ -25,9 +26,20 @@ Layer::Layer(const Json& config) {
   if (config.is_object() && config.contains("dtype") && !config["dtype"].is_null()) {
     const Json& d = config["dtype"];
     // Keras 3 writes {"module": ..., "class_name": "DTypePolicy", "config": {"name": ...}}.
-    if (d.is_string()) policy_ = DTypePolicy(d.get<std::string>());
-    else if (d.is_object() && d.contains("config")) policy_ = DTypePolicy(d["config"].value("name", "float32"));
-    else throw ValueError("layer `dtype` must be a policy name. Received: " + d.dump());
+    if (d.is_string()) {
+      policy_ = DTypePolicy(d.get<std::string>());
+    } else if (d.is_object() && d.contains("config")) {
+      check_config_keys(d, {"module", "class_name", "config", "registered_name"}, "a layer's `dtype`");
+      if (d.value("class_name", "DTypePolicy") != "DTypePolicy" || !d["config"].is_object() ||
+          !d["config"].contains("name") || !d["config"]["name"].is_string())
+        throw ValueError("layer `dtype` must be a policy name or {\"class_name\": \"DTypePolicy\", \"config\": "
+                         "{\"name\": ...}} (quantized policies are set by model.quantize()). Received: " +
+                         d.dump().substr(0, 200));
+      check_config_keys(d["config"], {"name"}, "a layer's `dtype` config");
+      policy_ = DTypePolicy(d["config"]["name"].get<std::string>());
+    } else {
+      throw ValueError("layer `dtype` must be a policy name. Received: " + d.dump().substr(0, 200));
+    }
   } else {
     policy_ = kiln::dtype_policy();
   }
@@ -254,24 +266,34 @@ Json Layer::base_config() const {
   Json j;
   j["name"] = name();
   j["trainable"] = trainable_;
-  j["dtype"] = policy_.name();
+  // Keras 3 writes the policy as a serialized DTypePolicy object.
+  j["dtype"] = Json{{"module", "keras"},
+                    {"class_name", "DTypePolicy"},
+                    {"config", Json{{"name", policy_.name()}}},
+                    {"registered_name", nullptr}};
   return j;
 }
 
 Json Layer::get_config() const { return base_config(); }
 
 Json Layer::to_json() const {
+  // Keras 3's serialize_keras_object: module, class_name, config,
+  // registered_name, build_config ({"input_shape": shape}, or a list of
+  // shapes for a layer called on a list).
   Json j;
+  j["module"] = "keras.layers";
   j["class_name"] = class_name();
   j["config"] = get_config();
+  j["registered_name"] = nullptr;
   if (built_ && !build_shapes_.empty()) {
-    Json shapes = Json::array();
-    for (auto& s : build_shapes_) {
+    auto shape_json = [](const Shape& s) {
       Json d = Json::array();
       for (auto x : s) d.push_back(x < 0 ? Json(nullptr) : Json(x));
-      shapes.push_back(d);
-    }
-    j["build_config"] = Json{{"input_shapes", shapes}};
+      return d;
+    };
+    Json shapes = Json::array();
+    for (auto& s : build_shapes_) shapes.push_back(shape_json(s));
+    j["build_config"] = Json{{"input_shape", build_shapes_.size() == 1 ? shapes[0] : shapes}};
   }
   return j;
 }
@@ -330,18 +352,52 @@ LayerPtr LayerRegistry::create(const std::string& class_name, const Json& config
   return f(config);
 }
 
+namespace {
+
+Shape shape_from(const Json& s, const std::string& where) {
+  if (!s.is_array()) throw ValueError(where + " must be a list of dims (null for unknown). Received: " + s.dump().substr(0, 200));
+  Shape sh;
+  for (auto& d : s) {
+    if (!d.is_null() && !d.is_number_integer())
+      throw ValueError(where + " must be a list of dims (null for unknown). Received: " + s.dump().substr(0, 200));
+    sh.push_back(d.is_null() ? kNone : d.get<int64_t>());
+  }
+  return sh;
+}
+
+// build_config as Keras 3 writes it ({"input_shape": shape or [shapes]},
+// {"shapes_dict": {"x_shape": ...}}) or kiln's older {"input_shapes": [...]}.
+std::vector<Shape> build_shapes(const Json& bc, const std::string& where) {
+  check_config_keys(bc, {"input_shape", "shapes_dict", "input_shapes"}, where);
+  std::vector<Shape> shapes;
+  if (bc.contains("input_shape") && !bc["input_shape"].is_null()) {
+    const Json& s = bc["input_shape"];
+    const bool several = s.is_array() && !s.empty() && s[0].is_array();
+    if (several)
+      for (auto& x : s) shapes.push_back(shape_from(x, where));
+    else
+      shapes.push_back(shape_from(s, where));
+  } else if (bc.contains("shapes_dict") && bc["shapes_dict"].is_object()) {
+    for (auto it = bc["shapes_dict"].begin(); it != bc["shapes_dict"].end(); ++it)
+      shapes.push_back(shape_from(it.value(), where));
+  } else if (bc.contains("input_shapes") && bc["input_shapes"].is_array()) {
+    for (auto& x : bc["input_shapes"]) shapes.push_back(shape_from(x, where));
+  }
+  return shapes;
+}
+
+}  // namespace
+
 LayerPtr layer_from_json(const Json& j) {
-  if (!j.is_object() || !j.contains("class_name"))
+  if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string())
     throw ValueError("a layer must be {\"class_name\": ..., \"config\": {...}}. Received: " + j.dump().substr(0, 200));
-  auto layer = LayerRegistry::create(j["class_name"].get<std::string>(), j.value("config", Json::object()));
-  if (j.contains("build_config") && j["build_config"].contains("input_shapes")) {
-    std::vector<Shape> shapes;
-    for (auto& s : j["build_config"]["input_shapes"]) {
-      Shape sh;
-      for (auto& d : s) sh.push_back(d.is_null() ? kNone : d.get<int64_t>());
-      shapes.push_back(sh);
-    }
-    layer->build_if_needed(shapes);
+  const std::string cls = j["class_name"].get<std::string>();
+  check_config_keys(j, {"module", "class_name", "config", "registered_name", "build_config"}, "the " + cls + " entry");
+  // The layer checks its config's keys itself (ConfigReader::finish).
+  auto layer = LayerRegistry::create(cls, j.value("config", Json::object()));
+  if (j.contains("build_config") && !j["build_config"].is_null()) {
+    auto shapes = build_shapes(j["build_config"], "the build_config of " + cls + " '" + layer->name() + "'");
+    if (!shapes.empty()) layer->build_if_needed(shapes);
   }
   return layer;
 }
@@ -355,9 +411,18 @@ Json without_dtype(Json c) {
 }  // namespace
 
 InputLayer::InputLayer(const Json& config) : Layer(without_dtype(config)) {
-  const Json& bs = config.contains("batch_shape") ? config["batch_shape"] : require(config, "shape", "InputLayer");
-  for (auto& d : bs) batch_shape_.push_back(d.is_null() ? kNone : d.get<int64_t>());
-  if (!config.contains("batch_shape")) batch_shape_.insert(batch_shape_.begin(), kNone);
+  // Keras 3 writes batch_shape (and sparse, ragged, optional); Keras 2
+  // batch_input_shape; kiln's spec form may give shape (no batch dim).
+  check_config_keys(config, {"batch_shape", "batch_input_shape", "shape", "dtype", "sparse", "ragged", "optional", "name", "trainable"},
+                    "the InputLayer config");
+  for (const char* flag : {"sparse", "ragged"})
+    if (config.contains(flag) && config[flag].is_boolean() && config[flag].get<bool>())
+      throw ValueError(std::string("InputLayer: ") + flag + " inputs are not supported; kiln's inputs are dense tensors");
+  const char* key = config.contains("batch_shape") ? "batch_shape"
+                    : config.contains("batch_input_shape") ? "batch_input_shape"
+                                                            : "shape";
+  batch_shape_ = shape_from(require(config, key, "InputLayer"), std::string("InputLayer `") + key + "`");
+  if (std::string(key) == "shape") batch_shape_.insert(batch_shape_.begin(), kNone);
   dtype_ = dtype_from_string(get_or<std::string>(config, "dtype", "float32"));
   mark_built();
 }

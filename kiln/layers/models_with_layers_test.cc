@@ -163,7 +163,7 @@ TEST(DTypePolicy, GlobalMixedPolicyReachesEveryLayer) {
   at::Tensor y = (*model)(at::randn({2, 5, 5, 2}));
   EXPECT_EQ(y.scalar_type(), at::kBFloat16);
   for (auto& v : model->weights()) EXPECT_EQ(v->dtype(), at::kFloat) << v->path();
-  EXPECT_EQ(model->layers()[0]->get_config()["dtype"], "mixed_bfloat16");
+  EXPECT_EQ(model->layers()[0]->get_config()["dtype"]["config"]["name"], "mixed_bfloat16");
   EXPECT_EQ(make<Dense>(2)->dtype_policy().name(), "float32");
 }
 

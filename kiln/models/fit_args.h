@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/json.h"
@@ -24,19 +25,37 @@ using Tensors = std::vector<at::Tensor>;
 
 struct CompileArgs {
   OptimizerPtr optimizer;  // required
-  LossPtr loss;            // required for fit/evaluate
+  // Required for fit/evaluate: one loss for every output, or (several
+  // outputs) one per output: `output_losses` in output order (Keras's list)
+  // or `named_losses` by output name (Keras's dict; an output without an
+  // entry adds nothing to the total). Give one of the three.
+  LossPtr loss;
+  std::vector<LossPtr> output_losses;
+  std::vector<std::pair<std::string, LossPtr>> named_losses;
+  // Keras's loss_weights: the total loss is sum_i w_i * loss_i (default 1),
+  // in output order or by output name.
+  std::vector<double> loss_weights;
+  std::vector<std::pair<std::string, double>> named_loss_weights;
   // Metrics. With several outputs, a flat list applies to every output
   // (each gets its own copy, named "<output>_<metric>", as Keras does);
   // output_metrics (Keras's nested list, one list per output, in output
   // order) picks them per output instead. Use one or the other.
   std::vector<MetricPtr> metrics;
   std::vector<std::vector<MetricPtr>> output_metrics;
+  // Keras's dict form: metrics by output name.
+  std::vector<std::pair<std::string, std::vector<MetricPtr>>> named_metrics;
   // Keras names: compile("adam", "sparse_categorical_crossentropy", {"accuracy"}).
   static CompileArgs from_names(const std::string& optimizer, const std::string& loss,
                                 const std::vector<std::string>& metrics = {});
-  // {"optimizer": name|{class_name,config}, "loss": ..., "metrics": [...]}
-  // ("metrics": [[...], [...]] is the per-output form).
+  // Keras 3's compile config (model.get_compile_config()): {"optimizer":
+  // name|{class_name,config}, "loss": name|object|[...]|{output: ...},
+  // "loss_weights": [...]|{...}, "metrics": [...]|[[...], ...]|{output:
+  // ...}, "weighted_metrics", "run_eagerly", "steps_per_execution",
+  // "jit_compile", "auto_scale_loss"}. What kiln cannot honour is refused
+  // with the reason (ValueError); unknown keys are errors.
   static CompileArgs from_json(const Json& j);
+  // The same form, objects serialized as Keras writes them
+  // ({"module", "class_name", "config", "registered_name"}).
   Json to_json() const;
 };
 

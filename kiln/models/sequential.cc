@@ -1,5 +1,8 @@
 #include "kiln/models/sequential.h"
 
+#include "kiln/core/config_keys.h"
+#include "kiln/models/model_json.h"
+
 namespace kiln {
 
 Sequential::Sequential(std::vector<LayerPtr> layers, const std::string& name)
@@ -8,21 +11,43 @@ Sequential::Sequential(std::vector<LayerPtr> layers, const std::string& name)
 }
 
 Sequential::Sequential(const Json& config) : Model(config) {
+  check_config_keys(config, {"name", "trainable", "dtype", "layers", "build_input_shape", "input_dtype"},
+                    "the Sequential config");
   if (config.contains("build_input_shape") && !config["build_input_shape"].is_null()) {
+    const Json& bs = config["build_input_shape"];
+    if (!bs.is_array() || bs.empty())
+      throw FormatError("Sequential config: `build_input_shape` must be a shape with the batch dim, e.g. [null, 784]. "
+                        "Received: " + bs.dump().substr(0, 120));
     Shape s;
-    for (auto& d : config["build_input_shape"]) s.push_back(d.is_null() ? kNone : d.get<int64_t>());
+    for (auto& d : bs) {
+      if (!d.is_null() && !d.is_number_integer())
+        throw FormatError("Sequential config: `build_input_shape` must hold integers or null. Received: " +
+                          bs.dump().substr(0, 120));
+      s.push_back(d.is_null() ? kNone : d.get<int64_t>());
+    }
     input_shape_ = s;
   }
   if (config.contains("input_dtype")) input_dtype_ = dtype_from_string(config["input_dtype"].get<std::string>());
-  for (auto& lj : config.value("layers", Json::array())) {
-    if (lj.value("class_name", "") == "InputLayer") {
+  const Json layers = config.value("layers", Json::array());
+  if (!layers.is_array()) throw FormatError("Sequential config: `layers` must be a list");
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Json& lj = layers[i];
+    if (lj.is_object() && lj.value("class_name", "") == "InputLayer") {
+      if (i != 0) throw FormatError("Sequential config: an InputLayer may only come first (found at layers[" + std::to_string(i) + "])");
       auto in = std::dynamic_pointer_cast<InputLayer>(layer_from_json(lj));
       input_shape_ = in->batch_shape();
       input_dtype_ = in->input_dtype();
+      input_name_ = in->name();
       continue;
     }
     Json copy = lj;
-    copy.erase("build_config");  // the model builds its layers in order
+    if (copy.is_object() && copy.contains("build_config")) {
+      // The model builds its layers in order; the keys are still checked.
+      if (!copy["build_config"].is_null())
+        check_config_keys(copy["build_config"], {"input_shape", "shapes_dict", "input_shapes"},
+                          "the build_config of Sequential layers[" + std::to_string(i) + "]");
+      copy.erase("build_config");
+    }
     add(layer_from_json(copy));
   }
   if (input_shape_) build_if_needed({*input_shape_});
@@ -34,6 +59,7 @@ void Sequential::add(LayerPtr layer) {
     if (!layers_.empty()) throw ValueError("Sequential.add: an Input must come first");
     input_shape_ = in->batch_shape();
     input_dtype_ = in->input_dtype();
+    input_name_ = in->name();
     build_if_needed({*input_shape_});
     return;
   }
@@ -100,16 +126,27 @@ std::vector<Shape> Sequential::compute_output_shape(const std::vector<Shape>& in
 }
 
 Json Sequential::get_config() const {
+  // Keras 3's form: the InputLayer first, then each layer serialized, and
+  // the build shape.
   Json j = base_config();
   Json layers = Json::array();
-  for (auto& l : layers_) layers.push_back(l->to_json());
-  j["layers"] = layers;
+  Json batch_shape = Json::array();
+  if (input_shape_)
+    for (auto d : *input_shape_) batch_shape.push_back(d < 0 ? Json(nullptr) : Json(d));
   if (input_shape_) {
-    Json s = Json::array();
-    for (auto d : *input_shape_) s.push_back(d < 0 ? Json(nullptr) : Json(d));
-    j["build_input_shape"] = s;
-    j["input_dtype"] = dtype_to_string(input_dtype_);
+    Json in;
+    in["module"] = "keras.layers";
+    in["class_name"] = "InputLayer";
+    in["config"] = Json{{"batch_shape", batch_shape},
+                        {"dtype", dtype_to_string(input_dtype_)},
+                        {"sparse", false},
+                        {"name", input_name_.empty() ? std::string("input_layer") : input_name_}};
+    in["registered_name"] = nullptr;
+    layers.push_back(in);
   }
+  for (auto& l : layers_) layers.push_back(serialize_layer(*l));
+  j["layers"] = layers;
+  if (input_shape_) j["build_input_shape"] = batch_shape;
   return j;
 }
 

@@ -15,8 +15,9 @@ namespace kiln {
 class Sequential : public Model {
  public:
   explicit Sequential(std::vector<LayerPtr> layers = {}, const std::string& name = "");
-  // Registry form: {"name", "layers": [{"class_name", "config"}...],
-  // "build_input_shape": [null, 784]}.
+  // Registry form, as Keras 3 writes it: {"name", "trainable", "dtype",
+  // "layers": [{"class_name": "InputLayer", ...}, {"class_name", "config"}...],
+  // "build_input_shape": [null, 784]} (kiln's older "input_dtype" is read too).
   explicit Sequential(const Json& config);
   std::string class_name() const override { return "Sequential"; }
 
@@ -37,6 +38,7 @@ class Sequential : public Model {
   std::vector<LayerPtr> layers_;
   std::optional<Shape> input_shape_;  // with batch dim
   at::ScalarType input_dtype_ = at::kFloat;
+  std::string input_name_;  // the InputLayer's name in the config
 };
 
 }  // namespace kiln

@@ -1,4 +1,5 @@
 // Model::summary: Keras 3's table.
+#include <functional>
 #include <iomanip>
 #include <sstream>
 
@@ -71,10 +72,18 @@ std::string Model::summary_string(int line_length) {
     auto cfg = functional->get_config();
     for (auto& lj : cfg["layers"]) {
       std::string c;
-      for (auto& node : lj["inbound_nodes"])
-        for (auto& a : node["args"])
-          c += (c.empty() ? "" : ", ") + a[0].get<std::string>() + "[" + std::to_string(a[1].get<int>()) + "][" +
-               std::to_string(a[2].get<int>()) + "]";
+      // Inbound nodes hold Keras 3's __keras_tensor__ objects (lists of them
+      // for a layer called on a list).
+      std::function<void(const Json&)> add = [&](const Json& a) {
+        if (a.is_array()) {
+          for (auto& x : a) add(x);
+          return;
+        }
+        const Json& h = a["config"]["keras_history"];
+        c += (c.empty() ? "" : ", ") + h[0].get<std::string>() + "[" + std::to_string(h[1].get<int>()) + "][" +
+             std::to_string(h[2].get<int>()) + "]";
+      };
+      for (auto& node : lj["inbound_nodes"]) add(node["args"]);
       connected[lj["name"].get<std::string>()] = c.empty() ? "-" : c;
     }
   }

@@ -5,6 +5,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/models/model_json.h"
 
 namespace kiln {
 namespace {
@@ -112,9 +113,11 @@ void Model::save(const std::string& dir, bool include_optimizer) {
   Json mj;
   mj["format"] = "kiln.model";
   mj["format_version"] = kModelFormatVersion;
-  Json arch = to_json();
+  Json arch = serialize_layer(*this);  // Keras 3's model.to_json() form
+  mj["module"] = arch["module"];
   mj["class_name"] = arch["class_name"];
   mj["config"] = arch["config"];
+  mj["registered_name"] = arch["registered_name"];
   if (arch.contains("build_config")) mj["build_config"] = arch["build_config"];
   mj["dtype_policy"] = dtype_policy().name();
   mj["quantization"] = nullptr;
@@ -169,7 +172,8 @@ Json read_model_json(const std::string& dir) {
 ModelPtr load_model(const std::string& dir) {
   Json mj = read_model_json(dir);
   Json arch{{"class_name", mj["class_name"]}, {"config", mj["config"]}};
-  if (mj.contains("build_config")) arch["build_config"] = mj["build_config"];
+  for (const char* key : {"module", "registered_name", "build_config"})
+    if (mj.contains(key)) arch[key] = mj[key];
   LayerPtr layer;
   try {
     layer = layer_from_json(arch);

@@ -58,6 +58,9 @@ struct StepData {
   // compute_loss: float32 scalar, compiled loss summed over outputs plus
   // regularization losses. Tracked by the "loss" metric.
   at::Tensor loss;
+  // compute_loss: each output's unweighted loss (undefined where an output
+  // has none), logged as "<output>_loss" when the model has several outputs.
+  Tensors output_losses;
   // scale_loss: what backward differentiates.
   at::Tensor scaled_loss;
   // backward: grads[i] belongs to variables[i] (undefined if unused).
@@ -129,16 +132,26 @@ class TrainState {
 
   const CompileArgs& compile_args() const { return args_; }
   Optimizer& optimizer() { return *args_.optimizer; }
-  bool has_loss() const { return args_.loss != nullptr; }
-  // StateError if compiled without a loss.
+  bool has_loss() const;
+  // The compiled loss (with per-output losses: the first one). StateError if
+  // compiled without a loss.
   Loss& loss();
-  // The loss tracker ("loss") followed by the compiled metrics.
+  // Per output, after bind_outputs(): its loss (null where it has none) and
+  // its weight in the total.
+  const std::vector<LossPtr>& output_losses() const { return losses_; }
+  const std::vector<double>& output_loss_weights() const { return loss_weights_; }
+  // The "<output>_loss" tracker of an output; null with one output or no loss.
+  Mean* output_loss_tracker(size_t output) {
+    return output < output_loss_trackers_.size() ? output_loss_trackers_[output].get() : nullptr;
+  }
+  // The loss tracker ("loss"), the per-output loss trackers ("<output>_loss",
+  // several outputs only), then the compiled metrics.
   std::vector<Metric*> all_metrics();
   Mean& loss_tracker() { return *loss_tracker_; }
   // "loss", then the compiled metrics' names, in order (the order Keras
   // prints and the order of logs).
   std::vector<std::string> metric_names() const;
-  // Which output each compiled metric (all_metrics() after the tracker) reads.
+  // Which output each compiled metric reads.
   const std::vector<size_t>& metric_outputs() const { return metric_outputs_; }
   // Higher-is-better for a metric name ("val_" stripped); nullopt if the
   // name is unknown. "loss" is lower-is-better.
@@ -163,7 +176,11 @@ class TrainState {
   std::shared_ptr<Mean> loss_tracker_;
   std::vector<MetricPtr> metrics_;      // compiled metrics, bound to outputs
   std::vector<size_t> metric_outputs_;  // metrics_[i] reads output metric_outputs_[i]
-  size_t bound_outputs_ = 1;
+  std::vector<LossPtr> losses_;         // per output; null: no loss for it
+  std::vector<double> loss_weights_;    // per output
+  // "<output>_loss" per output with a loss, when the model has several.
+  std::vector<std::shared_ptr<Mean>> output_loss_trackers_;
+  size_t bound_outputs_ = 0;  // 0: not bound yet (the first step binds)
   StepPipeline pipeline_;
   FitProgress progress_;
 };

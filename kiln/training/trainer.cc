@@ -87,7 +87,13 @@ std::unique_ptr<DataAdapter> eval_adapter(Model& model, const Tensors& x, const 
 
 void Model::compile(const CompileArgs& args) {
   auto state = std::make_shared<TrainState>(args);
-  state->bind_outputs(output_names());
+  try {
+    state->bind_outputs(output_names());
+  } catch (const ValueError&) {
+    // A subclassed model counts its outputs when built: per-output losses
+    // and metrics are bound (and checked) at its first step instead.
+    if (built()) throw;
+  }
   train_state_ = std::move(state);
   compile_args_ = std::make_unique<CompileArgs>(args);
 }

@@ -313,10 +313,11 @@ TEST(Compile, MetricsForEveryOutputOfAMultiOutputModel) {
   auto a = (*std::make_shared<Dense>(3, "linear", Json{{"name", "head_a"}}))(in);
   auto b = (*std::make_shared<Dense>(3, "linear", Json{{"name", "head_b"}}))(in);
   auto model = std::make_shared<Functional>(KerasTensors{in}, KerasTensors{a, b});
-  // A flat list applies to each output, with Keras's "<output>_<metric>" names.
+  // A flat list applies to each output, with Keras's "<output>_<metric>"
+  // names; each output's loss is logged as "<output>_loss".
   model->compile(CompileArgs::from_names("sgd", "sparse_categorical_crossentropy", {"accuracy"}));
   EXPECT_EQ(model->train_state().metric_names(),
-            (std::vector<std::string>{"loss", "head_a_accuracy", "head_b_accuracy"}));
+            (std::vector<std::string>{"loss", "head_a_loss", "head_b_loss", "head_a_accuracy", "head_b_accuracy"}));
   // Targets such that head_a's argmax is always right and head_b's always wrong:
   // evaluate must tell the two outputs apart.
   at::Tensor x = at::randn({16, 4});
@@ -331,7 +332,8 @@ TEST(Compile, MetricsForEveryOutputOfAMultiOutputModel) {
   CompileArgs per_output = CompileArgs::from_json(j);
   ASSERT_EQ(per_output.output_metrics.size(), 2u);
   model->compile(per_output);
-  EXPECT_EQ(model->train_state().metric_names(), (std::vector<std::string>{"loss", "head_a_accuracy"}));
+  EXPECT_EQ(model->train_state().metric_names(),
+            (std::vector<std::string>{"loss", "head_a_loss", "head_b_loss", "head_a_accuracy"}));
   // compile_config keeps the metrics' own names (no prefix piling up on reload).
   EXPECT_EQ(model->compile_args().to_json()["metrics"][0][0]["config"]["name"], "accuracy");
   // One list per output, or a clear error.
@@ -341,7 +343,7 @@ TEST(Compile, MetricsForEveryOutputOfAMultiOutputModel) {
     model->compile(wrong);
     ADD_FAILURE() << "expected ValueError";
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("one list per model output (2)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("one list per model output (2: head_a, head_b)"), std::string::npos) << e.what();
   }
 }
 

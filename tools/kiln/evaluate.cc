@@ -47,8 +47,7 @@ void run_evaluate(const EvaluateOptions& o) {
   if (split == "test" && !data.has_test())
     throw ValueError("--split test: the data has no test split; use --split train or add `test_split`/a test file");
   EvaluateArgs ev;
-  ev.x = {split == "test" ? data.x_test : data.x_train};
-  ev.y = {split == "test" ? data.y_test : data.y_train};
+  model_data(data, *model, split == "test", &ev.x, &ev.y);
   if (!ev.y[0].defined()) throw ValueError("the " + split + " data has no labels to evaluate against");
   ev.batch_size = o.batch_size;
   auto metrics = model->evaluate(ev);

@@ -3,27 +3,14 @@
 
 #include <algorithm>
 
+#include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 
 namespace kiln::cli {
 
-namespace {
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
-}  // namespace
-
 void check_keys(const Json& j, const std::vector<std::string>& allowed, const std::string& where) {
-  if (!j.is_object())
-    throw ValueError(where + " must be a JSON object. Received: " + j.dump());
-  for (auto& [key, value] : j.items())
-    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
-      throw ValueError("unknown key `" + key + "` in " + where + "; allowed keys: " + join(allowed));
+  check_config_keys(j, allowed, where);  // the library's one check
 }
 
 Json read_spec(const std::string& path) {
@@ -39,13 +26,13 @@ Json read_spec(const std::string& path) {
 
 CompileArgs compile_args_from_spec(const Json& compile) {
   Json c = compile.is_null() ? Json::object() : compile;
-  check_keys(c, {"optimizer", "loss", "metrics"}, "the `compile` section");
+  check_keys(c, {"optimizer", "loss", "loss_weights", "metrics"}, "the `compile` section");
   if (!c.contains("optimizer")) c["optimizer"] = "adam";
   if (!c.contains("loss")) c["loss"] = "sparse_categorical_crossentropy";
   if (!c.contains("metrics")) c["metrics"] = Json::array({"accuracy"});
-  if (!c["metrics"].is_array())
-    throw ValueError("`compile.metrics` must be a list of names or {class_name, config} objects. Received: " +
-                     c["metrics"].dump());
+  if (!c["metrics"].is_array() && !c["metrics"].is_object())
+    throw ValueError("`compile.metrics` must be a list of names or {class_name, config} objects, or a dict by output "
+                     "name. Received: " + c["metrics"].dump().substr(0, 200));
   return CompileArgs::from_json(c);
 }
 

@@ -39,9 +39,18 @@ struct DataSplits {
   at::Tensor x_train, y_train;
   at::Tensor x_test, y_test;  // undefined when the source has no test split
   bool has_test() const { return x_test.defined(); }
+  // Named inputs and outputs (csv `inputs` / `outputs`): one tensor per
+  // name, in the spec's order (x_*/y_* then hold the first of each).
+  std::vector<std::string> input_names, output_names;
+  std::vector<at::Tensor> xs_train, ys_train, xs_test, ys_test;
 };
 // Reads the data and applies limit / test_split / scale / flatten / reshape / dtype.
 DataSplits load_data(const Json& data);
+// The tensors for `model`'s inputs and outputs, in its order: named data
+// is matched by the model's input and output names (a single input or
+// output may have any name); ValueError naming what is missing.
+void model_data(const DataSplits& data, const Model& model, bool test, std::vector<at::Tensor>* x,
+                std::vector<at::Tensor>* y);
 
 // --- model ("model" section) -------------------------------------------------
 // `input_shape` (without the batch dimension) is used when the spec gives

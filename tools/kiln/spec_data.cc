@@ -87,7 +87,182 @@ void check_pair(const at::Tensor& x, const at::Tensor& y, const std::string& wha
                      "; the files must hold one label per example");
 }
 
+// --- named inputs and outputs (csv) --------------------------------------------------
+
+struct NamedColumns {
+  std::vector<std::string> names;
+  std::vector<std::vector<std::string>> columns;  // per name
+  std::vector<data::LabelType> types;             // outputs only
+};
+
+std::vector<std::string> column_list(const Json& v, const std::string& where) {
+  std::vector<std::string> out;
+  if (v.is_string()) return {v.get<std::string>()};
+  if (v.is_array())
+    for (auto& c : v) {
+      if (!c.is_string()) break;
+      out.push_back(c.get<std::string>());
+    }
+  if (out.empty() || (v.is_array() && out.size() != v.size()))
+    throw ValueError(where + " must be a column name or a non-empty list of column names. Received: " +
+                     v.dump().substr(0, 200));
+  return out;
+}
+
+// "inputs": {"features": ["a", "b"], "extra": "c"}
+NamedColumns named_inputs(const Json& j) {
+  if (!j.is_object() || j.empty())
+    throw ValueError("`data.inputs` must map each model input name to its columns, e.g. {\"features\": [\"a\", \"b\"]}");
+  NamedColumns n;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    n.names.push_back(it.key());
+    n.columns.push_back(column_list(it.value(), "`data.inputs." + it.key() + "`"));
+  }
+  return n;
+}
+
+// "outputs": {"digit": "digit", "sign": {"column": "sign", "type": "float32"}}
+NamedColumns named_outputs(const Json& j) {
+  if (!j.is_object() || j.empty())
+    throw ValueError("`data.outputs` must map each model output name to its label column, e.g. {\"digit\": \"label\"}");
+  NamedColumns n;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string where = "`data.outputs." + it.key() + "`";
+    Json v = it.value();
+    if (v.is_string()) v = Json{{"column", v}};
+    check_keys(v, {"column", "type"}, where);
+    if (!v.contains("column") || !v["column"].is_string())
+      throw ValueError(where + " needs `column`, the label column's name");
+    n.names.push_back(it.key());
+    n.columns.push_back({v["column"].get<std::string>()});
+    n.types.push_back(label_type(Json{{"label_type", v.value("type", Json("int64"))}}));
+  }
+  return n;
+}
+
+at::Tensor narrow_rows(const at::Tensor& t, int64_t start, int64_t n) { return t.narrow(0, start, n); }
+
+DataSplits load_named_csv(const Json& d, const std::string& source) {
+  if (source != "csv") throw ValueError("`data.inputs` / `data.outputs` are read from csv data; use source \"csv\"");
+  for (const char* k : {"features", "label", "label_type", "flatten", "reshape"})
+    if (d.contains(k))
+      throw ValueError(std::string("the `data` section sets `") + k +
+                       "` with `inputs`/`outputs`; name columns per input in `inputs` and per output in `outputs`");
+  if (!d.contains("inputs") || !d.contains("outputs"))
+    throw ValueError("the `data` section needs both `inputs` (columns per model input) and `outputs` (label column per "
+                     "model output) when it names either");
+  NamedColumns ins = named_inputs(d["inputs"]), outs = named_outputs(d["outputs"]);
+  std::vector<std::string> columns;
+  auto index_of = [&](const std::string& c) {
+    for (size_t i = 0; i < columns.size(); ++i)
+      if (columns[i] == c) return (int64_t)i;
+    columns.push_back(c);
+    return (int64_t)columns.size() - 1;
+  };
+  std::vector<std::vector<int64_t>> in_idx, out_idx;
+  for (auto& cols : ins.columns) {
+    in_idx.emplace_back();
+    for (auto& c : cols) in_idx.back().push_back(index_of(c));
+  }
+  for (auto& cols : outs.columns) out_idx.push_back({index_of(cols[0])});
+  data::CsvOptions o;
+  o.feature_columns = columns;
+  const std::string delim = opt_str(d, "delimiter");
+  if (delim.size() > 1) throw ValueError("`data.delimiter` must be one character. Received: \"" + delim + "\"");
+  if (!delim.empty()) o.delimiter = delim[0];
+  at::ScalarType dtype = dtype_from_string(get_or<std::string>(d, "dtype", "float32"));
+  const bool has_scale = d.contains("scale") && !d["scale"].is_null();
+  const double scale = has_scale ? parse_scale(d["scale"]) : 1.0;
+  if (has_scale && !at::isFloatingType(dtype))
+    throw ValueError("`data.scale` needs a floating `data.dtype`. Received: dtype=" + dtype_to_string(dtype));
+  auto read = [&](const std::string& path, Tensors* xs, Tensors* ys) {
+    at::Tensor all = data::read_csv(path, o).features;  // (N, columns) float32
+    for (auto& idx : in_idx) {
+      at::Tensor x = all.index_select(1, at::tensor(idx, at::kLong)).to(dtype);
+      xs->push_back((has_scale ? x.mul(scale) : x).contiguous());
+    }
+    for (size_t i = 0; i < out_idx.size(); ++i) {
+      at::Tensor y = all.select(1, out_idx[i][0]).contiguous();
+      if (outs.types[i] == data::LabelType::kInt64) {
+        if (!at::equal(y, y.round()))
+          throw ValueError(path + ": column '" + outs.columns[i][0] + "' (output '" + outs.names[i] +
+                           "') holds non-integer values; give it \"type\": \"float32\" for regression labels");
+        y = y.to(at::kLong);
+      }
+      ys->push_back(y);
+    }
+  };
+  DataSplits s;
+  s.description = "csv " + str_key(d, "path", source);
+  s.input_names = ins.names;
+  s.output_names = outs.names;
+  read(str_key(d, "path", source), &s.xs_train, &s.ys_train);
+  const std::string test_path = opt_str(d, "test_path");
+  if (!test_path.empty()) read(test_path, &s.xs_test, &s.ys_test);
+  double test_split = get_or<double>(d, "test_split", 0.0);
+  if (test_split < 0 || test_split >= 1)
+    throw ValueError("`data.test_split` must be in [0, 1). Received: test_split=" + std::to_string(test_split));
+  if (test_split > 0) {
+    if (!test_path.empty()) throw ValueError("`data.test_split` is set but the source already has a test split; drop one");
+    const int64_t n = s.xs_train[0].size(0), n_test = (int64_t)std::floor(n * test_split);
+    if (n_test < 1 || n_test >= n)
+      throw ValueError("`data.test_split`=" + std::to_string(test_split) + " leaves no examples on one side of " +
+                       std::to_string(n) + " rows");
+    for (auto [from, to] : {std::pair{&s.xs_train, &s.xs_test}, std::pair{&s.ys_train, &s.ys_test}})
+      for (auto& t : *from) {
+        to->push_back(narrow_rows(t, n - n_test, n_test));
+        t = narrow_rows(t, 0, n - n_test);
+      }
+  }
+  for (auto [key, is_test] : {std::pair{"limit", false}, std::pair{"test_limit", true}}) {
+    int64_t n = get_or<int64_t>(d, key, 0);
+    if (d.contains(key) && !d[key].is_null() && n < 1)
+      throw ValueError(std::string("`data.") + key + "` must be a positive integer. Received: " + d[key].dump());
+    if (n > 0)
+      for (auto* list : is_test ? std::vector<Tensors*>{&s.xs_test, &s.ys_test}
+                                : std::vector<Tensors*>{&s.xs_train, &s.ys_train})
+        for (auto& t : *list)
+          if (t.size(0) > n) t = narrow_rows(t, 0, n);
+  }
+  s.x_train = s.xs_train[0];
+  s.y_train = s.ys_train[0];
+  if (!s.xs_test.empty()) {
+    s.x_test = s.xs_test[0];
+    s.y_test = s.ys_test[0];
+  }
+  return s;
+}
+
 }  // namespace
+
+void model_data(const DataSplits& data, const Model& model, bool test, Tensors* x, Tensors* y) {
+  if (data.input_names.empty()) {
+    *x = {test ? data.x_test : data.x_train};
+    *y = {test ? data.y_test : data.y_train};
+    return;
+  }
+  auto pick = [](const std::vector<std::string>& want, const std::vector<std::string>& have, const Tensors& tensors,
+                 const char* what) {
+    if (want.size() == 1 && have.size() == 1) return Tensors{tensors[0]};
+    Tensors out;
+    std::string known;
+    for (auto& h : have) known += (known.empty() ? "" : ", ") + h;
+    for (auto& w : want) {
+      size_t i = 0;
+      while (i < have.size() && have[i] != w) ++i;
+      if (i == have.size())
+        throw ValueError(std::string("the model's ") + what + " '" + w + "' has no data: `data." + what +
+                         "s` names " + known);
+      out.push_back(tensors[i]);
+    }
+    if (want.size() != have.size())
+      throw ValueError(std::string("`data.") + what + "s` names " + std::to_string(have.size()) + " " + what +
+                       "s (" + known + ") but the model has " + std::to_string(want.size()));
+    return out;
+  };
+  *x = pick(model.input_names(), data.input_names, test ? data.xs_test : data.xs_train, "input");
+  *y = pick(model.output_names(), data.output_names, test ? data.ys_test : data.ys_train, "output");
+}
 
 DataSplits load_data(const Json& d) {
   if (!d.is_object()) throw ValueError("the `data` section must be a JSON object. Received: " + d.dump());
@@ -100,8 +275,9 @@ DataSplits load_data(const Json& d) {
     auto fm = datasets::fashion_mnist(opt_str(d, "directory"));
     s = {"fashion_mnist", fm.x_train, fm.y_train, fm.x_test, fm.y_test};
   } else if (source == "csv" || source == "jsonl") {
-    check_keys(d, with_common({"path", "test_path", "label", "label_type", "features", "delimiter"}),
+    check_keys(d, with_common({"path", "test_path", "label", "label_type", "features", "delimiter", "inputs", "outputs"}),
                "the `data` section (source \"" + source + "\")");
+    if (d.contains("inputs") || d.contains("outputs")) return load_named_csv(d, source);
     const std::string path = str_key(d, "path", source), test_path = opt_str(d, "test_path");
     auto read = [&](const std::string& p) {
       if (source == "csv") {

@@ -56,14 +56,21 @@ Prepared prepare(const Json& spec, int epochs) {
   if (!p.data.y_train.defined())
     throw ValueError("the training data has no labels; set `data.label` (csv/jsonl) or `data.y` (npy/idx)");
   Shape example(p.data.x_train.sizes().begin() + 1, p.data.x_train.sizes().end());
+  std::string each = shape_to_string(example);
+  if (p.data.input_names.size() > 1) {  // named inputs: one shape per input
+    each.clear();
+    for (size_t i = 0; i < p.data.input_names.size(); ++i) {
+      const auto& t = p.data.xs_train[i];
+      each += (i ? ", " : "") + p.data.input_names[i] + " " + shape_to_string(Shape(t.sizes().begin() + 1, t.sizes().end()));
+    }
+  }
   std::cout << "Data: " << p.data.description << ": " << p.data.x_train.size(0) << " training examples"
             << (p.data.has_test() ? ", " + std::to_string(p.data.x_test.size(0)) + " test examples" : std::string())
-            << ", each " << shape_to_string(example) << "\n";
+            << ", each " << each << "\n";
 
-  p.model = build_model(spec["model"], example);
+  p.model = build_model(spec["model"], p.data.input_names.size() > 1 ? std::nullopt : std::optional<Shape>(example));
   p.model->compile(compile);
-  p.fit.x = {p.data.x_train};
-  p.fit.y = {p.data.y_train};
+  model_data(p.data, *p.model, /*test=*/false, &p.fit.x, &p.fit.y);
   return p;
 }
 
@@ -86,8 +93,7 @@ void run_train(const TrainOptions& o) {
 
   if (p.data.has_test() && p.data.y_test.defined()) {
     EvaluateArgs ev;
-    ev.x = {p.data.x_test};
-    ev.y = {p.data.y_test};
+    model_data(p.data, *p.model, /*test=*/true, &ev.x, &ev.y);
     ev.batch_size = p.fit.batch_size;
     print_metrics(p.model->evaluate(ev), "test_", std::cout);
   }
