@@ -13,9 +13,12 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "kiln/core/io.h"
 #include "kiln/core/json.h"
+#include "kiln/layers/dense.h"
+#include "kiln/models/functional.h"
 #include "kiln/models/model.h"
 #include "kiln/saving/safetensors.h"
 #include "kiln/testing/testing.h"
@@ -178,6 +181,32 @@ TEST_F(Cli, PredictRoundTripsJsonLinesInOrder) {
   auto piped = run_command("cat " + q(dir_.path() + "/in.jsonl") + " | " + q(cli_path()) + " predict " + q(v));
   ASSERT_EQ(piped.exit_code, 0) << piped.output;
   EXPECT_EQ(lines_of(piped.output), out);
+}
+
+// Regression: the output names were read through a sub-object of a
+// destroyed temporary (use after free) and came out as output_0/output_1.
+TEST_F(Cli, PredictNamesTheOutputsOfATwoOutputModel) {
+  auto x = Input({4}, at::kFloat, "x");
+  auto digit = (*std::make_shared<Dense>(3, "softmax", Json{{"name", "digit"}}))(x);
+  auto sign = (*std::make_shared<Dense>(1, "sigmoid", Json{{"name", "sign"}}))(x);
+  auto model = std::make_shared<Functional>(KerasTensors{x}, KerasTensors{digit, sign});
+  const std::string v = dir_.path() + "/two/1";
+  model->save(v);
+  write_text(dir_.path() + "/two.jsonl", "[1, 2, 3, 4]\n[0.5, -1, 0, 2]\n");
+  auto r = kiln("predict " + q(v) + " --input " + q(dir_.path() + "/two.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto out = lines_of(r.output);
+  ASSERT_EQ(out.size(), 2u) << r.output;
+  auto want = model->predict(Tensors{at::tensor({1.f, 2.f, 3.f, 4.f, 0.5f, -1.f, 0.f, 2.f}).reshape({2, 4})});
+  for (size_t i = 0; i < out.size(); ++i) {
+    Json p = Json::parse(out[i]).at("predictions");
+    std::vector<std::string> keys;
+    for (auto& [k, val] : p.items()) keys.push_back(k);
+    EXPECT_EQ(keys, (std::vector<std::string>{"digit", "sign"})) << out[i];
+    ASSERT_TRUE(p.contains("digit") && p.contains("sign")) << out[i];
+    for (int k = 0; k < 3; ++k) EXPECT_NEAR(p["digit"][k].get<double>(), want[0][i][k].item<double>(), 1e-6);
+    EXPECT_NEAR(p["sign"][0].get<double>(), want[1][i][0].item<double>(), 1e-6);
+  }
 }
 
 TEST_F(Cli, EvaluatePrintsMetrics) {
