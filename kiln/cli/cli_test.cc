@@ -261,6 +261,84 @@ TEST_F(Cli, UserErrorsAreOneLineAndExitTwo) {
   expect_user_error("predict " + q(v) + " --input " + q(dir_.path() + "/ragged.jsonl"), {"line 1"});
 }
 
+// A user error whose one line stays short: exit 2 (a crash would be a
+// signal), one "kiln: error:" line, at most `max_len` bytes, naming `mentions`.
+void expect_short_error(const std::string& args, const std::vector<std::string>& mentions, size_t max_len = 400) {
+  auto r = kiln_stderr(args);
+  EXPECT_EQ(r.exit_code, 2) << args.substr(0, 200) << "\n" << r.output.substr(0, 2000);
+  auto lines = lines_of(r.output);
+  ASSERT_EQ(lines.size(), 1u) << r.output.substr(0, 2000);
+  EXPECT_EQ(lines[0].rfind("kiln: error: ", 0), 0u) << lines[0].substr(0, 400);
+  EXPECT_LE(lines[0].size(), max_len) << lines[0].substr(0, 2000);
+  for (auto& m : mentions)
+    EXPECT_NE(lines[0].find(m), std::string::npos) << "'" << m << "' not in: " << lines[0].substr(0, 2000);
+}
+
+std::string nested_lists(size_t depth, const std::string& leaf = "1") {
+  return std::string(depth, '[') + leaf + std::string(depth, ']');
+}
+
+std::string nested_objects(size_t depth) {
+  std::string s;
+  for (size_t i = 0; i < depth; ++i) s += "{\"a\":";
+  return s + "1" + std::string(depth, '}');
+}
+
+// Regression: a JSON Lines instance nested 50,000 deep crashed `kiln predict`
+// with SIGSEGV (recursion), and a 200,000-deep spec crashed `kiln train`
+// while it built its error message (at 50,000 it printed a 100 KB line).
+// Every reader of JSON text refuses more than 64 levels before parsing.
+TEST_F(Cli, DeeplyNestedJsonIsOneShortErrorLineInEveryReader) {
+  std::string v = train();
+  ASSERT_FALSE(v.empty());
+  for (size_t depth : {50000, 200000}) {
+    SCOPED_TRACE(depth);
+    const std::string d = std::to_string(depth);
+    // JSON Lines instances (kiln predict): the line is named.
+    write_text(dir_.path() + "/deep.jsonl", "[1, 2, 3, 4]\n" + nested_lists(depth) + "\n");
+    expect_short_error("predict " + q(v) + " --input " + q(dir_.path() + "/deep.jsonl"), {"line 2", "64 levels"});
+    // Train specs: a deep value, and a deep spec.
+    write_text(dir_.path() + "/deep_value.json",
+               "{\"model\": " + nested_lists(depth) + ", \"data\": {\"source\": \"csv\", \"path\": \"x.csv\"}}");
+    expect_short_error("train " + q(dir_.path() + "/deep_value.json"), {"deep_value.json", "64 levels"});
+    write_text(dir_.path() + "/deep_spec.json", nested_objects(depth));
+    expect_short_error("train " + q(dir_.path() + "/deep_spec.json"), {"deep_spec.json", "64 levels"});
+    // A JSON Lines data file named by a spec.
+    write_text(dir_.path() + "/deep_data.jsonl", "{\"x\": [1, 2], \"y\": 0}\n{\"x\": " + nested_lists(depth) + ", \"y\": 1}\n");
+    Json data_spec = csv_spec(csv_, base_);
+    data_spec["data"] = {{"source", "jsonl"}, {"path", dir_.path() + "/deep_data.jsonl"}, {"features", {"x"}},
+                         {"label", "y"}};
+    expect_short_error("train " + q(write_spec("deep_data_spec.json", data_spec)), {"deep_data.jsonl:2", "64 levels"});
+    // model.json of a model directory.
+    make_dirs(dir_.path() + "/deep_model/1");
+    write_text(dir_.path() + "/deep_model/1/model.json", nested_objects(depth));
+    expect_short_error("show " + q(dir_.path() + "/deep_model/1"), {"model.json", "64 levels"});
+    expect_short_error("predict " + q(dir_.path() + "/deep_model/1") + " --input " + q(dir_.path() + "/deep.jsonl"),
+                       {"model.json", "64 levels"});
+    // Tune specs and server configs.
+    write_text(dir_.path() + "/deep_tune.json", "{\"tuner\": " + nested_lists(depth) + "}");
+    expect_short_error("tune " + q(dir_.path() + "/deep_tune.json"), {"deep_tune.json", "64 levels"});
+    write_text(dir_.path() + "/deep.config", "{\"model_config_list\": " + nested_lists(depth) + "}");
+    expect_short_error("serve --rest_api_port 0 --model_config_file " + q(dir_.path() + "/deep.config"), {"64 levels"});
+  }
+  EXPECT_FALSE(path_exists(base_ + "/2")) << "no version may be written by a failed run";
+}
+
+// Error messages quote at most a short prefix of a bad value.
+TEST_F(Cli, ErrorsQuoteOnlyAPrefixOfABadValue) {
+  Json wide = csv_spec(csv_, base_);
+  wide["data"] = Json::array();
+  for (int i = 0; i < 100000; ++i) wide["data"].push_back(i);
+  expect_short_error("train " + q(write_spec("wide.json", wide)), {"`data` section", "[0,1,2,", "..."});
+  Json deep_ok = csv_spec(csv_, base_);  // under the depth limit, still quoted short
+  deep_ok["compile"]["metrics"] = Json::parse(nested_objects(60));
+  expect_short_error("train " + q(write_spec("deep_ok.json", deep_ok)), {"compile.metrics", "{\"a\":{\"a\":"});
+  std::string v = train();
+  ASSERT_FALSE(v.empty());
+  write_text(dir_.path() + "/text.jsonl", "[1, 2, 3, \"" + std::string(100000, 'x') + "\"]\n");
+  expect_short_error("predict " + q(v) + " --input " + q(dir_.path() + "/text.jsonl"), {"line 1", "xxx..."});
+}
+
 TEST_F(Cli, HelpExitsZero) {
   auto r = kiln("--help");
   EXPECT_EQ(r.exit_code, 0) << r.output;

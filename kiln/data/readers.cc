@@ -14,6 +14,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/core/json.h"
+#include "kiln/core/json_limits.h"
 
 namespace kiln::data {
 namespace {
@@ -105,12 +106,7 @@ bool parse_int64(std::string_view s, int64_t* out) {
   return true;
 }
 
-std::string quote(std::string_view s) {
-  std::string out = "'";
-  out.append(s.substr(0, 60));
-  if (s.size() > 60) out += "...";
-  return out + "'";
-}
+std::string quote(std::string_view s) { return text_excerpt(s); }
 
 at::Tensor labels_tensor(std::vector<int64_t>& ints, std::vector<float>& floats, LabelType type) {
   if (ints.empty() && floats.empty())
@@ -407,7 +403,7 @@ LabeledTensors read_jsonl(const std::string& path, const JsonlOptions& options) 
       tmp.clear();
       if (!flatten_json_numbers(*it, &tmp)) {
         throw FormatError(where + ": feature " + quote(key) +
-                          " must be a number or an array of numbers, found " + quote(it->dump()));
+                          " must be a number or an array of numbers, found " + json_excerpt(*it));
       }
       if (rows == 0) {
         widths.push_back(static_cast<int64_t>(tmp.size()));
@@ -433,13 +429,13 @@ LabeledTensors read_jsonl(const std::string& path, const JsonlOptions& options) 
           int_labels.push_back(static_cast<int64_t>(it->get<double>()));
         } else {
           throw FormatError(where + ": label " + quote(options.label_key) +
-                            " must be an integer class id, found " + quote(it->dump()) +
+                            " must be an integer class id, found " + json_excerpt(*it) +
                             " (use LabelType::kFloat32 for real-valued labels)");
         }
       } else {
         if (!it->is_number()) {
           throw FormatError(where + ": label " + quote(options.label_key) + " must be a number, found " +
-                            quote(it->dump()));
+                            json_excerpt(*it));
         }
         float_labels.push_back(it->get<float>());
       }

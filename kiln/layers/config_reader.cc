@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/layers/activations.h"
 
 namespace kiln {
@@ -22,7 +23,7 @@ ConfigReader::ConfigReader(const Json& config, std::string owner)
     : config_(config), owner_(std::move(owner)) {
   if (!config_.is_object() && !config_.is_null())
     throw ValueError(owner_ +
-                     ": the config must be a JSON object. Received: " + config_.dump().substr(0, 200));
+                     ": the config must be a JSON object. Received: " + json_excerpt(config_));
 }
 
 bool ConfigReader::has(const char* key) const {
@@ -36,7 +37,7 @@ const Json* ConfigReader::get(const char* key) {
 }
 
 void ConfigReader::invalid(const char* key, const std::string& expected) const {
-  std::string received = has(key) ? config_.at(key).dump() : "None";
+  std::string received = has(key) ? json_excerpt(config_.at(key)) : "None";
   throw ValueError(owner_ + ": received an invalid value for `" + key + "`, expected " + expected +
                    ". Received: " + key + "=" + received);
 }
@@ -192,13 +193,13 @@ void ConfigReader::finish() const {
     std::string known = "name, trainable, dtype";
     for (auto& r : read_) known += ", " + r;
     throw ValueError(owner_ + ": unrecognized config key `" + k + "` (value " +
-                     it.value().dump().substr(0, 100) + "). Known keys: " + known);
+                     json_excerpt(it.value()) + "). Known keys: " + known);
   }
 }
 
 Json merged_config(const Json& extra, const Json& typed) {
   if (!extra.is_null() && !extra.is_object())
-    throw ValueError("extra layer config must be a JSON object. Received: " + extra.dump().substr(0, 200));
+    throw ValueError("extra layer config must be a JSON object. Received: " + json_excerpt(extra));
   Json out = extra.is_object() ? extra : Json::object();
   for (auto it = typed.begin(); it != typed.end(); ++it) out[it.key()] = it.value();
   return out;

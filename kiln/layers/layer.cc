@@ -6,6 +6,7 @@
 #include <mutex>
 #include <set>
 
+#include "kiln/core/json_limits.h"
 #include "kiln/core/names.h"
 
 namespace kiln {
@@ -27,7 +28,7 @@ Layer::Layer(const Json& config) {
     // Keras 3 writes {"module": ..., "class_name": "DTypePolicy", "config": {"name": ...}}.
     if (d.is_string()) policy_ = DTypePolicy(d.get<std::string>());
     else if (d.is_object() && d.contains("config")) policy_ = DTypePolicy(d["config"].value("name", "float32"));
-    else throw ValueError("layer `dtype` must be a policy name. Received: " + d.dump());
+    else throw ValueError("layer `dtype` must be a policy name. Received: " + json_excerpt(d));
   } else {
     policy_ = kiln::dtype_policy();
   }
@@ -332,7 +333,7 @@ LayerPtr LayerRegistry::create(const std::string& class_name, const Json& config
 
 LayerPtr layer_from_json(const Json& j) {
   if (!j.is_object() || !j.contains("class_name"))
-    throw ValueError("a layer must be {\"class_name\": ..., \"config\": {...}}. Received: " + j.dump().substr(0, 200));
+    throw ValueError("a layer must be {\"class_name\": ..., \"config\": {...}}. Received: " + json_excerpt(j));
   auto layer = LayerRegistry::create(j["class_name"].get<std::string>(), j.value("config", Json::object()));
   if (j.contains("build_config") && j["build_config"].contains("input_shapes")) {
     std::vector<Shape> shapes;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/core/shape.h"
 #include "kiln/optimizers/adam.h"
 #include "kiln/optimizers/rmsprop.h"
@@ -36,7 +37,7 @@ double optional_non_negative(const Json& c, const char* key, const std::string& 
   const Json& v = c[key];
   if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>()))
     throw ValueError(owner + ": `" + key + "` must be a non-negative number. Received: " + key + "=" +
-                     v.dump());
+                     json_excerpt(v));
   *is_set = true;
   return v.get<double>();
 }
@@ -100,7 +101,7 @@ Optimizer::Optimizer(const Json& config, double default_learning_rate, const std
     : lr_(default_learning_rate) {
   const Json c = config.is_null() ? Json::object() : config;
   if (!c.is_object())
-    throw ValueError(default_name + ": config must be a JSON object. Received: " + c.dump());
+    throw ValueError(default_name + ": config must be a JSON object. Received: " + json_excerpt(c));
   name_ = get_or<std::string>(c, "name", default_name);
   const std::string owner = name_;
 
@@ -114,7 +115,7 @@ Optimizer::Optimizer(const Json& config, double default_learning_rate, const std
       throw ValueError(owner +
                        ": `learning_rate` must be a non-negative number or a schedule "
                        "{\"class_name\", \"config\"}. Received: learning_rate=" +
-                       lr.dump());
+                       json_excerpt(lr));
     }
   }
   bool set = false;
@@ -135,11 +136,11 @@ Optimizer::Optimizer(const Json& config, double default_learning_rate, const std
   if (c.contains("loss_scale_factor") && !c["loss_scale_factor"].is_null())
     throw ValueError(owner +
                      ": loss_scale_factor is not supported (use the trainer's loss scaling). Received: " +
-                     c["loss_scale_factor"].dump());
+                     json_excerpt(c["loss_scale_factor"]));
   if (c.contains("gradient_accumulation_steps") && !c["gradient_accumulation_steps"].is_null() &&
       get_or<int64_t>(c, "gradient_accumulation_steps", 1) > 1)
     throw ValueError(owner + ": gradient_accumulation_steps is not supported. Received: " +
-                     c["gradient_accumulation_steps"].dump());
+                     json_excerpt(c["gradient_accumulation_steps"]));
 }
 
 void Optimizer::check_keys(const Json& config, const std::vector<std::string>& own) const {
@@ -338,7 +339,7 @@ OptimizerPtr Optimizer::from_json(const Json& j) {
   if (j.is_string()) return get(j.get<std::string>());
   if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string())
     throw ValueError("An optimizer must be a name or {\"class_name\": ..., \"config\": {...}}. Received: " +
-                     j.dump());
+                     json_excerpt(j));
   const std::string cls = j["class_name"].get<std::string>();
   Factory f = find_class(cls);
   if (!f) {

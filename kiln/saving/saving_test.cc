@@ -171,6 +171,35 @@ TEST(ModelDirectory, DamagedDirectoriesGiveErrorsNamingTheFile) {
   EXPECT_THROW(model->load_weights(dir.path() + "/o.safetensors"), FormatError);
 }
 
+// A header of n bytes `h` followed by `data` bytes of zeros.
+std::string with_header(const std::string& h, size_t data) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = (char)((h.size() >> (8 * i)) & 0xff);
+  return out + h + std::string(data, '\0');
+}
+
+// Regression: decoding multiplied the shape without an overflow check and
+// read a header of any depth.
+TEST(Safetensors, DeepHeadersAndOverflowingShapesAreFormatErrors) {
+  for (size_t depth : {50000, 200000}) {
+    std::string h = std::string(depth, '[') + std::string(depth, ']');
+    try {
+      decode_safetensors(with_header(h, 0), "w.safetensors");
+      ADD_FAILURE() << "a header " << depth << " deep was accepted";
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find("64 levels"), std::string::npos) << e.what();
+      EXPECT_LT(std::string(e.what()).size(), 300u);
+    }
+  }
+  // 2^32 x 2^32 F32 elements: 2^66 bytes, which wraps to 0 in 64 bits.
+  auto h = R"({"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})";
+  EXPECT_THROW(decode_safetensors(with_header(h, 0), "f"), FormatError);
+  h = R"({"x":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}})";  // 2^62 x 4 bytes
+  EXPECT_THROW(decode_safetensors(with_header(h, 0), "f"), FormatError);
+  h = R"({"x":{"dtype":"F32","shape":{"a":1},"data_offsets":[0,4]}})";
+  EXPECT_THROW(decode_safetensors(with_header(h, 4), "f"), FormatError);
+}
+
 TEST(ModelDirectory, SaveReplacesAnExistingVersionAtomically) {
   TempDir dir;
   auto m1 = small_mlp();

@@ -1,5 +1,6 @@
 // CompileArgs (declared in kiln/models/fit_args.h): Keras names and JSON.
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/models/fit_args.h"
 
 namespace kiln {
@@ -16,7 +17,7 @@ CompileArgs CompileArgs::from_names(const std::string& optimizer, const std::str
 CompileArgs CompileArgs::from_json(const Json& j) {
   if (!j.is_object())
     throw ValueError("compile config must be an object {\"optimizer\", \"loss\", \"metrics\"}. Received: " +
-                     j.dump());
+                     json_excerpt(j));
   CompileArgs a;
   const Json& o = require(j, "optimizer", "compile config");
   a.optimizer = o.is_string() ? Optimizer::get(o.get<std::string>()) : Optimizer::from_json(o);
@@ -26,7 +27,7 @@ CompileArgs CompileArgs::from_json(const Json& j) {
   }
   if (j.contains("metrics") && !j["metrics"].is_null()) {
     if (!j["metrics"].is_array())
-      throw ValueError("compile config: `metrics` must be a list. Received: " + j["metrics"].dump());
+      throw ValueError("compile config: `metrics` must be a list. Received: " + json_excerpt(j["metrics"]));
     auto one = [&](const Json& m) {
       return m.is_string() ? Metric::get(m.get<std::string>(), a.loss.get())
                            : Metric::from_json(m, a.loss.get());
@@ -38,7 +39,7 @@ CompileArgs CompileArgs::from_json(const Json& j) {
         throw ValueError(
             "compile config: `metrics` must be a list of metrics or a list of lists (one per output), "
             "not a mix. Received: " +
-            ms.dump());
+            json_excerpt(ms));
       if (!nested) {
         a.metrics.push_back(one(m));
         continue;

@@ -39,7 +39,17 @@ std::string joined(std::string s) {
   return s;
 }
 
-int fail(int code, const std::string& message) {
+// Messages quote values through json_excerpt/text_excerpt; this bound is the
+// backstop that keeps the one line readable whatever a library put in it.
+constexpr size_t kMaxMessage = 1000;
+
+int fail(int code, std::string message) {
+  if (message.size() > kMaxMessage) {
+    size_t n = kMaxMessage;
+    while (n > 0 && (static_cast<unsigned char>(message[n]) & 0xC0) == 0x80) --n;  // whole UTF-8 characters
+    message.resize(n);
+    message += "...";
+  }
   std::cout.flush();
   std::cerr << "kiln: error: " << message << std::endl;
   return code;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/core/io.h"
 
 namespace kiln::cli {
@@ -20,7 +21,7 @@ std::string join(const std::vector<std::string>& v) {
 
 void check_keys(const Json& j, const std::vector<std::string>& allowed, const std::string& where) {
   if (!j.is_object())
-    throw ValueError(where + " must be a JSON object. Received: " + j.dump());
+    throw ValueError(where + " must be a JSON object. Received: " + json_excerpt(j));
   for (auto& [key, value] : j.items())
     if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
       throw ValueError("unknown key `" + key + "` in " + where + "; allowed keys: " + join(allowed));
@@ -45,7 +46,7 @@ CompileArgs compile_args_from_spec(const Json& compile) {
   if (!c.contains("metrics")) c["metrics"] = Json::array({"accuracy"});
   if (!c["metrics"].is_array())
     throw ValueError("`compile.metrics` must be a list of names or {class_name, config} objects. Received: " +
-                     c["metrics"].dump());
+                     json_excerpt(c["metrics"]));
   return CompileArgs::from_json(c);
 }
 
@@ -74,7 +75,7 @@ FitArgs fit_args_from_spec(const Json& fit, std::optional<uint64_t>* seed) {
   if (f.contains("class_weight")) {
     if (!f["class_weight"].is_object())
       throw ValueError("`fit.class_weight` must be an object {\"<class id>\": weight}. Received: " +
-                       f["class_weight"].dump());
+                       json_excerpt(f["class_weight"]));
     for (auto& [k, v] : f["class_weight"].items()) {
       int64_t cls;
       try {
@@ -84,13 +85,13 @@ FitArgs fit_args_from_spec(const Json& fit, std::optional<uint64_t>* seed) {
       } catch (const std::exception&) {
         throw ValueError("`fit.class_weight` keys must be integer class ids. Received: \"" + k + "\"");
       }
-      if (!v.is_number()) throw ValueError("`fit.class_weight[\"" + k + "\"]` must be a number. Received: " + v.dump());
+      if (!v.is_number()) throw ValueError("`fit.class_weight[\"" + k + "\"]` must be a number. Received: " + json_excerpt(v));
       a.class_weight[cls] = v.get<double>();
     }
   }
   if (f.contains("seed") && !f["seed"].is_null()) {
     if (!f["seed"].is_number_integer() || f["seed"].get<int64_t>() < 0)
-      throw ValueError("`fit.seed` must be a non-negative integer. Received: seed=" + f["seed"].dump());
+      throw ValueError("`fit.seed` must be a non-negative integer. Received: seed=" + json_excerpt(f["seed"]));
     *seed = f["seed"].get<uint64_t>();
   }
   return a;

@@ -6,6 +6,7 @@
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/data/datasets.h"
 #include "kiln/data/readers.h"
 #include "tools/kiln/spec.h"
@@ -31,7 +32,7 @@ std::string str_key(const Json& d, const char* key, const std::string& source) {
 
 std::string opt_str(const Json& d, const char* key) {
   if (!d.contains(key) || d[key].is_null()) return "";
-  if (!d[key].is_string()) throw ValueError("`data." + std::string(key) + "` must be a string. Received: " + d[key].dump());
+  if (!d[key].is_string()) throw ValueError("`data." + std::string(key) + "` must be a string. Received: " + json_excerpt(d[key]));
   return d[key].get<std::string>();
 }
 
@@ -51,7 +52,7 @@ double parse_scale(const Json& v) {
       }
     }
   }
-  throw ValueError("`data.scale` must be a number or a fraction like \"1/255\". Received: " + v.dump());
+  throw ValueError("`data.scale` must be a number or a fraction like \"1/255\". Received: " + json_excerpt(v));
 }
 
 data::LabelType label_type(const Json& d) {
@@ -64,9 +65,9 @@ data::LabelType label_type(const Json& d) {
 std::vector<std::string> str_list(const Json& d, const char* key) {
   std::vector<std::string> out;
   if (!d.contains(key) || d[key].is_null()) return out;
-  if (!d[key].is_array()) throw ValueError("`data." + std::string(key) + "` must be a list of names. Received: " + d[key].dump());
+  if (!d[key].is_array()) throw ValueError("`data." + std::string(key) + "` must be a list of names. Received: " + json_excerpt(d[key]));
   for (auto& x : d[key]) {
-    if (!x.is_string()) throw ValueError("`data." + std::string(key) + "` must be a list of names. Received: " + d[key].dump());
+    if (!x.is_string()) throw ValueError("`data." + std::string(key) + "` must be a list of names. Received: " + json_excerpt(d[key]));
     out.push_back(x.get<std::string>());
   }
   return out;
@@ -90,7 +91,7 @@ void check_pair(const at::Tensor& x, const at::Tensor& y, const std::string& wha
 }  // namespace
 
 DataSplits load_data(const Json& d) {
-  if (!d.is_object()) throw ValueError("the `data` section must be a JSON object. Received: " + d.dump());
+  if (!d.is_object()) throw ValueError("the `data` section must be a JSON object. Received: " + json_excerpt(d));
   const std::string source = opt_str(d, "source");
   if (source.empty())
     throw ValueError("the `data` section needs `source`: one of fashion_mnist, csv, jsonl, npy, idx");
@@ -173,7 +174,7 @@ DataSplits load_data(const Json& d) {
   for (auto [key, is_test] : {std::pair{"limit", false}, std::pair{"test_limit", true}}) {
     int64_t n = get_or<int64_t>(d, key, 0);
     if (d.contains(key) && !d[key].is_null() && n < 1)
-      throw ValueError(std::string("`data.") + key + "` must be a positive integer. Received: " + d[key].dump());
+      throw ValueError(std::string("`data.") + key + "` must be a positive integer. Received: " + json_excerpt(d[key]));
     if (n > 0) {
       take(is_test ? s.x_test : s.x_train, n);
       take(is_test ? s.y_test : s.y_train, n);
@@ -193,7 +194,7 @@ DataSplits load_data(const Json& d) {
     if (!d["reshape"].is_array()) throw ValueError("`data.reshape` must be a list of dims without the batch dim, e.g. [28, 28, 1]");
     for (auto& v : d["reshape"]) {
       if (!v.is_number_integer() || v.get<int64_t>() < 1)
-        throw ValueError("`data.reshape` must be a list of positive dims without the batch dim. Received: " + d["reshape"].dump());
+        throw ValueError("`data.reshape` must be a list of positive dims without the batch dim. Received: " + json_excerpt(d["reshape"]));
       reshape.push_back(v.get<int64_t>());
     }
   }
