@@ -339,6 +339,31 @@ TEST_F(Cli, ErrorsQuoteOnlyAPrefixOfABadValue) {
   expect_short_error("predict " + q(v) + " --input " + q(dir_.path() + "/text.jsonl"), {"line 1", "xxx..."});
 }
 
+// Regression: a CSV holding NaN/inf trained to a model of NaN weights, which
+// was saved with exit 0.
+TEST_F(Cli, NonFiniteDataIsRefusedAndANaNModelIsNeverPublished) {
+  std::string text = make_csv(150, 7);
+  auto nl = text.find('\n', text.find('\n', text.find('\n') + 1) + 1);  // after line 3
+  std::string bad = text.substr(0, nl + 1) + "0.1,nan,0.3,0.4,1\n" + text.substr(nl + 1);
+  write_text(dir_.path() + "/nan.csv", bad);
+  Json spec = csv_spec(dir_.path() + "/nan.csv", base_);
+  expect_short_error("--threads 1 train " + q(write_spec("nan.json", spec)),
+                     {"nan.csv:4", "row 3", "column 'f1'", "nan", "allow_non_finite"});
+  EXPECT_FALSE(path_exists(base_));
+
+  // Allowed on request: training then ends with NaN weights, which are
+  // never published.
+  spec["data"]["allow_non_finite"] = true;
+  expect_short_error("--threads 1 train " + q(write_spec("nan_allowed.json", spec)), {"non-finite weights", "not saved"});
+  EXPECT_FALSE(path_exists(base_ + "/1")) << "a model with NaN weights was published";
+
+  // Divergence without bad data is caught the same way.
+  Json diverge = csv_spec(csv_, base_);
+  diverge["compile"]["optimizer"] = {{"class_name", "SGD"}, {"config", {{"learning_rate", 1e30}}}};
+  expect_short_error("--threads 1 train " + q(write_spec("diverge.json", diverge)), {"non-finite weights"});
+  EXPECT_FALSE(path_exists(base_ + "/1"));
+}
+
 TEST_F(Cli, HelpExitsZero) {
   auto r = kiln("--help");
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -17,7 +17,7 @@ namespace {
 const std::vector<std::string> kSources = {"fashion_mnist", "csv", "jsonl", "npy", "idx"};
 // Keys every source accepts.
 const std::vector<std::string> kCommonKeys = {"source", "scale", "flatten", "reshape", "limit",
-                                              "test_limit", "test_split", "dtype"};
+                                              "test_limit", "test_split", "dtype", "allow_non_finite"};
 
 std::vector<std::string> with_common(std::vector<std::string> own) {
   own.insert(own.end(), kCommonKeys.begin(), kCommonKeys.end());
@@ -95,6 +95,8 @@ DataSplits load_data(const Json& d) {
   const std::string source = opt_str(d, "source");
   if (source.empty())
     throw ValueError("the `data` section needs `source`: one of fashion_mnist, csv, jsonl, npy, idx");
+  // NaN/inf features train a model to NaN weights: refused unless asked for.
+  const bool allow_non_finite = get_or<bool>(d, "allow_non_finite", false);
   DataSplits s;
   if (source == "fashion_mnist") {
     check_keys(d, with_common({"directory"}), "the `data` section (source \"fashion_mnist\")");
@@ -113,6 +115,7 @@ DataSplits load_data(const Json& d) {
         std::string delim = opt_str(d, "delimiter");
         if (delim.size() > 1) throw ValueError("`data.delimiter` must be one character. Received: \"" + delim + "\"");
         if (!delim.empty()) o.delimiter = delim[0];
+        o.allow_non_finite = allow_non_finite;
         return data::read_csv(p, o);
       }
       data::JsonlOptions o;
@@ -121,6 +124,7 @@ DataSplits load_data(const Json& d) {
         throw ValueError("the `data` section (source \"jsonl\") needs `features`: the keys holding each row's inputs");
       o.label_key = opt_str(d, "label");
       o.label_type = label_type(d);
+      o.allow_non_finite = allow_non_finite;
       return data::read_jsonl(p, o);
     };
     auto train = read(path);
@@ -135,11 +139,16 @@ DataSplits load_data(const Json& d) {
   } else if (source == "npy" || source == "idx") {
     check_keys(d, with_common({"x", "y", "x_test", "y_test"}), "the `data` section (source \"" + source + "\")");
     auto read = [&](const std::string& p) { return source == "npy" ? data::read_npy(p) : data::read_idx(p); };
+    auto read_x = [&](const std::string& p) {
+      at::Tensor x = read(p);
+      if (!allow_non_finite) data::check_finite_features(x, p);
+      return x;
+    };
     s.description = source + " " + str_key(d, "x", source);
-    s.x_train = read(str_key(d, "x", source));
+    s.x_train = read_x(str_key(d, "x", source));
     if (!opt_str(d, "y").empty()) s.y_train = read(opt_str(d, "y"));
     if (!opt_str(d, "x_test").empty()) {
-      s.x_test = read(opt_str(d, "x_test"));
+      s.x_test = read_x(opt_str(d, "x_test"));
       if (!opt_str(d, "y_test").empty()) s.y_test = read(opt_str(d, "y_test"));
     } else if (!opt_str(d, "y_test").empty()) {
       throw ValueError("`data.y_test` is set but `data.x_test` is not; give both or neither");
