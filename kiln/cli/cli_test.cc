@@ -364,6 +364,36 @@ TEST_F(Cli, NonFiniteDataIsRefusedAndANaNModelIsNeverPublished) {
   EXPECT_FALSE(path_exists(base_ + "/1"));
 }
 
+// Regression: user mistakes that reached a library exception ended as
+// "internal error", exit 1.
+TEST_F(Cli, ConfigValuesOutOfRangeAreUserErrors) {
+  Json huge = csv_spec(csv_, base_);
+  huge["model"]["layers"][0]["config"]["units"] = 1e12;
+  expect_short_error("--threads 1 train " + q(write_spec("huge.json", huge)), {"units=", "positive integer up to 16777216"});
+  huge["model"]["layers"][0]["config"]["units"] = 1.5;
+  expect_short_error("--threads 1 train " + q(write_spec("frac.json", huge)), {"units"});
+
+  // A Functional model.json whose output refers to a node the layer lacks.
+  auto x = Input({4}, at::kFloat, "x");
+  auto y = (*std::make_shared<Dense>(3, "softmax", Json{{"name", "head"}}))(x);
+  auto model = std::make_shared<Functional>(KerasTensors{x}, KerasTensors{y});
+  const std::string v = dir_.path() + "/func/1";
+  model->save(v);
+  const std::string original = read_file(v + "/model.json");
+  Json mj = Json::parse(original);
+  ASSERT_EQ(mj["config"]["output_layers"][0][0], "head");
+  for (auto [node, index, mention] : {std::tuple{5, 0, "node 5"}, std::tuple{-1, 0, "node -1"},
+                                      std::tuple{0, 7, "output 7"}}) {
+    mj["config"]["output_layers"][0][1] = node;
+    mj["config"]["output_layers"][0][2] = index;
+    write_text(v + "/model.json", mj.dump());
+    expect_short_error("show " + q(v), {"head", mention});
+  }
+  mj["config"]["output_layers"][0] = "head";
+  write_text(v + "/model.json", mj.dump());
+  expect_short_error("show " + q(v), {"[layer_name, node_index, tensor_index]"});
+}
+
 TEST_F(Cli, HelpExitsZero) {
   auto r = kiln("--help");
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include "kiln/core/json_limits.h"
+
 namespace kiln {
 
 Functional::Functional(const KerasTensors& inputs, const KerasTensors& outputs, const std::string& name)
@@ -157,9 +159,34 @@ Json Functional::get_config() const {
 }
 
 namespace {
+using Applied = std::map<std::string, std::vector<KerasTensors>>;  // layer -> outputs per node
+
+// The tensor a [layer_name, node_index, tensor_index] reference names;
+// FormatError naming the reference and the valid range otherwise.
+const KerasTensor& tensor_at(const Applied& applied, const Json& r, const std::string& where) {
+  if (!r.is_array() || r.size() < 3 || !r[0].is_string() || !r[1].is_number_integer() || !r[2].is_number_integer())
+    throw FormatError(where + ": a tensor reference must be [layer_name, node_index, tensor_index]. Received: " +
+                      json_excerpt(r));
+  const std::string src = r[0].get<std::string>();
+  auto it = applied.find(src);
+  if (it == applied.end())
+    throw FormatError(where + " refers to unknown layer '" + src + "' (a layer must be listed before its use)");
+  const int64_t node = r[1].get<int64_t>(), index = r[2].get<int64_t>();
+  const int64_t nodes = (int64_t)it->second.size();
+  if (node < 0 || node >= nodes)
+    throw FormatError(where + " refers to node " + std::to_string(node) + " of layer '" + src + "', which has " +
+                      std::to_string(nodes) + " node(s); node_index must be in [0, " + std::to_string(nodes) + ")");
+  const KerasTensors& outs = it->second[(size_t)node];
+  if (index < 0 || index >= (int64_t)outs.size())
+    throw FormatError(where + " refers to output " + std::to_string(index) + " of node " + std::to_string(node) +
+                      " of layer '" + src + "', which has " + std::to_string(outs.size()) +
+                      " output(s); tensor_index must be in [0, " + std::to_string(outs.size()) + ")");
+  return outs[(size_t)index];
+}
+
 KerasTensors rebuild(const Json& config, KerasTensors* inputs_out) {
   std::map<std::string, LayerPtr> by_name;
-  std::map<std::string, std::vector<KerasTensors>> applied;  // layer -> outputs per node
+  Applied applied;
   // Layers are listed in topological order, so one pass suffices.
   for (auto& lj : require(config, "layers", "Functional")) {
     const std::string name = lj.at("name").get<std::string>();
@@ -167,7 +194,16 @@ KerasTensors rebuild(const Json& config, KerasTensors* inputs_out) {
     if (cls == "InputLayer") {
       auto cfg = lj.at("config");
       Shape s;
-      for (auto& d : cfg.at("batch_shape")) s.push_back(d.is_null() ? kNone : d.get<int64_t>());
+      for (auto& d : cfg.at("batch_shape")) {
+        if (!d.is_null() && (!d.is_number_integer() || d.get<int64_t>() < 1))
+          throw FormatError("Functional config: InputLayer '" + name +
+                            "': batch_shape must list positive dims or null. Received: " +
+                            json_excerpt(cfg.at("batch_shape")));
+        s.push_back(d.is_null() ? kNone : d.get<int64_t>());
+      }
+      if (s.empty())
+        throw FormatError("Functional config: InputLayer '" + name + "': batch_shape is empty; it starts with the "
+                          "batch dim, e.g. [null, 784]");
       s.erase(s.begin());
       auto t = Input(s, dtype_from_string(cfg.value("dtype", "float32")), name);
       applied[name].push_back({t});
@@ -177,24 +213,15 @@ KerasTensors rebuild(const Json& config, KerasTensors* inputs_out) {
     by_name[name] = layer;
     for (auto& node : lj.value("inbound_nodes", Json::array())) {
       KerasTensors args;
-      for (auto& r : node.at("args")) {
-        const std::string src = r.at(0).get<std::string>();
-        auto it = applied.find(src);
-        if (it == applied.end() || r.at(1).get<size_t>() >= it->second.size())
-          throw FormatError("Functional config: layer '" + name + "' refers to unknown node of '" + src + "'");
-        args.push_back(it->second.at(r.at(1).get<size_t>()).at(r.at(2).get<size_t>()));
-      }
+      for (auto& r : node.at("args")) args.push_back(tensor_at(applied, r, "Functional config: layer '" + name + "'"));
       applied[name].push_back((*layer)(args));
     }
   }
-  auto resolve = [&](const Json& r) {
-    auto it = applied.find(r.at(0).get<std::string>());
-    if (it == applied.end()) throw FormatError("Functional config refers to unknown layer " + r.dump());
-    return it->second.at(r.at(1).get<size_t>()).at(r.at(2).get<size_t>());
-  };
-  for (auto& r : require(config, "input_layers", "Functional")) inputs_out->push_back(resolve(r));
+  for (auto& r : require(config, "input_layers", "Functional"))
+    inputs_out->push_back(tensor_at(applied, r, "Functional config: input_layers"));
   KerasTensors outs;
-  for (auto& r : require(config, "output_layers", "Functional")) outs.push_back(resolve(r));
+  for (auto& r : require(config, "output_layers", "Functional"))
+    outs.push_back(tensor_at(applied, r, "Functional config: output_layers"));
   return outs;
 }
 }  // namespace
