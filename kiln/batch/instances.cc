@@ -4,6 +4,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/models/model.h"
 
 namespace kiln::batch {
@@ -21,7 +22,7 @@ void flatten_into(const Json& v, const Shape& shape, size_t depth, std::vector<d
   }
   if (v.is_number()) out.push_back(v.get<double>());
   else if (v.is_boolean()) out.push_back(v.get<bool>() ? 1.0 : 0.0);
-  else throw ValueError(what + " holds " + v.dump() + " where a number belongs");
+  else throw ValueError(what + " holds " + json_excerpt(v) + " where a number belongs");
 }
 
 InstanceValue to_value(const Json& v, const std::string& what) {
@@ -64,7 +65,7 @@ std::vector<InstanceInput> instance_inputs(const Model& model) {
 }
 
 Instance parse_instance(const std::string& line, const std::vector<InstanceInput>& inputs) {
-  Json j = parse_json(line, "the line");
+  Json j = parse_json(line, "the line");  // refuses more than kMaxJsonDepth levels
   if (j.is_object() && j.contains("inputs")) {
     if (j.size() != 1) throw ValueError("an object with \"inputs\" must have no other keys");
     j = Json(j["inputs"]);
@@ -87,7 +88,7 @@ Instance parse_instance(const std::string& line, const std::vector<InstanceInput
     raw[0] = j;
   } else {
     throw ValueError("an instance must be a list of numbers or an object of named inputs. Received: " +
-                     j.dump().substr(0, 80));
+                     json_excerpt(j));
   }
   Instance out;
   for (size_t i = 0; i < inputs.size(); ++i) {

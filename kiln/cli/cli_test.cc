@@ -14,9 +14,12 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "kiln/core/io.h"
 #include "kiln/core/json.h"
+#include "kiln/layers/dense.h"
+#include "kiln/models/functional.h"
 #include "kiln/models/model.h"
 #include "kiln/saving/safetensors.h"
 #include "kiln/testing/testing.h"
@@ -181,6 +184,32 @@ TEST_F(Cli, PredictRoundTripsJsonLinesInOrder) {
   EXPECT_EQ(lines_of(piped.output), out);
 }
 
+// Regression: the output names were read through a sub-object of a
+// destroyed temporary (use after free) and came out as output_0/output_1.
+TEST_F(Cli, PredictNamesTheOutputsOfATwoOutputModel) {
+  auto x = Input({4}, at::kFloat, "x");
+  auto digit = (*std::make_shared<Dense>(3, "softmax", Json{{"name", "digit"}}))(x);
+  auto sign = (*std::make_shared<Dense>(1, "sigmoid", Json{{"name", "sign"}}))(x);
+  auto model = std::make_shared<Functional>(KerasTensors{x}, KerasTensors{digit, sign});
+  const std::string v = dir_.path() + "/two/1";
+  model->save(v);
+  write_text(dir_.path() + "/two.jsonl", "[1, 2, 3, 4]\n[0.5, -1, 0, 2]\n");
+  auto r = kiln("predict " + q(v) + " --input " + q(dir_.path() + "/two.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto out = lines_of(r.output);
+  ASSERT_EQ(out.size(), 2u) << r.output;
+  auto want = model->predict(Tensors{at::tensor({1.f, 2.f, 3.f, 4.f, 0.5f, -1.f, 0.f, 2.f}).reshape({2, 4})});
+  for (size_t i = 0; i < out.size(); ++i) {
+    Json p = Json::parse(out[i]).at("predictions");
+    std::vector<std::string> keys;
+    for (auto& [k, val] : p.items()) keys.push_back(k);
+    EXPECT_EQ(keys, (std::vector<std::string>{"digit", "sign"})) << out[i];
+    ASSERT_TRUE(p.contains("digit") && p.contains("sign")) << out[i];
+    for (int k = 0; k < 3; ++k) EXPECT_NEAR(p["digit"][k].get<double>(), want[0][i][k].item<double>(), 1e-6);
+    EXPECT_NEAR(p["sign"][0].get<double>(), want[1][i][0].item<double>(), 1e-6);
+  }
+}
+
 TEST_F(Cli, EvaluatePrintsMetrics) {
   std::string v = train();
   auto r = kiln("evaluate " + q(v) + " --spec " + q(spec_));
@@ -231,6 +260,139 @@ TEST_F(Cli, UserErrorsAreOneLineAndExitTwo) {
   expect_user_error("predict " + q(v) + " --input " + q(dir_.path() + "/notjson.jsonl"), {"line 2"});
   write_text(dir_.path() + "/ragged.jsonl", "[[1, 2], [3]]\n");
   expect_user_error("predict " + q(v) + " --input " + q(dir_.path() + "/ragged.jsonl"), {"line 1"});
+}
+
+// A user error whose one line stays short: exit 2 (a crash would be a
+// signal), one "kiln: error:" line, at most `max_len` bytes, naming `mentions`.
+void expect_short_error(const std::string& args, const std::vector<std::string>& mentions, size_t max_len = 400) {
+  auto r = kiln_stderr(args);
+  EXPECT_EQ(r.exit_code, 2) << args.substr(0, 200) << "\n" << r.output.substr(0, 2000);
+  auto lines = lines_of(r.output);
+  ASSERT_EQ(lines.size(), 1u) << r.output.substr(0, 2000);
+  EXPECT_EQ(lines[0].rfind("kiln: error: ", 0), 0u) << lines[0].substr(0, 400);
+  EXPECT_LE(lines[0].size(), max_len) << lines[0].substr(0, 2000);
+  for (auto& m : mentions)
+    EXPECT_NE(lines[0].find(m), std::string::npos) << "'" << m << "' not in: " << lines[0].substr(0, 2000);
+}
+
+std::string nested_lists(size_t depth, const std::string& leaf = "1") {
+  return std::string(depth, '[') + leaf + std::string(depth, ']');
+}
+
+std::string nested_objects(size_t depth) {
+  std::string s;
+  for (size_t i = 0; i < depth; ++i) s += "{\"a\":";
+  return s + "1" + std::string(depth, '}');
+}
+
+// Regression: a JSON Lines instance nested 50,000 deep crashed `kiln predict`
+// with SIGSEGV (recursion), and a 200,000-deep spec crashed `kiln train`
+// while it built its error message (at 50,000 it printed a 100 KB line).
+// Every reader of JSON text refuses more than 64 levels before parsing.
+TEST_F(Cli, DeeplyNestedJsonIsOneShortErrorLineInEveryReader) {
+  std::string v = train();
+  ASSERT_FALSE(v.empty());
+  for (size_t depth : {50000, 200000}) {
+    SCOPED_TRACE(depth);
+    const std::string d = std::to_string(depth);
+    // JSON Lines instances (kiln predict): the line is named.
+    write_text(dir_.path() + "/deep.jsonl", "[1, 2, 3, 4]\n" + nested_lists(depth) + "\n");
+    expect_short_error("predict " + q(v) + " --input " + q(dir_.path() + "/deep.jsonl"), {"line 2", "64 levels"});
+    // Train specs: a deep value, and a deep spec.
+    write_text(dir_.path() + "/deep_value.json",
+               "{\"model\": " + nested_lists(depth) + ", \"data\": {\"source\": \"csv\", \"path\": \"x.csv\"}}");
+    expect_short_error("train " + q(dir_.path() + "/deep_value.json"), {"deep_value.json", "64 levels"});
+    write_text(dir_.path() + "/deep_spec.json", nested_objects(depth));
+    expect_short_error("train " + q(dir_.path() + "/deep_spec.json"), {"deep_spec.json", "64 levels"});
+    // A JSON Lines data file named by a spec.
+    write_text(dir_.path() + "/deep_data.jsonl", "{\"x\": [1, 2], \"y\": 0}\n{\"x\": " + nested_lists(depth) + ", \"y\": 1}\n");
+    Json data_spec = csv_spec(csv_, base_);
+    data_spec["data"] = {{"source", "jsonl"}, {"path", dir_.path() + "/deep_data.jsonl"}, {"features", {"x"}},
+                         {"label", "y"}};
+    expect_short_error("train " + q(write_spec("deep_data_spec.json", data_spec)), {"deep_data.jsonl:2", "64 levels"});
+    // model.json of a model directory.
+    make_dirs(dir_.path() + "/deep_model/1");
+    write_text(dir_.path() + "/deep_model/1/model.json", nested_objects(depth));
+    expect_short_error("show " + q(dir_.path() + "/deep_model/1"), {"model.json", "64 levels"});
+    expect_short_error("predict " + q(dir_.path() + "/deep_model/1") + " --input " + q(dir_.path() + "/deep.jsonl"),
+                       {"model.json", "64 levels"});
+    // Tune specs and server configs.
+    write_text(dir_.path() + "/deep_tune.json", "{\"tuner\": " + nested_lists(depth) + "}");
+    expect_short_error("tune " + q(dir_.path() + "/deep_tune.json"), {"deep_tune.json", "64 levels"});
+    write_text(dir_.path() + "/deep.config", "{\"model_config_list\": " + nested_lists(depth) + "}");
+    expect_short_error("serve --rest_api_port 0 --model_config_file " + q(dir_.path() + "/deep.config"), {"64 levels"});
+  }
+  EXPECT_FALSE(path_exists(base_ + "/2")) << "no version may be written by a failed run";
+}
+
+// Error messages quote at most a short prefix of a bad value.
+TEST_F(Cli, ErrorsQuoteOnlyAPrefixOfABadValue) {
+  Json wide = csv_spec(csv_, base_);
+  wide["data"] = Json::array();
+  for (int i = 0; i < 100000; ++i) wide["data"].push_back(i);
+  expect_short_error("train " + q(write_spec("wide.json", wide)), {"`data` section", "[0,1,2,", "..."});
+  Json deep_ok = csv_spec(csv_, base_);  // under the depth limit, still quoted short
+  deep_ok["compile"]["metrics"] = Json::parse(nested_objects(60));
+  expect_short_error("train " + q(write_spec("deep_ok.json", deep_ok)), {"compile.metrics", "{\"a\":{\"a\":"});
+  std::string v = train();
+  ASSERT_FALSE(v.empty());
+  write_text(dir_.path() + "/text.jsonl", "[1, 2, 3, \"" + std::string(100000, 'x') + "\"]\n");
+  expect_short_error("predict " + q(v) + " --input " + q(dir_.path() + "/text.jsonl"), {"line 1", "xxx..."});
+}
+
+// Regression: a CSV holding NaN/inf trained to a model of NaN weights, which
+// was saved with exit 0.
+TEST_F(Cli, NonFiniteDataIsRefusedAndANaNModelIsNeverPublished) {
+  std::string text = make_csv(150, 7);
+  auto nl = text.find('\n', text.find('\n', text.find('\n') + 1) + 1);  // after line 3
+  std::string bad = text.substr(0, nl + 1) + "0.1,nan,0.3,0.4,1\n" + text.substr(nl + 1);
+  write_text(dir_.path() + "/nan.csv", bad);
+  Json spec = csv_spec(dir_.path() + "/nan.csv", base_);
+  expect_short_error("--threads 1 train " + q(write_spec("nan.json", spec)),
+                     {"nan.csv:4", "row 3", "column 'f1'", "nan", "allow_non_finite"});
+  EXPECT_FALSE(path_exists(base_));
+
+  // Allowed on request: training then ends with NaN weights, which are
+  // never published.
+  spec["data"]["allow_non_finite"] = true;
+  expect_short_error("--threads 1 train " + q(write_spec("nan_allowed.json", spec)), {"non-finite weights", "not saved"});
+  EXPECT_FALSE(path_exists(base_ + "/1")) << "a model with NaN weights was published";
+
+  // Divergence without bad data is caught the same way.
+  Json diverge = csv_spec(csv_, base_);
+  diverge["compile"]["optimizer"] = {{"class_name", "SGD"}, {"config", {{"learning_rate", 1e30}}}};
+  expect_short_error("--threads 1 train " + q(write_spec("diverge.json", diverge)), {"non-finite weights"});
+  EXPECT_FALSE(path_exists(base_ + "/1"));
+}
+
+// Regression: user mistakes that reached a library exception ended as
+// "internal error", exit 1.
+TEST_F(Cli, ConfigValuesOutOfRangeAreUserErrors) {
+  Json huge = csv_spec(csv_, base_);
+  huge["model"]["layers"][0]["config"]["units"] = 1e12;
+  expect_short_error("--threads 1 train " + q(write_spec("huge.json", huge)), {"units=", "positive integer up to 16777216"});
+  huge["model"]["layers"][0]["config"]["units"] = 1.5;
+  expect_short_error("--threads 1 train " + q(write_spec("frac.json", huge)), {"units"});
+
+  // A Functional model.json whose output refers to a node the layer lacks.
+  auto x = Input({4}, at::kFloat, "x");
+  auto y = (*std::make_shared<Dense>(3, "softmax", Json{{"name", "head"}}))(x);
+  auto model = std::make_shared<Functional>(KerasTensors{x}, KerasTensors{y});
+  const std::string v = dir_.path() + "/func/1";
+  model->save(v);
+  const std::string original = read_file(v + "/model.json");
+  Json mj = Json::parse(original);
+  ASSERT_EQ(mj["config"]["output_layers"][0][0], "head");
+  for (auto [node, index, mention] : {std::tuple{5, 0, "node 5"}, std::tuple{-1, 0, "node -1"},
+                                      std::tuple{0, 7, "output 7"}}) {
+    mj["config"]["output_layers"][0][1] = node;
+    mj["config"]["output_layers"][0][2] = index;
+    write_text(v + "/model.json", mj.dump());
+    expect_short_error("show " + q(v), {"head", mention});
+  }
+  mj["config"]["output_layers"][0] = "head";
+  write_text(v + "/model.json", mj.dump());
+  expect_short_error("show " + q(v), {"[layer_name, node_index, tensor_index]"});
 }
 
 TEST_F(Cli, HelpExitsZero) {

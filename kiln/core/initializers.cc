@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 
 namespace kiln {
 
@@ -173,7 +174,7 @@ InitializerPtr Initializer::get(const std::string& name) {
 InitializerPtr Initializer::from_json(const Json& j) {
   if (j.is_string()) return get(j.get<std::string>());
   if (!j.is_object() || !j.contains("class_name"))
-    throw ValueError("initializer must be a name or {\"class_name\", \"config\"}. Received: " + j.dump());
+    throw ValueError("initializer must be a name or {\"class_name\", \"config\"}. Received: " + json_excerpt(j));
   check_config_keys(j, {"module", "class_name", "config", "registered_name"}, "an initializer");
   const std::string cls = j["class_name"].get<std::string>();
   const Json cfg = j.value("config", Json::object());

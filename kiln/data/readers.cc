@@ -14,6 +14,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/core/json.h"
+#include "kiln/core/json_limits.h"
 
 namespace kiln::data {
 namespace {
@@ -105,11 +106,14 @@ bool parse_int64(std::string_view s, int64_t* out) {
   return true;
 }
 
-std::string quote(std::string_view s) {
-  std::string out = "'";
-  out.append(s.substr(0, 60));
-  if (s.size() > 60) out += "...";
-  return out + "'";
+std::string quote(std::string_view s) { return text_excerpt(s); }
+
+// The error for a NaN or infinity where allow_non_finite is off.
+[[noreturn]] void non_finite(const std::string& where, int64_t row, const std::string& column, double v) {
+  throw FormatError(where + ": row " + std::to_string(row) + ", column " + column + " holds " +
+                    (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf") +
+                    "; non-finite values make the model's weights NaN. Fix the data, or set allow_non_finite "
+                    "(`data.allow_non_finite` in a train spec) to keep them");
 }
 
 at::Tensor labels_tensor(std::vector<int64_t>& ints, std::vector<float>& floats, LabelType type) {
@@ -327,6 +331,8 @@ LabeledTensors read_csv(const std::string& path, const CsvOptions& options) {
                           (trim(fields[c]).empty() ? std::string("empty value")
                                                    : "cannot parse " + quote(fields[c]) + " as a number"));
       }
+      if (!options.allow_non_finite && !std::isfinite(static_cast<float>(v)))
+        non_finite(where, rows + 1, quote(header[c]), static_cast<float>(v));
       values.push_back(static_cast<float>(v));
     }
     if (has_label) {
@@ -344,6 +350,8 @@ LabeledTensors read_csv(const std::string& path, const CsvOptions& options) {
           throw FormatError(where + ": label column " + quote(header[label_col]) + ": cannot parse " +
                             quote(s) + " as a number");
         }
+        if (!options.allow_non_finite && !std::isfinite(static_cast<float>(v)))
+          non_finite(where, rows + 1, "label " + quote(header[label_col]), static_cast<float>(v));
         float_labels.push_back(static_cast<float>(v));
       }
     }
@@ -407,7 +415,7 @@ LabeledTensors read_jsonl(const std::string& path, const JsonlOptions& options) 
       tmp.clear();
       if (!flatten_json_numbers(*it, &tmp)) {
         throw FormatError(where + ": feature " + quote(key) +
-                          " must be a number or an array of numbers, found " + quote(it->dump()));
+                          " must be a number or an array of numbers, found " + json_excerpt(*it));
       }
       if (rows == 0) {
         widths.push_back(static_cast<int64_t>(tmp.size()));
@@ -421,6 +429,10 @@ LabeledTensors read_jsonl(const std::string& path, const JsonlOptions& options) 
         throw FormatError(where + ": feature " + quote(key) + " has " + std::to_string(tmp.size()) +
                           " values, but " + std::to_string(widths[k]) + " in the first row");
       }
+      if (!options.allow_non_finite)
+        for (size_t i = 0; i < tmp.size(); ++i)
+          if (!std::isfinite(tmp[i]))
+            non_finite(where, rows + 1, quote(it->is_array() ? key + "[" + std::to_string(i) + "]" : key), tmp[i]);
       values.insert(values.end(), tmp.begin(), tmp.end());
     }
     if (!options.label_key.empty()) {
@@ -433,14 +445,16 @@ LabeledTensors read_jsonl(const std::string& path, const JsonlOptions& options) 
           int_labels.push_back(static_cast<int64_t>(it->get<double>()));
         } else {
           throw FormatError(where + ": label " + quote(options.label_key) +
-                            " must be an integer class id, found " + quote(it->dump()) +
+                            " must be an integer class id, found " + json_excerpt(*it) +
                             " (use LabelType::kFloat32 for real-valued labels)");
         }
       } else {
         if (!it->is_number()) {
           throw FormatError(where + ": label " + quote(options.label_key) + " must be a number, found " +
-                            quote(it->dump()));
+                            json_excerpt(*it));
         }
+        if (!options.allow_non_finite && !std::isfinite(it->get<float>()))
+          non_finite(where, rows + 1, "label " + quote(options.label_key), it->get<float>());
         float_labels.push_back(it->get<float>());
       }
     }
@@ -453,6 +467,17 @@ LabeledTensors read_jsonl(const std::string& path, const JsonlOptions& options) 
   return out;
 }
 
+void check_finite_features(const at::Tensor& features, const std::string& what) {
+  if (!features.defined() || !at::isFloatingType(features.scalar_type()) || features.numel() == 0) return;
+  const at::Tensor bad = features.isfinite().logical_not().reshape({-1});
+  if (!bad.any().item<bool>()) return;
+  const int64_t first = bad.nonzero()[0][0].item<int64_t>();
+  const int64_t per_row = features.dim() == 0 ? 1 : features.numel() / std::max<int64_t>(1, features.size(0));
+  const double v = features.reshape({-1})[first].item<double>();
+  non_finite(what + " (indices from 0)", first / per_row, std::to_string(first % per_row), v);
+}
+
+// -------------------------------------------------------------------- NPY
 // -------------------------------------------------------------------- NPY
 
 namespace {

@@ -49,12 +49,16 @@ struct CsvOptions {
   // Columns not named are ignored (they may hold text).
   std::vector<std::string> feature_columns;
   char delimiter = ',';
+  // NaN and infinities (nan, inf, 1e39) in features or float labels are an
+  // error naming file:line, row and column unless this is set: a model
+  // trained on them ends with NaN weights.
+  bool allow_non_finite = false;
 };
 
 // CSV with a header row. Fields may be double-quoted ("" escapes a quote);
 // surrounding spaces are ignored; empty lines are skipped; \r\n line ends are
-// fine. Every used value must be a number (nan/inf included); an empty one is
-// an error naming file:line and the column.
+// fine. Every used value must be a finite number (nan/inf only with
+// allow_non_finite); an empty one is an error naming file:line and the column.
 LabeledTensors read_csv(const std::string& path, const CsvOptions& options = {});
 
 struct JsonlOptions {
@@ -63,12 +67,21 @@ struct JsonlOptions {
   std::vector<std::string> feature_keys;
   std::string label_key;  // "" for none
   LabelType label_type = LabelType::kInt64;
+  // As CsvOptions::allow_non_finite (JSON has no NaN, but 1e39 becomes
+  // infinity in float32).
+  bool allow_non_finite = false;
 };
 
 // JSON Lines: one JSON object per line; blank lines are skipped. Every row
 // must give each feature the same number of values as the first row.
 // feature_names are the keys, with "[i]" appended for array elements.
 LabeledTensors read_jsonl(const std::string& path, const JsonlOptions& options);
+
+// FormatError "<what>: row R, column C holds nan ..." for the first NaN or
+// infinity in `features` (rows along dim 0, columns the flattened rest);
+// nothing for integer tensors. For arrays read whole (npy, IDX), whose
+// readers return the values as stored.
+void check_finite_features(const at::Tensor& features, const std::string& what);
 
 // NumPy .npy, format versions 1.0, 2.0 and 3.0, C order, little-endian
 // dtypes <f4 <f8 <i4 <i8 |u1 |b1 (and |i1). Returns a tensor of the matching

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cmath>
+
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/testing/testing.h"
@@ -129,6 +131,7 @@ TEST(ReadersTest, CsvReadsFeaturesAndIntLabels) {
                     "7,8,1.0,nan\n");
   CsvOptions opts;
   opts.label_column = "label";
+  opts.allow_non_finite = true;  // nan parses when asked for (refused by default: below)
   auto d = read_csv(path, opts);
   EXPECT_EQ(d.feature_names, (std::vector<std::string>{"a", "b", "c"}));
   ASSERT_EQ(d.features.sizes(), (std::vector<int64_t>{3, 3}));
@@ -204,6 +207,48 @@ TEST(ReadersTest, CsvErrorsNameFileLineAndColumn) {
               ::testing::AllOf(HasSubstr("'label'"), HasSubstr("x, y")));
   EXPECT_THROW(read_csv(write(dir, "empty.csv", "\n\n")), FormatError);
   EXPECT_THROW(read_csv(join_path(dir.path(), "missing.csv")), NotFoundError);
+}
+
+// Regression: NaN/inf features trained silently to a model of NaN weights.
+TEST(ReadersTest, NonFiniteValuesAreRefusedByDefaultNamingFileRowAndColumn) {
+  TempDir dir;
+  CsvOptions opts;
+  opts.label_column = "y";
+  for (const char* bad : {"nan", "NaN", "inf", "-inf", "1e39"}) {  // 1e39 overflows float32
+    auto path = write(dir, "n.csv", std::string("a,b,y\n1,2,0\n3,") + bad + ",1\n");
+    EXPECT_THAT(expect_error<FormatError>([&] { read_csv(path, opts); }),
+                ::testing::AllOf(HasSubstr(path + ":3"), HasSubstr("row 2"), HasSubstr("column 'b'"),
+                                 HasSubstr("allow_non_finite")))
+        << bad;
+    CsvOptions allow = opts;
+    allow.allow_non_finite = true;
+    EXPECT_FALSE(std::isfinite(read_csv(path, allow).features[1][1].item<float>())) << bad;
+  }
+  opts.label_type = LabelType::kFloat32;
+  auto label = write(dir, "l.csv", "a,y\n1,nan\n");
+  EXPECT_THAT(expect_error<FormatError>([&] { read_csv(label, opts); }),
+              ::testing::AllOf(HasSubstr(label + ":2"), HasSubstr("label 'y'")));
+
+  JsonlOptions j;
+  j.feature_keys = {"x", "z"};
+  j.label_key = "y";
+  auto jsonl = write(dir, "n.jsonl", "{\"x\": [1, 2], \"z\": 1, \"y\": 0}\n{\"x\": [1, 1e39], \"z\": 1, \"y\": 0}\n");
+  EXPECT_THAT(expect_error<FormatError>([&] { read_jsonl(jsonl, j); }),
+              ::testing::AllOf(HasSubstr(jsonl + ":2"), HasSubstr("row 2"), HasSubstr("'x[1]'"), HasSubstr("inf")));
+  j.allow_non_finite = true;
+  EXPECT_TRUE(std::isinf(read_jsonl(jsonl, j).features[1][1].item<float>()));
+  // Beyond double's range the JSON itself is refused, naming the line.
+  auto overflow = write(dir, "o.jsonl", "{\"x\": [1, 1e999], \"z\": 1, \"y\": 0}\n");
+  EXPECT_THAT(expect_error<FormatError>([&] { read_jsonl(overflow, j); }),
+              ::testing::AllOf(HasSubstr(overflow + ":1"), HasSubstr("1e999")));
+
+  // Arrays read whole (npy, IDX): the first bad element's row and column.
+  auto x = at::zeros({3, 2, 2});
+  x[2][1][0] = std::nanf("");
+  EXPECT_THAT(expect_error<FormatError>([&] { check_finite_features(x, "x.npy"); }),
+              ::testing::AllOf(HasSubstr("x.npy"), HasSubstr("row 2, column 2"), HasSubstr("nan")));
+  check_finite_features(at::ones({3, 2}), "fine.npy");
+  check_finite_features(at::ones({3, 2}, at::kLong), "ints.npy");
 }
 
 // ------------------------------------------------------------ JSON Lines

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/layers/activations.h"
 
 namespace kiln {
@@ -13,8 +14,15 @@ const char* const kBaseKeys[] = {"name", "trainable", "dtype"};
 
 bool is_int(const Json& j) {
   if (j.is_number_integer()) return true;
-  // 3.0 written by a JSON writer that does not keep integers is still 3.
-  return j.is_number_float() && std::floor(j.get<double>()) == j.get<double>();
+  // 3.0 written by a JSON writer that does not keep integers is still 3
+  // (within int64's exact range: 1e30 would not convert).
+  return j.is_number_float() && std::floor(j.get<double>()) == j.get<double>() && std::fabs(j.get<double>()) < 9e15;
+}
+
+// A size in [1, kMaxConfigDim] (checked as a double: no overflow), else 0.
+int64_t size_of(const Json& j) {
+  if (!is_int(j) || j.get<double>() < 1 || j.get<double>() > double(kMaxConfigDim)) return 0;
+  return j.get<int64_t>();
 }
 }  // namespace
 
@@ -22,7 +30,7 @@ ConfigReader::ConfigReader(const Json& config, std::string owner)
     : config_(config), owner_(std::move(owner)) {
   if (!config_.is_object() && !config_.is_null())
     throw ValueError(owner_ +
-                     ": the config must be a JSON object. Received: " + config_.dump().substr(0, 200));
+                     ": the config must be a JSON object. Received: " + json_excerpt(config_));
 }
 
 bool ConfigReader::has(const char* key) const {
@@ -36,7 +44,7 @@ const Json* ConfigReader::get(const char* key) {
 }
 
 void ConfigReader::invalid(const char* key, const std::string& expected) const {
-  std::string received = has(key) ? config_.at(key).dump() : "None";
+  std::string received = has(key) ? json_excerpt(config_.at(key)) : "None";
   throw ValueError(owner_ + ": received an invalid value for `" + key + "`, expected " + expected +
                    ". Received: " + key + "=" + received);
 }
@@ -44,8 +52,11 @@ void ConfigReader::invalid(const char* key, const std::string& expected) const {
 int64_t ConfigReader::positive_int(const char* key) {
   const Json* j = get(key);
   if (!j) throw ValueError(owner_ + ": the config is missing `" + key + "` (a positive integer)");
-  if (!is_int(*j) || j->get<double>() < 1) invalid(key, "a positive integer");
-  return j->get<int64_t>();
+  // The bound catches a typo (units=1e12) before it becomes an allocation
+  // of terabytes; no layer dimension comes near it.
+  const int64_t v = size_of(*j);
+  if (v == 0) invalid(key, "a positive integer up to " + std::to_string(kMaxConfigDim));
+  return v;
 }
 
 int64_t ConfigReader::positive_int(const char* key, int64_t fallback) {
@@ -117,16 +128,14 @@ std::vector<int64_t> ConfigReader::int_tuple(const char* key, size_t n) {
   const Json* j = get(key);
   if (!j) throw ValueError(owner_ + ": the config is missing `" + key + "`");
   const std::string expected =
-      n == 1 ? "a positive integer or a list of 1 positive integer"
-             : "a positive integer or a list of " + std::to_string(n) + " positive integers";
+      (n == 1 ? "a positive integer or a list of 1 positive integer"
+              : "a positive integer or a list of " + std::to_string(n) + " positive integers") +
+      " (each up to " + std::to_string(kMaxConfigDim) + ")";
   std::vector<int64_t> out;
   if (is_int(*j)) {
-    out.assign(n, j->get<int64_t>());
+    out.assign(n, size_of(*j));
   } else if (j->is_array() && j->size() == n) {
-    for (auto& e : *j) {
-      if (!is_int(e)) invalid(key, expected);
-      out.push_back(e.get<int64_t>());
-    }
+    for (auto& e : *j) out.push_back(size_of(e));
   } else {
     invalid(key, expected);
   }
@@ -192,13 +201,13 @@ void ConfigReader::finish() const {
     std::string known = "name, trainable, dtype";
     for (auto& r : read_) known += ", " + r;
     throw ValueError(owner_ + ": unrecognized config key `" + k + "` (value " +
-                     it.value().dump().substr(0, 100) + "). Known keys: " + known);
+                     json_excerpt(it.value()) + "). Known keys: " + known);
   }
 }
 
 Json merged_config(const Json& extra, const Json& typed) {
   if (!extra.is_null() && !extra.is_object())
-    throw ValueError("extra layer config must be a JSON object. Received: " + extra.dump().substr(0, 200));
+    throw ValueError("extra layer config must be a JSON object. Received: " + json_excerpt(extra));
   Json out = extra.is_object() ? extra : Json::object();
   for (auto it = typed.begin(); it != typed.end(); ++it) out[it.key()] = it.value();
   return out;

@@ -25,6 +25,11 @@
 
 namespace kiln {
 
+// The largest size a layer config may give (2^24 = 16,777,216): above any
+// real layer width or vocabulary, so a typo such as units=1e12 is named
+// here instead of failing later as an allocation of terabytes.
+inline constexpr int64_t kMaxConfigDim = int64_t(1) << 24;
+
 class ConfigReader {
  public:
   ConfigReader(const Json& config, std::string owner);
@@ -33,6 +38,7 @@ class ConfigReader {
   const Json* get(const char* key);
   bool has(const char* key) const;
 
+  // A size (units, filters, input_dim...): an integer in [1, kMaxConfigDim].
   int64_t positive_int(const char* key);  // required
   int64_t positive_int(const char* key, int64_t fallback);
   int64_t integer(const char* key, int64_t fallback);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "kiln/core/config_keys.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/core/names.h"
 
 namespace kiln {
@@ -34,11 +35,11 @@ Layer::Layer(const Json& config) {
           !d["config"].contains("name") || !d["config"]["name"].is_string())
         throw ValueError("layer `dtype` must be a policy name or {\"class_name\": \"DTypePolicy\", \"config\": "
                          "{\"name\": ...}} (quantized policies are set by model.quantize()). Received: " +
-                         d.dump().substr(0, 200));
+                         json_excerpt(d));
       check_config_keys(d["config"], {"name"}, "a layer's `dtype` config");
       policy_ = DTypePolicy(d["config"]["name"].get<std::string>());
     } else {
-      throw ValueError("layer `dtype` must be a policy name. Received: " + d.dump().substr(0, 200));
+      throw ValueError("layer `dtype` must be a policy name. Received: " + json_excerpt(d));
     }
   } else {
     policy_ = kiln::dtype_policy();
@@ -390,7 +391,7 @@ std::vector<Shape> build_shapes(const Json& bc, const std::string& where) {
 
 LayerPtr layer_from_json(const Json& j) {
   if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string())
-    throw ValueError("a layer must be {\"class_name\": ..., \"config\": {...}}. Received: " + j.dump().substr(0, 200));
+    throw ValueError("a layer must be {\"class_name\": ..., \"config\": {...}}. Received: " + json_excerpt(j));
   const std::string cls = j["class_name"].get<std::string>();
   check_config_keys(j, {"module", "class_name", "config", "registered_name", "build_config"}, "the " + cls + " entry");
   // The layer checks its config's keys itself (ConfigReader::finish).

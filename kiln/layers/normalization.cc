@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kiln/core/json_limits.h"
 #include "kiln/layers/config_reader.h"
 
 namespace kiln {
@@ -158,7 +159,7 @@ void LayerNormalization::build(const std::vector<Shape>& input_shapes) {
   for (auto a : axes_) {
     int64_t r = a < 0 ? a + rank : a;
     if (r < 1 || r >= rank || std::count(resolved_.begin(), resolved_.end(), r))
-      throw ValueError("LayerNormalization '" + name() + "': axis=" + axis_json_.dump() +
+      throw ValueError("LayerNormalization '" + name() + "': axis=" + json_excerpt(axis_json_) +
                        " does not name distinct feature axes of inputs of shape " + shape_to_string(s));
     if (s[r] < 1)
       throw ShapeError("LayerNormalization '" + name() + "': axis " + std::to_string(a) +

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "kiln/core/json_limits.h"
 #include "kiln/layers/config_reader.h"
 
 namespace kiln {
@@ -124,7 +125,7 @@ std::vector<int64_t> Normalization::kept_axes(int64_t rank) const {
   for (auto a : *axes_) {
     int64_t r = a < 0 ? a + rank : a;
     if (r < 1 || r >= rank || std::count(out.begin(), out.end(), r))
-      throw ValueError("Normalization '" + name() + "': axis=" + axis_json_.dump() +
+      throw ValueError("Normalization '" + name() + "': axis=" + json_excerpt(axis_json_) +
                        " does not name distinct non-batch axes of inputs of rank " + std::to_string(rank));
     out.push_back(r);
   }
@@ -151,7 +152,7 @@ void Normalization::build(const std::vector<Shape>& input_shapes) {
       if ((int64_t)v.size() != 1 && (int64_t)v.size() != n)
         throw ValueError("Normalization '" + name() + "': `" + what + "` has " + std::to_string(v.size()) +
                          " values; inputs of shape " + shape_to_string(s) +
-                         " with axis=" + axis_json_.dump() + " need 1 or " + std::to_string(n));
+                         " with axis=" + json_excerpt(axis_json_) + " need 1 or " + std::to_string(n));
       return at::tensor(v, at::kDouble).expand({n}).reshape(broadcast_shape_).contiguous();
     };
     const_mean_ = fit(given_mean_, "mean");

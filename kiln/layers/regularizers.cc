@@ -1,6 +1,7 @@
 #include "kiln/layers/regularizers.h"
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 
 namespace kiln {
 
@@ -35,7 +36,7 @@ RegularizerPtr Regularizer::from_json(const Json& j) {
     throw ValueError("unknown regularizer '" + n + "'; expected l1, l2 or l1_l2");
   }
   if (!j.is_object() || !j.contains("class_name"))
-    throw ValueError("regularizer must be a name or {\"class_name\", \"config\"}. Received: " + j.dump());
+    throw ValueError("regularizer must be a name or {\"class_name\", \"config\"}. Received: " + json_excerpt(j));
   auto cls = j["class_name"].get<std::string>();
   auto cfg = j.value("config", Json::object());
   if (cls == "L1") return ::kiln::l1(get_or<double>(cfg, "l1", 0.01));

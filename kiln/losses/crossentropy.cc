@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/core/shape.h"
 
 namespace kiln::losses {
@@ -53,7 +54,7 @@ std::shared_ptr<SparseCategoricalCrossentropy> SparseCategoricalCrossentropy::fr
   check_keys(c, {"from_logits", "ignore_class", "axis"}, "SparseCategoricalCrossentropy");
   if (get_or<int64_t>(c, "axis", -1) != -1)
     throw ValueError("SparseCategoricalCrossentropy: only axis=-1 is supported. Received: axis=" +
-                     c["axis"].dump());
+                     json_excerpt(c["axis"]));
   std::optional<int64_t> ignore;
   if (c.is_object() && c.contains("ignore_class") && !c["ignore_class"].is_null())
     ignore = get_or<int64_t>(c, "ignore_class", 0);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/core/shape.h"
 #include "kiln/losses/crossentropy.h"
 #include "kiln/losses/hinge.h"
@@ -157,7 +158,7 @@ Json Loss::to_json() const { return Json{{"class_name", class_name()}, {"config"
 void Loss::check_keys(const Json& config, const std::vector<std::string>& allowed, const std::string& owner) {
   if (config.is_null()) return;
   if (!config.is_object())
-    throw ValueError(owner + ": config must be a JSON object. Received: " + config.dump());
+    throw ValueError(owner + ": config must be a JSON object. Received: " + json_excerpt(config));
   for (auto it = config.begin(); it != config.end(); ++it) {
     const std::string& k = it.key();
     if (k == "name" || k == "reduction" || k == "dtype") continue;
@@ -206,7 +207,7 @@ LossPtr Loss::from_json(const Json& j) {
   if (j.is_string()) return get(j.get<std::string>());
   if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string())
     throw ValueError("A loss must be a name or {\"class_name\": ..., \"config\": {...}}. Received: " +
-                     j.dump());
+                     json_excerpt(j));
   const std::string cls = j["class_name"].get<std::string>();
   Factory factory;
   {

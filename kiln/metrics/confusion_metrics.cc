@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/core/shape.h"
 #include "kiln/losses/loss.h"
 
@@ -73,7 +74,7 @@ double parse_threshold(const Json& c, const std::string& owner) {
   } else {
     throw ValueError(
         owner + ": only one threshold is supported (a number or a one-element list). Received: thresholds=" +
-        t.dump());
+        json_excerpt(t));
   }
   return v;
 }
@@ -85,7 +86,7 @@ std::optional<int64_t> parse_class_id(const Json& c) {
 
 void check_top_k(const Json& c, const std::string& owner) {
   if (c.is_object() && c.contains("top_k") && !c["top_k"].is_null())
-    throw ValueError(owner + ": top_k is not supported. Received: top_k=" + c["top_k"].dump());
+    throw ValueError(owner + ": top_k is not supported. Received: top_k=" + json_excerpt(c["top_k"]));
 }
 
 void check_threshold(double t, const std::string& owner) {
@@ -245,7 +246,7 @@ std::shared_ptr<AUC> AUC::from_config(const Json& c) {
   if (get_or<bool>(c, "multi_label", false)) throw ValueError("AUC: multi_label=true is not supported");
   if (c.is_object() && c.contains("label_weights") && !c["label_weights"].is_null())
     throw ValueError("AUC: label_weights are not supported. Received: label_weights=" +
-                     c["label_weights"].dump());
+                     json_excerpt(c["label_weights"]));
   Options o;
   o.num_thresholds = get_or<int64_t>(c, "num_thresholds", 200);
   o.curve = get_or<std::string>(c, "curve", "ROC");

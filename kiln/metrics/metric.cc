@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/losses/loss.h"
 #include "kiln/metrics/accuracy_metrics.h"
 #include "kiln/metrics/confusion_metrics.h"
@@ -116,7 +117,7 @@ void Metric::check_keys(const Json& config, const std::vector<std::string>& allo
                         const std::string& owner) {
   if (config.is_null()) return;
   if (!config.is_object())
-    throw ValueError(owner + ": config must be a JSON object. Received: " + config.dump());
+    throw ValueError(owner + ": config must be a JSON object. Received: " + json_excerpt(config));
   for (auto it = config.begin(); it != config.end(); ++it) {
     const std::string& k = it.key();
     if (k == "name" || k == "dtype") continue;
@@ -161,7 +162,7 @@ MetricPtr Metric::from_json(const Json& j, const Loss* loss) {
   if (j.is_string()) return get(j.get<std::string>(), loss);
   if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string())
     throw ValueError("A metric must be a name or {\"class_name\": ..., \"config\": {...}}. Received: " +
-                     j.dump());
+                     json_excerpt(j));
   const std::string cls = j["class_name"].get<std::string>();
   Factory f = find_class(cls);
   if (!f) throw ValueError("Unknown metric class '" + cls + "'. Known metrics: " + join(known_names()));

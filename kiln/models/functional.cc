@@ -7,6 +7,7 @@
 
 #include "kiln/core/config_keys.h"
 #include "kiln/models/model_json.h"
+#include "kiln/core/json_limits.h"
 
 namespace kiln {
 
@@ -233,10 +234,7 @@ struct TensorRef {
   size_t node = 0, tensor = 0;
 };
 
-std::string prefix(const Json& j) {
-  std::string s = j.dump();
-  return s.size() > 120 ? s.substr(0, 120) + "..." : s;
-}
+std::string prefix(const Json& j) { return json_excerpt(j, 120); }
 
 bool is_history(const Json& v) {
   if (!v.is_array() || (v.size() != 3 && v.size() != 4) || !v[0].is_string()) return false;

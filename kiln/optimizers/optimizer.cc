@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/core/shape.h"
 #include "kiln/optimizers/adadelta.h"
 #include "kiln/optimizers/adagrad.h"
@@ -42,7 +43,7 @@ double optional_non_negative(const Json& c, const char* key, const std::string& 
   const Json& v = c[key];
   if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>()))
     throw ValueError(owner + ": `" + key + "` must be a non-negative number. Received: " + key + "=" +
-                     v.dump());
+                     json_excerpt(v));
   *is_set = true;
   return v.get<double>();
 }
@@ -122,7 +123,7 @@ Optimizer::Optimizer(const Json& config, double default_learning_rate, const std
     : lr_(default_learning_rate) {
   const Json c = config.is_null() ? Json::object() : config;
   if (!c.is_object())
-    throw ValueError(default_name + ": config must be a JSON object. Received: " + c.dump());
+    throw ValueError(default_name + ": config must be a JSON object. Received: " + json_excerpt(c));
   name_ = get_or<std::string>(c, "name", default_name);
   const std::string owner = name_;
 
@@ -136,7 +137,7 @@ Optimizer::Optimizer(const Json& config, double default_learning_rate, const std
       throw ValueError(owner +
                        ": `learning_rate` must be a non-negative number or a schedule "
                        "{\"class_name\", \"config\"}. Received: learning_rate=" +
-                       lr.dump());
+                       json_excerpt(lr));
     }
   }
   bool set = false;
@@ -156,7 +157,7 @@ Optimizer::Optimizer(const Json& config, double default_learning_rate, const std
   if (c.contains("loss_scale_factor") && !c["loss_scale_factor"].is_null())
     throw ValueError(owner +
                      ": loss_scale_factor is not supported (use the trainer's loss scaling). Received: " +
-                     c["loss_scale_factor"].dump());
+                     json_excerpt(c["loss_scale_factor"]));
   if (c.contains("gradient_accumulation_steps") && !c["gradient_accumulation_steps"].is_null()) {
     const Json& v = c["gradient_accumulation_steps"];
     // Keras: a falsy value (0) turns it off; anything else must be an integer >= 2.
@@ -455,7 +456,7 @@ OptimizerPtr Optimizer::from_json(const Json& j) {
   if (j.is_string()) return get(j.get<std::string>());
   if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string())
     throw ValueError("An optimizer must be a name or {\"class_name\": ..., \"config\": {...}}. Received: " +
-                     j.dump());
+                     json_excerpt(j));
   const std::string cls = j["class_name"].get<std::string>();
   Factory f = find_class(cls);
   if (!f) {

@@ -5,13 +5,14 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 
 namespace kiln {
 namespace {
 
 void check_schedule_keys(const Json& c, const std::vector<std::string>& allowed, const std::string& owner) {
   if (c.is_null()) return;
-  if (!c.is_object()) throw ValueError(owner + ": config must be a JSON object. Received: " + c.dump());
+  if (!c.is_object()) throw ValueError(owner + ": config must be a JSON object. Received: " + json_excerpt(c));
   for (auto it = c.begin(); it != c.end(); ++it) {
     if (std::find(allowed.begin(), allowed.end(), it.key()) == allowed.end()) {
       std::string known;
@@ -30,7 +31,7 @@ void check_decay_steps(int64_t decay_steps, const std::string& owner) {
 double required_number(const Json& c, const char* key, const std::string& owner) {
   const Json& v = require(c, key, owner);
   if (!v.is_number())
-    throw ValueError(owner + ": `" + key + "` must be a number. Received: " + key + "=" + v.dump());
+    throw ValueError(owner + ": `" + key + "` must be a number. Received: " + key + "=" + json_excerpt(v));
   return v.get<double>();
 }
 
@@ -39,7 +40,7 @@ double required_number(const Json& c, const char* key, const std::string& owner)
 std::shared_ptr<LearningRateSchedule> LearningRateSchedule::from_json(const Json& j) {
   if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string())
     throw ValueError("A learning-rate schedule must be {\"class_name\": ..., \"config\": {...}}. Received: " +
-                     j.dump());
+                     json_excerpt(j));
   const std::string cls = j["class_name"].get<std::string>();
   const Json config = j.contains("config") ? j["config"] : Json::object();
   if (cls == "ExponentialDecay") return optimizers::ExponentialDecay::from_config(config);
@@ -160,7 +161,7 @@ PiecewiseConstantDecay::PiecewiseConstantDecay(std::vector<int64_t> boundaries, 
   for (size_t i = 1; i < boundaries_.size(); ++i)
     if (boundaries_[i] <= boundaries_[i - 1])
       throw ValueError("PiecewiseConstantDecay: boundaries must be strictly increasing. Received: " +
-                       Json(boundaries_).dump());
+                       json_excerpt(Json(boundaries_)));
 }
 
 std::shared_ptr<PiecewiseConstantDecay> PiecewiseConstantDecay::from_config(const Json& c) {
@@ -168,7 +169,7 @@ std::shared_ptr<PiecewiseConstantDecay> PiecewiseConstantDecay::from_config(cons
   std::vector<int64_t> boundaries;
   for (const auto& b : require(c, "boundaries", "PiecewiseConstantDecay")) {
     if (!b.is_number())
-      throw ValueError("PiecewiseConstantDecay: boundaries must be numbers. Received: " + b.dump());
+      throw ValueError("PiecewiseConstantDecay: boundaries must be numbers. Received: " + json_excerpt(b));
     boundaries.push_back(static_cast<int64_t>(std::llround(b.get<double>())));
   }
   require(c, "values", "PiecewiseConstantDecay");

@@ -1,5 +1,7 @@
 #include "kiln/saving/model_io.h"
 
+#include <cstdio>
+#include <iostream>
 #include <map>
 #include <set>
 
@@ -14,6 +16,28 @@ Json shape_json(const Shape& s) {
   Json j = Json::array();
   for (auto d : s) j.push_back(d < 0 ? Json(nullptr) : Json(d));
   return j;
+}
+
+// `stored` as dtype `want`; FormatError naming `what`, `name`, both dtypes
+// and a value that the conversion would change.
+at::Tensor stored_as_dtype(const at::Tensor& stored, at::ScalarType want, const std::string& what,
+                           const std::string& name) {
+  if (stored.scalar_type() == want) return stored;
+  at::Tensor converted = stored.to(want);
+  at::Tensor back = converted.to(stored.scalar_type());
+  at::Tensor same = back.eq(stored);
+  if (at::isFloatingType(stored.scalar_type())) same = same.logical_or(back.isnan().logical_and(stored.isnan()));
+  if (!same.all().item<bool>()) {
+    const int64_t i = same.logical_not().reshape({-1}).nonzero()[0][0].item<int64_t>();
+    char values[96];
+    std::snprintf(values, sizeof values, "%.17g becomes %.17g", stored.reshape({-1})[i].item<double>(),
+                  back.reshape({-1})[i].item<double>());
+    throw FormatError(what + ": tensor '" + name + "' is stored as " + dtype_to_string(stored.scalar_type()) +
+                      " but the model's variable is " + dtype_to_string(want) +
+                      ", and the conversion would change its values (" + values + "); store it as " +
+                      dtype_to_string(want));
+  }
+  return converted;
 }
 
 }  // namespace
@@ -55,13 +79,18 @@ std::string without_name_counters(const std::string& path) {
 // from its config (dense_3 where the saved one had dense), so its paths
 // differ only in those counters: match such tensors by position (the order
 // they were saved in), as Keras matches weights by tracking order.
-bool assign_by_position(const std::vector<VariablePtr>& vars, const NamedTensors& tensors) {
+bool assign_by_position(const std::vector<VariablePtr>& vars, const NamedTensors& tensors, const std::string& what,
+                        std::map<std::string, int>* converted) {
   if (vars.size() != tensors.size()) return false;
   for (size_t i = 0; i < vars.size(); ++i)
     if (without_name_counters(vars[i]->path()) != without_name_counters(tensors[i].first) ||
         !tensors[i].second.sizes().equals(vars[i]->value().sizes()))
       return false;
-  for (size_t i = 0; i < vars.size(); ++i) vars[i]->assign(tensors[i].second.to(vars[i]->dtype()));
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (tensors[i].second.scalar_type() != vars[i]->dtype())
+      ++(*converted)[dtype_to_string(tensors[i].second.scalar_type()) + " to " + dtype_to_string(vars[i]->dtype())];
+    vars[i]->assign(stored_as_dtype(tensors[i].second, vars[i]->dtype(), what, tensors[i].first));
+  }
   return true;
 }
 
@@ -72,7 +101,15 @@ void assign_named_weights(Model& model, const NamedTensors& tensors, const std::
   auto vars = model.weights();
   bool all_named = true;
   for (auto& v : vars) all_named = all_named && by_name.count(v->path());
-  if (!all_named && assign_by_position(vars, tensors)) return;
+  // Weights stored in another dtype than their variable's load only when no
+  // value changes (F16 into float32; F64 holding float32 values), and say so.
+  std::map<std::string, int> converted;  // "float16 to float32" -> tensors
+  auto note = [&] {
+    for (auto& [how, n] : converted)
+      std::cerr << "kiln: note: " << what << ": converted " << n << " tensor(s) from " << how
+                << " without changing any value\n";
+  };
+  if (!all_named && assign_by_position(vars, tensors, what, &converted)) return note();
   for (auto& v : vars) {
     auto it = by_name.find(v->path());
     if (it == by_name.end())
@@ -81,12 +118,15 @@ void assign_named_weights(Model& model, const NamedTensors& tensors, const std::
       throw FormatError(what + ": tensor '" + v->path() + "' has shape " +
                         shape_to_string(Shape(it->second.sizes().begin(), it->second.sizes().end())) +
                         " but the model expects " + shape_to_string(v->shape()));
-    v->assign(it->second.to(v->dtype()));
+    if (it->second.scalar_type() != v->dtype())
+      ++converted[dtype_to_string(it->second.scalar_type()) + " to " + dtype_to_string(v->dtype())];
+    v->assign(stored_as_dtype(it->second, v->dtype(), what, v->path()));
     by_name.erase(it);
   }
   if (!by_name.empty())
     throw FormatError(what + " has " + std::to_string(by_name.size()) + " tensor(s) the model does not, e.g. '" +
                       by_name.begin()->first + "'");
+  note();
 }
 
 Json model_signatures(Model& model) {

@@ -6,6 +6,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/core/json.h"
+#include "kiln/core/json_limits.h"
 
 namespace kiln {
 namespace {
@@ -82,6 +83,8 @@ NamedTensors decode_safetensors(const std::string& bytes, const std::string& wha
     throw bad("header length " + std::to_string(n) + " exceeds the file size " + std::to_string(bytes.size()) +
               " (truncated?)");
   Json header;
+  if (json_depth(std::string_view(bytes.data() + 8, n)) > kMaxJsonDepth)
+    throw bad("the header nests JSON more than " + std::to_string(kMaxJsonDepth) + " levels deep");
   try {
     header = Json::parse(bytes.begin() + 8, bytes.begin() + 8 + (std::ptrdiff_t)n);
   } catch (const std::exception& e) {
@@ -110,13 +113,19 @@ NamedTensors decode_safetensors(const std::string& bytes, const std::string& wha
     Entry en;
     en.name = it.key();
     if (!e["dtype"].is_string() || !type_of(e["dtype"].get<std::string>(), &en.type))
-      throw bad("entry '" + it.key() + "' has unsupported dtype " + e["dtype"].dump());
+      throw bad("entry '" + it.key() + "' has unsupported dtype " + json_excerpt(e["dtype"]) +
+                "; kiln reads F64, F32, F16, BF16, I64, I32, I16, I8, U8 and BOOL");
     uint64_t numel = 1;
+    if (!e["shape"].is_array()) throw bad("entry '" + it.key() + "' has a bad shape");
     for (auto& d : e["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) throw bad("entry '" + it.key() + "' has a bad shape");
+      if (__builtin_mul_overflow(numel, (uint64_t)d.get<int64_t>(), &numel))
+        throw bad("entry '" + it.key() + "' has a shape too large to hold");
       en.shape.push_back(d.get<int64_t>());
-      numel *= (uint64_t)d.get<int64_t>();
     }
+    uint64_t nbytes = 0;
+    if (__builtin_mul_overflow(numel, (uint64_t)c10::elementSize(en.type), &nbytes))
+      throw bad("entry '" + it.key() + "' has a shape too large to hold");
     const Json& off = e["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
       throw bad("entry '" + it.key() + "' has bad data_offsets");
@@ -124,7 +133,7 @@ NamedTensors decode_safetensors(const std::string& bytes, const std::string& wha
     en.end = off[1].get<uint64_t>();
     if (en.end < en.begin || en.end > data_size)
       throw bad("entry '" + it.key() + "' points past the end of the data (truncated?)");
-    if (en.end - en.begin != numel * c10::elementSize(en.type))
+    if (en.end - en.begin != nbytes)
       throw bad("entry '" + it.key() + "' byte range does not match its shape and dtype");
     entries.push_back(en);
   }

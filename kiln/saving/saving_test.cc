@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/core/json.h"
@@ -169,6 +171,88 @@ TEST(ModelDirectory, DamagedDirectoriesGiveErrorsNamingTheFile) {
   other->add(std::make_shared<Dense>(4));
   other->save_weights(dir.path() + "/o.safetensors");
   EXPECT_THROW(model->load_weights(dir.path() + "/o.safetensors"), FormatError);
+}
+
+// A header of n bytes `h` followed by `data` bytes of zeros.
+std::string with_header(const std::string& h, size_t data) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = (char)((h.size() >> (8 * i)) & 0xff);
+  return out + h + std::string(data, '\0');
+}
+
+// Regression: decoding multiplied the shape without an overflow check and
+// read a header of any depth.
+TEST(Safetensors, DeepHeadersAndOverflowingShapesAreFormatErrors) {
+  for (size_t depth : {50000, 200000}) {
+    std::string h = std::string(depth, '[') + std::string(depth, ']');
+    try {
+      decode_safetensors(with_header(h, 0), "w.safetensors");
+      ADD_FAILURE() << "a header " << depth << " deep was accepted";
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find("64 levels"), std::string::npos) << e.what();
+      EXPECT_LT(std::string(e.what()).size(), 300u);
+    }
+  }
+  // 2^32 x 2^32 F32 elements: 2^66 bytes, which wraps to 0 in 64 bits.
+  auto h = R"({"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})";
+  EXPECT_THROW(decode_safetensors(with_header(h, 0), "f"), FormatError);
+  h = R"({"x":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}})";  // 2^62 x 4 bytes
+  EXPECT_THROW(decode_safetensors(with_header(h, 0), "f"), FormatError);
+  h = R"({"x":{"dtype":"F32","shape":{"a":1},"data_offsets":[0,4]}})";
+  EXPECT_THROW(decode_safetensors(with_header(h, 4), "f"), FormatError);
+}
+
+// Regression: weights stored as F16/F64/I32 were cast to the variable's
+// dtype silently, rounding F64 values without a word.
+TEST(ModelDirectory, WeightsInAnotherDtypeLoadOnlyWhenNoValueChanges) {
+  TempDir dir;
+  auto model = small_mlp();
+  model->save(dir.path() + "/m");
+  const std::string w = dir.path() + "/m/weights.safetensors";
+  const NamedTensors saved = load_safetensors(w);
+  auto x = at::randn({5, 6});
+  auto rewrite = [&](const std::function<at::Tensor(const at::Tensor&)>& f) {
+    NamedTensors out;
+    for (auto& [name, t] : saved) out.emplace_back(name, f(t));
+    save_safetensors(w, out);
+  };
+  auto weights_of = [](Model& m) {
+    std::vector<at::Tensor> out;
+    for (auto& v : m.weights()) out.push_back(v->value().detach().clone());
+    return out;
+  };
+
+  // F16 -> float32 widens: loads, with one note, values as the file holds them.
+  rewrite([](const at::Tensor& t) { return t.to(at::kHalf); });
+  ::testing::internal::CaptureStderr();
+  auto half = load_model(dir.path() + "/m");
+  const std::string note = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(note.find("float16 to float32"), std::string::npos) << note;
+  auto hw = weights_of(*half);
+  for (size_t i = 0; i < hw.size(); ++i) {
+    EXPECT_EQ(hw[i].scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::equal(hw[i], saved[i].second.to(at::kHalf).to(at::kFloat))) << saved[i].first;
+  }
+
+  // F64 holding float32 values: exact, bit-identical predictions.
+  rewrite([](const at::Tensor& t) { return t.to(at::kDouble); });
+  EXPECT_TRUE(at::equal(load_model(dir.path() + "/m")->predict(x)[0], model->predict(x)[0]));
+
+  // I32 holding small integers: exact.
+  rewrite([](const at::Tensor& t) { return t.mul(4).round().to(at::kInt); });
+  auto ints = weights_of(*load_model(dir.path() + "/m"));
+  for (size_t i = 0; i < ints.size(); ++i) EXPECT_TRUE(at::equal(ints[i], saved[i].second.mul(4).round()));
+
+  // F64 values float32 cannot hold: refused, naming the tensor and dtypes.
+  rewrite([](const at::Tensor& t) { return t.to(at::kDouble) + 1e-12; });
+  try {
+    load_model(dir.path() + "/m");
+    FAIL() << "float64 weights were rounded silently";
+  } catch (const FormatError& e) {
+    const std::string m = e.what();
+    for (const char* want : {"weights.safetensors", saved[0].first.c_str(), "float64", "float32", "becomes"})
+      EXPECT_NE(m.find(want), std::string::npos) << "'" << want << "' not in: " << m;
+  }
 }
 
 TEST(ModelDirectory, SaveReplacesAnExistingVersionAtomically) {

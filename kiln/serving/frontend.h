@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "kiln/core/json_limits.h"
+
 namespace kiln::serving {
 
 class ServerCore;
@@ -31,7 +33,7 @@ struct FrontendOptions {
   std::string host = "127.0.0.1";    // loopback unless told otherwise
   int port = 0;                      // 0 = ephemeral; start() returns the bound one
   size_t max_body_bytes = 64 << 20;  // larger requests: 413 / RESOURCE_EXHAUSTED
-  int max_json_depth = 64;           // deeper JSON: 400 before parsing
+  int max_json_depth = kMaxJsonDepth;  // deeper JSON: 400 before parsing (kiln/core/json_limits.h)
   int num_threads = 16;               // REST: threads kept ready (gRPC: pollers and workers)
   // REST: cpp-httplib serves an open (keep-alive) connection on one thread
   // until it closes, so the pool grows past num_threads, one thread per

@@ -23,27 +23,6 @@
 
 namespace kiln::serving {
 
-int json_depth(const std::string& text, int limit) {
-  int depth = 0, max_depth = 0;
-  bool in_str = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_str) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_str = false;
-      continue;
-    }
-    if (c == '"') in_str = true;
-    else if (c == '[' || c == '{') {
-      if (++depth > max_depth) max_depth = depth;
-      if (max_depth > limit) return max_depth;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
-
 Json parse_request_json(const std::string& body, int max_depth) {
   if (json_depth(body, max_depth) > max_depth)
     throw ServingError(Code::kInvalidArgument,

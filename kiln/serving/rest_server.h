@@ -16,6 +16,7 @@
 #include <string>
 
 #include "kiln/core/json.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/serving/frontend.h"
 #include "kiln/serving/server_core.h"
 
@@ -34,10 +35,9 @@ class RestServer : public Frontend {
   std::unique_ptr<Impl> impl_;
 };
 
-// Request JSON helpers shared with other front ends and tests.
-// Deepest nesting of arrays/objects in `text` (strings skipped), scanning
-// without recursion; stops early once `limit` is exceeded.
-int json_depth(const std::string& text, int limit);
+// Request JSON helpers shared with other front ends and tests. The depth
+// scan is kiln::json_depth (kiln/core/json_limits.h), shared with every
+// reader of untrusted JSON.
 // Parses a request body: accepts NaN, Infinity, -Infinity as numbers (TF
 // Serving does); ServingError INVALID_ARGUMENT on bad JSON or too deep.
 Json parse_request_json(const std::string& body, int max_depth);

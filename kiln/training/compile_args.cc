@@ -4,6 +4,7 @@
 
 #include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/models/fit_args.h"
 
 namespace kiln {
@@ -79,7 +80,7 @@ Json with_module(Json j, const char* module) {
 CompileArgs CompileArgs::from_json(const Json& j) {
   if (!j.is_object())
     throw ValueError("compile config must be an object {\"optimizer\", \"loss\", \"metrics\"}. Received: " +
-                     short_dump(j));
+                     json_excerpt(j));
   check_config_keys(j,
                     {"optimizer", "loss", "loss_weights", "metrics", "weighted_metrics", "run_eagerly",
                      "steps_per_execution", "jit_compile", "auto_scale_loss"},

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 
 namespace kiln::tuning {
 
@@ -31,7 +32,7 @@ Value value_from_json(const Json& j) {
   if (j.is_number_integer()) return j.get<int64_t>();
   if (j.is_number()) return j.get<double>();
   if (j.is_string()) return j.get<std::string>();
-  throw ValueError("a hyperparameter value must be a boolean, number or string. Received: " + j.dump());
+  throw ValueError("a hyperparameter value must be a boolean, number or string. Received: " + json_excerpt(j));
 }
 
 namespace {
@@ -290,7 +291,7 @@ Json HyperParameter::to_json() const {
 
 HyperParameter HyperParameter::from_json(const Json& j) {
   if (!j.is_object())
-    throw ValueError("a hyperparameter must be an object {\"type\", \"name\", ...}. Received: " + j.dump());
+    throw ValueError("a hyperparameter must be an object {\"type\", \"name\", ...}. Received: " + json_excerpt(j));
   HyperParameter hp;
   hp.name = require(j, "name", "hyperparameter").get<std::string>();
   const std::string type = require(j, "type", "hyperparameter '" + hp.name + "'").get<std::string>();
@@ -298,7 +299,7 @@ HyperParameter HyperParameter::from_json(const Json& j) {
     const Json& v = require(j, key, "hyperparameter '" + hp.name + "'");
     if (!v.is_number())
       throw ValueError("hyperparameter '" + hp.name + "': `" + key +
-                       "` must be a number. Received: " + v.dump());
+                       "` must be a number. Received: " + json_excerpt(v));
     return v.get<double>();
   };
   if (type == "Int" || type == "Float") {
@@ -315,7 +316,7 @@ HyperParameter HyperParameter::from_json(const Json& j) {
     const Json& vals = require(j, "values", "hyperparameter '" + hp.name + "'");
     if (!vals.is_array() || vals.empty())
       throw ValueError("hyperparameter '" + hp.name +
-                       "': `values` must be a non-empty list. Received: " + vals.dump());
+                       "': `values` must be a non-empty list. Received: " + json_excerpt(vals));
     for (auto& v : vals) hp.values.push_back(value_from_json(v));
     hp.ordered = j.value("ordered", false);
   } else if (type == "Fixed") {

@@ -9,6 +9,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
+#include "kiln/core/json_limits.h"
 
 namespace kiln::tuning {
 namespace {
@@ -57,7 +58,7 @@ std::optional<MetricReport> parse_metric_line(const std::string& raw) {
   if (line.size() > prefix.size() && line[prefix.size()] != ' ' && line[prefix.size()] != '\t')
     return std::nullopt;  // "kiln-metrics..." is ordinary output
   auto bad = [&](const std::string& why) {
-    return FormatError("malformed metric line \"" + line + "\": " + why +
+    return FormatError("malformed metric line " + text_excerpt(line, 120) + ": " + why +
                        "; expected \"kiln-metric NAME=VALUE [NAME=VALUE...] [step=N]\"");
   };
   std::istringstream in(line.substr(prefix.size()));
@@ -85,10 +86,11 @@ std::optional<MetricReport> parse_hypertune_line(const std::string& raw) {
   std::string line = trim(raw);
   if (line.empty()) return std::nullopt;
   auto bad = [&](const std::string& why) {
-    return FormatError("malformed hypertune metrics line \"" + line + "\": " + why +
+    return FormatError("malformed hypertune metrics line " + text_excerpt(line, 120) + ": " + why +
                        "; expected a JSON object such as {\"val_accuracy\": 0.9, \"global_step\": 3}");
   };
   Json j;
+  if (json_depth(line) > kMaxJsonDepth) throw bad("nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   try {
     j = Json::parse(line);
   } catch (const std::exception&) {

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 
 namespace kiln::tuning {
 
@@ -82,7 +83,7 @@ Json Objective::to_json() const {
 Objective Objective::from_json(const Json& j) {
   if (j.is_string()) return Objective(j.get<std::string>());
   if (!j.is_object())
-    throw ValueError("objective must be a metric name or {\"name\", \"direction\"}. Received: " + j.dump());
+    throw ValueError("objective must be a metric name or {\"name\", \"direction\"}. Received: " + json_excerpt(j));
   std::string name = require(j, "name", "objective").get<std::string>();
   if (!j.contains("direction") || j["direction"].is_null()) return Objective(name);
   std::string d = j["direction"].get<std::string>();

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/core/io.h"
 #include "kiln/training/tfevents.h"
 #include "kiln/tuning/hparams_summary.h"
@@ -20,7 +21,7 @@ T get(const Json& j, const char* key, const char* expected) {
     return j.at(key).get<T>();
   } catch (const nlohmann::json::exception&) {
     throw ValueError(std::string("tune spec: `") + key + "` must be " + expected + ". Received: " +
-                     j.at(key).dump());
+                     json_excerpt(j.at(key)));
   }
 }
 
@@ -34,7 +35,7 @@ std::string shell_quote(const std::string& s) {
 }  // namespace
 
 TuneSpec TuneSpec::from_json(const Json& j) {
-  if (!j.is_object()) throw ValueError("a tune spec must be a JSON object. Received: " + j.dump().substr(0, 80));
+  if (!j.is_object()) throw ValueError("a tune spec must be a JSON object. Received: " + json_excerpt(j));
   static const std::set<std::string> known = {
       "project_name", "directory", "tuner", "objective", "max_trials", "seed", "max_retries_per_trial",
       "max_consecutive_failed_trials", "pruner", "hyperparameters", "command", "train", "parallel",
@@ -62,7 +63,7 @@ TuneSpec TuneSpec::from_json(const Json& j) {
       s.tuner_args = t;
     } else {
       throw ValueError("tune spec: `tuner` must be a name (\"bayesian\") or {\"type\": ..., args}. Received: " +
-                       t.dump());
+                       json_excerpt(t));
     }
   }
   if (j.contains("objective")) s.objective = j["objective"];
@@ -84,7 +85,7 @@ TuneSpec TuneSpec::from_json(const Json& j) {
       s.train = t;
     } else {
       throw ValueError("tune spec: `train` must be a kiln train spec (an object) or its file name. Received: " +
-                       t.dump().substr(0, 80));
+                       json_excerpt(t));
     }
   }
   if (!s.command.empty() && !s.train.is_null())

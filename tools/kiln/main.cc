@@ -9,14 +9,16 @@
 //   kiln [--threads N] export --format onnx --model DIR --output model.onnx
 //   kiln [--threads N] serve (--model_base_path DIR | --model_config_file F) [flags]
 //
-// Exit codes: 0 success; 2 user error (bad arguments, files, specs, shapes),
-// reported as one line "kiln: error: <message>" on stderr; 1 anything else
-// (also one line). No stack traces: LibTorch's are cut off.
+// Exit codes: 0 success; 2 user error (bad arguments, files, specs, shapes,
+// sizes that do not fit in memory), reported as one line
+// "kiln: error: <message>" on stderr; 1 anything else (also one line). No
+// stack traces: LibTorch's are cut off.
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <iostream>
 #include <new>
+#include <stdexcept>
 
 #include "kiln/core/error.h"
 #include "kiln/core/threads.h"
@@ -39,7 +41,17 @@ std::string joined(std::string s) {
   return s;
 }
 
-int fail(int code, const std::string& message) {
+// Messages quote values through json_excerpt/text_excerpt; this bound is the
+// backstop that keeps the one line readable whatever a library put in it.
+constexpr size_t kMaxMessage = 1000;
+
+int fail(int code, std::string message) {
+  if (message.size() > kMaxMessage) {
+    size_t n = kMaxMessage;
+    while (n > 0 && (static_cast<unsigned char>(message[n]) & 0xC0) == 0x80) --n;  // whole UTF-8 characters
+    message.resize(n);
+    message += "...";
+  }
   std::cout.flush();
   std::cerr << "kiln: error: " << message << std::endl;
   return code;
@@ -53,6 +65,17 @@ bool is_shape_problem(const std::string& m) {
     if (m.find(key) != std::string::npos) return true;
   return false;
 }
+
+// An allocation the machine cannot give (a layer of 1e12 units, a batch of
+// millions of rows) comes from the user's numbers, not from kiln: exit 2
+// with what to check. (On Linux a real shortage ends in the OOM killer, not
+// in an exception.)
+bool is_allocation_failure(const std::string& m) {
+  return m.find("can't allocate memory") != std::string::npos || m.find("out of memory") != std::string::npos ||
+         m.find("not enough memory") != std::string::npos;
+}
+const char* const kMemoryHint =
+    "; check the sizes in the model (units, filters, input_dim...) and the batch size (--batch_size, fit.batch_size)";
 
 // The command word: the first argument that is not an option (skipping
 // --threads' value); "" if none.
@@ -124,13 +147,17 @@ int main(int argc, char** argv) {
     return fail(2, "a JSON value has the wrong type: " + joined(e.what()));
   } catch (const c10::Error& e) {
     std::string m = one_line(e.what_without_backtrace());
+    if (is_allocation_failure(m)) return fail(2, "out of memory: " + m + kMemoryHint);
     if (is_shape_problem(m))
       return fail(2, "shape mismatch: " + m + "; check that the data fits the model's input shape (kiln show MODEL_DIR)");
     return fail(1, "internal error in LibTorch: " + m);
   } catch (const kiln::Error& e) {
     return fail(1, joined(e.what()));
   } catch (const std::bad_alloc&) {
-    return fail(1, "out of memory; try a smaller --batch_size or data `limit`");
+    return fail(2, std::string("out of memory: an allocation failed") + kMemoryHint + " or the data `limit`");
+  } catch (const std::length_error& e) {
+    // std::vector refusing a size beyond max_size(): the same cause.
+    return fail(2, "a size is too large (" + joined(e.what()) + ")" + kMemoryHint);
   } catch (const std::exception& e) {
     return fail(1, "internal error: " + joined(e.what()));
   }

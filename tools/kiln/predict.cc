@@ -121,8 +121,10 @@ class LocalBackend : public Backend {
  public:
   LocalBackend(const std::string& dir, int64_t batch_size)
       : model_(load_model(dir)), inputs_(batch::instance_inputs(*model_)), batch_size_(batch_size) {
-    for (auto& [name, info] : model_signatures(*model_)["serving_default"]["outputs"].items())
-      output_names_.push_back(name);
+    // Keep the signatures alive: a range-for over a sub-object of the
+    // temporary model_signatures() returns reads freed memory.
+    const Json signatures = model_signatures(*model_);
+    for (auto& [name, info] : signatures.at("serving_default").at("outputs").items()) output_names_.push_back(name);
   }
   const std::vector<batch::InstanceInput>& inputs() const override { return inputs_; }
   std::vector<std::pair<std::string, at::Tensor>> run(const Tensors& x) override {

@@ -5,6 +5,7 @@
 
 #include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/core/io.h"
 
 namespace kiln::cli {
@@ -32,7 +33,7 @@ CompileArgs compile_args_from_spec(const Json& compile) {
   if (!c.contains("metrics")) c["metrics"] = Json::array({"accuracy"});
   if (!c["metrics"].is_array() && !c["metrics"].is_object())
     throw ValueError("`compile.metrics` must be a list of names or {class_name, config} objects, or a dict by output "
-                     "name. Received: " + c["metrics"].dump().substr(0, 200));
+                     "name. Received: " + json_excerpt(c["metrics"]));
   return CompileArgs::from_json(c);
 }
 
@@ -61,7 +62,7 @@ FitArgs fit_args_from_spec(const Json& fit, std::optional<uint64_t>* seed) {
   if (f.contains("class_weight")) {
     if (!f["class_weight"].is_object())
       throw ValueError("`fit.class_weight` must be an object {\"<class id>\": weight}. Received: " +
-                       f["class_weight"].dump());
+                       json_excerpt(f["class_weight"]));
     for (auto& [k, v] : f["class_weight"].items()) {
       int64_t cls;
       try {
@@ -71,13 +72,13 @@ FitArgs fit_args_from_spec(const Json& fit, std::optional<uint64_t>* seed) {
       } catch (const std::exception&) {
         throw ValueError("`fit.class_weight` keys must be integer class ids. Received: \"" + k + "\"");
       }
-      if (!v.is_number()) throw ValueError("`fit.class_weight[\"" + k + "\"]` must be a number. Received: " + v.dump());
+      if (!v.is_number()) throw ValueError("`fit.class_weight[\"" + k + "\"]` must be a number. Received: " + json_excerpt(v));
       a.class_weight[cls] = v.get<double>();
     }
   }
   if (f.contains("seed") && !f["seed"].is_null()) {
     if (!f["seed"].is_number_integer() || f["seed"].get<int64_t>() < 0)
-      throw ValueError("`fit.seed` must be a non-negative integer. Received: seed=" + f["seed"].dump());
+      throw ValueError("`fit.seed` must be a non-negative integer. Received: seed=" + json_excerpt(f["seed"]));
     *seed = f["seed"].get<uint64_t>();
   }
   return a;

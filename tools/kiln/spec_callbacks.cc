@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/training/backup_and_restore.h"
 #include "kiln/training/callback.h"
 #include "kiln/training/csv_logger.h"
@@ -29,7 +30,7 @@ SaveFreq save_freq(const Json& c, const char* key) {
   const Json& v = c[key];
   if (v.is_string()) return SaveFreq(v.get<std::string>());
   if (v.is_number_integer()) return SaveFreq(v.get<int64_t>());
-  throw ValueError(std::string("`") + key + "` must be \"epoch\" or a positive number of batches. Received: " + v.dump());
+  throw ValueError(std::string("`") + key + "` must be \"epoch\" or a positive number of batches. Received: " + json_excerpt(v));
 }
 
 std::optional<double> opt_double(const Json& c, const char* key) {
@@ -127,13 +128,13 @@ std::vector<CallbackPtr> callbacks_from_spec(const Json& callbacks) {
   if (callbacks.is_null()) return out;
   if (!callbacks.is_array())
     throw ValueError("the `callbacks` section must be a list of {\"class_name\", \"config\"} objects. Received: " +
-                     callbacks.dump());
+                     json_excerpt(callbacks));
   for (size_t i = 0; i < callbacks.size(); ++i) {
     const std::string where = "callbacks[" + std::to_string(i) + "]";
     Json entry = callbacks[i];
     if (entry.is_string()) entry = Json{{"class_name", entry}};
     if (!entry.is_object() || !entry.contains("class_name") || !entry["class_name"].is_string())
-      throw ValueError(where + " must be {\"class_name\": \"EarlyStopping\", \"config\": {...}}. Received: " + entry.dump());
+      throw ValueError(where + " must be {\"class_name\": \"EarlyStopping\", \"config\": {...}}. Received: " + json_excerpt(entry));
     check_keys(entry, {"class_name", "config"}, where);
     const std::string name = entry["class_name"].get<std::string>();
     const Json config = entry.value("config", Json::object());

@@ -6,6 +6,7 @@
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/data/datasets.h"
 #include "kiln/data/readers.h"
 #include "tools/kiln/spec.h"
@@ -16,7 +17,7 @@ namespace {
 const std::vector<std::string> kSources = {"fashion_mnist", "csv", "jsonl", "npy", "idx"};
 // Keys every source accepts.
 const std::vector<std::string> kCommonKeys = {"source", "scale", "flatten", "reshape", "limit",
-                                              "test_limit", "test_split", "dtype"};
+                                              "test_limit", "test_split", "dtype", "allow_non_finite"};
 
 std::vector<std::string> with_common(std::vector<std::string> own) {
   own.insert(own.end(), kCommonKeys.begin(), kCommonKeys.end());
@@ -31,7 +32,7 @@ std::string str_key(const Json& d, const char* key, const std::string& source) {
 
 std::string opt_str(const Json& d, const char* key) {
   if (!d.contains(key) || d[key].is_null()) return "";
-  if (!d[key].is_string()) throw ValueError("`data." + std::string(key) + "` must be a string. Received: " + d[key].dump());
+  if (!d[key].is_string()) throw ValueError("`data." + std::string(key) + "` must be a string. Received: " + json_excerpt(d[key]));
   return d[key].get<std::string>();
 }
 
@@ -51,7 +52,7 @@ double parse_scale(const Json& v) {
       }
     }
   }
-  throw ValueError("`data.scale` must be a number or a fraction like \"1/255\". Received: " + v.dump());
+  throw ValueError("`data.scale` must be a number or a fraction like \"1/255\". Received: " + json_excerpt(v));
 }
 
 data::LabelType label_type(const Json& d) {
@@ -64,9 +65,9 @@ data::LabelType label_type(const Json& d) {
 std::vector<std::string> str_list(const Json& d, const char* key) {
   std::vector<std::string> out;
   if (!d.contains(key) || d[key].is_null()) return out;
-  if (!d[key].is_array()) throw ValueError("`data." + std::string(key) + "` must be a list of names. Received: " + d[key].dump());
+  if (!d[key].is_array()) throw ValueError("`data." + std::string(key) + "` must be a list of names. Received: " + json_excerpt(d[key]));
   for (auto& x : d[key]) {
-    if (!x.is_string()) throw ValueError("`data." + std::string(key) + "` must be a list of names. Received: " + d[key].dump());
+    if (!x.is_string()) throw ValueError("`data." + std::string(key) + "` must be a list of names. Received: " + json_excerpt(d[key]));
     out.push_back(x.get<std::string>());
   }
   return out;
@@ -265,10 +266,12 @@ void model_data(const DataSplits& data, const Model& model, bool test, Tensors* 
 }
 
 DataSplits load_data(const Json& d) {
-  if (!d.is_object()) throw ValueError("the `data` section must be a JSON object. Received: " + d.dump());
+  if (!d.is_object()) throw ValueError("the `data` section must be a JSON object. Received: " + json_excerpt(d));
   const std::string source = opt_str(d, "source");
   if (source.empty())
     throw ValueError("the `data` section needs `source`: one of fashion_mnist, csv, jsonl, npy, idx");
+  // NaN/inf features train a model to NaN weights: refused unless asked for.
+  const bool allow_non_finite = get_or<bool>(d, "allow_non_finite", false);
   DataSplits s;
   if (source == "fashion_mnist") {
     check_keys(d, with_common({"directory"}), "the `data` section (source \"fashion_mnist\")");
@@ -288,6 +291,7 @@ DataSplits load_data(const Json& d) {
         std::string delim = opt_str(d, "delimiter");
         if (delim.size() > 1) throw ValueError("`data.delimiter` must be one character. Received: \"" + delim + "\"");
         if (!delim.empty()) o.delimiter = delim[0];
+        o.allow_non_finite = allow_non_finite;
         return data::read_csv(p, o);
       }
       data::JsonlOptions o;
@@ -296,6 +300,7 @@ DataSplits load_data(const Json& d) {
         throw ValueError("the `data` section (source \"jsonl\") needs `features`: the keys holding each row's inputs");
       o.label_key = opt_str(d, "label");
       o.label_type = label_type(d);
+      o.allow_non_finite = allow_non_finite;
       return data::read_jsonl(p, o);
     };
     auto train = read(path);
@@ -310,11 +315,16 @@ DataSplits load_data(const Json& d) {
   } else if (source == "npy" || source == "idx") {
     check_keys(d, with_common({"x", "y", "x_test", "y_test"}), "the `data` section (source \"" + source + "\")");
     auto read = [&](const std::string& p) { return source == "npy" ? data::read_npy(p) : data::read_idx(p); };
+    auto read_x = [&](const std::string& p) {
+      at::Tensor x = read(p);
+      if (!allow_non_finite) data::check_finite_features(x, p);
+      return x;
+    };
     s.description = source + " " + str_key(d, "x", source);
-    s.x_train = read(str_key(d, "x", source));
+    s.x_train = read_x(str_key(d, "x", source));
     if (!opt_str(d, "y").empty()) s.y_train = read(opt_str(d, "y"));
     if (!opt_str(d, "x_test").empty()) {
-      s.x_test = read(opt_str(d, "x_test"));
+      s.x_test = read_x(opt_str(d, "x_test"));
       if (!opt_str(d, "y_test").empty()) s.y_test = read(opt_str(d, "y_test"));
     } else if (!opt_str(d, "y_test").empty()) {
       throw ValueError("`data.y_test` is set but `data.x_test` is not; give both or neither");
@@ -349,7 +359,7 @@ DataSplits load_data(const Json& d) {
   for (auto [key, is_test] : {std::pair{"limit", false}, std::pair{"test_limit", true}}) {
     int64_t n = get_or<int64_t>(d, key, 0);
     if (d.contains(key) && !d[key].is_null() && n < 1)
-      throw ValueError(std::string("`data.") + key + "` must be a positive integer. Received: " + d[key].dump());
+      throw ValueError(std::string("`data.") + key + "` must be a positive integer. Received: " + json_excerpt(d[key]));
     if (n > 0) {
       take(is_test ? s.x_test : s.x_train, n);
       take(is_test ? s.y_test : s.y_train, n);
@@ -369,7 +379,7 @@ DataSplits load_data(const Json& d) {
     if (!d["reshape"].is_array()) throw ValueError("`data.reshape` must be a list of dims without the batch dim, e.g. [28, 28, 1]");
     for (auto& v : d["reshape"]) {
       if (!v.is_number_integer() || v.get<int64_t>() < 1)
-        throw ValueError("`data.reshape` must be a list of positive dims without the batch dim. Received: " + d["reshape"].dump());
+        throw ValueError("`data.reshape` must be a list of positive dims without the batch dim. Received: " + json_excerpt(d["reshape"]));
       reshape.push_back(v.get<int64_t>());
     }
   }

@@ -3,6 +3,7 @@
 // needs no layer headers.
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/layers/layer.h"
 #include "kiln/models/sequential.h"
 #include "tools/kiln/spec.h"
@@ -16,10 +17,10 @@ Json layer_json(const std::string& class_name, Json config = Json::object()) {
 
 Shape shape_from_json(const Json& j, const std::string& where) {
   Shape s;
-  if (!j.is_array() || j.empty()) throw ValueError(where + " must be a list of positive dims without the batch dim, e.g. [784]. Received: " + j.dump());
+  if (!j.is_array() || j.empty()) throw ValueError(where + " must be a list of positive dims without the batch dim, e.g. [784]. Received: " + json_excerpt(j));
   for (auto& v : j) {
     if (!v.is_number_integer() || v.get<int64_t>() < 1)
-      throw ValueError(where + " must be a list of positive dims without the batch dim, e.g. [784]. Received: " + j.dump());
+      throw ValueError(where + " must be a list of positive dims without the batch dim, e.g. [784]. Received: " + json_excerpt(j));
     s.push_back(v.get<int64_t>());
   }
   return s;
@@ -30,10 +31,10 @@ std::vector<int64_t> int_list(const Json& args, const char* key, std::vector<int
   const Json& v = args[key];
   std::vector<int64_t> out;
   if (v.is_number_integer()) return {v.get<int64_t>()};
-  if (!v.is_array()) throw ValueError(owner + ": `" + key + "` must be a list of positive integers. Received: " + v.dump());
+  if (!v.is_array()) throw ValueError(owner + ": `" + key + "` must be a list of positive integers. Received: " + json_excerpt(v));
   for (auto& x : v) {
     if (!x.is_number_integer() || x.get<int64_t>() < 1)
-      throw ValueError(owner + ": `" + key + "` must be a list of positive integers. Received: " + v.dump());
+      throw ValueError(owner + ": `" + key + "` must be a list of positive integers. Received: " + json_excerpt(v));
     out.push_back(x.get<int64_t>());
   }
   return out;
@@ -128,7 +129,7 @@ ModelPtr builtin_model(const std::string& name, const Json& args, const std::opt
 }
 
 ModelPtr build_model(const Json& m, const std::optional<Shape>& input_shape) {
-  if (!m.is_object()) throw ValueError("the `model` section must be a JSON object. Received: " + m.dump());
+  if (!m.is_object()) throw ValueError("the `model` section must be a JSON object. Received: " + json_excerpt(m));
   if (m.contains("builtin")) {
     check_keys(m, {"builtin", "args"}, "the `model` section (builtin)");
     if (!m["builtin"].is_string()) throw ValueError("`model.builtin` must be a name: mlp or cnn");
@@ -146,7 +147,7 @@ ModelPtr build_model(const Json& m, const std::optional<Shape>& input_shape) {
       const std::string at = "model.layers[" + std::to_string(i) + "]";
       if (lj.is_string()) lj = layer_json(lj.get<std::string>());
       if (!lj.is_object() || !lj.contains("class_name") || !lj["class_name"].is_string())
-        throw ValueError(at + " must be {\"class_name\": \"Dense\", \"config\": {...}}. Received: " + lj.dump());
+        throw ValueError(at + " must be {\"class_name\": \"Dense\", \"config\": {...}}. Received: " + json_excerpt(lj));
       check_keys(lj, {"class_name", "config", "build_config", "module", "registered_name"}, at);
       if (!lj.contains("config")) lj["config"] = Json::object();
       if (lj["class_name"] == "InputLayer") {

@@ -74,6 +74,20 @@ Prepared prepare(const Json& spec, int epochs) {
   return p;
 }
 
+// A model whose weights went NaN or infinite (divergence, bad data) is
+// never published: the server would load it and answer NaN.
+void refuse_non_finite_weights(const Model& model) {
+  for (auto& v : model.weights()) {
+    const at::Tensor& w = v->value();
+    if (!at::isFloatingType(w.scalar_type()) || w.isfinite().all().item<bool>()) continue;
+    const int64_t nan = w.isnan().sum().item<int64_t>(), n = w.numel();
+    throw ValueError("training ended with non-finite weights (" + v->path() + ": " + std::to_string(nan) + " NaN and " +
+                     std::to_string(w.isinf().sum().item<int64_t>()) + " infinite of " + std::to_string(n) +
+                     " values); the model was not saved. Check the data for NaN/inf or extreme values, scale the "
+                     "features, or lower the learning rate");
+  }
+}
+
 void run_train(const TrainOptions& o) {
   Json spec = read_spec(o.spec);
 
@@ -98,6 +112,7 @@ void run_train(const TrainOptions& o) {
     print_metrics(p.model->evaluate(ev), "test_", std::cout);
   }
 
+  refuse_non_finite_weights(*p.model);
   const std::string path = publish_next_version(*p.model, base, include_optimizer);
   std::cout << "Saved model to " << path << "\n";
   std::cout.flush();
