@@ -50,7 +50,9 @@ class Model : public Layer {
   // Subclassed models: runs call() once on zeros of these shapes (float32)
   // so lazily built sublayers create their variables, and counts the
   // outputs (default output_names(): "output_0", "output_1", ...). Override
-  // when the model takes integer inputs.
+  // when the model takes integer inputs. Called directly (Keras's
+  // model.build(shape)) it is build_if_needed: variables under the model's
+  // name scope ("two_heads/dense/kernel") and the model marked built.
   void build(const std::vector<Shape>& input_shapes) override;
   size_t num_inputs() const { return input_shapes().empty() ? 1 : input_shapes().size(); }
 
@@ -94,6 +96,11 @@ class Model : public Layer {
   Json get_config() const override;
 
  protected:
+  // For build() overrides: when build() was called directly rather than
+  // through build_if_needed, runs build_if_needed (the model's name scope,
+  // marked built) and returns true: the override returns at once.
+  bool build_in_own_scope(const std::vector<Shape>& input_shapes);
+
   std::shared_ptr<TrainState> train_state_;  // shared_ptr: TrainState is incomplete here
   std::unique_ptr<CompileArgs> compile_args_;
   size_t num_outputs_ = 1;  // counted by build()
