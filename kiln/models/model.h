@@ -75,11 +75,17 @@ class Model : public Layer {
   Tensors predict(const Tensors& x, int64_t batch_size = 32, int verbose = 0);
   at::Tensor predict(const at::Tensor& x, int64_t batch_size = 32, int verbose = 0);
   Tensors predict(const Dataset& ds, int verbose = 0);
-  // One optimizer step on one batch; returns {"loss": ..., metrics...}.
+  // One optimizer step on one batch; returns {"loss": ..., metrics...} for
+  // that batch only: like Keras 3 (since keras-team/keras#22617), the
+  // metrics are reset at the start of each call, so the values are not
+  // running averages over earlier calls. test_on_batch likewise (no update).
   std::map<std::string, double> train_on_batch(const Tensors& x, const Tensors& y,
                                                const at::Tensor& sample_weight = at::Tensor());
   std::map<std::string, double> test_on_batch(const Tensors& x, const Tensors& y,
                                               const at::Tensor& sample_weight = at::Tensor());
+  // Resets the loss tracker and every compiled metric (Keras's
+  // Model.reset_metrics). StateError if not compiled.
+  void reset_metrics();
   Tensors predict_on_batch(const Tensors& x);
 
   // Set by callbacks (EarlyStopping) to end fit() after the current epoch.
