@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -19,13 +20,23 @@ namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
+// "<host>-<pid>-<8 hex digits>": temporary names carry their owner, so a
+// later run can tell a killed writer's leftovers from a live writer's
+// (kiln/saving/model_io.cc's remove_stale_staging parses this; keep the
+// two in step).
 std::string random_suffix() {
   static thread_local std::mt19937_64 rng(std::random_device{}() ^
                                           (uint64_t)::getpid() << 32);
   const char* hex = "0123456789abcdef";
   std::string s(8, '0');
   for (auto& c : s) c = hex[rng() & 15];
-  return s;
+  char host[256] = {0};
+  std::string h;
+  if (::gethostname(host, sizeof host - 1) == 0)
+    for (const char* p = host; *p && h.size() < 32; ++p)
+      if (std::isalnum((unsigned char)*p)) h += *p;
+  if (h.empty()) h = "host";
+  return h + "-" + std::to_string(::getpid()) + "-" + s;
 }
 
 }  // namespace

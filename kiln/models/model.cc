@@ -1,16 +1,33 @@
 #include "kiln/models/model.h"
 
 #include "kiln/core/error.h"
+#include "kiln/core/variable.h"
 
 namespace kiln {
 
 Model::Model(const Json& config) : Layer(config) {}
+
+bool Model::build_in_own_scope(const std::vector<Shape>& input_shapes) {
+  if (built()) return false;
+  // Called directly (model->build(shapes), as Keras users do): without the
+  // scope the sublayers' paths would lack the model's name and the saved
+  // weights would not match the model load_model rebuilds.
+  const std::string scope = current_name_scope();
+  const std::string& me = name();
+  const bool in_own_scope =
+      scope == me ||
+      (scope.size() > me.size() && scope.compare(scope.size() - me.size() - 1, std::string::npos, "/" + me) == 0);
+  if (in_own_scope) return false;
+  build_if_needed(input_shapes);  // opens the scope and calls build() again
+  return true;
+}
 
 void Model::build(const std::vector<Shape>& input_shapes) {
   // A subclassed model makes its sublayers' variables in its first call:
   // run it once on zeros (no grad), as Keras's Model.build does, so a model
   // rebuilt from its config has its variables before weights are loaded.
   // (Under build_if_needed's name scope: paths are "<model>/<layer>/...".)
+  if (build_in_own_scope(input_shapes)) return;
   if (input_shapes.empty()) return;
   Tensors probe;
   for (auto& s : input_shapes) probe.push_back(at::zeros(concrete(s, 1), at::kFloat));

@@ -50,7 +50,9 @@ class Model : public Layer {
   // Subclassed models: runs call() once on zeros of these shapes (float32)
   // so lazily built sublayers create their variables, and counts the
   // outputs (default output_names(): "output_0", "output_1", ...). Override
-  // when the model takes integer inputs.
+  // when the model takes integer inputs. Called directly (Keras's
+  // model.build(shape)) it is build_if_needed: variables under the model's
+  // name scope ("two_heads/dense/kernel") and the model marked built.
   void build(const std::vector<Shape>& input_shapes) override;
   size_t num_inputs() const { return input_shapes().empty() ? 1 : input_shapes().size(); }
 
@@ -73,11 +75,17 @@ class Model : public Layer {
   Tensors predict(const Tensors& x, int64_t batch_size = 32, int verbose = 0);
   at::Tensor predict(const at::Tensor& x, int64_t batch_size = 32, int verbose = 0);
   Tensors predict(const Dataset& ds, int verbose = 0);
-  // One optimizer step on one batch; returns {"loss": ..., metrics...}.
+  // One optimizer step on one batch; returns {"loss": ..., metrics...} for
+  // that batch only: like Keras 3 (since keras-team/keras#22617), the
+  // metrics are reset at the start of each call, so the values are not
+  // running averages over earlier calls. test_on_batch likewise (no update).
   std::map<std::string, double> train_on_batch(const Tensors& x, const Tensors& y,
                                                const at::Tensor& sample_weight = at::Tensor());
   std::map<std::string, double> test_on_batch(const Tensors& x, const Tensors& y,
                                               const at::Tensor& sample_weight = at::Tensor());
+  // Resets the loss tracker and every compiled metric (Keras's
+  // Model.reset_metrics). StateError if not compiled.
+  void reset_metrics();
   Tensors predict_on_batch(const Tensors& x);
 
   // Set by callbacks (EarlyStopping) to end fit() after the current epoch.
@@ -94,6 +102,11 @@ class Model : public Layer {
   Json get_config() const override;
 
  protected:
+  // For build() overrides: when build() was called directly rather than
+  // through build_if_needed, runs build_if_needed (the model's name scope,
+  // marked built) and returns true: the override returns at once.
+  bool build_in_own_scope(const std::vector<Shape>& input_shapes);
+
   std::shared_ptr<TrainState> train_state_;  // shared_ptr: TrainState is incomplete here
   std::unique_ptr<CompileArgs> compile_args_;
   size_t num_outputs_ = 1;  // counted by build()

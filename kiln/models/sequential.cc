@@ -99,6 +99,7 @@ void Sequential::build(const std::vector<Shape>& input_shapes) {
   if (input_shapes.size() != 1)
     throw ValueError("Sequential model '" + name() + "' takes one input. Received " +
                      std::to_string(input_shapes.size()));
+  if (build_in_own_scope(input_shapes)) return;
   input_shape_ = input_shapes[0];
   std::vector<Shape> shapes = input_shapes;
   for (auto& l : layers_) {

@@ -2,7 +2,13 @@
 
 #include <cstdio>
 #include <iostream>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
 #include <map>
+#include <random>
 #include <set>
 
 #include "kiln/core/error.h"
@@ -11,6 +17,44 @@
 
 namespace kiln {
 namespace {
+
+// This host's name as temporary names carry it (kiln/core/io.cc,
+// random_suffix: letters and digits only, at most 32).
+std::string host_tag() {
+  char host[256] = {0};
+  std::string h;
+  if (::gethostname(host, sizeof host - 1) == 0)
+    for (const char* p = host; *p && h.size() < 32; ++p)
+      if (std::isalnum((unsigned char)*p)) h += *p;
+  return h.empty() ? "host" : h;
+}
+
+bool all_of_class(const std::string& s, const char* chars) {
+  return !s.empty() && s.find_first_not_of(chars) == std::string::npos;
+}
+
+// The owner pid of a temporary name ("...<marker><host>-<pid>-<hex>") when
+// it belongs to this host; -1 otherwise.
+pid_t owner_on_this_host(const std::string& name, const std::string& marker) {
+  const size_t at = name.rfind(marker);
+  if (at == std::string::npos) return -1;
+  const std::string tag = name.substr(at + marker.size());
+  const size_t d2 = tag.rfind('-');
+  if (d2 == std::string::npos || d2 == 0) return -1;
+  const size_t d1 = tag.rfind('-', d2 - 1);
+  if (d1 == std::string::npos) return -1;
+  const std::string host = tag.substr(0, d1), pid = tag.substr(d1 + 1, d2 - d1 - 1), hex = tag.substr(d2 + 1);
+  if (host != host_tag() || !all_of_class(pid, "0123456789") || pid.size() > 9 ||
+      !all_of_class(hex, "0123456789abcdef"))
+    return -1;
+  return (pid_t)std::stol(pid);
+}
+
+bool process_alive(pid_t pid) {
+  if (pid <= 0) return true;  // not a real owner: never treat as dead
+  if (pid == ::getpid()) return true;
+  return ::kill(pid, 0) == 0 || errno == EPERM;
+}
 
 Json shape_json(const Shape& s) {
   Json j = Json::array();
@@ -41,6 +85,29 @@ at::Tensor stored_as_dtype(const at::Tensor& stored, at::ScalarType want, const 
 }
 
 }  // namespace
+
+std::vector<std::string> remove_stale_staging(const std::string& dir) {
+  std::vector<std::string> removed;
+  if (!is_directory(dir)) return removed;
+  for (const std::string& name : list_directory(dir)) {
+    pid_t owner = -1;
+    if (!name.empty() && name[0] == '.') owner = owner_on_this_host(name, ".tmp-");
+    if (owner < 0) owner = owner_on_this_host(name, ".old-");
+    if (owner < 0 || process_alive(owner)) continue;
+    const std::string path = join_path(dir, name);
+    remove_all(path);
+    if (!path_exists(path)) removed.push_back(path);
+  }
+  return removed;
+}
+
+std::string staging_path(const std::string& dir, const std::string& what) {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^ (uint64_t)::getpid() << 32);
+  const char* hex = "0123456789abcdef";
+  std::string s(8, '0');
+  for (auto& c : s) c = hex[rng() & 15];
+  return join_path(dir, "." + what + ".tmp-" + host_tag() + "-" + std::to_string(::getpid()) + "-" + s);
+}
 
 NamedTensors named_weights(const Model& model) {
   NamedTensors out;
@@ -173,6 +240,8 @@ void Model::save(const std::string& dir, bool include_optimizer) {
   bool with_opt = include_optimizer && compiled() && compile_args().optimizer;
   mj["optimizer"] = with_opt ? Json("optimizer.safetensors") : Json(nullptr);
 
+  // Staging copies of earlier saves here that were killed mid-write.
+  remove_stale_staging(parent_path(dir));
   AtomicDirectory out(dir);
   save_safetensors(out.path() + "/weights.safetensors", named_weights(*this), {{"format", "kiln"}});
   if (with_opt) {

@@ -7,12 +7,17 @@
 //   <dir>/optimizer.safetensors optimizer slots and iterations (optional)
 //   <dir>/assets/, assets/extra/ (warmup requests; written by other tools)
 //
-// The directory appears only when complete (AtomicDirectory). Model::save,
+// The directory appears only when complete (AtomicDirectory). A writer
+// killed mid-save leaves its staging copy under a hidden name that carries
+// its owner (".3.tmp-<host>-<pid>-<hex>"); the next save into the same
+// parent directory removes such leftovers once their owner is gone
+// (remove_stale_staging). Model::save,
 // Model::save_weights/load_weights and load_model (declared in
 // kiln/models/model.h) are implemented in model_io.cc.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "kiln/core/json.h"
 #include "kiln/models/model.h"
@@ -29,6 +34,19 @@ Json model_signatures(Model& model);
 
 // model.json of a model directory, validated (FormatError names what is missing).
 Json read_model_json(const std::string& dir);
+
+// Removes, from directory `dir`, what killed writers left there: staging
+// directories and files (".<name>.tmp-<host>-<pid>-<hex>", as AtomicDirectory,
+// atomic_write_file and staging_path name them) and moved-aside old
+// versions ("<name>.old-<host>-<pid>-<hex>") whose owner process is dead.
+// Kept: anything of a live process (a concurrent writer), of another host
+// (a shared file system), or without an owner in its name. Returns the
+// removed paths. Model::save calls it on its parent directory.
+std::vector<std::string> remove_stale_staging(const std::string& dir);
+// A fresh staging path in `dir` for `what`, owned by this process
+// (".<what>.tmp-<host>-<pid>-<hex>"), for writers that stage by hand and
+// rename into place (kiln train's publish).
+std::string staging_path(const std::string& dir, const std::string& what);
 
 // Variables keyed by path, in model order. Error on duplicate paths.
 NamedTensors named_weights(const Model& model);

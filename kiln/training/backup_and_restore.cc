@@ -14,6 +14,20 @@ BackupAndRestore::BackupAndRestore(std::string backup_dir, BackupAndRestoreOptio
     throw ValueError("BackupAndRestore: `keep` must be >= 1. Received: keep=" + std::to_string(o_.keep));
 }
 
+namespace {
+
+// Every callback's state and stop_training, as they are now.
+void add_callback_state(Model& model, ResumePoint& point) {
+  point.stop_training = model.stop_training;
+  if (CallbackList* cbs = model.train_state().progress().callbacks) {
+    CallbackList::States st = cbs->get_states();
+    point.callback_states = std::move(st.json);
+    point.callback_tensors = std::move(st.tensors);
+  }
+}
+
+}  // namespace
+
 void BackupAndRestore::on_train_begin(const Logs&) {
   counter_.reset();
   restored_ = false;
@@ -41,6 +55,7 @@ void BackupAndRestore::on_train_batch_end(int64_t batch, const Logs&) {
     for (auto& v : m->variables()) vars.push_back(v.detach().clone());
     point.metric_variables.push_back(vars);
   }
+  add_callback_state(model(), point);
   write_training_checkpoint(dir_, model(), point, o_.keep);
 }
 
@@ -52,6 +67,7 @@ void BackupAndRestore::on_epoch_end(int epoch, Logs&) {
   point.host_rng = host_rng_state();
   point.host_rng_epoch_start = point.host_rng;
   point.torch_rng = torch_rng_state();
+  add_callback_state(model(), point);
   write_training_checkpoint(dir_, model(), point, o_.keep);
 }
 

@@ -21,6 +21,16 @@
 // shuffle). delete_checkpoint removes backup_dir when training ends
 // normally (not when an exception interrupts it).
 //
+// Every callback's state (Callback::get_state: EarlyStopping's patience
+// count and best weights, ReduceLROnPlateau's, ModelCheckpoint's best
+// value, CSVLogger's file position, TensorBoard's step,
+// LearningRateScheduler's epoch) and model.stop_training are part of each
+// checkpoint (a LearningRateSchedule on the optimizer needs nothing more:
+// it is a function of the optimizer's iterations, which are saved), so a
+// run killed after a callback acted resumes as if never interrupted. This
+// callback saves after every other callback's on_epoch_end /
+// on_train_batch_end, whatever its place in the list.
+//
 // Determinism needs the same program: same seed, model, data, callbacks.
 // The model is built by fit() before on_train_begin, so restoring works for
 // models built lazily.
@@ -47,8 +57,14 @@ class BackupAndRestore : public Callback {
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
   void on_train_end(const Logs& logs) override;
+  bool is_checkpointer() const override { return true; }
 
   const std::string& backup_dir() const { return dir_; }
+  const BackupAndRestoreOptions& options() const { return o_; }
+  // Whether on_train_end removes backup_dir. A program that publishes the
+  // trained model afterwards turns this off and removes the directory
+  // itself once the model is safely published (kiln train does).
+  void set_delete_checkpoint(bool on) { o_.delete_checkpoint = on; }
   // Whether the last on_train_begin found a checkpoint, and where it resumed.
   bool restored() const { return restored_; }
   int restored_epoch() const { return restored_epoch_; }

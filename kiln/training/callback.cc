@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <limits>
 
 #include "kiln/core/error.h"
 #include "kiln/models/model.h"
@@ -65,7 +66,12 @@ CallbackList::CallbackList(std::vector<CallbackPtr> callbacks, bool add_history,
 }
 
 void CallbackList::on_train_begin(const Logs& logs) {
-  for (auto& cb : callbacks_) cb->on_train_begin(logs);
+  // Checkpoint writers first: BackupAndRestore restores the weights and
+  // sets the resume point the others may look at.
+  for (auto& cb : callbacks_)
+    if (cb->is_checkpointer()) cb->on_train_begin(logs);
+  for (auto& cb : callbacks_)
+    if (!cb->is_checkpointer()) cb->on_train_begin(logs);
 }
 void CallbackList::on_train_end(const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_train_end(logs);
@@ -74,13 +80,21 @@ void CallbackList::on_epoch_begin(int epoch, const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_epoch_begin(epoch, logs);
 }
 void CallbackList::on_epoch_end(int epoch, Logs& logs) {
-  for (auto& cb : callbacks_) cb->on_epoch_end(epoch, logs);
+  // Checkpoint writers last: a checkpoint holds the state after every other
+  // callback acted on this epoch (a reduced learning rate, a patience count).
+  for (auto& cb : callbacks_)
+    if (!cb->is_checkpointer()) cb->on_epoch_end(epoch, logs);
+  for (auto& cb : callbacks_)
+    if (cb->is_checkpointer()) cb->on_epoch_end(epoch, logs);
 }
 void CallbackList::on_train_batch_begin(int64_t batch, const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_train_batch_begin(batch, logs);
 }
 void CallbackList::on_train_batch_end(int64_t batch, const Logs& logs) {
-  for (auto& cb : callbacks_) cb->on_train_batch_end(batch, logs);
+  for (auto& cb : callbacks_)
+    if (!cb->is_checkpointer()) cb->on_train_batch_end(batch, logs);
+  for (auto& cb : callbacks_)
+    if (cb->is_checkpointer()) cb->on_train_batch_end(batch, logs);
 }
 void CallbackList::on_test_begin(const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_test_begin(logs);
@@ -105,6 +119,76 @@ void CallbackList::on_predict_batch_begin(int64_t batch, const Logs& logs) {
 }
 void CallbackList::on_predict_batch_end(int64_t batch, const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_predict_batch_end(batch, logs);
+}
+
+CallbackList::States CallbackList::get_states() const {
+  States out;
+  for (size_t i = 0; i < callbacks_.size(); ++i) {
+    const Callback& cb = *callbacks_[i];
+    Json state = cb.get_state();
+    auto tensors = cb.get_state_tensors();
+    if (state.is_null() && tensors.empty()) continue;
+    const std::string key = std::to_string(i);
+    Json names = Json::array();
+    for (auto& [name, t] : tensors) {
+      out.tensors[key + "/" + name] = t.detach().clone();
+      names.push_back(name);
+    }
+    out.json[key] = Json{{"name", cb.state_name()}, {"state", state}, {"tensors", names}};
+  }
+  return out;
+}
+
+void CallbackList::set_states(const States& states) {
+  std::vector<bool> used(callbacks_.size(), false);
+  for (auto& [key, entry] : states.json.items()) {
+    size_t i = 0;
+    try {
+      i = std::stoul(key);
+    } catch (const std::exception&) {
+      i = callbacks_.size();
+    }
+    const std::string name = entry.value("name", "");
+    if (i >= callbacks_.size() || callbacks_[i]->state_name() != name) {
+      warn("the checkpoint holds state for callback " + key + " (" + name +
+           ") that this run's callbacks do not match; it starts fresh. Resume with the same callbacks for an "
+           "exact continuation");
+      continue;
+    }
+    std::map<std::string, at::Tensor> tensors;
+    for (auto& n : entry.value("tensors", Json::array())) {
+      auto it = states.tensors.find(key + "/" + n.get<std::string>());
+      if (it != states.tensors.end()) tensors[n.get<std::string>()] = it->second;
+    }
+    Callback& cb = *callbacks_[i];
+    cb.set_state(entry.value("state", Json()));
+    if (!tensors.empty()) cb.set_state_tensors(tensors);
+    used[i] = true;
+  }
+  for (size_t i = 0; i < callbacks_.size(); ++i) {
+    const Callback& cb = *callbacks_[i];
+    if (used[i] || cb.is_checkpointer()) continue;
+    if (!cb.get_state().is_null() || !cb.get_state_tensors().empty())
+      warn("the checkpoint holds no state for callback " + std::to_string(i) + " (" + cb.state_name() +
+           "); it starts fresh");
+  }
+}
+
+Json state_double(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+double state_double(const Json& j) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) {
+    const std::string s = j.get<std::string>();
+    if (s == "inf") return std::numeric_limits<double>::infinity();
+    if (s == "-inf") return -std::numeric_limits<double>::infinity();
+    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+  }
+  throw FormatError("callback state: expected a number or \"inf\"/\"-inf\"/\"nan\". Received: " + j.dump());
 }
 
 // --- History -----------------------------------------------------------------

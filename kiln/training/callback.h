@@ -22,7 +22,31 @@
 // end per batch, (validation: on_test_begin, on_test_batch_*, on_test_end),
 // on_epoch_end; finally on_train_end. An exception thrown from a callback
 // ends fit() without on_train_end (an interrupted run; see BackupAndRestore).
+//
+// State for exact resume: a callback whose decisions depend on earlier
+// epochs (a patience counter, a best value, best weights, a file position)
+// returns that state from get_state() / get_state_tensors(). BackupAndRestore
+// stores every callback's state in each checkpoint and, on resume, fit()
+// hands it back through set_state() / set_state_tensors() after all
+// on_train_begin calls and before the first epoch, so the resumed run acts
+// as the uninterrupted one would have. Every built-in stateful callback
+// implements it; a user callback does the same:
+//
+//   class CountEpochs : public Callback {
+//     int seen = 0;
+//     void on_epoch_end(int, Logs&) override { ++seen; }
+//     Json get_state() const override { return {{"seen", seen}}; }
+//     void set_state(const Json& s) override { seen = s.at("seen").get<int>(); }
+//   };
+//
+// State is matched by the callback's position in the list and its
+// state_name() (default: "callback"); a mismatch (another program's
+// checkpoint) warns and leaves that callback fresh. Checkpoint writers
+// (is_checkpointer()) see the state after every other callback acted: they
+// run first in on_train_begin and last in on_train_batch_end/on_epoch_end.
 #pragma once
+
+#include <ATen/ATen.h>
 
 #include <map>
 #include <memory>
@@ -63,6 +87,18 @@ class Callback {
   virtual void on_predict_batch_begin(int64_t batch, const Logs& logs) {}
   virtual void on_predict_batch_end(int64_t batch, const Logs& logs) {}
 
+  // --- state for exact resume (see the top of this file) -------------------
+  // JSON-able values; null (the default) means no state.
+  virtual Json get_state() const { return nullptr; }
+  virtual void set_state(const Json& state) {}
+  // Tensors (e.g. best weights), stored in the checkpoint's safetensors.
+  virtual std::map<std::string, at::Tensor> get_state_tensors() const { return {}; }
+  virtual void set_state_tensors(const std::map<std::string, at::Tensor>& tensors) {}
+  // Stored with the state and checked on restore.
+  virtual std::string state_name() const { return "callback"; }
+  // True for callbacks that write checkpoints of the training state.
+  virtual bool is_checkpointer() const { return false; }
+
  private:
   Model* model_ = nullptr;
   Json params_ = Json::object();
@@ -82,6 +118,18 @@ class CallbackList : public Callback {
   const std::vector<CallbackPtr>& callbacks() const { return callbacks_; }
   HistoryCallback* history() const { return history_; }
   ProgbarLogger* progbar() const { return progbar_; }
+
+  // Every callback's get_state()/get_state_tensors(): JSON
+  // {"<index>": {"name": state_name(), "state": ...}} (callbacks with state
+  // only) and tensors keyed "<index>/<tensor name>".
+  struct States {
+    Json json = Json::object();
+    std::map<std::string, at::Tensor> tensors;
+  };
+  States get_states() const;
+  // Gives each callback its saved state (matched by index and name; a
+  // mismatch warns and leaves that callback as it is).
+  void set_states(const States& states);
 
   void on_train_begin(const Logs& logs) override;
   void on_train_end(const Logs& logs) override;
@@ -162,5 +210,10 @@ void check_mode(const std::string& owner, const std::string& mode);
 
 // Writes a warning line to stderr ("kiln: WARNING: ...").
 void warn(const std::string& message);
+
+// Doubles in callback state, exact and including inf/nan (JSON numbers
+// cannot hold them): a number, or "inf"/"-inf"/"nan".
+Json state_double(double v);
+double state_double(const Json& j);
 
 }  // namespace kiln

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -501,6 +502,85 @@ TEST(Callbacks, TerminateOnNaNStopsAtTheBatch) {
 }
 
 // --- python_format ---------------------------------------------------------------
+
+// --- callback state (exact resume) ----------------------------------------------
+
+class Counter : public Callback {
+ public:
+  int seen = 0;
+  void on_epoch_end(int, Logs&) override { ++seen; }
+  Json get_state() const override { return Json{{"seen", seen}}; }
+  void set_state(const Json& s) override { seen = s.at("seen").get<int>(); }
+  std::string state_name() const override { return "Counter"; }
+};
+
+TEST(CallbackState, ListRoundTripsEveryCallbacksStateAndWarnsOnAMismatch) {
+  auto es = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "loss", .restore_best_weights = true});
+  es->set_state(Json{{"wait", 2}, {"stopped_epoch", 0}, {"best_epoch", 1}, {"best", "inf"}});
+  es->set_state_tensors({{"best_weights/000000", at::arange(3.0)}});
+  auto counter = std::make_shared<Counter>();
+  counter->seen = 7;
+  auto plateau = std::make_shared<ReduceLROnPlateau>();
+  plateau->set_state(Json{{"best", 0.25}, {"wait", 3}, {"cooldown_counter", 1}});
+  auto tb = std::make_shared<TensorBoard>("unused");
+  tb->set_state(Json{{"global_batch", 41}});
+  CallbackList saved({es, counter, plateau, tb}, false, false, nullptr, Json::object());
+  CallbackList::States st = saved.get_states();
+  // Through JSON text, as a checkpoint stores it.
+  st.json = Json::parse(st.json.dump());
+
+  auto es2 = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "loss", .restore_best_weights = true});
+  auto counter2 = std::make_shared<Counter>();
+  auto plateau2 = std::make_shared<ReduceLROnPlateau>();
+  auto tb2 = std::make_shared<TensorBoard>("unused");
+  CallbackList restored({es2, counter2, plateau2, tb2}, false, false, nullptr, Json::object());
+  restored.set_states(st);
+  EXPECT_EQ(es2->wait(), 2);
+  EXPECT_EQ(es2->best_epoch(), 1);
+  EXPECT_TRUE(es2->best() && std::isinf(*es2->best()));
+  auto t = es2->get_state_tensors();
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_TRUE(at::equal(t.begin()->second, at::arange(3.0)));
+  EXPECT_EQ(counter2->seen, 7);
+  EXPECT_EQ(plateau2->best(), 0.25);
+  EXPECT_EQ(plateau2->wait(), 3);
+  EXPECT_EQ(tb2->get_state()["global_batch"], 41);
+
+  // Another program's callbacks: warned about, left fresh.
+  auto counter3 = std::make_shared<Counter>();
+  CallbackList other({counter3}, false, false, nullptr, Json::object());
+  ::testing::internal::CaptureStderr();
+  other.set_states(st);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("EarlyStopping"), std::string::npos) << err;
+  EXPECT_EQ(counter3->seen, 0);
+}
+
+TEST(CallbackState, StateDoublesKeepInfinitiesAndEveryBit) {
+  for (double v : {0.1, -1.0 / 3, 1e-300, std::numeric_limits<double>::infinity(),
+                   -std::numeric_limits<double>::infinity()})
+    EXPECT_EQ(state_double(Json::parse(state_double(v).dump())), v);
+  EXPECT_TRUE(std::isnan(state_double(Json::parse(state_double(std::nan("")).dump()))));
+  EXPECT_THROW(state_double(Json("big")), FormatError);
+}
+
+TEST(LearningRateScheduler, SetsTheRateEachEpochAndLogsIt) {
+  set_random_seed(4);
+  Problem p = blobs(32);
+  auto model = make_model(optimizer("SGD", 0.1));
+  std::vector<std::pair<int, double>> calls;
+  FitArgs a = quiet(p, 3);
+  a.callbacks = {std::make_shared<LearningRateScheduler>([&](int epoch, double lr) {
+    calls.emplace_back(epoch, lr);
+    return lr * 0.5;
+  })};
+  History h = model->fit(a);
+  EXPECT_EQ(calls, (std::vector<std::pair<int, double>>{{0, 0.1}, {1, 0.05}, {2, 0.025}}));
+  EXPECT_EQ(h.history["learning_rate"], (std::vector<double>{0.05, 0.025, 0.0125}));
+  a.callbacks = {std::make_shared<LearningRateScheduler>([](int, double) { return -1.0; })};
+  EXPECT_THROW(model->fit(a), ValueError);
+  EXPECT_THROW(LearningRateScheduler(nullptr), ValueError);
+}
 
 TEST(PathFormat, PythonFormatSpecs) {
   std::map<std::string, FormatValue> v{

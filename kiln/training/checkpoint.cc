@@ -20,6 +20,7 @@ namespace {
 
 constexpr const char* kStateFile = "training_state.json";
 constexpr const char* kPrefix = "ckpt-";
+constexpr const char* kCallbacksFile = "callbacks.safetensors";
 
 const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -133,6 +134,9 @@ LoadedCheckpoint load_verified(const std::string& dir) {
        decode_safetensors(bytes["optimizer.safetensors"], join_path(dir, "optimizer.safetensors")))
     out.optimizer[k] = v;
   out.metrics = decode_safetensors(bytes["metrics.safetensors"], join_path(dir, "metrics.safetensors"));
+  if (bytes.count(kCallbacksFile))  // absent in checkpoints of older kiln versions
+    for (auto& [k, v] : decode_safetensors(bytes[kCallbacksFile], join_path(dir, kCallbacksFile)))
+      out.point.callback_tensors[k] = v;
 
   ResumePoint& p = out.point;
   p.epoch = st["epoch"].get<int>();
@@ -140,6 +144,11 @@ LoadedCheckpoint load_verified(const std::string& dir) {
   if (p.epoch < 0 || p.batch < 0) throw FormatError(state_path + " has a negative epoch or batch");
   p.host_rng = st["host_rng"].get<std::string>();
   p.host_rng_epoch_start = st["host_rng_epoch_start"].get<std::string>();
+  p.stop_training = st.value("stop_training", false);
+  if (st.contains("callbacks")) {
+    if (!st["callbacks"].is_object()) throw FormatError(state_path + ": \"callbacks\" must be an object");
+    p.callback_states = st["callbacks"];
+  }
   std::string gen = base64_decode(st["torch_rng"].get<std::string>(), state_path + " torch_rng");
   p.torch_rng = at::empty({(int64_t)gen.size()}, at::kByte);
   std::memcpy(p.torch_rng.data_ptr(), gen.data(), gen.size());
@@ -217,6 +226,8 @@ std::string write_training_checkpoint(const std::string& backup_dir, Model& mode
     for (size_t j = 0; j < point.metric_variables[i].size(); ++j)
       metrics.emplace_back(metric_key(i, all[i]->name(), j), point.metric_variables[i][j]);
   files["metrics.safetensors"] = encode_safetensors(metrics, meta);
+  NamedTensors cb_tensors(point.callback_tensors.begin(), point.callback_tensors.end());
+  files[kCallbacksFile] = encode_safetensors(cb_tensors, meta);
 
   Json st;
   st["format"] = "kiln.training_state";
@@ -229,6 +240,8 @@ std::string write_training_checkpoint(const std::string& backup_dir, Model& mode
   st["host_rng_epoch_start"] = point.host_rng_epoch_start;
   at::Tensor gen = point.torch_rng.contiguous().to(at::kByte);
   st["torch_rng"] = base64_encode(std::string((const char*)gen.data_ptr(), gen.numel()));
+  st["stop_training"] = point.stop_training;
+  st["callbacks"] = point.callback_states;
   Json fj = Json::object();
   for (auto& [n, data] : files)
     fj[n] = Json{{"bytes", data.size()}, {"crc32c", hex32(crc32c(data.data(), data.size()))}};

@@ -6,10 +6,14 @@
 //     weights.safetensors    every model variable, keyed by path
 //     optimizer.safetensors  Optimizer::state_dict (slots, iterations, lr)
 //     metrics.safetensors    metric accumulators at the save point
+//     callbacks.safetensors  callbacks' state tensors ("<index>/<name>",
+//                            e.g. EarlyStopping's best weights)
 //     training_state.json    {"format": "kiln.training_state", epoch, batch,
 //                             host_rng, host_rng_epoch_start, torch_rng
 //                             (base64 of the CPU generator state),
-//                             data_position, files: {name: {bytes, crc32c}}}
+//                             data_position, stop_training, callbacks
+//                             (CallbackList::get_states JSON),
+//                             files: {name: {bytes, crc32c}}}
 // The directory is assembled under a temporary name and renamed into place
 // (AtomicDirectory), so a crash at any moment leaves the previous
 // checkpoint valid. The newest `keep` checkpoints are kept. Reading checks

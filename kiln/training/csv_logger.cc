@@ -4,11 +4,24 @@
 #include <cerrno>
 #include <cstring>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/models/model.h"
 #include "kiln/training/path_format.h"
+#include "kiln/training/train_state.h"
 
 namespace kiln {
+namespace {
+
+int64_t file_size(std::FILE* f) {
+  struct stat st {};
+  return ::fstat(::fileno(f), &st) == 0 ? (int64_t)st.st_size : 0;
+}
+
+}  // namespace
 
 CSVLogger::CSVLogger(std::string filename, std::string separator, bool append)
     : filename_(std::move(filename)), sep_(std::move(separator)), append_(append) {
@@ -27,7 +40,11 @@ void CSVLogger::on_train_begin(const Logs&) {
   close();
   keys_.clear();
   write_header_ = true;
-  if (append_ && path_exists(filename_)) {
+  // A resumed run (BackupAndRestore restored a checkpoint; it runs first)
+  // keeps the file: set_state() cuts it back to the checkpoint's length.
+  const bool resuming = has_model() && model().compiled() && model().train_state().progress().resume.has_value();
+  const bool keep = append_ || resuming;
+  if (keep && path_exists(filename_)) {
     std::string text = read_file(filename_);
     write_header_ = text.empty();
     if (!text.empty()) {
@@ -45,8 +62,32 @@ void CSVLogger::on_train_begin(const Logs&) {
     }
   }
   make_dirs(parent_path(filename_));
-  file_ = std::fopen(filename_.c_str(), append_ ? "a" : "w");
+  file_ = std::fopen(filename_.c_str(), keep ? "a" : "w");
   if (!file_) throw IOError("CSVLogger: cannot open " + filename_ + ": " + std::strerror(errno));
+  bytes_ = file_size(file_);
+}
+
+Json CSVLogger::get_state() const {
+  return Json{{"keys", keys_}, {"write_header", write_header_}, {"bytes", bytes_}};
+}
+
+void CSVLogger::set_state(const Json& s) {
+  keys_ = s.at("keys").get<std::vector<std::string>>();
+  write_header_ = s.at("write_header").get<bool>();
+  const int64_t bytes = s.at("bytes").get<int64_t>();
+  if (!file_) return;
+  std::fflush(file_);
+  const int64_t now = file_size(file_);
+  if (now < bytes) {
+    warn("CSVLogger: " + filename_ + " is shorter (" + std::to_string(now) + " bytes) than at the checkpoint (" +
+         std::to_string(bytes) + "); appending to it as it is");
+    bytes_ = now;
+    return;
+  }
+  // Rows written after the checkpoint belong to epochs that run again.
+  if (::ftruncate(::fileno(file_), (off_t)bytes) != 0)
+    throw IOError("CSVLogger: cannot truncate " + filename_ + ": " + std::strerror(errno));
+  bytes_ = bytes;
 }
 
 void CSVLogger::on_epoch_end(int epoch, Logs& logs) {
@@ -75,6 +116,7 @@ void CSVLogger::on_epoch_end(int epoch, Logs& logs) {
   line += "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
     throw IOError("CSVLogger: cannot write " + filename_ + ": " + std::strerror(errno));
+  bytes_ = file_size(file_);
 }
 
 void CSVLogger::on_train_end(const Logs&) { close(); }

@@ -9,7 +9,11 @@
 // are added up front; missing values are written as "NA". Values print
 // as Python's repr (shortest round-trip). append=true continues an existing
 // file (no second header), so a resumed run (BackupAndRestore) extends it.
-// Rows are flushed at each epoch end.
+// Rows are flushed at each epoch end. Under BackupAndRestore the file's
+// length, columns and header state are part of each checkpoint: a resumed
+// run cuts the rows written after the checkpoint (their epochs run again)
+// and continues the same file, so it ends as an uninterrupted run's would,
+// whatever `append` says.
 #pragma once
 
 #include <cstdio>
@@ -29,6 +33,11 @@ class CSVLogger : public Callback {
   void on_epoch_end(int epoch, Logs& logs) override;
   void on_train_end(const Logs& logs) override;
 
+  // columns, header written, file length in bytes.
+  Json get_state() const override;
+  void set_state(const Json& state) override;
+  std::string state_name() const override { return "CSVLogger"; }
+
  private:
   void close();
   std::string filename_;
@@ -37,6 +46,7 @@ class CSVLogger : public Callback {
   bool write_header_ = true;
   std::FILE* file_ = nullptr;
   std::vector<std::string> keys_;
+  int64_t bytes_ = 0;  // file length after the last row written
 };
 
 }  // namespace kiln

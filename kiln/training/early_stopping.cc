@@ -1,6 +1,7 @@
 #include "kiln/training/early_stopping.h"
 
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 
 #include "kiln/models/model.h"
@@ -64,6 +65,46 @@ void EarlyStopping::on_epoch_end(int epoch, Logs& logs) {
   if (wait_ >= o_.patience && epoch > 0) {
     stopped_epoch_ = epoch;
     model().stop_training = true;
+  }
+}
+
+Json EarlyStopping::get_state() const {
+  return Json{{"wait", wait_},
+              {"stopped_epoch", stopped_epoch_},
+              {"best_epoch", best_epoch_},
+              {"best", best_ ? state_double(*best_) : Json(nullptr)},
+              {"warned", warned_}};
+}
+
+void EarlyStopping::set_state(const Json& s) {
+  wait_ = s.at("wait").get<int>();
+  stopped_epoch_ = s.at("stopped_epoch").get<int>();
+  best_epoch_ = s.at("best_epoch").get<int>();
+  best_.reset();
+  if (!s.at("best").is_null()) best_ = state_double(s.at("best"));
+  warned_ = s.value("warned", false);
+}
+
+namespace {
+std::string weight_key(size_t i) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "best_weights/%06zu", i);  // sorts in order
+  return buf;
+}
+}  // namespace
+
+std::map<std::string, at::Tensor> EarlyStopping::get_state_tensors() const {
+  std::map<std::string, at::Tensor> out;
+  for (size_t i = 0; i < best_weights_.size(); ++i) out[weight_key(i)] = best_weights_[i];
+  return out;
+}
+
+void EarlyStopping::set_state_tensors(const std::map<std::string, at::Tensor>& tensors) {
+  best_weights_.clear();
+  for (size_t i = 0;; ++i) {
+    auto it = tensors.find(weight_key(i));
+    if (it == tensors.end()) break;
+    best_weights_.push_back(it->second.clone());
   }
 }
 

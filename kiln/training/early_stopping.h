@@ -39,6 +39,13 @@ class EarlyStopping : public Callback {
   void on_epoch_end(int epoch, Logs& logs) override;
   void on_train_end(const Logs& logs) override;
 
+  // wait, best, best_epoch, stopped_epoch; best weights as tensors.
+  Json get_state() const override;
+  void set_state(const Json& state) override;
+  std::map<std::string, at::Tensor> get_state_tensors() const override;
+  void set_state_tensors(const std::map<std::string, at::Tensor>& tensors) override;
+  std::string state_name() const override { return "EarlyStopping"; }
+
   int stopped_epoch() const { return stopped_epoch_; }  // 0 if it did not stop
   int best_epoch() const { return best_epoch_; }
   std::optional<double> best() const { return best_; }

@@ -48,6 +48,21 @@ void ModelCheckpoint::on_epoch_end(int epoch, Logs& logs) {
   if (o_.save_freq.per_epoch()) save(epoch, std::nullopt, logs);
 }
 
+Json ModelCheckpoint::get_state() const {
+  auto [last_batch, since_save] = counter_.state();
+  return Json{{"best", best_ ? state_double(*best_) : Json(nullptr)},
+              {"current_epoch", current_epoch_},
+              {"last_batch", last_batch},
+              {"since_save", since_save}};
+}
+
+void ModelCheckpoint::set_state(const Json& s) {
+  best_.reset();
+  if (!s.at("best").is_null()) best_ = state_double(s.at("best"));
+  current_epoch_ = s.at("current_epoch").get<int>();
+  counter_.set_state(s.at("last_batch").get<int64_t>(), s.at("since_save").get<int64_t>());
+}
+
 std::string ModelCheckpoint::file_path(int epoch, std::optional<int64_t> batch, const Logs& logs) const {
   std::map<std::string, FormatValue> values;
   for (auto& [k, v] : logs) values[k] = v;

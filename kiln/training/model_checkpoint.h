@@ -46,6 +46,11 @@ class ModelCheckpoint : public Callback {
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
 
+  // best, the batch counter (save_freq = N) and the current epoch.
+  Json get_state() const override;
+  void set_state(const Json& state) override;
+  std::string state_name() const override { return "ModelCheckpoint"; }
+
   // The path for these values (the formatted filepath).
   std::string file_path(int epoch, std::optional<int64_t> batch, const Logs& logs) const;
   std::optional<double> best() const { return best_; }

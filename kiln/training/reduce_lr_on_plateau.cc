@@ -34,6 +34,17 @@ void ReduceLROnPlateau::on_train_begin(const Logs&) {
   cooldown_counter_ = 0;
 }
 
+Json ReduceLROnPlateau::get_state() const {
+  return Json{{"best", state_double(best_)}, {"wait", wait_}, {"cooldown_counter", cooldown_counter_}, {"warned", warned_}};
+}
+
+void ReduceLROnPlateau::set_state(const Json& s) {
+  best_ = state_double(s.at("best"));
+  wait_ = s.at("wait").get<int>();
+  cooldown_counter_ = s.at("cooldown_counter").get<int>();
+  warned_ = s.value("warned", false);
+}
+
 void ReduceLROnPlateau::on_epoch_end(int epoch, Logs& logs) {
   Optimizer& opt = model().train_state().optimizer();
   logs["learning_rate"] = opt.learning_rate();

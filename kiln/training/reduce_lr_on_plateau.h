@@ -32,6 +32,14 @@ class ReduceLROnPlateau : public Callback {
   void on_train_begin(const Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
 
+  // best, wait, cooldown_counter (the rate itself is the optimizer's state).
+  Json get_state() const override;
+  void set_state(const Json& state) override;
+  std::string state_name() const override { return "ReduceLROnPlateau"; }
+
+  double best() const { return best_; }
+  int wait() const { return wait_; }
+
  private:
   bool improves(double value, double best) const;
 

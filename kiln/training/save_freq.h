@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "kiln/core/error.h"
 
@@ -50,6 +51,9 @@ class BatchCounter {
   void reset() { last_batch_ = -1, since_save_ = 0; }
   // The next batch seen will be `batch` of the current epoch (a resumed run).
   void start_at(int64_t batch) { last_batch_ = batch - 1, since_save_ = 0; }
+  // For callback state (Callback::get_state).
+  std::pair<int64_t, int64_t> state() const { return {last_batch_, since_save_}; }
+  void set_state(int64_t last_batch, int64_t since_save) { last_batch_ = last_batch, since_save_ = since_save; }
 
  private:
   int64_t last_batch_ = -1;

@@ -2,6 +2,7 @@
 // model: build, fit with metrics on each of its outputs, summary, variable
 // paths, save/load_model and predict.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include "kiln/core/io.h"
 #include "kiln/layers/dense.h"
 #include "kiln/models/model.h"
+#include "kiln/models/sequential.h"
 #include "kiln/training/training_test_util.h"
 
 namespace kiln {
@@ -34,6 +36,16 @@ class TwoHeads : public Model {
   LayerPtr trunk_, sum_head_, diff_head_;
 };
 KILN_REGISTER_LAYER(TwoHeads);
+
+// A fresh directory under the system temp dir, removed at the end.
+struct TempDirForModels {
+  explicit TempDirForModels(const std::string& name)
+      : path((std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))).string()) {
+    std::filesystem::remove_all(path);
+  }
+  ~TempDirForModels() { std::filesystem::remove_all(path); }
+  std::string path;
+};
 
 struct HeadsData {
   at::Tensor x, sum, diff;
@@ -90,6 +102,46 @@ TEST(SubclassedModel, TrainsWithMetricsOnEachOutputAndRoundTrips) {
   History more = loaded->fit(a);
   EXPECT_TRUE(more.history.count("output_1_mae"));
   std::filesystem::remove_all(dir);
+}
+
+// Keras users build a subclassed model explicitly (model.build(shape))
+// before training or saving: its variables must live under the model's
+// name, as with lazy building, or load_model cannot match them.
+TEST(SubclassedModel, ExplicitBuildSavesWeightsLoadModelReads) {
+  clear_session();
+  set_random_seed(6);
+  auto model = std::make_shared<TwoHeads>();
+  model->build({{kNone, 4}});
+  EXPECT_TRUE(model->built());
+  ASSERT_EQ(model->input_shapes().size(), 1u);
+  std::vector<std::string> paths;
+  for (auto& v : model->weights()) paths.push_back(v->path());
+  ASSERT_EQ(paths.size(), 6u);
+  for (auto& p : paths) EXPECT_EQ(p.rfind(model->name() + "/", 0), 0u) << p;
+
+  TempDirForModels dir("kiln_subclassed_explicit_build");
+  model->save(dir.path);
+  ModelPtr loaded = load_model(dir.path);
+  HeadsData d = make_heads_data(8);
+  Tensors before = model->predict(Tensors{d.x});
+  Tensors after = loaded->predict(Tensors{d.x});
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_TRUE(at::equal(before[0], after[0]));
+  EXPECT_TRUE(at::equal(before[1], after[1]));
+}
+
+TEST(SubclassedModel, ExplicitBuildOfASequentialKeepsItsScope) {
+  clear_session();
+  auto model = std::make_shared<Sequential>(
+      std::vector<LayerPtr>{std::make_shared<Dense>(3, "relu"), std::make_shared<Dense>(2)}, "seq");
+  model->build({{kNone, 5}});
+  EXPECT_TRUE(model->built());
+  for (auto& v : model->weights()) EXPECT_EQ(v->path().rfind("seq/", 0), 0u) << v->path();
+  TempDirForModels dir("kiln_sequential_explicit_build");
+  model->save(dir.path);
+  ModelPtr loaded = load_model(dir.path);
+  at::Tensor x = at::randn({4, 5});
+  EXPECT_TRUE(at::equal(model->predict(x), loaded->predict(x)));
 }
 
 }  // namespace

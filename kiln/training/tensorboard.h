@@ -37,6 +37,11 @@ class TensorBoard : public Callback {
   void on_test_end(const Logs& logs) override;
   void on_train_end(const Logs& logs) override;
 
+  // The global batch counter (batch summaries' step).
+  Json get_state() const override { return Json{{"global_batch", global_batch_}}; }
+  void set_state(const Json& state) override { global_batch_ = state.at("global_batch").get<int64_t>(); }
+  std::string state_name() const override { return "TensorBoard"; }
+
   const std::string& log_dir() const { return log_dir_; }
 
  private:

@@ -102,7 +102,16 @@ struct ResumePoint {
   // Metric accumulators at the save point, in TrainState::all_metrics()
   // order (mid-epoch only), so the epoch's logs match an uninterrupted run.
   std::vector<Tensors> metric_variables;
+  // Model::stop_training at the save point (an EarlyStopping that stopped
+  // at this epoch's end: the resumed run ends without another epoch).
+  bool stop_training = false;
+  // Every callback's state (CallbackList::get_states), given back by fit()
+  // after on_train_begin.
+  Json callback_states = Json::object();
+  std::map<std::string, at::Tensor> callback_tensors;
 };
+
+class CallbackList;
 
 struct FitProgress {
   bool in_fit = false;
@@ -111,6 +120,9 @@ struct FitProgress {
   int64_t steps_per_epoch = -1;  // -1: unknown until the first epoch ends
   std::string host_rng_epoch_start;
   std::optional<ResumePoint> resume;
+  // The running fit()'s callbacks (borrowed; null outside fit()), for
+  // checkpoint writers to collect every callback's state.
+  CallbackList* callbacks = nullptr;
 };
 
 class TrainState {

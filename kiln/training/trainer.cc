@@ -194,18 +194,30 @@ History Model::fit(const FitArgs& a) {
   prog.in_fit = true;
   prog.steps_per_epoch = steps;
   stop_training = false;
+  prog.callbacks = &cbs;
   struct ProgressReset {  // leave no stale in_fit after an exception
     FitProgress& p;
-    ~ProgressReset() { p.in_fit = false; }
+    ~ProgressReset() {
+      p.in_fit = false;
+      p.callbacks = nullptr;
+    }
   } progress_reset{prog};
 
   cbs.on_train_begin({});
   std::optional<ResumePoint> resume = std::move(prog.resume);
   prog.resume.reset();
   const int first_epoch = resume ? resume->epoch : a.initial_epoch;
+  // The callbacks' state at the save point goes back after their
+  // on_train_begin (which starts them fresh). Saved right after training was told to stop: at an epoch's end
+  // (EarlyStopping) no epoch follows; mid-epoch (TerminateOnNaN) the epoch
+  // ends without more batches, as it did.
+  const bool stopped_at_boundary = resume && resume->stop_training && resume->batch == 0;
+  const bool stopped_mid_epoch = resume && resume->stop_training && resume->batch > 0;
+  if (resume) cbs.set_states({resume->callback_states, resume->callback_tensors});
+  if (stopped_at_boundary) stop_training = true;
 
   Logs epoch_logs;
-  for (int epoch = first_epoch; epoch < a.epochs; ++epoch) {
+  for (int epoch = first_epoch; epoch < a.epochs && !stopped_at_boundary; ++epoch) {
     const bool mid_epoch = resume && resume->batch > 0;
     if (resume && !mid_epoch) {
       set_host_rng_state(resume->host_rng);
@@ -235,9 +247,11 @@ History Model::fit(const FitArgs& a) {
       b = resume->batch;
       prog.batch = b;
     }
+    const bool skip_batches = mid_epoch && stopped_mid_epoch;
+    if (skip_batches) stop_training = true;
     resume.reset();
 
-    for (; steps < 0 || b < steps; ++b) {
+    for (; !skip_batches && (steps < 0 || b < steps); ++b) {
       auto batch = it->next();
       if (!batch) break;
       cbs.on_train_batch_begin(b, {});
@@ -253,7 +267,7 @@ History Model::fit(const FitArgs& a) {
       cbs.on_train_batch_end(b, ts.results());
       if (stop_training) break;
     }
-    if (steps < 0) {  // unknown cardinality: the first pass tells
+    if (steps < 0 && !skip_batches) {  // unknown cardinality: the first pass tells
       steps = b;
       prog.steps_per_epoch = b;
     }
@@ -337,10 +351,13 @@ Tensors Model::predict(const Dataset& ds, int verbose) {
 
 // --- on_batch ------------------------------------------------------------------------
 
+void Model::reset_metrics() { train_state().reset_metrics(); }
+
 std::map<std::string, double> Model::train_on_batch(const Tensors& x, const Tensors& y,
                                                     const at::Tensor& sample_weight) {
   TrainState& ts = train_state();
   make_tensor_adapter(x, y, sample_weight, 1, false);  // validates lengths
+  ts.reset_metrics();  // this batch's values only (Keras 3)
   StepData s;
   s.model = this;
   s.x = x;
@@ -354,6 +371,7 @@ std::map<std::string, double> Model::test_on_batch(const Tensors& x, const Tenso
                                                    const at::Tensor& sample_weight) {
   TrainState& ts = train_state();
   make_tensor_adapter(x, y, sample_weight, 1, false);
+  ts.reset_metrics();
   StepData s;
   s.model = this;
   s.x = x;

@@ -239,6 +239,26 @@ TEST(EvaluateAndPredict, BatchedMatchesWholeAndDatasets) {
   EXPECT_TRUE(same_weights(after, model->get_weights()));
 }
 
+// Keras 3 (keras-team/keras#22617): train_on_batch / test_on_batch return
+// the values of that batch alone, not running averages over earlier calls.
+TEST(Trainer, OnBatchReturnsThatBatchsValuesAndResetMetricsClears) {
+  set_random_seed(12);
+  Problem p = blobs(40);
+  auto model = make_model(optimizer("SGD", 0.0));  // lr 0: the loss of a batch is fixed
+  Tensors a = {p.x.narrow(0, 0, 20)}, ya = {p.y.narrow(0, 0, 20)};
+  Tensors b = {p.x.narrow(0, 20, 20)}, yb = {p.y.narrow(0, 20, 20)};
+  const double la = model->test_on_batch(a, ya).at("loss");
+  const double lb = model->test_on_batch(b, yb).at("loss");
+  ASSERT_NE(la, lb);
+  // Each call's own loss, whatever came before.
+  EXPECT_DOUBLE_EQ(model->test_on_batch(a, ya).at("loss"), la);
+  EXPECT_DOUBLE_EQ(model->train_on_batch(b, yb).at("loss"), lb);
+  EXPECT_DOUBLE_EQ(model->train_on_batch(a, ya).at("loss"), la);
+  // reset_metrics() empties the trackers.
+  model->reset_metrics();
+  EXPECT_EQ(model->train_state().loss_tracker().result(), 0.0);
+}
+
 TEST(Pipeline, StagesRunInOrderAndCanBeReplaced) {
   set_random_seed(10);
   Problem p = blobs(16);

@@ -659,10 +659,13 @@ TEST(Tuner, RandomSearchEndToEndWithBestModelsAndSummaries) {
   EXPECT_EQ(lines, 3);
 }
 
-// Throws from a callback mid-trial: what a crash leaves in the store.
+// Throws from a callback mid-trial: what a crash leaves in the store. It
+// dies as epoch 2 begins, after epoch 1's backup (BackupAndRestore saves
+// after every other callback's on_epoch_end, so a throw there would come
+// before that epoch's backup).
 struct Crash : Callback {
-  void on_epoch_end(int epoch, Logs&) override {
-    if (epoch == 1) throw std::runtime_error("simulated crash");
+  void on_epoch_begin(int epoch, const Logs&) override {
+    if (epoch == 2) throw std::runtime_error("simulated crash");
   }
 };
 

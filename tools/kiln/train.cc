@@ -17,6 +17,8 @@
 #include "kiln/core/random.h"
 #include "kiln/core/io.h"
 #include "kiln/models/model.h"
+#include "kiln/saving/model_io.h"
+#include "kiln/training/backup_and_restore.h"
 #include "kiln/training/model_checkpoint.h"
 #include "kiln/tuning/metric_report.h"
 #include "kiln/tuning/tune_spec.h"
@@ -102,7 +104,20 @@ void run_train(const TrainOptions& o) {
   if (base.empty())
     throw ValueError("no output directory: set `output.base_dir` in the spec or pass --output BASE");
 
+  // Staging copies that killed runs left under the output base.
+  for (const std::string& gone : remove_stale_staging(base))
+    std::cout << "Removed " << gone << " (left by a killed run)\n";
+
   Prepared p = prepare(spec, o.epochs);
+  // The backup goes only once the model is published: a kill between the
+  // end of fit() and the publish resumes from the last checkpoint instead
+  // of training again from epoch 1.
+  std::vector<std::string> backups_to_delete;
+  for (auto& cb : p.fit.callbacks)
+    if (auto b = std::dynamic_pointer_cast<BackupAndRestore>(cb); b && b->options().delete_checkpoint) {
+      b->set_delete_checkpoint(false);
+      backups_to_delete.push_back(b->backup_dir());
+    }
   p.model->fit(p.fit);
 
   if (p.data.has_test() && p.data.y_test.defined()) {
@@ -116,6 +131,7 @@ void run_train(const TrainOptions& o) {
   const std::string path = publish_next_version(*p.model, base, include_optimizer);
   std::cout << "Saved model to " << path << "\n";
   std::cout.flush();
+  for (auto& dir : backups_to_delete) remove_all(dir);
 }
 
 // --- kiln tune-trial: one trial of `kiln tune` over a train spec ------------------------------

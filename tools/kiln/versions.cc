@@ -10,6 +10,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/saving/model_io.h"
 
 namespace kiln::cli {
 namespace {
@@ -43,9 +44,9 @@ std::string publish_next_version(Model& model, const std::string& base, bool inc
   if (path_exists(base) && !is_directory(base))
     throw ValueError("the output base " + base + " exists and is not a directory; choose another --output");
   make_dirs(base);
-  std::random_device rd;
-  const std::string staging =
-      join_path(base, ".staging-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000));
+  // Owned by this process by name, so a later run removes it if this one
+  // is killed before the rename (remove_stale_staging).
+  const std::string staging = staging_path(base, "staging");
   model.save(staging, include_optimizer);
   for (int attempt = 0; attempt < 1000; ++attempt) {
     const std::string target = join_path(base, std::to_string(next_version(base)));
