@@ -19,6 +19,7 @@
 #include "kiln/models/sequential.h"
 #include "kiln/testing/expect_error.h"
 #include "kiln/testing/golden.h"
+#include "kiln/testing/testing.h"
 
 namespace kiln {
 namespace {
@@ -302,6 +303,26 @@ TEST(Masking, MasksMadeAndPassedByLayers) {
                                          std::make_shared<LSTM>(Json{{"units", 2}, {"return_sequences", true}})});
   model.call_with_masks({x}, {}, false, &m);
   EXPECT_TRUE(at::equal(m.at(0), at::tensor({0, 1, 1}, at::kLong).to(at::kBool).unsqueeze(0)));
+}
+
+TEST(Recurrent, ModelSavesAndLoadsWithMasksAndWrappers) {
+  clear_session();
+  const Json lstm = {{"class_name", "LSTM"}, {"config", {{"units", 3}, {"return_sequences", true}}}};
+  auto model = std::make_shared<Sequential>(std::vector<LayerPtr>{
+      std::make_shared<Embedding>(10, 4, Json{{"mask_zero", true}}),
+      layer_from_json(Json{{"class_name", "Bidirectional"}, {"config", {{"layer", lstm}}}}),
+      layer_from_json(Json{{"class_name", "TimeDistributed"},
+                           {"config", {{"layer", {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}}}}),
+      layer_from_json(Json{{"class_name", "GRU"}, {"config", {{"units", 2}, {"reset_after", false}}}})});
+  at::Tensor ids = at::tensor({3, 1, 4, 0, 0, 9, 2, 6, 5, 3}, at::kLong).reshape({2, 5});
+  at::Tensor before = (*model)(ids);
+  TempDir dir;
+  model->save(dir.path() + "/m");
+  ModelPtr loaded = load_model(dir.path() + "/m");
+  EXPECT_TRUE(at::equal((*loaded)(ids), before));
+  EXPECT_EQ(loaded->weights()[1]->path(), "sequential/bidirectional/forward_lstm/lstm_cell/kernel");
+  // The loaded model still masks: the padded first sequence equals its unpadded self.
+  EXPECT_TRUE(at::allclose((*loaded)(ids.narrow(0, 0, 1).narrow(1, 0, 3)), before.narrow(0, 0, 1), 1e-5, 1e-6));
 }
 
 }  // namespace
