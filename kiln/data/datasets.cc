@@ -1,7 +1,10 @@
 #include "kiln/data/datasets.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <future>
+#include <random>
+#include <tuple>
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
@@ -73,6 +76,77 @@ ImageClassificationData fashion_mnist(const std::string& directory) {
   d.x_train = train_images.get();
   check_images(train_x, d.x_train);
   d.y_train = read_labels(train_y, d.x_train.size(0));
+  return d;
+}
+
+}  // namespace kiln::datasets
+
+// --- balanced brackets --------------------------------------------------------------------------
+
+namespace kiln::datasets {
+namespace {
+
+bool balanced(const std::vector<int64_t>& s) {
+  int64_t depth = 0;
+  for (int64_t t : s) {
+    depth += t == 1 ? 1 : -1;
+    if (depth < 0) return false;
+  }
+  return depth == 0;
+}
+
+// One example of `label` (1 balanced, 0 not) of a length in [lo, hi].
+std::vector<int64_t> bracket_example(bool label, int64_t lo, int64_t hi, std::mt19937_64& rng) {
+  auto length = [&](bool even) {
+    int64_t n = std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    if (even && n % 2) n += n + 1 <= hi ? 1 : -1;
+    return n;
+  };
+  const bool same_counts = label || std::bernoulli_distribution(0.5)(rng);
+  if (same_counts) {
+    // k '(' and k ')' shuffled until the order is (label) or is not balanced.
+    const int64_t n = length(true);
+    std::vector<int64_t> s(n, 2);
+    std::fill(s.begin(), s.begin() + n / 2, 1);
+    do std::shuffle(s.begin(), s.end(), rng);
+    while (balanced(s) != label);
+    return s;
+  }
+  std::vector<int64_t> s;
+  do {
+    s.assign(length(false), 0);
+    for (auto& t : s) t = std::uniform_int_distribution<int64_t>(1, 2)(rng);
+  } while (balanced(s));
+  return s;
+}
+
+std::pair<at::Tensor, at::Tensor> bracket_split(int64_t n, int64_t lo, int64_t hi, std::mt19937_64& rng) {
+  at::Tensor x = at::zeros({n, hi}, at::kLong), y = at::empty({n}, at::kLong);
+  auto xa = x.accessor<int64_t, 2>();
+  auto ya = y.accessor<int64_t, 1>();
+  for (int64_t i = 0; i < n; ++i) {
+    const bool label = i % 2 == 0 ? std::bernoulli_distribution(0.5)(rng) : ya[i - 1] == 0;  // half each
+    auto s = bracket_example(label, lo, hi, rng);
+    for (size_t t = 0; t < s.size(); ++t) xa[i][t] = s[t];
+    ya[i] = label ? 1 : 0;
+  }
+  return {x, y};
+}
+
+}  // namespace
+
+SequenceClassificationData balanced_brackets(int64_t train_size, int64_t test_size, int64_t min_length,
+                                             int64_t max_length, uint64_t seed) {
+  if (train_size < 1 || test_size < 1)
+    throw ValueError("balanced_brackets: train_size and test_size must be positive. Received: train_size=" +
+                     std::to_string(train_size) + ", test_size=" + std::to_string(test_size));
+  if (min_length < 2 || max_length < min_length || max_length > 1000)
+    throw ValueError("balanced_brackets: lengths must satisfy 2 <= min_length <= max_length <= 1000. Received: "
+                     "min_length=" + std::to_string(min_length) + ", max_length=" + std::to_string(max_length));
+  std::mt19937_64 rng(seed);
+  SequenceClassificationData d;
+  std::tie(d.x_train, d.y_train) = bracket_split(train_size, min_length, max_length, rng);
+  std::tie(d.x_test, d.y_test) = bracket_split(test_size, min_length, max_length, rng);
   return d;
 }
 

@@ -41,4 +41,20 @@ const std::vector<std::string>& fashion_mnist_class_names();
 // The directory fashion_mnist("") reads.
 std::string fashion_mnist_directory();
 
+// A generated sequence task (no files): "are the brackets balanced?".
+// Sequences of '(' (token 1) and ')' (token 2), lengths uniform in
+// [min_length, max_length], padded at the end with 0 to max_length (use
+// Embedding(mask_zero=true) so models skip the padding). Labels: 1 balanced,
+// 0 not; half of each split is balanced. Half of the unbalanced sequences
+// hold as many '(' as ')' but close one too early (only reading in order
+// tells them apart), the rest are random strings. The same seed gives the
+// same data (std::mt19937_64); train and test are drawn independently.
+// x: int64 (N, max_length); y: int64 (N,). ValueError unless
+// 2 <= min_length <= max_length <= 1000 and the sizes are positive.
+struct SequenceClassificationData {
+  at::Tensor x_train, y_train, x_test, y_test;
+};
+SequenceClassificationData balanced_brackets(int64_t train_size, int64_t test_size, int64_t min_length,
+                                             int64_t max_length, uint64_t seed);
+
 }  // namespace kiln::datasets

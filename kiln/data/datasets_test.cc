@@ -126,5 +126,47 @@ TEST(DatasetsTest, FashionMnistMissingFilesSayHowToInstallThem) {
   }
 }
 
+// --- balanced_brackets: a generated sequence task ----------------------------------------
+
+TEST(BalancedBrackets, LabelsMatchTheSequencesAndRepeatForASeed) {
+  auto d = balanced_brackets(400, 100, 2, 12, 5);
+  ASSERT_EQ(d.x_train.sizes(), (std::vector<int64_t>{400, 12}));
+  ASSERT_EQ(d.x_test.sizes(), (std::vector<int64_t>{100, 12}));
+  EXPECT_EQ(d.x_train.scalar_type(), at::kLong);
+  EXPECT_EQ(d.y_train.sum().item<int64_t>(), 200);  // half balanced
+  int64_t same_count_negatives = 0;
+  for (int64_t i = 0; i < 400; ++i) {
+    auto row = d.x_train[i];
+    int64_t depth = 0, n = 0;
+    bool ok = true, padding = false;
+    for (int64_t t = 0; t < 12; ++t) {
+      const int64_t tok = row[t].item<int64_t>();
+      if (tok == 0) {
+        padding = true;
+        continue;
+      }
+      ASSERT_FALSE(padding) << "padding only at the end, row " << i;
+      ASSERT_TRUE(tok == 1 || tok == 2);
+      ++n;
+      depth += tok == 1 ? 1 : -1;
+      ok = ok && depth >= 0;
+    }
+    EXPECT_GE(n, 2);
+    EXPECT_EQ(d.y_train[i].item<int64_t>(), ok && depth == 0 ? 1 : 0) << "row " << i;
+    if (depth == 0 && !ok) ++same_count_negatives;
+  }
+  EXPECT_GT(same_count_negatives, 50);  // hard negatives: counts alone do not tell
+  auto again = balanced_brackets(400, 100, 2, 12, 5);
+  EXPECT_TRUE(at::equal(again.x_train, d.x_train));
+  EXPECT_TRUE(at::equal(again.y_test, d.y_test));
+  EXPECT_FALSE(at::equal(balanced_brackets(400, 100, 2, 12, 6).x_train, d.x_train));
+}
+
+TEST(BalancedBrackets, RejectsBadSizes) {
+  EXPECT_THROW(balanced_brackets(0, 10, 2, 10, 1), ValueError);
+  EXPECT_THROW(balanced_brackets(10, 10, 1, 10, 1), ValueError);
+  EXPECT_THROW(balanced_brackets(10, 10, 5, 4, 1), ValueError);
+}
+
 }  // namespace
 }  // namespace kiln::datasets

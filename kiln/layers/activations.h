@@ -38,6 +38,7 @@ class Activation : public SimpleLayer {
       : Activation(std::string(activation), extra) {}
 
   std::string class_name() const override { return "Activation"; }
+  bool supports_masking() const override { return true; }  // as Keras: masks pass through
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;

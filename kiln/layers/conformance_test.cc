@@ -223,6 +223,48 @@ std::vector<LayerTestCase> all_cases() {
           .in({{4, 3}})
           .out({{4, 3}}));
   for (auto& c : new_layer_cases()) cases.push_back(c);
+
+  // --- recurrent and masking (recurrent_test.cc has their golden and mask tests) ---
+  add(CaseBuilder("LSTM", "LSTM", {{"units", 3}}).in({{2, 4, 5}}).out({{2, 3}}).params(108));
+  add(CaseBuilder("LSTM_sequences_state_dropout", "LSTM",
+                  {{"units", 3}, {"return_sequences", true}, {"return_state", true}, {"dropout", 0.2},
+                   {"recurrent_dropout", 0.2}, {"unit_forget_bias", false}})
+          .in({{2, 4, 5}})
+          .out({{2, 4, 3}, {2, 3}, {2, 3}})
+          .params(108));
+  add(CaseBuilder("GRU", "GRU", {{"units", 3}}).in({{2, 4, 5}}).out({{2, 3}}).params(90));
+  add(CaseBuilder("GRU_reset_before_backwards", "GRU",
+                  {{"units", 3}, {"reset_after", false}, {"go_backwards", true}, {"return_sequences", true}})
+          .in({{2, 4, 5}})
+          .out({{2, 4, 3}})
+          .params(81));
+  add(CaseBuilder("SimpleRNN_state", "SimpleRNN", {{"units", 3}, {"return_state", true}, {"activation", "relu"}})
+          .in({{2, 4, 5}})
+          .out({{2, 3}, {2, 3}})
+          .params(27));
+  add(CaseBuilder("Bidirectional_LSTM_concat", "Bidirectional",
+                  {{"layer", {{"class_name", "LSTM"}, {"config", {{"units", 3}, {"return_sequences", true}}}}}})
+          .in({{2, 4, 5}})
+          .out({{2, 4, 6}})
+          .params(216));
+  for (const char* m : {"sum", "mul", "ave"})
+    add(CaseBuilder(std::string("Bidirectional_GRU_") + m, "Bidirectional",
+                    {{"layer", {{"class_name", "GRU"}, {"config", {{"units", 3}}}}}, {"merge_mode", m}})
+            .in({{2, 4, 5}})
+            .out({{2, 3}})
+            .params(180));
+  add(CaseBuilder("Bidirectional_SimpleRNN_none_state", "Bidirectional",
+                  {{"layer", {{"class_name", "SimpleRNN"}, {"config", {{"units", 2}, {"return_state", true}}}}},
+                   {"merge_mode", nullptr}})
+          .in({{2, 4, 5}})
+          .out({{2, 2}, {2, 2}, {2, 2}, {2, 2}})
+          .params(32));
+  add(CaseBuilder("TimeDistributed_Dense", "TimeDistributed",
+                  {{"layer", {{"class_name", "Dense"}, {"config", {{"units", 3}}}}}})
+          .in({{2, 4, 5}})
+          .out({{2, 4, 3}})
+          .params(18));
+  add(CaseBuilder("Masking", "Masking", {{"mask_value", 0.5}}).in({{2, 4, 5}}).out({{2, 4, 5}}));
   return cases;
 }
 

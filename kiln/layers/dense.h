@@ -25,6 +25,7 @@ class Dense : public SimpleLayer {
   explicit Dense(int64_t units, const std::string& activation = "linear", const Json& extra = Json::object());
 
   std::string class_name() const override { return "Dense"; }
+  bool supports_masking() const override { return true; }  // as Keras: masks pass through
   void build(const std::vector<Shape>& input_shapes) override;
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;

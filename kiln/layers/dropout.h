@@ -21,6 +21,7 @@ class Dropout : public SimpleLayer {
   explicit Dropout(double rate, const Json& extra = Json::object());
 
   std::string class_name() const override { return "Dropout"; }
+  bool supports_masking() const override { return true; }  // as Keras: masks pass through
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;

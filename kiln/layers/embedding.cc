@@ -12,7 +12,7 @@ Embedding::Embedding(const Json& config) : SimpleLayer(config) {
   reg_ = r.regularizer("embeddings_regularizer");
   activity_reg_ = r.regularizer("activity_regularizer");
   r.no_constraint("embeddings_constraint");
-  if (r.boolean("mask_zero", false)) r.invalid("mask_zero", "false (kiln does not propagate masks yet)");
+  mask_zero_ = r.boolean("mask_zero", false);
   r.finish();
 }
 
@@ -51,8 +51,13 @@ Json Embedding::get_config() const {
   j["embeddings_regularizer"] = regularizer_json(reg_);
   j["activity_regularizer"] = regularizer_json(activity_reg_);
   j["embeddings_constraint"] = nullptr;
-  j["mask_zero"] = false;
+  j["mask_zero"] = mask_zero_;
   return j;
+}
+
+Tensors Embedding::compute_mask(const Tensors& inputs, const Tensors& masks) {
+  if (!mask_zero_) return {};
+  return {inputs.at(0) != 0};
 }
 
 KILN_REGISTER_LAYER(Embedding);

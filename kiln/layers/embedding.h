@@ -9,9 +9,9 @@
 // id, not an out-of-bounds read.
 // Keys: input_dim, output_dim (required), embeddings_initializer
 // ("uniform": RandomUniform(-0.05, 0.05)), embeddings_regularizer,
-// activity_regularizer (recorded in training calls only), embeddings_constraint (null only), mask_zero (false
-// only: kiln has no mask propagation yet, and silently ignoring the mask
-// would change results).
+// activity_regularizer (recorded in training calls only), embeddings_constraint (null only), mask_zero
+// (false): true makes id 0 padding: the output carries the mask `ids != 0`
+// (layer.h, masking), which recurrent layers, losses and metrics honour.
 #pragma once
 
 #include "kiln/layers/layer.h"
@@ -29,6 +29,9 @@ class Embedding : public SimpleLayer {
   // Overridden: the default probe feeds float zeros.
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
+  bool supports_masking() const override { return mask_zero_; }
+  // mask_zero: `ids != 0` (bool, the ids' shape); otherwise none.
+  Tensors compute_mask(const Tensors& inputs, const Tensors& masks) override;
   // Float ids stay float32 (bfloat16 would round ids above 256); the output
   // still takes the compute dtype through value(embeddings).
   bool autocast() const override { return false; }
@@ -37,6 +40,7 @@ class Embedding : public SimpleLayer {
 
  private:
   int64_t input_dim_, output_dim_;
+  bool mask_zero_ = false;
   InitializerPtr init_;
   RegularizerPtr reg_, activity_reg_;
   VariablePtr embeddings_;

@@ -59,7 +59,7 @@ TEST(Embedding, MixedPrecisionKeepsLargeIdsExact) {
 TEST(Embedding, RejectsBadConfigs) {
   expect_error<ValueError>([] { (void)Embedding(0, 4); }, {"Embedding", "`input_dim`", "input_dim=0"});
   expect_error<ValueError>([] { (void)Embedding(Json{{"input_dim", 4}}); }, {"missing `output_dim`"});
-  expect_error<ValueError>([] { (void)Embedding(4, 2, Json{{"mask_zero", true}}); }, {"`mask_zero`"});
+  expect_error<ValueError>([] { (void)Embedding(4, 2, Json{{"mask_zero", "yes"}}); }, {"`mask_zero`"});
 }
 
 // --- MultiHeadAttention -----------------------------------------------------------------

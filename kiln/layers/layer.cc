@@ -92,6 +92,41 @@ Tensors Layer::operator()(const Tensors& inputs, bool training) {
   return call(cast, training);
 }
 
+Tensors Layer::call_with_masks(const Tensors& inputs, const Tensors& masks, bool training,
+                               Tensors* output_masks) {
+  if (!masks.empty() && masks.size() != inputs.size())
+    throw ValueError(class_name() + " '" + name() + "' received " + std::to_string(masks.size()) +
+                     " masks for " + std::to_string(inputs.size()) + " inputs; give one per input (undefined = none)");
+  std::optional<NameScope> scope;
+  if (!built_) {
+    build_if_needed(shapes_of(inputs));
+    scope.emplace(name());
+  }
+  if (!activity_losses_.empty()) activity_losses_.clear();
+  Tensors out;
+  if (!autocast()) {
+    out = call_masked(inputs, masks, training, output_masks);
+  } else {
+    Tensors cast;
+    cast.reserve(inputs.size());
+    for (auto& t : inputs) cast.push_back(compute_cast(t));
+    out = call_masked(cast, masks, training, output_masks);
+  }
+  if (output_masks) output_masks->resize(out.size());
+  return out;
+}
+
+Tensors Layer::call_masked(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks) {
+  Tensors out = call(inputs, training);
+  if (output_masks) *output_masks = compute_mask(inputs, masks);
+  return out;
+}
+
+Tensors Layer::compute_mask(const Tensors& inputs, const Tensors& masks) {
+  if (!supports_masking() || masks.empty()) return {};
+  return {masks[0]};
+}
+
 at::Tensor Layer::operator()(const at::Tensor& x, bool training) {
   auto out = (*this)(Tensors{x}, training);
   if (out.size() != 1)

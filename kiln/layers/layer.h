@@ -105,6 +105,25 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // The shapes the layer was built with (empty before build).
   const std::vector<Shape>& build_input_shapes() const { return build_shapes_; }
 
+  // --- masking (Keras's supports_masking / compute_mask / call(mask=)) ----
+  // A mask marks the valid steps of a sequence: a bool tensor of the
+  // input's leading dims ((batch, time) for (batch, time, features)); an
+  // undefined tensor means "no mask". Embedding(mask_zero=true) and Masking
+  // make masks, recurrent layers use them (masked steps keep the previous
+  // state and output), Sequential and Functional carry them between their
+  // layers, and the trainer applies an output's mask to the loss and the
+  // mean metrics (as Keras 3). See kiln/layers/masking.h.
+  //
+  // true: masks pass through (the default compute_mask gives the first
+  // output the first input's mask); false (default, as Keras): masks stop here.
+  virtual bool supports_masking() const { return false; }
+  // The outputs' masks for these inputs and input masks (one entry per
+  // output, or fewer: the rest have none).
+  virtual Tensors compute_mask(const Tensors& inputs, const Tensors& masks);
+  // operator()(inputs, training) with masks: `masks` is empty or one per
+  // input; `output_masks` (if not null) receives one per output.
+  Tensors call_with_masks(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks);
+
   // --- weights -----------------------------------------------------------
   VariablePtr add_weight(const std::string& name, const Shape& shape, InitializerPtr initializer,
                          bool trainable = true, RegularizerPtr regularizer = nullptr,
@@ -156,6 +175,12 @@ class Layer : public std::enable_shared_from_this<Layer> {
   virtual void quantize(const std::string& mode);
 
  protected:
+  // The compute step under call_with_masks. Default: call(inputs, training),
+  // and compute_mask(inputs, masks) into *output_masks when asked. Layers
+  // that use masks (recurrent layers) and models (which carry masks between
+  // their layers) override; their call() runs this with no masks.
+  virtual Tensors call_masked(const Tensors& inputs, const Tensors& masks, bool training,
+                              Tensors* output_masks);
   // Base config keys, for subclasses that build get_config() up.
   Json base_config() const;
   void mark_built() { built_ = true; }

@@ -65,6 +65,7 @@ class LayerNormalization : public SimpleLayer {
   explicit LayerNormalization(int64_t axis = -1, double epsilon = 1e-3, const Json& extra = Json::object());
 
   std::string class_name() const override { return "LayerNormalization"; }
+  bool supports_masking() const override { return true; }  // as Keras: masks pass through
   void build(const std::vector<Shape>& input_shapes) override;
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;

@@ -92,10 +92,16 @@ std::vector<std::string> Functional::output_names() const {
 }
 
 Tensors Functional::call(const Tensors& inputs, bool training) {
+  return call_masked(inputs, {}, training, nullptr);
+}
+
+Tensors Functional::call_masked(const Tensors& inputs, const Tensors& input_masks, bool training,
+                                Tensors* output_masks) {
   if (inputs.size() != inputs_.size())
     throw ValueError("model '" + name() + "' expects " + std::to_string(inputs_.size()) + " inputs, received " +
                      std::to_string(inputs.size()));
   std::map<const Node*, Tensors> values;
+  std::map<const Node*, Tensors> masks;  // beside values: each node's output masks (undefined = none)
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Shape& want = inputs_[i].shape;
     const auto got = inputs[i].sizes();
@@ -106,15 +112,24 @@ Tensors Functional::call(const Tensors& inputs, bool training) {
                        shape_to_string(want) + ", received " +
                        shape_to_string(Shape(got.begin(), got.end())));
     values[inputs_[i].node.get()] = {inputs[i]};
+    masks[inputs_[i].node.get()] = {i < input_masks.size() ? input_masks[i] : at::Tensor()};
   }
   for (auto& n : nodes_) {
     if (values.count(n.get())) continue;
-    Tensors args;
-    for (auto& t : n->inputs) args.push_back(values.at(t.node.get()).at(t.index));
-    values[n.get()] = (*n->layer)(args, training);
+    Tensors args, arg_masks;
+    for (auto& t : n->inputs) {
+      args.push_back(values.at(t.node.get()).at(t.index));
+      arg_masks.push_back(masks.at(t.node.get()).at(t.index));
+    }
+    Tensors& m = masks[n.get()];
+    values[n.get()] = n->layer->call_with_masks(args, arg_masks, training, &m);
   }
   Tensors out;
   for (auto& o : outputs_) out.push_back(values.at(o.node.get()).at(o.index));
+  if (output_masks) {
+    output_masks->clear();
+    for (auto& o : outputs_) output_masks->push_back(masks.at(o.node.get()).at(o.index));
+  }
   return out;
 }
 

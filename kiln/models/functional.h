@@ -33,6 +33,12 @@ class Functional : public Model {
   Tensors call(const Tensors& inputs, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
+  bool supports_masking() const override { return true; }
+
+ protected:
+  // Carries masks along the graph's edges (layer.h, masking).
+  Tensors call_masked(const Tensors& inputs, const Tensors& masks, bool training,
+                      Tensors* output_masks) override;
 
  private:
   void init(const KerasTensors& inputs, const KerasTensors& outputs);

@@ -109,13 +109,20 @@ void Sequential::build(const std::vector<Shape>& input_shapes) {
 }
 
 Tensors Sequential::call(const Tensors& inputs, bool training) {
+  return call_masked(inputs, {}, training, nullptr);
+}
+
+Tensors Sequential::call_masked(const Tensors& inputs, const Tensors& masks, bool training,
+                                Tensors* output_masks) {
   Tensors x = inputs;
+  Tensors m = masks;  // each layer's output masks feed the next layer
   for (auto& l : layers_) {
-    x = (*l)(x, training);
+    x = l->call_with_masks(x, m, training, &m);
     if (x.size() != 1)
       throw ValueError("Sequential: layer '" + l->name() + "' returned " + std::to_string(x.size()) +
                        " outputs; every layer in a Sequential model must return one");
   }
+  if (output_masks) *output_masks = m;
   return x;
 }
 

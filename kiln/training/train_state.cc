@@ -9,8 +9,26 @@
 namespace kiln {
 namespace {
 
+// Keras 3's apply_mask: an output's mask (true = valid entry) as a sample
+// weight. For the averaging reductions the valid entries are scaled by
+// total/valid, so the loss is the mean over valid entries only.
+at::Tensor masked_weight(const at::Tensor& sample_weight, const at::Tensor& mask, const std::string& reduction) {
+  if (!mask.defined()) return sample_weight;
+  at::Tensor m = mask.to(at::kFloat);
+  if (reduction == "sum_over_batch_size" || reduction == "mean")
+    m = m * (static_cast<double>(m.numel()) / (m.sum() + 1e-7));
+  if (!sample_weight.defined()) return m;
+  at::Tensor w = sample_weight.to(at::kFloat);
+  while (w.dim() < m.dim() && w.dim() > 0) w = w.unsqueeze(-1);  // (batch,) weights every step of a sample
+  return w * m;
+}
+
+at::Tensor output_mask(const StepData& s, size_t i) {
+  return i < s.y_pred_masks.size() ? s.y_pred_masks[i] : at::Tensor();
+}
+
 void forward_stage(TrainState& ts, StepData& s) {
-  s.y_pred = (*s.model)(s.x, s.training);
+  s.y_pred = s.model->call_with_masks(s.x, {}, s.training, &s.y_pred_masks);
   // A subclassed model compiled before it was built counts its outputs only
   // when built: the first step that returns another number binds the
   // metrics to each named output ("output_0_accuracy", ...).
@@ -37,7 +55,8 @@ void compute_loss_stage(TrainState& ts, StepData& s) {
     Loss* loss = i < losses.size() ? losses[i].get() : &ts.loss();
     if (!loss) continue;  // an output without a loss (Keras's dict form)
     // Losses are computed in float32 whatever the compute dtype.
-    at::Tensor l = (*loss)(s.y[i], s.y_pred[i].to(at::kFloat), s.sample_weight).to(at::kFloat);
+    at::Tensor sw = masked_weight(s.sample_weight, output_mask(s, i), loss->reduction());
+    at::Tensor l = (*loss)(s.y[i], s.y_pred[i].to(at::kFloat), sw).to(at::kFloat);
     s.output_losses[i] = l;
     const double w = i < weights.size() ? weights[i] : 1.0;
     at::Tensor weighted = w == 1.0 ? l : l * w;
@@ -88,7 +107,10 @@ void update_metrics_stage(TrainState& ts, StepData& s) {
       preds[o] = s.y_pred[o].detach();
       if (at::isFloatingType(preds[o].scalar_type())) preds[o] = preds[o].to(at::kFloat);
     }
-    metrics[i]->update_state(s.y[o], preds[o], s.sample_weight);
+    // Keras 3's MeanMetricWrapper (accuracy, mae, ...) weights masked entries 0.
+    at::Tensor mask = output_mask(s, o);
+    const bool masked = mask.defined() && dynamic_cast<MeanMetricWrapper*>(metrics[i]) != nullptr;
+    metrics[i]->update_state(s.y[o], preds[o], masked ? masked_weight(s.sample_weight, mask, "sum") : s.sample_weight);
   }
 }
 

@@ -55,6 +55,9 @@ struct StepData {
   bool training = true;
   // forward
   Tensors y_pred;
+  // forward: the outputs' masks (Layer::call_with_masks; undefined = none).
+  // compute_loss and update_metrics weight masked entries 0, as Keras 3.
+  Tensors y_pred_masks;
   // compute_loss: float32 scalar, compiled loss summed over outputs plus
   // regularization losses. Tracked by the "loss" metric.
   at::Tensor loss;

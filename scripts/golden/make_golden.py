@@ -1520,6 +1520,229 @@ def keras3_metric_cases():
     return cases
 
 
+# ----------------------------------------------------------------------------
+# Recurrent layers (kiln/layers/recurrent.h) against torch.nn.LSTM/GRU/RNN
+# ----------------------------------------------------------------------------
+# Keras keeps one kernel (features, gates*units) with gates side by side in
+# columns (LSTM i,f,c,o; GRU z,r,h), a recurrent_kernel (units, gates*units)
+# and one bias (GRU reset_after: two rows, input and recurrent). torch keeps
+# weight_ih (gates*units, features) with gates stacked in rows (LSTM i,f,g,o;
+# GRU r,z,n) and two biases. The maps below turn torch's parameters into
+# Keras's layout; the gradients map back the same (linear) way.
+
+RNN_GEN = torch.Generator().manual_seed(20261125)
+
+
+def rrandn(*shape):
+    return torch.randn(*shape, generator=RNN_GEN).float() * 0.5
+
+
+def keras_gates(w, units, order):
+    """Rows of a torch (gates*units, n) matrix in torch's gate order -> the
+    columns of Keras's (n, gates*units) in Keras's order. `order` lists, for
+    each Keras gate, its torch gate index."""
+    blocks = [w[g * units:(g + 1) * units] for g in order]
+    return torch.cat(blocks, 0).t()
+
+
+# Keras gate k = torch gate ORDER[k]: LSTM i,f,c,o = torch i,f,g,o; GRU z,r,h = torch z(1),r(0),n(2).
+ORDER = {"LSTM": [0, 1, 2, 3], "GRU": [1, 0, 2], "SimpleRNN": [0]}
+TORCH_RNN = {"LSTM": torch.nn.LSTM, "GRU": torch.nn.GRU, "SimpleRNN": torch.nn.RNN}
+
+
+def keras_weights(mod, cls, units, suffix=""):
+    """kernel, recurrent_kernel, bias in Keras's layout, as autograd
+    functions of the torch module's parameters."""
+    o = ORDER[cls]
+    w_ih = getattr(mod, "weight_ih_l0" + suffix)
+    w_hh = getattr(mod, "weight_hh_l0" + suffix)
+    b_ih = getattr(mod, "bias_ih_l0" + suffix)
+    b_hh = getattr(mod, "bias_hh_l0" + suffix)
+    kernel = keras_gates(w_ih, units, o)
+    rec = keras_gates(w_hh, units, o)
+    bi = keras_gates(b_ih.unsqueeze(1), units, o).reshape(-1)
+    bh = keras_gates(b_hh.unsqueeze(1), units, o).reshape(-1)
+    if cls == "GRU":  # reset_after: the recurrent bias stays inside r * (h U + b_hh)
+        bias = torch.stack([bi, bh])
+    else:  # LSTM, SimpleRNN: the two biases only ever appear summed
+        bias = bi + bh
+    return [kernel, rec, bias]
+
+
+def keras_from_torch_grads(mod, cls, units, suffix=""):
+    """Gradients of Keras's kernel, recurrent_kernel, bias from torch's."""
+    o = ORDER[cls]
+    g = lambda n: getattr(mod, n + "_l0" + suffix).grad
+    kernel = keras_gates(g("weight_ih"), units, o)
+    rec = keras_gates(g("weight_hh"), units, o)
+    bi = keras_gates(g("bias_ih").unsqueeze(1), units, o).reshape(-1)
+    bh = keras_gates(g("bias_hh").unsqueeze(1), units, o).reshape(-1)
+    bias = torch.stack([bi, bh]) if cls == "GRU" else bi  # d/d(bi+bh) = d/dbi = d/dbh
+    return [kernel, rec, bias]
+
+
+def hold_masked(seq, lengths):
+    """Keras's masked outputs for post-padded sequences: steps past a
+    sequence's length repeat its last valid output (torch pads zeros)."""
+    b, t, _ = seq.shape
+    steps = torch.arange(t).unsqueeze(0)
+    valid = (steps < torch.tensor(lengths).unsqueeze(1)).unsqueeze(2)
+    last = seq[torch.arange(b), torch.tensor(lengths) - 1].unsqueeze(1)
+    return torch.where(valid, seq, last.expand_as(seq))
+
+
+def run_torch_rnn(cls, mod, x, lengths, bidirectional, go_backwards):
+    """torch's outputs in Keras's terms: [sequence, final states...]."""
+    if go_backwards:
+        x = x.flip(1)
+    if lengths is not None:
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, st = mod(packed)
+        out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+    else:
+        out, st = mod(x)
+    states = list(st) if cls == "LSTM" else [st]
+    if lengths is not None:
+        if bidirectional:
+            # Keras's backward layer meets the padding first (masked: its
+            # output stays the initial zeros), so after re-reversal its
+            # padded steps are zeros, as torch's.
+            u = out.shape[2] // 2
+            out = torch.cat([hold_masked(out[..., :u], lengths), out[..., u:]], 2)
+        else:
+            out = hold_masked(out, lengths)
+    if bidirectional:
+        # Keras: forward states, then backward states.
+        finals = [s[0] for s in states] + [s[1] for s in states]
+    else:
+        finals = [s[0] for s in states]
+    return out, finals
+
+
+def gru_reset_before_reference(x, kernel, rec, bias, units):
+    """Keras's GRU with reset_after=False (no torch equivalent): the
+    original formula h~ = tanh(x Wh + bh + (r * h) Uh), h' = z h + (1-z) h~."""
+    b, t, _ = x.shape
+    h = torch.zeros(b, units)
+    outs = []
+    for s in range(t):
+        xw = x[:, s] @ kernel + bias
+        xz, xr, xh = xw.split(units, 1)
+        z = torch.sigmoid(xz + h @ rec[:, :units])
+        r = torch.sigmoid(xr + h @ rec[:, units:2 * units])
+        hh = torch.tanh(xh + (r * h) @ rec[:, 2 * units:])
+        h = z * h + (1 - z) * hh
+        outs.append(h)
+    return torch.stack(outs, 1), [h]
+
+
+def recurrent_cases():
+    b, t, f, u = 3, 5, 4, 3
+    specs = [
+        ("lstm", "LSTM", {}, None, False),
+        ("lstm_go_backwards", "LSTM", {"go_backwards": True}, None, False),
+        ("lstm_masked", "LSTM", {}, [5, 3, 1], False),
+        ("gru", "GRU", {}, None, False),
+        ("gru_go_backwards", "GRU", {"go_backwards": True}, None, False),
+        ("simple_rnn", "SimpleRNN", {}, None, False),
+        ("simple_rnn_masked", "SimpleRNN", {}, [4, 1, 5], False),
+        ("bidirectional_lstm", "LSTM", {}, None, True),
+        ("bidirectional_gru_masked", "GRU", {}, [5, 2, 3], True),
+    ]
+    cases = []
+    for name, cls, extra, lengths, bidirectional in specs:
+        go_backwards = extra.get("go_backwards", False)
+        mod = TORCH_RNN[cls](f, u, batch_first=True, bidirectional=bidirectional)
+        with torch.no_grad():
+            for p in mod.parameters():
+                p.copy_(rrandn(*p.shape))
+        x = rrandn(b, t, f)
+        if lengths is not None:  # padding holds garbage: the mask must hide it
+            x = x.clone()
+            for i, n in enumerate(lengths):
+                x[i, n:] = 7.0
+        x.requires_grad_(True)
+        seq, finals = run_torch_rnn(cls, mod, x, lengths, bidirectional, go_backwards)
+        if go_backwards and lengths is not None:
+            raise ValueError("go_backwards with a mask: written below instead")
+        outputs = [seq] + finals
+        rs = [rrandn(*o.shape) for o in outputs]
+        sum(((o * r).sum() for o, r in zip(outputs, rs))).backward()
+        weights = keras_weights(mod, cls, u)
+        grads = keras_from_torch_grads(mod, cls, u)
+        if bidirectional:
+            weights += keras_weights(mod, cls, u, "_reverse")
+            grads += keras_from_torch_grads(mod, cls, u, "_reverse")
+        config = dict({"units": u, "return_sequences": True, "return_state": True}, **extra)
+        if cls == "SimpleRNN":
+            config["activation"] = "tanh"
+        layer = {"class_name": cls, "config": config}
+        if bidirectional:
+            layer = {"class_name": "Bidirectional", "config": {"layer": layer, "merge_mode": "concat"}}
+        cases.append({
+            "name": name, "layer": layer, "x": T(x), "lengths": lengths,
+            "weights": [T(w) for w in weights], "r": [T(r) for r in rs],
+            "outputs": [T(o) for o in outputs], "x_grad": T(x.grad), "weight_grads": [T(g) for g in grads],
+        })
+    return cases
+
+
+def recurrent_extra_cases():
+    """Cases torch's modules do not cover: GRU reset_after=False (a
+    reference loop of the formula), and a masked go_backwards GRU (torch
+    with the valid steps reversed per sequence)."""
+    b, t, f, u = 3, 5, 4, 3
+    cases = []
+    x = rrandn(b, t, f).requires_grad_(True)
+    kernel = rrandn(f, 3 * u).requires_grad_(True)
+    rec = rrandn(u, 3 * u).requires_grad_(True)
+    bias = rrandn(3 * u).requires_grad_(True)
+    seq, finals = gru_reset_before_reference(x, kernel, rec, bias, u)
+    outputs = [seq] + finals
+    rs = [rrandn(*o.shape) for o in outputs]
+    sum(((o * r).sum() for o, r in zip(outputs, rs))).backward()
+    cases.append({
+        "name": "gru_reset_before", "lengths": None,
+        "layer": {"class_name": "GRU", "config": {"units": u, "reset_after": False, "return_sequences": True,
+                                                  "return_state": True}},
+        "x": T(x), "weights": [T(kernel), T(rec), T(bias)], "r": [T(r) for r in rs],
+        "outputs": [T(o) for o in outputs], "x_grad": T(x.grad),
+        "weight_grads": [T(kernel.grad), T(rec.grad), T(bias.grad)],
+    })
+
+    # Masked go_backwards, post-padded: Keras processes the padding first
+    # (masked: the state stays zero, outputs zero), then the valid steps in
+    # reverse. So the final state is torch's GRU on each sequence's valid
+    # steps reversed, and the output at processed step k is torch's output
+    # at step k - (T - n) (zero before it).
+    lengths = [2, 5, 4]
+    mod = torch.nn.GRU(f, u, batch_first=True)
+    with torch.no_grad():
+        for p in mod.parameters():
+            p.copy_(rrandn(*p.shape))
+    x = rrandn(b, t, f)
+    for i, n in enumerate(lengths):
+        x[i, n:] = 7.0
+    x.requires_grad_(True)
+    seqs, finals = [], []
+    for i, n in enumerate(lengths):
+        out, h = mod(x[i:i + 1, :n].flip(1))
+        seqs.append(torch.cat([torch.zeros(1, t - n, u), out], 1))
+        finals.append(h[0])
+    outputs = [torch.cat(seqs, 0), torch.cat(finals, 0)]
+    rs = [rrandn(*o.shape) for o in outputs]
+    sum(((o * r).sum() for o, r in zip(outputs, rs))).backward()
+    cases.append({
+        "name": "gru_masked_go_backwards", "lengths": lengths,
+        "layer": {"class_name": "GRU", "config": {"units": u, "go_backwards": True, "return_sequences": True,
+                                                  "return_state": True}},
+        "x": T(x), "weights": [T(w) for w in keras_weights(mod, "GRU", u)], "r": [T(r) for r in rs],
+        "outputs": [T(o) for o in outputs], "x_grad": T(x.grad),
+        "weight_grads": [T(g) for g in keras_from_torch_grads(mod, "GRU", u)],
+    })
+    return cases
+
+
 def main():
     torch.set_num_threads(1)
     header = {"generator": "scripts/golden/make_golden.py", "torch": torch.__version__}
@@ -1533,6 +1756,8 @@ def main():
     write("kiln/optimizers/testdata/optimizers_golden.json",
           dict(header, cases=optimizer_cases(), schedules=schedule_cases()))
     write("kiln/optimizers/testdata/keras3_optimizers_golden.json", dict(header, cases=keras3_optimizer_cases(), schedules=keras3_schedule_cases()))
+    write("kiln/layers/testdata/recurrent_golden.json",
+          dict(header, cases=recurrent_cases() + recurrent_extra_cases()))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@
 namespace kiln::cli {
 namespace {
 
-const std::vector<std::string> kSources = {"fashion_mnist", "csv", "jsonl", "npy", "idx"};
+const std::vector<std::string> kSources = {"fashion_mnist", "csv", "jsonl", "npy", "idx", "brackets"};
 // Keys every source accepts.
 const std::vector<std::string> kCommonKeys = {"source", "scale", "flatten", "reshape", "limit",
                                               "test_limit", "test_split", "dtype", "allow_non_finite"};
@@ -269,7 +269,7 @@ DataSplits load_data(const Json& d) {
   if (!d.is_object()) throw ValueError("the `data` section must be a JSON object. Received: " + json_excerpt(d));
   const std::string source = opt_str(d, "source");
   if (source.empty())
-    throw ValueError("the `data` section needs `source`: one of fashion_mnist, csv, jsonl, npy, idx");
+    throw ValueError("the `data` section needs `source`: one of fashion_mnist, csv, jsonl, npy, idx, brackets");
   // NaN/inf features train a model to NaN weights: refused unless asked for.
   const bool allow_non_finite = get_or<bool>(d, "allow_non_finite", false);
   DataSplits s;
@@ -329,8 +329,23 @@ DataSplits load_data(const Json& d) {
     } else if (!opt_str(d, "y_test").empty()) {
       throw ValueError("`data.y_test` is set but `data.x_test` is not; give both or neither");
     }
+  } else if (source == "brackets") {
+    // A generated sequence task (kiln/data/datasets.h): int64 token ids, 0-padded.
+    check_keys(d, with_common({"train_size", "test_size", "min_length", "max_length", "seed"}),
+               "the `data` section (source \"brackets\")");
+    auto positive = [&](const char* key, int64_t fallback) {
+      if (!d.contains(key)) return fallback;
+      if (!d[key].is_number_integer() || d[key].get<int64_t>() < 0)
+        throw ValueError(std::string("`data.") + key + "` must be a non-negative integer. Received: " +
+                         d[key].dump().substr(0, 40));
+      return d[key].get<int64_t>();
+    };
+    auto b = datasets::balanced_brackets(positive("train_size", 20000), positive("test_size", 2000),
+                                         positive("min_length", 2), positive("max_length", 20),
+                                         (uint64_t)positive("seed", 1234));
+    s = {"balanced brackets (generated)", b.x_train, b.y_train, b.x_test, b.y_test};
   } else {
-    throw ValueError("unknown data source \"" + source + "\"; known sources: fashion_mnist, csv, jsonl, npy, idx");
+    throw ValueError("unknown data source \"" + source + "\"; known sources: fashion_mnist, csv, jsonl, npy, idx, brackets");
   }
   s.y_train = as_labels(s.y_train);
   s.y_test = as_labels(s.y_test);

@@ -1,0 +1,32 @@
+// Masking: marks the time steps whose features all equal `mask_value` as
+// padding (Keras's Masking). The output is the input with those steps zeroed
+// and carries the mask any(x != mask_value, last axis), shape x.shape[:-1],
+// which recurrent layers, losses and metrics honour (layer.h, masking).
+//
+//   auto m = std::make_shared<Masking>(Json{{"mask_value", 0.0}});
+//   Tensors masks;
+//   at::Tensor y = m->call_with_masks({x}, {}, false, &masks)[0];  // masks[0]: (batch, time)
+//
+// Keys: mask_value (0.0).
+#pragma once
+
+#include "kiln/layers/layer.h"
+
+namespace kiln {
+
+class Masking : public SimpleLayer {
+ public:
+  explicit Masking(const Json& config);
+  std::string class_name() const override { return "Masking"; }
+  at::Tensor call1(const at::Tensor& x, bool training) override;
+  std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
+  bool supports_masking() const override { return true; }
+  Tensors compute_mask(const Tensors& inputs, const Tensors& masks) override;
+  Json get_config() const override;
+  double mask_value() const { return mask_value_; }
+
+ private:
+  double mask_value_;
+};
+
+}  // namespace kiln
