@@ -20,7 +20,12 @@
 
 #include "kiln/core/json.h"
 
+namespace kiln::spec {}
+
 namespace kiln::cli {
+
+// The train-spec readers live in the library (kiln/spec/spec.h).
+using namespace kiln::spec;
 
 struct Command {
   CLI::App* app = nullptr;

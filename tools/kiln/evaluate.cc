@@ -11,7 +11,7 @@
 #include "kiln/core/io.h"
 #include "kiln/models/model.h"
 #include "tools/kiln/cli.h"
-#include "tools/kiln/spec.h"
+#include "kiln/spec/spec.h"
 
 namespace kiln::cli {
 namespace {

@@ -23,7 +23,7 @@
 #include "kiln/tuning/metric_report.h"
 #include "kiln/tuning/tune_spec.h"
 #include "tools/kiln/cli.h"
-#include "tools/kiln/spec.h"
+#include "kiln/spec/spec.h"
 #include "tools/kiln/versions.h"
 
 namespace kiln::cli {

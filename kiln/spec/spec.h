@@ -1,4 +1,8 @@
-// The declarative training spec read by `kiln train` (format: docs/SPEC.md).
+// The declarative training spec read by `kiln train` (format: docs/SPEC.md),
+// as a library (kiln::spec) so a C++ program can train from a spec too:
+//   auto spec = read_spec("spec.json");
+//   auto data = load_data(spec["data"]);
+//   auto model = build_model(spec["model"], std::nullopt);
 //
 //   {
 //     "model":     {"builtin": "mlp", "args": {"hidden_units": [256, 256]}},
@@ -25,7 +29,7 @@
 #include "kiln/models/fit_args.h"
 #include "kiln/models/model.h"
 
-namespace kiln::cli {
+namespace kiln::spec {
 
 // ValueError if `j` is not an object or has a key outside `allowed`.
 void check_keys(const Json& j, const std::vector<std::string>& allowed, const std::string& where);
@@ -70,4 +74,4 @@ FitArgs fit_args_from_spec(const Json& fit, std::optional<uint64_t>* seed);
 std::vector<CallbackPtr> callbacks_from_spec(const Json& callbacks);
 std::vector<std::string> callback_names();
 
-}  // namespace kiln::cli
+}  // namespace kiln::spec

@@ -13,9 +13,9 @@
 #include "kiln/training/model_checkpoint.h"
 #include "kiln/training/reduce_lr_on_plateau.h"
 #include "kiln/training/tensorboard.h"
-#include "tools/kiln/spec.h"
+#include "kiln/spec/spec.h"
 
-namespace kiln::cli {
+namespace kiln::spec {
 namespace {
 
 struct Maker {
@@ -156,4 +156,4 @@ std::vector<CallbackPtr> callbacks_from_spec(const Json& callbacks) {
   return out;
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::spec

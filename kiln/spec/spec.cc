@@ -1,5 +1,5 @@
 // Spec: top-level validation, "compile" and "fit" sections.
-#include "tools/kiln/spec.h"
+#include "kiln/spec/spec.h"
 
 #include <algorithm>
 
@@ -8,7 +8,7 @@
 #include "kiln/core/json_limits.h"
 #include "kiln/core/io.h"
 
-namespace kiln::cli {
+namespace kiln::spec {
 
 void check_keys(const Json& j, const std::vector<std::string>& allowed, const std::string& where) {
   check_config_keys(j, allowed, where);  // the library's one check
@@ -84,4 +84,4 @@ FitArgs fit_args_from_spec(const Json& fit, std::optional<uint64_t>* seed) {
   return a;
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::spec

@@ -9,9 +9,9 @@
 #include "kiln/core/json_limits.h"
 #include "kiln/data/datasets.h"
 #include "kiln/data/readers.h"
-#include "tools/kiln/spec.h"
+#include "kiln/spec/spec.h"
 
-namespace kiln::cli {
+namespace kiln::spec {
 namespace {
 
 const std::vector<std::string> kSources = {"fashion_mnist", "csv", "jsonl", "npy", "idx", "brackets"};
@@ -421,4 +421,4 @@ DataSplits load_data(const Json& d) {
   return s;
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::spec

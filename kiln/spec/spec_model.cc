@@ -6,9 +6,9 @@
 #include "kiln/core/json_limits.h"
 #include "kiln/layers/layer.h"
 #include "kiln/models/sequential.h"
-#include "tools/kiln/spec.h"
+#include "kiln/spec/spec.h"
 
-namespace kiln::cli {
+namespace kiln::spec {
 namespace {
 
 Json layer_json(const std::string& class_name, Json config = Json::object()) {
@@ -193,4 +193,4 @@ ModelPtr build_model(const Json& m, const std::optional<Shape>& input_shape) {
       "...}]) or a Keras model config ({\"class_name\": \"Sequential\", \"config\": {...}})");
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::spec
