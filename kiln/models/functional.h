@@ -7,9 +7,11 @@
 //   auto out = (*std::make_shared<Dense>(10))(r);
 //   auto model = std::make_shared<Functional>(KerasTensors{in}, KerasTensors{out});
 //
-// The config (Keras 3's format, simplified) lists layers with their inbound
-// nodes as [layer_name, node_index, tensor_index] triples, and the model's
-// input_layers / output_layers the same way.
+// The config is Keras 3's (model.to_json()): layers with their inbound
+// nodes ({"args": [...], "kwargs": {}} of __keras_tensor__ objects whose
+// keras_history is [layer_name, node_index, tensor_index]), and the model's
+// input_layers / output_layers as such triples. Keras 2's and kiln's older
+// forms are read too (see kiln/models/model_json.h).
 #pragma once
 
 #include "kiln/models/model.h"
