@@ -333,7 +333,7 @@ TEST_F(Cli, ErrorsQuoteOnlyAPrefixOfABadValue) {
   expect_short_error("train " + q(write_spec("wide.json", wide)), {"`data` section", "[0,1,2,", "..."});
   Json deep_ok = csv_spec(csv_, base_);  // under the depth limit, still quoted short
   deep_ok["compile"]["metrics"] = Json::parse(nested_objects(60));
-  expect_short_error("train " + q(write_spec("deep_ok.json", deep_ok)), {"compile.metrics", "{\"a\":{\"a\":"});
+  expect_short_error("train " + q(write_spec("deep_ok.json", deep_ok)), {"`metrics`[\"a\"]", "{\"a\":{\"a\":"});
   std::string v = train();
   ASSERT_FALSE(v.empty());
   write_text(dir_.path() + "/text.jsonl", "[1, 2, 3, \"" + std::string(100000, 'x') + "\"]\n");
@@ -383,8 +383,8 @@ TEST_F(Cli, ConfigValuesOutOfRangeAreUserErrors) {
   const std::string original = read_file(v + "/model.json");
   Json mj = Json::parse(original);
   ASSERT_EQ(mj["config"]["output_layers"][0][0], "head");
-  for (auto [node, index, mention] : {std::tuple{5, 0, "node 5"}, std::tuple{-1, 0, "node -1"},
-                                      std::tuple{0, 7, "output 7"}}) {
+  for (auto [node, index, mention] : {std::tuple{5, 0, "has nodes 0..0"}, std::tuple{-1, 0, "indices >= 0"},
+                                      std::tuple{0, 7, "has 1 output(s)"}}) {
     mj["config"]["output_layers"][0][1] = node;
     mj["config"]["output_layers"][0][2] = index;
     write_text(v + "/model.json", mj.dump());

@@ -278,7 +278,8 @@ void collect_refs(const Json& v, const std::string& where, std::vector<TensorRef
   } else if (v.is_array()) {
     for (auto& e : v) collect_refs(e, where, out);
   } else {
-    throw FormatError(where + ": call arguments other than tensors are not supported. Received: " + prefix(v));
+    throw FormatError(where + ": expected a tensor reference [layer_name, node_index, tensor_index] or a "
+                      "__keras_tensor__ (call arguments other than tensors are not supported). Received: " + prefix(v));
   }
 }
 

@@ -22,10 +22,6 @@ namespace {
 
 const char* const kWhere = "the compile config";
 
-std::string short_dump(const Json& j) {
-  std::string s = j.dump();
-  return s.size() > 200 ? s.substr(0, 200) + "..." : s;
-}
 
 // A serialized Keras object: {"module", "class_name", "config", "registered_name"}.
 bool is_serialized_object(const Json& j) { return j.is_object() && j.contains("class_name"); }
@@ -38,7 +34,7 @@ LossPtr one_loss(const Json& l, const std::string& where) {
   if (l.is_null()) return nullptr;
   if (l.is_string()) return Loss::get(l.get<std::string>());
   if (!is_serialized_object(l))
-    throw ValueError(where + " must be a loss name or {\"class_name\", \"config\"}. Received: " + short_dump(l));
+    throw ValueError(where + " must be a loss name or {\"class_name\", \"config\"}. Received: " + json_excerpt(l));
   check_object_keys(l, where);
   return Loss::from_json(l);
 }
@@ -46,7 +42,7 @@ LossPtr one_loss(const Json& l, const std::string& where) {
 MetricPtr one_metric(const Json& m, const Loss* loss, const std::string& where) {
   if (m.is_string()) return Metric::get(m.get<std::string>(), loss);
   if (!is_serialized_object(m))
-    throw ValueError(where + " must be a metric name or {\"class_name\", \"config\"}. Received: " + short_dump(m));
+    throw ValueError(where + " must be a metric name or {\"class_name\", \"config\"}. Received: " + json_excerpt(m));
   check_object_keys(m, where);
   return Metric::from_json(m, loss);
 }
@@ -62,7 +58,7 @@ std::vector<MetricPtr> metric_list(const Json& m, const Loss* loss, const std::s
 
 double loss_weight(const Json& w, const std::string& where) {
   if (!w.is_number() || !std::isfinite(w.get<double>()) || w.get<double>() < 0)
-    throw ValueError(where + " must be a number >= 0. Received: " + short_dump(w));
+    throw ValueError(where + " must be a number >= 0. Received: " + json_excerpt(w));
   return w.get<double>();
 }
 
@@ -111,7 +107,7 @@ CompileArgs CompileArgs::from_json(const Json& j) {
         a.named_loss_weights.emplace_back(it.key(), loss_weight(it.value(), "`loss_weights`[\"" + it.key() + "\"]"));
     } else {
       throw ValueError("`loss_weights` must be a list (one weight per output) or a dict by output name. Received: " +
-                       short_dump(w));
+                       json_excerpt(w));
     }
   }
 
@@ -130,7 +126,7 @@ CompileArgs CompileArgs::from_json(const Json& j) {
         a.named_metrics.emplace_back(it.key(), metric_list(it.value(), loss, "`metrics`[\"" + it.key() + "\"]"));
       }
     } else if (!ms.is_array()) {
-      throw ValueError("compile config: `metrics` must be a list. Received: " + short_dump(ms));
+      throw ValueError("compile config: `metrics` must be a list. Received: " + json_excerpt(ms));
     } else {
       const bool nested = !ms.empty() && (ms[0].is_array() || ms[0].is_null());
       for (size_t i = 0; i < ms.size(); ++i) {
@@ -139,7 +135,7 @@ CompileArgs CompileArgs::from_json(const Json& j) {
           throw ValueError(
               "compile config: `metrics` must be a list of metrics or a list of lists (one per output), "
               "not a mix. Received: " +
-              short_dump(ms));
+              json_excerpt(ms));
         const std::string where = "`metrics`[" + std::to_string(i) + "]";
         if (!nested) a.metrics.push_back(one_metric(m, loss_of(0), where));
         else a.output_metrics.push_back(metric_list(m, loss_of(i), where));
@@ -154,26 +150,26 @@ CompileArgs CompileArgs::from_json(const Json& j) {
     throw ValueError(
         "compile config: `weighted_metrics` is not supported (kiln's metrics take sample_weight only through "
         "`metrics`); remove it or move the metrics to `metrics`. Received: " +
-        short_dump(j["weighted_metrics"]));
+        json_excerpt(j["weighted_metrics"]));
   if (j.contains("steps_per_execution") && !j["steps_per_execution"].is_null() &&
       !(j["steps_per_execution"].is_number_integer() && j["steps_per_execution"].get<int64_t>() == 1))
     throw ValueError(
         "compile config: `steps_per_execution` must be 1: kiln runs one step per call and calls the callbacks "
         "after every batch. Received: " +
-        short_dump(j["steps_per_execution"]));
+        json_excerpt(j["steps_per_execution"]));
   // run_eagerly and jit_compile choose how Keras runs the step (eager or
   // traced, XLA or not); kiln always runs it eagerly through LibTorch, which
   // computes the same values, so any boolean (or "auto") is accepted.
   for (const char* key : {"run_eagerly", "jit_compile"})
     if (j.contains(key) && !j[key].is_null() && !j[key].is_boolean() && j[key] != "auto")
       throw ValueError(std::string("compile config: `") + key + "` must be true, false or \"auto\". Received: " +
-                       short_dump(j[key]));
+                       json_excerpt(j[key]));
   // auto_scale_loss: Keras's default (true) only acts under mixed_float16;
   // kiln has no automatic loss scaling, so the flag is accepted and noted
   // in docs/SPEC.md.
   if (j.contains("auto_scale_loss") && !j["auto_scale_loss"].is_null() && !j["auto_scale_loss"].is_boolean())
     throw ValueError("compile config: `auto_scale_loss` must be true or false. Received: " +
-                     short_dump(j["auto_scale_loss"]));
+                     json_excerpt(j["auto_scale_loss"]));
   return a;
 }
 
