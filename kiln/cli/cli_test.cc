@@ -594,6 +594,11 @@ TEST_F(Cli, TrainsATwoInputTwoOutputSpec) {
   Json mj = read_json_file(dir_.path() + "/two/1/model.json");
   EXPECT_EQ(mj["config"]["layers"][1]["inbound_nodes"][0]["args"][0]["class_name"], "__keras_tensor__");
   EXPECT_EQ(mj["compile_config"]["loss_weights"]["sign"], 0.5);
+  auto show = kiln("show " + q(dir_.path() + "/two/1"));
+  ASSERT_EQ(show.exit_code, 0) << show.output;
+  for (const char* want : {"loss: [digit: sparse_categorical_crossentropy", "loss_weights: {\"digit\":1.0,\"sign\":0.5}",
+                           "metrics: [digit: [accuracy = SparseCategoricalAccuracy], sign: [accuracy = BinaryAccuracy"})
+    EXPECT_NE(show.output.find(want), std::string::npos) << "'" << want << "' not in:\n" << show.output;
   auto ev = kiln("--threads 1 evaluate " + q(dir_.path() + "/two/1") + " --spec " + q(spec_path) + " --json");
   ASSERT_EQ(ev.exit_code, 0) << ev.output;
   Json ej = Json::parse(lines_of(ev.output).back());

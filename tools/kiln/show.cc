@@ -35,6 +35,13 @@ std::string dims(const Json& shape) {
 
 std::string describe(const Json& j) {  // "adam" or {"class_name": "Adam", "config": {...}}
   if (j.is_string()) return j.get<std::string>();
+  if (j.is_array() || (j.is_object() && !j.contains("class_name"))) {
+    // Per output: a list, or a dict by output name.
+    std::string s;
+    for (auto it = j.begin(); it != j.end(); ++it)
+      s += (s.empty() ? "" : ", ") + (j.is_object() ? it.key() + ": " : std::string()) + describe(it.value());
+    return "[" + s + "]";
+  }
   if (j.is_object() && j.contains("class_name")) {
     std::string s = j["class_name"].get<std::string>();
     if (j.contains("config") && j["config"].is_object() && j["config"].contains("name") &&
@@ -88,9 +95,16 @@ void run_show(const ShowOptions& o) {
   const Json& cc = mj.contains("compile_config") ? mj["compile_config"] : Json(nullptr);
   if (cc.is_object()) {
     std::cout << "\nCompiled with:\n  optimizer: " << describe(cc.value("optimizer", Json(nullptr))) << "\n  loss: "
-              << describe(cc.value("loss", Json(nullptr))) << "\n  metrics: ";
+              << describe(cc.value("loss", Json(nullptr)))
+              << (cc.contains("loss_weights") && !cc["loss_weights"].is_null()
+                      ? "\n  loss_weights: " + cc["loss_weights"].dump()
+                      : std::string())
+              << "\n  metrics: ";
     std::string ms;
-    for (auto& m : cc.value("metrics", Json::array())) ms += (ms.empty() ? "" : ", ") + describe(m);
+    const Json metrics = cc.value("metrics", Json::array());
+    if (metrics.is_object()) ms = describe(metrics);  // by output name
+    else
+      for (auto& m : metrics) ms += (ms.empty() ? "" : ", ") + describe(m);
     std::cout << (ms.empty() ? "-" : ms) << "\n";
   } else {
     std::cout << "\nNot compiled (no loss or optimizer saved).\n";
