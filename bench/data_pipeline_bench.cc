@@ -94,8 +94,7 @@ int main(int argc, char** argv) {
   const int threads = kiln::configure_threads();
   if (blas_threads > 0) {
     using SetFn = void (*)(int);
-    if (auto set = reinterpret_cast<SetFn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-      set(blas_threads);
+    if (auto set = reinterpret_cast<SetFn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(blas_threads);
   }
 
   at::Tensor x, y;
@@ -112,8 +111,8 @@ int main(int argc, char** argv) {
     y = at::randint(10, {60000}, at::kLong);
   }
   const int64_t n = x.size(0);
-  std::printf("data: %s %lld x %lld, batch %lld, MLP 784-%lld-10, intra-op threads %d, BLAS threads %d\n",
-              source, (long long)n, (long long)x.size(1), (long long)batch, (long long)hidden, threads,
+  std::printf("data: %s %lld x %lld, batch %lld, MLP 784-%lld-10, intra-op threads %d, BLAS threads %d\n", source,
+              (long long)n, (long long)x.size(1), (long long)batch, (long long)hidden, threads,
               kiln::blas_num_threads());
 
   Mlp model(x.size(1), hidden, 10);
@@ -174,8 +173,8 @@ int main(int argc, char** argv) {
               data_only(element_path));
 
   const double ratio = fastest(pre) / fastest(mem);
-  std::printf("median epoch: in-memory %.3f s, pipeline+prefetch %.3f s, pipeline %.3f s (ratio %.3f)\n",
-              median(mem), median(pre), median(plain), median(pre) / median(mem));
+  std::printf("median epoch: in-memory %.3f s, pipeline+prefetch %.3f s, pipeline %.3f s (ratio %.3f)\n", median(mem),
+              median(pre), median(plain), median(pre) / median(mem));
   std::printf("fastest epoch: in-memory %.3f s, pipeline+prefetch %.3f s, pipeline %.3f s\n", fastest(mem),
               fastest(pre), fastest(plain));
   std::printf("ratio pipeline+prefetch / in-memory (fastest epochs): %.3f\n", ratio);

@@ -54,8 +54,8 @@ struct Result {
 
 // The loop an engineer would write by hand: same init (glorot_uniform kernels,
 // zero biases), same shuffling, Keras's Adam update written with in-place ops.
-Result hand_written(const at::Tensor& x, const at::Tensor& y, const at::Tensor& xt, const at::Tensor& yt,
-                    int epochs, int64_t batch) {
+Result hand_written(const at::Tensor& x, const at::Tensor& y, const at::Tensor& xt, const at::Tensor& yt, int epochs,
+                    int64_t batch) {
   set_random_seed(1);
   auto glorot = Initializer::get("glorot_uniform");
   std::vector<int64_t> dims = {784, 256, 256, 10};
@@ -107,10 +107,10 @@ Result with_fit(const at::Tensor& x, const at::Tensor& y, const at::Tensor& xt, 
   model->add(std::make_shared<Dense>(256, "relu"));
   model->add(std::make_shared<Dense>(256, "relu"));
   model->add(std::make_shared<Dense>(10));
-  model->compile(CompileArgs::from_json(Json{
-      {"optimizer", {{"class_name", "Adam"}, {"config", {{"learning_rate", 1e-3}}}}},
-      {"loss", {{"class_name", "SparseCategoricalCrossentropy"}, {"config", {{"from_logits", true}}}}},
-      {"metrics", {"accuracy"}}}));
+  model->compile(CompileArgs::from_json(
+      Json{{"optimizer", {{"class_name", "Adam"}, {"config", {{"learning_rate", 1e-3}}}}},
+           {"loss", {{"class_name", "SparseCategoricalCrossentropy"}, {"config", {{"from_logits", true}}}}},
+           {"metrics", {"accuracy"}}}));
   Result r{"kiln fit()", {}, 0};
   // Epochs are timed inside one fit() call, as a user runs it.
   auto timer = std::make_shared<LambdaCallback>();
@@ -164,12 +164,18 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
-    if (a == "--epochs") epochs = std::stoi(next());
-    else if (a == "--batch_size") batch = std::stoll(next());
-    else if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--no_pytorch") run_pytorch = false;
-    else if (a == "--blas_threads") blas_threads = std::stoi(next());
-    else if (a == "--json") json_out = next();
+    if (a == "--epochs")
+      epochs = std::stoi(next());
+    else if (a == "--batch_size")
+      batch = std::stoll(next());
+    else if (a == "--threads")
+      threads = std::stoi(next());
+    else if (a == "--no_pytorch")
+      run_pytorch = false;
+    else if (a == "--blas_threads")
+      blas_threads = std::stoi(next());
+    else if (a == "--json")
+      json_out = next();
     else {
       std::cerr << "mlp_fit_bench: unknown option " << a << "\n";
       return 2;
@@ -200,7 +206,8 @@ int main(int argc, char** argv) {
   Json report = Json::object();
   for (auto& r : results) {
     std::printf("%-28s %14.3f %14.4f\n", r.name.c_str(), median(r.epoch_s), r.test_accuracy);
-    report[r.name] = Json{{"epoch_s", r.epoch_s}, {"median_epoch_s", median(r.epoch_s)}, {"test_accuracy", r.test_accuracy}};
+    report[r.name] =
+        Json{{"epoch_s", r.epoch_s}, {"median_epoch_s", median(r.epoch_s)}, {"test_accuracy", r.test_accuracy}};
   }
   const double ratio = median(results[1].epoch_s) / median(results[0].epoch_s);
   std::printf("ratio fit()/hand-written: %.3f (goal <= 1.05)\n", ratio);

@@ -126,7 +126,9 @@ Json summary(Tally& t, double seconds) {
               {"p50_ms", percentile_ms(t.latencies_us, 50)},
               {"p90_ms", percentile_ms(t.latencies_us, 90)},
               {"p99_ms", percentile_ms(t.latencies_us, 99)},
-              {"max_ms", t.latencies_us.empty() ? 0.0 : (double)*std::max_element(t.latencies_us.begin(), t.latencies_us.end()) / 1000.0}};
+              {"max_ms", t.latencies_us.empty()
+                             ? 0.0
+                             : (double)*std::max_element(t.latencies_us.begin(), t.latencies_us.end()) / 1000.0}};
 }
 
 // ---- clients: one per load-generator thread ---------------------------------
@@ -219,7 +221,8 @@ ClientFactory client_factory(const Args& a, const Body& body) {
 
 // Runs `concurrency` clients until `stop` is set (or, when `duration` > 0,
 // for that long). rate > 0: fixed-rate schedule, else closed loop.
-Tally drive(const ClientFactory& make, int concurrency, double duration, double rate, std::atomic<bool>* stop = nullptr) {
+Tally drive(const ClientFactory& make, int concurrency, double duration, double rate,
+            std::atomic<bool>* stop = nullptr) {
   std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < concurrency; ++i) clients.push_back(make(i));
   std::vector<Tally> tallies(concurrency);
@@ -290,7 +293,8 @@ double wait_available(httplib::Client& c, const std::string& model, int64_t vers
       throw IOError(model + " version " + std::to_string(version) + " failed to load: " + r->body);
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  throw IOError(model + " version " + std::to_string(version) + " not AVAILABLE within " + std::to_string(timeout_s) + " s");
+  throw IOError(model + " version " + std::to_string(version) + " not AVAILABLE within " + std::to_string(timeout_s) +
+                " s");
 }
 
 // ---- subcommands ----------------------------------------------------------------
@@ -471,8 +475,10 @@ int main(int argc, char** argv) {
     }
     k = k.substr(2);
     auto eq = k.find('=');
-    if (eq != std::string::npos) a.kv[k.substr(0, eq)] = k.substr(eq + 1);
-    else a.kv[k] = i + 1 < argc ? argv[++i] : "";
+    if (eq != std::string::npos)
+      a.kv[k.substr(0, eq)] = k.substr(eq + 1);
+    else
+      a.kv[k] = i + 1 < argc ? argv[++i] : "";
   }
   try {
     // The bound runs with the server's thread set-up; the generators need no

@@ -71,8 +71,7 @@ int main(int argc, char** argv) {
   ens.fit_weights(x_val, y_val);
   auto weighted = ens.evaluate(x_val, y_val, x_test, d.y_test, 1024);
   std::cout << "Greedy selection (Caruana):\n" << Ensemble::format_report(greedy);
-  std::cout << "\nWeighted average (Nelder-Mead on validation log loss):\n"
-            << Ensemble::format_report(weighted);
+  std::cout << "\nWeighted average (Nelder-Mead on validation log loss):\n" << Ensemble::format_report(weighted);
   std::cout << "ensemble test_accuracy: " << weighted.back().test_accuracy << "\n";
 
   ens.save(output);
@@ -80,7 +79,7 @@ int main(int argc, char** argv) {
   auto a = ens.predict({x_test.narrow(0, 0, 256)})[0];
   auto b = again->predict({x_test.narrow(0, 0, 256)})[0];
   const bool same = at::equal(a, b);
-  std::cout << "Saved ensemble to " << output
-            << "; reloaded ensemble predicts identically: " << (same ? "yes" : "no") << "\n";
+  std::cout << "Saved ensemble to " << output << "; reloaded ensemble predicts identically: " << (same ? "yes" : "no")
+            << "\n";
   return same ? 0 : 1;
 }

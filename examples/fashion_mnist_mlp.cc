@@ -38,8 +38,13 @@ int main(int argc, char** argv) {
   es.monitor = "val_loss";
   es.patience = 2;
   es.restore_best_weights = true;
-  model->fit({.x = {x_train}, .y = {d.y_train}, .batch_size = 128, .epochs = epochs, .verbose = 2,
-              .callbacks = {std::make_shared<EarlyStopping>(es)}, .validation_split = 0.1});
+  model->fit({.x = {x_train},
+              .y = {d.y_train},
+              .batch_size = 128,
+              .epochs = epochs,
+              .verbose = 2,
+              .callbacks = {std::make_shared<EarlyStopping>(es)},
+              .validation_split = 0.1});
 
   auto scores = model->evaluate({.x = {x_test}, .y = {d.y_test}, .batch_size = 512});
   std::cout << "test_loss: " << scores["loss"] << " - test_accuracy: " << scores["accuracy"] << "\n";

@@ -31,8 +31,7 @@ ModelPtr build_model(HyperParameters& hp) {
   auto m = std::make_shared<Sequential>();
   m->add(Input({784}));
   const int64_t layers = hp.Int("layers", 1, 2);
-  for (int64_t i = 0; i < layers; ++i)
-    m->add(std::make_shared<Dense>(hp.Int("units", 64, 512, {.step = 64}), "relu"));
+  for (int64_t i = 0; i < layers; ++i) m->add(std::make_shared<Dense>(hp.Int("units", 64, 512, {.step = 64}), "relu"));
   if (hp.Boolean("dropout")) {
     auto scope = hp.conditional_scope("dropout", {true});
     m->add(std::make_shared<Dropout>(hp.Float("rate", 0.1, 0.5, {.step = 0.1})));
@@ -102,8 +101,7 @@ int main(int argc, char** argv) {
   std::cout << "\n";
   tuner.results_summary(3);
 
-  std::cout << "\nFinal training of the top " << top
-            << " configurations (train + validation, 1.2x the best epoch):\n";
+  std::cout << "\nFinal training of the top " << top << " configurations (train + validation, 1.2x the best epoch):\n";
   FitArgs full = args;
   full.x = {x.narrow(0, 0, 45000)};
   full.y = {d.y_train.narrow(0, 0, 45000)};

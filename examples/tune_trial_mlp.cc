@@ -30,9 +30,9 @@ using namespace kiln;
 int main(int argc, char** argv) {
   prepare_thread_environment(argv);
   configure_threads();
-  std::map<std::string, double> f = {{"units", 64},     {"num_layers", 1},        {"learning_rate", 1e-3},
-                                     {"dropout", 0},    {"batch_size", 128},      {"epochs", 3},
-                                     {"train_samples", 10000}, {"val_samples", 5000}, {"seed", 1}};
+  std::map<std::string, double> f = {
+      {"units", 64}, {"num_layers", 1},        {"learning_rate", 1e-3}, {"dropout", 0}, {"batch_size", 128},
+      {"epochs", 3}, {"train_samples", 10000}, {"val_samples", 5000},   {"seed", 1}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto eq = a.find('=');
@@ -64,8 +64,13 @@ int main(int argc, char** argv) {
   CompileArgs c = CompileArgs::from_names("adam", "sparse_categorical_crossentropy", {"accuracy"});
   c.optimizer = std::make_shared<optimizers::Adam>(Json{{"learning_rate", f["learning_rate"]}});
   model->compile(c);
-  model->fit({.x = {x_train}, .y = {y_train}, .batch_size = (int64_t)f["batch_size"], .epochs = (int)f["epochs"],
-              .verbose = 0, .callbacks = {std::make_shared<tuning::MetricLineReporter>()}, .validation_x = {x_val},
+  model->fit({.x = {x_train},
+              .y = {y_train},
+              .batch_size = (int64_t)f["batch_size"],
+              .epochs = (int)f["epochs"],
+              .verbose = 0,
+              .callbacks = {std::make_shared<tuning::MetricLineReporter>()},
+              .validation_x = {x_val},
               .validation_y = {y_val}});
   return 0;
 }

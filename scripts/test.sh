@@ -5,5 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
+bash scripts/check_format.sh
 bash scripts/build.sh
 ctest --test-dir build --output-on-failure -j2 --timeout 900 "$@"

@@ -55,8 +55,10 @@ void write_number(std::string& out, double v, bool is_float32) {
 // t: contiguous float, double or int64.
 void write_nested(std::string& out, const at::Tensor& t, bool is_float32) {
   if (t.dim() == 0) {
-    if (t.scalar_type() == at::kLong) out += std::to_string(t.item<int64_t>());
-    else write_number(out, t.item<double>(), is_float32);
+    if (t.scalar_type() == at::kLong)
+      out += std::to_string(t.item<int64_t>());
+    else
+      write_number(out, t.item<double>(), is_float32);
     return;
   }
   out += '[';
@@ -83,8 +85,8 @@ class Worker {
   }
 
   // Predicts `items` (parsed ones) and appends result lines; errors go to `errors`.
-  void run_shard(std::vector<Item>& items, std::string& results, std::string& errors, int64_t batch_size,
-                 int64_t& n_ok, int64_t& n_err) {
+  void run_shard(std::vector<Item>& items, std::string& results, std::string& errors, int64_t batch_size, int64_t& n_ok,
+                 int64_t& n_err) {
     std::vector<Item*> batch;
     auto flush = [&] {
       if (batch.empty()) return;
@@ -279,8 +281,9 @@ BatchPredictReport batch_predict(const BatchPredictOptions& o) {
     bool is_results = starts_with(name, std::string(kResults) + "-");
     if (!is_results && !starts_with(name, std::string(kErrors) + "-")) continue;
     if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-      throw ValueError("output directory " + o.output_dir + " holds " + name + " from a run with another number of shards (this run has " +
-                       std::to_string(n) + "); use an empty --output directory or the same inputs and --lines_per_shard");
+      throw ValueError("output directory " + o.output_dir + " holds " + name +
+                       " from a run with another number of shards (this run has " + std::to_string(n) +
+                       "); use an empty --output directory or the same inputs and --lines_per_shard");
     if (is_results) {
       int64_t k = std::atoll(name.c_str() + std::string(kResults).size() + 1);
       if (k >= 0 && k < n) done[k] = true;

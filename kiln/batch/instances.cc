@@ -20,9 +20,12 @@ void flatten_into(const Json& v, const Shape& shape, size_t depth, std::vector<d
     for (auto& e : v) flatten_into(e, shape, depth + 1, out, what);
     return;
   }
-  if (v.is_number()) out.push_back(v.get<double>());
-  else if (v.is_boolean()) out.push_back(v.get<bool>() ? 1.0 : 0.0);
-  else throw ValueError(what + " holds " + json_excerpt(v) + " where a number belongs");
+  if (v.is_number())
+    out.push_back(v.get<double>());
+  else if (v.is_boolean())
+    out.push_back(v.get<bool>() ? 1.0 : 0.0);
+  else
+    throw ValueError(what + " holds " + json_excerpt(v) + " where a number belongs");
 }
 
 InstanceValue to_value(const Json& v, const std::string& what) {

@@ -1,7 +1,7 @@
 // End-to-end tests of the `kiln` command line: they run the built binary
 // (KILN_CLI) on small specs and check its files, output and exit codes.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -158,9 +158,12 @@ TEST_F(Cli, PredictRoundTripsJsonLinesInOrder) {
   for (int i = 0; i < n; ++i) {
     Json row = Json::array();
     for (int k = 0; k < 4; ++k) row.push_back(x[i][k].item<float>());
-    if (i % 3 == 0) in << row.dump() << "\n";
-    else if (i % 3 == 1) in << Json{{"inputs", row}}.dump() << "\n";
-    else in << Json{{input_name, row}}.dump() << "\n";
+    if (i % 3 == 0)
+      in << row.dump() << "\n";
+    else if (i % 3 == 1)
+      in << Json{{"inputs", row}}.dump() << "\n";
+    else
+      in << Json{{input_name, row}}.dump() << "\n";
     if (i == 10) in << "\n";  // blank lines are skipped
   }
   write_text(dir_.path() + "/in.jsonl", in.str());
@@ -305,10 +308,11 @@ TEST_F(Cli, DeeplyNestedJsonIsOneShortErrorLineInEveryReader) {
     write_text(dir_.path() + "/deep_spec.json", nested_objects(depth));
     expect_short_error("train " + q(dir_.path() + "/deep_spec.json"), {"deep_spec.json", "64 levels"});
     // A JSON Lines data file named by a spec.
-    write_text(dir_.path() + "/deep_data.jsonl", "{\"x\": [1, 2], \"y\": 0}\n{\"x\": " + nested_lists(depth) + ", \"y\": 1}\n");
+    write_text(dir_.path() + "/deep_data.jsonl",
+               "{\"x\": [1, 2], \"y\": 0}\n{\"x\": " + nested_lists(depth) + ", \"y\": 1}\n");
     Json data_spec = csv_spec(csv_, base_);
-    data_spec["data"] = {{"source", "jsonl"}, {"path", dir_.path() + "/deep_data.jsonl"}, {"features", {"x"}},
-                         {"label", "y"}};
+    data_spec["data"] = {
+        {"source", "jsonl"}, {"path", dir_.path() + "/deep_data.jsonl"}, {"features", {"x"}}, {"label", "y"}};
     expect_short_error("train " + q(write_spec("deep_data_spec.json", data_spec)), {"deep_data.jsonl:2", "64 levels"});
     // model.json of a model directory.
     make_dirs(dir_.path() + "/deep_model/1");
@@ -355,7 +359,8 @@ TEST_F(Cli, NonFiniteDataIsRefusedAndANaNModelIsNeverPublished) {
   // Allowed on request: training then ends with NaN weights, which are
   // never published.
   spec["data"]["allow_non_finite"] = true;
-  expect_short_error("--threads 1 train " + q(write_spec("nan_allowed.json", spec)), {"non-finite weights", "not saved"});
+  expect_short_error("--threads 1 train " + q(write_spec("nan_allowed.json", spec)),
+                     {"non-finite weights", "not saved"});
   EXPECT_FALSE(path_exists(base_ + "/1")) << "a model with NaN weights was published";
 
   // Divergence without bad data is caught the same way.
@@ -370,7 +375,8 @@ TEST_F(Cli, NonFiniteDataIsRefusedAndANaNModelIsNeverPublished) {
 TEST_F(Cli, ConfigValuesOutOfRangeAreUserErrors) {
   Json huge = csv_spec(csv_, base_);
   huge["model"]["layers"][0]["config"]["units"] = 1e12;
-  expect_short_error("--threads 1 train " + q(write_spec("huge.json", huge)), {"units=", "positive integer up to 16777216"});
+  expect_short_error("--threads 1 train " + q(write_spec("huge.json", huge)),
+                     {"units=", "positive integer up to 16777216"});
   huge["model"]["layers"][0]["config"]["units"] = 1.5;
   expect_short_error("--threads 1 train " + q(write_spec("frac.json", huge)), {"units"});
 
@@ -383,8 +389,8 @@ TEST_F(Cli, ConfigValuesOutOfRangeAreUserErrors) {
   const std::string original = read_file(v + "/model.json");
   Json mj = Json::parse(original);
   ASSERT_EQ(mj["config"]["output_layers"][0][0], "head");
-  for (auto [node, index, mention] : {std::tuple{5, 0, "has nodes 0..0"}, std::tuple{-1, 0, "indices >= 0"},
-                                      std::tuple{0, 7, "has 1 output(s)"}}) {
+  for (auto [node, index, mention] :
+       {std::tuple{5, 0, "has nodes 0..0"}, std::tuple{-1, 0, "indices >= 0"}, std::tuple{0, 7, "has 1 output(s)"}}) {
     mj["config"]["output_layers"][0][1] = node;
     mj["config"]["output_layers"][0][2] = index;
     write_text(v + "/model.json", mj.dump());
@@ -474,8 +480,9 @@ TEST_F(Cli, KilledTrainingResumesFromBackupBitForBit) {
       "data": {"source": "fashion_mnist", "scale": "1/255", "flatten": true, "limit": 6000, "test_limit": 500},
       "fit": {"epochs": 4, "batch_size": 32, "validation_split": 0.1, "seed": 11, "verbose": 2}
     })");
-    s["callbacks"] = Json::array({Json{{"class_name", "BackupAndRestore"},
-                                       {"config", {{"backup_dir", dir_.path() + "/backup_" + name}, {"save_freq", 40}}}}});
+    s["callbacks"] =
+        Json::array({Json{{"class_name", "BackupAndRestore"},
+                          {"config", {{"backup_dir", dir_.path() + "/backup_" + name}, {"save_freq", 40}}}}});
     s["output"] = {{"base_dir", dir_.path() + "/out_" + name}};
     return write_spec(name + ".json", s);
   };
@@ -506,7 +513,8 @@ TEST_F(Cli, KilledTrainingResumesFromBackupBitForBit) {
   }
   ASSERT_TRUE(seen) << "no checkpoint appeared in " << backup << "; log:\n" << read_file(dir_.path() + "/killed.log");
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-      << "training finished before it could be killed; log:\n" << read_file(dir_.path() + "/killed.log");
+      << "training finished before it could be killed; log:\n"
+      << read_file(dir_.path() + "/killed.log");
   EXPECT_FALSE(path_exists(dir_.path() + "/out_killed/1")) << "a killed run must not publish a version";
 
   // The same command again resumes and finishes.
@@ -545,25 +553,37 @@ TEST_F(Cli, TrainsATwoInputTwoOutputSpec) {
                 {"config", {{"shape", {nullptr, width}}, {"dtype", "float32"}, {"keras_history", {layer, 0, 0}}}}};
   };
   auto input = [](const char* name, int width) {
-    return Json{{"module", "keras.layers"}, {"class_name", "InputLayer"},
-                {"config", {{"batch_shape", {nullptr, width}}, {"dtype", "float32"}, {"sparse", false}, {"name", name}}},
-                {"registered_name", nullptr}, {"name", name}, {"inbound_nodes", Json::array()}};
+    return Json{
+        {"module", "keras.layers"},
+        {"class_name", "InputLayer"},
+        {"config", {{"batch_shape", {nullptr, width}}, {"dtype", "float32"}, {"sparse", false}, {"name", name}}},
+        {"registered_name", nullptr},
+        {"name", name},
+        {"inbound_nodes", Json::array()}};
   };
   auto layer = [](const char* cls, Json config, const char* name, Json args) {
     config["name"] = name;
-    return Json{{"module", "keras.layers"}, {"class_name", cls}, {"config", config}, {"registered_name", nullptr},
-                {"name", name}, {"inbound_nodes", {{{"args", args}, {"kwargs", Json::object()}}}}};
+    return Json{{"module", "keras.layers"},
+                {"class_name", cls},
+                {"config", config},
+                {"registered_name", nullptr},
+                {"name", name},
+                {"inbound_nodes", {{{"args", args}, {"kwargs", Json::object()}}}}};
   };
-  Json model = {{"module", "keras.src.models.functional"}, {"class_name", "Functional"}, {"registered_name", "Functional"},
-                {"config", {{"name", "two_heads"}, {"trainable", true},
-                            {"layers", {input("features", 3),
-                                        layer("Dense", {{"units", 8}, {"activation", "relu"}}, "trunk", {kt("features", 3)}),
-                                        input("extra", 1),
-                                        layer("Concatenate", {{"axis", -1}}, "merge", {{kt("trunk", 8), kt("extra", 1)}}),
-                                        layer("Dense", {{"units", 3}, {"activation", "softmax"}}, "digit", {kt("merge", 9)}),
-                                        layer("Dense", {{"units", 1}, {"activation", "sigmoid"}}, "sign", {kt("merge", 9)})}},
-                            {"input_layers", {{"features", 0, 0}, {"extra", 0, 0}}},
-                            {"output_layers", {{"digit", 0, 0}, {"sign", 0, 0}}}}}};
+  Json model = {
+      {"module", "keras.src.models.functional"},
+      {"class_name", "Functional"},
+      {"registered_name", "Functional"},
+      {"config",
+       {{"name", "two_heads"},
+        {"trainable", true},
+        {"layers",
+         {input("features", 3), layer("Dense", {{"units", 8}, {"activation", "relu"}}, "trunk", {kt("features", 3)}),
+          input("extra", 1), layer("Concatenate", {{"axis", -1}}, "merge", {{kt("trunk", 8), kt("extra", 1)}}),
+          layer("Dense", {{"units", 3}, {"activation", "softmax"}}, "digit", {kt("merge", 9)}),
+          layer("Dense", {{"units", 1}, {"activation", "sigmoid"}}, "sign", {kt("merge", 9)})}},
+        {"input_layers", {{"features", 0, 0}, {"extra", 0, 0}}},
+        {"output_layers", {{"digit", 0, 0}, {"sign", 0, 0}}}}}};
   Json spec = Json::parse(R"({
     "data": {"source": "csv", "inputs": {"features": ["f0", "f1", "f2"], "extra": "e0"},
              "outputs": {"digit": "digit", "sign": {"column": "sign", "type": "float32"}}, "test_split": 0.2},
@@ -585,7 +605,8 @@ TEST_F(Cli, TrainsATwoInputTwoOutputSpec) {
   // The test metrics: total = digit_loss + 0.5 * sign_loss; the easy digit task is learned.
   std::map<std::string, double> test;
   for (auto& line : lines_of(r.output))
-    if (line.rfind("test_", 0) == 0) test[line.substr(5, line.find(':') - 5)] = std::stod(line.substr(line.find(':') + 1));
+    if (line.rfind("test_", 0) == 0)
+      test[line.substr(5, line.find(':') - 5)] = std::stod(line.substr(line.find(':') + 1));
   ASSERT_TRUE(test.count("loss") && test.count("digit_loss") && test.count("sign_loss")) << r.output;
   EXPECT_NEAR(test["loss"], test["digit_loss"] + 0.5 * test["sign_loss"], 2e-4);
   EXPECT_GE(test["digit_accuracy"], 0.8) << r.output;
@@ -596,8 +617,9 @@ TEST_F(Cli, TrainsATwoInputTwoOutputSpec) {
   EXPECT_EQ(mj["compile_config"]["loss_weights"]["sign"], 0.5);
   auto show = kiln("show " + q(dir_.path() + "/two/1"));
   ASSERT_EQ(show.exit_code, 0) << show.output;
-  for (const char* want : {"loss: [digit: sparse_categorical_crossentropy", "loss_weights: {\"digit\":1.0,\"sign\":0.5}",
-                           "metrics: [digit: [accuracy = SparseCategoricalAccuracy], sign: [accuracy = BinaryAccuracy"})
+  for (const char* want :
+       {"loss: [digit: sparse_categorical_crossentropy", "loss_weights: {\"digit\":1.0,\"sign\":0.5}",
+        "metrics: [digit: [accuracy = SparseCategoricalAccuracy], sign: [accuracy = BinaryAccuracy"})
     EXPECT_NE(show.output.find(want), std::string::npos) << "'" << want << "' not in:\n" << show.output;
   auto ev = kiln("--threads 1 evaluate " + q(dir_.path() + "/two/1") + " --spec " + q(spec_path) + " --json");
   ASSERT_EQ(ev.exit_code, 0) << ev.output;
@@ -607,7 +629,8 @@ TEST_F(Cli, TrainsATwoInputTwoOutputSpec) {
 
   // A name the model does not have is one clear line.
   spec["data"]["outputs"] = Json::parse(R"({"digit": "digit", "sgn": "sign"})");
-  expect_user_error("train " + q(write_spec("bad.json", spec)), {"the model's output 'sign' has no data", "digit, sgn"});
+  expect_user_error("train " + q(write_spec("bad.json", spec)),
+                    {"the model's output 'sign' has no data", "digit, sgn"});
 }
 
 }  // namespace

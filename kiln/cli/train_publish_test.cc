@@ -3,8 +3,8 @@
 // resumes from the last checkpoint instead of training from epoch 1), and
 // the staging copy a kill during the publish leaves is removed by the next
 // run.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -58,9 +58,10 @@ std::string write_spec(const std::string& dir, const std::string& name, const st
                 "loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"]},
     "fit": {"batch_size": 16, "seed": 3, "verbose": 2}
   })");
-  s["model"] = {{"layers", Json::array({Json{{"class_name", "Dense"}, {"config", {{"units", units}, {"activation", "relu"}}}},
-                                        Json{{"class_name", "Dense"}, {"config", {{"units", units}, {"activation", "relu"}}}},
-                                        Json{{"class_name", "Dense"}, {"config", {{"units", 3}, {"activation", "softmax"}}}}})}};
+  s["model"] = {
+      {"layers", Json::array({Json{{"class_name", "Dense"}, {"config", {{"units", units}, {"activation", "relu"}}}},
+                              Json{{"class_name", "Dense"}, {"config", {{"units", units}, {"activation", "relu"}}}},
+                              Json{{"class_name", "Dense"}, {"config", {{"units", 3}, {"activation", "softmax"}}}}})}};
   s["data"]["path"] = csv;
   s["fit"]["epochs"] = epochs;
   s["callbacks"] = Json::array({Json{{"class_name", "BackupAndRestore"}, {"config", {{"backup_dir", backup}}}}});
@@ -153,7 +154,8 @@ TEST(TrainPublish, KillDuringPublishLeavesNoStagingAndDoesNotRetrain) {
     ::waitpid(pid, &status, 0);
   }
   ASSERT_TRUE(caught && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-      << "the publish was not caught in progress; log:\n" << read_file(log);
+      << "the publish was not caught in progress; log:\n"
+      << read_file(log);
   std::vector<std::string> left;
   for (auto& n : list_directory(base))
     if (n.find(mine) != std::string::npos) left.push_back(n);

@@ -24,17 +24,28 @@ at::ScalarType dtype_from_string(const std::string& n) {
 
 std::string dtype_to_string(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kChar: return "int8";
-    case at::kByte: return "uint8";
-    case at::kShort: return "int16";
-    case at::kInt: return "int32";
-    case at::kLong: return "int64";
-    case at::kBool: return "bool";
-    default: return std::string(c10::toString(t));
+    case at::kFloat:
+      return "float32";
+    case at::kDouble:
+      return "float64";
+    case at::kHalf:
+      return "float16";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kChar:
+      return "int8";
+    case at::kByte:
+      return "uint8";
+    case at::kShort:
+      return "int16";
+    case at::kInt:
+      return "int32";
+    case at::kLong:
+      return "int64";
+    case at::kBool:
+      return "bool";
+    default:
+      return std::string(c10::toString(t));
   }
 }
 
@@ -45,8 +56,7 @@ DTypePolicy::DTypePolicy(const std::string& name) : name_(name) {
   } else if (name == "mixed_bfloat16") {
     compute_ = at::kBFloat16;
     variable_ = at::kFloat;
-  } else if (name == "float32" || name == "float64" || name == "float16" ||
-             name == "bfloat16") {
+  } else if (name == "float32" || name == "float64" || name == "float16" || name == "bfloat16") {
     compute_ = variable_ = dtype_from_string(name);
   } else {
     throw ValueError("unknown dtype policy '" + name +

@@ -31,12 +31,16 @@ class VarianceScaling : public Initializer {
  public:
   VarianceScaling(double scale, std::string mode, std::string dist, std::string cls)
       : scale_(scale), mode_(std::move(mode)), dist_(std::move(dist)), cls_(std::move(cls)) {
-    if (scale_ <= 0) throw ValueError("VarianceScaling: `scale` must be positive. Received: scale=" + std::to_string(scale_));
+    if (scale_ <= 0)
+      throw ValueError("VarianceScaling: `scale` must be positive. Received: scale=" + std::to_string(scale_));
     if (mode_ != "fan_in" && mode_ != "fan_out" && mode_ != "fan_avg")
       throw ValueError("VarianceScaling: `mode` must be fan_in, fan_out or fan_avg. Received: mode=" + mode_);
     if (dist_ == "normal") dist_ = "truncated_normal";
     if (dist_ != "truncated_normal" && dist_ != "untruncated_normal" && dist_ != "uniform")
-      throw ValueError("VarianceScaling: `distribution` must be truncated_normal, untruncated_normal or uniform. Received: distribution=" + dist_);
+      throw ValueError(
+          "VarianceScaling: `distribution` must be truncated_normal, untruncated_normal or uniform. Received: "
+          "distribution=" +
+          dist_);
   }
   at::Tensor sample(const Shape& shape, at::ScalarType dtype) const override {
     auto [fan_in, fan_out] = compute_fans(shape);
@@ -94,12 +98,13 @@ class Constant : public Initializer {
 
 class RandomNormal : public Initializer {
  public:
-  RandomNormal(double mean, double stddev, bool truncated)
-      : mean_(mean), stddev_(stddev), truncated_(truncated) {}
+  RandomNormal(double mean, double stddev, bool truncated) : mean_(mean), stddev_(stddev), truncated_(truncated) {}
   at::Tensor sample(const Shape& shape, at::ScalarType dtype) const override {
     auto t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
-    if (truncated_) VarianceScaling::truncated_normal_(t, 1.0), t.mul_(stddev_);
-    else t.normal_(0, stddev_);
+    if (truncated_)
+      VarianceScaling::truncated_normal_(t, 1.0), t.mul_(stddev_);
+    else
+      t.normal_(0, stddev_);
     return (t + mean_).to(dtype);
   }
   Json get_config() const override { return Json{{"mean", mean_}, {"stddev", stddev_}, {"seed", nullptr}}; }
@@ -127,7 +132,8 @@ class Orthogonal : public Initializer {
  public:
   explicit Orthogonal(double gain) : gain_(gain) {}
   at::Tensor sample(const Shape& shape, at::ScalarType dtype) const override {
-    if (shape.size() < 2) throw ValueError("Orthogonal initializer needs a shape of rank >= 2. Received: " + shape_to_string(shape));
+    if (shape.size() < 2)
+      throw ValueError("Orthogonal initializer needs a shape of rank >= 2. Received: " + shape_to_string(shape));
     int64_t rows = 1;
     for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
     int64_t cols = shape.back();
@@ -154,12 +160,16 @@ InitializerPtr variance_scaling(double scale, const std::string& mode, const std
 InitializerPtr constant_initializer(double value) { return std::make_shared<Constant>(value, "Constant"); }
 
 InitializerPtr Initializer::get(const std::string& name) {
-  if (name == "glorot_uniform" || name == "GlorotUniform") return variance_scaling(1.0, "fan_avg", "uniform", "GlorotUniform");
-  if (name == "glorot_normal" || name == "GlorotNormal") return variance_scaling(1.0, "fan_avg", "truncated_normal", "GlorotNormal");
+  if (name == "glorot_uniform" || name == "GlorotUniform")
+    return variance_scaling(1.0, "fan_avg", "uniform", "GlorotUniform");
+  if (name == "glorot_normal" || name == "GlorotNormal")
+    return variance_scaling(1.0, "fan_avg", "truncated_normal", "GlorotNormal");
   if (name == "he_normal" || name == "HeNormal") return variance_scaling(2.0, "fan_in", "truncated_normal", "HeNormal");
   if (name == "he_uniform" || name == "HeUniform") return variance_scaling(2.0, "fan_in", "uniform", "HeUniform");
-  if (name == "lecun_normal" || name == "LecunNormal") return variance_scaling(1.0, "fan_in", "truncated_normal", "LecunNormal");
-  if (name == "lecun_uniform" || name == "LecunUniform") return variance_scaling(1.0, "fan_in", "uniform", "LecunUniform");
+  if (name == "lecun_normal" || name == "LecunNormal")
+    return variance_scaling(1.0, "fan_in", "truncated_normal", "LecunNormal");
+  if (name == "lecun_uniform" || name == "LecunUniform")
+    return variance_scaling(1.0, "fan_in", "uniform", "LecunUniform");
   if (name == "zeros" || name == "Zeros") return std::make_shared<Constant>(0.0, "Zeros");
   if (name == "ones" || name == "Ones") return std::make_shared<Constant>(1.0, "Ones");
   if (name == "random_normal" || name == "RandomNormal") return std::make_shared<RandomNormal>(0.0, 0.05, false);

@@ -39,8 +39,7 @@ using InitializerPtr = std::shared_ptr<Initializer>;
 
 // Keras VarianceScaling(scale, mode in {fan_in, fan_out, fan_avg},
 // distribution in {truncated_normal, untruncated_normal, uniform}).
-InitializerPtr variance_scaling(double scale, const std::string& mode,
-                                const std::string& distribution,
+InitializerPtr variance_scaling(double scale, const std::string& mode, const std::string& distribution,
                                 const std::string& class_name = "VarianceScaling");
 InitializerPtr constant_initializer(double value);
 

@@ -25,8 +25,7 @@ std::string errno_text() { return std::strerror(errno); }
 // (kiln/saving/model_io.cc's remove_stale_staging parses this; keep the
 // two in step).
 std::string random_suffix() {
-  static thread_local std::mt19937_64 rng(std::random_device{}() ^
-                                          (uint64_t)::getpid() << 32);
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^ (uint64_t)::getpid() << 32);
   const char* hex = "0123456789abcdef";
   std::string s(8, '0');
   for (auto& c : s) c = hex[rng() & 15];
@@ -83,8 +82,7 @@ void make_dirs(const std::string& path) {
   if (path.empty()) return;
   std::error_code ec;
   fs::create_directories(path, ec);
-  if (ec && !fs::is_directory(path))
-    throw IOError("cannot create directory " + path + ": " + ec.message());
+  if (ec && !fs::is_directory(path)) throw IOError("cannot create directory " + path + ": " + ec.message());
 }
 
 void remove_all(const std::string& path) {
@@ -112,8 +110,7 @@ std::string parent_path(const std::string& path) {
 
 void atomic_write_file(const std::string& path, const std::string& data) {
   const std::string dir = parent_path(path);
-  const std::string tmp =
-      join_path(dir, "." + fs::path(path).filename().string() + ".tmp-" + random_suffix());
+  const std::string tmp = join_path(dir, "." + fs::path(path).filename().string() + ".tmp-" + random_suffix());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw IOError("cannot create " + tmp + ": " + errno_text());
   size_t off = 0;

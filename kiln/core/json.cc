@@ -51,8 +51,10 @@ int json_depth(std::string_view text, int limit) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_str) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_str = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_str = false;
       continue;
     }
     if (c == '"') {
@@ -111,8 +113,7 @@ Json parse_json(const std::string& text, const std::string& what) {
 Json read_json_file(const std::string& path) { return parse_json(read_file(path), path); }
 
 const Json& require(const Json& j, const char* key, const std::string& owner) {
-  if (!j.is_object() || !j.contains(key))
-    throw ValueError(owner + " config is missing `" + key + "`");
+  if (!j.is_object() || !j.contains(key)) throw ValueError(owner + " config is missing `" + key + "`");
   return j.at(key);
 }
 

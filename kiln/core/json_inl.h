@@ -12,8 +12,8 @@ T get_or(const Json& j, const char* key, const T& fallback) {
   try {
     return it->template get<T>();
   } catch (const nlohmann::json::exception& e) {
-    throw ValueError(std::string("config key `") + key + "` has the wrong type (" +
-                     it->type_name() + "): " + it->dump());
+    throw ValueError(std::string("config key `") + key + "` has the wrong type (" + it->type_name() +
+                     "): " + it->dump());
   }
 }
 

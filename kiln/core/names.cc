@@ -22,8 +22,8 @@ std::string to_snake_case(const std::string& s) {
     char c = s[i];
     if (std::isupper((unsigned char)c)) {
       bool prev_lower = i > 0 && (std::islower((unsigned char)s[i - 1]));
-      bool next_lower_after_upper = i > 0 && std::isupper((unsigned char)s[i - 1]) &&
-                                    i + 1 < s.size() && std::islower((unsigned char)s[i + 1]);
+      bool next_lower_after_upper =
+          i > 0 && std::isupper((unsigned char)s[i - 1]) && i + 1 < s.size() && std::islower((unsigned char)s[i + 1]);
       if (prev_lower || next_lower_after_upper) out += '_';
       out += (char)std::tolower((unsigned char)c);
     } else {

@@ -18,8 +18,7 @@
 #endif
 
 #define KILN_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) ||       \
-   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 namespace kiln::compat {
 
@@ -37,8 +36,7 @@ using optional = c10::optional<T>;
 #endif
 
 // Gradients of `outputs` with respect to `inputs` (autograd.grad).
-inline std::vector<at::Tensor> grad(const std::vector<at::Tensor>& outputs,
-                                    const std::vector<at::Tensor>& inputs,
+inline std::vector<at::Tensor> grad(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
                                     bool create_graph = false) {
   return torch::autograd::grad(outputs, inputs, /*grad_outputs=*/{},
                                /*retain_graph=*/c10::nullopt, create_graph,

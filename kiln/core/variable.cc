@@ -32,9 +32,8 @@ Shape Variable::shape() const { return Shape(value_.sizes().begin(), value_.size
 
 void Variable::assign(const at::Tensor& v) {
   if (!v.sizes().equals(value_.sizes()))
-    throw ShapeError("cannot assign to variable " + path_ + ": expected shape " +
-                     shape_to_string(shape()) + ", received " +
-                     shape_to_string(Shape(v.sizes().begin(), v.sizes().end())));
+    throw ShapeError("cannot assign to variable " + path_ + ": expected shape " + shape_to_string(shape()) +
+                     ", received " + shape_to_string(Shape(v.sizes().begin(), v.sizes().end())));
   at::NoGradGuard ng;
   value_.copy_(v);
 }
@@ -72,8 +71,8 @@ VariablePtr VariableFactory::create(const VariableSpec& spec, const DTypePolicy&
   if (!spec.initializer) throw ValueError("variable '" + spec.name + "' needs an initializer");
   for (auto d : spec.shape)
     if (d < 0)
-      throw ShapeError("variable '" + spec.name + "' needs a fully known shape. Received: " +
-                       shape_to_string(spec.shape));
+      throw ShapeError("variable '" + spec.name +
+                       "' needs a fully known shape. Received: " + shape_to_string(spec.shape));
   const std::string scope = current_name_scope();
   const std::string path = scope.empty() ? spec.name : scope + "/" + spec.name;
   const at::ScalarType dtype = spec.dtype.value_or(policy.variable_dtype());

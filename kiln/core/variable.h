@@ -92,9 +92,9 @@ class NameScope {
 std::string current_name_scope();  // "sequential/dense_1", or ""
 
 struct VariableSpec {
-  std::string name;                   // "kernel"
-  Shape shape;                        // fully known
-  InitializerPtr initializer;         // required
+  std::string name;            // "kernel"
+  Shape shape;                 // fully known
+  InitializerPtr initializer;  // required
   bool trainable = true;
   std::optional<at::ScalarType> dtype;  // default: the policy's variable dtype
 };

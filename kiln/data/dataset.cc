@@ -49,26 +49,23 @@ std::string shape_string(const at::Tensor& t) {
 
 void check_same_structure(const Element& first, const Element& other, int64_t index_in_batch) {
   if (first.size() != other.size()) {
-    throw ShapeError(
-        "Dataset.batch: elements have different numbers of tensors: element 0 of the batch has " +
-        std::to_string(first.size()) + ", element " + std::to_string(index_in_batch) + " has " +
-        std::to_string(other.size()));
+    throw ShapeError("Dataset.batch: elements have different numbers of tensors: element 0 of the batch has " +
+                     std::to_string(first.size()) + ", element " + std::to_string(index_in_batch) + " has " +
+                     std::to_string(other.size()));
   }
   for (size_t j = 0; j < first.size(); ++j) {
     const at::Tensor& a = first[j];
     const at::Tensor& b = other[j];
     if (a.sizes() != b.sizes()) {
-      throw ShapeError("Dataset.batch: cannot stack elements of different shapes: component " +
-                       std::to_string(j) + " has shape " + shape_string(a) +
-                       " in element 0 of the batch and " + shape_string(b) + " in element " +
-                       std::to_string(index_in_batch) +
+      throw ShapeError("Dataset.batch: cannot stack elements of different shapes: component " + std::to_string(j) +
+                       " has shape " + shape_string(a) + " in element 0 of the batch and " + shape_string(b) +
+                       " in element " + std::to_string(index_in_batch) +
                        ". Pad or resize them in a map() before batch(), or use batch_size=1.");
     }
     if (a.scalar_type() != b.scalar_type()) {
-      throw ShapeError("Dataset.batch: cannot stack elements of different dtypes: component " +
-                       std::to_string(j) + " is " + std::string(c10::toString(a.scalar_type())) +
-                       " in element 0 of the batch and " + std::string(c10::toString(b.scalar_type())) +
-                       " in element " + std::to_string(index_in_batch));
+      throw ShapeError("Dataset.batch: cannot stack elements of different dtypes: component " + std::to_string(j) +
+                       " is " + std::string(c10::toString(a.scalar_type())) + " in element 0 of the batch and " +
+                       std::string(c10::toString(b.scalar_type())) + " in element " + std::to_string(index_in_batch));
     }
   }
 }
@@ -168,9 +165,7 @@ class SlicesNode : public DatasetNode {
   int64_t cardinality() const override { return n_; }
   bool in_memory() const override { return true; }
   const Element* row_source() const override { return &tensors_; }
-  std::unique_ptr<IndexStream> index_stream(uint64_t) const override {
-    return std::make_unique<RangeStream>(n_);
-  }
+  std::unique_ptr<IndexStream> index_stream(uint64_t) const override { return std::make_unique<RangeStream>(n_); }
 
  private:
   Element tensors_;
@@ -236,8 +231,7 @@ Dataset Dataset::from_tensors(const Element& tensors) {
 }
 
 Dataset Dataset::from_tensor_slices(const Element& tensors) {
-  if (tensors.empty())
-    throw ValueError("Dataset.from_tensor_slices: received no tensors, expected at least one");
+  if (tensors.empty()) throw ValueError("Dataset.from_tensor_slices: received no tensors, expected at least one");
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (!tensors[i].defined()) {
       throw ValueError("Dataset.from_tensor_slices: tensor " + std::to_string(i) + " is undefined");
@@ -251,20 +245,17 @@ Dataset Dataset::from_tensor_slices(const Element& tensors) {
   for (size_t i = 1; i < tensors.size(); ++i) {
     if (tensors[i].size(0) != n) {
       std::string lengths;
-      for (size_t j = 0; j < tensors.size(); ++j)
-        lengths += (j ? ", " : "") + std::to_string(tensors[j].size(0));
+      for (size_t j = 0; j < tensors.size(); ++j) lengths += (j ? ", " : "") + std::to_string(tensors[j].size(0));
       throw ValueError(
           "Dataset.from_tensor_slices: all tensors must have the same length along dim 0. Received lengths: "
           "[" +
-          lengths + "] (tensor shapes: " + shape_string(tensors[0]) + " and " + shape_string(tensors[i]) +
-          ")");
+          lengths + "] (tensor shapes: " + shape_string(tensors[0]) + " and " + shape_string(tensors[i]) + ")");
     }
   }
   return Dataset(std::make_shared<SlicesNode>(tensors));
 }
 
-Dataset Dataset::from_generator(std::function<std::function<std::optional<Element>()>()> make,
-                                int64_t cardinality) {
+Dataset Dataset::from_generator(std::function<std::function<std::optional<Element>()>()> make, int64_t cardinality) {
   if (!make) throw ValueError("Dataset.from_generator: received an empty factory function");
   if (cardinality < kUnknownCardinality) {
     throw ValueError("Dataset.from_generator: invalid cardinality " + std::to_string(cardinality) +
@@ -287,8 +278,7 @@ Dataset Dataset::map(std::function<Element(const Element&)> fn, int num_parallel
   return Dataset(make_map_node(node_, std::move(fn), num_parallel_calls));
 }
 
-Dataset Dataset::shuffle(int64_t buffer_size, std::optional<uint64_t> seed,
-                         bool reshuffle_each_iteration) const {
+Dataset Dataset::shuffle(int64_t buffer_size, std::optional<uint64_t> seed, bool reshuffle_each_iteration) const {
   require_positive("shuffle", "buffer_size", buffer_size);
   return Dataset(make_shuffle_node(node_, buffer_size, seed ? *seed : next_seed(), reshuffle_each_iteration));
 }
@@ -330,9 +320,7 @@ Dataset Dataset::skip(int64_t n) const {
   return Dataset(make_skip_node(node_, n));
 }
 
-Dataset Dataset::cache(const std::string& filename) const {
-  return Dataset(make_cache_node(node_, filename));
-}
+Dataset Dataset::cache(const std::string& filename) const { return Dataset(make_cache_node(node_, filename)); }
 
 Dataset Dataset::prefetch(int64_t buffer_size) const {
   if (buffer_size == kAutotune) buffer_size = 2;
@@ -343,9 +331,8 @@ Dataset Dataset::prefetch(int64_t buffer_size) const {
 Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
   require_positive("shard", "num_shards", num_shards);
   if (index < 0 || index >= num_shards) {
-    throw ValueError(
-        "Dataset.shard: received an invalid value for `index`, expected 0 <= index < num_shards=" +
-        std::to_string(num_shards) + ". Received: index=" + std::to_string(index));
+    throw ValueError("Dataset.shard: received an invalid value for `index`, expected 0 <= index < num_shards=" +
+                     std::to_string(num_shards) + ". Received: index=" + std::to_string(index));
   }
   return Dataset(make_shard_node(node_, num_shards, index));
 }

@@ -80,8 +80,7 @@ class CacheFile {
   explicit CacheFile(std::string path) : path_(std::move(path)), data_(read_file(path_)) {
     if (data_.size() < kHeaderBytes)
       fail("truncated: " + std::to_string(data_.size()) + " bytes, shorter than the header");
-    if (std::memcmp(data_.data(), kMagic, sizeof kMagic) != 0)
-      fail("bad magic (not a kiln dataset cache file)");
+    if (std::memcmp(data_.data(), kMagic, sizeof kMagic) != 0) fail("bad magic (not a kiln dataset cache file)");
     const uint32_t version = get<uint32_t>(8);
     if (version != kVersion) fail("unsupported version " + std::to_string(version));
     num_elements_ = get<uint64_t>(16);
@@ -90,12 +89,11 @@ class CacheFile {
     const uint32_t header_crc = get<uint32_t>(36);
     if (crc32_of(data_.data(), 36) != header_crc) fail("header checksum mismatch");
     if (body_bytes != data_.size() - kHeaderBytes) {
-      fail("length mismatch: the header promises " + std::to_string(body_bytes) +
-           " bytes of data, the file has " + std::to_string(data_.size() - kHeaderBytes) +
+      fail("length mismatch: the header promises " + std::to_string(body_bytes) + " bytes of data, the file has " +
+           std::to_string(data_.size() - kHeaderBytes) +
            (body_bytes > data_.size() - kHeaderBytes ? " (truncated)" : ""));
     }
-    if (crc32_of(data_.data() + kHeaderBytes, body_bytes) != body_crc)
-      fail("data checksum mismatch (corrupt)");
+    if (crc32_of(data_.data() + kHeaderBytes, body_bytes) != body_crc) fail("data checksum mismatch (corrupt)");
   }
 
   uint64_t num_elements() const { return num_elements_; }
@@ -119,8 +117,7 @@ class CacheFile {
           found = true;
         }
       }
-      if (!found)
-        fail("unknown dtype code " + std::to_string(code) + " at byte " + std::to_string(*offset - 2));
+      if (!found) fail("unknown dtype code " + std::to_string(code) + " at byte " + std::to_string(*offset - 2));
       if (ndim > kMaxDims) fail("implausible rank " + std::to_string(ndim));
       std::vector<int64_t> dims(ndim);
       uint64_t numel = 1;

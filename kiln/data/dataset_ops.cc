@@ -106,8 +106,7 @@ struct SkipParams {
 template <class T>
 class SkipOp {
  public:
-  SkipOp(const Opener<T>& open, uint64_t key, const SkipParams& p)
-      : in_(open(key)), pending_(p.n < 0 ? kAll : p.n) {}
+  SkipOp(const Opener<T>& open, uint64_t key, const SkipParams& p) : in_(open(key)), pending_(p.n < 0 ? kAll : p.n) {}
   std::optional<T> next() {
     drop_prefix();
     return in_->next();
@@ -176,8 +175,7 @@ struct RepeatParams {
 template <class T>
 class RepeatOp {
  public:
-  RepeatOp(Opener<T> open, uint64_t key, const RepeatParams& p)
-      : open_(std::move(open)), key_(key), count_(p.count) {}
+  RepeatOp(Opener<T> open, uint64_t key, const RepeatParams& p) : open_(std::move(open)), key_(key), count_(p.count) {}
   std::optional<T> next() {
     while (open_next()) {
       auto x = in_->next();
@@ -251,9 +249,7 @@ template <class T>
 class ShuffleOp {
  public:
   ShuffleOp(const Opener<T>& open, uint64_t key, const ShuffleParams& p)
-      : in_(open(key)),
-        capacity_(p.buffer_size),
-        rng_(p.reshuffle ? combine_keys(p.seed, key) : mix64(p.seed)) {}
+      : in_(open(key)), capacity_(p.buffer_size), rng_(p.reshuffle ? combine_keys(p.seed, key) : mix64(p.seed)) {}
   std::optional<T> next() {
     while (!input_done_ && static_cast<int64_t>(buffer_.size()) < capacity_) {
       auto x = in_->next();
@@ -367,13 +363,9 @@ class StackBatchIterator : public DatasetIterator {
 // per tensor, or a narrow view when they are consecutive (unshuffled data).
 class GatherBatchIterator : public DatasetIterator {
  public:
-  GatherBatchIterator(NodePtr owner, const Element* source, std::unique_ptr<IndexStream> stream,
-                      int64_t batch_size, bool drop)
-      : owner_(std::move(owner)),
-        source_(source),
-        stream_(std::move(stream)),
-        batch_size_(batch_size),
-        drop_(drop) {
+  GatherBatchIterator(NodePtr owner, const Element* source, std::unique_ptr<IndexStream> stream, int64_t batch_size,
+                      bool drop)
+      : owner_(std::move(owner)), source_(source), stream_(std::move(stream)), batch_size_(batch_size), drop_(drop) {
     rows_.reserve(std::min<int64_t>(batch_size_, 1 << 20));
   }
   std::optional<Element> next() override {
@@ -421,8 +413,8 @@ class BatchNode : public DatasetNode {
       : input_(std::move(input)), batch_size_(batch_size), drop_(drop) {}
   std::unique_ptr<DatasetIterator> make_iterator(uint64_t key) const override {
     if (const Element* source = input_->row_source()) {
-      return std::make_unique<GatherBatchIterator>(shared_from_this(), source, input_->index_stream(key),
-                                                   batch_size_, drop_);
+      return std::make_unique<GatherBatchIterator>(shared_from_this(), source, input_->index_stream(key), batch_size_,
+                                                   drop_);
     }
     return std::make_unique<StackBatchIterator>(input_->make_iterator(key), batch_size_, drop_);
   }
@@ -468,9 +460,8 @@ class UnbatchIterator : public DatasetIterator {
                          " is a scalar; unbatch needs tensors with a leading batch dimension");
       }
       if (e[j].size(0) != e[0].size(0)) {
-        throw ShapeError(
-            "Dataset.unbatch: the components of an element disagree on dim 0: component 0 has shape " +
-            shape_string(e[0]) + ", component " + std::to_string(j) + " has shape " + shape_string(e[j]));
+        throw ShapeError("Dataset.unbatch: the components of an element disagree on dim 0: component 0 has shape " +
+                         shape_string(e[0]) + ", component " + std::to_string(j) + " has shape " + shape_string(e[j]));
       }
     }
   }
@@ -587,8 +578,7 @@ class ParallelMapIterator : public DatasetIterator {
         input_done_ = true;
         break;
       }
-      auto task = std::make_shared<std::packaged_task<Element()>>(
-          [fn = fn_, x = std::move(*e)]() { return (*fn)(x); });
+      auto task = std::make_shared<std::packaged_task<Element()>>([fn = fn_, x = std::move(*e)]() { return (*fn)(x); });
       in_flight_.push_back(task->get_future());
       pool_->submit([task] { (*task)(); });
     }
@@ -621,8 +611,7 @@ class MapNode : public DatasetNode {
   MapNode(NodePtr input, MapFn fn, int parallel)
       : input_(std::move(input)), fn_(std::make_shared<const MapFn>(std::move(fn))), parallel_(parallel) {}
   std::unique_ptr<DatasetIterator> make_iterator(uint64_t key) const override {
-    if (parallel_ > 1)
-      return std::make_unique<ParallelMapIterator>(fn_, input_->make_iterator(key), parallel_);
+    if (parallel_ > 1) return std::make_unique<ParallelMapIterator>(fn_, input_->make_iterator(key), parallel_);
     return std::make_unique<SerialMapIterator>(fn_, input_->make_iterator(key));
   }
   int64_t cardinality() const override { return input_->cardinality(); }
@@ -643,8 +632,8 @@ NodePtr make_map_node(NodePtr input, MapFn fn, int num_parallel_calls) {
 
 NodePtr make_shuffle_node(NodePtr input, int64_t buffer_size, uint64_t seed, bool reshuffle) {
   const int64_t c = input->cardinality();
-  return std::make_shared<OrderNode<ShuffleOp, ShuffleParams>>(
-      std::move(input), ShuffleParams{buffer_size, seed, reshuffle}, c);
+  return std::make_shared<OrderNode<ShuffleOp, ShuffleParams>>(std::move(input),
+                                                               ShuffleParams{buffer_size, seed, reshuffle}, c);
 }
 
 NodePtr make_batch_node(NodePtr input, int64_t batch_size, bool drop_remainder) {
@@ -699,8 +688,7 @@ NodePtr make_skip_node(NodePtr input, int64_t n) {
 NodePtr make_shard_node(NodePtr input, int64_t num_shards, int64_t index) {
   const int64_t c = input->cardinality();
   const int64_t out = known(c) ? c / num_shards + (index < c % num_shards ? 1 : 0) : c;
-  return std::make_shared<OrderNode<ShardOp, ShardParams>>(std::move(input), ShardParams{num_shards, index},
-                                                           out);
+  return std::make_shared<OrderNode<ShardOp, ShardParams>>(std::move(input), ShardParams{num_shards, index}, out);
 }
 
 }  // namespace kiln

@@ -329,8 +329,7 @@ TEST(DatasetTest, RepeatReshufflesEachRepetition) {
   std::sort(second.begin(), second.end());
   EXPECT_EQ(second, iota(20));
   auto same = values(range(20).shuffle(20, 1, false).repeat(2));
-  EXPECT_EQ(std::vector<int64_t>(same.begin(), same.begin() + 20),
-            std::vector<int64_t>(same.begin() + 20, same.end()));
+  EXPECT_EQ(std::vector<int64_t>(same.begin(), same.begin() + 20), std::vector<int64_t>(same.begin() + 20, same.end()));
 }
 
 // ------------------------------------------------------------ skip_batches
@@ -491,8 +490,7 @@ TEST(DatasetTest, FileCacheCorruptionIsAFormatError) {
 // --------------------------------------------------------------- prefetch
 
 TEST(DatasetTest, PrefetchYieldsTheSameElements) {
-  EXPECT_EQ(values(range(100).shuffle(100, 2).batch(7).prefetch(3), 1),
-            values(range(100).shuffle(100, 2).batch(7), 1));
+  EXPECT_EQ(values(range(100).shuffle(100, 2).batch(7).prefetch(3), 1), values(range(100).shuffle(100, 2).batch(7), 1));
   EXPECT_EQ(values(range_generator(30).prefetch(1)), iota(30));
   EXPECT_EQ(values(range_generator(30).prefetch(kAutotune).prefetch(2)), iota(30));
   EXPECT_THROW(range(3).prefetch(0), ValueError);
@@ -605,8 +603,7 @@ TEST(Adapt, DatasetBatchesGiveTheSameStatisticsAsOneTensor) {
   // steps limits the batches read: 2 batches = the first 20 rows.
   auto partial = std::make_shared<Normalization>();
   adapt(*partial, Dataset::from_tensor_slices({x.to(at::kFloat)}).batch(10), /*steps=*/2);
-  EXPECT_TRUE(
-      at::allclose(partial->mean().reshape({4}), x.narrow(0, 0, 20).mean(0).to(at::kFloat), 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(partial->mean().reshape({4}), x.narrow(0, 0, 20).mean(0).to(at::kFloat), 1e-5, 1e-6));
   // An empty dataset is a clear error.
   auto empty = std::make_shared<Normalization>();
   EXPECT_THROW(adapt(*empty, Dataset::from_tensor_slices({x}).take(0).batch(4)), ValueError);

@@ -20,10 +20,9 @@ std::string find_file(const std::string& dir, const std::string& name) {
   for (const std::string& candidate : {join_path(dir, name + ".gz"), join_path(dir, name)}) {
     if (path_exists(candidate)) return candidate;
   }
-  throw NotFoundError(
-      "Fashion-MNIST file " + name + "(.gz) not found in " + dir +
-      ". Install the data with `scripts/setup.sh` or `apt-get install dataset-fashion-mnist`, "
-      "or point KILN_FASHION_MNIST_DIR at a directory holding the four IDX files.");
+  throw NotFoundError("Fashion-MNIST file " + name + "(.gz) not found in " + dir +
+                      ". Install the data with `scripts/setup.sh` or `apt-get install dataset-fashion-mnist`, "
+                      "or point KILN_FASHION_MNIST_DIR at a directory holding the four IDX files.");
 }
 
 at::Tensor read_labels(const std::string& path, int64_t count) {
@@ -36,8 +35,8 @@ at::Tensor read_labels(const std::string& path, int64_t count) {
                       " labels, but the images file holds " + std::to_string(count) + " images");
   }
   if (count > 0 && y.max().item<int>() >= 10) {
-    throw FormatError("Fashion-MNIST labels " + path + ": found label " +
-                      std::to_string(y.max().item<int>()) + ", expected 0..9");
+    throw FormatError("Fashion-MNIST labels " + path + ": found label " + std::to_string(y.max().item<int>()) +
+                      ", expected 0..9");
   }
   return y.to(at::kLong);
 }
@@ -141,8 +140,10 @@ SequenceClassificationData balanced_brackets(int64_t train_size, int64_t test_si
     throw ValueError("balanced_brackets: train_size and test_size must be positive. Received: train_size=" +
                      std::to_string(train_size) + ", test_size=" + std::to_string(test_size));
   if (min_length < 2 || max_length < min_length || max_length > 1000)
-    throw ValueError("balanced_brackets: lengths must satisfy 2 <= min_length <= max_length <= 1000. Received: "
-                     "min_length=" + std::to_string(min_length) + ", max_length=" + std::to_string(max_length));
+    throw ValueError(
+        "balanced_brackets: lengths must satisfy 2 <= min_length <= max_length <= 1000. Received: "
+        "min_length=" +
+        std::to_string(min_length) + ", max_length=" + std::to_string(max_length));
   std::mt19937_64 rng(seed);
   SequenceClassificationData d;
   std::tie(d.x_train, d.y_train) = bracket_split(train_size, min_length, max_length, rng);

@@ -92,12 +92,10 @@ void write_gz(const std::string& path, const std::string& bytes) {
 
 TEST(DatasetsTest, FashionMnistReadsTheDirectoryFromTheEnvironment) {
   TempDir dir;
-  write_gz(join_path(dir.path(), "train-images-idx3-ubyte.gz"),
-           idx(3, {3, 28, 28}, std::string(3 * 784, '\7')));
+  write_gz(join_path(dir.path(), "train-images-idx3-ubyte.gz"), idx(3, {3, 28, 28}, std::string(3 * 784, '\7')));
   write_gz(join_path(dir.path(), "train-labels-idx1-ubyte.gz"), idx(1, {3}, std::string{1, 2, 9}));
   // Plain (uncompressed) files are found too.
-  atomic_write_file(join_path(dir.path(), "t10k-images-idx3-ubyte"),
-                    idx(3, {2, 28, 28}, std::string(2 * 784, 0)));
+  atomic_write_file(join_path(dir.path(), "t10k-images-idx3-ubyte"), idx(3, {2, 28, 28}, std::string(2 * 784, 0)));
   atomic_write_file(join_path(dir.path(), "t10k-labels-idx1-ubyte"), idx(1, {2}, std::string{0, 5}));
   ScopedEnv env("KILN_FASHION_MNIST_DIR", dir.path());
   auto d = fashion_mnist();

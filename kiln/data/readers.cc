@@ -111,14 +111,15 @@ std::string quote(std::string_view s) { return text_excerpt(s); }
 // The error for a NaN or infinity where allow_non_finite is off.
 [[noreturn]] void non_finite(const std::string& where, int64_t row, const std::string& column, double v) {
   throw FormatError(where + ": row " + std::to_string(row) + ", column " + column + " holds " +
-                    (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf") +
+                    (std::isnan(v) ? "nan"
+                     : v > 0       ? "inf"
+                                   : "-inf") +
                     "; non-finite values make the model's weights NaN. Fix the data, or set allow_non_finite "
                     "(`data.allow_non_finite` in a train spec) to keep them");
 }
 
 at::Tensor labels_tensor(std::vector<int64_t>& ints, std::vector<float>& floats, LabelType type) {
-  if (ints.empty() && floats.empty())
-    return at::empty({0}, type == LabelType::kInt64 ? at::kLong : at::kFloat);
+  if (ints.empty() && floats.empty()) return at::empty({0}, type == LabelType::kInt64 ? at::kLong : at::kFloat);
   if (type == LabelType::kInt64) {
     return at::from_blob(ints.data(), {static_cast<int64_t>(ints.size())}, at::kLong).clone();
   }
@@ -134,8 +135,8 @@ at::Tensor features_tensor(std::vector<float>& values, int64_t rows, int64_t col
 
 // Splits one record starting at *pos; advances *pos past its line end and
 // *line past the lines it spans. False at the end of the data.
-bool next_csv_record(const std::string& data, size_t* pos, char delim, std::vector<std::string>* fields,
-                     int64_t* line, const std::string& path) {
+bool next_csv_record(const std::string& data, size_t* pos, char delim, std::vector<std::string>* fields, int64_t* line,
+                     const std::string& path) {
   fields->clear();
   if (*pos >= data.size()) return false;
   std::string field;
@@ -179,9 +180,7 @@ bool next_csv_record(const std::string& data, size_t* pos, char delim, std::vect
   return true;
 }
 
-bool blank_record(const std::vector<std::string>& fields) {
-  return fields.size() == 1 && trim(fields[0]).empty();
-}
+bool blank_record(const std::vector<std::string>& fields) { return fields.size() == 1 && trim(fields[0]).empty(); }
 
 }  // namespace
 
@@ -190,8 +189,7 @@ bool blank_record(const std::vector<std::string>& fields) {
 at::Tensor read_idx(const std::string& path) {
   GzFile f(path);
   unsigned char magic[4];
-  if (f.read(magic, 4) < 4)
-    throw FormatError("IDX file " + path + ": truncated header (shorter than 4 bytes)");
+  if (f.read(magic, 4) < 4) throw FormatError("IDX file " + path + ": truncated header (shorter than 4 bytes)");
   char hex[16];
   std::snprintf(hex, sizeof hex, "0x%08X", big_endian_u32(magic));
   if (magic[0] != 0 || magic[1] != 0) {
@@ -226,8 +224,7 @@ at::Tensor read_idx(const std::string& path) {
   if (ndim == 0) throw FormatError("IDX file " + path + ": magic number " + hex + " declares 0 dimensions");
   std::vector<unsigned char> dim_bytes(4 * ndim);
   if (f.read(dim_bytes.data(), dim_bytes.size()) < dim_bytes.size()) {
-    throw FormatError("IDX file " + path + ": truncated header: expected " + std::to_string(ndim) +
-                      " dimensions");
+    throw FormatError("IDX file " + path + ": truncated header: expected " + std::to_string(ndim) + " dimensions");
   }
   std::vector<int64_t> dims(ndim);
   uint64_t numel = 1;
@@ -237,16 +234,15 @@ at::Tensor read_idx(const std::string& path) {
     dims_text += (d ? "x" : "") + std::to_string(dims[d]);
     numel *= static_cast<uint64_t>(dims[d]);
     if (numel > (uint64_t(1) << 40)) {
-      throw FormatError("IDX file " + path + ": implausible dimensions " + dims_text +
-                        "... (corrupt header?)");
+      throw FormatError("IDX file " + path + ": implausible dimensions " + dims_text + "... (corrupt header?)");
     }
   }
   at::Tensor t = at::empty(dims, at::TensorOptions().dtype(type));
   const size_t nbytes = numel * t.element_size();
   const size_t got = f.read(t.data_ptr(), nbytes);
   if (got < nbytes) {
-    throw FormatError("IDX file " + path + ": truncated: dims " + dims_text + " need " +
-                      std::to_string(nbytes) + " bytes of data, found " + std::to_string(got));
+    throw FormatError("IDX file " + path + ": truncated: dims " + dims_text + " need " + std::to_string(nbytes) +
+                      " bytes of data, found " + std::to_string(got));
   }
   char extra;
   if (f.read(&extra, 1) != 0) {
@@ -321,8 +317,8 @@ LabeledTensors read_csv(const std::string& path, const CsvOptions& options) {
     if (blank_record(fields)) continue;
     const std::string where = path + ":" + std::to_string(record_line);
     if (fields.size() != header.size()) {
-      throw FormatError(where + ": expected " + std::to_string(header.size()) +
-                        " columns (as in the header), found " + std::to_string(fields.size()));
+      throw FormatError(where + ": expected " + std::to_string(header.size()) + " columns (as in the header), found " +
+                        std::to_string(fields.size()));
     }
     for (size_t c : feature_cols) {
       double v;
@@ -347,8 +343,8 @@ LabeledTensors read_csv(const std::string& path, const CsvOptions& options) {
       } else {
         double v;
         if (!parse_double(s, &v)) {
-          throw FormatError(where + ": label column " + quote(header[label_col]) + ": cannot parse " +
-                            quote(s) + " as a number");
+          throw FormatError(where + ": label column " + quote(header[label_col]) + ": cannot parse " + quote(s) +
+                            " as a number");
         }
         if (!options.allow_non_finite && !std::isfinite(static_cast<float>(v)))
           non_finite(where, rows + 1, "label " + quote(header[label_col]), static_cast<float>(v));
@@ -406,28 +402,26 @@ LabeledTensors read_jsonl(const std::string& path, const JsonlOptions& options) 
     if (line.empty()) continue;
     const std::string where = path + ":" + std::to_string(line_no);
     const Json row = parse_json(std::string(line), where);
-    if (!row.is_object())
-      throw FormatError(where + ": expected a JSON object, found " + std::string(row.type_name()));
+    if (!row.is_object()) throw FormatError(where + ": expected a JSON object, found " + std::string(row.type_name()));
     for (size_t k = 0; k < options.feature_keys.size(); ++k) {
       const std::string& key = options.feature_keys[k];
       auto it = row.find(key);
       if (it == row.end()) throw FormatError(where + ": missing feature key " + quote(key));
       tmp.clear();
       if (!flatten_json_numbers(*it, &tmp)) {
-        throw FormatError(where + ": feature " + quote(key) +
-                          " must be a number or an array of numbers, found " + json_excerpt(*it));
+        throw FormatError(where + ": feature " + quote(key) + " must be a number or an array of numbers, found " +
+                          json_excerpt(*it));
       }
       if (rows == 0) {
         widths.push_back(static_cast<int64_t>(tmp.size()));
         if (it->is_array()) {
-          for (size_t i = 0; i < tmp.size(); ++i)
-            out.feature_names.push_back(key + "[" + std::to_string(i) + "]");
+          for (size_t i = 0; i < tmp.size(); ++i) out.feature_names.push_back(key + "[" + std::to_string(i) + "]");
         } else {
           out.feature_names.push_back(key);
         }
       } else if (static_cast<int64_t>(tmp.size()) != widths[k]) {
-        throw FormatError(where + ": feature " + quote(key) + " has " + std::to_string(tmp.size()) +
-                          " values, but " + std::to_string(widths[k]) + " in the first row");
+        throw FormatError(where + ": feature " + quote(key) + " has " + std::to_string(tmp.size()) + " values, but " +
+                          std::to_string(widths[k]) + " in the first row");
       }
       if (!options.allow_non_finite)
         for (size_t i = 0; i < tmp.size(); ++i)
@@ -444,9 +438,8 @@ LabeledTensors read_jsonl(const std::string& path, const JsonlOptions& options) 
         } else if (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>()) {
           int_labels.push_back(static_cast<int64_t>(it->get<double>()));
         } else {
-          throw FormatError(where + ": label " + quote(options.label_key) +
-                            " must be an integer class id, found " + json_excerpt(*it) +
-                            " (use LabelType::kFloat32 for real-valued labels)");
+          throw FormatError(where + ": label " + quote(options.label_key) + " must be an integer class id, found " +
+                            json_excerpt(*it) + " (use LabelType::kFloat32 for real-valued labels)");
         }
       } else {
         if (!it->is_number()) {
@@ -594,8 +587,8 @@ at::Tensor read_npy(const std::string& path) {
   const size_t available = data.size() - offset;
   if (available != nbytes) {
     npy_fail(path, std::string(available < nbytes ? "truncated" : "extra bytes") + ": shape and dtype '" +
-                       std::string(descr) + "' need " + std::to_string(nbytes) +
-                       " bytes of data, the file has " + std::to_string(available));
+                       std::string(descr) + "' need " + std::to_string(nbytes) + " bytes of data, the file has " +
+                       std::to_string(available));
   }
   if (nbytes) std::memcpy(t.data_ptr(), data.data() + offset, nbytes);
   if (*type == at::kBool) t = t.ne(0);  // any nonzero byte is true

@@ -64,8 +64,7 @@ std::string counting_bytes(size_t n) {
 TEST(ReadersTest, IdxPlainAndGzipGiveTheSameUint8Tensor) {
   TempDir dir;
   const std::string bytes = idx_bytes(0x08, {3, 2, 4}, counting_bytes(24));
-  for (const std::string& path :
-       {write(dir, "x-idx3-ubyte", bytes), write_gz(dir, "x-idx3-ubyte.gz", bytes)}) {
+  for (const std::string& path : {write(dir, "x-idx3-ubyte", bytes), write_gz(dir, "x-idx3-ubyte.gz", bytes)}) {
     at::Tensor t = read_idx(path);
     EXPECT_EQ(t.scalar_type(), at::kByte);
     EXPECT_EQ(t.sizes(), (std::vector<int64_t>{3, 2, 4}));
@@ -100,9 +99,8 @@ TEST(ReadersTest, IdxValidatesMagicDimsAndLength) {
   auto short_dims = write(dir, "short-dims", std::string{0, 0, 8, 3, 0, 0, 0, 2});
   EXPECT_THAT(expect_error<FormatError>([&] { read_idx(short_dims); }), HasSubstr("truncated header"));
   auto truncated = write_gz(dir, "truncated.gz", idx_bytes(0x08, {10, 10}, counting_bytes(99)));
-  EXPECT_THAT(
-      expect_error<FormatError>([&] { read_idx(truncated); }),
-      ::testing::AllOf(HasSubstr(truncated), HasSubstr("truncated"), HasSubstr("100"), HasSubstr("99")));
+  EXPECT_THAT(expect_error<FormatError>([&] { read_idx(truncated); }),
+              ::testing::AllOf(HasSubstr(truncated), HasSubstr("truncated"), HasSubstr("100"), HasSubstr("99")));
   auto extra = write(dir, "extra", idx_bytes(0x08, {2}, "abc"));
   EXPECT_THAT(expect_error<FormatError>([&] { read_idx(extra); }), HasSubstr("extra bytes"));
   auto tiny = write(dir, "tiny", std::string{0, 0});
@@ -190,9 +188,8 @@ TEST(ReadersTest, CsvErrorsNameFileLineAndColumn) {
   EXPECT_THAT(expect_error<FormatError>([&] { read_csv(bad_value, opts); }),
               ::testing::AllOf(HasSubstr(bad_value + ":4"), HasSubstr("'x'"), HasSubstr("'2x'")));
   auto wrong_count = write(dir, "c.csv", "x,y\n1,0\n1,2,3\n");
-  EXPECT_THAT(
-      expect_error<FormatError>([&] { read_csv(wrong_count, opts); }),
-      ::testing::AllOf(HasSubstr(wrong_count + ":3"), HasSubstr("expected 2 columns"), HasSubstr("found 3")));
+  EXPECT_THAT(expect_error<FormatError>([&] { read_csv(wrong_count, opts); }),
+              ::testing::AllOf(HasSubstr(wrong_count + ":3"), HasSubstr("expected 2 columns"), HasSubstr("found 3")));
   auto empty_value = write(dir, "e.csv", "x,y\n,0\n");
   EXPECT_THAT(expect_error<FormatError>([&] { read_csv(empty_value, opts); }),
               ::testing::AllOf(HasSubstr(empty_value + ":2"), HasSubstr("empty value")));
@@ -328,9 +325,8 @@ TEST(ReadersTest, NpyHandWrittenHeaders) {
   t = read_npy(i8);
   EXPECT_EQ(t.scalar_type(), at::kLong);
   EXPECT_EQ(t[2].item<int64_t>(), 1LL << 40);
-  auto b1 =
-      write(dir, "b1.npy",
-            npy_bytes("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", std::string{1, 0, 1}));
+  auto b1 = write(dir, "b1.npy",
+                  npy_bytes("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", std::string{1, 0, 1}));
   t = read_npy(b1);
   EXPECT_EQ(t.scalar_type(), at::kBool);
   EXPECT_TRUE(t.equal(at::tensor({1, 0, 1}, at::kByte).to(at::kBool)));

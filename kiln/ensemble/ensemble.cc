@@ -239,12 +239,12 @@ void Ensemble::save_to(const std::string& dir) {
   for (size_t i = 0; i < members_.size(); ++i) {
     const std::string rel = "members/" + std::to_string(i);
     members_[i].predictor->save_to(join_path(out.path(), rel));
-    members.push_back(Json{
-        {"name", members_[i].name},
-        {"kind", members_[i].predictor->kind()},
-        {"path", rel},
-        {"weight", weights_[i]},
-        {"apply_softmax", members_[i].apply_softmax ? Json(*members_[i].apply_softmax) : Json(nullptr)}});
+    members.push_back(
+        Json{{"name", members_[i].name},
+             {"kind", members_[i].predictor->kind()},
+             {"path", rel},
+             {"weight", weights_[i]},
+             {"apply_softmax", members_[i].apply_softmax ? Json(*members_[i].apply_softmax) : Json(nullptr)}});
   }
   Json mj{{"format", "kiln.model"},
           {"format_version", 1},
@@ -260,8 +260,7 @@ std::shared_ptr<Ensemble> Ensemble::load(const std::string& dir) {
   Json mj = read_json_file(mpath);
   if (mj.value("class_name", "") != "Ensemble") throw FormatError(mpath + " does not describe an Ensemble");
   const Json& members = require(require(mj, "config", mpath), "members", mpath);
-  if (!members.is_array() || members.empty())
-    throw FormatError(mpath + ": `config.members` must be a non-empty list");
+  if (!members.is_array() || members.empty()) throw FormatError(mpath + ": `config.members` must be a non-empty list");
   auto e = std::make_shared<Ensemble>();
   std::vector<double> w;
   for (auto& m : members) {
@@ -277,9 +276,8 @@ std::shared_ptr<Ensemble> Ensemble::load(const std::string& dir) {
   return e;
 }
 
-std::vector<MemberScores> Ensemble::evaluate(const at::Tensor& x_val, const at::Tensor& y_val,
-                                             const at::Tensor& x_test, const at::Tensor& y_test,
-                                             int64_t batch_size) {
+std::vector<MemberScores> Ensemble::evaluate(const at::Tensor& x_val, const at::Tensor& y_val, const at::Tensor& x_test,
+                                             const at::Tensor& y_test, int64_t batch_size) {
   auto pv = member_probas(x_val, batch_size);
   auto pt = member_probas(x_test, batch_size);
   std::vector<MemberScores> rows;
@@ -287,22 +285,21 @@ std::vector<MemberScores> Ensemble::evaluate(const at::Tensor& x_val, const at::
     rows.push_back({members_[i].name, weights_[i], accuracy(pv[i], y_val), log_loss(pv[i], y_val),
                     accuracy(pt[i], y_test), log_loss(pt[i], y_test)});
   at::Tensor ev = mix(pv, weights_), et = mix(pt, weights_);
-  rows.push_back({"ensemble", 1.0, accuracy(ev, y_val), log_loss(ev, y_val), accuracy(et, y_test),
-                  log_loss(et, y_test)});
+  rows.push_back(
+      {"ensemble", 1.0, accuracy(ev, y_val), log_loss(ev, y_val), accuracy(et, y_test), log_loss(et, y_test)});
   return rows;
 }
 
 std::string Ensemble::format_report(const std::vector<MemberScores>& rows) {
   std::ostringstream os;
-  os << std::left << std::setw(22) << "member" << std::right << std::setw(8) << "weight" << std::setw(10)
-     << "val_acc" << std::setw(10) << "val_loss" << std::setw(10) << "test_acc" << std::setw(11)
-     << "test_loss"
+  os << std::left << std::setw(22) << "member" << std::right << std::setw(8) << "weight" << std::setw(10) << "val_acc"
+     << std::setw(10) << "val_loss" << std::setw(10) << "test_acc" << std::setw(11) << "test_loss"
      << "\n";
   os << std::fixed;
   for (auto& r : rows)
-    os << std::left << std::setw(22) << r.name << std::right << std::setprecision(3) << std::setw(8)
-       << r.weight << std::setprecision(4) << std::setw(10) << r.val_accuracy << std::setw(10)
-       << r.val_log_loss << std::setw(10) << r.test_accuracy << std::setw(11) << r.test_log_loss << "\n";
+    os << std::left << std::setw(22) << r.name << std::right << std::setprecision(3) << std::setw(8) << r.weight
+       << std::setprecision(4) << std::setw(10) << r.val_accuracy << std::setw(10) << r.val_log_loss << std::setw(10)
+       << r.test_accuracy << std::setw(11) << r.test_log_loss << "\n";
   return os.str();
 }
 

@@ -75,9 +75,8 @@ class Ensemble : public Predictor {
 
   // Each member's and the ensemble's accuracy and log loss on validation and
   // test data; the last row is the ensemble ("ensemble").
-  std::vector<MemberScores> evaluate(const at::Tensor& x_val, const at::Tensor& y_val,
-                                     const at::Tensor& x_test, const at::Tensor& y_test,
-                                     int64_t batch_size = 256);
+  std::vector<MemberScores> evaluate(const at::Tensor& x_val, const at::Tensor& y_val, const at::Tensor& x_test,
+                                     const at::Tensor& y_test, int64_t batch_size = 256);
   static std::string format_report(const std::vector<MemberScores>& rows);
 
   // Log loss and accuracy of probabilities `p` (N, C) for labels y (N,).

@@ -96,8 +96,7 @@ TEST(Ensemble, AveragingAndLogitsDetection) {
   EXPECT_TRUE(at::allclose(e.predict_proba(ids).to(at::kDouble), expected, 1e-6, 1e-6));
   expect_error<ValueError>([&] { e.set_weights({1.0}); }, {"2 members but 1 weights"});
   expect_error<ValueError>([&] { e.set_weights({-1.0, 2.0}); }, {">= 0"});
-  expect_error<ValueError>([&] { e.add("probs", std::make_shared<Fixed>(probs)); },
-                           {"already named 'probs'"});
+  expect_error<ValueError>([&] { e.add("probs", std::make_shared<Fixed>(probs)); }, {"already named 'probs'"});
 }
 
 at::Tensor two_moons_like(int64_t n, at::Tensor* y, uint64_t seed) {
@@ -135,10 +134,9 @@ ModelPtr tiny_model(int64_t units, const std::string& last_activation) {
   m->add(Input({6}));
   m->add(std::make_shared<Dense>(units, "relu"));
   m->add(std::make_shared<Dense>(2, last_activation));
-  m->compile(
-      "adam",
-      last_activation == "softmax" ? "sparse_categorical_crossentropy" : "sparse_categorical_crossentropy",
-      {"accuracy"});
+  m->compile("adam",
+             last_activation == "softmax" ? "sparse_categorical_crossentropy" : "sparse_categorical_crossentropy",
+             {"accuracy"});
   return m;
 }
 

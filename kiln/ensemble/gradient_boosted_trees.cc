@@ -18,8 +18,7 @@ void check(int rc, const std::string& what) {
 
 // (N, features) contiguous float32.
 at::Tensor as_matrix(const at::Tensor& x) {
-  if (!x.defined() || x.dim() < 1)
-    throw ShapeError("GradientBoostedTrees needs inputs of shape (batch, ...)");
+  if (!x.defined() || x.dim() < 1) throw ShapeError("GradientBoostedTrees needs inputs of shape (batch, ...)");
   return x.reshape({x.size(0), -1}).to(at::kFloat).contiguous();
 }
 
@@ -75,15 +74,12 @@ GradientBoostedTreesOptions GradientBoostedTreesOptions::from_json(const Json& j
 
 GradientBoostedTrees::GradientBoostedTrees(GradientBoostedTreesOptions options) : o_(options) {
   if (o_.num_class < 2)
-    throw ValueError("GradientBoostedTrees: num_class must be >= 2. Received: " +
-                     std::to_string(o_.num_class));
+    throw ValueError("GradientBoostedTrees: num_class must be >= 2. Received: " + std::to_string(o_.num_class));
   if (o_.rounds < 1)
     throw ValueError("GradientBoostedTrees: rounds must be >= 1. Received: " + std::to_string(o_.rounds));
   if (o_.max_depth < 1)
-    throw ValueError("GradientBoostedTrees: max_depth must be >= 1. Received: " +
-                     std::to_string(o_.max_depth));
-  if (o_.eta <= 0)
-    throw ValueError("GradientBoostedTrees: eta must be > 0. Received: " + std::to_string(o_.eta));
+    throw ValueError("GradientBoostedTrees: max_depth must be >= 1. Received: " + std::to_string(o_.max_depth));
+  if (o_.eta <= 0) throw ValueError("GradientBoostedTrees: eta must be > 0. Received: " + std::to_string(o_.eta));
 }
 
 GradientBoostedTrees::~GradientBoostedTrees() {
@@ -111,9 +107,7 @@ void GradientBoostedTrees::fit(const at::Tensor& x, const at::Tensor& y, const a
   booster_ = nullptr;
   DMatrixHandle cache[] = {train.h};
   check(XGBoosterCreate(cache, 1, &booster_), "create");
-  auto set = [&](const char* k, const std::string& v) {
-    check(XGBoosterSetParam(booster_, k, v.c_str()), k);
-  };
+  auto set = [&](const char* k, const std::string& v) { check(XGBoosterSetParam(booster_, k, v.c_str()), k); };
   set("objective", "multi:softprob");
   set("num_class", std::to_string(o_.num_class));
   set("max_depth", std::to_string(o_.max_depth));
@@ -151,8 +145,8 @@ at::Tensor GradientBoostedTrees::predict_proba(const at::Tensor& x) {
   if (!booster_) throw StateError("GradientBoostedTrees: call fit() or load() before predicting");
   at::Tensor m = as_matrix(x);
   if (m.size(1) != features_)
-    throw ShapeError("GradientBoostedTrees was trained on " + std::to_string(features_) +
-                     " features. Received " + std::to_string(m.size(1)));
+    throw ShapeError("GradientBoostedTrees was trained on " + std::to_string(features_) + " features. Received " +
+                     std::to_string(m.size(1)));
   DMatrix d(m);
   bst_ulong len = 0;
   const float* out = nullptr;
@@ -163,8 +157,7 @@ at::Tensor GradientBoostedTrees::predict_proba(const at::Tensor& x) {
 }
 
 Tensors GradientBoostedTrees::predict(const Tensors& x, int64_t) {
-  if (x.size() != 1)
-    throw ValueError("GradientBoostedTrees takes one input. Received " + std::to_string(x.size()));
+  if (x.size() != 1) throw ValueError("GradientBoostedTrees takes one input. Received " + std::to_string(x.size()));
   return {predict_proba(x[0])};
 }
 
@@ -172,8 +165,7 @@ Json GradientBoostedTrees::signatures() {
   return Json{
       {"serving_default",
        Json{{"inputs", Json{{"inputs", Json{{"dtype", "float32"}, {"shape", shape_json(input_shape_)}}}}},
-            {"outputs",
-             Json{{"probabilities", Json{{"dtype", "float32"}, {"shape", shape_json({o_.num_class})}}}}},
+            {"outputs", Json{{"probabilities", Json{{"dtype", "float32"}, {"shape", shape_json({o_.num_class})}}}}},
             {"method_name", "predict"}}}};
 }
 
@@ -199,14 +191,12 @@ std::shared_ptr<GradientBoostedTrees> GradientBoostedTrees::load(const std::stri
   Json mj = read_json_file(mpath);
   if (mj.value("class_name", "") != "GradientBoostedTrees")
     throw FormatError(mpath + " does not describe a GradientBoostedTrees model");
-  auto g = std::make_shared<GradientBoostedTrees>(
-      GradientBoostedTreesOptions::from_json(require(mj, "config", mpath)));
+  auto g = std::make_shared<GradientBoostedTrees>(GradientBoostedTreesOptions::from_json(require(mj, "config", mpath)));
   g->input_shape_ = require(mj, "input_shape", mpath).get<Shape>();
   g->features_ = require(mj, "features", mpath).get<int64_t>();
   g->best_iteration_ = mj.value("best_iteration", g->o_.rounds - 1);
   const std::string wpath = join_path(dir, "xgboost.json");
-  if (!std::filesystem::exists(wpath))
-    throw FormatError(wpath + " is missing; the model directory is incomplete");
+  if (!std::filesystem::exists(wpath)) throw FormatError(wpath + " is missing; the model directory is incomplete");
   check(XGBoosterCreate(nullptr, 0, &g->booster_), "create");
   if (XGBoosterLoadModel(g->booster_, wpath.c_str()) != 0)
     throw FormatError(wpath + " is not a valid XGBoost model: " + XGBGetLastError());

@@ -39,8 +39,7 @@ class GradientBoostedTrees : public Predictor {
   GradientBoostedTrees& operator=(const GradientBoostedTrees&) = delete;
 
   // x: (N, ...) any numeric dtype; y: (N,) integer class ids in [0, num_class).
-  void fit(const at::Tensor& x, const at::Tensor& y, const at::Tensor& x_val = {},
-           const at::Tensor& y_val = {});
+  void fit(const at::Tensor& x, const at::Tensor& y, const at::Tensor& x_val = {}, const at::Tensor& y_val = {});
   at::Tensor predict_proba(const at::Tensor& x);
   int best_iteration() const { return best_iteration_; }
 

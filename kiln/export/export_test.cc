@@ -68,7 +68,8 @@ void expect_same_as_onnx_runtime(Model& model, const Tensors& x, const std::stri
   auto out_names = model.output_names();
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_TRUE(got.contains(out_names[i])) << what << ": no output " << out_names[i] << " in " << r.output.substr(0, 200);
+    ASSERT_TRUE(got.contains(out_names[i]))
+        << what << ": no output " << out_names[i] << " in " << r.output.substr(0, 200);
     auto& o = got[out_names[i]];
     auto shape = o["shape"].get<std::vector<int64_t>>();
     ASSERT_EQ(at::IntArrayRef(shape), want[i].sizes()) << what;
@@ -105,7 +106,8 @@ TEST(OnnxExport, CnnMatchesOnnxRuntime) {
   set_random_seed(2);
   auto m = std::make_shared<Sequential>();
   m->add(Input({11, 10, 3}));
-  m->add(L("Conv2D", {{"filters", 6}, {"kernel_size", 3}, {"strides", 2}, {"padding", "same"}, {"activation", "relu"}}));
+  m->add(
+      L("Conv2D", {{"filters", 6}, {"kernel_size", 3}, {"strides", 2}, {"padding", "same"}, {"activation", "relu"}}));
   auto bn = L("BatchNormalization");
   m->add(bn);
   m->add(L("Conv2D", {{"filters", 4}, {"kernel_size", Json::array({2, 3})}, {"padding", "valid"}}));

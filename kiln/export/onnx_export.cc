@@ -17,14 +17,22 @@ namespace {
 
 int32_t onnx_type(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return kiln_onnx::TensorProto::FLOAT;
-    case at::kDouble: return kiln_onnx::TensorProto::DOUBLE;
-    case at::kLong: return kiln_onnx::TensorProto::INT64;
-    case at::kInt: return kiln_onnx::TensorProto::INT32;
-    case at::kByte: return kiln_onnx::TensorProto::UINT8;
-    case at::kChar: return kiln_onnx::TensorProto::INT8;
-    case at::kBool: return kiln_onnx::TensorProto::BOOL;
-    default: throw ValueError(std::string("export_onnx: inputs of dtype ") + c10::toString(t) + " are not supported");
+    case at::kFloat:
+      return kiln_onnx::TensorProto::FLOAT;
+    case at::kDouble:
+      return kiln_onnx::TensorProto::DOUBLE;
+    case at::kLong:
+      return kiln_onnx::TensorProto::INT64;
+    case at::kInt:
+      return kiln_onnx::TensorProto::INT32;
+    case at::kByte:
+      return kiln_onnx::TensorProto::UINT8;
+    case at::kChar:
+      return kiln_onnx::TensorProto::INT8;
+    case at::kBool:
+      return kiln_onnx::TensorProto::BOOL;
+    default:
+      throw ValueError(std::string("export_onnx: inputs of dtype ") + c10::toString(t) + " are not supported");
   }
 }
 
@@ -108,8 +116,10 @@ class GraphBuilder {
     auto* s = tt->mutable_shape();
     for (size_t i = 0; i < shape.size(); ++i) {
       auto* d = s->add_dim();
-      if (shape[i] < 0) d->set_dim_param(i == 0 ? "batch" : "d" + std::to_string(i));
-      else d->set_dim_value(shape[i]);
+      if (shape[i] < 0)
+        d->set_dim_param(i == 0 ? "batch" : "d" + std::to_string(i));
+      else
+        d->set_dim_value(shape[i]);
     }
   }
 
@@ -152,8 +162,8 @@ class LayerEmitter {
     }
     if (act == "silu" || act == "swish") return b_.op("Mul", {x, b_.op("Sigmoid", {x}, base + "_sig")}, base);
     if (act == "relu6")
-      return b_.op("Clip", {x, b_.constant("zero", at::scalar_tensor(0.0f)), b_.constant("six", at::scalar_tensor(6.0f))},
-                   base);
+      return b_.op(
+          "Clip", {x, b_.constant("zero", at::scalar_tensor(0.0f)), b_.constant("six", at::scalar_tensor(6.0f))}, base);
     if (act == "gelu") {  // exact (erf) form, as at::gelu computes it
       auto scaled = b_.op("Div", {x, b_.constant("sqrt2", at::scalar_tensor((float)std::sqrt(2.0)))}, base + "_d");
       auto erf = b_.op("Erf", {scaled}, base + "_erf");
@@ -175,7 +185,8 @@ class LayerEmitter {
     for (auto& v : layer.weights()) w[v->name()] = v->value().detach().to(at::kFloat);
     auto weight = [&](const std::string& n) {
       auto it = w.find(n);
-      if (it == w.end()) throw StateError("export_onnx: " + where + " has no `" + n + "` weight; build the model first");
+      if (it == w.end())
+        throw StateError("export_onnx: " + where + " has no `" + n + "` weight; build the model first");
       return b_.constant(base + "_" + n, it->second);
     };
     auto channels_last = [&] {
@@ -193,7 +204,8 @@ class LayerEmitter {
     if (cls == "Dropout" || cls == "SpatialDropout2D" || cls == "GaussianNoise" || cls == "GaussianDropout")
       return {b_.op("Identity", {x}, base)};
     if (cls == "Flatten") {
-      if (!channels_last()) throw ValueError("export_onnx: " + where + " with data_format channels_first is not supported");
+      if (!channels_last())
+        throw ValueError("export_onnx: " + where + " with data_format channels_first is not supported");
       auto out = b_.fresh(base);
       GraphBuilder::attr(b_.node("Flatten", {x}, out), "axis", (int64_t)1);
       return {out};
@@ -205,7 +217,8 @@ class LayerEmitter {
     }
     if (cls == "Rescaling") {
       auto as_tensor = [](const Json& j) {
-        return j.is_array() ? at::tensor(j.get<std::vector<double>>(), at::kFloat) : at::scalar_tensor(j.get<double>(), at::kFloat);
+        return j.is_array() ? at::tensor(j.get<std::vector<double>>(), at::kFloat)
+                            : at::scalar_tensor(j.get<double>(), at::kFloat);
       };
       auto y = b_.op("Mul", {x, b_.constant(base + "_scale", as_tensor(cfg.at("scale")))}, base + "_mul");
       return {b_.op("Add", {y, b_.constant(base + "_offset", as_tensor(cfg.at("offset")))}, base)};
@@ -216,9 +229,9 @@ class LayerEmitter {
       at::Tensor m = n->mean().to(at::kFloat), v = n->variance().to(at::kFloat);
       at::Tensor sd = at::clamp_min(at::sqrt(v), 1e-7);
       if (cfg.value("invert", false))
-        return {b_.op("Add", {b_.op("Mul", {x, b_.constant(base + "_std", sd)}, base + "_mul"),
-                              b_.constant(base + "_mean", m)},
-                      base)};
+        return {b_.op(
+            "Add", {b_.op("Mul", {x, b_.constant(base + "_std", sd)}, base + "_mul"), b_.constant(base + "_mean", m)},
+            base)};
       auto d = b_.op("Sub", {x, b_.constant(base + "_mean", m)}, base + "_sub");
       return {b_.op("Div", {d, b_.constant(base + "_std", sd)}, base)};
     }
@@ -226,9 +239,13 @@ class LayerEmitter {
         cls == "Average") {
       if (in.size() < 2) throw ValueError("export_onnx: " + where + " needs at least 2 inputs");
       if (cls == "Subtract") return {b_.op("Sub", {in[0], in[1]}, base)};
-      const std::string op = cls == "Add" || cls == "Average" ? "Add" : cls == "Multiply" ? "Mul" : cls == "Maximum" ? "Max" : "Min";
+      const std::string op = cls == "Add" || cls == "Average" ? "Add"
+                             : cls == "Multiply"              ? "Mul"
+                             : cls == "Maximum"               ? "Max"
+                                                              : "Min";
       std::string acc = in[0];
-      for (size_t i = 1; i < in.size(); ++i) acc = b_.op(op, {acc, in[i]}, base + (i + 1 == in.size() && cls != "Average" ? "" : "_acc"));
+      for (size_t i = 1; i < in.size(); ++i)
+        acc = b_.op(op, {acc, in[i]}, base + (i + 1 == in.size() && cls != "Average" ? "" : "_acc"));
       if (cls == "Average")
         acc = b_.op("Div", {acc, b_.constant(base + "_n", at::scalar_tensor((float)in.size()))}, base);
       return {acc};
@@ -301,8 +318,10 @@ class LayerEmitter {
         throw ValueError("export_onnx: " + where + " uses rms_scaling, which has no ONNX export");
       std::vector<int64_t> axes;
       Json a = cfg.value("axis", Json(-1));
-      if (a.is_array()) axes = a.get<std::vector<int64_t>>();
-      else axes = {a.get<int64_t>()};
+      if (a.is_array())
+        axes = a.get<std::vector<int64_t>>();
+      else
+        axes = {a.get<int64_t>()};
       const float eps = cfg.value("epsilon", 1e-3);
       auto mean = b_.fresh(base + "_mean");
       auto* n1 = b_.node("ReduceMean", {x}, mean);
@@ -350,8 +369,10 @@ class LayerEmitter {
 
 void OnnxExportOptions::validate() const {
   if (opset < 13 || opset > 17)
-    throw ValueError("export_onnx: received an invalid value for `opset`, expected 13 to 17 (ReduceMean takes `axes` "
-                     "as an attribute up to 17). Received: opset=" + std::to_string(opset));
+    throw ValueError(
+        "export_onnx: received an invalid value for `opset`, expected 13 to 17 (ReduceMean takes `axes` "
+        "as an attribute up to 17). Received: opset=" +
+        std::to_string(opset));
 }
 
 std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options) {
@@ -373,7 +394,8 @@ std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options) {
   const auto in_types = model.input_dtypes();
   for (size_t i = 0; i < in_names.size(); ++i) {
     b.fresh(in_names[i]);
-    b.value_info(b.graph()->mutable_input(), in_names[i], i < in_types.size() ? in_types[i] : at::kFloat, in_shapes.at(i));
+    b.value_info(b.graph()->mutable_input(), in_names[i], i < in_types.size() ? in_types[i] : at::kFloat,
+                 in_shapes.at(i));
   }
 
   // Graph outputs keep kiln's output names; reserve them before any op is named.
@@ -389,7 +411,8 @@ std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options) {
     // Walk the config's graph: tensors are "<layer>:<node>:<index>".
     Json cfg = f->get_config();
     auto key = [](const Json& ref) {
-      return ref[0].get<std::string>() + ":" + std::to_string(ref[1].get<int>()) + ":" + std::to_string(ref[2].get<int>());
+      return ref[0].get<std::string>() + ":" + std::to_string(ref[1].get<int>()) + ":" +
+             std::to_string(ref[2].get<int>());
     };
     std::map<std::string, std::string> tensor;  // key -> ONNX value name
     size_t k = 0;
@@ -436,7 +459,8 @@ std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options) {
           continue;
         }
         auto outs = e.emit(*model.get_layer(it->layer), ins);
-        for (size_t i = 0; i < outs.size(); ++i) tensor[it->layer + ":" + std::to_string(it->node) + ":" + std::to_string(i)] = outs[i];
+        for (size_t i = 0; i < outs.size(); ++i)
+          tensor[it->layer + ":" + std::to_string(it->node) + ":" + std::to_string(i)] = outs[i];
         it = pending.erase(it);
         progressed = true;
       }

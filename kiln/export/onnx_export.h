@@ -28,7 +28,7 @@
 namespace kiln::exporter {
 
 struct OnnxExportOptions {
-  int64_t opset = 17;  // ai.onnx opset; 17 is supported by ONNX Runtime >= 1.12
+  int64_t opset = 17;      // ai.onnx opset; 17 is supported by ONNX Runtime >= 1.12
   std::string graph_name;  // default: the model's name
   void validate() const;
 };

@@ -69,8 +69,10 @@ LeakyReLU::LeakyReLU(const Json& config) : SimpleLayer(config) {
   if (r.has("alpha") && r.has("negative_slope"))
     throw ValueError("LeakyReLU: give `negative_slope` only (`alpha` is its legacy name). Received both");
   const char* key = r.has("alpha") ? "alpha" : "negative_slope";
-  if (key[0] == 'a') r.get("negative_slope");
-  else r.get("alpha");
+  if (key[0] == 'a')
+    r.get("negative_slope");
+  else
+    r.get("alpha");
   negative_slope_ = r.number(key, 0.3);
   if (negative_slope_ < 0) r.invalid(key, "a non-negative number");
   r.finish();
@@ -81,9 +83,7 @@ LeakyReLU::LeakyReLU(double negative_slope, const Json& extra)
 
 at::Tensor LeakyReLU::call1(const at::Tensor& x, bool training) { return at::leaky_relu(x, negative_slope_); }
 
-std::vector<Shape> LeakyReLU::compute_output_shape(const std::vector<Shape>& s) {
-  return act_same_shapes(*this, s);
-}
+std::vector<Shape> LeakyReLU::compute_output_shape(const std::vector<Shape>& s) { return act_same_shapes(*this, s); }
 
 Json LeakyReLU::get_config() const {
   Json j = base_config();

@@ -54,8 +54,7 @@ ActivationFn get_activation(const std::string& name) {
 
 Activation::Activation(const Json& config) : SimpleLayer(config) {
   ConfigReader r(config, "Activation");
-  if (!r.has("activation"))
-    throw ValueError("Activation: the config is missing `activation` (e.g. \"relu\")");
+  if (!r.has("activation")) throw ValueError("Activation: the config is missing `activation` (e.g. \"relu\")");
   name_ = r.activation("activation", "linear");
   r.finish();
   fn_ = get_activation(name_);

@@ -49,8 +49,7 @@ MultiHeadAttention::MultiHeadAttention(const Json& config) : Layer(config) {
 MultiHeadAttention::MultiHeadAttention(int64_t num_heads, int64_t key_dim, const Json& extra)
     : MultiHeadAttention(merged_config(extra, Json{{"num_heads", num_heads}, {"key_dim", key_dim}})) {}
 
-std::shared_ptr<EinsumDense> MultiHeadAttention::make_dense(const std::string& name,
-                                                            const std::string& equation,
+std::shared_ptr<EinsumDense> MultiHeadAttention::make_dense(const std::string& name, const std::string& equation,
                                                             const Shape& output_shape,
                                                             const std::string& bias_axes) const {
   Json c;
@@ -76,9 +75,9 @@ void MultiHeadAttention::check_inputs(const std::vector<Shape>& all) const {
   const std::vector<Shape> shapes(all.begin(), all.begin() + std::min<size_t>(all.size(), 3));
   for (auto& s : shapes)
     if (s.size() != 3 || s.back() < 1)
-      throw ShapeError("MultiHeadAttention '" + name() +
-                       "' expects inputs of shape (batch, seq, features) with known features. Received: " +
-                       shape_to_string(s));
+      throw ShapeError(
+          "MultiHeadAttention '" + name() +
+          "' expects inputs of shape (batch, seq, features) with known features. Received: " + shape_to_string(s));
   const Shape& v = shapes[1];
   const Shape& k = shapes.size() > 2 ? shapes[2] : v;
   if (v[1] >= 0 && k[1] >= 0 && v[1] != k[1])
@@ -93,13 +92,12 @@ void MultiHeadAttention::check_inputs(const std::vector<Shape>& all) const {
     if (!ok)
       throw ShapeError("MultiHeadAttention '" + name() +
                        "': attention_mask must have shape (batch, query_seq, key_seq) = (batch, " +
-                       std::to_string(q[1]) + ", " + std::to_string(k[1]) +
-                       "). Received: " + shape_to_string(m));
+                       std::to_string(q[1]) + ", " + std::to_string(k[1]) + "). Received: " + shape_to_string(m));
   }
 }
 
-at::Tensor MultiHeadAttention::combined_mask(const at::Tensor& attention_mask, bool use_causal_mask,
-                                             int64_t query_len, int64_t key_len) const {
+at::Tensor MultiHeadAttention::combined_mask(const at::Tensor& attention_mask, bool use_causal_mask, int64_t query_len,
+                                             int64_t key_len) const {
   at::Tensor mask;  // (B or 1, T, S) bool, true = attend
   if (attention_mask.defined()) {
     if (attention_mask.dim() != 3 || attention_mask.size(1) != query_len || attention_mask.size(2) != key_len)
@@ -110,8 +108,7 @@ at::Tensor MultiHeadAttention::combined_mask(const at::Tensor& attention_mask, b
   }
   if (use_causal_mask) {
     // Keras's causal mask: query i attends to keys j <= i (lower triangle).
-    at::Tensor causal =
-        at::ones({query_len, key_len}, at::TensorOptions().dtype(at::kBool)).tril().unsqueeze(0);
+    at::Tensor causal = at::ones({query_len, key_len}, at::TensorOptions().dtype(at::kBool)).tril().unsqueeze(0);
     mask = mask.defined() ? mask.logical_and(causal) : causal;
   }
   return mask;
@@ -131,8 +128,7 @@ void MultiHeadAttention::build(const std::vector<Shape>& input_shapes) {
   for (size_t i = 0; i < output_shape_.size(); ++i) out_letters += (char)('e' + i);
   Shape partial = {kNone};
   partial.insert(partial.end(), output_shape_.begin(), output_shape_.end());
-  output_ =
-      make_dense("attention_output", "abcd,cd" + out_letters + "->ab" + out_letters, partial, out_letters);
+  output_ = make_dense("attention_output", "abcd,cd" + out_letters + "->ab" + out_letters, partial, out_letters);
   for (auto& d : {query_, key_, value_, output_}) track(d);
   query_->build_if_needed({q});
   key_->build_if_needed({k});
@@ -140,14 +136,11 @@ void MultiHeadAttention::build(const std::vector<Shape>& input_shapes) {
   output_->build_if_needed({{q[0], q[1], num_heads_, value_dim_}});
 }
 
-std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(const Tensors& inputs,
-                                                                            bool training) {
-  return attention_with_scores(inputs, training, inputs.size() > 3 ? inputs[3] : at::Tensor(),
-                               use_causal_mask_);
+std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(const Tensors& inputs, bool training) {
+  return attention_with_scores(inputs, training, inputs.size() > 3 ? inputs[3] : at::Tensor(), use_causal_mask_);
 }
 
-std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(const Tensors& all_inputs,
-                                                                            bool training,
+std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(const Tensors& all_inputs, bool training,
                                                                             const at::Tensor& attention_mask,
                                                                             bool use_causal_mask) {
   const Tensors inputs(all_inputs.begin(), all_inputs.begin() + std::min<size_t>(all_inputs.size(), 3));

@@ -53,8 +53,7 @@ class MultiHeadAttention : public Layer {
   std::pair<at::Tensor, at::Tensor> attention_with_scores(const Tensors& inputs, bool training = false);
   // Explicit masks (see above); an undefined attention_mask means none.
   std::pair<at::Tensor, at::Tensor> attention_with_scores(const Tensors& inputs, bool training,
-                                                          const at::Tensor& attention_mask,
-                                                          bool use_causal_mask);
+                                                          const at::Tensor& attention_mask, bool use_causal_mask);
 
   int64_t num_heads() const { return num_heads_; }
   int64_t key_dim() const { return key_dim_; }

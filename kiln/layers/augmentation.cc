@@ -25,9 +25,8 @@ at::Tensor aug_fix_index(const at::Tensor& i, int64_t size, const std::string& m
 
 }  // namespace
 
-at::Tensor affine_transform(const at::Tensor& images, const at::Tensor& transforms,
-                            const std::string& interpolation, const std::string& fill_mode,
-                            double fill_value) {
+at::Tensor affine_transform(const at::Tensor& images, const at::Tensor& transforms, const std::string& interpolation,
+                            const std::string& fill_mode, double fill_value) {
   const int64_t n = images.size(0), h = images.size(1), w = images.size(2), c = images.size(3);
   const at::ScalarType coord_type = at::promote_types(images.scalar_type(), at::kFloat);
   auto opts = images.options().dtype(coord_type);
@@ -62,8 +61,7 @@ ImageLayer::ImageLayer(const Json& config, const std::string& owner) : SimpleLay
 
 void ImageLayer::read_common(ConfigReader& r, bool random) {
   random_ = random;
-  channels_last_ =
-      r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
+  channels_last_ = r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
   if (random_) seeds_ = SeedGenerator::from_config(r);
 }
 
@@ -207,12 +205,13 @@ RandomAffineLayer::RandomAffineLayer(const Json& config, const std::string& owne
 
 std::pair<double, double> RandomAffineLayer::read_factor(ConfigReader& r, const char* key, double lo, double hi) {
   const Json* j = r.get(key);
-  const std::string expected = "a number or a list of two numbers, each between " + Json(lo).dump() + " and " +
-                               Json(hi).dump();
+  const std::string expected =
+      "a number or a list of two numbers, each between " + Json(lo).dump() + " and " + Json(hi).dump();
   if (!j) throw ValueError(owner_ + ": the config is missing `" + key + "` (" + expected + ")");
   std::pair<double, double> f;
   // Keras: a number f means (-|f|, |f|); a pair is sorted.
-  if (j->is_number()) f = {-std::abs(j->get<double>()), std::abs(j->get<double>())};
+  if (j->is_number())
+    f = {-std::abs(j->get<double>()), std::abs(j->get<double>())};
   else if (j->is_array() && j->size() == 2 && (*j)[0].is_number() && (*j)[1].is_number())
     f = std::minmax({(*j)[0].get<double>(), (*j)[1].get<double>()});
   else
@@ -301,8 +300,10 @@ RandomZoom::RandomZoom(const Json& config) : RandomAffineLayer(config, "RandomZo
   height_json_ = r.has("height_factor") ? config["height_factor"] : Json(nullptr);
   width_json_ = r.has("width_factor") ? config["width_factor"] : Json(nullptr);
   height_ = read_factor(r, "height_factor", -1.0, 1.0);
-  if (r.has("width_factor")) width_ = read_factor(r, "width_factor", -1.0, 1.0);
-  else r.get("width_factor");
+  if (r.has("width_factor"))
+    width_ = read_factor(r, "width_factor", -1.0, 1.0);
+  else
+    r.get("width_factor");
   read_fill(r);
   r.finish();
 }

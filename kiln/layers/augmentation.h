@@ -55,9 +55,8 @@ class ConfigReader;
 // pixel (y, x) of image n reads the input at (b0*x + b1*y + b2,
 // a0*x + a1*y + a2) for transforms[n] = [a0, a1, a2, b0, b1, b2] (x, y in
 // pixels, centres at integers). Differentiable in `images`.
-at::Tensor affine_transform(const at::Tensor& images, const at::Tensor& transforms,
-                            const std::string& interpolation, const std::string& fill_mode,
-                            double fill_value);
+at::Tensor affine_transform(const at::Tensor& images, const at::Tensor& transforms, const std::string& interpolation,
+                            const std::string& fill_mode, double fill_value);
 
 // Shared config and layout handling of the image layers.
 class ImageLayer : public SimpleLayer {

@@ -33,15 +33,15 @@ Shape encoded_shape(const Shape& input, int64_t depth, const std::string& mode, 
   return {input[0], depth};
 }
 
-at::Tensor encode_categorical(const at::Tensor& ids_in, int64_t depth, const std::string& mode,
-                              at::ScalarType dtype, const std::string& owner, const at::Tensor& drop) {
+at::Tensor encode_categorical(const at::Tensor& ids_in, int64_t depth, const std::string& mode, at::ScalarType dtype,
+                              const std::string& owner, const at::Tensor& drop) {
   encoded_shape(sizes_of(ids_in), depth, mode, owner);  // rank check
   at::Tensor ids = cat_as_ids(ids_in);
   at::Tensor keep = drop.defined() ? at::logical_not(drop) : at::ones_like(ids, ids.options().dtype(at::kBool));
   at::Tensor bad = at::logical_and(keep, at::logical_or(ids < 0, ids >= depth));
   if (bad.any().item<bool>())
-    throw ValueError(owner + ": input ids must be in the range [0, " + std::to_string(depth) +
-                     "). Received " + cat_first_values(ids.masked_select(bad)));
+    throw ValueError(owner + ": input ids must be in the range [0, " + std::to_string(depth) + "). Received " +
+                     cat_first_values(ids.masked_select(bad)));
   // Dropped ids go to an extra column that is cut off.
   at::Tensor safe = at::where(keep, ids, at::full_like(ids, depth));
   if (mode == "one_hot" && ids.dim() == 2 && ids.size(1) == 1) safe = safe.squeeze(1);
@@ -100,9 +100,12 @@ Hashing::Hashing(const Json& config) : SimpleLayer(config) {
       if (!e.is_number_integer() || e.get<int64_t>() < 0) r.invalid("salt", "null, a non-negative int or a list of 2");
       return (uint64_t)e.get<int64_t>();
     };
-    if (s->is_array() && s->size() == 2) salt_ = std::array<uint64_t, 2>{as_u64((*s)[0]), as_u64((*s)[1])};
-    else if (s->is_number_integer()) salt_ = std::array<uint64_t, 2>{as_u64(*s), as_u64(*s)};
-    else r.invalid("salt", "null, a non-negative int or a list of 2");
+    if (s->is_array() && s->size() == 2)
+      salt_ = std::array<uint64_t, 2>{as_u64((*s)[0]), as_u64((*s)[1])};
+    else if (s->is_number_integer())
+      salt_ = std::array<uint64_t, 2>{as_u64(*s), as_u64(*s)};
+    else
+      r.invalid("salt", "null, a non-negative int or a list of 2");
     salt_json_ = Json::array({(int64_t)(*salt_)[0], (int64_t)(*salt_)[1]});
   } else {
     salt_json_ = nullptr;
@@ -126,16 +129,15 @@ at::Tensor Hashing::call1(const at::Tensor& x, bool training) {
   int64_t* o = out.data_ptr<int64_t>();
   const bool int_mask = mask_value_.is_number_integer() && num_bins_ > 1;
   const int64_t mask = int_mask ? mask_value_.get<int64_t>() : 0;
-  for (int64_t i = 0; i < ids.numel(); ++i)
-    o[i] = int_mask && in[i] == mask ? 0 : bin_of(std::to_string(in[i]));
+  for (int64_t i = 0; i < ids.numel(); ++i) o[i] = int_mask && in[i] == mask ? 0 : bin_of(std::to_string(in[i]));
   if (output_mode_ == "int") return out;
-  return encode_categorical(out, num_bins_, output_mode_, dtype_policy().compute_dtype(),
-                            "Hashing '" + name() + "'");
+  return encode_categorical(out, num_bins_, output_mode_, dtype_policy().compute_dtype(), "Hashing '" + name() + "'");
 }
 
 at::Tensor Hashing::hash_strings(const std::vector<std::string>& values, const Shape& shape) const {
   if (output_mode_ != "int")
-    throw ValueError("Hashing '" + name() + "': hash_strings() needs output_mode=\"int\"; encode its ids with "
+    throw ValueError("Hashing '" + name() +
+                     "': hash_strings() needs output_mode=\"int\"; encode its ids with "
                      "CategoryEncoding");
   const bool str_mask = mask_value_.is_string() && num_bins_ > 1;
   std::vector<int64_t> bins;
@@ -144,8 +146,8 @@ at::Tensor Hashing::hash_strings(const std::vector<std::string>& values, const S
   at::Tensor t = at::tensor(bins, at::kLong);
   if (shape.empty()) return t;
   if (num_elements(shape) != (int64_t)values.size())
-    throw ShapeError("Hashing '" + name() + "': " + std::to_string(values.size()) +
-                     " strings do not fill shape " + shape_to_string(shape));
+    throw ShapeError("Hashing '" + name() + "': " + std::to_string(values.size()) + " strings do not fill shape " +
+                     shape_to_string(shape));
   return t.reshape(shape);
 }
 
@@ -221,16 +223,17 @@ void IntegerLookup::set_vocabulary(const std::vector<int64_t>& vocabulary) {
   for (size_t i = 0; i < vocabulary.size(); ++i) {
     const int64_t t = vocabulary[i];
     if ((mask_token_ && t == *mask_token_) || t == oov_token_)
-      throw ValueError("IntegerLookup '" + name() + "': the vocabulary must not contain the mask token or the OOV "
-                       "token (they have reserved ids). Received " + std::to_string(t) + " at position " +
-                       std::to_string(i));
+      throw ValueError("IntegerLookup '" + name() +
+                       "': the vocabulary must not contain the mask token or the OOV "
+                       "token (they have reserved ids). Received " +
+                       std::to_string(t) + " at position " + std::to_string(i));
     if (!index.emplace(t, (int64_t)i).second)
       throw ValueError("IntegerLookup '" + name() + "': the vocabulary has repeated token " + std::to_string(t));
   }
   if (max_tokens_ && token_start() + (int64_t)vocabulary.size() > *max_tokens_)
     throw ValueError("IntegerLookup '" + name() + "': a vocabulary of " + std::to_string(vocabulary.size()) +
-                     " tokens plus " + std::to_string(token_start()) + " reserved ids exceeds max_tokens=" +
-                     std::to_string(*max_tokens_));
+                     " tokens plus " + std::to_string(token_start()) +
+                     " reserved ids exceeds max_tokens=" + std::to_string(*max_tokens_));
   vocabulary_ = vocabulary;
   index_ = std::move(index);
 }
@@ -278,8 +281,10 @@ at::Tensor IntegerLookup::call1(const at::Tensor& x, bool training) {
   if (invert_) {
     for (int64_t i = 0; i < n; ++i) {
       const int64_t k = in[i] - token_start();
-      if (mask_token_ && in[i] == 0) o[i] = *mask_token_;
-      else o[i] = k >= 0 && k < (int64_t)vocabulary_.size() ? vocabulary_[k] : oov_token_;
+      if (mask_token_ && in[i] == 0)
+        o[i] = *mask_token_;
+      else
+        o[i] = k >= 0 && k < (int64_t)vocabulary_.size() ? vocabulary_[k] : oov_token_;
     }
     return out;
   }

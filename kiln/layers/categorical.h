@@ -65,9 +65,8 @@ namespace kiln {
 
 // Encodes int64 ids (each in [0, depth)) as above; `owner` names the layer
 // in errors. `drop` (optional, bool, same shape) marks ids to leave out.
-at::Tensor encode_categorical(const at::Tensor& ids, int64_t depth, const std::string& mode,
-                              at::ScalarType dtype, const std::string& owner,
-                              const at::Tensor& drop = at::Tensor());
+at::Tensor encode_categorical(const at::Tensor& ids, int64_t depth, const std::string& mode, at::ScalarType dtype,
+                              const std::string& owner, const at::Tensor& drop = at::Tensor());
 // The shape encode_categorical gives for an input shape.
 Shape encoded_shape(const Shape& input, int64_t depth, const std::string& mode, const std::string& owner);
 

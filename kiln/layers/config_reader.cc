@@ -26,11 +26,9 @@ int64_t size_of(const Json& j) {
 }
 }  // namespace
 
-ConfigReader::ConfigReader(const Json& config, std::string owner)
-    : config_(config), owner_(std::move(owner)) {
+ConfigReader::ConfigReader(const Json& config, std::string owner) : config_(config), owner_(std::move(owner)) {
   if (!config_.is_object() && !config_.is_null())
-    throw ValueError(owner_ +
-                     ": the config must be a JSON object. Received: " + json_excerpt(config_));
+    throw ValueError(owner_ + ": the config must be a JSON object. Received: " + json_excerpt(config_));
 }
 
 bool ConfigReader::has(const char* key) const {
@@ -115,8 +113,7 @@ std::string ConfigReader::choice(const char* key, const std::string& fallback,
   return v;
 }
 
-std::vector<int64_t> ConfigReader::int_tuple(const char* key, size_t n,
-                                             const std::vector<int64_t>& fallback) {
+std::vector<int64_t> ConfigReader::int_tuple(const char* key, size_t n, const std::vector<int64_t>& fallback) {
   if (!has(key)) {
     get(key);  // marks it read
     return fallback;
@@ -196,12 +193,11 @@ void ConfigReader::finish() const {
   if (!config_.is_object()) return;
   for (auto it = config_.begin(); it != config_.end(); ++it) {
     const std::string& k = it.key();
-    if (read_.count(k) || std::find(std::begin(kBaseKeys), std::end(kBaseKeys), k) != std::end(kBaseKeys))
-      continue;
+    if (read_.count(k) || std::find(std::begin(kBaseKeys), std::end(kBaseKeys), k) != std::end(kBaseKeys)) continue;
     std::string known = "name, trainable, dtype";
     for (auto& r : read_) known += ", " + r;
-    throw ValueError(owner_ + ": unrecognized config key `" + k + "` (value " +
-                     json_excerpt(it.value()) + "). Known keys: " + known);
+    throw ValueError(owner_ + ": unrecognized config key `" + k + "` (value " + json_excerpt(it.value()) +
+                     "). Known keys: " + known);
   }
 }
 

@@ -32,9 +32,7 @@ struct CaseBuilder {
     c.int_input_high = high;
     return *this;
   }
-  CaseBuilder& skip_input_gradients(std::string why) {
-    return c.skip_input_gradients = std::move(why), *this;
-  }
+  CaseBuilder& skip_input_gradients(std::string why) { return c.skip_input_gradients = std::move(why), *this; }
   CaseBuilder& mixed_tolerance(double t) { return c.mixed_tolerance = t, *this; }
   operator LayerTestCase() const { return c; }
 };
@@ -50,12 +48,9 @@ std::vector<LayerTestCase> all_cases() {
           .in({{2, 5, 4}})
           .out({{2, 5, 3}})
           .params(12));
-  for (const char* a :
-       {"linear", "relu", "relu6", "gelu", "sigmoid", "hard_sigmoid", "tanh", "softmax", "log_softmax",
-        "silu", "swish", "leaky_relu", "elu", "selu", "softplus", "softsign", "exponential", "mish"})
-    add(CaseBuilder(std::string("Activation_") + a, "Activation", {{"activation", a}})
-            .in({{2, 5}})
-            .out({{2, 5}}));
+  for (const char* a : {"linear", "relu", "relu6", "gelu", "sigmoid", "hard_sigmoid", "tanh", "softmax", "log_softmax",
+                        "silu", "swish", "leaky_relu", "elu", "selu", "softplus", "softsign", "exponential", "mish"})
+    add(CaseBuilder(std::string("Activation_") + a, "Activation", {{"activation", a}}).in({{2, 5}}).out({{2, 5}}));
   add(CaseBuilder("Dropout_0.5", "Dropout", {{"rate", 0.5}}).in({{3, 4}}).out({{3, 4}}));
   add(CaseBuilder("Dropout_noise_shape", "Dropout", {{"rate", 0.3}, {"noise_shape", {nullptr, 1, 4}}})
           .in({{2, 3, 4}})
@@ -75,8 +70,7 @@ std::vector<LayerTestCase> all_cases() {
           .in({{2, 5, 4}})
           .out({{2, 5, 2, 3}})
           .params(30));
-  add(CaseBuilder("EinsumDense_ellipsis", "EinsumDense",
-                  {{"equation", "...b,bc->...c"}, {"output_shape", {3}}})
+  add(CaseBuilder("EinsumDense_ellipsis", "EinsumDense", {{"equation", "...b,bc->...c"}, {"output_shape", {3}}})
           .in({{2, 5, 4}})
           .out({{2, 5, 3}})
           .params(12));
@@ -86,12 +80,9 @@ std::vector<LayerTestCase> all_cases() {
           .in({{2, 7, 3}})
           .out({{2, 5, 4}})
           .params(40));
-  add(CaseBuilder("Conv1D_causal_dilated", "Conv1D",
-                  {{"filters", 4},
-                   {"kernel_size", 3},
-                   {"padding", "causal"},
-                   {"dilation_rate", 2},
-                   {"activation", "tanh"}})
+  add(CaseBuilder(
+          "Conv1D_causal_dilated", "Conv1D",
+          {{"filters", 4}, {"kernel_size", 3}, {"padding", "causal"}, {"dilation_rate", 2}, {"activation", "tanh"}})
           .in({{2, 7, 3}})
           .out({{2, 7, 4}})
           .params(40));
@@ -104,52 +95,35 @@ std::vector<LayerTestCase> all_cases() {
           .in({{2, 5, 5, 2}})
           .out({{2, 3, 3, 3}})
           .params(57));
-  add(CaseBuilder("Conv2D_channels_first_grouped_dilated", "Conv2D",
-                  {{"filters", 4},
-                   {"kernel_size", 3},
-                   {"dilation_rate", 2},
-                   {"groups", 2},
-                   {"data_format", "channels_first"}})
+  add(CaseBuilder(
+          "Conv2D_channels_first_grouped_dilated", "Conv2D",
+          {{"filters", 4}, {"kernel_size", 3}, {"dilation_rate", 2}, {"groups", 2}, {"data_format", "channels_first"}})
           .in({{2, 4, 7, 7}})
           .out({{2, 4, 3, 3}})
           .params(76));
   add(CaseBuilder("MaxPooling2D", "MaxPooling2D", Json::object()).in({{2, 4, 4, 3}}).out({{2, 2, 2, 3}}));
-  add(CaseBuilder("MaxPooling2D_same", "MaxPooling2D",
-                  {{"pool_size", 3}, {"strides", 2}, {"padding", "same"}})
+  add(CaseBuilder("MaxPooling2D_same", "MaxPooling2D", {{"pool_size", 3}, {"strides", 2}, {"padding", "same"}})
           .in({{2, 5, 5, 2}})
           .out({{2, 3, 3, 2}}));
-  add(CaseBuilder("AveragePooling2D", "AveragePooling2D", Json::object())
-          .in({{2, 4, 4, 3}})
-          .out({{2, 2, 2, 3}}));
-  add(CaseBuilder("AveragePooling2D_same", "AveragePooling2D",
-                  {{"pool_size", 2}, {"strides", 1}, {"padding", "same"}})
+  add(CaseBuilder("AveragePooling2D", "AveragePooling2D", Json::object()).in({{2, 4, 4, 3}}).out({{2, 2, 2, 3}}));
+  add(CaseBuilder("AveragePooling2D_same", "AveragePooling2D", {{"pool_size", 2}, {"strides", 1}, {"padding", "same"}})
           .in({{2, 3, 3, 1}})
           .out({{2, 3, 3, 1}}));
   add(CaseBuilder("MaxPooling1D", "MaxPooling1D", Json::object()).in({{2, 6, 3}}).out({{2, 3, 3}}));
-  add(CaseBuilder("AveragePooling1D_same", "AveragePooling1D",
-                  {{"pool_size", 3}, {"strides", 2}, {"padding", "same"}})
+  add(CaseBuilder("AveragePooling1D_same", "AveragePooling1D", {{"pool_size", 3}, {"strides", 2}, {"padding", "same"}})
           .in({{2, 5, 3}})
           .out({{2, 3, 3}}));
-  add(CaseBuilder("GlobalAveragePooling1D", "GlobalAveragePooling1D", Json::object())
-          .in({{2, 5, 3}})
-          .out({{2, 3}}));
-  add(CaseBuilder("GlobalAveragePooling2D", "GlobalAveragePooling2D", Json::object())
-          .in({{2, 4, 4, 3}})
-          .out({{2, 3}}));
+  add(CaseBuilder("GlobalAveragePooling1D", "GlobalAveragePooling1D", Json::object()).in({{2, 5, 3}}).out({{2, 3}}));
+  add(CaseBuilder("GlobalAveragePooling2D", "GlobalAveragePooling2D", Json::object()).in({{2, 4, 4, 3}}).out({{2, 3}}));
   add(CaseBuilder("GlobalAveragePooling2D_keepdims_cf", "GlobalAveragePooling2D",
                   {{"keepdims", true}, {"data_format", "channels_first"}})
           .in({{2, 3, 4, 4}})
           .out({{2, 3, 1, 1}}));
   add(CaseBuilder("GlobalMaxPooling1D", "GlobalMaxPooling1D", Json::object()).in({{2, 5, 3}}).out({{2, 3}}));
-  add(CaseBuilder("GlobalMaxPooling2D", "GlobalMaxPooling2D", Json::object())
-          .in({{2, 4, 4, 3}})
-          .out({{2, 3}}));
+  add(CaseBuilder("GlobalMaxPooling2D", "GlobalMaxPooling2D", Json::object()).in({{2, 4, 4, 3}}).out({{2, 3}}));
 
   // --- normalization ---
-  add(CaseBuilder("BatchNormalization", "BatchNormalization", Json::object())
-          .in({{4, 3}})
-          .out({{4, 3}})
-          .params(6, 6));
+  add(CaseBuilder("BatchNormalization", "BatchNormalization", Json::object()).in({{4, 3}}).out({{4, 3}}).params(6, 6));
   add(CaseBuilder("BatchNormalization_image", "BatchNormalization", Json::object())
           .in({{2, 3, 3, 4}})
           .out({{2, 3, 3, 4}})
@@ -203,9 +177,7 @@ std::vector<LayerTestCase> all_cases() {
   add(CaseBuilder("Add_broadcast", "Add", Json::object()).in({{2, 3, 4}, {2, 1, 4}}).out({{2, 3, 4}}));
   add(CaseBuilder("Subtract", "Subtract", Json::object()).in({{2, 3}, {2, 3}}).out({{2, 3}}));
   add(CaseBuilder("Concatenate", "Concatenate", Json::object()).in({{2, 3}, {2, 4}}).out({{2, 7}}));
-  add(CaseBuilder("Concatenate_axis1", "Concatenate", {{"axis", 1}})
-          .in({{2, 2, 3}, {2, 4, 3}})
-          .out({{2, 6, 3}}));
+  add(CaseBuilder("Concatenate_axis1", "Concatenate", {{"axis", 1}}).in({{2, 2, 3}, {2, 4, 3}}).out({{2, 6, 3}}));
 
   // --- preprocessing ---
   add(CaseBuilder("Rescaling", "Rescaling", {{"scale", 0.5}, {"offset", 1.0}}).in({{2, 3}}).out({{2, 3}}));
@@ -218,8 +190,7 @@ std::vector<LayerTestCase> all_cases() {
           .in({{4, 3}})
           .out({{4, 3}})
           .params(0, 3));
-  add(CaseBuilder("Normalization_given", "Normalization",
-                  {{"mean", {1.0, 2.0, 3.0}}, {"variance", {4.0, 1.0, 0.25}}})
+  add(CaseBuilder("Normalization_given", "Normalization", {{"mean", {1.0, 2.0, 3.0}}, {"variance", {4.0, 1.0, 0.25}}})
           .in({{4, 3}})
           .out({{4, 3}}));
   for (auto& c : new_layer_cases()) cases.push_back(c);
@@ -227,8 +198,12 @@ std::vector<LayerTestCase> all_cases() {
   // --- recurrent and masking (recurrent_test.cc has their golden and mask tests) ---
   add(CaseBuilder("LSTM", "LSTM", {{"units", 3}}).in({{2, 4, 5}}).out({{2, 3}}).params(108));
   add(CaseBuilder("LSTM_sequences_state_dropout", "LSTM",
-                  {{"units", 3}, {"return_sequences", true}, {"return_state", true}, {"dropout", 0.2},
-                   {"recurrent_dropout", 0.2}, {"unit_forget_bias", false}})
+                  {{"units", 3},
+                   {"return_sequences", true},
+                   {"return_state", true},
+                   {"dropout", 0.2},
+                   {"recurrent_dropout", 0.2},
+                   {"unit_forget_bias", false}})
           .in({{2, 4, 5}})
           .out({{2, 4, 3}, {2, 3}, {2, 3}})
           .params(108));

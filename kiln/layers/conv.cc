@@ -6,7 +6,6 @@
 namespace kiln {
 namespace {
 
-
 class FloatConv : public KernelImpl {
  public:
   explicit FloatConv(ConvGeometry g) : g_(std::move(g)) {}
@@ -17,8 +16,8 @@ class FloatConv : public KernelImpl {
     if (g_.padding != "valid") {
       std::vector<std::pair<int64_t, int64_t>> pads;
       for (int64_t i = 0; i < rank; ++i)
-        pads.push_back(conv_utils::padding_amounts(t.size(2 + i), g_.kernel_size[i], g_.strides[i],
-                                                   g_.dilation_rate[i], g_.padding));
+        pads.push_back(conv_utils::padding_amounts(t.size(2 + i), g_.kernel_size[i], g_.strides[i], g_.dilation_rate[i],
+                                                   g_.padding));
       t = at::constant_pad_nd(t, conv_utils::pad_arg(pads), 0.0);
     }
     // (k..., in/groups, out) -> (out, in/groups, k...).
@@ -39,15 +38,14 @@ class FloatConv : public KernelImpl {
 
 KernelImplPtr float_conv_impl(const ConvGeometry& geometry) { return std::make_unique<FloatConv>(geometry); }
 
-Conv::Conv(int rank, const std::string& owner, const Json& config)
-    : SimpleLayer(config), rank_(rank), owner_(owner) {
+Conv::Conv(int rank, const std::string& owner, const Json& config) : SimpleLayer(config), rank_(rank), owner_(owner) {
   ConfigReader r(config, owner);
   filters_ = r.positive_int("filters");
   geom_.kernel_size = r.int_tuple("kernel_size", rank);
   geom_.strides = r.int_tuple("strides", rank, std::vector<int64_t>(rank, 1));
-  geom_.padding = r.choice("padding", "valid",
-                           rank == 1 ? std::vector<std::string>{"valid", "same", "causal"}
-                                     : std::vector<std::string>{"valid", "same"});
+  geom_.padding = r.choice(
+      "padding", "valid",
+      rank == 1 ? std::vector<std::string>{"valid", "same", "causal"} : std::vector<std::string>{"valid", "same"});
   geom_.channels_last =
       r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
   geom_.dilation_rate = r.int_tuple("dilation_rate", rank, std::vector<int64_t>(rank, 1));
@@ -67,8 +65,7 @@ Conv::Conv(int rank, const std::string& owner, const Json& config)
   if (max_of(geom_.strides) > 1 && max_of(geom_.dilation_rate) > 1)
     throw ValueError(
         owner + ": `strides > 1` not supported in conjunction with `dilation_rate > 1`. Received: strides=" +
-        int_list_json(geom_.strides).dump() +
-        " and dilation_rate=" + int_list_json(geom_.dilation_rate).dump());
+        int_list_json(geom_.strides).dump() + " and dilation_rate=" + int_list_json(geom_.dilation_rate).dump());
   activation_ = get_activation(activation_name_);
   impl_ = float_conv_impl(geom_);
 }
@@ -80,8 +77,7 @@ void Conv::build(const std::vector<Shape>& input_shapes) {
                      ". Received: " + shape_to_string(s));
   const int64_t channels = geom_.channels_last ? s.back() : s[1];
   if (channels < 1)
-    throw ShapeError(owner_ + " '" + name() +
-                     "' needs a known channel dimension. Received: " + shape_to_string(s));
+    throw ShapeError(owner_ + " '" + name() + "' needs a known channel dimension. Received: " + shape_to_string(s));
   if (channels % geom_.groups != 0)
     throw ValueError(owner_ +
                      ": the number of input channels must be evenly divisible by the number of groups. "
@@ -98,13 +94,11 @@ void Conv::build(const std::vector<Shape>& input_shapes) {
 at::Tensor Conv::call1(const at::Tensor& x, bool training) {
   const int64_t channels = kernel_->shape()[rank_] * geom_.groups;
   if (x.dim() != rank_ + 2 || (geom_.channels_last ? x.size(-1) : x.size(1)) != channels)
-    throw ShapeError(owner_ + " '" + name() + "' expects inputs of rank " + std::to_string(rank_ + 2) +
-                     " with " + std::to_string(channels) +
-                     " channels. Received: " + shape_to_string(sizes_of(x)));
+    throw ShapeError(owner_ + " '" + name() + "' expects inputs of rank " + std::to_string(rank_ + 2) + " with " +
+                     std::to_string(channels) + " channels. Received: " + shape_to_string(sizes_of(x)));
   for (int i = 0; i < rank_; ++i) {
     int64_t n = x.size(geom_.channels_last ? 1 + i : 2 + i);
-    if (conv_utils::output_length(n, geom_.kernel_size[i], geom_.strides[i], geom_.dilation_rate[i],
-                                  geom_.padding) < 1)
+    if (conv_utils::output_length(n, geom_.kernel_size[i], geom_.strides[i], geom_.dilation_rate[i], geom_.padding) < 1)
       throw ShapeError(owner_ + " '" + name() + "': the input of shape " + shape_to_string(sizes_of(x)) +
                        " is smaller than the (dilated) kernel " + int_list_json(geom_.kernel_size).dump() +
                        " with padding=\"valid\"");
@@ -131,8 +125,8 @@ std::vector<Shape> Conv::compute_output_shape(const std::vector<Shape>& input_sh
   if (!geom_.channels_last) out.push_back(filters_);
   for (int i = 0; i < rank_; ++i) {
     int64_t n = s[geom_.channels_last ? 1 + i : 2 + i];
-    int64_t len = conv_utils::output_length(n, geom_.kernel_size[i], geom_.strides[i], geom_.dilation_rate[i],
-                                            geom_.padding);
+    int64_t len =
+        conv_utils::output_length(n, geom_.kernel_size[i], geom_.strides[i], geom_.dilation_rate[i], geom_.padding);
     if (n >= 0 && len < 1)
       throw ShapeError(owner_ + " '" + name() + "': inputs of shape " + shape_to_string(s) +
                        " are smaller than the (dilated) kernel " + int_list_json(geom_.kernel_size).dump());
@@ -165,17 +159,17 @@ Json Conv::get_config() const {
 
 Conv1D::Conv1D(const Json& config) : Conv(1, "Conv1D", config) {}
 Conv1D::Conv1D(int64_t filters, int64_t kernel_size, const std::string& activation, const Json& extra)
-    : Conv1D(merged_config(
-          extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
+    : Conv1D(
+          merged_config(extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
 
 Conv2D::Conv2D(const Json& config) : Conv(2, "Conv2D", config) {}
 Conv2D::Conv2D(int64_t filters, int64_t kernel_size, const std::string& activation, const Json& extra)
-    : Conv2D(merged_config(
-          extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
+    : Conv2D(
+          merged_config(extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
 Conv2D::Conv2D(int64_t filters, const std::vector<int64_t>& kernel_size, const std::string& activation,
                const Json& extra)
-    : Conv2D(merged_config(
-          extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
+    : Conv2D(
+          merged_config(extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
 
 KILN_REGISTER_LAYER(Conv1D);
 KILN_REGISTER_LAYER(Conv2D);

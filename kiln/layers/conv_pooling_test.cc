@@ -51,8 +51,7 @@ TEST(Conv2D, SamePaddingKeepsHeightAndWidth) {
 
 TEST(Conv2D, SamePaddingWithStridesPutsTheOddPadAfterLikeTensorFlow) {
   // n=6, k=3, s=2: output 3, total padding 1, all of it after.
-  auto conv = std::make_shared<Conv2D>(2, 3, "linear",
-                                       Json{{"padding", "same"}, {"strides", 2}, {"use_bias", false}});
+  auto conv = std::make_shared<Conv2D>(2, 3, "linear", Json{{"padding", "same"}, {"strides", 2}, {"use_bias", false}});
   at::Tensor x = at::randn({1, 6, 6, 2});
   at::Tensor y = (*conv)(x);
   EXPECT_EQ(sizes_of(y), (Shape{1, 3, 3, 2}));
@@ -63,8 +62,7 @@ TEST(Conv2D, SamePaddingWithStridesPutsTheOddPadAfterLikeTensorFlow) {
 
 TEST(Conv2D, ChannelsFirstAgreesWithChannelsLast) {
   auto last = std::make_shared<Conv2D>(4, 3, "linear", Json{{"padding", "same"}});
-  auto first =
-      std::make_shared<Conv2D>(4, 3, "linear", Json{{"padding", "same"}, {"data_format", "channels_first"}});
+  auto first = std::make_shared<Conv2D>(4, 3, "linear", Json{{"padding", "same"}, {"data_format", "channels_first"}});
   at::Tensor x = at::randn({2, 5, 5, 3});
   at::Tensor a = (*last)(x);
   (*first)(x.permute({0, 3, 1, 2}).contiguous());
@@ -106,22 +104,14 @@ TEST(Conv, RejectsBadConfigs) {
       },
       {"`kernel_size`", "list of 2"});
   expect_error<ValueError>([] { (void)Conv2D(Json{{"filters", 2}}); }, {"missing `kernel_size`"});
-  expect_error<ValueError>(
-      [] {
-        (void)Conv2D(2, 3, "linear", Json{{"padding", "causal"}});
-      },
-      {"`padding`", "causal"});
+  expect_error<ValueError>([] { (void)Conv2D(2, 3, "linear", Json{{"padding", "causal"}}); }, {"`padding`", "causal"});
   expect_error<ValueError>(
       [] {
         (void)Conv2D(2, 3, "linear", Json{{"strides", 2}, {"dilation_rate", 2}});
       },
       {"strides > 1", "dilation_rate > 1"});
   expect_error<ValueError>([] { (void)Conv2D(3, 3, "linear", Json{{"groups", 2}}); }, {"`groups`"});
-  expect_error<ValueError>(
-      [] {
-        (void)Conv1D(2, 3, "linear", Json{{"data_format", "NWC"}});
-      },
-      {"`data_format`"});
+  expect_error<ValueError>([] { (void)Conv1D(2, 3, "linear", Json{{"data_format", "NWC"}}); }, {"`data_format`"});
   auto conv = std::make_shared<Conv2D>(2, 1, "linear", Json{{"groups", 2}});
   expect_error<ValueError>([&] { (*conv)(at::randn({1, 3, 3, 3})); }, {"divisible by the number of groups"});
   auto small = std::make_shared<Conv2D>(2, 5);
@@ -151,10 +141,8 @@ TEST(MaxPooling2D, SamePaddingNeverWinsAMax) {
 TEST(AveragePooling2D, AveragesWindowsAndExcludesPadding) {
   auto pool = std::make_shared<AveragePooling2D>();
   at::Tensor x = at::arange(16, at::kFloat).reshape({1, 4, 4, 1});
-  EXPECT_TRUE(
-      at::allclose((*pool)(x).reshape({2, 2}), at::tensor({2.5f, 4.5f, 10.5f, 12.5f}).reshape({2, 2})));
-  auto same =
-      std::make_shared<AveragePooling2D>(std::vector<int64_t>{2, 2}, std::vector<int64_t>{2, 2}, "same");
+  EXPECT_TRUE(at::allclose((*pool)(x).reshape({2, 2}), at::tensor({2.5f, 4.5f, 10.5f, 12.5f}).reshape({2, 2})));
+  auto same = std::make_shared<AveragePooling2D>(std::vector<int64_t>{2, 2}, std::vector<int64_t>{2, 2}, "same");
   at::Tensor y = (*same)(at::ones({1, 3, 3, 1}));
   EXPECT_TRUE(at::allclose(y, at::ones({1, 2, 2, 1})));  // counted padding would give 0.5 and 0.25
   at::Tensor z = (*same)(at::arange(9, at::kFloat).reshape({1, 3, 3, 1}));

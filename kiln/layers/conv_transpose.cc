@@ -12,8 +12,7 @@ int64_t convt_max(const std::vector<int64_t>& v) { return *std::max_element(v.be
 
 void convt_check_image(const Layer& l, const Shape& s, bool channels_last) {
   if (s.size() != 4)
-    throw ShapeError(l.class_name() + " '" + l.name() + "' expects inputs of rank 4. Received: " +
-                     shape_to_string(s));
+    throw ShapeError(l.class_name() + " '" + l.name() + "' expects inputs of rank 4. Received: " + shape_to_string(s));
   if ((channels_last ? s[3] : s[1]) < 1)
     throw ShapeError(l.class_name() + " '" + l.name() +
                      "' needs a known channel dimension. Received: " + shape_to_string(s));
@@ -32,7 +31,8 @@ Conv2DTranspose::Conv2DTranspose(const Json& config) : SimpleLayer(config) {
   geom_.padding = r.choice("padding", "valid", {"valid", "same"});
   if (const Json* op = r.get("output_padding")) {
     std::vector<int64_t> v;
-    if (op->is_number_integer()) v.assign(2, op->get<int64_t>());
+    if (op->is_number_integer())
+      v.assign(2, op->get<int64_t>());
     else if (op->is_array() && op->size() == 2 && (*op)[0].is_number_integer() && (*op)[1].is_number_integer())
       v = {(*op)[0].get<int64_t>(), (*op)[1].get<int64_t>()};
     else
@@ -75,8 +75,8 @@ void Conv2DTranspose::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   convt_check_image(*this, s, geom_.channels_last);
   const int64_t channels = geom_.channels_last ? s[3] : s[1];
-  kernel_ = add_weight("kernel", {geom_.kernel_size[0], geom_.kernel_size[1], filters_, channels}, kernel_init_,
-                       true, kernel_reg_);
+  kernel_ = add_weight("kernel", {geom_.kernel_size[0], geom_.kernel_size[1], filters_, channels}, kernel_init_, true,
+                       kernel_reg_);
   if (use_bias_) bias_ = add_weight("bias", {filters_}, bias_init_, true, bias_reg_);
 }
 
@@ -96,7 +96,7 @@ at::Tensor Conv2DTranspose::call1(const at::Tensor& x, bool training) {
   at::Tensor full = at::convolution(upcast ? t.to(at::kFloat) : t, upcast ? w.to(at::kFloat) : w, /*bias=*/{},
                                     geom_.strides, /*padding=*/{0, 0}, geom_.dilation_rate,
                                     /*transposed=*/true, /*output_padding=*/{0, 0}, /*groups=*/1)
-                         .to(dt);
+                        .to(dt);
   // The full transposed convolution has (n-1)*s + k entries per axis; keep
   // the window TensorFlow keeps: it starts at the forward convolution's
   // leading padding and may run past the end (zeros there).
@@ -179,10 +179,9 @@ DepthwiseConv2D::DepthwiseConv2D(const Json& config, bool separable)
   r.no_constraint("bias_constraint");
   r.finish();
   if (convt_max(geom_.strides) > 1 && convt_max(geom_.dilation_rate) > 1)
-    throw ValueError(owner_ +
-                     ": `strides > 1` not supported in conjunction with `dilation_rate > 1`. Received: strides=" +
-                     int_list_json(geom_.strides).dump() +
-                     " and dilation_rate=" + int_list_json(geom_.dilation_rate).dump());
+    throw ValueError(
+        owner_ + ": `strides > 1` not supported in conjunction with `dilation_rate > 1`. Received: strides=" +
+        int_list_json(geom_.strides).dump() + " and dilation_rate=" + int_list_json(geom_.dilation_rate).dump());
   activation_ = get_activation(activation_name_);
 }
 
@@ -191,11 +190,11 @@ void DepthwiseConv2D::build(const std::vector<Shape>& input_shapes) {
   convt_check_image(*this, s, geom_.channels_last);
   in_channels_ = geom_.channels_last ? s[3] : s[1];
   const int64_t mid = in_channels_ * depth_multiplier_;
-  depthwise_ = add_weight("depthwise_kernel", {geom_.kernel_size[0], geom_.kernel_size[1], in_channels_,
-                                               depth_multiplier_},
-                          depthwise_init_, true, depthwise_reg_);
-  if (separable_) pointwise_ = add_weight("pointwise_kernel", {1, 1, mid, filters_}, pointwise_init_, true,
-                                          pointwise_reg_);
+  depthwise_ =
+      add_weight("depthwise_kernel", {geom_.kernel_size[0], geom_.kernel_size[1], in_channels_, depth_multiplier_},
+                 depthwise_init_, true, depthwise_reg_);
+  if (separable_)
+    pointwise_ = add_weight("pointwise_kernel", {1, 1, mid, filters_}, pointwise_init_, true, pointwise_reg_);
   if (use_bias_) bias_ = add_weight("bias", {separable_ ? filters_ : mid}, bias_init_, true, bias_reg_);
   ConvGeometry g = geom_;
   g.groups = in_channels_;
@@ -215,8 +214,8 @@ at::Tensor DepthwiseConv2D::call1(const at::Tensor& x, bool training) {
     throw ShapeError(owner_ + " '" + name() + "' expects inputs of rank 4 with " + std::to_string(in_channels_) +
                      " channels. Received: " + shape_to_string(sizes_of(x)));
   for (int i = 0; i < 2; ++i)
-    if (conv_utils::output_length(x.size(geom_.channels_last ? 1 + i : 2 + i), geom_.kernel_size[i],
-                                  geom_.strides[i], geom_.dilation_rate[i], geom_.padding) < 1)
+    if (conv_utils::output_length(x.size(geom_.channels_last ? 1 + i : 2 + i), geom_.kernel_size[i], geom_.strides[i],
+                                  geom_.dilation_rate[i], geom_.padding) < 1)
       throw ShapeError(owner_ + " '" + name() + "': the input of shape " + shape_to_string(sizes_of(x)) +
                        " is smaller than the (dilated) kernel " + int_list_json(geom_.kernel_size).dump());
   const int64_t mid = in_channels_ * depth_multiplier_;
@@ -240,8 +239,8 @@ std::vector<Shape> DepthwiseConv2D::compute_output_shape(const std::vector<Shape
   Shape out = s;
   const int h = geom_.channels_last ? 1 : 2;
   for (int i = 0; i < 2; ++i) {
-    int64_t len = conv_utils::output_length(s[h + i], geom_.kernel_size[i], geom_.strides[i],
-                                            geom_.dilation_rate[i], geom_.padding);
+    int64_t len = conv_utils::output_length(s[h + i], geom_.kernel_size[i], geom_.strides[i], geom_.dilation_rate[i],
+                                            geom_.padding);
     if (s[h + i] >= 0 && len < 1)
       throw ShapeError(owner_ + " '" + name() + "': inputs of shape " + shape_to_string(s) +
                        " are smaller than the (dilated) kernel " + int_list_json(geom_.kernel_size).dump());

@@ -93,7 +93,7 @@ class DepthwiseConv2D : public SimpleLayer {
   std::string owner_;
   int64_t filters_ = 0;  // separable only
   int64_t depth_multiplier_;
-  ConvGeometry geom_;    // the depthwise step (groups set by build)
+  ConvGeometry geom_;  // the depthwise step (groups set by build)
   std::string activation_name_;
   ActivationFn activation_;
   bool use_bias_;

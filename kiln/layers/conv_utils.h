@@ -13,8 +13,7 @@ namespace kiln::conv_utils {
 
 // Output length along one axis for "valid", "same" or "causal" padding;
 // -1 (unknown) stays -1.
-inline int64_t output_length(int64_t n, int64_t k, int64_t stride, int64_t dilation,
-                             const std::string& padding) {
+inline int64_t output_length(int64_t n, int64_t k, int64_t stride, int64_t dilation, const std::string& padding) {
   if (n < 0) return -1;
   const int64_t span = dilation * (k - 1) + 1;
   if (padding == "valid") return n >= span ? (n - span) / stride + 1 : 0;

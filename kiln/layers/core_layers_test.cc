@@ -21,8 +21,7 @@ TEST(Dense, ComputesXTimesKernelPlusBias) {
   auto d = std::make_shared<Dense>(2);
   at::Tensor x = at::tensor({1.0f, 2.0f, 3.0f}).reshape({1, 3});
   (*d)(x);
-  d->set_weights(
-      {at::tensor({1.0f, 0.0f, 0.0f, 1.0f, 2.0f, -1.0f}).reshape({3, 2}), at::tensor({0.5f, -0.5f})});
+  d->set_weights({at::tensor({1.0f, 0.0f, 0.0f, 1.0f, 2.0f, -1.0f}).reshape({3, 2}), at::tensor({0.5f, -0.5f})});
   at::Tensor y = (*d)(x);
   // [1 2 3] @ [[1 0] [0 1] [2 -1]] + [0.5 -0.5] = [7.5 -1.5]
   EXPECT_TRUE(at::allclose(y, at::tensor({7.5f, -1.5f}).reshape({1, 2})));
@@ -76,27 +75,15 @@ TEST(Dense, RejectsBadConfigsNamingTheKey) {
       {"Dense", "`units`", "expected a positive integer", "units=0"});
   expect_error<ValueError>([] { Dense(Json{{"units", 2.5}}); }, {"`units`", "units=2.5"});
   expect_error<ValueError>([] { Dense(Json::object()); }, {"Dense", "missing `units`"});
-  expect_error<ValueError>(
-      [] {
-        Dense(Json{{"units", 3}, {"unitz", 3}});
-      },
-      {"unrecognized", "`unitz`", "units"});
+  expect_error<ValueError>([] { Dense(Json{{"units", 3}, {"unitz", 3}}); }, {"unrecognized", "`unitz`", "units"});
   expect_error<ValueError>([] { Dense(3, "relux"); }, {"`activation`", "relux", "relu", "gelu"});
-  expect_error<ValueError>(
-      [] {
-        Dense(Json{{"units", 3}, {"use_bias", "yes"}});
-      },
-      {"`use_bias`", "a boolean"});
+  expect_error<ValueError>([] { Dense(Json{{"units", 3}, {"use_bias", "yes"}}); }, {"`use_bias`", "a boolean"});
   expect_error<ValueError>(
       [] {
         Dense(Json{{"units", 3}, {"kernel_initializer", "glorot_unifrom"}});
       },
       {"`kernel_initializer`", "glorot_unifrom"});
-  expect_error<ValueError>(
-      [] {
-        Dense(Json{{"units", 3}, {"kernel_regularizer", "l3"}});
-      },
-      {"`kernel_regularizer`"});
+  expect_error<ValueError>([] { Dense(Json{{"units", 3}, {"kernel_regularizer", "l3"}}); }, {"`kernel_regularizer`"});
   expect_error<ValueError>(
       [] {
         Dense(Json{{"units", 3}, {"kernel_constraint", "max_norm"}});
@@ -112,15 +99,13 @@ TEST(Dense, RejectsInputsOfTheWrongWidth) {
 }
 
 TEST(Dense, RegularizersAddToTheLoss) {
-  auto d = std::make_shared<Dense>(
-      3, "linear",
-      Json{{"kernel_regularizer", {{"class_name", "L2"}, {"config", {{"l2", 0.1}}}}},
-           {"activity_regularizer", {{"class_name", "L1"}, {"config", {{"l1", 0.01}}}}}});
+  auto d = std::make_shared<Dense>(3, "linear",
+                                   Json{{"kernel_regularizer", {{"class_name", "L2"}, {"config", {{"l2", 0.1}}}}},
+                                        {"activity_regularizer", {{"class_name", "L1"}, {"config", {{"l1", 0.01}}}}}});
   at::Tensor x = at::randn({2, 4});
   at::Tensor y = (*d)(x, /*training=*/true);
   double weights_only = 0.1 * d->kernel()->value().square().sum().item<double>();
-  EXPECT_NEAR(d->regularization_loss().item<double>(), weights_only + 0.01 * y.abs().sum().item<double>(),
-              1e-5);
+  EXPECT_NEAR(d->regularization_loss().item<double>(), weights_only + 0.01 * y.abs().sum().item<double>(), 1e-5);
   // Inference calls record no activity penalty (they may run concurrently).
   (*d)(x, /*training=*/false);
   EXPECT_NEAR(d->regularization_loss().item<double>(), weights_only, 1e-5);

@@ -28,9 +28,8 @@ Dense::Dense(int64_t units, const std::string& activation, const Json& extra)
 void Dense::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   if (s.size() < 2 || s.back() < 1)
-    throw ShapeError(
-        "Dense '" + name() +
-        "' needs inputs of rank >= 2 with a known last dimension. Received: " + shape_to_string(s));
+    throw ShapeError("Dense '" + name() +
+                     "' needs inputs of rank >= 2 with a known last dimension. Received: " + shape_to_string(s));
   kernel_ = add_weight("kernel", {s.back(), units_}, kernel_init_, true, kernel_reg_);
   if (use_bias_) bias_ = add_weight("bias", {units_}, bias_init_, true, bias_reg_);
 }

@@ -60,18 +60,17 @@ size_t expected_partial_rank(const ParsedEquation& p) {
 
 }  // namespace
 
-EinsumShapes analyze_einsum(const std::string& owner, const std::string& equation,
-                            const std::string& bias_axes, const Shape& input_shape, const Shape& partial) {
+EinsumShapes analyze_einsum(const std::string& owner, const std::string& equation, const std::string& bias_axes,
+                            const Shape& input_shape, const Shape& partial) {
   ParsedEquation p = parse_equation(owner, equation);
   const int64_t rank = (int64_t)input_shape.size();
   const int64_t elided = rank - (int64_t)p.in.size();
   if (elided < 0 || (p.elide == Elide::kNone && elided != 0) || (p.elide != Elide::kNone && elided < 1))
-    throw ShapeError(owner + ": input of shape " + shape_to_string(input_shape) +
-                     " does not fit the equation '" + equation + "'");
+    throw ShapeError(owner + ": input of shape " + shape_to_string(input_shape) + " does not fit the equation '" +
+                     equation + "'");
   if (partial.size() != expected_partial_rank(p))
     throw ValueError(owner + ": `output_shape` " + shape_to_string(partial) + " must have " +
-                     std::to_string(expected_partial_rank(p)) + " entries for the equation '" + equation +
-                     "'");
+                     std::to_string(expected_partial_rank(p)) + " entries for the equation '" + equation + "'");
   Shape full = {input_shape[0]};
   if (p.elide == Elide::kLeft) {
     for (int64_t i = 1; i < elided; ++i) full.push_back(input_shape[i]);
@@ -88,14 +87,13 @@ EinsumShapes analyze_einsum(const std::string& owner, const std::string& equatio
   for (char c : p.out) {
     if (!in_pos.count(c) && p.kernel.find(c) == std::string::npos)
       throw ValueError(owner + ": dimension '" + std::string(1, c) + "' of the output '" + p.out +
-                       "' appears in neither the input spec '" + p.in + "' nor the kernel spec '" + p.kernel +
-                       "'");
+                       "' appears in neither the input spec '" + p.in + "' nor the kernel spec '" + p.kernel + "'");
     if (!in_pos.count(c)) continue;
     int64_t din = input_shape[in_pos[c]], &dout = full[out_pos[c]];
     if (din >= 0 && dout >= 0 && din != dout && out_pos[c] != 0)
-      throw ValueError(owner + ": input shape and output shape do not match at shared dimension '" +
-                       std::string(1, c) + "'. Input shape is " + shape_to_string(input_shape) +
-                       ", and output shape is " + shape_to_string(full));
+      throw ValueError(owner + ": input shape and output shape do not match at shared dimension '" + std::string(1, c) +
+                       "'. Input shape is " + shape_to_string(input_shape) + ", and output shape is " +
+                       shape_to_string(full));
     if (dout < 0) dout = din;
   }
   EinsumShapes r;
@@ -133,8 +131,7 @@ EinsumShapes analyze_einsum(const std::string& owner, const std::string& equatio
 
 EinsumDense::EinsumDense(const Json& config) : SimpleLayer(config) {
   ConfigReader r(config, "EinsumDense");
-  if (!r.has("equation"))
-    throw ValueError("EinsumDense: the config is missing `equation` (e.g. \"ab,bc->ac\")");
+  if (!r.has("equation")) throw ValueError("EinsumDense: the config is missing `equation` (e.g. \"ab,bc->ac\")");
   equation_ = r.string("equation", "");
   const Json* os = r.get("output_shape");
   if (!os) throw ValueError("EinsumDense: the config is missing `output_shape`");
@@ -163,26 +160,22 @@ EinsumDense::EinsumDense(const Json& config) : SimpleLayer(config) {
   ParsedEquation p = parse_equation("EinsumDense", equation_);
   if (output_shape_.size() != expected_partial_rank(p))
     r.invalid("output_shape", "a shape with " + std::to_string(expected_partial_rank(p)) +
-                                  " entries (the output spec without the batch axis) for equation '" +
-                                  equation_ + "'");
+                                  " entries (the output spec without the batch axis) for equation '" + equation_ + "'");
   for (char c : bias_axes_)
-    if (p.out.find(c) == std::string::npos)
-      r.invalid("bias_axes", "letters of the output spec '" + p.out + "'");
+    if (p.out.find(c) == std::string::npos) r.invalid("bias_axes", "letters of the output spec '" + p.out + "'");
   activation_ = get_activation(activation_name_);
   impl_ = float_einsum_impl(equation_);
 }
 
 EinsumDense::EinsumDense(const std::string& equation, const Shape& output_shape, const std::string& bias_axes,
                          const std::string& activation, const Json& extra)
-    : EinsumDense(
-          merged_config(extra, Json{{"equation", equation},
-                                    {"output_shape", int_list_json(output_shape)},
-                                    {"bias_axes", bias_axes.empty() ? Json(nullptr) : Json(bias_axes)},
-                                    {"activation", activation}})) {}
+    : EinsumDense(merged_config(extra, Json{{"equation", equation},
+                                            {"output_shape", int_list_json(output_shape)},
+                                            {"bias_axes", bias_axes.empty() ? Json(nullptr) : Json(bias_axes)},
+                                            {"activation", activation}})) {}
 
 void EinsumDense::build(const std::vector<Shape>& input_shapes) {
-  auto s = analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, input_shapes.at(0),
-                          output_shape_);
+  auto s = analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, input_shapes.at(0), output_shape_);
   kernel_ = add_weight("kernel", s.kernel, kernel_init_, true, kernel_reg_);
   if (!s.bias.empty()) bias_ = add_weight("bias", s.bias, bias_init_, true, bias_reg_);
 }
@@ -193,8 +186,8 @@ at::Tensor EinsumDense::call1(const at::Tensor& x, bool training) {
   auto s = analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, xs, output_shape_);
   if (s.kernel != kernel_->shape())
     throw ShapeError("EinsumDense '" + name() + "' was built for a kernel of shape " +
-                     shape_to_string(kernel_->shape()) + "; input of shape " + shape_to_string(xs) +
-                     " needs " + shape_to_string(s.kernel));
+                     shape_to_string(kernel_->shape()) + "; input of shape " + shape_to_string(xs) + " needs " +
+                     shape_to_string(s.kernel));
   at::Tensor y = impl_->apply(x, value(kernel_));
   if (bias_) y = y + value(bias_);
   y = activation_(y);
@@ -204,9 +197,8 @@ at::Tensor EinsumDense::call1(const at::Tensor& x, bool training) {
 
 std::vector<Shape> EinsumDense::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
-  return {
-      analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, input_shapes.at(0), output_shape_)
-          .full_output};
+  return {analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, input_shapes.at(0), output_shape_)
+              .full_output};
 }
 
 Json EinsumDense::get_config() const {

@@ -28,9 +28,8 @@ struct EinsumShapes {
   Shape bias;         // empty when there is no bias
   Shape full_output;  // with the batch axis (kNone where unknown)
 };
-EinsumShapes analyze_einsum(const std::string& owner, const std::string& equation,
-                            const std::string& bias_axes, const Shape& input_shape,
-                            const Shape& partial_output_shape);
+EinsumShapes analyze_einsum(const std::string& owner, const std::string& equation, const std::string& bias_axes,
+                            const Shape& input_shape, const Shape& partial_output_shape);
 
 class EinsumDense : public SimpleLayer {
  public:

@@ -154,25 +154,16 @@ TEST(MultiHeadAttention, OutputShapeAndSeparateKey) {
   at::Tensor y = (*mha)(Tensors{at::randn({2, 4, 6}), at::randn({2, 3, 7}), at::randn({2, 3, 9})})[0];
   EXPECT_EQ(sizes_of(y), (Shape{2, 4, 2, 5}));
   EXPECT_EQ(mha->key_dense()->kernel()->shape(), (Shape{9, 2, 3}));
-  EXPECT_EQ(mha->compute_output_shape({{kNone, 4, 6}, {kNone, 3, 7}, {kNone, 3, 9}})[0],
-            (Shape{kNone, 4, 2, 5}));
+  EXPECT_EQ(mha->compute_output_shape({{kNone, 4, 6}, {kNone, 3, 7}, {kNone, 3, 9}})[0], (Shape{kNone, 4, 2, 5}));
 }
 
 TEST(MultiHeadAttention, RejectsBadConfigsAndInputs) {
   expect_error<ValueError>([] { (void)MultiHeadAttention(0, 4); }, {"MultiHeadAttention", "`num_heads`"});
   expect_error<ValueError>([] { (void)MultiHeadAttention(2, 4, Json{{"dropout", 1.0}}); }, {"`dropout`"});
-  expect_error<ValueError>(
-      [] {
-        (void)MultiHeadAttention(2, 4, Json{{"attention_axes", {1}}});
-      },
-      {"`attention_axes`"});
+  expect_error<ValueError>([] { (void)MultiHeadAttention(2, 4, Json{{"attention_axes", {1}}}); }, {"`attention_axes`"});
   auto mha = std::make_shared<MultiHeadAttention>(2, 4);
   expect_error<ValueError>([&] { (*mha)(Tensors{at::randn({2, 3, 4})}); }, {"[query, value]"});
-  expect_error<ShapeError>(
-      [&] {
-        (*mha)(Tensors{at::randn({2, 4}), at::randn({2, 4})});
-      },
-      {"(batch, seq, features)"});
+  expect_error<ShapeError>([&] { (*mha)(Tensors{at::randn({2, 4}), at::randn({2, 4})}); }, {"(batch, seq, features)"});
   expect_error<ShapeError>(
       [&] {
         (*mha)(Tensors{at::randn({2, 3, 4}), at::randn({2, 5, 4}), at::randn({2, 6, 4})});
@@ -195,11 +186,7 @@ TEST(MultiHeadAttention, PaddingMaskEqualsDroppingTheMaskedKeys) {
   // The same mask given as a 4th input (as a Functional graph would pass it).
   EXPECT_TRUE(at::allclose((*mha)(Tensors{q, v, v, mask.to(at::kFloat)})[0], masked));
   // A wrong mask shape names the expected one.
-  expect_error<ShapeError>(
-      [&] {
-        (*mha)(Tensors{q, v, v, at::ones({2, 3, 4})});
-      },
-      {"attention_mask", "(batch, 3, 5)"});
+  expect_error<ShapeError>([&] { (*mha)(Tensors{q, v, v, at::ones({2, 3, 4})}); }, {"attention_mask", "(batch, 3, 5)"});
 }
 
 TEST(MultiHeadAttention, CausalMaskHidesTheFuture) {
@@ -219,8 +206,7 @@ TEST(MultiHeadAttention, CausalMaskHidesTheFuture) {
   EXPECT_TRUE(mha->get_config()["use_causal_mask"].get<bool>());
   auto plain = std::make_shared<MultiHeadAttention>(2, 4);
   plain->build_if_needed({{kNone, 6, 8}, {kNone, 6, 8}});
-  for (size_t i = 0; i < plain->weights().size(); ++i)
-    plain->weights()[i]->assign(mha->weights()[i]->value());
+  for (size_t i = 0; i < plain->weights().size(); ++i) plain->weights()[i]->assign(mha->weights()[i]->value());
   EXPECT_FALSE(at::allclose((*plain)(Tensors{x, x})[0].narrow(1, 0, 4), y.narrow(1, 0, 4)));
 }
 

@@ -6,9 +6,7 @@ namespace {
 class FloatMatmul : public KernelImpl {
  public:
   std::string mode() const override { return "float"; }
-  at::Tensor apply(const at::Tensor& x, const at::Tensor& kernel) const override {
-    return at::matmul(x, kernel);
-  }
+  at::Tensor apply(const at::Tensor& x, const at::Tensor& kernel) const override { return at::matmul(x, kernel); }
 };
 
 class FloatEinsum : public KernelImpl {
@@ -26,8 +24,6 @@ class FloatEinsum : public KernelImpl {
 }  // namespace
 
 KernelImplPtr float_matmul_impl() { return std::make_unique<FloatMatmul>(); }
-KernelImplPtr float_einsum_impl(const std::string& equation) {
-  return std::make_unique<FloatEinsum>(equation);
-}
+KernelImplPtr float_einsum_impl(const std::string& equation) { return std::make_unique<FloatEinsum>(equation); }
 
 }  // namespace kiln

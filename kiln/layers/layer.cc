@@ -33,9 +33,10 @@ Layer::Layer(const Json& config) {
       check_config_keys(d, {"module", "class_name", "config", "registered_name"}, "a layer's `dtype`");
       if (d.value("class_name", "DTypePolicy") != "DTypePolicy" || !d["config"].is_object() ||
           !d["config"].contains("name") || !d["config"]["name"].is_string())
-        throw ValueError("layer `dtype` must be a policy name or {\"class_name\": \"DTypePolicy\", \"config\": "
-                         "{\"name\": ...}} (quantized policies are set by model.quantize()). Received: " +
-                         json_excerpt(d));
+        throw ValueError(
+            "layer `dtype` must be a policy name or {\"class_name\": \"DTypePolicy\", \"config\": "
+            "{\"name\": ...}} (quantized policies are set by model.quantize()). Received: " +
+            json_excerpt(d));
       check_config_keys(d["config"], {"name"}, "a layer's `dtype` config");
       policy_ = DTypePolicy(d["config"]["name"].get<std::string>());
     } else {
@@ -92,11 +93,10 @@ Tensors Layer::operator()(const Tensors& inputs, bool training) {
   return call(cast, training);
 }
 
-Tensors Layer::call_with_masks(const Tensors& inputs, const Tensors& masks, bool training,
-                               Tensors* output_masks) {
+Tensors Layer::call_with_masks(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks) {
   if (!masks.empty() && masks.size() != inputs.size())
-    throw ValueError(class_name() + " '" + name() + "' received " + std::to_string(masks.size()) +
-                     " masks for " + std::to_string(inputs.size()) + " inputs; give one per input (undefined = none)");
+    throw ValueError(class_name() + " '" + name() + "' received " + std::to_string(masks.size()) + " masks for " +
+                     std::to_string(inputs.size()) + " inputs; give one per input (undefined = none)");
   std::optional<NameScope> scope;
   if (!built_) {
     build_if_needed(shapes_of(inputs));
@@ -195,9 +195,8 @@ std::vector<at::ScalarType> Layer::compute_output_dtype(const std::vector<at::Sc
   return {};  // empty: every output takes the compute dtype
 }
 
-VariablePtr Layer::add_weight(const std::string& name, const Shape& shape, InitializerPtr initializer,
-                              bool trainable, RegularizerPtr regularizer,
-                              std::optional<at::ScalarType> dtype) {
+VariablePtr Layer::add_weight(const std::string& name, const Shape& shape, InitializerPtr initializer, bool trainable,
+                              RegularizerPtr regularizer, std::optional<at::ScalarType> dtype) {
   VariableSpec spec;
   spec.name = name;
   spec.shape = shape;
@@ -268,8 +267,7 @@ void Layer::set_trainable(bool t) {
   trainable_ = t;
   // Keras: freezing makes every weight non-trainable; unfreezing restores
   // those that were created trainable (BN moving statistics never are).
-  for (size_t i = 0; i < variables_.size(); ++i)
-    variables_[i]->set_trainable(t && created_trainable_[i]);
+  for (size_t i = 0; i < variables_.size(); ++i) variables_[i]->set_trainable(t && created_trainable_[i]);
   for (auto& s : sublayers()) s->set_trainable(t);
 }
 
@@ -341,8 +339,7 @@ void Layer::quantize(const std::string& mode) {
 
 Tensors SimpleLayer::call(const Tensors& inputs, bool training) {
   if (inputs.size() != 1)
-    throw ValueError(class_name() + " '" + name() + "' takes one input. Received " +
-                     std::to_string(inputs.size()));
+    throw ValueError(class_name() + " '" + name() + "' takes one input. Received " + std::to_string(inputs.size()));
   return {call1(inputs[0], training)};
 }
 
@@ -391,7 +388,8 @@ LayerPtr LayerRegistry::create(const std::string& class_name, const Json& config
 namespace {
 
 Shape shape_from(const Json& s, const std::string& where) {
-  if (!s.is_array()) throw ValueError(where + " must be a list of dims (null for unknown). Received: " + s.dump().substr(0, 200));
+  if (!s.is_array())
+    throw ValueError(where + " must be a list of dims (null for unknown). Received: " + s.dump().substr(0, 200));
   Shape sh;
   for (auto& d : s) {
     if (!d.is_null() && !d.is_number_integer())
@@ -449,14 +447,17 @@ Json without_dtype(Json c) {
 InputLayer::InputLayer(const Json& config) : Layer(without_dtype(config)) {
   // Keras 3 writes batch_shape (and sparse, ragged, optional); Keras 2
   // batch_input_shape; kiln's spec form may give shape (no batch dim).
-  check_config_keys(config, {"batch_shape", "batch_input_shape", "shape", "dtype", "sparse", "ragged", "optional", "name", "trainable"},
-                    "the InputLayer config");
+  check_config_keys(
+      config,
+      {"batch_shape", "batch_input_shape", "shape", "dtype", "sparse", "ragged", "optional", "name", "trainable"},
+      "the InputLayer config");
   for (const char* flag : {"sparse", "ragged"})
     if (config.contains(flag) && config[flag].is_boolean() && config[flag].get<bool>())
-      throw ValueError(std::string("InputLayer: ") + flag + " inputs are not supported; kiln's inputs are dense tensors");
-  const char* key = config.contains("batch_shape") ? "batch_shape"
+      throw ValueError(std::string("InputLayer: ") + flag +
+                       " inputs are not supported; kiln's inputs are dense tensors");
+  const char* key = config.contains("batch_shape")         ? "batch_shape"
                     : config.contains("batch_input_shape") ? "batch_input_shape"
-                                                            : "shape";
+                                                           : "shape";
   batch_shape_ = shape_from(require(config, key, "InputLayer"), std::string("InputLayer `") + key + "`");
   if (std::string(key) == "shape") batch_shape_.insert(batch_shape_.begin(), kNone);
   dtype_ = dtype_from_string(get_or<std::string>(config, "dtype", "float32"));
@@ -477,7 +478,9 @@ KILN_REGISTER_LAYER(InputLayer);
 
 KerasTensor Input(const Shape& shape, at::ScalarType dtype, const std::string& name) {
   for (auto d : shape)
-    if (d == 0 || d < -1) throw ValueError("Input: every dimension must be positive or -1 (None). Received: shape=" + shape_to_string(shape));
+    if (d == 0 || d < -1)
+      throw ValueError("Input: every dimension must be positive or -1 (None). Received: shape=" +
+                       shape_to_string(shape));
   Json cfg;
   Json bs = Json::array({nullptr});
   for (auto d : shape) bs.push_back(d < 0 ? Json(nullptr) : Json(d));

@@ -125,9 +125,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   Tensors call_with_masks(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks);
 
   // --- weights -----------------------------------------------------------
-  VariablePtr add_weight(const std::string& name, const Shape& shape, InitializerPtr initializer,
-                         bool trainable = true, RegularizerPtr regularizer = nullptr,
-                         std::optional<at::ScalarType> dtype = std::nullopt);
+  VariablePtr add_weight(const std::string& name, const Shape& shape, InitializerPtr initializer, bool trainable = true,
+                         RegularizerPtr regularizer = nullptr, std::optional<at::ScalarType> dtype = std::nullopt);
   // This layer's and its sublayers' variables, in creation order, no repeats.
   std::vector<VariablePtr> weights() const;
   std::vector<VariablePtr> trainable_weights() const;
@@ -179,8 +178,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // and compute_mask(inputs, masks) into *output_masks when asked. Layers
   // that use masks (recurrent layers) and models (which carry masks between
   // their layers) override; their call() runs this with no masks.
-  virtual Tensors call_masked(const Tensors& inputs, const Tensors& masks, bool training,
-                              Tensors* output_masks);
+  virtual Tensors call_masked(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks);
   // Base config keys, for subclasses that build get_config() up.
   Json base_config() const;
   void mark_built() { built_ = true; }
@@ -225,7 +223,7 @@ LayerPtr layer_from_json(const Json& j);
 
 // Registers `Class` (which must have `explicit Class(const Json& config)`)
 // under its class name. Place once in the layer's .cc file.
-#define KILN_REGISTER_LAYER(Class)                                                  \
+#define KILN_REGISTER_LAYER(Class)                                              \
   static const bool kiln_layer_registered_##Class = ::kiln::LayerRegistry::add( \
       #Class, [](const ::kiln::Json& c) -> ::kiln::LayerPtr { return std::make_shared<Class>(c); })
 

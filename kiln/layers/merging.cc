@@ -5,7 +5,6 @@
 namespace kiln {
 namespace {
 
-
 std::string shapes_text(const std::vector<Shape>& shapes) {
   std::string out;
   for (auto& s : shapes) out += (out.empty() ? "" : ", ") + shape_to_string(s);
@@ -35,14 +34,9 @@ std::optional<Shape> broadcast(const Shape& a, const Shape& b) {
 
 }  // namespace
 
-ElementwiseMerge::ElementwiseMerge(const std::string& owner, const Json& config, Combine combine,
-                                   size_t max_inputs,
+ElementwiseMerge::ElementwiseMerge(const std::string& owner, const Json& config, Combine combine, size_t max_inputs,
                                    std::function<at::Tensor(const at::Tensor&, size_t)> finish)
-    : Layer(config),
-      owner_(owner),
-      combine_(std::move(combine)),
-      max_inputs_(max_inputs),
-      finish_(std::move(finish)) {
+    : Layer(config), owner_(owner), combine_(std::move(combine)), max_inputs_(max_inputs), finish_(std::move(finish)) {
   ConfigReader r(config, owner);
   r.finish();
 }
@@ -50,8 +44,8 @@ ElementwiseMerge::ElementwiseMerge(const std::string& owner, const Json& config,
 std::vector<Shape> ElementwiseMerge::compute_output_shape(const std::vector<Shape>& shapes) {
   if (shapes.size() < 2 || (max_inputs_ && shapes.size() > max_inputs_))
     throw ValueError(owner_ + " '" + name() + "' takes " +
-                     (max_inputs_ == 2 ? std::string("exactly 2") : std::string("at least 2")) +
-                     " inputs. Received " + std::to_string(shapes.size()));
+                     (max_inputs_ == 2 ? std::string("exactly 2") : std::string("at least 2")) + " inputs. Received " +
+                     std::to_string(shapes.size()));
   Shape out = shapes[0];
   for (size_t i = 1; i < shapes.size(); ++i) {
     auto b = broadcast(out, shapes[i]);
@@ -78,8 +72,7 @@ Tensors ElementwiseMerge::call(const Tensors& inputs, bool training) {
   return {y};
 }
 
-Add::Add(const Json& c)
-    : ElementwiseMerge("Add", c, [](const at::Tensor& a, const at::Tensor& b) { return a + b; }) {}
+Add::Add(const Json& c) : ElementwiseMerge("Add", c, [](const at::Tensor& a, const at::Tensor& b) { return a + b; }) {}
 Subtract::Subtract(const Json& c)
     : ElementwiseMerge(
           "Subtract", c, [](const at::Tensor& a, const at::Tensor& b) { return a - b; }, 2) {}
@@ -90,11 +83,9 @@ Average::Average(const Json& c)
           "Average", c, [](const at::Tensor& a, const at::Tensor& b) { return a + b; }, 0,
           [](const at::Tensor& s, size_t n) { return s / (double)n; }) {}
 Maximum::Maximum(const Json& c)
-    : ElementwiseMerge("Maximum", c,
-                       [](const at::Tensor& a, const at::Tensor& b) { return at::maximum(a, b); }) {}
+    : ElementwiseMerge("Maximum", c, [](const at::Tensor& a, const at::Tensor& b) { return at::maximum(a, b); }) {}
 Minimum::Minimum(const Json& c)
-    : ElementwiseMerge("Minimum", c,
-                       [](const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); }) {}
+    : ElementwiseMerge("Minimum", c, [](const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); }) {}
 
 KILN_REGISTER_LAYER(Add);
 KILN_REGISTER_LAYER(Subtract);
@@ -110,13 +101,11 @@ Concatenate::Concatenate(const Json& config) : Layer(config) {
   r.finish();
 }
 
-Concatenate::Concatenate(int64_t axis, const Json& extra)
-    : Concatenate(merged_config(extra, Json{{"axis", axis}})) {}
+Concatenate::Concatenate(int64_t axis, const Json& extra) : Concatenate(merged_config(extra, Json{{"axis", axis}})) {}
 
 Shape Concatenate::output_shape(const std::vector<Shape>& shapes) const {
   if (shapes.size() < 2)
-    throw ValueError("Concatenate '" + name() + "' takes at least 2 inputs. Received " +
-                     std::to_string(shapes.size()));
+    throw ValueError("Concatenate '" + name() + "' takes at least 2 inputs. Received " + std::to_string(shapes.size()));
   const int64_t rank = (int64_t)shapes[0].size();
   const int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
   if (axis < 1 || axis >= rank)

@@ -32,11 +32,7 @@ TEST(Merging, RejectsWrongInputCountsAndShapes) {
   Add add;
   expect_error<ValueError>([&] { add(Tensors{at::randn({2, 3})}); }, {"Add", "at least 2"});
   Add add2;
-  expect_error<ShapeError>(
-      [&] {
-        add2(Tensors{at::randn({2, 3}), at::randn({2, 4})});
-      },
-      {"broadcastable", "(2, 4)"});
+  expect_error<ShapeError>([&] { add2(Tensors{at::randn({2, 3}), at::randn({2, 4})}); }, {"broadcastable", "(2, 4)"});
   Subtract sub;
   expect_error<ValueError>(
       [&] {

@@ -47,8 +47,7 @@ TEST(LayerNames, AutoNamesFollowKeras) {
 
 TEST(Sequential, VariablePathsNestUnderTheModel) {
   clear_session();
-  auto model =
-      make<Sequential>(std::vector<LayerPtr>{make<Dense>(4, "relu"), make<Dropout>(0.5), make<Dense>(2)});
+  auto model = make<Sequential>(std::vector<LayerPtr>{make<Dense>(4, "relu"), make<Dropout>(0.5), make<Dense>(2)});
   at::Tensor y = (*model)(at::randn({3, 5}));
   EXPECT_EQ(y.sizes(), at::IntArrayRef({3, 2}));
   std::vector<std::string> paths;

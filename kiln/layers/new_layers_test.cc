@@ -13,18 +13,18 @@
 #include "kiln/layers/categorical.h"
 #include "kiln/layers/conv.h"
 #include "kiln/layers/conv_transpose.h"
+#include "kiln/layers/dense.h"
 #include "kiln/layers/group_norm.h"
 #include "kiln/layers/noise.h"
+#include "kiln/layers/reshaping.h"
 #include "kiln/layers/spatial.h"
 #include "kiln/layers/string_hash.h"
 #include "kiln/layers/text_preprocessing.h"
-#include "kiln/layers/dense.h"
-#include "kiln/layers/reshaping.h"
 #include "kiln/models/sequential.h"
-#include "kiln/testing/testing.h"
 #include "kiln/testing/expect_error.h"
 #include "kiln/testing/golden.h"
 #include "kiln/testing/layer_conformance.h"
+#include "kiln/testing/testing.h"
 
 namespace kiln {
 
@@ -52,7 +52,11 @@ std::vector<LayerTestCase> new_layer_cases() {
   add("Conv2DTranspose_same_s2", "Conv2DTranspose",
       {{"filters", 3}, {"kernel_size", 3}, {"strides", 2}, {"padding", "same"}}, {{2, 4, 4, 2}}, {{2, 8, 8, 3}}, 57);
   add("Conv2DTranspose_valid_channels_first_op", "Conv2DTranspose",
-      {{"filters", 2}, {"kernel_size", 2}, {"strides", 2}, {"output_padding", 1}, {"data_format", "channels_first"},
+      {{"filters", 2},
+       {"kernel_size", 2},
+       {"strides", 2},
+       {"output_padding", 1},
+       {"data_format", "channels_first"},
        {"activation", "tanh"}},
       {{2, 2, 3, 3}}, {{2, 2, 7, 7}}, 18);
   add("DepthwiseConv2D_same_dm2", "DepthwiseConv2D", {{"kernel_size", 3}, {"padding", "same"}, {"depth_multiplier", 2}},
@@ -84,25 +88,24 @@ std::vector<LayerTestCase> new_layer_cases() {
   // --- image preprocessing and augmentation (identity at inference) ---
   add("Resizing_bilinear", "Resizing", {{"height", 4}, {"width", 3}}, {{2, 5, 6, 3}}, {{2, 4, 3, 3}});
   add("Resizing_nearest_channels_first", "Resizing",
-      {{"height", 7}, {"width", 8}, {"interpolation", "nearest"}, {"data_format", "channels_first"}},
-      {{2, 3, 5, 6}}, {{2, 3, 7, 8}});
+      {{"height", 7}, {"width", 8}, {"interpolation", "nearest"}, {"data_format", "channels_first"}}, {{2, 3, 5, 6}},
+      {{2, 3, 7, 8}});
   add("RandomFlip", "RandomFlip", Json::object(), {{2, 5, 6, 3}}, {{2, 5, 6, 3}});
-  add("RandomTranslation", "RandomTranslation", {{"height_factor", 0.2}, {"width_factor", {-0.1, 0.3}}},
-      {{2, 5, 6, 3}}, {{2, 5, 6, 3}});
-  add("RandomRotation", "RandomRotation", {{"factor", 0.1}, {"fill_mode", "constant"}}, {{2, 5, 6, 3}},
+  add("RandomTranslation", "RandomTranslation", {{"height_factor", 0.2}, {"width_factor", {-0.1, 0.3}}}, {{2, 5, 6, 3}},
       {{2, 5, 6, 3}});
+  add("RandomRotation", "RandomRotation", {{"factor", 0.1}, {"fill_mode", "constant"}}, {{2, 5, 6, 3}}, {{2, 5, 6, 3}});
   add("RandomZoom", "RandomZoom", {{"height_factor", 0.2}, {"seed", 4}}, {{2, 5, 6, 3}}, {{2, 5, 6, 3}});
   // --- categorical preprocessing ---
   ints(add("CategoryEncoding_multi_hot", "CategoryEncoding", {{"num_tokens", 6}}, {{2, 3}}, {{2, 6}}), 6);
-  ints(add("CategoryEncoding_one_hot", "CategoryEncoding", {{"num_tokens", 6}, {"output_mode", "one_hot"}},
-           {{4, 1}}, {{4, 6}}),
+  ints(add("CategoryEncoding_one_hot", "CategoryEncoding", {{"num_tokens", 6}, {"output_mode", "one_hot"}}, {{4, 1}},
+           {{4, 6}}),
        6);
   ints(add("CategoryEncoding_count", "CategoryEncoding", {{"num_tokens", 5}, {"output_mode", "count"}}, {{3, 4}},
            {{3, 5}}),
        5);
   ints(add("Hashing", "Hashing", {{"num_bins", 5}}, {{2, 3}}, {{2, 3}}), 100);
-  ints(add("Hashing_salt_multi_hot", "Hashing", {{"num_bins", 4}, {"salt", 7}, {"output_mode", "multi_hot"}},
-           {{2, 3}}, {{2, 4}}),
+  ints(add("Hashing_salt_multi_hot", "Hashing", {{"num_bins", 4}, {"salt", 7}, {"output_mode", "multi_hot"}}, {{2, 3}},
+           {{2, 4}}),
        100);
   ints(add("IntegerLookup", "IntegerLookup", {{"vocabulary", {1, 2, 3, 5}}}, {{2, 3}}, {{2, 3}}), 8);
   ints(add("IntegerLookup_count_mask", "IntegerLookup",
@@ -153,8 +156,12 @@ TEST(Conv2DTranspose, IsTheAdjointOfConv2D) {
     at::Tensor x = at::randn({2, g.h, g.w, 4}, at::kDouble);
     t.set_dtype_policy(DTypePolicy("float64"));
     at::Tensor y = t(x);
-    Conv2D conv(Json{{"filters", 4}, {"kernel_size", g.k}, {"strides", g.s}, {"padding", g.padding},
-                     {"use_bias", false}, {"dtype", "float64"}});
+    Conv2D conv(Json{{"filters", 4},
+                     {"kernel_size", g.k},
+                     {"strides", g.s},
+                     {"padding", g.padding},
+                     {"use_bias", false},
+                     {"dtype", "float64"}});
     at::Tensor z = at::randn(y.sizes(), at::kDouble);
     conv.build_if_needed({sizes_of(z)});
     conv.set_weights({t.get_weights()[0]});  // (k, k, 3, 4): conv from 3 to 4 channels
@@ -165,16 +172,25 @@ TEST(Conv2DTranspose, IsTheAdjointOfConv2D) {
 }
 
 TEST(Conv2DTranspose, RejectsBadConfig) {
-  expect_error<ValueError>([] { Conv2DTranspose(Json{{"filters", 2}, {"kernel_size", 3}, {"strides", 2},
-                                                     {"output_padding", 2}}); },
-                           {"output_padding", "smaller than the strides"});
-  expect_error<ValueError>([] { Conv2DTranspose(Json{{"filters", 2}, {"kernel_size", 3}, {"groups", 2}}); },
-                           {"groups"});
   expect_error<ValueError>(
-      [] { Conv2DTranspose(Json{{"filters", 2}, {"kernel_size", 3}, {"strides", 2}, {"dilation_rate", 2}}); },
+      [] {
+        Conv2DTranspose(Json{{"filters", 2}, {"kernel_size", 3}, {"strides", 2}, {"output_padding", 2}});
+      },
+      {"output_padding", "smaller than the strides"});
+  expect_error<ValueError>(
+      [] {
+        Conv2DTranspose(Json{{"filters", 2}, {"kernel_size", 3}, {"groups", 2}});
+      },
+      {"groups"});
+  expect_error<ValueError>(
+      [] {
+        Conv2DTranspose(Json{{"filters", 2}, {"kernel_size", 3}, {"strides", 2}, {"dilation_rate", 2}});
+      },
       {"Conv2DTranspose", "dilation_rate > 1"});
   expect_error<ValueError>(
-      [] { DepthwiseConv2D(Json{{"kernel_size", 3}, {"strides", 2}, {"dilation_rate", 2}}); },
+      [] {
+        DepthwiseConv2D(Json{{"kernel_size", 3}, {"strides", 2}, {"dilation_rate", 2}});
+      },
       {"DepthwiseConv2D", "dilation_rate > 1"});
   expect_error<ValueError>([] { SeparableConv2D(Json{{"kernel_size", 3}}); }, {"SeparableConv2D", "filters"});
 }
@@ -195,18 +211,20 @@ TEST(DepthwiseConv2D, KerasWeightNamesAndShapes) {
 TEST(SpatialLayers, ValuesAndErrors) {
   at::Tensor x = at::arange(6, at::kFloat).reshape({1, 2, 3});
   RepeatVector rv(2);
-  EXPECT_TRUE(at::equal(rv(at::tensor({1.0f, 2.0f}).reshape({1, 2})),
-                        at::tensor({1.0f, 2.0f, 1.0f, 2.0f}).reshape({1, 2, 2})));
+  EXPECT_TRUE(
+      at::equal(rv(at::tensor({1.0f, 2.0f}).reshape({1, 2})), at::tensor({1.0f, 2.0f, 1.0f, 2.0f}).reshape({1, 2, 2})));
   Permute p(std::vector<int64_t>{2, 1});
   EXPECT_TRUE(at::equal(p(x), x.transpose(1, 2)));
   expect_error<ValueError>([] { Permute(std::vector<int64_t>{1, 3}); }, {"Permute", "dims", "permutation"});
   expect_error<ShapeError>([] { RepeatVector(2)(at::zeros({1, 2, 3})); }, {"RepeatVector", "(batch, features)"});
-  expect_error<ShapeError>([] { Cropping2D(Json{{"cropping", 2}})(at::zeros({1, 4, 5, 1})); },
-                           {"Cropping2D", "leaves nothing"});
+  expect_error<ShapeError>(
+      [] {
+        Cropping2D(Json{{"cropping", 2}})(at::zeros({1, 4, 5, 1}));
+      },
+      {"Cropping2D", "leaves nothing"});
   ZeroPadding2D z(Json{{"padding", {{1, 0}, {2, 1}}}});
   EXPECT_EQ(z.get_config()["padding"].dump(), "[[1,0],[2,1]]");
-  EXPECT_EQ(shape_to_string(z.compute_output_shape({{kNone, 3, kNone, 2}})[0]),
-            shape_to_string({kNone, 4, kNone, 2}));
+  EXPECT_EQ(shape_to_string(z.compute_output_shape({{kNone, 3, kNone, 2}})[0]), shape_to_string({kNone, 4, kNone, 2}));
 }
 
 // --- activations ------------------------------------------------------------------------------
@@ -229,8 +247,11 @@ TEST(ActivationLayers, KerasDefaultsAndValidation) {
 }
 
 TEST(GroupNormalization, ChannelsMustDivide) {
-  expect_error<ValueError>([] { GroupNormalization(Json{{"groups", 3}})(at::zeros({2, 4})); },
-                           {"GroupNormalization", "multiple of the number of groups (3)"});
+  expect_error<ValueError>(
+      [] {
+        GroupNormalization(Json{{"groups", 3}})(at::zeros({2, 4}));
+      },
+      {"GroupNormalization", "multiple of the number of groups (3)"});
   GroupNormalization gn(Json{{"groups", 2}});
   at::Tensor x = at::randn({3, 5, 4}) * 3 + 2;
   at::Tensor y = gn(x);
@@ -325,13 +346,19 @@ TEST(Augmentation, TranslationWrapAndRotationByQuarterTurn) {
 }
 
 TEST(Augmentation, RejectsBadFactors) {
-  expect_error<ValueError>([] { RandomTranslation(Json{{"height_factor", 1.5}, {"width_factor", 0.1}}); },
-                           {"RandomTranslation", "height_factor"});
+  expect_error<ValueError>(
+      [] {
+        RandomTranslation(Json{{"height_factor", 1.5}, {"width_factor", 0.1}});
+      },
+      {"RandomTranslation", "height_factor"});
   expect_error<ValueError>([] { RandomTranslation(Json{{"height_factor", 0.1}}); }, {"width_factor"});
   expect_error<ValueError>([] { RandomZoom(Json{{"height_factor", {-1.5, 0.0}}}); }, {"RandomZoom"});
   expect_error<ValueError>([] { RandomRotation(Json{{"factor", 1.5}}); }, {"RandomRotation", "factor"});
-  expect_error<ValueError>([] { RandomZoom(Json{{"height_factor", 0.5}, {"width_factor", {0.0, 2.0}}}); },
-                           {"width_factor"});
+  expect_error<ValueError>(
+      [] {
+        RandomZoom(Json{{"height_factor", 0.5}, {"width_factor", {0.0, 2.0}}});
+      },
+      {"width_factor"});
   // Keras's reading: a reversed pair is sorted, a negative number is its magnitude.
   RandomRotation rr(Json{{"factor", {0.3, 0.1}}});
   EXPECT_EQ(rr.get_config()["factor"].dump(), "[0.1,0.3]");
@@ -524,8 +551,8 @@ TEST(NewLayersInAModel, TrainSaveLoadPredict) {
   model->add(std::make_shared<PReLU>(Json{{"shared_axes", {1, 2}}}));
   model->add(std::make_shared<SpatialDropout2D>(0.2));
   model->add(std::make_shared<DepthwiseConv2D>(Json{{"kernel_size", 3}, {"padding", "same"}}));
-  model->add(std::make_shared<Conv2DTranspose>(
-      Json{{"filters", 2}, {"kernel_size", 3}, {"strides", 2}, {"padding", "same"}}));
+  model->add(
+      std::make_shared<Conv2DTranspose>(Json{{"filters", 2}, {"kernel_size", 3}, {"strides", 2}, {"padding", "same"}}));
   model->add(std::make_shared<Cropping2D>(Json{{"cropping", 4}}));
   model->add(std::make_shared<LeakyReLU>());
   model->add(std::make_shared<UpSampling2D>(Json{{"interpolation", "bilinear"}}));

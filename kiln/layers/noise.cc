@@ -9,8 +9,7 @@ SpatialDropout2D::SpatialDropout2D(const Json& config) : SimpleLayer(config) {
   ConfigReader r(config, "SpatialDropout2D");
   if (!r.has("rate")) throw ValueError("SpatialDropout2D: the config is missing `rate` (a float between 0 and 1)");
   rate_ = r.number_in("rate", 0.0, 0.0, 1.0);
-  channels_last_ =
-      r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
+  channels_last_ = r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
   seeds_ = SeedGenerator::from_config(r);
   r.finish();
 }

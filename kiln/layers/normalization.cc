@@ -8,7 +8,6 @@
 namespace kiln {
 namespace {
 
-
 // Statistics are fragile in 16 bits: like Keras, these layers work in at
 // least float32 (the variable dtype under the mixed policies) and hand back
 // the compute dtype.
@@ -40,8 +39,7 @@ BatchNormalization::BatchNormalization(const Json& config) : SimpleLayer(config)
 }
 
 BatchNormalization::BatchNormalization(int64_t axis, double momentum, double epsilon, const Json& extra)
-    : BatchNormalization(
-          merged_config(extra, Json{{"axis", axis}, {"momentum", momentum}, {"epsilon", epsilon}})) {}
+    : BatchNormalization(merged_config(extra, Json{{"axis", axis}, {"momentum", momentum}, {"epsilon", epsilon}})) {}
 
 void BatchNormalization::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
@@ -65,8 +63,7 @@ at::Tensor BatchNormalization::call1(const at::Tensor& x, bool training) {
   const int64_t rank = (int64_t)build_input_shapes().at(0).size();
   if (x.dim() != rank || x.size(resolved_axis_) != c)
     throw ShapeError("BatchNormalization '" + name() + "' was built for inputs of shape " +
-                     shape_to_string(build_input_shapes().at(0)) +
-                     ". Received: " + shape_to_string(sizes_of(x)));
+                     shape_to_string(build_input_shapes().at(0)) + ". Received: " + shape_to_string(sizes_of(x)));
   const auto dt = stat_dtype(x.scalar_type());
   at::Tensor xf = x.to(dt);
   std::vector<int64_t> reduce, bshape(rank, 1);
@@ -80,8 +77,7 @@ at::Tensor BatchNormalization::call1(const at::Tensor& x, bool training) {
     at::NoGradGuard ng;
     const double m = momentum_;
     moving_mean_->assign(moving_mean_->value() * m + mean.detach().to(moving_mean_->dtype()) * (1.0 - m));
-    moving_variance_->assign(moving_variance_->value() * m +
-                             var.detach().to(moving_variance_->dtype()) * (1.0 - m));
+    moving_variance_->assign(moving_variance_->value() * m + var.detach().to(moving_variance_->dtype()) * (1.0 - m));
   } else {
     mean = stat_value(moving_mean_, dt);
     var = stat_value(moving_variance_, dt);
@@ -178,8 +174,8 @@ at::Tensor LayerNormalization::call1(const at::Tensor& x, bool training) {
   bool ok = x.dim() == (int64_t)built.size();
   for (size_t i = 0; ok && i < resolved_.size(); ++i) ok = x.size(resolved_[i]) == built[resolved_[i]];
   if (!ok)
-    throw ShapeError("LayerNormalization '" + name() + "' was built for inputs of shape " +
-                     shape_to_string(built) + ". Received: " + shape_to_string(sizes_of(x)));
+    throw ShapeError("LayerNormalization '" + name() + "' was built for inputs of shape " + shape_to_string(built) +
+                     ". Received: " + shape_to_string(sizes_of(x)));
   const auto dt = stat_dtype(x.scalar_type());
   at::Tensor xf = x.to(dt);
   at::Tensor g = gamma_ ? stat_value(gamma_, dt) : at::Tensor();

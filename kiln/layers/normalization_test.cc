@@ -52,12 +52,12 @@ TEST(BatchNormalization, InferenceUsesMovingStatistics) {
   auto bn = std::make_shared<BatchNormalization>(-1, 0.9, 1e-3);
   at::Tensor x = at::randn({8, 2});
   (*bn)(x);
-  bn->set_weights({at::tensor({2.0f, 0.5f}), at::tensor({1.0f, -1.0f}), at::tensor({3.0f, -3.0f}),
-                   at::tensor({4.0f, 0.25f})});
+  bn->set_weights(
+      {at::tensor({2.0f, 0.5f}), at::tensor({1.0f, -1.0f}), at::tensor({3.0f, -3.0f}), at::tensor({4.0f, 0.25f})});
   at::Tensor y = (*bn)(x, false);
-  at::Tensor ref = (x - at::tensor({3.0f, -3.0f})) / at::sqrt(at::tensor({4.0f, 0.25f}) + 1e-3) *
-                       at::tensor({2.0f, 0.5f}) +
-                   at::tensor({1.0f, -1.0f});
+  at::Tensor ref =
+      (x - at::tensor({3.0f, -3.0f})) / at::sqrt(at::tensor({4.0f, 0.25f}) + 1e-3) * at::tensor({2.0f, 0.5f}) +
+      at::tensor({1.0f, -1.0f});
   EXPECT_TRUE(at::allclose(y, ref, 1e-5, 1e-6));
   at::Tensor before = bn->moving_mean()->value().clone();
   (*bn)(x, false);
@@ -82,8 +82,7 @@ TEST(BatchNormalization, NormalisesTheConfiguredAxis) {
   at::Tensor y = (*bn)(x, true);
   EXPECT_EQ(bn->moving_mean()->shape(), (Shape{3}));
   EXPECT_TRUE(at::allclose(y.mean(std::vector<int64_t>{0, 2}), at::zeros({3}), 1e-4, 1e-5));
-  EXPECT_TRUE(
-      at::allclose(bn->moving_mean()->value(), 0.01 * x.mean(std::vector<int64_t>{0, 2}), 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(bn->moving_mean()->value(), 0.01 * x.mean(std::vector<int64_t>{0, 2}), 1e-5, 1e-6));
 }
 
 TEST(BatchNormalization, MixedPrecisionKeepsFloat32Statistics) {
@@ -97,14 +96,9 @@ TEST(BatchNormalization, MixedPrecisionKeepsFloat32Statistics) {
 }
 
 TEST(BatchNormalization, RejectsBadConfigs) {
-  expect_error<ValueError>([] { (void)BatchNormalization(-1, 1.5); },
-                           {"BatchNormalization", "`momentum`", "1.5"});
+  expect_error<ValueError>([] { (void)BatchNormalization(-1, 1.5); }, {"BatchNormalization", "`momentum`", "1.5"});
   expect_error<ValueError>([] { (void)BatchNormalization(-1, 0.9, 0.0); }, {"`epsilon`"});
-  expect_error<ValueError>(
-      [] {
-        (void)BatchNormalization(Json{{"synchronized", true}});
-      },
-      {"`synchronized`"});
+  expect_error<ValueError>([] { (void)BatchNormalization(Json{{"synchronized", true}}); }, {"`synchronized`"});
   expect_error<ValueError>([] { (void)BatchNormalization(Json{{"axis", "channels"}}); }, {"`axis`"});
   auto bn = std::make_shared<BatchNormalization>(0);
   expect_error<ValueError>([&] { (*bn)(at::randn({2, 3})); }, {"axis=0"});

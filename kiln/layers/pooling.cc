@@ -8,8 +8,8 @@
 namespace kiln {
 namespace {
 
-Json pooling_config(const Json& extra, const std::vector<int64_t>& pool_size,
-                    const std::vector<int64_t>& strides, const std::string& padding) {
+Json pooling_config(const Json& extra, const std::vector<int64_t>& pool_size, const std::vector<int64_t>& strides,
+                    const std::string& padding) {
   return merged_config(extra, Json{{"pool_size", pool_size},
                                    {"strides", strides.empty() ? Json(nullptr) : Json(strides)},
                                    {"padding", padding}});
@@ -22,8 +22,7 @@ Pooling::Pooling(int rank, bool is_max, const std::string& owner, const Json& co
   pool_size_ = r.int_tuple("pool_size", rank, std::vector<int64_t>(rank, 2));
   strides_ = r.int_tuple("strides", rank, pool_size_);
   padding_ = r.choice("padding", "valid", {"valid", "same"});
-  channels_last_ =
-      r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
+  channels_last_ = r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
   r.finish();
 }
 
@@ -45,10 +44,8 @@ at::Tensor Pooling::call1(const at::Tensor& x, bool training) {
   const std::vector<int64_t> zeros(rank_, 0);
   at::Tensor y;
   if (is_max_) {
-    if (padded)
-      t = at::constant_pad_nd(t, conv_utils::pad_arg(pads), -std::numeric_limits<double>::infinity());
-    y = rank_ == 1 ? at::max_pool1d(t, pool_size_, strides_, zeros)
-                   : at::max_pool2d(t, pool_size_, strides_, zeros);
+    if (padded) t = at::constant_pad_nd(t, conv_utils::pad_arg(pads), -std::numeric_limits<double>::infinity());
+    y = rank_ == 1 ? at::max_pool1d(t, pool_size_, strides_, zeros) : at::max_pool2d(t, pool_size_, strides_, zeros);
   } else {
     auto avg = [&](const at::Tensor& v) {
       return rank_ == 1 ? at::avg_pool1d(v, pool_size_, strides_, zeros)
@@ -98,13 +95,12 @@ Json Pooling::get_config() const {
 
 MaxPooling1D::MaxPooling1D(const Json& config) : Pooling(1, true, "MaxPooling1D", config) {}
 MaxPooling1D::MaxPooling1D(int64_t pool_size, int64_t strides, const std::string& padding, const Json& extra)
-    : MaxPooling1D(pooling_config(
-          extra, {pool_size}, strides ? std::vector<int64_t>{strides} : std::vector<int64_t>{}, padding)) {}
+    : MaxPooling1D(pooling_config(extra, {pool_size}, strides ? std::vector<int64_t>{strides} : std::vector<int64_t>{},
+                                  padding)) {}
 AveragePooling1D::AveragePooling1D(const Json& config) : Pooling(1, false, "AveragePooling1D", config) {}
-AveragePooling1D::AveragePooling1D(int64_t pool_size, int64_t strides, const std::string& padding,
-                                   const Json& extra)
-    : AveragePooling1D(pooling_config(
-          extra, {pool_size}, strides ? std::vector<int64_t>{strides} : std::vector<int64_t>{}, padding)) {}
+AveragePooling1D::AveragePooling1D(int64_t pool_size, int64_t strides, const std::string& padding, const Json& extra)
+    : AveragePooling1D(pooling_config(extra, {pool_size},
+                                      strides ? std::vector<int64_t>{strides} : std::vector<int64_t>{}, padding)) {}
 MaxPooling2D::MaxPooling2D(const Json& config) : Pooling(2, true, "MaxPooling2D", config) {}
 MaxPooling2D::MaxPooling2D(const std::vector<int64_t>& pool_size, const std::vector<int64_t>& strides,
                            const std::string& padding, const Json& extra)
@@ -123,8 +119,7 @@ KILN_REGISTER_LAYER(AveragePooling2D);
 GlobalPooling::GlobalPooling(int rank, bool is_max, const std::string& owner, const Json& config)
     : SimpleLayer(config), rank_(rank), is_max_(is_max), owner_(owner) {
   ConfigReader r(config, owner);
-  channels_last_ =
-      r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
+  channels_last_ = r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
   keepdims_ = r.boolean("keepdims", false);
   r.finish();
 }
@@ -160,10 +155,8 @@ Json GlobalPooling::get_config() const {
   return j;
 }
 
-GlobalAveragePooling1D::GlobalAveragePooling1D(const Json& c)
-    : GlobalPooling(1, false, "GlobalAveragePooling1D", c) {}
-GlobalAveragePooling2D::GlobalAveragePooling2D(const Json& c)
-    : GlobalPooling(2, false, "GlobalAveragePooling2D", c) {}
+GlobalAveragePooling1D::GlobalAveragePooling1D(const Json& c) : GlobalPooling(1, false, "GlobalAveragePooling1D", c) {}
+GlobalAveragePooling2D::GlobalAveragePooling2D(const Json& c) : GlobalPooling(2, false, "GlobalAveragePooling2D", c) {}
 GlobalMaxPooling1D::GlobalMaxPooling1D(const Json& c) : GlobalPooling(1, true, "GlobalMaxPooling1D", c) {}
 GlobalMaxPooling2D::GlobalMaxPooling2D(const Json& c) : GlobalPooling(2, true, "GlobalMaxPooling2D", c) {}
 

@@ -54,18 +54,16 @@ class MaxPooling2D : public Pooling {
  public:
   explicit MaxPooling2D(const Json& config);
   // Empty strides: pool_size.
-  explicit MaxPooling2D(const std::vector<int64_t>& pool_size = {2, 2},
-                        const std::vector<int64_t>& strides = {}, const std::string& padding = "valid",
-                        const Json& extra = Json::object());
+  explicit MaxPooling2D(const std::vector<int64_t>& pool_size = {2, 2}, const std::vector<int64_t>& strides = {},
+                        const std::string& padding = "valid", const Json& extra = Json::object());
   std::string class_name() const override { return "MaxPooling2D"; }
 };
 
 class AveragePooling2D : public Pooling {
  public:
   explicit AveragePooling2D(const Json& config);
-  explicit AveragePooling2D(const std::vector<int64_t>& pool_size = {2, 2},
-                            const std::vector<int64_t>& strides = {}, const std::string& padding = "valid",
-                            const Json& extra = Json::object());
+  explicit AveragePooling2D(const std::vector<int64_t>& pool_size = {2, 2}, const std::vector<int64_t>& strides = {},
+                            const std::string& padding = "valid", const Json& extra = Json::object());
   std::string class_name() const override { return "AveragePooling2D"; }
 };
 

@@ -9,7 +9,6 @@
 namespace kiln {
 namespace {
 
-
 // A number or a (nested) list of numbers, flattened; false if anything else.
 bool flatten_numbers(const Json& j, std::vector<double>* out) {
   if (j.is_number()) {
@@ -115,8 +114,8 @@ Normalization::Normalization(const Json& config) : SimpleLayer(config) {
 Normalization::Normalization(int64_t axis, const Json& extra)
     : Normalization(merged_config(extra, Json{{"axis", axis}})) {}
 
-Normalization::Normalization(const std::vector<double>& mean, const std::vector<double>& variance,
-                             int64_t axis, const Json& extra)
+Normalization::Normalization(const std::vector<double>& mean, const std::vector<double>& variance, int64_t axis,
+                             const Json& extra)
     : Normalization(merged_config(extra, Json{{"axis", axis}, {"mean", mean}, {"variance", variance}})) {}
 
 std::vector<int64_t> Normalization::kept_axes(int64_t rank) const {
@@ -151,8 +150,8 @@ void Normalization::build(const std::vector<Shape>& input_shapes) {
     auto fit = [&](const std::vector<double>& v, const char* what) {
       if ((int64_t)v.size() != 1 && (int64_t)v.size() != n)
         throw ValueError("Normalization '" + name() + "': `" + what + "` has " + std::to_string(v.size()) +
-                         " values; inputs of shape " + shape_to_string(s) +
-                         " with axis=" + json_excerpt(axis_json_) + " need 1 or " + std::to_string(n));
+                         " values; inputs of shape " + shape_to_string(s) + " with axis=" + json_excerpt(axis_json_) +
+                         " need 1 or " + std::to_string(n));
       return at::tensor(v, at::kDouble).expand({n}).reshape(broadcast_shape_).contiguous();
     };
     const_mean_ = fit(given_mean_, "mean");
@@ -165,25 +164,22 @@ void Normalization::build(const std::vector<Shape>& input_shapes) {
 }
 
 at::Tensor Normalization::mean() const {
-  if (!built())
-    throw StateError("Normalization '" + name() + "' is not built yet; call adapt() or the layer first");
+  if (!built()) throw StateError("Normalization '" + name() + "' is not built yet; call adapt() or the layer first");
   return mean_ ? value(mean_).reshape(broadcast_shape_) : compute_cast(const_mean_);
 }
 
 at::Tensor Normalization::variance() const {
-  if (!built())
-    throw StateError("Normalization '" + name() + "' is not built yet; call adapt() or the layer first");
+  if (!built()) throw StateError("Normalization '" + name() + "' is not built yet; call adapt() or the layer first");
   return variance_ ? value(variance_).reshape(broadcast_shape_) : compute_cast(const_variance_);
 }
 
 void Normalization::check_shape(const at::Tensor& x, const char* what) const {
   const Shape& built = build_input_shapes().at(0);
   bool ok = x.dim() == (int64_t)built.size();
-  for (size_t i = 1; ok && i < built.size(); ++i)
-    ok = broadcast_shape_[i] == 1 || x.size(i) == broadcast_shape_[i];
+  for (size_t i = 1; ok && i < built.size(); ++i) ok = broadcast_shape_[i] == 1 || x.size(i) == broadcast_shape_[i];
   if (!ok)
-    throw ShapeError("Normalization '" + name() + "' was built for inputs of shape " + shape_to_string(built) +
-                     "; " + what + " received " + shape_to_string(sizes_of(x)));
+    throw ShapeError("Normalization '" + name() + "' was built for inputs of shape " + shape_to_string(built) + "; " +
+                     what + " received " + shape_to_string(sizes_of(x)));
 }
 
 at::Tensor Normalization::call1(const at::Tensor& x, bool training) {

@@ -15,8 +15,8 @@ class UnitForgetBias : public Initializer {
   explicit UnitForgetBias(InitializerPtr base) : base_(std::move(base)) {}
   at::Tensor sample(const Shape& shape, at::ScalarType dtype) const override {
     const int64_t u = shape.at(0) / 4;
-    return at::cat({base_->sample({u}, dtype), at::ones({u}, at::TensorOptions().dtype(dtype)),
-                    base_->sample({2 * u}, dtype)});
+    return at::cat(
+        {base_->sample({u}, dtype), at::ones({u}, at::TensorOptions().dtype(dtype)), base_->sample({2 * u}, dtype)});
   }
   Json get_config() const override { return base_->get_config(); }
   std::string class_name() const override { return base_->class_name(); }
@@ -83,9 +83,9 @@ Shape RecurrentLayer::bias_shape() const { return {gates_ * units_}; }
 void RecurrentLayer::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   if (s.size() != 3 || s[2] < 1)
-    throw ShapeError(class_name() + " '" + name() +
-                     "' needs inputs of shape (batch, time, features) with known features. Received: " +
-                     shape_to_string(s));
+    throw ShapeError(
+        class_name() + " '" + name() +
+        "' needs inputs of shape (batch, time, features) with known features. Received: " + shape_to_string(s));
   if (input_shapes.size() > 1 && (int)input_shapes.size() != 1 + num_states())
     throw ValueError(class_name() + " '" + name() + "' takes the sequence and optionally " +
                      std::to_string(num_states()) + " initial state(s). Received " +
@@ -100,8 +100,7 @@ Tensors RecurrentLayer::call(const Tensors& inputs, bool training) {
   return call_masked(inputs, {}, training, nullptr);
 }
 
-Tensors RecurrentLayer::call_masked(const Tensors& inputs, const Tensors& masks, bool training,
-                                    Tensors* output_masks) {
+Tensors RecurrentLayer::call_masked(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks) {
   const at::Tensor& x_in = inputs.at(0);
   const int64_t features = kernel_->shape()[0];
   if (x_in.dim() != 3 || x_in.size(2) != features)
@@ -255,9 +254,7 @@ Shape GRU::bias_shape() const { return reset_after_ ? Shape{2, 3 * units_} : Sha
 
 at::Tensor GRU::input_bias(const at::Tensor& bias) const { return reset_after_ ? bias.select(0, 0) : bias; }
 
-at::Tensor GRU::recurrent_bias(const at::Tensor& bias) const {
-  return reset_after_ ? bias.select(0, 1) : at::Tensor();
-}
+at::Tensor GRU::recurrent_bias(const at::Tensor& bias) const { return reset_after_ ? bias.select(0, 1) : at::Tensor(); }
 
 Tensors GRU::step(const at::Tensor& xw, const Tensors& states, const at::Tensor& h_rec, const at::Tensor& u,
                   const at::Tensor& rb) {
@@ -287,8 +284,8 @@ void GRU::add_config(Json& j) const { j["reset_after"] = reset_after_; }
 
 SimpleRNN::SimpleRNN(const Json& config) : RecurrentLayer(config, "SimpleRNN", "simple_rnn", 1, false) {}
 
-Tensors SimpleRNN::step(const at::Tensor& xw, const Tensors& states, const at::Tensor& h_rec,
-                        const at::Tensor& u, const at::Tensor& rb) {
+Tensors SimpleRNN::step(const at::Tensor& xw, const Tensors& states, const at::Tensor& h_rec, const at::Tensor& u,
+                        const at::Tensor& rb) {
   return {activation_(xw + at::matmul(h_rec, u))};
 }
 
@@ -308,8 +305,8 @@ std::shared_ptr<RecurrentLayer> make_recurrent(const Json& j, const std::string&
   if (!config.is_object()) throw ValueError("Bidirectional: `" + key + "`'s config must be an object");
   config["name"] = name;
   if (flip) config["go_backwards"] = !get_or<bool>(config, "go_backwards", false);
-  auto layer = std::dynamic_pointer_cast<RecurrentLayer>(
-      LayerRegistry::create(j["class_name"].get<std::string>(), config));
+  auto layer =
+      std::dynamic_pointer_cast<RecurrentLayer>(LayerRegistry::create(j["class_name"].get<std::string>(), config));
   if (!layer)
     throw ValueError("Bidirectional: `" + key + "` must be a recurrent layer (LSTM, GRU, SimpleRNN). Received: " +
                      j["class_name"].get<std::string>());
@@ -367,20 +364,17 @@ void Bidirectional::build(const std::vector<Shape>& input_shapes) {
   const size_t n = forward_->num_states();
   if (input_shapes.size() != 1 && input_shapes.size() != 1 + 2 * n)
     throw ValueError("Bidirectional '" + name() + "' takes the sequence and optionally " + std::to_string(2 * n) +
-                     " initial states (forward's, then backward's). Received " +
-                     std::to_string(input_shapes.size()) + " inputs");
+                     " initial states (forward's, then backward's). Received " + std::to_string(input_shapes.size()) +
+                     " inputs");
   std::vector<Shape> f = {input_shapes[0]}, b = {input_shapes[0]};
   for (size_t i = 0; i + 1 < input_shapes.size(); ++i) (i < n ? f : b).push_back(input_shapes[i + 1]);
   forward_->build_if_needed(f);
   backward_->build_if_needed(b);
 }
 
-Tensors Bidirectional::call(const Tensors& inputs, bool training) {
-  return call_masked(inputs, {}, training, nullptr);
-}
+Tensors Bidirectional::call(const Tensors& inputs, bool training) { return call_masked(inputs, {}, training, nullptr); }
 
-Tensors Bidirectional::call_masked(const Tensors& inputs, const Tensors& masks, bool training,
-                                   Tensors* output_masks) {
+Tensors Bidirectional::call_masked(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks) {
   const size_t n = forward_->num_states();
   if (inputs.size() != 1 && inputs.size() != 1 + 2 * n)
     throw ValueError("Bidirectional '" + name() + "' takes the sequence and optionally " + std::to_string(2 * n) +
@@ -395,11 +389,16 @@ Tensors Bidirectional::call_masked(const Tensors& inputs, const Tensors& masks, 
   at::Tensor of = yf[0], ob = yb[0];
   if (forward_->return_sequences()) ob = ob.flip({1});  // back to the forward time order
   Tensors out;
-  if (merge_mode_ == "concat") out.push_back(at::cat({of, ob}, -1));
-  else if (merge_mode_ == "sum") out.push_back(of + ob);
-  else if (merge_mode_ == "mul") out.push_back(of * ob);
-  else if (merge_mode_ == "ave") out.push_back((of + ob) / 2);
-  else out = {of, ob};
+  if (merge_mode_ == "concat")
+    out.push_back(at::cat({of, ob}, -1));
+  else if (merge_mode_ == "sum")
+    out.push_back(of + ob);
+  else if (merge_mode_ == "mul")
+    out.push_back(of * ob);
+  else if (merge_mode_ == "ave")
+    out.push_back((of + ob) / 2);
+  else
+    out = {of, ob};
   for (size_t i = 1; i < yf.size(); ++i) out.push_back(yf[i]);
   for (size_t i = 1; i < yb.size(); ++i) out.push_back(yb[i]);
   if (output_masks) *output_masks = compute_mask(inputs, masks);
@@ -480,8 +479,8 @@ Tensors TimeDistributed::call(const Tensors& inputs, bool training) {
     throw ValueError("TimeDistributed '" + name() + "' takes one input. Received " + std::to_string(inputs.size()));
   const at::Tensor& x = inputs[0];
   if (x.dim() < 3)
-    throw ShapeError("TimeDistributed '" + name() + "' needs inputs of rank >= 3 (batch, time, ...). Received: " +
-                     shape_to_string(shape_of(x)));
+    throw ShapeError("TimeDistributed '" + name() +
+                     "' needs inputs of rank >= 3 (batch, time, ...). Received: " + shape_to_string(shape_of(x)));
   const int64_t batch = x.size(0), steps = x.size(1);
   std::vector<int64_t> folded = {batch * steps};
   for (int64_t d = 2; d < x.dim(); ++d) folded.push_back(x.size(d));

@@ -73,8 +73,7 @@ class RecurrentLayer : public Layer {
   // `own_keys`: the subclass's extra config keys (it reads them itself).
   RecurrentLayer(const Json& config, const std::string& owner, const std::string& kind, int gates,
                  bool has_recurrent_activation, const std::vector<const char*>& own_keys = {});
-  Tensors call_masked(const Tensors& inputs, const Tensors& masks, bool training,
-                      Tensors* output_masks) override;
+  Tensors call_masked(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks) override;
   // The bias variable's shape and initial value (LSTM's unit_forget_bias,
   // GRU's two rows).
   virtual Shape bias_shape() const;
@@ -187,8 +186,7 @@ class Bidirectional : public Layer {
   const std::shared_ptr<RecurrentLayer>& backward_layer() const { return backward_; }
 
  protected:
-  Tensors call_masked(const Tensors& inputs, const Tensors& masks, bool training,
-                      Tensors* output_masks) override;
+  Tensors call_masked(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks) override;
 
  private:
   std::string merge_mode_;  // "" for null

@@ -124,37 +124,47 @@ TEST(Recurrent, KerasDefaultsInConfig) {
   EXPECT_EQ(c["stateful"], false);
   EXPECT_EQ(GRU(Json{{"units", 4}}).get_config()["reset_after"], true);
   EXPECT_FALSE(SimpleRNN(Json{{"units", 4}}).get_config().contains("recurrent_activation"));
-  EXPECT_EQ(Bidirectional(Json{{"layer", {{"class_name", "GRU"}, {"config", {{"units", 2}}}}}})
-                .get_config()["merge_mode"],
-            "concat");
+  EXPECT_EQ(
+      Bidirectional(Json{{"layer", {{"class_name", "GRU"}, {"config", {{"units", 2}}}}}}).get_config()["merge_mode"],
+      "concat");
 }
 
 TEST(Recurrent, BadConfigsNameTheProblem) {
   expect_error<ValueError>([] { (void)LSTM(Json{{"units", 0}}); }, {"LSTM", "`units`", "units=0"});
   expect_error<ValueError>([] { (void)LSTM(Json{{"units", 2}, {"stateful", true}}); }, {"`stateful`"});
   expect_error<ValueError>([] { (void)GRU(Json{{"units", 2}, {"dropout", 1.0}}); }, {"`dropout`"});
-  expect_error<ValueError>([] { (void)SimpleRNN(Json{{"units", 2}, {"recurrent_activation", "tanh"}}); },
-                           {"recurrent_activation"});
-  expect_error<ValueError>([] { (void)LSTM(Json{{"units", 2}, {"unit_forget_bias", true}, {"typo", 1}}); },
-                           {"typo"});
-  Json lstm = {{"class_name", "LSTM"}, {"config", {{"units", 2}}}};
-  expect_error<ValueError>([&] { (void)Bidirectional(Json{{"layer", lstm}, {"merge_mode", "max"}}); },
-                           {"`merge_mode`", "max"});
   expect_error<ValueError>(
-      [] { (void)Bidirectional(Json{{"layer", {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}}); },
+      [] {
+        (void)SimpleRNN(Json{{"units", 2}, {"recurrent_activation", "tanh"}});
+      },
+      {"recurrent_activation"});
+  expect_error<ValueError>([] { (void)LSTM(Json{{"units", 2}, {"unit_forget_bias", true}, {"typo", 1}}); }, {"typo"});
+  Json lstm = {{"class_name", "LSTM"}, {"config", {{"units", 2}}}};
+  expect_error<ValueError>(
+      [&] {
+        (void)Bidirectional(Json{{"layer", lstm}, {"merge_mode", "max"}});
+      },
+      {"`merge_mode`", "max"});
+  expect_error<ValueError>(
+      [] {
+        (void)Bidirectional(Json{{"layer", {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}});
+      },
       {"recurrent layer", "Dense"});
   expect_error<ValueError>([] { (void)Bidirectional(Json::object()); }, {"missing `layer`"});
   expect_error<ValueError>(
       [&] {
-        (void)Bidirectional(Json{{"layer", lstm},
-                                 {"backward_layer", {{"class_name", "LSTM"}, {"config", {{"units", 2}}}}}});
+        (void)Bidirectional(
+            Json{{"layer", lstm}, {"backward_layer", {{"class_name", "LSTM"}, {"config", {{"units", 2}}}}}});
       },
       {"go_backwards"});
   auto l = std::make_shared<LSTM>(Json{{"units", 2}});
   expect_error<ShapeError>([&] { (*l)(at::randn({2, 5})); }, {"(batch, time, features)"});
   (*l)(at::randn({2, 3, 4}));
-  expect_error<ShapeError>([&] { (void)l->call_with_masks({at::randn({2, 3, 4})}, {at::ones({2, 4}, at::kBool)}, false, nullptr); },
-                           {"mask", "(2, 3)"});
+  expect_error<ShapeError>(
+      [&] {
+        (void)l->call_with_masks({at::randn({2, 3, 4})}, {at::ones({2, 4}, at::kBool)}, false, nullptr);
+      },
+      {"mask", "(2, 3)"});
 }
 
 TEST(Recurrent, InitialStatesAreExtraInputs) {
@@ -194,24 +204,25 @@ void expect_padded_equals_alone(Model& model, const at::Tensor& padded, const st
     for (size_t k = 0; k < out.size(); ++k) {
       at::Tensor got = out[k].narrow(0, i, 1);
       if (got.dim() == 3) got = got.narrow(1, 0, lengths[i]);  // sequences: the valid steps
-      EXPECT_TRUE(at::allclose(got, ref[k], 1e-5, 1e-6))
-          << "sequence " << i << ", output " << k << "\n" << got << "\n" << ref[k];
+      EXPECT_TRUE(at::allclose(got, ref[k], 1e-5, 1e-6)) << "sequence " << i << ", output " << k << "\n"
+                                                         << got << "\n"
+                                                         << ref[k];
     }
   }
 }
 
 TEST(Masking, EmbeddingMaskZeroThroughSequentialToLSTM) {
   clear_session();
-  auto model = std::make_shared<Sequential>(std::vector<LayerPtr>{
-      std::make_shared<Embedding>(10, 4, Json{{"mask_zero", true}}),
-      std::make_shared<LSTM>(Json{{"units", 3}, {"return_sequences", true}}), std::make_shared<Dense>(2),
-      std::make_shared<GRU>(Json{{"units", 3}})});
+  auto model = std::make_shared<Sequential>(
+      std::vector<LayerPtr>{std::make_shared<Embedding>(10, 4, Json{{"mask_zero", true}}),
+                            std::make_shared<LSTM>(Json{{"units", 3}, {"return_sequences", true}}),
+                            std::make_shared<Dense>(2), std::make_shared<GRU>(Json{{"units", 3}})});
   // Sequences of lengths 5, 5, 1, 3 (zeros pad the end).
   at::Tensor ids = at::tensor({3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 0, 0, 0, 0, 8, 9, 7, 0, 0}, at::kLong).reshape({4, 5});
   expect_padded_equals_alone(*model, ids, {5, 5, 1, 3}, "embedding -> lstm -> dense -> gru");
   // Without the mask the padded run differs (the test can fail).
-  auto unmasked = std::make_shared<Sequential>(std::vector<LayerPtr>{
-      std::make_shared<Embedding>(10, 4), std::make_shared<LSTM>(Json{{"units", 3}})});
+  auto unmasked = std::make_shared<Sequential>(
+      std::vector<LayerPtr>{std::make_shared<Embedding>(10, 4), std::make_shared<LSTM>(Json{{"units", 3}})});
   at::Tensor a = (*unmasked)(ids.narrow(0, 3, 1));
   at::Tensor b = (*unmasked)(ids.narrow(0, 3, 1).narrow(1, 0, 3));
   EXPECT_FALSE(at::allclose(a, b, 1e-5, 1e-6));
@@ -265,7 +276,8 @@ TEST(Masking, MaskedStepsRepeatThePreviousOutput) {
   // Step 2 sees the state after step 0 only: same as the unmasked run on steps 0 and 2.
   at::Tensor two = (*rnn)(at::cat({x.narrow(1, 0, 1), x.narrow(1, 2, 1)}, 1));
   EXPECT_TRUE(at::allclose(y[0][2], two[0][1], 1e-6, 1e-6));
-  auto zero = std::make_shared<SimpleRNN>(Json{{"units", 2}, {"return_sequences", true}, {"zero_output_for_mask", true}});
+  auto zero =
+      std::make_shared<SimpleRNN>(Json{{"units", 2}, {"return_sequences", true}, {"zero_output_for_mask", true}});
   (*zero)(x);
   zero->set_weights(rnn->get_weights());
   at::Tensor z = zero->call_with_masks({x}, {mask}, false, nullptr)[0];

@@ -74,9 +74,8 @@ Shape Reshape::resolve(int64_t n, const Shape& input_shape) const {
   }
   if (n < 0) return out;  // stays unknown (kNone == -1)
   if (unknown_at >= 0 ? (known == 0 || n % known != 0) : n != known)
-    throw ShapeError("Reshape '" + name() + "': cannot reshape an input of shape " +
-                     shape_to_string(input_shape) + " (" + std::to_string(n) +
-                     " values per sample) to target_shape " + shape_to_string(target_));
+    throw ShapeError("Reshape '" + name() + "': cannot reshape an input of shape " + shape_to_string(input_shape) +
+                     " (" + std::to_string(n) + " values per sample) to target_shape " + shape_to_string(target_));
   if (unknown_at >= 0) out[unknown_at] = n / known;
   return out;
 }

@@ -80,8 +80,7 @@ uint64_t sh_hash_len33to64(const char* s, size_t len) {
   return sh_hash_len16(sh_rotr(e + f, 43) + sh_rotr(g, 30) + h, e + sh_rotr(f + a, 18) + g, mul);
 }
 
-std::pair<uint64_t, uint64_t> sh_weak_hash32(uint64_t w, uint64_t x, uint64_t y, uint64_t z, uint64_t a,
-                                          uint64_t b) {
+std::pair<uint64_t, uint64_t> sh_weak_hash32(uint64_t w, uint64_t x, uint64_t y, uint64_t z, uint64_t a, uint64_t b) {
   a += w;
   b = sh_rotr(b + a + z, 21);
   const uint64_t c = a;
@@ -154,7 +153,7 @@ uint64_t fingerprint64(std::string_view str) {
   w = sh_weak_hash32(s + 32, z + w.second, y + sh_load64(s + 16));
   std::swap(z, x);
   return sh_hash_len16(sh_hash_len16(v.first, w.first, mul) + sh_shift_mix(y) * sh_kK0 + z,
-                    sh_hash_len16(v.second, w.second, mul) + x, mul);
+                       sh_hash_len16(v.second, w.second, mul) + x, mul);
 }
 
 uint64_t siphash24(uint64_t k0, uint64_t k1, std::string_view str) {

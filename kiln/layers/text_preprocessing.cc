@@ -64,15 +64,17 @@ void StringLookup::set_vocabulary(const std::vector<std::string>& vocabulary) {
   for (size_t i = 0; i < vocabulary.size(); ++i) {
     const std::string& t = vocabulary[i];
     if ((mask_token_ && t == *mask_token_) || t == oov_token_)
-      throw ValueError("StringLookup: the vocabulary must not contain the mask token or the OOV token (they have "
-                       "reserved ids). Received '" + t.substr(0, 40) + "' at position " + std::to_string(i));
+      throw ValueError(
+          "StringLookup: the vocabulary must not contain the mask token or the OOV token (they have "
+          "reserved ids). Received '" +
+          t.substr(0, 40) + "' at position " + std::to_string(i));
     if (!index.emplace(t, (int64_t)i).second)
       throw ValueError("StringLookup: the vocabulary has repeated token '" + t.substr(0, 40) + "'");
   }
   if (max_tokens_ && token_start() + (int64_t)vocabulary.size() > *max_tokens_)
     throw ValueError("StringLookup: a vocabulary of " + std::to_string(vocabulary.size()) + " tokens plus " +
-                     std::to_string(token_start()) + " reserved ids exceeds max_tokens=" +
-                     std::to_string(*max_tokens_));
+                     std::to_string(token_start()) +
+                     " reserved ids exceeds max_tokens=" + std::to_string(*max_tokens_));
   vocabulary_ = vocabulary;
   index_ = std::move(index);
 }
@@ -135,8 +137,10 @@ std::vector<std::string> StringLookup::invert(const at::Tensor& ids_in) const {
   const int64_t* p = ids.data_ptr<int64_t>();
   for (int64_t i = 0; i < ids.numel(); ++i) {
     const int64_t k = p[i] - token_start();
-    if (mask_token_ && p[i] == 0) out.push_back(*mask_token_);
-    else out.push_back(k >= 0 && k < (int64_t)vocabulary_.size() ? vocabulary_[k] : oov_token_);
+    if (mask_token_ && p[i] == 0)
+      out.push_back(*mask_token_);
+    else
+      out.push_back(k >= 0 && k < (int64_t)vocabulary_.size() ? vocabulary_[k] : oov_token_);
   }
   return out;
 }
@@ -180,12 +184,12 @@ Json text_lookup_config(const Json& config) {
   if (const Json* m = r.get("max_tokens")) lookup["max_tokens"] = *m;
   lookup["pad_to_max_tokens"] = r.boolean("pad_to_max_tokens", false);
   if (const Json* v = r.get("vocabulary")) lookup["vocabulary"] = *v;
-  r.choice("standardize", "lower_and_strip_punctuation",
-           {"lower_and_strip_punctuation", "lower", "strip_punctuation"});
+  r.choice("standardize", "lower_and_strip_punctuation", {"lower_and_strip_punctuation", "lower", "strip_punctuation"});
   r.choice("split", "whitespace", {"whitespace", "character"});
   if (r.get("ngrams")) r.invalid("ngrams", "null (n-grams are not supported)");
   if (const Json* n = r.get("output_sequence_length")) {
-    if (!n->is_number_integer() || n->get<int64_t>() < 1) r.invalid("output_sequence_length", "null or a positive integer");
+    if (!n->is_number_integer() || n->get<int64_t>() < 1)
+      r.invalid("output_sequence_length", "null or a positive integer");
     if (mode != "int") r.invalid("output_sequence_length", "null unless output_mode is \"int\"");
   }
   if (r.get("idf_weights")) r.invalid("idf_weights", "null (no \"tf_idf\" output mode)");

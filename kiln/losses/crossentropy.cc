@@ -11,7 +11,6 @@ namespace {
 
 constexpr double kEpsilon = 1e-7;  // Keras's backend.epsilon()
 
-
 void check_label_smoothing(double s, const std::string& owner) {
   if (!(s >= 0.0 && s <= 1.0)) {
     std::ostringstream os;
@@ -45,8 +44,7 @@ at::Tensor sparse_labels(at::Tensor y_true, at::Tensor y_pred, const std::string
 
 // --- SparseCategoricalCrossentropy ---------------------------------------------
 
-SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(bool from_logits,
-                                                             std::optional<int64_t> ignore_class,
+SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(bool from_logits, std::optional<int64_t> ignore_class,
                                                              std::string reduction, std::string name)
     : Loss(std::move(name), std::move(reduction)), from_logits_(from_logits), ignore_class_(ignore_class) {}
 
@@ -59,13 +57,11 @@ std::shared_ptr<SparseCategoricalCrossentropy> SparseCategoricalCrossentropy::fr
   if (c.is_object() && c.contains("ignore_class") && !c["ignore_class"].is_null())
     ignore = get_or<int64_t>(c, "ignore_class", 0);
   return std::make_shared<SparseCategoricalCrossentropy>(
-      get_or<bool>(c, "from_logits", false), ignore,
-      get_or<std::string>(c, "reduction", "sum_over_batch_size"),
+      get_or<bool>(c, "from_logits", false), ignore, get_or<std::string>(c, "reduction", "sum_over_batch_size"),
       get_or<std::string>(c, "name", "sparse_categorical_crossentropy"));
 }
 
-at::Tensor SparseCategoricalCrossentropy::call(const at::Tensor& y_true_in,
-                                               const at::Tensor& y_pred_in) const {
+at::Tensor SparseCategoricalCrossentropy::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {
   at::Tensor y_pred = y_pred_in.to(at::kFloat);
   at::Tensor labels = sparse_labels(y_true_in, y_pred, class_name());
   const int64_t num_classes = y_pred.size(-1);
@@ -79,10 +75,9 @@ at::Tensor SparseCategoricalCrossentropy::call(const at::Tensor& y_true_in,
   if (labels.device().is_cpu() && labels.numel() > 0) {
     const int64_t lo = labels.min().item<int64_t>(), hi = labels.max().item<int64_t>();
     if (lo < 0 || hi >= num_classes)
-      throw ValueError(class_name() + ": labels must be in [0, " + std::to_string(num_classes) +
-                       ") for y_pred with " + std::to_string(num_classes) +
-                       " classes. Received labels between " + std::to_string(lo) + " and " +
-                       std::to_string(hi));
+      throw ValueError(class_name() + ": labels must be in [0, " + std::to_string(num_classes) + ") for y_pred with " +
+                       std::to_string(num_classes) + " classes. Received labels between " + std::to_string(lo) +
+                       " and " + std::to_string(hi));
   }
   at::Tensor logp = log_probs(y_pred, from_logits_, -1);
   at::Tensor loss = -logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1);
@@ -90,8 +85,7 @@ at::Tensor SparseCategoricalCrossentropy::call(const at::Tensor& y_true_in,
   return loss;
 }
 
-at::Tensor SparseCategoricalCrossentropy::valid_mask(const at::Tensor& y_true,
-                                                     const at::Tensor& y_pred) const {
+at::Tensor SparseCategoricalCrossentropy::valid_mask(const at::Tensor& y_true, const at::Tensor& y_pred) const {
   if (!ignore_class_) return {};
   return sparse_labels(y_true, y_pred, class_name()) != *ignore_class_;
 }
@@ -117,8 +111,8 @@ CategoricalCrossentropy::CategoricalCrossentropy(bool from_logits, double label_
 std::shared_ptr<CategoricalCrossentropy> CategoricalCrossentropy::from_config(const Json& c) {
   check_keys(c, {"from_logits", "label_smoothing", "axis"}, "CategoricalCrossentropy");
   return std::make_shared<CategoricalCrossentropy>(
-      get_or<bool>(c, "from_logits", false), get_or<double>(c, "label_smoothing", 0.0),
-      get_or<int64_t>(c, "axis", -1), get_or<std::string>(c, "reduction", "sum_over_batch_size"),
+      get_or<bool>(c, "from_logits", false), get_or<double>(c, "label_smoothing", 0.0), get_or<int64_t>(c, "axis", -1),
+      get_or<std::string>(c, "reduction", "sum_over_batch_size"),
       get_or<std::string>(c, "name", "categorical_crossentropy"));
 }
 
@@ -127,8 +121,7 @@ at::Tensor CategoricalCrossentropy::call(const at::Tensor& y_true_in, const at::
   at::Tensor y_true = y_true_in.to(y_pred.device(), at::kFloat);
   squeeze_or_expand_to_same_rank(y_true, y_pred);
   if (y_true.sizes() != y_pred.sizes())
-    throw ShapeError(class_name() +
-                     ": y_true and y_pred must have the same shape (one-hot targets). Received " +
+    throw ShapeError(class_name() + ": y_true and y_pred must have the same shape (one-hot targets). Received " +
                      sizes_str(y_true) + " and " + sizes_str(y_pred) +
                      "; for integer labels use SparseCategoricalCrossentropy");
   if (label_smoothing_ > 0) {
@@ -148,8 +141,8 @@ Json CategoricalCrossentropy::get_config() const {
 
 // --- BinaryCrossentropy -------------------------------------------------------------
 
-BinaryCrossentropy::BinaryCrossentropy(bool from_logits, double label_smoothing, int64_t axis,
-                                       std::string reduction, std::string name)
+BinaryCrossentropy::BinaryCrossentropy(bool from_logits, double label_smoothing, int64_t axis, std::string reduction,
+                                       std::string name)
     : Loss(std::move(name), std::move(reduction)),
       from_logits_(from_logits),
       label_smoothing_(label_smoothing),
@@ -159,10 +152,10 @@ BinaryCrossentropy::BinaryCrossentropy(bool from_logits, double label_smoothing,
 
 std::shared_ptr<BinaryCrossentropy> BinaryCrossentropy::from_config(const Json& c) {
   check_keys(c, {"from_logits", "label_smoothing", "axis"}, "BinaryCrossentropy");
-  return std::make_shared<BinaryCrossentropy>(
-      get_or<bool>(c, "from_logits", false), get_or<double>(c, "label_smoothing", 0.0),
-      get_or<int64_t>(c, "axis", -1), get_or<std::string>(c, "reduction", "sum_over_batch_size"),
-      get_or<std::string>(c, "name", "binary_crossentropy"));
+  return std::make_shared<BinaryCrossentropy>(get_or<bool>(c, "from_logits", false),
+                                              get_or<double>(c, "label_smoothing", 0.0), get_or<int64_t>(c, "axis", -1),
+                                              get_or<std::string>(c, "reduction", "sum_over_batch_size"),
+                                              get_or<std::string>(c, "name", "binary_crossentropy"));
 }
 
 at::Tensor BinaryCrossentropy::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {

@@ -22,8 +22,7 @@ namespace kiln::losses {
 // "sum_over_batch_size" divisor (Keras's masking).
 class SparseCategoricalCrossentropy : public Loss {
  public:
-  explicit SparseCategoricalCrossentropy(bool from_logits = false,
-                                         std::optional<int64_t> ignore_class = std::nullopt,
+  explicit SparseCategoricalCrossentropy(bool from_logits = false, std::optional<int64_t> ignore_class = std::nullopt,
                                          std::string reduction = "sum_over_batch_size",
                                          std::string name = "sparse_categorical_crossentropy");
   // Keras config keys: from_logits, ignore_class, name, reduction.
@@ -69,8 +68,7 @@ class CategoricalCrossentropy : public Loss {
 class BinaryCrossentropy : public Loss {
  public:
   explicit BinaryCrossentropy(bool from_logits = false, double label_smoothing = 0.0, int64_t axis = -1,
-                              std::string reduction = "sum_over_batch_size",
-                              std::string name = "binary_crossentropy");
+                              std::string reduction = "sum_over_batch_size", std::string name = "binary_crossentropy");
   // Keras config keys: from_logits, label_smoothing, axis, name, reduction.
   static std::shared_ptr<BinaryCrossentropy> from_config(const Json& config);
 

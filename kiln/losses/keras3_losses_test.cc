@@ -92,9 +92,10 @@ TEST(Keras3Losses, RegistryNamesDefaultsAndRoundTrip) {
 
 TEST(Keras3Losses, HandValues) {
   // Hinge with {0, 1} labels: t = (-1, 1), p = (0.5, 0.5): max(1.5, 0), max(0.5, 0) -> mean 1.0.
-  EXPECT_NEAR(Hinge().call(floats({0, 1}).reshape({1, 2}), floats({0.5, 0.5}).reshape({1, 2})).item<float>(), 1.0, 1e-6);
-  EXPECT_NEAR(SquaredHinge().call(floats({0, 1}).reshape({1, 2}), floats({0.5, 0.5}).reshape({1, 2})).item<float>(), 1.25,
+  EXPECT_NEAR(Hinge().call(floats({0, 1}).reshape({1, 2}), floats({0.5, 0.5}).reshape({1, 2})).item<float>(), 1.0,
               1e-6);
+  EXPECT_NEAR(SquaredHinge().call(floats({0, 1}).reshape({1, 2}), floats({0.5, 0.5}).reshape({1, 2})).item<float>(),
+              1.25, 1e-6);
   // KL of identical distributions is 0; Poisson at y_pred = y_true = 1 is 1 - log(1 + eps).
   at::Tensor d = floats({0.2f, 0.3f, 0.5f}).reshape({1, 3});
   EXPECT_NEAR(KLDivergence().call(d, d).item<float>(), 0.0, 1e-7);

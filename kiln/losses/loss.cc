@@ -17,8 +17,7 @@ namespace kiln {
 namespace {
 
 const std::vector<std::string>& reductions() {
-  static const std::vector<std::string> r = {"sum_over_batch_size", "sum", "mean", "mean_with_sample_weight",
-                                             "none"};
+  static const std::vector<std::string> r = {"sum_over_batch_size", "sum", "mean", "mean_with_sample_weight", "none"};
   return r;
 }
 
@@ -27,7 +26,6 @@ std::string join(const std::vector<std::string>& v) {
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
   return s;
 }
-
 
 struct Registry {
   std::mutex mu;
@@ -99,16 +97,14 @@ const std::map<std::string, std::string>& aliases() {
 
 }  // namespace
 
-Loss::Loss(std::string name, std::string reduction)
-    : name_(std::move(name)), reduction_(std::move(reduction)) {
+Loss::Loss(std::string name, std::string reduction) : name_(std::move(name)), reduction_(std::move(reduction)) {
   const auto& r = reductions();
   if (std::find(r.begin(), r.end(), reduction_) == r.end())
     throw ValueError("Invalid value for argument `reduction`. Expected one of {" + join(r) +
                      "}. Received: reduction=" + reduction_);
 }
 
-at::Tensor Loss::operator()(const at::Tensor& y_true, const at::Tensor& y_pred,
-                            const at::Tensor& sample_weight) const {
+at::Tensor Loss::operator()(const at::Tensor& y_true, const at::Tensor& y_pred, const at::Tensor& sample_weight) const {
   at::Tensor values = call(y_true, y_pred);
   if (values.scalar_type() != at::kFloat) values = values.to(at::kFloat);
   at::Tensor weight;
@@ -198,16 +194,14 @@ LossPtr Loss::get(const std::string& name) {
     if (it != r.classes.end()) factory = it->second;
   }
   if (!factory)
-    throw ValueError("Could not interpret loss identifier: '" + name +
-                     "'. Known losses: " + join(known_names()));
+    throw ValueError("Could not interpret loss identifier: '" + name + "'. Known losses: " + join(known_names()));
   return factory(Json::object());
 }
 
 LossPtr Loss::from_json(const Json& j) {
   if (j.is_string()) return get(j.get<std::string>());
   if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string())
-    throw ValueError("A loss must be a name or {\"class_name\": ..., \"config\": {...}}. Received: " +
-                     json_excerpt(j));
+    throw ValueError("A loss must be a name or {\"class_name\": ..., \"config\": {...}}. Received: " + json_excerpt(j));
   const std::string cls = j["class_name"].get<std::string>();
   Factory factory;
   {

@@ -77,8 +77,7 @@ class Loss {
   virtual at::Tensor valid_mask(const at::Tensor& y_true, const at::Tensor& y_pred) const { return {}; }
   // ValueError naming any key of `config` not in `allowed` (besides name,
   // reduction, dtype).
-  static void check_keys(const Json& config, const std::vector<std::string>& allowed,
-                         const std::string& owner);
+  static void check_keys(const Json& config, const std::vector<std::string>& allowed, const std::string& owner);
 
  private:
   std::string name_;

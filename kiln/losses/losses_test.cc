@@ -79,8 +79,7 @@ TEST(Loss, SampleWeightShapesAgree) {
   EXPECT_NEAR(ce(labels, logits, w.reshape({4, 1})).item<float>(), a, 1e-6);
   EXPECT_NEAR(ce(labels.reshape({4, 1}), logits, w).item<float>(), a, 1e-6);
   // A scalar weight scales the loss.
-  EXPECT_NEAR(ce(labels, logits, at::full({}, 3.0f)).item<float>(), 3 * ce(labels, logits).item<float>(),
-              1e-5);
+  EXPECT_NEAR(ce(labels, logits, at::full({}, 3.0f)).item<float>(), 3 * ce(labels, logits).item<float>(), 1e-5);
   // Weights of the wrong length are a ShapeError, not a silent broadcast.
   EXPECT_THROW(ce(labels, logits, at::ones({3})), ShapeError);
 }
@@ -109,8 +108,8 @@ TEST(Crossentropy, FromLogitsMatchesProbabilities) {
 
   at::Tensor x = at::randn({6, 2});
   at::Tensor y = at::randint(0, 2, {6, 2}).to(at::kFloat);
-  EXPECT_NEAR(BinaryCrossentropy(true)(y, x).item<float>(),
-              BinaryCrossentropy(false)(y, x.sigmoid()).item<float>(), 1e-5);
+  EXPECT_NEAR(BinaryCrossentropy(true)(y, x).item<float>(), BinaryCrossentropy(false)(y, x.sigmoid()).item<float>(),
+              1e-5);
 }
 
 TEST(Crossentropy, ProbabilitiesAreClippedLikeKeras) {
@@ -121,15 +120,14 @@ TEST(Crossentropy, ProbabilitiesAreClippedLikeKeras) {
   const float b = BinaryCrossentropy()(f32({1}).reshape({1, 1}), f32({0}).reshape({1, 1})).item<float>();
   EXPECT_NEAR(b, -std::log(1e-7f), 1e-4);
   // Logits far from zero stay finite and exact.
-  EXPECT_NEAR(BinaryCrossentropy(true)(f32({0}).reshape({1, 1}), f32({100}).reshape({1, 1})).item<float>(),
-              100.0, 1e-4);
+  EXPECT_NEAR(BinaryCrossentropy(true)(f32({0}).reshape({1, 1}), f32({100}).reshape({1, 1})).item<float>(), 100.0,
+              1e-4);
 }
 
 TEST(Crossentropy, CategoricalRenormalisesOutputs) {
   at::Tensor onehot = f32({0, 1}).reshape({1, 2});
   // (1, 3) renormalised to (0.25, 0.75).
-  EXPECT_NEAR(CategoricalCrossentropy()(onehot, f32({1, 3}).reshape({1, 2})).item<float>(), -std::log(0.75),
-              1e-6);
+  EXPECT_NEAR(CategoricalCrossentropy()(onehot, f32({1, 3}).reshape({1, 2})).item<float>(), -std::log(0.75), 1e-6);
 }
 
 TEST(Crossentropy, LabelSmoothing) {
@@ -155,8 +153,7 @@ TEST(Crossentropy, IgnoreClassMasksEntries) {
   EXPECT_EQ(per[3].item<float>(), 0.0f);
   // The mean runs over the two valid entries only.
   at::Tensor valid_logits = at::stack({logits[0], logits[2]});
-  const float want =
-      SparseCategoricalCrossentropy(true)(at::tensor({0, 2}, at::kLong), valid_logits).item<float>();
+  const float want = SparseCategoricalCrossentropy(true)(at::tensor({0, 2}, at::kLong), valid_logits).item<float>();
   EXPECT_NEAR(ce(labels, logits).item<float>(), want, 1e-5);
 }
 
@@ -177,8 +174,7 @@ TEST(Loss, ComputesInFloat32ForReducedPrecisionInputs) {
     at::Tensor low = logits.to(dtype);
     at::Tensor out = SparseCategoricalCrossentropy(true)(labels, low);
     EXPECT_EQ(out.scalar_type(), at::kFloat);
-    EXPECT_NEAR(out.item<float>(),
-                SparseCategoricalCrossentropy(true)(labels, low.to(at::kFloat)).item<float>(), 1e-6);
+    EXPECT_NEAR(out.item<float>(), SparseCategoricalCrossentropy(true)(labels, low.to(at::kFloat)).item<float>(), 1e-6);
     EXPECT_EQ(MeanSquaredError()(logits.to(dtype), low).scalar_type(), at::kFloat);
   }
 }
@@ -212,8 +208,7 @@ TEST(Loss, GetByKerasName) {
   EXPECT_EQ(Loss::get("categorical_crossentropy")->class_name(), "CategoricalCrossentropy");
   EXPECT_EQ(Loss::get("binary_crossentropy")->class_name(), "BinaryCrossentropy");
   EXPECT_EQ(Loss::get("BinaryCrossentropy")->class_name(), "BinaryCrossentropy");
-  auto ce =
-      std::dynamic_pointer_cast<SparseCategoricalCrossentropy>(Loss::get("sparse_categorical_crossentropy"));
+  auto ce = std::dynamic_pointer_cast<SparseCategoricalCrossentropy>(Loss::get("sparse_categorical_crossentropy"));
   ASSERT_TRUE(ce);
   EXPECT_FALSE(ce->from_logits());  // Keras's default
   EXPECT_EQ(ce->reduction(), "sum_over_batch_size");
@@ -230,8 +225,7 @@ TEST(Loss, UnknownNameListsKnownOnes) {
 
 TEST(Loss, BadConfigsNameTheValue) {
   EXPECT_NE(error_of([] { MeanSquaredError("avg"); }).find("reduction=avg"), std::string::npos);
-  EXPECT_NE(error_of([] { CategoricalCrossentropy(false, 1.5); }).find("label_smoothing=1.5"),
-            std::string::npos);
+  EXPECT_NE(error_of([] { CategoricalCrossentropy(false, 1.5); }).find("label_smoothing=1.5"), std::string::npos);
   EXPECT_NE(error_of([] { Huber(0.0); }).find("delta=0"), std::string::npos);
   const std::string msg = error_of([] {
     Loss::from_json(Json{{"class_name", "BinaryCrossentropy"}, {"config", {{"form_logits", true}}}});
@@ -270,9 +264,7 @@ TEST(Loss, ConfigRoundTrip) {
 TEST(Loss, CustomClassesRegister) {
   struct Zero : Loss {
     Zero() : Loss("zero") {}
-    at::Tensor call(const at::Tensor& y, const at::Tensor& p) const override {
-      return at::zeros({p.size(0)});
-    }
+    at::Tensor call(const at::Tensor& y, const at::Tensor& p) const override { return at::zeros({p.size(0)}); }
     std::string class_name() const override { return "ZeroLoss"; }
   };
   Loss::register_class("ZeroLoss", [](const Json&) { return std::make_shared<Zero>(); });

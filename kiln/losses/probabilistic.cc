@@ -12,7 +12,7 @@ constexpr double kProbEps = 1e-7;  // Keras's backend.epsilon()
 
 // float32 y_true, y_pred after Keras's rank reconciliation.
 void prob_prepare(const at::Tensor& y_true_in, const at::Tensor& y_pred_in, at::Tensor& y_true, at::Tensor& y_pred,
-             const std::string& owner) {
+                  const std::string& owner) {
   y_pred = y_pred_in.to(at::kFloat);
   y_true = y_true_in.to(y_pred.device(), at::kFloat);
   squeeze_or_expand_to_same_rank(y_true, y_pred);
@@ -124,8 +124,7 @@ BinaryFocalCrossentropy::BinaryFocalCrossentropy(bool apply_class_balancing, dou
   else if (!(alpha >= 0 && alpha <= 1))
     os << "BinaryFocalCrossentropy: `alpha` must be in [0, 1]. Received: alpha=" << alpha;
   else if (!(label_smoothing >= 0 && label_smoothing <= 1))
-    os << "BinaryFocalCrossentropy: `label_smoothing` must be in [0, 1]. Received: label_smoothing="
-       << label_smoothing;
+    os << "BinaryFocalCrossentropy: `label_smoothing` must be in [0, 1]. Received: label_smoothing=" << label_smoothing;
   if (!os.str().empty()) throw ValueError(os.str());
 }
 
@@ -134,8 +133,8 @@ std::shared_ptr<BinaryFocalCrossentropy> BinaryFocalCrossentropy::from_config(co
              "BinaryFocalCrossentropy");
   return std::make_shared<BinaryFocalCrossentropy>(
       get_or<bool>(c, "apply_class_balancing", false), get_or<double>(c, "alpha", 0.25),
-      get_or<double>(c, "gamma", 2.0), get_or<bool>(c, "from_logits", false),
-      get_or<double>(c, "label_smoothing", 0.0), get_or<int64_t>(c, "axis", -1), prob_reduction_of(c),
+      get_or<double>(c, "gamma", 2.0), get_or<bool>(c, "from_logits", false), get_or<double>(c, "label_smoothing", 0.0),
+      get_or<int64_t>(c, "axis", -1), prob_reduction_of(c),
       get_or<std::string>(c, "name", "binary_focal_crossentropy"));
 }
 

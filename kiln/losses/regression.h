@@ -10,8 +10,7 @@ namespace kiln::losses {
 // Per-sample mean((y_pred - y_true)^2, axis=-1).
 class MeanSquaredError : public Loss {
  public:
-  explicit MeanSquaredError(std::string reduction = "sum_over_batch_size",
-                            std::string name = "mean_squared_error");
+  explicit MeanSquaredError(std::string reduction = "sum_over_batch_size", std::string name = "mean_squared_error");
   static std::shared_ptr<MeanSquaredError> from_config(const Json& config);
   at::Tensor call(const at::Tensor& y_true, const at::Tensor& y_pred) const override;
   std::string class_name() const override { return "MeanSquaredError"; }
@@ -20,8 +19,7 @@ class MeanSquaredError : public Loss {
 // Per-sample mean(|y_pred - y_true|, axis=-1).
 class MeanAbsoluteError : public Loss {
  public:
-  explicit MeanAbsoluteError(std::string reduction = "sum_over_batch_size",
-                             std::string name = "mean_absolute_error");
+  explicit MeanAbsoluteError(std::string reduction = "sum_over_batch_size", std::string name = "mean_absolute_error");
   static std::shared_ptr<MeanAbsoluteError> from_config(const Json& config);
   at::Tensor call(const at::Tensor& y_true, const at::Tensor& y_pred) const override;
   std::string class_name() const override { return "MeanAbsoluteError"; }
@@ -31,8 +29,7 @@ class MeanAbsoluteError : public Loss {
 // delta * |e| - 0.5 * delta^2 (e = y_pred - y_true). delta must be > 0.
 class Huber : public Loss {
  public:
-  explicit Huber(double delta = 1.0, std::string reduction = "sum_over_batch_size",
-                 std::string name = "huber_loss");
+  explicit Huber(double delta = 1.0, std::string reduction = "sum_over_batch_size", std::string name = "huber_loss");
   // Keras config keys: delta, name, reduction.
   static std::shared_ptr<Huber> from_config(const Json& config);
   at::Tensor call(const at::Tensor& y_true, const at::Tensor& y_pred) const override;

@@ -9,7 +9,6 @@
 namespace kiln::metrics {
 namespace {
 
-
 void check_k(int64_t k, const std::string& owner) {
   if (k < 1) throw ValueError(owner + ": `k` must be a positive integer. Received: k=" + std::to_string(k));
 }
@@ -29,14 +28,13 @@ at::Tensor squeeze_labels(const at::Tensor& y_true, const at::Tensor& y_pred, bo
 
 // Whether each label's score is >= the k-th largest score of its row.
 at::Tensor in_top_k(const at::Tensor& labels, const at::Tensor& y_pred, int64_t k, const std::string& owner) {
-  if (y_pred.dim() < 1)
-    throw ShapeError(owner + ": y_pred needs a class axis. Received shape " + sizes_str(y_pred));
+  if (y_pred.dim() < 1) throw ShapeError(owner + ": y_pred needs a class axis. Received shape " + sizes_str(y_pred));
   const int64_t num_classes = y_pred.size(-1);
   at::Tensor pred = y_pred.to(at::kFloat).reshape({-1, num_classes});
   at::Tensor lbl = labels.to(pred.device(), at::kLong).reshape({-1});
   if (lbl.size(0) != pred.size(0))
-    throw ShapeError(owner + ": " + std::to_string(lbl.size(0)) + " labels for " +
-                     std::to_string(pred.size(0)) + " rows of predictions " + sizes_str(y_pred));
+    throw ShapeError(owner + ": " + std::to_string(lbl.size(0)) + " labels for " + std::to_string(pred.size(0)) +
+                     " rows of predictions " + sizes_str(y_pred));
   if (lbl.numel() > 0 && lbl.device().is_cpu()) {
     const int64_t lo = lbl.min().item<int64_t>(), hi = lbl.max().item<int64_t>();
     if (lo < 0 || hi >= num_classes)
@@ -100,8 +98,7 @@ std::shared_ptr<CategoricalAccuracy> CategoricalAccuracy::from_config(const Json
 at::Tensor CategoricalAccuracy::values(const at::Tensor& y_true, const at::Tensor& y_pred) const {
   if (y_true.sizes() != y_pred.sizes())
     throw ShapeError(name() + ": expected one-hot y_true with the shape of y_pred " + sizes_str(y_pred) +
-                     ". Received " + sizes_str(y_true) +
-                     "; for integer labels use sparse_categorical_accuracy");
+                     ". Received " + sizes_str(y_true) + "; for integer labels use sparse_categorical_accuracy");
   return hits(y_true.argmax(-1).to(y_pred.device()), y_pred.argmax(-1));
 }
 
@@ -109,8 +106,7 @@ at::Tensor CategoricalAccuracy::values(const at::Tensor& y_true, const at::Tenso
 
 std::shared_ptr<SparseCategoricalAccuracy> SparseCategoricalAccuracy::from_config(const Json& c) {
   check_keys(c, {}, "SparseCategoricalAccuracy");
-  return std::make_shared<SparseCategoricalAccuracy>(
-      get_or<std::string>(c, "name", "sparse_categorical_accuracy"));
+  return std::make_shared<SparseCategoricalAccuracy>(get_or<std::string>(c, "name", "sparse_categorical_accuracy"));
 }
 
 at::Tensor SparseCategoricalAccuracy::values(const at::Tensor& y_true, const at::Tensor& y_pred) const {
@@ -134,8 +130,8 @@ TopKCategoricalAccuracy::TopKCategoricalAccuracy(int64_t k, std::string name)
 
 std::shared_ptr<TopKCategoricalAccuracy> TopKCategoricalAccuracy::from_config(const Json& c) {
   check_keys(c, {"k"}, "TopKCategoricalAccuracy");
-  return std::make_shared<TopKCategoricalAccuracy>(
-      get_or<int64_t>(c, "k", 5), get_or<std::string>(c, "name", "top_k_categorical_accuracy"));
+  return std::make_shared<TopKCategoricalAccuracy>(get_or<int64_t>(c, "k", 5),
+                                                   get_or<std::string>(c, "name", "top_k_categorical_accuracy"));
 }
 
 at::Tensor TopKCategoricalAccuracy::values(const at::Tensor& y_true, const at::Tensor& y_pred) const {
@@ -185,13 +181,10 @@ at::Tensor AutoAccuracy::values(const at::Tensor& y_true, const at::Tensor& y_pr
   if (resolved_.empty()) {
     const bool is_binary = y_pred.dim() == 0 || y_pred.size(-1) == 1;
     const bool is_sparse = y_true.dim() < y_pred.dim() || (y_true.dim() > 0 && y_true.size(-1) == 1);
-    resolved_ = is_binary   ? "binary_accuracy"
-                : is_sparse ? "sparse_categorical_accuracy"
-                            : "categorical_accuracy";
+    resolved_ = is_binary ? "binary_accuracy" : is_sparse ? "sparse_categorical_accuracy" : "categorical_accuracy";
   }
   if (resolved_ == "binary_accuracy") return BinaryAccuracy(name()).values(y_true, y_pred);
-  if (resolved_ == "sparse_categorical_accuracy")
-    return SparseCategoricalAccuracy(name()).values(y_true, y_pred);
+  if (resolved_ == "sparse_categorical_accuracy") return SparseCategoricalAccuracy(name()).values(y_true, y_pred);
   return CategoricalAccuracy(name()).values(y_true, y_pred);
 }
 

@@ -37,8 +37,7 @@ class BinaryAccuracy : public MeanMetricWrapper {
 // argmax(y_true) == argmax(y_pred) for one-hot targets.
 class CategoricalAccuracy : public MeanMetricWrapper {
  public:
-  explicit CategoricalAccuracy(std::string name = "categorical_accuracy")
-      : MeanMetricWrapper(std::move(name)) {}
+  explicit CategoricalAccuracy(std::string name = "categorical_accuracy") : MeanMetricWrapper(std::move(name)) {}
   static std::shared_ptr<CategoricalAccuracy> from_config(const Json& config);
   at::Tensor values(const at::Tensor& y_true, const at::Tensor& y_pred) const override;
   std::string class_name() const override { return "CategoricalAccuracy"; }
@@ -75,8 +74,7 @@ class TopKCategoricalAccuracy : public MeanMetricWrapper {
 // As TopKCategoricalAccuracy for integer labels (N,) or (N, 1).
 class SparseTopKCategoricalAccuracy : public MeanMetricWrapper {
  public:
-  explicit SparseTopKCategoricalAccuracy(int64_t k = 5,
-                                         std::string name = "sparse_top_k_categorical_accuracy");
+  explicit SparseTopKCategoricalAccuracy(int64_t k = 5, std::string name = "sparse_top_k_categorical_accuracy");
   static std::shared_ptr<SparseTopKCategoricalAccuracy> from_config(const Json& config);
   at::Tensor values(const at::Tensor& y_true, const at::Tensor& y_pred) const override;
   std::string class_name() const override { return "SparseTopKCategoricalAccuracy"; }

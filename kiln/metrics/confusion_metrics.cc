@@ -14,7 +14,6 @@ namespace {
 
 constexpr double kEpsilon = 1e-7;  // Keras's backend.epsilon()
 
-
 at::Tensor scalar_zero() { return at::zeros({}, at::kDouble); }
 
 at::Tensor divide_no_nan(const at::Tensor& a, const at::Tensor& b) {
@@ -42,11 +41,11 @@ Lined line_up(const at::Tensor& y_true_in, const at::Tensor& y_pred_in, const at
   }
   if (class_id) {
     if (y_pred.dim() < 1 || *class_id < 0 || *class_id >= y_pred.size(-1))
-      throw ValueError(owner + ": class_id=" + std::to_string(*class_id) +
-                       " is out of range for y_pred of shape " + sizes_str(y_pred));
+      throw ValueError(owner + ": class_id=" + std::to_string(*class_id) + " is out of range for y_pred of shape " +
+                       sizes_str(y_pred));
     if (y_true.dim() < 1 || y_true.size(-1) != y_pred.size(-1))
-      throw ShapeError(owner + ": class_id needs y_true with the shape of y_pred " + sizes_str(y_pred) +
-                       ". Received " + sizes_str(y_true));
+      throw ShapeError(owner + ": class_id needs y_true with the shape of y_pred " + sizes_str(y_pred) + ". Received " +
+                       sizes_str(y_true));
     y_true = y_true.narrow(-1, *class_id, 1);
     y_pred = y_pred.narrow(-1, *class_id, 1);
   }
@@ -73,8 +72,8 @@ double parse_threshold(const Json& c, const std::string& owner) {
     v = t[0].get<double>();
   } else {
     throw ValueError(
-        owner + ": only one threshold is supported (a number or a one-element list). Received: thresholds=" +
-        json_excerpt(t));
+        owner +
+        ": only one threshold is supported (a number or a one-element list). Received: thresholds=" + json_excerpt(t));
   }
   return v;
 }
@@ -122,8 +121,7 @@ std::shared_ptr<Precision> Precision::from_config(const Json& c) {
                                      get_or<std::string>(c, "name", "precision"));
 }
 
-void Precision::update_state(const at::Tensor& y_true, const at::Tensor& y_pred,
-                             const at::Tensor& sample_weight) {
+void Precision::update_state(const at::Tensor& y_true, const at::Tensor& y_pred, const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
   Lined l = line_up(y_true, y_pred, sample_weight, class_id_, name());
   at::Tensor predicted = l.y_pred > threshold_;
@@ -168,8 +166,7 @@ std::shared_ptr<Recall> Recall::from_config(const Json& c) {
                                   get_or<std::string>(c, "name", "recall"));
 }
 
-void Recall::update_state(const at::Tensor& y_true, const at::Tensor& y_pred,
-                          const at::Tensor& sample_weight) {
+void Recall::update_state(const at::Tensor& y_true, const at::Tensor& y_pred, const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
   Lined l = line_up(y_true, y_pred, sample_weight, class_id_, name());
   at::Tensor predicted = l.y_pred > threshold_;
@@ -240,8 +237,8 @@ AUC::AUC(Options options) : Metric(options.name), options_(std::move(options)) {
 
 std::shared_ptr<AUC> AUC::from_config(const Json& c) {
   check_keys(c,
-             {"num_thresholds", "curve", "summation_method", "thresholds", "multi_label", "num_labels",
-              "label_weights", "from_logits"},
+             {"num_thresholds", "curve", "summation_method", "thresholds", "multi_label", "num_labels", "label_weights",
+              "from_logits"},
              "AUC");
   if (get_or<bool>(c, "multi_label", false)) throw ValueError("AUC: multi_label=true is not supported");
   if (c.is_object() && c.contains("label_weights") && !c["label_weights"].is_null())
@@ -257,8 +254,7 @@ std::shared_ptr<AUC> AUC::from_config(const Json& c) {
   return std::make_shared<AUC>(o);
 }
 
-void AUC::update_state(const at::Tensor& y_true, const at::Tensor& y_pred_in,
-                       const at::Tensor& sample_weight) {
+void AUC::update_state(const at::Tensor& y_true, const at::Tensor& y_pred_in, const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
   at::Tensor y_pred = y_pred_in.detach().to(at::kFloat);
   if (options_.from_logits) y_pred = y_pred.sigmoid();
@@ -301,8 +297,8 @@ double AUC::interpolate_pr_auc() const {
   at::Tensor intercept = tp1 - prec_slope * p1;
   at::Tensor safe_p_ratio =
       at::where((p0 > 0).logical_and(p1 > 0), divide_no_nan(p0, p1.clamp_min(0)), at::ones_like(p1));
-  at::Tensor increment = divide_no_nan(prec_slope * (dtp + intercept * safe_p_ratio.log()),
-                                       (tp1 + fn_.slice(0, 1, n)).clamp_min(0));
+  at::Tensor increment =
+      divide_no_nan(prec_slope * (dtp + intercept * safe_p_ratio.log()), (tp1 + fn_.slice(0, 1, n)).clamp_min(0));
   return increment.sum().item<double>();
 }
 

@@ -39,8 +39,7 @@ class Precision : public Metric {
 // tp / (tp + fn); otherwise as Precision.
 class Recall : public Metric {
  public:
-  explicit Recall(double threshold = 0.5, std::optional<int64_t> class_id = std::nullopt,
-                  std::string name = "recall");
+  explicit Recall(double threshold = 0.5, std::optional<int64_t> class_id = std::nullopt, std::string name = "recall");
   static std::shared_ptr<Recall> from_config(const Json& config);
   void update_state(const at::Tensor& y_true, const at::Tensor& y_pred,
                     const at::Tensor& sample_weight = at::Tensor()) override;

@@ -42,8 +42,8 @@ FBetaScore::FBetaScore(std::optional<std::string> average, double beta, std::opt
 
 std::shared_ptr<FBetaScore> FBetaScore::from_config(const Json& c) {
   check_keys(c, {"average", "beta", "threshold"}, "FBetaScore");
-  return std::make_shared<FBetaScore>(fscore_average_of(c, "FBetaScore"), get_or<double>(c, "beta", 1.0), fscore_threshold_of(c),
-                                      get_or<std::string>(c, "name", "fbeta_score"));
+  return std::make_shared<FBetaScore>(fscore_average_of(c, "FBetaScore"), get_or<double>(c, "beta", 1.0),
+                                      fscore_threshold_of(c), get_or<std::string>(c, "name", "fbeta_score"));
 }
 
 void FBetaScore::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred_in,
@@ -52,8 +52,10 @@ void FBetaScore::update_state(const at::Tensor& y_true_in, const at::Tensor& y_p
   at::Tensor y_true = y_true_in.detach().to(at::kCPU, at::kDouble);
   at::Tensor y_pred = y_pred_in.detach().to(at::kCPU, at::kDouble);
   if (y_true.dim() != 2 || y_pred.dim() != 2)
-    throw ShapeError(class_name() + " expects 2D inputs with shape (batch_size, output_dim). Received input shapes: "
-                     "y_true " + sizes_str(y_true) + " and y_pred " + sizes_str(y_pred));
+    throw ShapeError(class_name() +
+                     " expects 2D inputs with shape (batch_size, output_dim). Received input shapes: "
+                     "y_true " +
+                     sizes_str(y_true) + " and y_pred " + sizes_str(y_pred));
   if (!y_true.sizes().equals(y_pred.sizes()))
     throw ShapeError(class_name() + ": y_true " + sizes_str(y_true) + " and y_pred " + sizes_str(y_pred) +
                      " must have the same shape");

@@ -22,10 +22,11 @@ MeanIoU::MeanIoU(int64_t num_classes, std::optional<int64_t> ignore_class, bool 
 std::shared_ptr<MeanIoU> MeanIoU::from_config(const Json& c) {
   check_keys(c, {"num_classes", "ignore_class", "sparse_y_true", "sparse_y_pred", "axis"}, "MeanIoU");
   if (!c.is_object() || !c.contains("num_classes") || !c["num_classes"].is_number_integer())
-    throw ValueError("MeanIoU needs `num_classes`, the number of classes (an integer), e.g. "
-                     "{\"class_name\": \"MeanIoU\", \"config\": {\"num_classes\": 3}}. Received: " +
-                     (c.is_object() && c.contains("num_classes") ? "num_classes=" + c["num_classes"].dump()
-                                                                  : std::string("no num_classes")));
+    throw ValueError(
+        "MeanIoU needs `num_classes`, the number of classes (an integer), e.g. "
+        "{\"class_name\": \"MeanIoU\", \"config\": {\"num_classes\": 3}}. Received: " +
+        (c.is_object() && c.contains("num_classes") ? "num_classes=" + c["num_classes"].dump()
+                                                    : std::string("no num_classes")));
   std::optional<int64_t> ignore;
   if (c.contains("ignore_class") && !c["ignore_class"].is_null()) ignore = get_or<int64_t>(c, "ignore_class", 0);
   return std::make_shared<MeanIoU>(c["num_classes"].get<int64_t>(), ignore, get_or<bool>(c, "sparse_y_true", true),
@@ -33,8 +34,7 @@ std::shared_ptr<MeanIoU> MeanIoU::from_config(const Json& c) {
                                    get_or<std::string>(c, "name", "mean_iou"));
 }
 
-void MeanIoU::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred_in,
-                           const at::Tensor& sample_weight) {
+void MeanIoU::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred_in, const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
   at::Tensor y_true = y_true_in.detach().to(at::kCPU);
   at::Tensor y_pred = y_pred_in.detach().to(at::kCPU);
@@ -65,9 +65,8 @@ void MeanIoU::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred
     if (ids.numel() == 0) return;
     const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
     if (lo < 0 || hi >= num_classes_)
-      throw ValueError(name() + ": " + what + " holds class id " + std::to_string(lo < 0 ? lo : hi) +
-                       ", outside [0, " + std::to_string(num_classes_) + ") for num_classes=" +
-                       std::to_string(num_classes_));
+      throw ValueError(name() + ": " + what + " holds class id " + std::to_string(lo < 0 ? lo : hi) + ", outside [0, " +
+                       std::to_string(num_classes_) + ") for num_classes=" + std::to_string(num_classes_));
   };
   check_range(y_true, "y_true");
   check_range(y_pred, "y_pred");

@@ -19,9 +19,8 @@ namespace kiln::metrics {
 class MeanIoU : public Metric {
  public:
   // num_classes > 0 (ValueError otherwise).
-  explicit MeanIoU(int64_t num_classes, std::optional<int64_t> ignore_class = std::nullopt,
-                   bool sparse_y_true = true, bool sparse_y_pred = true, int64_t axis = -1,
-                   std::string name = "mean_iou");
+  explicit MeanIoU(int64_t num_classes, std::optional<int64_t> ignore_class = std::nullopt, bool sparse_y_true = true,
+                   bool sparse_y_pred = true, int64_t axis = -1, std::string name = "mean_iou");
   // Keys: num_classes (required), ignore_class, sparse_y_true,
   // sparse_y_pred, axis, name.
   static std::shared_ptr<MeanIoU> from_config(const Json& config);

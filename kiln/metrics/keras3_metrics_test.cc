@@ -67,11 +67,11 @@ TEST(Keras3MetricsGolden, MatchReferenceOverBatchesAndReset) {
 }
 
 TEST(Keras3Metrics, RegistryNamesAndRoundTrip) {
-  for (const auto& [alias, cls] : std::vector<std::pair<std::string, std::string>>{
-           {"f1_score", "F1Score"},
-           {"fbeta_score", "FBetaScore"},
-           {"root_mean_squared_error", "RootMeanSquaredError"},
-           {"r2_score", "R2Score"}}) {
+  for (const auto& [alias, cls] :
+       std::vector<std::pair<std::string, std::string>>{{"f1_score", "F1Score"},
+                                                        {"fbeta_score", "FBetaScore"},
+                                                        {"root_mean_squared_error", "RootMeanSquaredError"},
+                                                        {"r2_score", "R2Score"}}) {
     SCOPED_TRACE(alias);
     MetricPtr m = Metric::get(alias);
     EXPECT_EQ(m->class_name(), cls);
@@ -85,11 +85,10 @@ TEST(Keras3Metrics, RegistryNamesAndRoundTrip) {
   EXPECT_FALSE(f1.contains("beta"));  // as Keras's F1Score.get_config
   EXPECT_EQ(Metric::get("r2_score")->get_config()["class_aggregation"], "uniform_average");
   EXPECT_EQ(Metric::get("r2_score")->get_config()["num_regressors"], 0);
-  std::vector<MetricPtr> configured = {
-      std::make_shared<F1Score>(std::string("weighted"), 0.3, "f1w"),
-      std::make_shared<FBetaScore>(std::string("micro"), 2.0, std::nullopt),
-      std::make_shared<MeanIoU>(3, -1, false, true, 1, "iou"),
-      std::make_shared<R2Score>(std::nullopt, 2)};
+  std::vector<MetricPtr> configured = {std::make_shared<F1Score>(std::string("weighted"), 0.3, "f1w"),
+                                       std::make_shared<FBetaScore>(std::string("micro"), 2.0, std::nullopt),
+                                       std::make_shared<MeanIoU>(3, -1, false, true, 1, "iou"),
+                                       std::make_shared<R2Score>(std::nullopt, 2)};
   for (auto& m : configured) {
     Json j = m->to_json();
     SCOPED_TRACE(j.dump());

@@ -102,8 +102,7 @@ Metric::Factory find_class(const std::string& cls) {
 // else by the shapes of the first batch (Keras 3's rule).
 MetricPtr resolve_accuracy(const std::string& name, const Loss* loss) {
   const std::string cls = loss ? loss->class_name() : "";
-  if (cls == "SparseCategoricalCrossentropy")
-    return std::make_shared<metrics::SparseCategoricalAccuracy>(name);
+  if (cls == "SparseCategoricalCrossentropy") return std::make_shared<metrics::SparseCategoricalAccuracy>(name);
   if (cls == "CategoricalCrossentropy") return std::make_shared<metrics::CategoricalAccuracy>(name);
   if (cls == "BinaryCrossentropy") return std::make_shared<metrics::BinaryAccuracy>(name);
   return std::make_shared<metrics::AutoAccuracy>(name);
@@ -113,8 +112,7 @@ MetricPtr resolve_accuracy(const std::string& name, const Loss* loss) {
 
 // --- Metric -------------------------------------------------------------------------------
 
-void Metric::check_keys(const Json& config, const std::vector<std::string>& allowed,
-                        const std::string& owner) {
+void Metric::check_keys(const Json& config, const std::vector<std::string>& allowed, const std::string& owner) {
   if (config.is_null()) return;
   if (!config.is_object())
     throw ValueError(owner + ": config must be a JSON object. Received: " + json_excerpt(config));
@@ -151,8 +149,7 @@ MetricPtr Metric::get(const std::string& name, const Loss* loss) {
   auto a = aliases().find(name);
   Factory f = find_class(a != aliases().end() ? a->second : name);
   if (!f)
-    throw ValueError("Could not interpret metric identifier: '" + name +
-                     "'. Known metrics: " + join(known_names()));
+    throw ValueError("Could not interpret metric identifier: '" + name + "'. Known metrics: " + join(known_names()));
   MetricPtr m = f(Json::object());
   m->set_name(name);
   return m;
@@ -175,8 +172,7 @@ MetricPtr Metric::from_json(const Json& j, const Loss* loss) {
 Mean::Mean(std::string name)
     : Metric(std::move(name)), total_(at::zeros({}, at::kDouble)), count_(at::zeros({}, at::kDouble)) {}
 
-void Mean::update_state(const at::Tensor& values_in, const at::Tensor& unused,
-                        const at::Tensor& sample_weight) {
+void Mean::update_state(const at::Tensor& values_in, const at::Tensor& unused, const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
   at::Tensor values = values_in.detach().to(at::kDouble);
   at::Tensor weight;
@@ -190,8 +186,7 @@ void Mean::update_state(const at::Tensor& values_in, const at::Tensor& unused,
       values = values.mean(dims);
     }
     losses::check_broadcastable(values, weight, name() + ": sample_weight");
-    if (weight.dim() > values.dim())
-      throw ShapeError(name() + ": sample_weight has more dimensions than the values");
+    if (weight.dim() > values.dim()) throw ShapeError(name() + ": sample_weight has more dimensions than the values");
     weight = weight.expand(values.sizes());
     values = values * weight;
     if (wd > 1) {

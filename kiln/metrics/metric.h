@@ -71,8 +71,7 @@ class Metric {
  protected:
   // ValueError naming any key of `config` not in `allowed` (besides name and
   // dtype).
-  static void check_keys(const Json& config, const std::vector<std::string>& allowed,
-                         const std::string& owner);
+  static void check_keys(const Json& config, const std::vector<std::string>& allowed, const std::string& owner);
 
  private:
   std::string name_;

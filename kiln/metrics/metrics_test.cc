@@ -64,8 +64,7 @@ TEST(Metrics, AccumulationAcrossBatchesEqualsOneShot) {
   for (auto& [batched, whole] : pairs) {
     SCOPED_TRACE(batched->class_name());
     for (int64_t i = 0; i < 60; i += 20)
-      batched->update_state(labels.slice(0, i, i + 20), scores.slice(0, i, i + 20),
-                            weights.slice(0, i, i + 20));
+      batched->update_state(labels.slice(0, i, i + 20), scores.slice(0, i, i + 20), weights.slice(0, i, i + 20));
     whole->update_state(labels, scores, weights);
     EXPECT_NEAR(batched->result(), whole->result(), 1e-9);
     EXPECT_GT(whole->result(), 0.0);
@@ -245,10 +244,8 @@ TEST(AUC, RejectsBadOptions) {
   o = AUC::Options();
   o.summation_method = "simpson";
   EXPECT_NE(error_of([&] { AUC a(o); }).find("simpson"), std::string::npos);
-  EXPECT_THROW(Metric::from_json(Json{{"class_name", "AUC"}, {"config", {{"multi_label", true}}}}),
-               ValueError);
-  EXPECT_THROW(Metric::from_json(Json{{"class_name", "AUC"}, {"config", {{"thresholds", {0.5, 1.5}}}}}),
-               ValueError);
+  EXPECT_THROW(Metric::from_json(Json{{"class_name", "AUC"}, {"config", {{"multi_label", true}}}}), ValueError);
+  EXPECT_THROW(Metric::from_json(Json{{"class_name", "AUC"}, {"config", {{"thresholds", {0.5, 1.5}}}}}), ValueError);
 }
 
 TEST(PrecisionRecall, CountsAndThreshold) {

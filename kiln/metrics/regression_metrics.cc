@@ -60,9 +60,10 @@ R2Score::R2Score(std::optional<std::string> class_aggregation, int64_t num_regre
         "\"variance_weighted_average\". Received: class_aggregation=" +
         *class_aggregation_);
   if (num_regressors < 0)
-    throw ValueError("R2Score: invalid value for argument `num_regressors`. Expected a value >= 0. Received: "
-                     "num_regressors=" +
-                     std::to_string(num_regressors));
+    throw ValueError(
+        "R2Score: invalid value for argument `num_regressors`. Expected a value >= 0. Received: "
+        "num_regressors=" +
+        std::to_string(num_regressors));
   num_samples_ = at::zeros({}, at::kDouble);
 }
 
@@ -70,21 +71,23 @@ std::shared_ptr<R2Score> R2Score::from_config(const Json& c) {
   check_keys(c, {"class_aggregation", "num_regressors"}, "R2Score");
   std::optional<std::string> agg = std::string("uniform_average");
   if (c.is_object() && c.contains("class_aggregation"))
-    agg = c["class_aggregation"].is_null() ? std::nullopt
-                                           : std::optional<std::string>(get_or<std::string>(c, "class_aggregation", ""));
+    agg = c["class_aggregation"].is_null()
+              ? std::nullopt
+              : std::optional<std::string>(get_or<std::string>(c, "class_aggregation", ""));
   return std::make_shared<R2Score>(agg, get_or<int64_t>(c, "num_regressors", 0),
                                    get_or<std::string>(c, "name", "r2_score"));
 }
 
-void R2Score::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred_in,
-                           const at::Tensor& sample_weight) {
+void R2Score::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred_in, const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
   at::Tensor y_true = y_true_in.detach().to(at::kCPU, at::kDouble);
   at::Tensor y_pred = y_pred_in.detach().to(at::kCPU, at::kDouble);
   losses::squeeze_or_expand_to_same_rank(y_true, y_pred);
   if (y_true.dim() != 2 || y_pred.dim() != 2 || !y_true.sizes().equals(y_pred.sizes()))
-    throw ShapeError("R2Score expects 2D inputs with shape (batch_size, output_dim). Received input shapes: "
-                     "y_pred " + sizes_str(y_pred_in) + " and y_true " + sizes_str(y_true_in));
+    throw ShapeError(
+        "R2Score expects 2D inputs with shape (batch_size, output_dim). Received input shapes: "
+        "y_pred " +
+        sizes_str(y_pred_in) + " and y_true " + sizes_str(y_true_in));
   const int64_t outputs = y_true.size(1);
   if (!sum_.defined()) {
     sum_ = at::zeros({outputs}, at::kDouble);

@@ -6,8 +6,8 @@
 #include <set>
 
 #include "kiln/core/config_keys.h"
-#include "kiln/models/model_json.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/models/model_json.h"
 
 namespace kiln {
 
@@ -17,8 +17,7 @@ Functional::Functional(const KerasTensors& inputs, const KerasTensors& outputs, 
 }
 
 void Functional::init(const KerasTensors& inputs, const KerasTensors& outputs) {
-  if (inputs.empty() || outputs.empty())
-    throw ValueError("Functional model needs at least one input and one output");
+  if (inputs.empty() || outputs.empty()) throw ValueError("Functional model needs at least one input and one output");
   inputs_ = inputs;
   outputs_ = outputs;
   std::set<Node*> input_nodes;
@@ -31,7 +30,8 @@ void Functional::init(const KerasTensors& inputs, const KerasTensors& outputs) {
   std::set<Node*> done, visiting;
   std::function<void(const std::shared_ptr<Node>&)> visit = [&](const std::shared_ptr<Node>& n) {
     if (done.count(n.get())) return;
-    if (visiting.count(n.get())) throw ValueError("Functional model graph has a cycle at layer '" + n->layer->name() + "'");
+    if (visiting.count(n.get()))
+      throw ValueError("Functional model graph has a cycle at layer '" + n->layer->name() + "'");
     visiting.insert(n.get());
     if (n->inputs.empty() && !input_nodes.count(n.get()))
       throw ValueError("Functional model output depends on Input '" + n->layer->name() +
@@ -91,9 +91,7 @@ std::vector<std::string> Functional::output_names() const {
   return out;
 }
 
-Tensors Functional::call(const Tensors& inputs, bool training) {
-  return call_masked(inputs, {}, training, nullptr);
-}
+Tensors Functional::call(const Tensors& inputs, bool training) { return call_masked(inputs, {}, training, nullptr); }
 
 Tensors Functional::call_masked(const Tensors& inputs, const Tensors& input_masks, bool training,
                                 Tensors* output_masks) {
@@ -109,8 +107,7 @@ Tensors Functional::call_masked(const Tensors& inputs, const Tensors& input_mask
     for (size_t d = 1; ok && d < want.size(); ++d) ok = want[d] < 0 || want[d] == got[d];
     if (!ok)
       throw ShapeError("input '" + inputs_[i].node->layer->name() + "' of model '" + name() + "' expects shape " +
-                       shape_to_string(want) + ", received " +
-                       shape_to_string(Shape(got.begin(), got.end())));
+                       shape_to_string(want) + ", received " + shape_to_string(Shape(got.begin(), got.end())));
     values[inputs_[i].node.get()] = {inputs[i]};
     masks[inputs_[i].node.get()] = {i < input_masks.size() ? input_masks[i] : at::Tensor()};
   }
@@ -164,9 +161,10 @@ Json Functional::get_config() const {
     return Json::array({t.node->layer->name(), node_index.at(t.node.get()), t.index});
   };
   auto keras_tensor = [&](const KerasTensor& t) {
-    return Json{{"class_name", "__keras_tensor__"},
-                {"config", Json{{"shape", shape_json(t.shape)}, {"dtype", dtype_to_string(t.dtype)},
-                                {"keras_history", history(t)}}}};
+    return Json{
+        {"class_name", "__keras_tensor__"},
+        {"config",
+         Json{{"shape", shape_json(t.shape)}, {"dtype", dtype_to_string(t.dtype)}, {"keras_history", history(t)}}}};
   };
 
   // Layers in Keras's order: deepest first (distance from the outputs), ties
@@ -258,8 +256,10 @@ bool is_history(const Json& v) {
 
 TensorRef parse_history(const Json& h, const std::string& where) {
   if (!is_history(h) || h[1].get<int64_t>() < 0 || h[2].get<int64_t>() < 0)
-    throw FormatError(where + ": a tensor reference must be [layer_name, node_index, tensor_index] with indices >= 0. "
-                      "Received: " + prefix(h));
+    throw FormatError(where +
+                      ": a tensor reference must be [layer_name, node_index, tensor_index] with indices >= 0. "
+                      "Received: " +
+                      prefix(h));
   if (h.size() == 4 && !h[3].is_null() && !(h[3].is_object() && h[3].empty()))
     throw FormatError(where + ": call arguments other than tensors are not supported. Received: " + prefix(h[3]));
   return {h[0].get<std::string>(), h[1].get<size_t>(), h[2].get<size_t>()};
@@ -278,8 +278,10 @@ void collect_refs(const Json& v, const std::string& where, std::vector<TensorRef
   } else if (v.is_array()) {
     for (auto& e : v) collect_refs(e, where, out);
   } else {
-    throw FormatError(where + ": expected a tensor reference [layer_name, node_index, tensor_index] or a "
-                      "__keras_tensor__ (call arguments other than tensors are not supported). Received: " + prefix(v));
+    throw FormatError(where +
+                      ": expected a tensor reference [layer_name, node_index, tensor_index] or a "
+                      "__keras_tensor__ (call arguments other than tensors are not supported). Received: " +
+                      prefix(v));
   }
 }
 
@@ -340,12 +342,14 @@ LayerEntry parse_layer_entry(const Json& lj, size_t i) {
   e.class_name = lj["class_name"].get<std::string>();
   e.config = lj.value("config", Json::object());
   if (!e.config.is_object()) throw FormatError(where + ": `config` must be an object. Received: " + prefix(e.config));
-  std::string cname = e.config.contains("name") && e.config["name"].is_string() ? e.config["name"].get<std::string>() : "";
+  std::string cname =
+      e.config.contains("name") && e.config["name"].is_string() ? e.config["name"].get<std::string>() : "";
   std::string ename = lj.contains("name") && lj["name"].is_string() ? lj["name"].get<std::string>() : "";
   if (!cname.empty() && !ename.empty() && cname != ename)
     throw FormatError(where + " is named '" + ename + "' but its config says '" + cname + "'");
   e.name = ename.empty() ? cname : ename;
-  if (e.name.empty()) throw FormatError(where + " (" + e.class_name + ") has no name; layers refer to each other by name");
+  if (e.name.empty())
+    throw FormatError(where + " (" + e.class_name + ") has no name; layers refer to each other by name");
   e.config["name"] = e.name;
   where += " ('" + e.name + "')";
   // The graph builds the layer; build_config's keys are still checked.
@@ -362,7 +366,8 @@ KerasTensor make_input(const LayerEntry& e) {
   if (!e.nodes.empty()) throw FormatError("Functional config: InputLayer '" + e.name + "' cannot have inbound nodes");
   InputLayer probe(e.config);  // validates the config (keys, shape, dtype)
   Shape s = probe.batch_shape();
-  if (s.empty()) throw FormatError("Functional config: InputLayer '" + e.name + "' needs a batch dimension in its shape");
+  if (s.empty())
+    throw FormatError("Functional config: InputLayer '" + e.name + "' needs a batch dimension in its shape");
   s.erase(s.begin());
   return Input(s, probe.input_dtype(), e.name);
 }
@@ -408,7 +413,8 @@ KerasTensors rebuild(const Json& config, KerasTensors* inputs_out) {
   for (auto& b : built)
     for (size_t k = 0; k < b.entry.nodes.size(); ++k)
       for (auto& r : b.entry.nodes[k]) {
-        const std::string where = "Functional config: layer '" + b.entry.name + "' (inbound node " + std::to_string(k) + ")";
+        const std::string where =
+            "Functional config: layer '" + b.entry.name + "' (inbound node " + std::to_string(k) + ")";
         if (!index.count(r.layer))
           throw FormatError(where + " refers to " + describe(r) + ", but there is no layer named '" + r.layer + "'");
         const size_t first = built[index.at(r.layer)].layer ? built[index.at(r.layer)].offset : 0;
@@ -431,7 +437,8 @@ KerasTensors rebuild(const Json& config, KerasTensors* inputs_out) {
     progress = false;
     for (auto& b : built) {
       while (b.layer && b.next < b.entry.nodes.size()) {
-        const std::string where = "Functional config: layer '" + b.entry.name + "' (inbound node " + std::to_string(b.next) + ")";
+        const std::string where =
+            "Functional config: layer '" + b.entry.name + "' (inbound node " + std::to_string(b.next) + ")";
         KerasTensors args;
         for (auto& r : b.entry.nodes[b.next]) {
           const KerasTensor* t = lookup(r, where);
@@ -447,8 +454,9 @@ KerasTensors rebuild(const Json& config, KerasTensors* inputs_out) {
   }
   for (auto& b : built)
     if (b.layer && b.next < b.entry.nodes.size())
-      throw FormatError("Functional config: inbound node " + std::to_string(b.next) + " of layer '" + b.entry.name +
-                        "' depends on itself through a cycle (or on a node that depends on it); the graph must be acyclic");
+      throw FormatError(
+          "Functional config: inbound node " + std::to_string(b.next) + " of layer '" + b.entry.name +
+          "' depends on itself through a cycle (or on a node that depends on it); the graph must be acyclic");
   auto resolve = [&](const Json& j, const char* key) {
     KerasTensors out;
     const std::string where = std::string("Functional config: `") + key + "`";

@@ -39,8 +39,7 @@ class Functional : public Model {
 
  protected:
   // Carries masks along the graph's edges (layer.h, masking).
-  Tensors call_masked(const Tensors& inputs, const Tensors& masks, bool training,
-                      Tensors* output_masks) override;
+  Tensors call_masked(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks) override;
 
  private:
   void init(const KerasTensors& inputs, const KerasTensors& outputs);

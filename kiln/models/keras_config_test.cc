@@ -58,10 +58,10 @@ TEST(Keras3Config, KilnWritesTheFixturesStructureBack) {
     ModelPtr m = model_from_json(keras);
     Json written = model_to_json(*m);
     EXPECT_EQ(unordered(without_compile(written)), unordered(without_compile(keras)))
-        << "kiln wrote:\n" << without_compile(written).dump(1);
+        << "kiln wrote:\n"
+        << without_compile(written).dump(1);
     // And what kiln wrote loads again to the same structure.
-    EXPECT_EQ(unordered(without_compile(model_to_json(*model_from_json(written)))),
-              unordered(without_compile(keras)));
+    EXPECT_EQ(unordered(without_compile(model_to_json(*model_from_json(written)))), unordered(without_compile(keras)));
   }
 }
 
@@ -92,8 +92,7 @@ TEST(Keras3Config, CompileConfigIsHonoured) {
 
   ModelPtr nested = model_from_json(fixture("nested.json"));
   EXPECT_EQ(nested->compile_args().optimizer->class_name(), "SGD");
-  EXPECT_EQ(nested->train_state().metric_names(),
-            (std::vector<std::string>{"loss", "sparse_categorical_accuracy"}));
+  EXPECT_EQ(nested->train_state().metric_names(), (std::vector<std::string>{"loss", "sparse_categorical_accuracy"}));
 }
 
 TEST(Keras3Config, CompileConfigRefusesWhatKilnCannotHonour) {

@@ -63,8 +63,7 @@ class Model : public Layer {
 
   // --- training (kiln/training/trainer.cc) ----------------------------------
   void compile(const CompileArgs& args);
-  void compile(const std::string& optimizer, const std::string& loss,
-               const std::vector<std::string>& metrics = {});
+  void compile(const std::string& optimizer, const std::string& loss, const std::vector<std::string>& metrics = {});
   bool compiled() const;
   TrainState& train_state();  // StateError "call compile() first" if not compiled
   const CompileArgs& compile_args() const;

@@ -16,8 +16,10 @@ Sequential::Sequential(const Json& config) : Model(config) {
   if (config.contains("build_input_shape") && !config["build_input_shape"].is_null()) {
     const Json& bs = config["build_input_shape"];
     if (!bs.is_array() || bs.empty())
-      throw FormatError("Sequential config: `build_input_shape` must be a shape with the batch dim, e.g. [null, 784]. "
-                        "Received: " + bs.dump().substr(0, 120));
+      throw FormatError(
+          "Sequential config: `build_input_shape` must be a shape with the batch dim, e.g. [null, 784]. "
+          "Received: " +
+          bs.dump().substr(0, 120));
     Shape s;
     for (auto& d : bs) {
       if (!d.is_null() && !d.is_number_integer())
@@ -33,7 +35,9 @@ Sequential::Sequential(const Json& config) : Model(config) {
   for (size_t i = 0; i < layers.size(); ++i) {
     const Json& lj = layers[i];
     if (lj.is_object() && lj.value("class_name", "") == "InputLayer") {
-      if (i != 0) throw FormatError("Sequential config: an InputLayer may only come first (found at layers[" + std::to_string(i) + "])");
+      if (i != 0)
+        throw FormatError("Sequential config: an InputLayer may only come first (found at layers[" + std::to_string(i) +
+                          "])");
       auto in = std::dynamic_pointer_cast<InputLayer>(layer_from_json(lj));
       input_shape_ = in->batch_shape();
       input_dtype_ = in->input_dtype();
@@ -108,12 +112,9 @@ void Sequential::build(const std::vector<Shape>& input_shapes) {
   }
 }
 
-Tensors Sequential::call(const Tensors& inputs, bool training) {
-  return call_masked(inputs, {}, training, nullptr);
-}
+Tensors Sequential::call(const Tensors& inputs, bool training) { return call_masked(inputs, {}, training, nullptr); }
 
-Tensors Sequential::call_masked(const Tensors& inputs, const Tensors& masks, bool training,
-                                Tensors* output_masks) {
+Tensors Sequential::call_masked(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks) {
   Tensors x = inputs;
   Tensors m = masks;  // each layer's output masks feed the next layer
   for (auto& l : layers_) {

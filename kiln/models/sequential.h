@@ -37,8 +37,7 @@ class Sequential : public Model {
 
  protected:
   // Carries each layer's output mask to the next layer (layer.h, masking).
-  Tensors call_masked(const Tensors& inputs, const Tensors& masks, bool training,
-                      Tensors* output_masks) override;
+  Tensors call_masked(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks) override;
 
  private:
   std::vector<LayerPtr> layers_;

@@ -125,8 +125,7 @@ std::string Model::summary_string(int line_length) {
   };
   auto text_row = [&](const std::vector<std::string>& cells, const char* sep) {
     os << sep;
-    for (size_t i = 0; i < widths.size(); ++i)
-      os << " " << cell(cells[i], widths[i], i == 2) << " " << sep;
+    for (size_t i = 0; i < widths.size(); ++i) os << " " << cell(cells[i], widths[i], i == 2) << " " << sep;
     os << "\n";
   };
   line("┏", "┳", "┓", "━");

@@ -20,8 +20,7 @@ Adagrad::Adagrad(const Json& config)
   if (!os.str().empty()) throw ValueError(os.str());
 }
 
-void Adagrad::update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr,
-                          int64_t) {
+void Adagrad::update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr, int64_t) {
   at::Tensor& acc = slots[0];
   acc.add_(grad.square());
   var.sub_(grad * lr / (acc + epsilon_).sqrt());

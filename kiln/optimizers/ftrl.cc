@@ -40,11 +40,10 @@ Ftrl::Ftrl(const Json& config)
   if (!os.str().empty()) throw ValueError(os.str());
 }
 
-void Ftrl::update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr,
-                       int64_t) {
+void Ftrl::update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr, int64_t) {
   if (!(lr > 0))
-    throw ValueError(name() + ": Ftrl needs a positive learning rate (it divides by it). Received: " +
-                     std::to_string(lr));
+    throw ValueError(name() +
+                     ": Ftrl needs a positive learning rate (it divides by it). Received: " + std::to_string(lr));
   at::Tensor& accum = slots[0];
   at::Tensor& linear = slots[1];
   const double p = -learning_rate_power_;

@@ -51,8 +51,8 @@ TEST(Keras3OptimizersGolden, MatchReference) {
     classes.insert(opt->class_name());
     std::vector<VariablePtr> vars;
     for (size_t i = 0; i < c["variables"].size(); ++i)
-      vars.push_back(std::make_shared<Variable>(c["variables"][i].get<std::string>(),
-                                                golden_tensor(c["initial"][i]), true));
+      vars.push_back(
+          std::make_shared<Variable>(c["variables"][i].get<std::string>(), golden_tensor(c["initial"][i]), true));
     for (size_t s = 0; s < c["grads"].size(); ++s) {
       SCOPED_TRACE("step " + std::to_string(s));
       EXPECT_NEAR(opt->learning_rate(), c["learning_rates"][s].get<double>(), 1e-12);
@@ -115,23 +115,31 @@ TEST(Keras3Optimizers, RegistryNamesAndKerasDefaults) {
 
 TEST(Keras3Optimizers, BadConfigsNameTheValue) {
   EXPECT_NE(value_error_of([] { Lion(Json{{"beta_1", 0.0}}); }).find("beta_1=0"), std::string::npos);
-  EXPECT_NE(value_error_of([] { Ftrl(Json{{"learning_rate_power", 0.5}}); }).find("learning_rate_power=0.5"),
+  EXPECT_NE(value_error_of([] {
+              Ftrl(Json{{"learning_rate_power", 0.5}});
+            }).find("learning_rate_power=0.5"),
             std::string::npos);
-  EXPECT_NE(value_error_of([] { Ftrl(Json{{"l1_regularization_strength", -1}}); }).find("l1_regularization"),
+  EXPECT_NE(value_error_of([] {
+              Ftrl(Json{{"l1_regularization_strength", -1}});
+            }).find("l1_regularization"),
             std::string::npos);
-  EXPECT_NE(value_error_of([] { Adagrad(Json{{"initial_accumulator_value", -0.1}}); })
-                .find("initial_accumulator_value=-0.1"),
+  EXPECT_NE(value_error_of([] {
+              Adagrad(Json{{"initial_accumulator_value", -0.1}});
+            }).find("initial_accumulator_value=-0.1"),
             std::string::npos);
   EXPECT_NE(value_error_of([] { Nadam(Json{{"beta_2", 1.0}}); }).find("beta_2=1"), std::string::npos);
   EXPECT_NE(value_error_of([] { Adamax(Json{{"momentum", 0.9}}); }).find("momentum"), std::string::npos);
   EXPECT_NE(value_error_of([] { Adadelta(Json{{"rho", 2.0}}); }).find("rho=2"), std::string::npos);
   // Base options.
-  EXPECT_NE(value_error_of([] { SGD(Json{{"gradient_accumulation_steps", 1}}); })
-                .find("gradient_accumulation_steps=1"),
+  EXPECT_NE(value_error_of([] {
+              SGD(Json{{"gradient_accumulation_steps", 1}});
+            }).find("gradient_accumulation_steps=1"),
             std::string::npos);
   EXPECT_THROW(SGD(Json{{"gradient_accumulation_steps", 2.5}}), ValueError);
   EXPECT_NO_THROW(SGD(Json{{"gradient_accumulation_steps", 0}}));  // Keras: falsy is off
-  EXPECT_NE(value_error_of([] { SGD(Json{{"ema_overwrite_frequency", -2}}); }).find("ema_overwrite_frequency=-2"),
+  EXPECT_NE(value_error_of([] {
+              SGD(Json{{"ema_overwrite_frequency", -2}});
+            }).find("ema_overwrite_frequency=-2"),
             std::string::npos);
   EXPECT_THROW(SGD(Json{{"use_ema", "yes"}}), ValueError);
 }
@@ -142,8 +150,8 @@ TEST(Keras3Optimizers, StateDictResumesExactly) {
   for (const char* name : {"adagrad", "adadelta", "adamax", "nadam", "lion", "ftrl"}) {
     for (bool options : {false, true}) {
       SCOPED_TRACE(std::string(name) + (options ? " with ema + accumulation" : ""));
-      Json config = options ? Json{{"use_ema", true}, {"ema_momentum", 0.7}, {"gradient_accumulation_steps", 2}}
-                            : Json::object();
+      Json config =
+          options ? Json{{"use_ema", true}, {"ema_momentum", 0.7}, {"gradient_accumulation_steps", 2}} : Json::object();
       auto a = Optimizer::from_json(Json{{"class_name", name}, {"config", config}});
       auto va = std::make_shared<Variable>("w", at::ones({5}), true);
       for (int i = 0; i < 5; ++i) a->apply_gradients({grads[i]}, {va});  // odd: mid-accumulation
@@ -348,14 +356,13 @@ TEST(Keras3Schedules, ConfigRoundTripAndBadConfigs) {
   EXPECT_NE(value_error_of([] { PolynomialDecay(0.1, 0); }).find("decay_steps=0"), std::string::npos);
   EXPECT_NE(value_error_of([] { InverseTimeDecay(0.1, -1, 0.5); }).find("decay_steps=-1"), std::string::npos);
   EXPECT_NE(value_error_of([] { CosineDecayRestarts(0.1, 0); }).find("first_decay_steps=0"), std::string::npos);
-  EXPECT_THROW(LearningRateSchedule::from_json(
-                   Json{{"class_name", "InverseTimeDecay"}, {"config", {{"initial_learning_rate", 0.1}, {"decay_steps", 1}}}}),
+  EXPECT_THROW(LearningRateSchedule::from_json(Json{{"class_name", "InverseTimeDecay"},
+                                                    {"config", {{"initial_learning_rate", 0.1}, {"decay_steps", 1}}}}),
                ValueError);  // decay_rate missing
   EXPECT_NE(value_error_of([] {
-              LearningRateSchedule::from_json(Json{{"class_name", "CosineDecayRestarts"},
-                                                   {"config", {{"initial_learning_rate", 0.1},
-                                                               {"first_decay_steps", 3},
-                                                               {"t_mull", 2.0}}}});
+              LearningRateSchedule::from_json(
+                  Json{{"class_name", "CosineDecayRestarts"},
+                       {"config", {{"initial_learning_rate", 0.1}, {"first_decay_steps", 3}, {"t_mull", 2.0}}}});
             }).find("t_mull"),
             std::string::npos);
 }

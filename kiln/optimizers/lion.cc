@@ -21,8 +21,7 @@ Lion::Lion(const Json& config)
   if (!os.str().empty()) throw ValueError(os.str());
 }
 
-void Lion::update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr,
-                       int64_t) {
+void Lion::update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr, int64_t) {
   at::Tensor& m = slots[0];
   var.sub_((m * beta_1_ + grad * (1.0 - beta_1_)).sign() * lr);
   m.mul_(beta_2_).add_(grad * (1.0 - beta_2_));

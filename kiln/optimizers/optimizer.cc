@@ -35,15 +35,13 @@ std::string num_str(double v) {
   return os.str();
 }
 
-
 // A non-negative number or null (absent) config entry; 0 when absent.
 double optional_non_negative(const Json& c, const char* key, const std::string& owner, bool* is_set) {
   *is_set = false;
   if (!c.is_object() || !c.contains(key) || c[key].is_null()) return 0.0;
   const Json& v = c[key];
   if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>()))
-    throw ValueError(owner + ": `" + key + "` must be a non-negative number. Received: " + key + "=" +
-                     json_excerpt(v));
+    throw ValueError(owner + ": `" + key + "` must be a non-negative number. Received: " + key + "=" + json_excerpt(v));
   *is_set = true;
   return v.get<double>();
 }
@@ -74,27 +72,13 @@ Registry& registry() {
   static Registry* r = [] {
     auto* reg = new Registry;
     reg->classes["SGD"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::SGD>(c); };
-    reg->classes["RMSprop"] = [](const Json& c) -> OptimizerPtr {
-      return std::make_shared<optimizers::RMSprop>(c);
-    };
-    reg->classes["Adam"] = [](const Json& c) -> OptimizerPtr {
-      return std::make_shared<optimizers::Adam>(c);
-    };
-    reg->classes["AdamW"] = [](const Json& c) -> OptimizerPtr {
-      return std::make_shared<optimizers::AdamW>(c);
-    };
-    reg->classes["Adagrad"] = [](const Json& c) -> OptimizerPtr {
-      return std::make_shared<optimizers::Adagrad>(c);
-    };
-    reg->classes["Adadelta"] = [](const Json& c) -> OptimizerPtr {
-      return std::make_shared<optimizers::Adadelta>(c);
-    };
-    reg->classes["Adamax"] = [](const Json& c) -> OptimizerPtr {
-      return std::make_shared<optimizers::Adamax>(c);
-    };
-    reg->classes["Nadam"] = [](const Json& c) -> OptimizerPtr {
-      return std::make_shared<optimizers::Nadam>(c);
-    };
+    reg->classes["RMSprop"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::RMSprop>(c); };
+    reg->classes["Adam"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Adam>(c); };
+    reg->classes["AdamW"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::AdamW>(c); };
+    reg->classes["Adagrad"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Adagrad>(c); };
+    reg->classes["Adadelta"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Adadelta>(c); };
+    reg->classes["Adamax"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Adamax>(c); };
+    reg->classes["Nadam"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Nadam>(c); };
     reg->classes["Lion"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Lion>(c); };
     reg->classes["Ftrl"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Ftrl>(c); };
     return reg;
@@ -111,9 +95,8 @@ Optimizer::Factory find_class(const std::string& cls) {
 
 const std::map<std::string, std::string>& aliases() {
   static const std::map<std::string, std::string> a = {
-      {"sgd", "SGD"},           {"rmsprop", "RMSprop"}, {"adam", "Adam"},     {"adamw", "AdamW"},
-      {"adagrad", "Adagrad"},   {"adadelta", "Adadelta"}, {"adamax", "Adamax"}, {"nadam", "Nadam"},
-      {"lion", "Lion"},         {"ftrl", "Ftrl"}};
+      {"sgd", "SGD"},           {"rmsprop", "RMSprop"}, {"adam", "Adam"},   {"adamw", "AdamW"}, {"adagrad", "Adagrad"},
+      {"adadelta", "Adadelta"}, {"adamax", "Adamax"},   {"nadam", "Nadam"}, {"lion", "Lion"},   {"ftrl", "Ftrl"}};
   return a;
 }
 
@@ -122,8 +105,7 @@ const std::map<std::string, std::string>& aliases() {
 Optimizer::Optimizer(const Json& config, double default_learning_rate, const std::string& default_name)
     : lr_(default_learning_rate) {
   const Json c = config.is_null() ? Json::object() : config;
-  if (!c.is_object())
-    throw ValueError(default_name + ": config must be a JSON object. Received: " + json_excerpt(c));
+  if (!c.is_object()) throw ValueError(default_name + ": config must be a JSON object. Received: " + json_excerpt(c));
   name_ = get_or<std::string>(c, "name", default_name);
   const std::string owner = name_;
 
@@ -155,16 +137,17 @@ Optimizer::Optimizer(const Json& config, double default_learning_rate, const std
                      ", global_clipnorm=" + (global_set ? num_str(global_clipnorm_) : "None"));
   // Keras's loss_scale_factor: kiln scales losses in the trainer instead.
   if (c.contains("loss_scale_factor") && !c["loss_scale_factor"].is_null())
-    throw ValueError(owner +
-                     ": loss_scale_factor is not supported (use the trainer's loss scaling). Received: " +
+    throw ValueError(owner + ": loss_scale_factor is not supported (use the trainer's loss scaling). Received: " +
                      json_excerpt(c["loss_scale_factor"]));
   if (c.contains("gradient_accumulation_steps") && !c["gradient_accumulation_steps"].is_null()) {
     const Json& v = c["gradient_accumulation_steps"];
     // Keras: a falsy value (0) turns it off; anything else must be an integer >= 2.
     const bool is_int = v.is_number_integer() || (v.is_number() && std::floor(v.get<double>()) == v.get<double>());
     if (!is_int || (v.get<double>() != 0 && v.get<double>() < 2))
-      throw ValueError(owner + ": `gradient_accumulation_steps` must be an integer >= 2. Received: "
-                               "gradient_accumulation_steps=" + v.dump());
+      throw ValueError(owner +
+                       ": `gradient_accumulation_steps` must be an integer >= 2. Received: "
+                       "gradient_accumulation_steps=" +
+                       v.dump());
     accumulation_steps_ = v.get<int64_t>();
   }
   if (c.contains("use_ema") && !c["use_ema"].is_null() && !c["use_ema"].is_boolean())
@@ -173,8 +156,7 @@ Optimizer::Optimizer(const Json& config, double default_learning_rate, const std
   if (c.contains("ema_momentum") && !c["ema_momentum"].is_null()) {
     const Json& v = c["ema_momentum"];
     if (!v.is_number() || !(v.get<double>() >= 0 && v.get<double>() <= 1))
-      throw ValueError(owner + ": `ema_momentum` must be in the range [0, 1]. Received: ema_momentum=" +
-                       v.dump());
+      throw ValueError(owner + ": `ema_momentum` must be in the range [0, 1]. Received: ema_momentum=" + v.dump());
     ema_momentum_ = v.get<double>();
   }
   if (c.contains("ema_overwrite_frequency") && !c["ema_overwrite_frequency"].is_null()) {
@@ -193,12 +175,10 @@ void Optimizer::check_keys(const Json& config, const std::vector<std::string>& o
   for (auto it = config.begin(); it != config.end(); ++it) {
     const std::string& k = it.key();
     const auto& b = base_keys();
-    if (std::find(b.begin(), b.end(), k) != b.end() || std::find(own.begin(), own.end(), k) != own.end())
-      continue;
+    if (std::find(b.begin(), b.end(), k) != b.end() || std::find(own.begin(), own.end(), k) != own.end()) continue;
     std::vector<std::string> known = own;
     known.insert(known.end(), b.begin(), b.begin() + 6);
-    throw ValueError(class_name() + ": argument(s) not recognized: `" + k +
-                     "`. Known arguments: " + join(known));
+    throw ValueError(class_name() + ": argument(s) not recognized: `" + k + "`. Known arguments: " + join(known));
   }
 }
 
@@ -206,9 +186,8 @@ double Optimizer::learning_rate() const { return schedule_ ? (*schedule_)(iterat
 
 void Optimizer::set_learning_rate(double lr) {
   if (schedule_)
-    throw StateError(
-        name_ + ": cannot set the learning rate: it is a " + schedule_->class_name() +
-        " schedule. Set a constant learning_rate in the optimizer's config to adjust it by hand");
+    throw StateError(name_ + ": cannot set the learning rate: it is a " + schedule_->class_name() +
+                     " schedule. Set a constant learning_rate in the optimizer's config to adjust it by hand");
   if (!(lr >= 0) || !std::isfinite(lr))
     throw ValueError(name_ + ": the learning rate must be a non-negative number. Received: " + num_str(lr));
   lr_ = lr;
@@ -230,8 +209,7 @@ std::vector<at::Tensor> Optimizer::clip(std::vector<at::Tensor> grads) const {
     for (auto& g : grads) sq = sq + g.to(at::kFloat).square().sum().to(sq.device());
     at::Tensor norm = sq.sqrt();
     // Keras's form: a NaN/inf norm makes the scale NaN rather than zeroing.
-    at::Tensor scale =
-        global_clipnorm_ * at::minimum(1.0 / norm, at::full({}, 1.0 / global_clipnorm_, norm.options()));
+    at::Tensor scale = global_clipnorm_ * at::minimum(1.0 / norm, at::full({}, 1.0 / global_clipnorm_, norm.options()));
     scale = scale + (norm - norm);
     for (auto& g : grads) g = g * scale.to(g.device(), g.scalar_type());
   } else if (clipvalue_ > 0) {
@@ -249,15 +227,14 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std:
   std::vector<Variable*> v;
   std::set<std::string> paths;
   for (size_t i = 0; i < vars.size(); ++i) {
-    if (!vars[i])
-      throw ValueError(name_ + ": apply_gradients got a null variable at index " + std::to_string(i));
+    if (!vars[i]) throw ValueError(name_ + ": apply_gradients got a null variable at index " + std::to_string(i));
     if (!grads[i].defined()) continue;
     if (!paths.insert(vars[i]->path()).second)
       throw ValueError(name_ + ": two variables share the path '" + vars[i]->path() +
                        "'; optimizer state is keyed by path, so paths must be unique");
     if (!grads[i].sizes().equals(vars[i]->value().sizes()))
-      throw ShapeError(name_ + ": gradient of shape " + sizes_str(grads[i]) + " for variable " +
-                       vars[i]->path() + " of shape " + sizes_str(vars[i]->value()));
+      throw ShapeError(name_ + ": gradient of shape " + sizes_str(grads[i]) + " for variable " + vars[i]->path() +
+                       " of shape " + sizes_str(vars[i]->value()));
     g.push_back(grads[i].detach());
     v.push_back(vars[i].get());
   }
@@ -294,8 +271,7 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std:
     // Every variable given (Keras: all trainable variables), with or without
     // a gradient this step.
     const double m = iterations() != 0 ? ema_momentum_ : 0.0;
-    const bool overwrite =
-        ema_overwrite_frequency_ > 0 && (iterations() + 1) % ema_overwrite_frequency_ == 0;
+    const bool overwrite = ema_overwrite_frequency_ > 0 && (iterations() + 1) % ema_overwrite_frequency_ == 0;
     for (auto& var : vars) {
       at::Tensor value = var->value();
       at::Tensor& avg = averages_[var->path()];
@@ -381,8 +357,7 @@ std::map<std::string, at::Tensor> Optimizer::state_dict() const {
   std::map<std::string, at::Tensor> state;
   const std::vector<std::string> names = slot_names();
   for (const auto& [path, slots] : slots_)
-    for (size_t s = 0; s < slots.size() && s < names.size(); ++s)
-      state[path + "/" + names[s]] = slots[s].clone();
+    for (size_t s = 0; s < slots.size() && s < names.size(); ++s) state[path + "/" + names[s]] = slots[s].clone();
   for (const auto& [path, t] : averages_) state[path + "/average"] = t.clone();
   for (const auto& [path, t] : accumulators_) state[path + "/gradient_accumulator"] = t.clone();
   state["iterations"] = at::full({}, iterations_, at::kLong);

@@ -151,10 +151,10 @@ class Optimizer {
   std::vector<std::string> exclude_from_wd_;
   bool use_ema_ = false;
   double ema_momentum_ = 0.99;
-  int64_t ema_overwrite_frequency_ = 0;                  // 0: never
-  int64_t accumulation_steps_ = 0;                       // 0: off
-  std::map<std::string, at::Tensor> averages_;            // by variable path (use_ema)
-  std::map<std::string, at::Tensor> accumulators_;        // by variable path
+  int64_t ema_overwrite_frequency_ = 0;             // 0: never
+  int64_t accumulation_steps_ = 0;                  // 0: off
+  std::map<std::string, at::Tensor> averages_;      // by variable path (use_ema)
+  std::map<std::string, at::Tensor> accumulators_;  // by variable path
 };
 
 using OptimizerPtr = std::shared_ptr<Optimizer>;

@@ -99,17 +99,14 @@ TEST(Schedules, BadConfigsAndRoundTrip) {
   EXPECT_NE(error_of([] { ExponentialDecay(0.1, 0, 0.5); }).find("decay_steps=0"), std::string::npos);
   EXPECT_NE(error_of([] { PiecewiseConstantDecay({1, 2}, {1.0, 2.0}); }).find("length"), std::string::npos);
   EXPECT_THROW(PiecewiseConstantDecay({5, 2}, {1.0, 2.0, 3.0}), ValueError);
-  EXPECT_THROW(
-      LearningRateSchedule::from_json(Json{{"class_name", "LinearDecay"}, {"config", Json::object()}}),
-      ValueError);
-  EXPECT_THROW(
-      LearningRateSchedule::from_json(Json{{"class_name", "CosineDecay"}, {"config", {{"decay_steps", 3}}}}),
-      ValueError);  // initial_learning_rate missing
-  std::vector<SchedulePtr> all = {std::make_shared<ExponentialDecay>(0.1, 7, 0.9, true),
-                                  std::make_shared<CosineDecay>(0.2, 100, 0.05, 0.5, 10),
-                                  std::make_shared<CosineDecay>(0.2, 100),
-                                  std::make_shared<PiecewiseConstantDecay>(
-                                      std::vector<int64_t>{3, 9}, std::vector<double>{0.3, 0.2, 0.1})};
+  EXPECT_THROW(LearningRateSchedule::from_json(Json{{"class_name", "LinearDecay"}, {"config", Json::object()}}),
+               ValueError);
+  EXPECT_THROW(LearningRateSchedule::from_json(Json{{"class_name", "CosineDecay"}, {"config", {{"decay_steps", 3}}}}),
+               ValueError);  // initial_learning_rate missing
+  std::vector<SchedulePtr> all = {
+      std::make_shared<ExponentialDecay>(0.1, 7, 0.9, true), std::make_shared<CosineDecay>(0.2, 100, 0.05, 0.5, 10),
+      std::make_shared<CosineDecay>(0.2, 100),
+      std::make_shared<PiecewiseConstantDecay>(std::vector<int64_t>{3, 9}, std::vector<double>{0.3, 0.2, 0.1})};
   for (auto& s : all) {
     Json j = s->to_json();
     SchedulePtr back = LearningRateSchedule::from_json(Json::parse(j.dump()));
@@ -135,7 +132,9 @@ TEST(Optimizer, BadConfigsNameTheValue) {
   EXPECT_NE(error_of([] { Adam(Json{{"learning_rate", "fast"}}); }).find("fast"), std::string::npos);
   EXPECT_NE(error_of([] { AdamW(Json{{"weight_decay", nullptr}}); }).find("weight_decay"), std::string::npos);
   EXPECT_THROW(RMSprop(Json{{"rho", 1.0}}), ValueError);
-  EXPECT_NE(error_of([] { Adam(Json{{"use_ema", true}, {"ema_momentum", 1.5}}); }).find("ema_momentum=1.5"),
+  EXPECT_NE(error_of([] {
+              Adam(Json{{"use_ema", true}, {"ema_momentum", 1.5}});
+            }).find("ema_momentum=1.5"),
             std::string::npos);
   const std::string msg = error_of([] { Optimizer::get("adagrad_typo"); });
   EXPECT_NE(msg.find("'adagrad_typo'"), std::string::npos) << msg;
@@ -169,11 +168,9 @@ TEST(Optimizer, GetByNameWithKerasDefaults) {
 TEST(Optimizer, ConfigRoundTrip) {
   ExponentialDecay sched(0.1, 100, 0.96);
   std::vector<OptimizerPtr> all = {
-      std::make_shared<SGD>(
-          Json{{"learning_rate", 0.05}, {"momentum", 0.9}, {"nesterov", true}, {"clipvalue", 2.0}}),
+      std::make_shared<SGD>(Json{{"learning_rate", 0.05}, {"momentum", 0.9}, {"nesterov", true}, {"clipvalue", 2.0}}),
       std::make_shared<RMSprop>(Json{{"rho", 0.8}, {"centered", true}, {"momentum", 0.3}, {"name", "rms"}}),
-      std::make_shared<Adam>(
-          Json{{"learning_rate", sched.to_json()}, {"amsgrad", true}, {"global_clipnorm", 1.0}}),
+      std::make_shared<Adam>(Json{{"learning_rate", sched.to_json()}, {"amsgrad", true}, {"global_clipnorm", 1.0}}),
       std::make_shared<AdamW>(Json{{"weight_decay", 0.01}, {"clipnorm", 0.5}}),
   };
   for (auto& opt : all) {
@@ -217,7 +214,7 @@ TEST(Optimizer, SlotsAreLazyAndKeyedByPath) {
   auto k = var("dense/kernel", at::randn({2, 3}));
   auto b = var("dense/bias", at::zeros({3}));
   auto state = adam.state_dict();
-  EXPECT_EQ(state.size(), 2u);  // iterations + learning_rate, no slots yet
+  EXPECT_EQ(state.size(), 2u);                                      // iterations + learning_rate, no slots yet
   adam.apply_gradients({at::randn({2, 3}), at::Tensor()}, {k, b});  // bias has no gradient
   state = adam.state_dict();
   EXPECT_TRUE(state.count("dense/kernel/momentum"));
@@ -272,8 +269,7 @@ TEST(Optimizer, Clipping) {
   auto run = [](const Json& config, std::vector<at::Tensor> grads) {
     SGD sgd(config);
     std::vector<VariablePtr> vars;
-    for (size_t i = 0; i < grads.size(); ++i)
-      vars.push_back(var("v" + std::to_string(i), at::zeros_like(grads[i])));
+    for (size_t i = 0; i < grads.size(); ++i) vars.push_back(var("v" + std::to_string(i), at::zeros_like(grads[i])));
     sgd.apply_gradients(grads, vars);
     std::vector<at::Tensor> moved;
     for (auto& v : vars) moved.push_back(-v->value().detach());  // lr 1: the applied gradient

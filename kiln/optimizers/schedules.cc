@@ -24,8 +24,8 @@ void check_schedule_keys(const Json& c, const std::vector<std::string>& allowed,
 
 void check_decay_steps(int64_t decay_steps, const std::string& owner) {
   if (decay_steps <= 0)
-    throw ValueError(
-        owner + ": argument `decay_steps` must be > 0. Received: decay_steps=" + std::to_string(decay_steps));
+    throw ValueError(owner +
+                     ": argument `decay_steps` must be > 0. Received: decay_steps=" + std::to_string(decay_steps));
 }
 
 double required_number(const Json& c, const char* key, const std::string& owner) {
@@ -58,8 +58,8 @@ namespace optimizers {
 
 // --- ExponentialDecay -------------------------------------------------------------------
 
-ExponentialDecay::ExponentialDecay(double initial_learning_rate, int64_t decay_steps, double decay_rate,
-                                   bool staircase, std::string name)
+ExponentialDecay::ExponentialDecay(double initial_learning_rate, int64_t decay_steps, double decay_rate, bool staircase,
+                                   std::string name)
     : initial_learning_rate_(initial_learning_rate),
       decay_steps_(decay_steps),
       decay_rate_(decay_rate),
@@ -109,9 +109,8 @@ CosineDecay::CosineDecay(double initial_learning_rate, int64_t decay_steps, doub
 }
 
 std::shared_ptr<CosineDecay> CosineDecay::from_config(const Json& c) {
-  check_schedule_keys(
-      c, {"initial_learning_rate", "decay_steps", "alpha", "name", "warmup_target", "warmup_steps"},
-      "CosineDecay");
+  check_schedule_keys(c, {"initial_learning_rate", "decay_steps", "alpha", "name", "warmup_target", "warmup_steps"},
+                      "CosineDecay");
   std::optional<double> warmup_target;
   if (c.contains("warmup_target") && !c["warmup_target"].is_null())
     warmup_target = get_or<double>(c, "warmup_target", 0.0);
@@ -204,11 +203,11 @@ std::shared_ptr<PolynomialDecay> PolynomialDecay::from_config(const Json& c) {
   const std::string owner = "PolynomialDecay";
   check_schedule_keys(c, {"initial_learning_rate", "decay_steps", "end_learning_rate", "power", "cycle", "name"},
                       owner);
-  return std::make_shared<PolynomialDecay>(
-      required_number(c, "initial_learning_rate", owner),
-      static_cast<int64_t>(std::llround(required_number(c, "decay_steps", owner))),
-      get_or<double>(c, "end_learning_rate", 0.0001), get_or<double>(c, "power", 1.0),
-      get_or<bool>(c, "cycle", false), get_or<std::string>(c, "name", owner));
+  return std::make_shared<PolynomialDecay>(required_number(c, "initial_learning_rate", owner),
+                                           static_cast<int64_t>(std::llround(required_number(c, "decay_steps", owner))),
+                                           get_or<double>(c, "end_learning_rate", 0.0001),
+                                           get_or<double>(c, "power", 1.0), get_or<bool>(c, "cycle", false),
+                                           get_or<std::string>(c, "name", owner));
 }
 
 double PolynomialDecay::operator()(int64_t step_in) const {
@@ -233,8 +232,8 @@ Json PolynomialDecay::get_config() const {
 
 // --- InverseTimeDecay ---------------------------------------------------------------------
 
-InverseTimeDecay::InverseTimeDecay(double initial_learning_rate, double decay_steps, double decay_rate,
-                                   bool staircase, std::string name)
+InverseTimeDecay::InverseTimeDecay(double initial_learning_rate, double decay_steps, double decay_rate, bool staircase,
+                                   std::string name)
     : initial_learning_rate_(initial_learning_rate),
       decay_steps_(decay_steps),
       decay_rate_(decay_rate),
@@ -250,10 +249,10 @@ InverseTimeDecay::InverseTimeDecay(double initial_learning_rate, double decay_st
 std::shared_ptr<InverseTimeDecay> InverseTimeDecay::from_config(const Json& c) {
   const std::string owner = "InverseTimeDecay";
   check_schedule_keys(c, {"initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name"}, owner);
-  return std::make_shared<InverseTimeDecay>(
-      required_number(c, "initial_learning_rate", owner), required_number(c, "decay_steps", owner),
-      required_number(c, "decay_rate", owner), get_or<bool>(c, "staircase", false),
-      get_or<std::string>(c, "name", owner));
+  return std::make_shared<InverseTimeDecay>(required_number(c, "initial_learning_rate", owner),
+                                            required_number(c, "decay_steps", owner),
+                                            required_number(c, "decay_rate", owner),
+                                            get_or<bool>(c, "staircase", false), get_or<std::string>(c, "name", owner));
 }
 
 double InverseTimeDecay::operator()(int64_t step) const {

@@ -16,8 +16,8 @@ namespace kiln::optimizers {
 // floored when staircase. decay_steps must be > 0.
 class ExponentialDecay : public LearningRateSchedule {
  public:
-  ExponentialDecay(double initial_learning_rate, int64_t decay_steps, double decay_rate,
-                   bool staircase = false, std::string name = "ExponentialDecay");
+  ExponentialDecay(double initial_learning_rate, int64_t decay_steps, double decay_rate, bool staircase = false,
+                   std::string name = "ExponentialDecay");
   static std::shared_ptr<ExponentialDecay> from_config(const Json& config);
   double operator()(int64_t step) const override;
   std::string class_name() const override { return "ExponentialDecay"; }
@@ -126,8 +126,8 @@ class InverseTimeDecay : public LearningRateSchedule {
 // Defaults: t_mul 2, m_mul 1, alpha 0, name "SGDRDecay"; first_decay_steps > 0.
 class CosineDecayRestarts : public LearningRateSchedule {
  public:
-  CosineDecayRestarts(double initial_learning_rate, int64_t first_decay_steps, double t_mul = 2.0,
-                      double m_mul = 1.0, double alpha = 0.0, std::string name = "SGDRDecay");
+  CosineDecayRestarts(double initial_learning_rate, int64_t first_decay_steps, double t_mul = 2.0, double m_mul = 1.0,
+                      double alpha = 0.0, std::string name = "SGDRDecay");
   static std::shared_ptr<CosineDecayRestarts> from_config(const Json& config);
   double operator()(int64_t step) const override;
   std::string class_name() const override { return "CosineDecayRestarts"; }

@@ -1,9 +1,9 @@
 #include "kiln/saving/model_io.h"
 
-#include <cstdio>
-#include <iostream>
 #include <signal.h>
 #include <unistd.h>
+#include <cstdio>
+#include <iostream>
 
 #include <cctype>
 #include <cerrno>
@@ -290,9 +290,9 @@ ModelPtr load_model(const std::string& dir) {
     throw FormatError(dir + "/model.json: " + e.what());
   }
   auto model = std::dynamic_pointer_cast<Model>(layer);
-  if (!model) throw FormatError(dir + "/model.json describes a " + mj["class_name"].get<std::string>() + ", not a model");
-  if (model->input_shapes().empty())
-    throw FormatError(dir + "/model.json has no input shape to build the model with");
+  if (!model)
+    throw FormatError(dir + "/model.json describes a " + mj["class_name"].get<std::string>() + ", not a model");
+  if (model->input_shapes().empty()) throw FormatError(dir + "/model.json has no input shape to build the model with");
   const std::string wpath = dir + "/" + mj["weights"].get<std::string>();
   assign_named_weights(*model, load_safetensors(wpath), wpath);
   if (mj.contains("compile_config") && !mj["compile_config"].is_null()) {

@@ -16,9 +16,8 @@ struct DTypeCode {
   const char* code;
 };
 constexpr DTypeCode kCodes[] = {
-    {at::kDouble, "F64"}, {at::kFloat, "F32"}, {at::kHalf, "F16"}, {at::kBFloat16, "BF16"},
-    {at::kLong, "I64"},   {at::kInt, "I32"},   {at::kShort, "I16"}, {at::kChar, "I8"},
-    {at::kByte, "U8"},    {at::kBool, "BOOL"},
+    {at::kDouble, "F64"}, {at::kFloat, "F32"}, {at::kHalf, "F16"}, {at::kBFloat16, "BF16"}, {at::kLong, "I64"},
+    {at::kInt, "I32"},    {at::kShort, "I16"}, {at::kChar, "I8"},  {at::kByte, "U8"},       {at::kBool, "BOOL"},
 };
 
 const char* code_of(at::ScalarType t) {
@@ -57,7 +56,8 @@ std::string encode_safetensors(const NamedTensors& tensors, const std::map<std::
     uint64_t bytes = (uint64_t)c.numel() * c.element_size();
     Json shape = Json::array();
     for (auto d : c.sizes()) shape.push_back(d);
-    header[name] = Json{{"dtype", code_of(c.scalar_type())}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[name] =
+        Json{{"dtype", code_of(c.scalar_type())}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     contig.push_back(c);
   }

@@ -24,14 +24,12 @@ namespace kiln {
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 // Serialises in the given order (names must be unique: ValueError).
-std::string encode_safetensors(const NamedTensors& tensors,
-                               const std::map<std::string, std::string>& metadata = {});
+std::string encode_safetensors(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata = {});
 NamedTensors decode_safetensors(const std::string& bytes, const std::string& what,
                                 std::map<std::string, std::string>* metadata = nullptr);
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
-NamedTensors load_safetensors(const std::string& path,
-                              std::map<std::string, std::string>* metadata = nullptr);
+NamedTensors load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
 
 }  // namespace kiln

@@ -1,8 +1,8 @@
 // Crash leftovers of Model::save: staging copies of killed writers are
 // removed by the next save into the same directory, those of live writers
 // (and of other hosts, or without an owner) are kept.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>

@@ -23,7 +23,8 @@ void BatchingOptions::validate() const {
   positive("num_batch_threads", num_batch_threads);
   positive("max_enqueued_batches", max_enqueued_batches);
   if (batch_timeout_micros < 0)
-    throw ValueError("batching: `batch_timeout_micros` must be >= 0. Received: " + std::to_string(batch_timeout_micros));
+    throw ValueError("batching: `batch_timeout_micros` must be >= 0. Received: " +
+                     std::to_string(batch_timeout_micros));
   if (pad_variable_length_inputs)
     throw ValueError("batching: `pad_variable_length_inputs` is not supported; set it to false");
   for (size_t i = 0; i < allowed_batch_sizes.size(); ++i) {
@@ -37,8 +38,8 @@ void BatchingOptions::validate() const {
 }
 
 Json BatchingOptions::to_json() const {
-  return Json{{"max_batch_size", max_batch_size},         {"batch_timeout_micros", batch_timeout_micros},
-              {"num_batch_threads", num_batch_threads},   {"max_enqueued_batches", max_enqueued_batches},
+  return Json{{"max_batch_size", max_batch_size},           {"batch_timeout_micros", batch_timeout_micros},
+              {"num_batch_threads", num_batch_threads},     {"max_enqueued_batches", max_enqueued_batches},
               {"allowed_batch_sizes", allowed_batch_sizes}, {"pad_variable_length_inputs", pad_variable_length_inputs}};
 }
 
@@ -51,12 +52,18 @@ BatchingOptions parse_batching_parameters(const std::string& text) {
         throw ValueError(what + ": line " + std::to_string(f.line) + ": expected `" + f.name + " { value: ... }`");
       return f.fields[0];
     };
-    if (f.name == "max_batch_size") o.max_batch_size = wrapped().as_int(what);
-    else if (f.name == "batch_timeout_micros") o.batch_timeout_micros = wrapped().as_int(what);
-    else if (f.name == "num_batch_threads") o.num_batch_threads = wrapped().as_int(what);
-    else if (f.name == "max_enqueued_batches") o.max_enqueued_batches = wrapped().as_int(what);
-    else if (f.name == "pad_variable_length_inputs") o.pad_variable_length_inputs = wrapped().as_bool(what);
-    else if (f.name == "allowed_batch_sizes") o.allowed_batch_sizes.push_back(f.as_int(what));
+    if (f.name == "max_batch_size")
+      o.max_batch_size = wrapped().as_int(what);
+    else if (f.name == "batch_timeout_micros")
+      o.batch_timeout_micros = wrapped().as_int(what);
+    else if (f.name == "num_batch_threads")
+      o.num_batch_threads = wrapped().as_int(what);
+    else if (f.name == "max_enqueued_batches")
+      o.max_enqueued_batches = wrapped().as_int(what);
+    else if (f.name == "pad_variable_length_inputs")
+      o.pad_variable_length_inputs = wrapped().as_bool(what);
+    else if (f.name == "allowed_batch_sizes")
+      o.allowed_batch_sizes.push_back(f.as_int(what));
     else if (f.name == "thread_pool_name" || f.name == "enable_large_batch_splitting" ||
              f.name == "max_execution_batch_size")
       continue;  // accepted for compatibility; splitting is always on
@@ -72,11 +79,11 @@ namespace {
 struct Request {
   std::mutex mu;
   std::condition_variable cv;
-  int remaining = 0;                 // guarded by mu
-  std::vector<TensorMap> outputs;    // guarded by mu; one per piece
-  std::exception_ptr error;          // guarded by mu
-  bool abandoned = false;            // guarded by mu; the caller gave up (deadline)
-  BatchTiming timing;                // guarded by mu; max over pieces
+  int remaining = 0;               // guarded by mu
+  std::vector<TensorMap> outputs;  // guarded by mu; one per piece
+  std::exception_ptr error;        // guarded by mu
+  bool abandoned = false;          // guarded by mu; the caller gave up (deadline)
+  BatchTiming timing;              // guarded by mu; max over pieces
 };
 
 struct Task {
@@ -149,8 +156,10 @@ struct BatchScheduler::Impl {
       auto wake = Clock::time_point::max();
       Queue* q = ready(now, &wake);
       if (!q) {
-        if (wake == Clock::time_point::max()) cv.wait(l);
-        else cv.wait_until(l, wake);
+        if (wake == Clock::time_point::max())
+          cv.wait(l);
+        else
+          cv.wait_until(l, wake);
         continue;
       }
       std::vector<Task> batch;
@@ -185,8 +194,9 @@ struct BatchScheduler::Impl {
         continue;
       }
       if (t.deadline && *t.deadline <= start) {
-        finish(t, {}, std::make_exception_ptr(ServingError(Code::kDeadlineExceeded,
-                                                           "deadline exceeded while the request waited for a batch")),
+        finish(t, {},
+               std::make_exception_ptr(
+                   ServingError(Code::kDeadlineExceeded, "deadline exceeded while the request waited for a batch")),
                {});
         continue;
       }
@@ -256,7 +266,8 @@ BatchScheduler::~BatchScheduler() {
   for (auto& t : impl_->threads) t.join();
   for (auto& [k, q] : impl_->queues)
     for (auto& t : q.tasks)
-      finish(t, {}, std::make_exception_ptr(ServingError(Code::kUnavailable, "the batch scheduler is shutting down")), {});
+      finish(t, {}, std::make_exception_ptr(ServingError(Code::kUnavailable, "the batch scheduler is shutting down")),
+             {});
 }
 
 int64_t BatchScheduler::enqueued_batches() const {
@@ -286,7 +297,8 @@ TensorMap BatchScheduler::run(const std::string& signature, const TensorMap& inp
   req->remaining = (int)pieces;
   req->outputs.resize(pieces);
   auto now = Clock::now();
-  if (deadline && *deadline <= now) throw ServingError(Code::kDeadlineExceeded, "deadline exceeded before the request was queued");
+  if (deadline && *deadline <= now)
+    throw ServingError(Code::kDeadlineExceeded, "deadline exceeded before the request was queued");
   bool wake = true;
   {
     std::lock_guard<std::mutex> l(impl_->mu);
@@ -295,7 +307,8 @@ TensorMap BatchScheduler::run(const std::string& signature, const TensorMap& inp
     int64_t after = impl_->enqueued_batches_locked() - impl_->batches_for(q.rows) + impl_->batches_for(q.rows + rows);
     if (after > options_.max_enqueued_batches)
       throw ServingError(Code::kResourceExhausted, "the batch queue is full (max_enqueued_batches=" +
-                                                       std::to_string(options_.max_enqueued_batches) + "); retry later");
+                                                       std::to_string(options_.max_enqueued_batches) +
+                                                       "); retry later");
     q.signature = signature;
     // Wake the batch threads only when this can change what they do: the
     // queue was empty (a new timeout to wait for) or a batch is now full.

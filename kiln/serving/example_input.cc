@@ -32,7 +32,8 @@ std::vector<at::Tensor> examples_to_tensors(const tensorflow::serving::Input& in
       const auto& features = (*examples)[i].features().feature();
       auto it = features.find(spec.name);
       const tensorflow::Feature* f = nullptr;
-      if (it != features.end()) f = &it->second;
+      if (it != features.end())
+        f = &it->second;
       else if (context) {
         auto c = context->features().feature().find(spec.name);
         if (c != context->features().feature().end()) f = &c->second;
@@ -54,8 +55,8 @@ std::vector<at::Tensor> examples_to_tensors(const tensorflow::serving::Input& in
         got = 0;
       }
       if (got != per)
-        throw ValueError(where + " holds " + std::to_string(got) + " values but input '" + spec.name +
-                         "' of shape " + shape_to_string(spec.shape) + " needs " + std::to_string(per));
+        throw ValueError(where + " holds " + std::to_string(got) + " values but input '" + spec.name + "' of shape " +
+                         shape_to_string(spec.shape) + " needs " + std::to_string(per));
     }
     out.push_back(t.to(spec.dtype));
   }

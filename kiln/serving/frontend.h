@@ -22,19 +22,19 @@ class ServerCore;
 // holds contents too; the CLI reads the files). Empty cert_pem: plaintext.
 // check_tls_options() (tls.h) validates them; start() calls it.
 struct TlsOptions {
-  std::string cert_pem;       // server certificate, optionally followed by its chain
-  std::string key_pem;        // its private key (unencrypted)
-  std::string client_ca_pem;  // CA for client certificates (mutual TLS)
-  bool client_verify = false; // require a client certificate signed by client_ca_pem
+  std::string cert_pem;        // server certificate, optionally followed by its chain
+  std::string key_pem;         // its private key (unencrypted)
+  std::string client_ca_pem;   // CA for client certificates (mutual TLS)
+  bool client_verify = false;  // require a client certificate signed by client_ca_pem
   bool enabled() const { return !cert_pem.empty(); }
 };
 
 struct FrontendOptions {
-  std::string host = "127.0.0.1";    // loopback unless told otherwise
-  int port = 0;                      // 0 = ephemeral; start() returns the bound one
-  size_t max_body_bytes = 64 << 20;  // larger requests: 413 / RESOURCE_EXHAUSTED
+  std::string host = "127.0.0.1";      // loopback unless told otherwise
+  int port = 0;                        // 0 = ephemeral; start() returns the bound one
+  size_t max_body_bytes = 64 << 20;    // larger requests: 413 / RESOURCE_EXHAUSTED
   int max_json_depth = kMaxJsonDepth;  // deeper JSON: 400 before parsing (kiln/core/json_limits.h)
-  int num_threads = 16;               // REST: threads kept ready (gRPC: pollers and workers)
+  int num_threads = 16;                // REST: threads kept ready (gRPC: pollers and workers)
   // REST: cpp-httplib serves an open (keep-alive) connection on one thread
   // until it closes, so the pool grows past num_threads, one thread per
   // extra open connection, up to this many; threads above num_threads end
@@ -46,7 +46,7 @@ struct FrontendOptions {
   // orchestrators' probes call without credentials.
   std::string bearer_token;
   TlsOptions tls;
-  bool enable_admin = true;          // REST :load / :unload / :reload_config
+  bool enable_admin = true;  // REST :load / :unload / :reload_config
 };
 
 class Frontend {

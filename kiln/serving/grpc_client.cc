@@ -29,15 +29,16 @@ struct PredictionClient::Impl {
   std::unique_ptr<tfs::PredictionService::Stub> stub;
 
   void prepare(grpc::ClientContext& ctx) const {
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds((int64_t)(o.timeout_seconds * 1000)));
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds((int64_t)(o.timeout_seconds * 1000)));
     if (!o.bearer_token.empty()) ctx.AddMetadata("authorization", "Bearer " + o.bearer_token);
   }
 
   void fill_spec(tfs::ModelSpec* spec) const {
     spec->set_name(o.model_name);
-    if (o.version) spec->mutable_version()->set_value(*o.version);
-    else if (!o.version_label.empty()) spec->set_version_label(o.version_label);
+    if (o.version)
+      spec->mutable_version()->set_value(*o.version);
+    else if (!o.version_label.empty())
+      spec->set_version_label(o.version_label);
     spec->set_signature_name(o.signature_name);
   }
 
@@ -57,12 +58,13 @@ PredictionClient::PredictionClient(PredictionClientOptions options) : impl_(std:
   if (o.target.empty() || o.target.find(':') == std::string::npos)
     throw ValueError("gRPC target '" + o.target + "' must be HOST:PORT, e.g. 127.0.0.1:8500");
   if (o.model_name.empty()) throw ValueError("a model name is required (--model_name)");
-  if (o.version && !o.version_label.empty())
-    throw ValueError("give a model version or a version label, not both");
-  if (o.timeout_seconds <= 0) throw ValueError("the timeout must be positive. Received: " + std::to_string(o.timeout_seconds));
+  if (o.version && !o.version_label.empty()) throw ValueError("give a model version or a version label, not both");
+  if (o.timeout_seconds <= 0)
+    throw ValueError("the timeout must be positive. Received: " + std::to_string(o.timeout_seconds));
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (o.client_cert_pem.empty() != o.client_key_pem.empty())
-    throw ValueError("a client certificate needs its key and the key its certificate (--ssl_client_cert and --ssl_client_key)");
+    throw ValueError(
+        "a client certificate needs its key and the key its certificate (--ssl_client_cert and --ssl_client_key)");
   if (o.tls || !o.ca_pem.empty() || !o.client_cert_pem.empty()) {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = o.ca_pem;
@@ -132,8 +134,9 @@ TensorMap PredictionClient::predict(const TensorMap& inputs, int64_t* version) {
   for (auto& [name, proto] : resp.outputs()) {
     WireTensor w = from_tensor_proto(proto, "outputs['" + name + "']");
     if (w.is_string())
-      throw ServingError(Code::kUnimplemented, impl_->o.target + ": output '" + name + "' is DT_STRING, which kiln "
-                                                                                    "cannot hold as a tensor");
+      throw ServingError(Code::kUnimplemented, impl_->o.target + ": output '" + name +
+                                                   "' is DT_STRING, which kiln "
+                                                   "cannot hold as a tensor");
     out[name] = w.tensor;
   }
   if (version) *version = resp.model_spec().has_version() ? resp.model_spec().version().value() : 0;

@@ -28,17 +28,17 @@
 namespace kiln::serving {
 
 struct PredictionClientOptions {
-  std::string target;                  // host:port
-  std::string model_name;              // required
-  std::optional<int64_t> version;      // neither version nor label: the latest
+  std::string target;              // host:port
+  std::string model_name;          // required
+  std::optional<int64_t> version;  // neither version nor label: the latest
   std::string version_label;
   std::string signature_name = kDefaultSignature;
-  bool tls = false;                    // TLS; trusts ca_pem, or the system's roots when empty
-  std::string ca_pem;                  // PEM contents of the CA that signed the server's certificate
-  std::string client_cert_pem;         // mutual TLS: this client's certificate (PEM contents) ...
-  std::string client_key_pem;          // ... and its private key
-  std::string bearer_token;            // sent as metadata "authorization: Bearer <token>"
-  double timeout_seconds = 60;         // per call
+  bool tls = false;             // TLS; trusts ca_pem, or the system's roots when empty
+  std::string ca_pem;           // PEM contents of the CA that signed the server's certificate
+  std::string client_cert_pem;  // mutual TLS: this client's certificate (PEM contents) ...
+  std::string client_key_pem;   // ... and its private key
+  std::string bearer_token;     // sent as metadata "authorization: Bearer <token>"
+  double timeout_seconds = 60;  // per call
 };
 
 struct SignatureTensor {

@@ -139,7 +139,8 @@ class PredictionServiceImpl final : public tfs::PredictionService::Service {
       for (auto& [name, proto] : req->inputs()) {
         WireTensor w = from_tensor_proto(proto, "inputs['" + name + "']");
         if (w.is_string())
-          throw ServingError(Code::kInvalidArgument, "inputs['" + name + "'] is DT_STRING; kiln models take numeric tensors");
+          throw ServingError(Code::kInvalidArgument,
+                             "inputs['" + name + "'] is DT_STRING; kiln models take numeric tensors");
         inputs[name] = w.tensor;
       }
       t.parse_us = micros_since(start);
@@ -168,8 +169,9 @@ class PredictionServiceImpl final : public tfs::PredictionService::Service {
       // One class per output column, labelled by its index ("0", "1", ...).
       if (y.dim() == 1) y = y.unsqueeze(1);
       if (y.dim() != 2)
-        throw ServingError(Code::kInvalidArgument, "Classify needs an output of shape (batch, classes); the model's is " +
-                                                       shape_to_string(Shape(y.sizes().begin(), y.sizes().end())));
+        throw ServingError(Code::kInvalidArgument,
+                           "Classify needs an output of shape (batch, classes); the model's is " +
+                               shape_to_string(Shape(y.sizes().begin(), y.sizes().end())));
       auto scores = y.to(at::kFloat).contiguous();
       auto* result = resp->mutable_result();
       for (int64_t i = 0; i < scores.size(0); ++i) {
@@ -190,7 +192,8 @@ class PredictionServiceImpl final : public tfs::PredictionService::Service {
       if (y.dim() == 0 || y.numel() != y.size(0))
         throw ServingError(Code::kInvalidArgument,
                            "Regress needs one value per example (an output of shape (batch,) or (batch, 1)); the "
-                           "model's is " + shape_to_string(Shape(y.sizes().begin(), y.sizes().end())));
+                           "model's is " +
+                               shape_to_string(Shape(y.sizes().begin(), y.sizes().end())));
       auto v = y.reshape({-1}).to(at::kFloat).contiguous();
       for (int64_t i = 0; i < v.size(0); ++i) resp->mutable_result()->add_regressions()->set_value(v[i].item<float>());
     });
@@ -206,7 +209,8 @@ class PredictionServiceImpl final : public tfs::PredictionService::Service {
                            "GetModelMetadataRequest must specify at least one metadata_field (\"signature_def\")");
       for (auto& f : req->metadata_field())
         if (f != "signature_def")
-          throw ServingError(Code::kInvalidArgument, "Metadata field " + f + " is not supported; use \"signature_def\"");
+          throw ServingError(Code::kInvalidArgument,
+                             "Metadata field " + f + " is not supported; use \"signature_def\"");
       auto h = core_.get(spec);
       version = h->version;
       tfs::SignatureDefMap map;
@@ -234,8 +238,8 @@ class PredictionServiceImpl final : public tfs::PredictionService::Service {
 
  private:
   // Classify/Regress: Examples -> the signature's inputs -> its first output.
-  at::Tensor run_examples(grpc::ServerContext* ctx, const tfs::ModelSpec& ms, const tfs::Input& input,
-                          RequestTiming& t, std::string& model, int64_t& version, tfs::ModelSpec* out_spec) {
+  at::Tensor run_examples(grpc::ServerContext* ctx, const tfs::ModelSpec& ms, const tfs::Input& input, RequestTiming& t,
+                          std::string& model, int64_t& version, tfs::ModelSpec* out_spec) {
     auto start = SteadyClock::now();
     auto spec = spec_of(ms);
     model = spec.name;
@@ -268,13 +272,18 @@ class PredictionServiceImpl final : public tfs::PredictionService::Service {
 // --- tensorflow.serving.ModelService ------------------------------------------
 tfs::ModelVersionStatus::State tfs_state(VersionState s) {
   switch (s) {
-    case VersionState::kNew: return tfs::ModelVersionStatus::START;
-    case VersionState::kLoading: return tfs::ModelVersionStatus::LOADING;
-    case VersionState::kReady: return tfs::ModelVersionStatus::AVAILABLE;
+    case VersionState::kNew:
+      return tfs::ModelVersionStatus::START;
+    case VersionState::kLoading:
+      return tfs::ModelVersionStatus::LOADING;
+    case VersionState::kReady:
+      return tfs::ModelVersionStatus::AVAILABLE;
     case VersionState::kQuiescing:
-    case VersionState::kUnloading: return tfs::ModelVersionStatus::UNLOADING;
+    case VersionState::kUnloading:
+      return tfs::ModelVersionStatus::UNLOADING;
     case VersionState::kDisabled:
-    case VersionState::kError: return tfs::ModelVersionStatus::END;
+    case VersionState::kError:
+      return tfs::ModelVersionStatus::END;
   }
   return tfs::ModelVersionStatus::UNKNOWN;
 }
@@ -282,7 +291,9 @@ tfs::ModelVersionStatus::State tfs_state(VersionState s) {
 VersionPolicy policy_of(const tfs::FileSystemStoragePathSourceConfig::ServableVersionPolicy& p) {
   VersionPolicy v;
   switch (p.policy_choice_case()) {
-    case tfs::FileSystemStoragePathSourceConfig::ServableVersionPolicy::kAll: v.kind = VersionPolicy::Kind::kAll; break;
+    case tfs::FileSystemStoragePathSourceConfig::ServableVersionPolicy::kAll:
+      v.kind = VersionPolicy::Kind::kAll;
+      break;
     case tfs::FileSystemStoragePathSourceConfig::ServableVersionPolicy::kSpecific:
       v.kind = VersionPolicy::Kind::kSpecific;
       v.versions.assign(p.specific().versions().begin(), p.specific().versions().end());
@@ -291,7 +302,8 @@ VersionPolicy policy_of(const tfs::FileSystemStoragePathSourceConfig::ServableVe
       v.kind = VersionPolicy::Kind::kLatest;
       v.num_versions = p.latest().num_versions() == 0 ? 1 : p.latest().num_versions();
       break;
-    default: break;  // TF Serving's default: the latest version
+    default:
+      break;  // TF Serving's default: the latest version
   }
   return v;
 }
@@ -434,7 +446,8 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
         const auto& in = req->inputs(i);
         WireTensor w = from_infer_input(in, raw ? &req->raw_input_contents(i) : nullptr);
         if (w.is_string())
-          throw ServingError(Code::kInvalidArgument, "input '" + in.name() + "' is BYTES; kiln models take numeric tensors");
+          throw ServingError(Code::kInvalidArgument,
+                             "input '" + in.name() + "' is BYTES; kiln models take numeric tensors");
         inputs[in.name()] = w.tensor;
       }
       t.parse_us = micros_since(start);
@@ -453,7 +466,8 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
       resp->set_model_name(h->model_name);
       resp->set_model_version(std::to_string(h->version));
       resp->set_id(req->id());
-      for (auto& n : names) to_infer_output(n, out.at(n), resp->add_outputs(), raw ? resp->add_raw_output_contents() : nullptr);
+      for (auto& n : names)
+        to_infer_output(n, out.at(n), resp->add_outputs(), raw ? resp->add_raw_output_contents() : nullptr);
       t.serialize_us = micros_since(start);
     });
   }

@@ -21,8 +21,7 @@ namespace {
 
 namespace tfs = tensorflow::serving;
 
-std::shared_ptr<Sequential> save_model(const std::string& dir, int64_t in, int64_t out,
-                                       const std::string& act) {
+std::shared_ptr<Sequential> save_model(const std::string& dir, int64_t in, int64_t out, const std::string& act) {
   auto m = std::make_shared<Sequential>();
   m->add(Input({in}));
   m->add(std::make_shared<Dense>(out, act));
@@ -172,11 +171,7 @@ TEST_F(GrpcServerTest, ClassifyAndRegressFromExamples) {
     }
   }
   // A feature of the wrong length is INVALID_ARGUMENT; Regress on a 3-wide output too.
-  (*req.mutable_input()
-        ->mutable_example_list()
-        ->mutable_examples(1)
-        ->mutable_features()
-        ->mutable_feature())["inputs"]
+  (*req.mutable_input()->mutable_example_list()->mutable_examples(1)->mutable_features()->mutable_feature())["inputs"]
       .mutable_float_list()
       ->add_value(1);
   grpc::ClientContext ctx;
@@ -216,8 +211,7 @@ TEST_F(GrpcServerTest, MetadataStatusAndReloadConfig) {
   mreq.clear_metadata_field();
   {
     grpc::ClientContext ctx;
-    EXPECT_EQ(predict_->GetModelMetadata(&ctx, mreq, &mresp).error_code(),
-              grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(predict_->GetModelMetadata(&ctx, mreq, &mresp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
 
   tfs::GetModelStatusRequest sreq;

@@ -6,26 +6,38 @@ namespace kiln::serving {
 
 const char* state_name(VersionState s) {
   switch (s) {
-    case VersionState::kNew: return "New";
-    case VersionState::kLoading: return "Loading";
-    case VersionState::kReady: return "Ready";
-    case VersionState::kQuiescing: return "Quiescing";
-    case VersionState::kUnloading: return "Unloading";
-    case VersionState::kDisabled: return "Disabled";
-    case VersionState::kError: return "Error";
+    case VersionState::kNew:
+      return "New";
+    case VersionState::kLoading:
+      return "Loading";
+    case VersionState::kReady:
+      return "Ready";
+    case VersionState::kQuiescing:
+      return "Quiescing";
+    case VersionState::kUnloading:
+      return "Unloading";
+    case VersionState::kDisabled:
+      return "Disabled";
+    case VersionState::kError:
+      return "Error";
   }
   return "?";
 }
 
 const char* tfs_state_name(VersionState s) {
   switch (s) {
-    case VersionState::kNew: return "START";
-    case VersionState::kLoading: return "LOADING";
-    case VersionState::kReady: return "AVAILABLE";
+    case VersionState::kNew:
+      return "START";
+    case VersionState::kLoading:
+      return "LOADING";
+    case VersionState::kReady:
+      return "AVAILABLE";
     case VersionState::kQuiescing:
-    case VersionState::kUnloading: return "UNLOADING";
+    case VersionState::kUnloading:
+      return "UNLOADING";
     case VersionState::kDisabled:
-    case VersionState::kError: return "END";
+    case VersionState::kError:
+      return "END";
   }
   return "UNKNOWN";
 }
@@ -33,13 +45,19 @@ const char* tfs_state_name(VersionState s) {
 bool is_legal_transition(VersionState from, VersionState to) {
   using S = VersionState;
   switch (from) {
-    case S::kNew: return to == S::kLoading || to == S::kDisabled;
-    case S::kLoading: return to == S::kReady || to == S::kError;
-    case S::kReady: return to == S::kQuiescing;
-    case S::kQuiescing: return to == S::kUnloading;
-    case S::kUnloading: return to == S::kDisabled;
+    case S::kNew:
+      return to == S::kLoading || to == S::kDisabled;
+    case S::kLoading:
+      return to == S::kReady || to == S::kError;
+    case S::kReady:
+      return to == S::kQuiescing;
+    case S::kQuiescing:
+      return to == S::kUnloading;
+    case S::kUnloading:
+      return to == S::kDisabled;
     case S::kDisabled:
-    case S::kError: return false;
+    case S::kError:
+      return false;
   }
   return false;
 }

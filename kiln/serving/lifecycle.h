@@ -2,7 +2,7 @@
 // (after TF Serving's loader_harness.h):
 //
 //   kNew --> kLoading --> kReady --> kQuiescing --> kUnloading --> kDisabled
-//               |                                      
+//               |
 //               +--> kError   (load or warmup failed; terminal)
 //   kNew --> kDisabled        (dropped before it was ever loaded)
 //
@@ -26,8 +26,8 @@ namespace kiln::serving {
 
 enum class VersionState { kNew, kLoading, kReady, kQuiescing, kUnloading, kDisabled, kError };
 
-const char* state_name(VersionState s);        // "New", "Loading", "Ready", ...
-const char* tfs_state_name(VersionState s);    // "START", "LOADING", "AVAILABLE", "UNLOADING", "END"
+const char* state_name(VersionState s);      // "New", "Loading", "Ready", ...
+const char* tfs_state_name(VersionState s);  // "START", "LOADING", "AVAILABLE", "UNLOADING", "END"
 bool is_legal_transition(VersionState from, VersionState to);
 bool is_terminal(VersionState s);
 

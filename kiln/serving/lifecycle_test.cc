@@ -30,7 +30,8 @@ TEST(VersionLifecycle, EveryTransitionIsCheckedAgainstTheTable) {
                                      {S::kReady, S::kQuiescing},   {S::kQuiescing, S::kUnloading},
                                      {S::kUnloading, S::kDisabled}};
   for (S a : all)
-    for (S b : all) EXPECT_EQ(is_legal_transition(a, b), legal.count({a, b}) > 0) << state_name(a) << "->" << state_name(b);
+    for (S b : all)
+      EXPECT_EQ(is_legal_transition(a, b), legal.count({a, b}) > 0) << state_name(a) << "->" << state_name(b);
 }
 
 TEST(VersionLifecycle, IllegalTransitionsThrowNamingBothStates) {
@@ -105,17 +106,25 @@ TEST(ModelConfig, ParsesTfServingTextFormat) {
 }
 
 TEST(ModelConfig, ErrorsNameTheLineAndTheFix) {
-  expect_error<ValueError>([] { parse_model_config("model_config_list { config { name: \"a\" base_path: \"/p\" bogus: 1 } }"); },
-                           {"line 1", "unknown field `bogus`"});
-  expect_error<ValueError>([] { parse_model_config("model_config_list {\n config { name: \"a\"\n base_path: \"/p\" }"); },
-                           {"missing '}'"});
-  expect_error<ValueError>([] { parse_model_config("model_config_list { config { name: \"../x\" base_path: \"/p\" } }"); },
-                           {"invalid model name", "../x"});
   expect_error<ValueError>(
-      [] { parse_model_config("model_config_list { config { name: \"a\" base_path: \"/p\" } config { name: \"a\" base_path: \"/q\" } }"); },
+      [] { parse_model_config("model_config_list { config { name: \"a\" base_path: \"/p\" bogus: 1 } }"); },
+      {"line 1", "unknown field `bogus`"});
+  expect_error<ValueError>(
+      [] { parse_model_config("model_config_list {\n config { name: \"a\"\n base_path: \"/p\" }"); }, {"missing '}'"});
+  expect_error<ValueError>(
+      [] { parse_model_config("model_config_list { config { name: \"../x\" base_path: \"/p\" } }"); },
+      {"invalid model name", "../x"});
+  expect_error<ValueError>(
+      [] {
+        parse_model_config(
+            "model_config_list { config { name: \"a\" base_path: \"/p\" } config { name: \"a\" base_path: \"/q\" } }");
+      },
       {"listed twice"});
   expect_error<ValueError>(
-      [] { parse_model_config("model_config_list { config { name: \"a\" base_path: \"/p\" model_version_policy { newest {} } } }"); },
+      [] {
+        parse_model_config(
+            "model_config_list { config { name: \"a\" base_path: \"/p\" model_version_policy { newest {} } } }");
+      },
       {"unknown version policy `newest`"});
 }
 

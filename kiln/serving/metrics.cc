@@ -148,10 +148,14 @@ int64_t process_rss_bytes() {
 std::string escape_label_value(const std::string& v) {
   std::string s;
   for (char c : v) {
-    if (c == '\\') s += "\\\\";
-    else if (c == '"') s += "\\\"";
-    else if (c == '\n') s += "\\n";
-    else s += c;
+    if (c == '\\')
+      s += "\\\\";
+    else if (c == '"')
+      s += "\\\"";
+    else if (c == '\n')
+      s += "\\n";
+    else
+      s += c;
   }
   return s;
 }

@@ -15,7 +15,8 @@ std::vector<int64_t> VersionPolicy::select(std::vector<int64_t> available) const
   available.erase(std::unique(available.begin(), available.end()), available.end());
   std::vector<int64_t> out;
   switch (kind) {
-    case Kind::kAll: return available;
+    case Kind::kAll:
+      return available;
     case Kind::kLatest: {
       int64_t n = std::max<int64_t>(1, num_versions);
       size_t from = available.size() > (size_t)n ? available.size() - n : 0;
@@ -32,9 +33,12 @@ std::vector<int64_t> VersionPolicy::select(std::vector<int64_t> available) const
 
 Json VersionPolicy::to_json() const {
   switch (kind) {
-    case Kind::kAll: return Json{{"all", Json::object()}};
-    case Kind::kLatest: return Json{{"latest", {{"num_versions", num_versions}}}};
-    case Kind::kSpecific: return Json{{"specific", {{"versions", versions}}}};
+    case Kind::kAll:
+      return Json{{"all", Json::object()}};
+    case Kind::kLatest:
+      return Json{{"latest", {{"num_versions", num_versions}}}};
+    case Kind::kSpecific:
+      return Json{{"specific", {{"versions", versions}}}};
   }
   return Json::object();
 }
@@ -48,20 +52,27 @@ bool is_valid_model_name(const std::string& name) {
 
 void ModelConfig::validate() const {
   if (!is_valid_model_name(name))
-    throw ValueError("model config: invalid model name, expected letters, digits, '_', '-', '.' (not starting with "
-                     "'.'). Received: name=\"" + name + "\"");
-  if (base_path.empty()) throw ValueError("model config for '" + name + "': `base_path` is empty; set the model directory");
+    throw ValueError(
+        "model config: invalid model name, expected letters, digits, '_', '-', '.' (not starting with "
+        "'.'). Received: name=\"" +
+        name + "\"");
+  if (base_path.empty())
+    throw ValueError("model config for '" + name + "': `base_path` is empty; set the model directory");
   if (version_policy.kind == VersionPolicy::Kind::kLatest && version_policy.num_versions < 1)
-    throw ValueError("model config for '" + name + "': `latest.num_versions` must be >= 1. Received: " +
-                     std::to_string(version_policy.num_versions));
+    throw ValueError("model config for '" + name +
+                     "': `latest.num_versions` must be >= 1. Received: " + std::to_string(version_policy.num_versions));
   if (version_policy.kind == VersionPolicy::Kind::kSpecific && version_policy.versions.empty())
     throw ValueError("model config for '" + name + "': `specific` needs at least one `versions` entry");
   for (auto v : version_policy.versions)
-    if (v < 1) throw ValueError("model config for '" + name + "': versions are positive integers. Received: " + std::to_string(v));
+    if (v < 1)
+      throw ValueError("model config for '" + name +
+                       "': versions are positive integers. Received: " + std::to_string(v));
   for (auto& [label, v] : version_labels) {
     if (label.empty() || !is_valid_model_name(label))
       throw ValueError("model config for '" + name + "': invalid version label \"" + label + "\"");
-    if (v < 1) throw ValueError("model config for '" + name + "': label '" + label + "' must name a positive version. Received: " + std::to_string(v));
+    if (v < 1)
+      throw ValueError("model config for '" + name + "': label '" + label +
+                       "' must name a positive version. Received: " + std::to_string(v));
   }
 }
 
@@ -102,15 +113,21 @@ VersionPolicy policy_from_text(const TextField& f) {
   if (k.name == "latest") {
     p.kind = VersionPolicy::Kind::kLatest;
     for (auto& g : k.fields)
-      if (g.name == "num_versions") p.num_versions = g.as_int(kWhat);
-      else throw ValueError(std::string(kWhat) + ": line " + std::to_string(g.line) + ": unknown field `" + g.name + "` in latest");
+      if (g.name == "num_versions")
+        p.num_versions = g.as_int(kWhat);
+      else
+        throw ValueError(std::string(kWhat) + ": line " + std::to_string(g.line) + ": unknown field `" + g.name +
+                         "` in latest");
   } else if (k.name == "all") {
     p.kind = VersionPolicy::Kind::kAll;
   } else if (k.name == "specific") {
     p.kind = VersionPolicy::Kind::kSpecific;
     for (auto& g : k.fields)
-      if (g.name == "versions") p.versions.push_back(g.as_int(kWhat));
-      else throw ValueError(std::string(kWhat) + ": line " + std::to_string(g.line) + ": unknown field `" + g.name + "` in specific");
+      if (g.name == "versions")
+        p.versions.push_back(g.as_int(kWhat));
+      else
+        throw ValueError(std::string(kWhat) + ": line " + std::to_string(g.line) + ": unknown field `" + g.name +
+                         "` in specific");
   } else {
     throw ValueError(std::string(kWhat) + ": line " + std::to_string(k.line) + ": unknown version policy `" + k.name +
                      "`; expected latest, all or specific");
@@ -121,24 +138,35 @@ VersionPolicy policy_from_text(const TextField& f) {
 ModelConfig model_from_text(const TextField& c) {
   ModelConfig m;
   for (auto& f : c.fields) {
-    if (f.name == "name") m.name = f.as_string(kWhat);
-    else if (f.name == "base_path") m.base_path = f.as_string(kWhat);
-    else if (f.name == "model_platform") m.model_platform = f.as_string(kWhat);
-    else if (f.name == "model_type") continue;  // deprecated in TF Serving; ignored
-    else if (f.name == "model_version_policy") m.version_policy = policy_from_text(f);
+    if (f.name == "name")
+      m.name = f.as_string(kWhat);
+    else if (f.name == "base_path")
+      m.base_path = f.as_string(kWhat);
+    else if (f.name == "model_platform")
+      m.model_platform = f.as_string(kWhat);
+    else if (f.name == "model_type")
+      continue;  // deprecated in TF Serving; ignored
+    else if (f.name == "model_version_policy")
+      m.version_policy = policy_from_text(f);
     else if (f.name == "version_labels") {
       std::string key;
       int64_t value = 0;
       bool has_key = false, has_value = false;
       for (auto& g : f.fields) {
-        if (g.name == "key") key = g.as_string(kWhat), has_key = true;
-        else if (g.name == "value") value = g.as_int(kWhat), has_value = true;
+        if (g.name == "key")
+          key = g.as_string(kWhat), has_key = true;
+        else if (g.name == "value")
+          value = g.as_int(kWhat), has_value = true;
       }
       if (!has_key || !has_value)
-        throw ValueError(std::string(kWhat) + ": line " + std::to_string(f.line) + ": version_labels needs key and value");
+        throw ValueError(std::string(kWhat) + ": line " + std::to_string(f.line) +
+                         ": version_labels needs key and value");
       m.version_labels[key] = value;
-    } else if (f.name == "logging_config") continue;
-    else throw ValueError(std::string(kWhat) + ": line " + std::to_string(f.line) + ": unknown field `" + f.name + "` in config");
+    } else if (f.name == "logging_config")
+      continue;
+    else
+      throw ValueError(std::string(kWhat) + ": line " + std::to_string(f.line) + ": unknown field `" + f.name +
+                       "` in config");
   }
   return m;
 }
@@ -149,11 +177,12 @@ ModelServerConfig parse_model_config_text(const std::string& text) {
   ModelServerConfig out;
   for (auto& top : parse_text_format(text, kWhat)) {
     if (top.name != "model_config_list" || !top.is_message)
-      throw ValueError(std::string(kWhat) + ": line " + std::to_string(top.line) + ": expected `model_config_list { ... }`, found `" +
-                       top.name + "`");
+      throw ValueError(std::string(kWhat) + ": line " + std::to_string(top.line) +
+                       ": expected `model_config_list { ... }`, found `" + top.name + "`");
     for (auto& c : top.fields) {
       if (c.name != "config" || !c.is_message)
-        throw ValueError(std::string(kWhat) + ": line " + std::to_string(c.line) + ": expected `config { ... }`, found `" + c.name + "`");
+        throw ValueError(std::string(kWhat) + ": line " + std::to_string(c.line) +
+                         ": expected `config { ... }`, found `" + c.name + "`");
       out.models.push_back(model_from_text(c));
     }
   }
@@ -187,7 +216,8 @@ ModelServerConfig parse_model_config_json(const Json& j) {
           for (auto& v : p["specific"].at("versions"))
             m.version_policy.versions.push_back(v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>());
         } else {
-          throw ValueError("model config JSON for '" + m.name + "': model_version_policy holds latest, all or specific");
+          throw ValueError("model config JSON for '" + m.name +
+                           "': model_version_policy holds latest, all or specific");
         }
       }
       if (c.contains("version_labels"))

@@ -99,7 +99,8 @@ at::Tensor checked_numbers_to_tensor(const std::vector<double>& data, const std:
                                      at::ScalarType dtype, const std::string& where) {
   if (at::isIntegralType(dtype, /*includeBool=*/true))
     for (double d : data)
-      if (!is_integer(d)) bad(where + " expects integers (" + dtype_to_string(dtype) + "); received " + std::to_string(d));
+      if (!is_integer(d))
+        bad(where + " expects integers (" + dtype_to_string(dtype) + "); received " + std::to_string(d));
   return numbers_to_tensor(data, shape, dtype);
 }
 
@@ -124,7 +125,8 @@ KServeInferBody decode_kserve_infer(const Json& body) {
   }
   if (body.contains("outputs") && body["outputs"].is_array())
     for (auto& o : body["outputs"])
-      if (o.is_object() && o.contains("name") && o["name"].is_string()) b.outputs.push_back(o["name"].get<std::string>());
+      if (o.is_object() && o.contains("name") && o["name"].is_string())
+        b.outputs.push_back(o["name"].get<std::string>());
   if (body.contains("id")) b.id = body["id"];
   return b;
 }
@@ -190,7 +192,8 @@ PredictCall decode_predict_request(const Json& body, const Json& signatures) {
   std::vector<std::string> names;
   for (auto& [k, v] : in_specs.items()) names.push_back(k);
   bool has_inst = body.contains("instances"), has_cols = body.contains("inputs");
-  if (has_inst == has_cols) bad("the request body must hold exactly one of \"instances\" (row format) or \"inputs\" (columnar format)");
+  if (has_inst == has_cols)
+    bad("the request body must hold exactly one of \"instances\" (row format) or \"inputs\" (columnar format)");
   if (has_inst) {
     const Json& inst = body["instances"];
     if (!inst.is_array()) bad("\"instances\" must be a list with one entry per example");
@@ -225,7 +228,8 @@ PredictCall decode_predict_request(const Json& body, const Json& signatures) {
       }
       for (size_t i = 1; i < rows.size(); ++i)
         if (rows[i].sizes() != rows[0].sizes())
-          bad("instances disagree on the shape of \"" + name + "\": instances[0] vs instances[" + std::to_string(i) + "]");
+          bad("instances disagree on the shape of \"" + name + "\": instances[0] vs instances[" + std::to_string(i) +
+              "]");
       (void)all_plain;
       call.inputs[name] = at::stack(rows, 0);
     }
@@ -329,11 +333,19 @@ std::string predict_response_text(const TensorMap& outputs, bool row_format) {
   std::string out = row_format ? "{\"predictions\":" : "{\"outputs\":";
   out.reserve(out.size() + 16 * (size_t)t.numel() + 8);
   switch (t.scalar_type()) {
-    case at::kFloat: append_tensor<float>(out, t); break;
-    case at::kDouble: append_tensor<double>(out, t); break;
+    case at::kFloat:
+      append_tensor<float>(out, t);
+      break;
+    case at::kDouble:
+      append_tensor<double>(out, t);
+      break;
     case at::kHalf:
-    case at::kBFloat16: append_tensor<float>(out, t.to(at::kFloat)); break;
-    default: append_tensor<int64_t>(out, t.to(at::kLong)); break;
+    case at::kBFloat16:
+      append_tensor<float>(out, t.to(at::kFloat));
+      break;
+    default:
+      append_tensor<int64_t>(out, t.to(at::kLong));
+      break;
   }
   out += '}';
   return out;
@@ -370,10 +382,9 @@ std::string base64_decode(const std::string& in) {
 }
 
 bool kserve_to_scalar_type(const std::string& d, at::ScalarType* out) {
-  static const std::map<std::string, at::ScalarType> m{{"BOOL", at::kBool},  {"UINT8", at::kByte}, {"INT8", at::kChar},
-                                                       {"INT16", at::kShort}, {"INT32", at::kInt},  {"INT64", at::kLong},
-                                                       {"FP16", at::kHalf},  {"FP32", at::kFloat}, {"FP64", at::kDouble},
-                                                       {"BF16", at::kBFloat16}};
+  static const std::map<std::string, at::ScalarType> m{
+      {"BOOL", at::kBool},  {"UINT8", at::kByte}, {"INT8", at::kChar},  {"INT16", at::kShort}, {"INT32", at::kInt},
+      {"INT64", at::kLong}, {"FP16", at::kHalf},  {"FP32", at::kFloat}, {"FP64", at::kDouble}, {"BF16", at::kBFloat16}};
   auto it = m.find(d);
   if (it == m.end()) return false;
   *out = it->second;

@@ -54,9 +54,9 @@ void expect_fallback(const std::string& body, const Json& sigs) {
 TEST(RestFastPath, CommonBodiesAgreeWithTheDomPath) {
   Json f32 = one_input_signatures("float32");
   expect_fast(R"({"instances": [[1, 2.5, -3e-2], [0, 0.0039215688593685627, 1E3]]})", f32);
-  expect_fast(R"({"instances": [1.5, 2, 3]})", f32);                       // scalar instances
+  expect_fast(R"({"instances": [1.5, 2, 3]})", f32);                           // scalar instances
   expect_fast(R"({"instances": [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]})", f32);  // 2x2 per row
-  expect_fast(R"({"inputs": [[1, 2], [3, 4], [5, 6]]})", f32);            // columnar
+  expect_fast(R"({"inputs": [[1, 2], [3, 4], [5, 6]]})", f32);                 // columnar
   expect_fast(R"(  {"signature_name": "other", "instances": [[1e308, -4.9e-324]]}  )", f32);
   expect_fast(R"({"instances": [[1, 2]], "signature_name": ""})", f32);  // "" means the default
   expect_fast(R"({"instances":[[3.4028234663852886e38, 1.17549435e-38, 16777217]]})", f32);
@@ -69,17 +69,17 @@ TEST(RestFastPath, CommonBodiesAgreeWithTheDomPath) {
 TEST(RestFastPath, EverythingElseIsLeftToTheDomPath) {
   Json f32 = one_input_signatures("float32");
   for (const char* body : {
-           R"({"instances": [[NaN, 1]]})",                 // bare NaN: the DOM path rewrites it
-           R"({"instances": [["NaN", 1]]})",               // strings
-           R"({"instances": [[true, 1]]})",                // bools
-           R"({"instances": [{"b64": "AAAA"}]})",          // base64
-           R"({"instances": [{"x": [1, 2]}]})",            // named instances
-           R"({"instances": [[1, 2], [3]]})",              // ragged
-           R"({"instances": [[1], [[2]]]})",               // mixed depth
-           R"({"inputs": 7})",                             // a bare number (a scalar input)
-           R"({"instances": []})",                         // empty
+           R"({"instances": [[NaN, 1]]})",         // bare NaN: the DOM path rewrites it
+           R"({"instances": [["NaN", 1]]})",       // strings
+           R"({"instances": [[true, 1]]})",        // bools
+           R"({"instances": [{"b64": "AAAA"}]})",  // base64
+           R"({"instances": [{"x": [1, 2]}]})",    // named instances
+           R"({"instances": [[1, 2], [3]]})",      // ragged
+           R"({"instances": [[1], [[2]]]})",       // mixed depth
+           R"({"inputs": 7})",                     // a bare number (a scalar input)
+           R"({"instances": []})",                 // empty
            R"({"instances": [[]]})",
-           R"({"instances": [[1]]} trailing)",             // trailing content
+           R"({"instances": [[1]]} trailing)",  // trailing content
            R"({"instances": [[1]]} {"instances": [[2]]})",
            R"({"instances": [[1]], "extra": 1})",          // unknown key
            R"({"instances": [[1]], "instances": [[2]]})",  // repeated key
@@ -87,13 +87,13 @@ TEST(RestFastPath, EverythingElseIsLeftToTheDomPath) {
            R"({"signature_name": "nope", "instances": [[1]]})",
            R"({"signature_name": "two", "instances": [[1]]})",  // several inputs
            R"({"signature_name": 3, "instances": [[1]]})",
-           R"({"instances": [[01]]})",                      // not JSON numbers
+           R"({"instances": [[01]]})",  // not JSON numbers
            R"({"instances": [[1.]]})",
            R"({"instances": [[.5]]})",
            R"({"instances": [[+1]]})",
-           R"({"instances": [[1, 2]])",                     // truncated
+           R"({"instances": [[1, 2]])",  // truncated
            R"({"instances": [[1, 2)",
-           R"([[1, 2]])",                                   // not an object
+           R"([[1, 2]])",  // not an object
            "",
        })
     expect_fallback(body, f32);
@@ -118,12 +118,22 @@ TEST(RestFastPath, RandomBodiesAgreeBitForBit) {
   auto number = [&]() -> std::string {
     char buf[64];
     switch (kind(rng)) {
-      case 0: return std::to_string((int)real(rng));
-      case 1: std::snprintf(buf, sizeof buf, "%.17g", real(rng)); return buf;
-      case 2: std::snprintf(buf, sizeof buf, "%.9g", (float)real(rng)); return buf;
-      case 3: std::snprintf(buf, sizeof buf, "%.6e", real(rng) * 1e-30); return buf;
-      case 4: std::snprintf(buf, sizeof buf, "%.3E", real(rng) * 1e30); return buf;
-      default: return "-0.0";
+      case 0:
+        return std::to_string((int)real(rng));
+      case 1:
+        std::snprintf(buf, sizeof buf, "%.17g", real(rng));
+        return buf;
+      case 2:
+        std::snprintf(buf, sizeof buf, "%.9g", (float)real(rng));
+        return buf;
+      case 3:
+        std::snprintf(buf, sizeof buf, "%.6e", real(rng) * 1e-30);
+        return buf;
+      case 4:
+        std::snprintf(buf, sizeof buf, "%.3E", real(rng) * 1e30);
+        return buf;
+      default:
+        return "-0.0";
     }
   };
   for (int trial = 0; trial < 200; ++trial) {
@@ -161,27 +171,29 @@ void expect_same_kserve(const std::string& body) {
 }
 
 TEST(RestFastPath, KServeInferBodiesAgreeWithTheDomPath) {
-  expect_same_kserve(R"({"id": "r1", "inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "data": [1, 2.5, -3e2, 0]}]})");
+  expect_same_kserve(
+      R"({"id": "r1", "inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "data": [1, 2.5, -3e2, 0]}]})");
   expect_same_kserve(R"({"inputs": [{"data": [[1, 2], [3, 4]], "datatype": "INT64", "shape": [2, 2], "name": "x"}]})");
   expect_same_kserve(R"({"inputs": [{"name": "a", "shape": [1], "datatype": "FP64", "data": [0.1]},
                                     {"name": "b", "shape": [0, 3], "datatype": "FP32", "data": [7]}],
                          "outputs": [{"name": "p"}, {"name": "q"}]})");
-  for (const char* body : {
-           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1], "parameters": {}}]})",
-           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES", "data": ["abc"]}]})",
-           R"({"inputs": [{"name": "x", "shape": [-1], "datatype": "FP32", "data": [1]}]})",
-           R"({"inputs": [{"name": "x", "shape": [1.0], "datatype": "FP32", "data": [1]}]})",
-           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32"}]})",
-           R"({"inputs": [{"name": "x", "name": "y", "shape": [1], "datatype": "FP32", "data": [1]}]})",
-           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": 1}]})",
-           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [NaN]}]})",
-           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]} x)",
-           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], "id": 7})",
-           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], "parameters": {}})",
-           R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], "outputs": [{"name": "p", "x": 1}]})",
-           R"({"inputs": 3})",
-           R"({"id": "only"})",
-       }) {
+  for (
+      const char* body : {
+          R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1], "parameters": {}}]})",
+          R"({"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES", "data": ["abc"]}]})",
+          R"({"inputs": [{"name": "x", "shape": [-1], "datatype": "FP32", "data": [1]}]})",
+          R"({"inputs": [{"name": "x", "shape": [1.0], "datatype": "FP32", "data": [1]}]})",
+          R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32"}]})",
+          R"({"inputs": [{"name": "x", "name": "y", "shape": [1], "datatype": "FP32", "data": [1]}]})",
+          R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": 1}]})",
+          R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [NaN]}]})",
+          R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]} x)",
+          R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], "id": 7})",
+          R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], "parameters": {}})",
+          R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], "outputs": [{"name": "p", "x": 1}]})",
+          R"({"inputs": 3})",
+          R"({"id": "only"})",
+      }) {
     KServeInferBody b;
     EXPECT_FALSE(decode_kserve_infer_fast(body, &b)) << body;
   }
@@ -206,15 +218,18 @@ TEST(RestFastPath, ResponseTextParsesBackToTheSameValues) {
     for (int64_t i = 0; i < 3; ++i)
       for (int64_t k = 0; k < 4; ++k) {
         float want = probs[i][k].item<float>();
-        if (!std::isfinite(want)) EXPECT_TRUE(v[i][k].is_null());  // as nlohmann writes them
-        else EXPECT_EQ(v[i][k].get<float>(), want) << i << "," << k;  // shortest form, same float
+        if (!std::isfinite(want))
+          EXPECT_TRUE(v[i][k].is_null());  // as nlohmann writes them
+        else
+          EXPECT_EQ(v[i][k].get<float>(), want) << i << "," << k;  // shortest form, same float
       }
   }
   // Integers, doubles, and several outputs (the DOM writer) say the same as encode_predict_response.
   at::Tensor classes = at::arange(6, at::kLong).reshape({3, 2}) - 2;
   at::Tensor d = at::rand({2}, at::kDouble);
   at::Tensor finite = at::rand({3, 4});
-  for (const TensorMap& out : {TensorMap{{"c", classes}}, TensorMap{{"d", d}}, TensorMap{{"c", classes}, {"p", finite}}})
+  for (const TensorMap& out :
+       {TensorMap{{"c", classes}}, TensorMap{{"d", d}}, TensorMap{{"c", classes}, {"p", finite}}})
     EXPECT_EQ(Json::parse(predict_response_text(out, true)), encode_predict_response(out, true));
 }
 

@@ -164,7 +164,8 @@ bool decode_kserve_infer_fast(std::string_view body, KServeInferBody* out) {
           std::string_view k;
           od::value ov;
           std::string name;
-          if (f.unescaped_key().get(k) || k != "name" || named || f.value().get(ov) || !read_string(ov, name)) return false;
+          if (f.unescaped_key().get(k) || k != "name" || named || f.value().get(ov) || !read_string(ov, name))
+            return false;
           b.outputs.push_back(std::move(name));
           named = true;
         }

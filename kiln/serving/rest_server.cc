@@ -5,8 +5,8 @@
 #include <sys/socket.h>
 
 #include <cerrno>
-#include <csignal>
 #include <condition_variable>
+#include <csignal>
 #include <cstring>
 #include <deque>
 #include <list>
@@ -16,9 +16,9 @@
 #include <thread>
 
 #include "kiln/core/error.h"
-#include "kiln/serving/tensor_proto.h"
 #include "kiln/serving/httplib.h"
 #include "kiln/serving/rest_codec.h"
+#include "kiln/serving/tensor_proto.h"
 #include "kiln/serving/tls.h"
 
 namespace kiln::serving {
@@ -35,11 +35,14 @@ Json parse_request_json(const std::string& body, int max_depth) {
   for (size_t i = 0; i < body.size(); ++i) {
     char c = body[i];
     if (in_str) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_str = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_str = false;
       continue;
     }
-    if (c == '"') in_str = true;
+    if (c == '"')
+      in_str = true;
     else if (c == 'N' || c == 'I' || (c == '-' && i + 1 < body.size() && body[i + 1] == 'I')) {
       rewritten = true;
       break;
@@ -52,8 +55,10 @@ Json parse_request_json(const std::string& body, int max_depth) {
       char c = body[i];
       if (s) {
         text += c;
-        if (c == '\\' && i + 1 < body.size()) text += body[++i];
-        else if (c == '"') s = false;
+        if (c == '\\' && i + 1 < body.size())
+          text += body[++i];
+        else if (c == '"')
+          s = false;
         continue;
       }
       if (c == '"') {
@@ -62,10 +67,14 @@ Json parse_request_json(const std::string& body, int max_depth) {
         continue;
       }
       auto at = [&](const char* w) { return body.compare(i, std::strlen(w), w) == 0; };
-      if (c == 'N' && at("NaN")) text += "\"NaN\"", i += 2;
-      else if (c == 'I' && at("Infinity")) text += "\"Infinity\"", i += 7;
-      else if (c == '-' && at("-Infinity")) text += "\"-Infinity\"", i += 8;
-      else text += c;
+      if (c == 'N' && at("NaN"))
+        text += "\"NaN\"", i += 2;
+      else if (c == 'I' && at("Infinity"))
+        text += "\"Infinity\"", i += 7;
+      else if (c == '-' && at("-Infinity"))
+        text += "\"-Infinity\"", i += 8;
+      else
+        text += c;
     }
   }
   const std::string* src = rewritten ? &text : &body;
@@ -100,11 +109,11 @@ int64_t micros(Clock::time_point t) {
 std::unique_ptr<httplib::Server> make_http_server(const FrontendOptions& o) {
   check_tls_options(o.tls, "REST TLS");
   if (!o.tls.enabled()) return std::make_unique<httplib::Server>();
-  auto s = std::make_unique<httplib::SSLServer>(
-      [tls = o.tls](SSL_CTX& ctx) { return configure_ssl_ctx(&ctx, tls); });
+  auto s = std::make_unique<httplib::SSLServer>([tls = o.tls](SSL_CTX& ctx) { return configure_ssl_ctx(&ctx, tls); });
   if (!s->is_valid())
-    throw ValueError("REST TLS: OpenSSL refused the certificate or key; check them with "
-                     "`openssl x509 -in CERT -noout` and `openssl pkey -in KEY -noout`");
+    throw ValueError(
+        "REST TLS: OpenSSL refused the certificate or key; check them with "
+        "`openssl x509 -in CERT -noout` and `openssl pkey -in KEY -noout`");
   return s;
 }
 
@@ -128,8 +137,10 @@ class ElasticTaskQueue : public httplib::TaskQueue {
     std::lock_guard<std::mutex> l(mu_);
     jobs_.push_back(std::move(fn));
     reap_locked();
-    if (idle_ < jobs_.size() && threads_.size() < max_) spawn_locked();
-    else cv_.notify_one();
+    if (idle_ < jobs_.size() && threads_.size() < max_)
+      spawn_locked();
+    else
+      cv_.notify_one();
   }
 
   void shutdown() override {
@@ -153,7 +164,9 @@ class ElasticTaskQueue : public httplib::TaskQueue {
   }
 
  private:
-  void spawn_locked() { threads_.emplace_back([this] { work(); }); }
+  void spawn_locked() {
+    threads_.emplace_back([this] { work(); });
+  }
 
   // Joins threads that ended on their idle timeout (they only return).
   void reap_locked() {
@@ -209,8 +222,7 @@ struct RestServer::Impl {
   int port = -1;
   int listen_fd = -1;  // the listening socket, set by httplib's socket-options hook
 
-  Impl(ServerCore& c, FrontendOptions opts)
-      : core(c), o(std::move(opts)), server(make_http_server(o)), svr(*server) {}
+  Impl(ServerCore& c, FrontendOptions opts) : core(c), o(std::move(opts)), server(make_http_server(o)), svr(*server) {}
 
   static void reply(Res& res, int code, const Json& j) {
     res.status = code;
@@ -314,7 +326,8 @@ struct RestServer::Impl {
     if (method.rfind("tensorflow/serving/", 0) == 0) method = method.substr(19);
     std::string want = api == "classify" ? "classify" : "regress";
     if (method != want)
-      throw ServingError(Code::kInvalidArgument, "Expected " + std::string(api == "classify" ? "classification" : "regression") +
+      throw ServingError(Code::kInvalidArgument, "Expected " +
+                                                     std::string(api == "classify" ? "classification" : "regression") +
                                                      " signature method_name to be tensorflow/serving/" + want +
                                                      ". Was: tensorflow/serving/" + method);
     if (!body.contains("examples") || !body["examples"].is_array() || body["examples"].empty())
@@ -386,12 +399,12 @@ struct RestServer::Impl {
       TensorMap inputs;
       for (auto& in : body.inputs) {
         const std::string& name = in.name;
-        if (!sig["inputs"].contains(name))
-          throw ServingError(Code::kInvalidArgument, "unknown input \"" + name + "\"");
+        if (!sig["inputs"].contains(name)) throw ServingError(Code::kInvalidArgument, "unknown input \"" + name + "\"");
         at::ScalarType dt;
         const std::string& datatype = in.datatype;
         if (!kserve_to_scalar_type(datatype, &dt))
-          throw ServingError(Code::kInvalidArgument, "unsupported datatype \"" + datatype + "\" for input \"" + name + "\"");
+          throw ServingError(Code::kInvalidArgument,
+                             "unsupported datatype \"" + datatype + "\" for input \"" + name + "\"");
         at::ScalarType want = dtype_from_string_safe(sig["inputs"][name].value("dtype", "float32"));
         if (dt != want)
           throw ServingError(Code::kInvalidArgument, "input \"" + name + "\" has datatype " + datatype +
@@ -399,8 +412,9 @@ struct RestServer::Impl {
         int64_t n = 1;
         for (auto d : in.shape) n *= d;
         const std::string where = "input \"" + name + "\"";
-        at::Tensor flat = in.has_numbers ? checked_numbers_to_tensor(in.numbers, {(int64_t)in.numbers.size()}, dt, where)
-                                         : json_to_tensor(in.data, dt, where).reshape({-1});
+        at::Tensor flat = in.has_numbers
+                              ? checked_numbers_to_tensor(in.numbers, {(int64_t)in.numbers.size()}, dt, where)
+                              : json_to_tensor(in.data, dt, where).reshape({-1});
         if (flat.numel() != n)
           throw ServingError(Code::kInvalidArgument, where + ": shape " + Json(in.shape).dump() + " holds " +
                                                          std::to_string(n) + " values; data has " +
@@ -420,7 +434,9 @@ struct RestServer::Impl {
         if (!wanted.empty() && !wanted.count(name)) continue;
         Json shape = Json::array();
         for (auto d : v.sizes()) shape.push_back(d);
-        outs.push_back(Json{{"name", name}, {"datatype", kserve_datatype(v.scalar_type())}, {"shape", shape},
+        outs.push_back(Json{{"name", name},
+                            {"datatype", kserve_datatype(v.scalar_type())},
+                            {"shape", shape},
                             {"data", tensor_to_json(v.reshape({-1}))}});
       }
       Json r{{"model_name", h->model_name}, {"model_version", std::to_string(h->version)}, {"outputs", outs}};
@@ -437,9 +453,8 @@ struct RestServer::Impl {
   void routes() {
     std::string m = kModel, sel = kSel;
     // --- TF Serving REST v1 ---
-    svr.Get("/v1/models/" + m + sel, wrap([this](const Req& req, Res& res) {
-              reply(res, 200, core.model_status_json(spec_from(req, true)));
-            }));
+    svr.Get("/v1/models/" + m + sel,
+            wrap([this](const Req& req, Res& res) { reply(res, 200, core.model_status_json(spec_from(req, true))); }));
     svr.Get("/v1/models/" + m + sel + "/metadata", wrap([this](const Req& req, Res& res) {
               auto h = core.get(spec_from(req, true));
               reply(res, 200, tfs_metadata_json(*h));
@@ -489,8 +504,11 @@ struct RestServer::Impl {
                 if (s.state == VersionState::kReady) versions.push_back(std::to_string(s.version));
               const Json& sig = h->signatures()[kDefaultSignature];
               reply(res, 200,
-                    Json{{"name", spec.name}, {"versions", versions}, {"platform", "kiln"},
-                         {"inputs", kserve_tensor_meta(sig["inputs"])}, {"outputs", kserve_tensor_meta(sig["outputs"])}});
+                    Json{{"name", spec.name},
+                         {"versions", versions},
+                         {"platform", "kiln"},
+                         {"inputs", kserve_tensor_meta(sig["inputs"])},
+                         {"outputs", kserve_tensor_meta(sig["outputs"])}});
             }));
     svr.Get("/v2/models/" + m + vsel + "/ready", wrap([this](const Req& req, Res& res) {
               ModelSpec spec = spec_from(req, false);

@@ -185,7 +185,8 @@ TEST_F(Rest, KServeV2HealthMetadataReadyAndInfer) {
   get("/v2/models/zzz/ready", &st);
   EXPECT_EQ(st, 404);
   j = post("/v2/models/m/versions/1/infer",
-           R"({"id": "r1", "inputs": [{"name": ")" + in_ + R"(", "shape": [2, 4], "datatype": "FP32", "data": [1,2,3,4,0,0,0,0]}]})",
+           R"({"id": "r1", "inputs": [{"name": ")" + in_ +
+               R"(", "shape": [2, 4], "datatype": "FP32", "data": [1,2,3,4,0,0,0,0]}]})",
            &st);
   ASSERT_EQ(st, 200) << j.dump();
   EXPECT_EQ(j["id"], "r1");
@@ -214,7 +215,8 @@ TEST_F(Rest, PrometheusMetricsCountRequestsPerModelVersionAndPhase) {
     EXPECT_NE(b.find("kiln_requests_total{api=\"predict\",code=\"OK\",model=\"m\",protocol=\"rest\",version=\"1\"} 1"),
               std::string::npos)
         << b;
-    EXPECT_NE(b.find("kiln_request_latency_seconds_bucket{model=\"m\",phase=\"compute\",protocol=\"rest\",version=\"1\",le=\"+Inf\"} 1"),
+    EXPECT_NE(b.find("kiln_request_latency_seconds_bucket{model=\"m\",phase=\"compute\",protocol=\"rest\",version="
+                     "\"1\",le=\"+Inf\"} 1"),
               std::string::npos);
     EXPECT_NE(b.find("phase=\"parse\""), std::string::npos);
     EXPECT_NE(b.find("phase=\"serialize\""), std::string::npos);

@@ -214,9 +214,12 @@ TEST(ScaleOut, ReplicaKilledAndRestartedBehindNginxLosesNoRequest) {
       while (!stop) {
         auto r = c.Post("/v1/models/tiny:predict", R"({"instances": [[1, 2, 3, 4]]})", "application/json");
         std::string why;
-        if (!r) why = "transport: " + httplib::to_string(r.error());
-        else if (r->status != 200) why = "HTTP " + std::to_string(r->status) + ": " + r->body;
-        else if (Json::parse(r->body)["predictions"][0][0].get<float>() != expected) why = "wrong answer: " + r->body;
+        if (!r)
+          why = "transport: " + httplib::to_string(r.error());
+        else if (r->status != 200)
+          why = "HTTP " + std::to_string(r->status) + ": " + r->body;
+        else if (Json::parse(r->body)["predictions"][0][0].get<float>() != expected)
+          why = "wrong answer: " + r->body;
         if (why.empty()) {
           ++ok;
         } else {
@@ -417,14 +420,15 @@ TEST(ScaleOut, GrpcReplicaKilledAndRestartedBehindNginxLosesNoCall) {
     for (auto& [k, v] : m) out += std::to_string(v) + " x " + k + "\n";
     return out;
   };
-  std::cout << "[ gRPC via nginx ] " << ok << " calls OK, " << retried << " retried once after UNAVAILABLE, "
-            << failed << " failed\n"
+  std::cout << "[ gRPC via nginx ] " << ok << " calls OK, " << retried << " retried once after UNAVAILABLE, " << failed
+            << " failed\n"
             << list(retry_reasons);
   RecordProperty("grpc_calls_ok", std::to_string(ok.load()));
   RecordProperty("grpc_calls_retried", std::to_string(retried.load()));
   EXPECT_EQ(failed.load(), 0) << "failed calls through nginx (after one retry on UNAVAILABLE):\n" << list(failures);
   EXPECT_LE(retried.load(), kClients * (int64_t)replicas.size())
-      << "more calls needed a retry than were in flight at the kills:\n" << list(retry_reasons);
+      << "more calls needed a retry than were in flight at the kills:\n"
+      << list(retry_reasons);
   EXPECT_GE(min_ok_while_down, 200);
   for (auto& r : replicas) EXPECT_GT(replica_ok_predicts(r->port()), 0) << "replica on REST port " << r->port();
 

@@ -89,7 +89,8 @@ TEST(RestAuth, PredictNeedsTheTokenHealthChecksDoNot) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
   EXPECT_EQ(r->get_header_value("WWW-Authenticate"), "Bearer");
-  EXPECT_NE(Json::parse(r->body)["error"].get<std::string>().find("missing bearer token"), std::string::npos) << r->body;
+  EXPECT_NE(Json::parse(r->body)["error"].get<std::string>().find("missing bearer token"), std::string::npos)
+      << r->body;
 
   r = c->Post("/v1/models/m:predict", {{"Authorization", "Bearer wrong"}}, kBody, "application/json");
   ASSERT_TRUE(r);
@@ -386,7 +387,7 @@ TEST(GrpcTls, ClientVerifyRequiresACertificateSignedByTheCustomCa) {
   KILN_SKIP_WITHOUT_OPENSSL();
   TempDir dir;
   auto server = make_test_cert(dir.path(), "server");
-  auto client = make_test_cert(dir.path(), "client");    // self-signed: its own CA
+  auto client = make_test_cert(dir.path(), "client");  // self-signed: its own CA
   auto stranger = make_test_cert(dir.path(), "stranger");
   FrontendOptions f;
   f.tls = tls_of(server);
@@ -396,8 +397,7 @@ TEST(GrpcTls, ClientVerifyRequiresACertificateSignedByTheCustomCa) {
 
   auto st = predict(tls_channel(s.target(), server.cert_pem, &client), *s.core, "");
   ASSERT_TRUE(st.ok()) << st.error_message();
-  EXPECT_EQ(predict(tls_channel(s.target(), server.cert_pem), *s.core, "").error_code(),
-            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(predict(tls_channel(s.target(), server.cert_pem), *s.core, "").error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(predict(tls_channel(s.target(), server.cert_pem, &stranger), *s.core, "").error_code(),
             grpc::StatusCode::UNAVAILABLE);
 }

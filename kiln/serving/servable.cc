@@ -100,7 +100,8 @@ TensorMap ModelServable::predict(const TensorMap& inputs, const std::string& sig
     const Json& spec = sig["inputs"][name];
     auto want_dtype = dtype_from_string(spec["dtype"].get<std::string>());
     if (t.scalar_type() != want_dtype)
-      throw ServingError(Code::kInvalidArgument, "input '" + name + "' expects dtype " + spec["dtype"].get<std::string>() +
+      throw ServingError(Code::kInvalidArgument, "input '" + name + "' expects dtype " +
+                                                     spec["dtype"].get<std::string>() +
                                                      ". Received: " + dtype_to_string(t.scalar_type()));
     const Json& shape = spec["shape"];
     bool ok = (int64_t)shape.size() == t.dim();

@@ -16,8 +16,8 @@
 #include <atomic>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -82,7 +82,7 @@ class ModelServable : public Servable {
   Json signatures_;
   int64_t memory_bytes_ = 0;
   std::vector<std::string> input_names_, output_names_;
-  std::mutex build_mu_;            // serialises calls while some layer is unbuilt
+  std::mutex build_mu_;             // serialises calls while some layer is unbuilt
   std::atomic<bool> built_{false};  // every layer built: calls need no lock
 };
 

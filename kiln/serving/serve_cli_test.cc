@@ -35,8 +35,8 @@ TEST(KilnServe, StartsOnAnEphemeralPortAndServesTheModel) {
     f << "model_config_list { config { name: \"tiny\" base_path: \"" << dir.path() << "/m\" } }\n";
   }
   ChildProcess p({cli_path(), "serve", "--model_config_file", dir.path() + "/models.config", "--rest_api_port", "0",
-             "--port=-1", "--enable_batching", "--batching_parameters_file", dir.path() + "/batching.config",
-             "--file_system_poll_wait_seconds", "0"});
+                  "--port=-1", "--enable_batching", "--batching_parameters_file", dir.path() + "/batching.config",
+                  "--file_system_poll_wait_seconds", "0"});
   std::string ready = p.wait_for_line("kiln serve: ready", 60);
   ASSERT_FALSE(ready.empty());
   int port = 0;
@@ -46,7 +46,8 @@ TEST(KilnServe, StartsOnAnEphemeralPortAndServesTheModel) {
   std::string environ = read_file("/proc/" + std::to_string(p.pid()) + "/environ");
   std::replace(environ.begin(), environ.end(), '\0', '\n');
   const char* own = std::getenv("OPENBLAS_THREAD_TIMEOUT");
-  EXPECT_NE(("\n" + environ).find("\nOPENBLAS_THREAD_TIMEOUT=" + std::string(own ? own : "4") + "\n"), std::string::npos)
+  EXPECT_NE(("\n" + environ).find("\nOPENBLAS_THREAD_TIMEOUT=" + std::string(own ? own : "4") + "\n"),
+            std::string::npos)
       << environ;
   httplib::Client c("127.0.0.1", port);
   auto r = c.Post("/v1/models/tiny:predict", R"({"instances": [[1,2,3,4]]})", "application/json");
@@ -96,7 +97,7 @@ TEST(KilnPredictGrpc, QueriesAServedModelAndWritesWhatLocalPredictWrites) {
   TempDir dir;
   save_tiny_model(dir.path() + "/m/1", 0.5f);
   ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
-             "--rest_api_port=-1", "--file_system_poll_wait_seconds", "0"});
+                  "--rest_api_port=-1", "--file_system_poll_wait_seconds", "0"});
   std::string ready = p.wait_for_line("kiln serve: ready", 60);
   const int port = port_of(ready, "grpc_port=");
   ASSERT_GT(port, 0) << ready;
@@ -154,8 +155,8 @@ TEST(KilnServe, TlsAndBearerTokenFromTheCommandLine) {
   auto cert = make_test_cert(dir.path(), "server");
   write_text(dir.path() + "/token", "s3cret\n");
   ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
-             "--rest_api_port", "0", "--file_system_poll_wait_seconds", "0", "--ssl_cert", cert.cert_path,
-             "--ssl_key", cert.key_path, "--bearer_token_file", dir.path() + "/token"});
+                  "--rest_api_port", "0", "--file_system_poll_wait_seconds", "0", "--ssl_cert", cert.cert_path,
+                  "--ssl_key", cert.key_path, "--bearer_token_file", dir.path() + "/token"});
   std::string ready = p.wait_for_line("kiln serve: ready", 60);
   const int rest = port_of(ready, "rest_port="), grpc = port_of(ready, "grpc_port=");
   ASSERT_GT(rest, 0) << ready;
@@ -165,14 +166,14 @@ TEST(KilnServe, TlsAndBearerTokenFromTheCommandLine) {
   const std::string target = "127.0.0.1:" + std::to_string(grpc);
 
   // gRPC over TLS with the token.
-  auto r = run_command(q(cli_path()) + " predict --grpc " + target + " --model_name tiny --ssl_ca " +
-                       q(cert.cert_path) + " --bearer_token_file " + q(dir.path() + "/token") + " --input " + q(in) +
-                       " 2>&1");
+  auto r =
+      run_command(q(cli_path()) + " predict --grpc " + target + " --model_name tiny --ssl_ca " + q(cert.cert_path) +
+                  " --bearer_token_file " + q(dir.path() + "/token") + " --input " + q(in) + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FLOAT_EQ(Json::parse(r.output)["predictions"][0].get<float>(), tiny_output(0.5f, {1, 2, 3, 4}));
-  expect_one_line_error(kiln_err("predict --grpc " + target + " --model_name tiny --ssl_ca " + q(cert.cert_path) +
-                                 " --input " + q(in)),
-                        "UNAUTHENTICATED");
+  expect_one_line_error(
+      kiln_err("predict --grpc " + target + " --model_name tiny --ssl_ca " + q(cert.cert_path) + " --input " + q(in)),
+      "UNAUTHENTICATED");
   expect_one_line_error(kiln_err("predict --grpc " + target + " --model_name tiny --timeout 5 --bearer_token_file " +
                                  q(dir.path() + "/token") + " --input " + q(in)),
                         "UNAVAILABLE");  // plaintext to the TLS port
@@ -203,15 +204,15 @@ TEST(KilnServe, SslConfigFileSecuresGrpcAsTfServingDoes) {
   write_text(dir.path() + "/ssl.config",
              "server_key: '" + cert.key_pem + "'\nserver_cert: '" + cert.cert_pem + "'\nclient_verify: false\n");
   ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
-             "--rest_api_port", "0", "--file_system_poll_wait_seconds", "0", "--ssl_config_file",
-             dir.path() + "/ssl.config"});
+                  "--rest_api_port", "0", "--file_system_poll_wait_seconds", "0", "--ssl_config_file",
+                  dir.path() + "/ssl.config"});
   std::string ready = p.wait_for_line("kiln serve: ready", 60);
   const int rest = port_of(ready, "rest_port="), grpc = port_of(ready, "grpc_port=");
   ASSERT_GT(grpc, 0) << ready;
   write_text(dir.path() + "/in.jsonl", "[1, 2, 3, 4]\n");
-  auto r = run_command(q(cli_path()) + " predict --grpc 127.0.0.1:" + std::to_string(grpc) +
-                       " --model_name tiny --ssl_ca " + q(cert.cert_path) + " --input " + q(dir.path() + "/in.jsonl") +
-                       " 2>&1");
+  auto r =
+      run_command(q(cli_path()) + " predict --grpc 127.0.0.1:" + std::to_string(grpc) + " --model_name tiny --ssl_ca " +
+                  q(cert.cert_path) + " --input " + q(dir.path() + "/in.jsonl") + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // TF Serving's SSLConfig covers gRPC only: REST stays plain HTTP.
   httplib::Client c("127.0.0.1", rest);
@@ -264,8 +265,10 @@ TEST(KilnServe, HttpsClientsThatHangUpDoNotEndTheServer) {
   std::string body = "{\"instances\": [";
   for (int i = 0; i < 50000; ++i) body += i ? ",[1,2,3,4]" : "[1,2,3,4]";
   body += "]}";
-  const std::string request = "POST /v1/models/tiny:predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string request =
+      "POST /v1/models/tiny:predict HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(send_over_tls_and_hang_up(port, request)) << "attempt " << i;
   // Still serving: an answer to the next client.
   auto https = https_client(port, cert.cert_path);
@@ -339,11 +342,12 @@ TEST(KilnServe, SslClientCaRequiresClientCertificatesOnRestAndGrpc) {
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("UNAVAILABLE"), std::string::npos) << r.output;
   // The key of another certificate is one clear error before any call.
-  expect_one_line_error(kiln_err("predict --grpc 127.0.0.1:1 --model_name tiny --input " + q(in) + " --ssl_client_cert " +
-                                 q(client.cert_path) + " --ssl_client_key " + q(server.key_path)),
-                        "--ssl_client_cert/--ssl_client_key");
-  expect_one_line_error(kiln_err("predict --grpc 127.0.0.1:1 --model_name tiny --input " + q(in) + " --ssl_client_cert " +
-                                 q(client.cert_path)),
+  expect_one_line_error(
+      kiln_err("predict --grpc 127.0.0.1:1 --model_name tiny --input " + q(in) + " --ssl_client_cert " +
+               q(client.cert_path) + " --ssl_client_key " + q(server.key_path)),
+      "--ssl_client_cert/--ssl_client_key");
+  expect_one_line_error(kiln_err("predict --grpc 127.0.0.1:1 --model_name tiny --input " + q(in) +
+                                 " --ssl_client_cert " + q(client.cert_path)),
                         "--ssl_client_key");
   EXPECT_EQ(p.stop(), 0);
 }
@@ -357,8 +361,9 @@ TEST(KilnServe, BadTlsAndTokenFilesAreOneLineAndExitCode2) {
   write_text(dir.path() + "/garbage.pem", "not a certificate\n");
   write_text(dir.path() + "/empty", "\n");
   const std::string serve = "serve --model_base_path " + q(dir.path() + "/m") + " --rest_api_port 0 --port 0 ";
-  expect_one_line_error(kiln_err(serve + "--ssl_cert " + q(dir.path() + "/garbage.pem") + " --ssl_key " + q(a.key_path)),
-                        "not a PEM certificate");
+  expect_one_line_error(
+      kiln_err(serve + "--ssl_cert " + q(dir.path() + "/garbage.pem") + " --ssl_key " + q(a.key_path)),
+      "not a PEM certificate");
   expect_one_line_error(kiln_err(serve + "--ssl_cert " + q(a.cert_path) + " --ssl_key " + q(b.key_path)),
                         "does not belong to the server certificate");
   expect_one_line_error(kiln_err(serve + "--ssl_cert " + q(a.cert_path)), "--ssl_cert needs --ssl_key");

@@ -67,7 +67,8 @@ std::string spec_str(const ModelSpec& s) {
 void ServerCoreOptions::validate() const {
   config.validate();
   if (file_system_poll_wait_seconds < 0)
-    throw ValueError("file_system_poll_wait_seconds must be >= 0. Received: " + std::to_string(file_system_poll_wait_seconds));
+    throw ValueError("file_system_poll_wait_seconds must be >= 0. Received: " +
+                     std::to_string(file_system_poll_wait_seconds));
   if (num_load_threads < 1)
     throw ValueError("num_load_threads must be a positive integer. Received: " + std::to_string(num_load_threads));
   if (enable_batching) batching.validate();
@@ -80,12 +81,12 @@ struct VersionEntry {
   std::string platform;
   int64_t model_json_mtime = 0;
   VersionLifecycle life;
-  std::shared_ptr<Servable> servable;          // set in Loading, reset in Unloading
-  std::unique_ptr<BatchScheduler> batcher;     // idem
-  std::mutex mu;                               // guards in_flight with cv
+  std::shared_ptr<Servable> servable;       // set in Loading, reset in Unloading
+  std::unique_ptr<BatchScheduler> batcher;  // idem
+  std::mutex mu;                            // guards in_flight with cv
   std::condition_variable cv;
-  int64_t in_flight = 0;                       // guarded by mu
-  bool unload_scheduled = false;               // guarded by Impl::mu_
+  int64_t in_flight = 0;          // guarded by mu
+  bool unload_scheduled = false;  // guarded by Impl::mu_
 };
 
 struct ModelEntry {
@@ -98,7 +99,7 @@ struct ServerCore::Impl {
   ServerCoreOptions& o;
   MetricsRegistry& metrics;
 
-  mutable std::shared_mutex mu_;                          // routing: models_ and entries' maps
+  mutable std::shared_mutex mu_;                               // routing: models_ and entries' maps
   std::map<std::string, std::shared_ptr<ModelEntry>> models_;  // guarded by mu_
 
   std::mutex reconcile_mu_;  // one reconcile at a time
@@ -148,8 +149,9 @@ struct ServerCore::Impl {
   }
 
   void set_state_gauge(const VersionEntry& v) {
-    metrics.gauge("kiln_model_version_available", "1 while the version is AVAILABLE",
-                  {{"model", v.model}, {"version", std::to_string(v.version)}})
+    metrics
+        .gauge("kiln_model_version_available", "1 while the version is AVAILABLE",
+               {{"model", v.model}, {"version", std::to_string(v.version)}})
         .set(v.life.state() == VersionState::kReady ? 1 : 0);
   }
 
@@ -207,8 +209,9 @@ struct ServerCore::Impl {
     double secs = micros_since(start) / 1e6;
     metrics.histogram("kiln_model_load_seconds", "Time to load and warm up a version", {{"model", v->model}})
         .observe(secs);
-    metrics.gauge("kiln_model_memory_bytes", "Bytes held by the version's servable",
-                  {{"model", v->model}, {"version", std::to_string(v->version)}})
+    metrics
+        .gauge("kiln_model_memory_bytes", "Bytes held by the version's servable",
+               {{"model", v->model}, {"version", std::to_string(v->version)}})
         .set((double)v->servable->memory_bytes());
     {
       std::unique_lock<std::shared_mutex> l(mu_);  // routing sees it from now on
@@ -240,15 +243,17 @@ struct ServerCore::Impl {
     // 255 -> 487 MB after four swaps of a 40 MB model (TF Serving's
     // "memory kept after unload").
     ::malloc_trim(0);
-    metrics.gauge("kiln_model_memory_bytes", "Bytes held by the version's servable",
-                  {{"model", v->model}, {"version", std::to_string(v->version)}})
+    metrics
+        .gauge("kiln_model_memory_bytes", "Bytes held by the version's servable",
+               {{"model", v->model}, {"version", std::to_string(v->version)}})
         .set(0);
     transition(*v, VersionState::kDisabled);
   }
 
   // Brings one model's versions toward what its policy aspires to.
   void reconcile_model(const std::shared_ptr<ModelEntry>& m, bool removed) {
-    std::map<int64_t, std::string> on_disk = removed ? std::map<int64_t, std::string>{} : scan_versions(m->config.base_path);
+    std::map<int64_t, std::string> on_disk =
+        removed ? std::map<int64_t, std::string>{} : scan_versions(m->config.base_path);
     std::vector<int64_t> avail;
     for (auto& [v, d] : on_disk) avail.push_back(v);
     std::vector<int64_t> aspired_list = m->config.version_policy.select(avail);
@@ -385,14 +390,14 @@ struct ServerCore::Impl {
   std::shared_ptr<ModelEntry> find_model(const std::string& name) const {
     auto it = models_.find(name);
     if (it == models_.end())
-      throw ServingError(Code::kNotFound, "Servable not found for request: Latest(" + name + "): unknown model '" + name + "'");
+      throw ServingError(Code::kNotFound,
+                         "Servable not found for request: Latest(" + name + "): unknown model '" + name + "'");
     return it->second;
   }
 
   // Resolves spec to a version number (label -> version). Under mu_.
   std::optional<int64_t> resolve(const ModelEntry& m, const ModelSpec& spec) const {
-    if (spec.version && spec.label)
-      throw ServingError(Code::kInvalidArgument, "give a version or a label, not both");
+    if (spec.version && spec.label) throw ServingError(Code::kInvalidArgument, "give a version or a label, not both");
     if (spec.label) {
       auto it = m.config.version_labels.find(*spec.label);
       if (it == m.config.version_labels.end())
@@ -470,8 +475,8 @@ ServableHandlePtr ServerCore::get(const ModelSpec& spec) const {
         break;
       }
     if (!v)
-      throw ServingError(Code::kUnavailable, "Servable not found for request: " + spec_str(spec) +
-                                                 ": no version of '" + spec.name + "' is available yet");
+      throw ServingError(Code::kUnavailable, "Servable not found for request: " + spec_str(spec) + ": no version of '" +
+                                                 spec.name + "' is available yet");
   }
   {
     std::lock_guard<std::mutex> g(v->mu);
@@ -508,12 +513,14 @@ TensorMap ServerCore::predict(const ServableHandle& handle, const std::string& s
       timing->compute_us = bt.compute_us;
       timing->batch_size = bt.batch_size;
     }
-    metrics_->histogram("kiln_batch_size", "Rows per executed batch (with padding)", {{"model", handle.model_name}},
-                        batch_size_buckets())
+    metrics_
+        ->histogram("kiln_batch_size", "Rows per executed batch (with padding)", {{"model", handle.model_name}},
+                    batch_size_buckets())
         .observe((double)bt.batch_size);
     return out;
   }
-  if (deadline && Clock::now() >= *deadline) throw ServingError(Code::kDeadlineExceeded, "deadline exceeded before compute");
+  if (deadline && Clock::now() >= *deadline)
+    throw ServingError(Code::kDeadlineExceeded, "deadline exceeded before compute");
   auto start = Clock::now();
   TensorMap out = handle.servable->predict(inputs, sig);
   if (timing) {
@@ -526,13 +533,17 @@ TensorMap ServerCore::predict(const ServableHandle& handle, const std::string& s
 void ServerCore::record_request(const std::string& model, int64_t version, const std::string& protocol,
                                 const std::string& api, const Status& status, const RequestTiming& t) {
   std::string ver = version > 0 ? std::to_string(version) : "";
-  metrics_->counter("kiln_requests_total", "Requests by model, version, protocol, api and status code",
-                    {{"model", model}, {"version", ver}, {"protocol", protocol}, {"api", api}, {"code", code_name(status.code)}})
+  metrics_
+      ->counter(
+          "kiln_requests_total", "Requests by model, version, protocol, api and status code",
+          {{"model", model}, {"version", ver}, {"protocol", protocol}, {"api", api}, {"code", code_name(status.code)}})
       .inc();
   if (!status.ok()) return;
   auto phase = [&](const char* p, int64_t us) {
-    metrics_->histogram("kiln_request_latency_seconds", "Request latency by phase (parse, queue, compute, serialize, total)",
-                        {{"model", model}, {"version", ver}, {"protocol", protocol}, {"phase", p}})
+    metrics_
+        ->histogram("kiln_request_latency_seconds",
+                    "Request latency by phase (parse, queue, compute, serialize, total)",
+                    {{"model", model}, {"version", ver}, {"protocol", protocol}, {"phase", p}})
         .observe(us / 1e6);
   };
   phase("parse", t.parse_us);
@@ -551,8 +562,7 @@ std::vector<VersionStatus> ServerCore::model_status(const ModelSpec& spec) const
     if (want && it->first != *want) continue;
     out.push_back({it->first, it->second->life.state(), it->second->life.error()});
   }
-  if (want && out.empty())
-    throw ServingError(Code::kNotFound, "Servable not found for request: " + spec_str(spec));
+  if (want && out.empty()) throw ServingError(Code::kNotFound, "Servable not found for request: " + spec_str(spec));
   return out;
 }
 
@@ -646,8 +656,8 @@ bool ServerCore::wait_until_idle(double timeout_seconds) const {
 
 std::string tf_dtype_name(const std::string& d) {
   static const std::map<std::string, std::string> m{
-      {"float32", "DT_FLOAT"}, {"float64", "DT_DOUBLE"}, {"int32", "DT_INT32"},  {"int64", "DT_INT64"},
-      {"uint8", "DT_UINT8"},   {"int8", "DT_INT8"},      {"int16", "DT_INT16"},  {"bool", "DT_BOOL"},
+      {"float32", "DT_FLOAT"}, {"float64", "DT_DOUBLE"},    {"int32", "DT_INT32"},  {"int64", "DT_INT64"},
+      {"uint8", "DT_UINT8"},   {"int8", "DT_INT8"},         {"int16", "DT_INT16"},  {"bool", "DT_BOOL"},
       {"float16", "DT_HALF"},  {"bfloat16", "DT_BFLOAT16"}, {"string", "DT_STRING"}};
   auto it = m.find(d);
   return it == m.end() ? "DT_INVALID" : it->second;

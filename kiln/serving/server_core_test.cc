@@ -199,7 +199,10 @@ TEST(ServerCore, WarmupRequestsAreReplayedBeforeTheVersionIsAvailable) {
   make_dirs(base + "/1/assets/extra");
   {
     std::ofstream f(base + "/1/assets/extra/warmup_requests.jsonl");
-    f << R"({"instances": [[1,2,3,4]]})" << "\n\n" << R"({"inputs": [[1,2,3,4],[5,6,7,8]]})" << "\n";
+    f << R"({"instances": [[1,2,3,4]]})"
+      << "\n\n"
+      << R"({"inputs": [[1,2,3,4],[5,6,7,8]]})"
+      << "\n";
   }
   core.start();
   core.load_model(m);
@@ -212,7 +215,8 @@ TEST(ServerCore, WarmupRequestsAreReplayedBeforeTheVersionIsAvailable) {
   make_dirs(base + "/2/assets/extra");
   {
     std::ofstream f(base + "/2/assets/extra/warmup_requests.jsonl");
-    f << R"({"instances": [[1,2]]})" << "\n";
+    f << R"({"instances": [[1,2]]})"
+      << "\n";
   }
   core.poll_now();
   ASSERT_TRUE(core.wait_until_idle(30));

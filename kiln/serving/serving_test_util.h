@@ -72,7 +72,9 @@ struct Served {
     core.reset();
   }
   // HTTPS client trusting `ca_path` (the server's self-signed certificate).
-  std::unique_ptr<httplib::SSLClient> tls_client(const std::string& ca_path) const { return https_client(port, ca_path); }
+  std::unique_ptr<httplib::SSLClient> tls_client(const std::string& ca_path) const {
+    return https_client(port, ca_path);
+  }
   std::unique_ptr<httplib::Client> client() const {
     auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
     c->set_read_timeout(30, 0);
@@ -87,14 +89,15 @@ struct TestCert {
 };
 inline bool have_openssl() { return run_command("command -v openssl >/dev/null 2>&1").exit_code == 0; }
 #define KILN_SKIP_WITHOUT_OPENSSL()                                                                   \
-  if (!::kiln::serving::testing::have_openssl())                                                  \
+  if (!::kiln::serving::testing::have_openssl())                                                      \
   GTEST_SKIP() << "the openssl command is missing (apt-get install openssl); TLS tests would make a " \
                   "self-signed certificate with it and query HTTPS and gRPC over TLS"
 inline TestCert make_test_cert(const std::string& dir, const std::string& stem) {
   TestCert c{dir + "/" + stem + ".crt", dir + "/" + stem + ".key", "", ""};
-  auto r = run_command("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
-                       "-subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout '" +
-                       c.key_path + "' -out '" + c.cert_path + "' 2>&1");
+  auto r = run_command(
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+      "-subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout '" +
+      c.key_path + "' -out '" + c.cert_path + "' 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   c.cert_pem = read_file(c.cert_path);
   c.key_pem = read_file(c.key_path);
@@ -104,10 +107,13 @@ inline TestCert make_test_cert(const std::string& dir, const std::string& stem) 
 // client certificate it signs (clientAuth), at <dir>/<stem>.crt and .key.
 inline TestCert make_test_ca(const std::string& dir, const std::string& stem) {
   TestCert c{dir + "/" + stem + ".crt", dir + "/" + stem + ".key", "", ""};
-  auto r = run_command("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
-                       "-subj '/CN=kiln test CA " + stem + "' -addext basicConstraints=critical,CA:TRUE "
-                       "-addext keyUsage=critical,keyCertSign,cRLSign -keyout '" + c.key_path + "' -out '" +
-                       c.cert_path + "' 2>&1");
+  auto r = run_command(
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+      "-subj '/CN=kiln test CA " +
+      stem +
+      "' -addext basicConstraints=critical,CA:TRUE "
+      "-addext keyUsage=critical,keyCertSign,cRLSign -keyout '" +
+      c.key_path + "' -out '" + c.cert_path + "' 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   c.cert_pem = read_file(c.cert_path);
   c.key_pem = read_file(c.key_path);

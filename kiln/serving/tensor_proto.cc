@@ -42,8 +42,7 @@ at::Tensor from_values(const Field& values, const Shape& shape, at::ScalarType t
     for (int64_t i = 0; i < n; ++i) cast(t, i, values.Get(0));
   } else {
     throw ValueError(what + ": " + field + " holds " + count_str(got) + " values but tensor_shape " +
-                     shape_to_string(shape) + " needs " + count_str(n) +
-                     " (or exactly 1, which fills the shape)");
+                     shape_to_string(shape) + " needs " + count_str(n) + " (or exactly 1, which fills the shape)");
   }
   return t;
 }
@@ -75,16 +74,26 @@ std::string raw_bytes(const at::Tensor& t) {
 
 at::ScalarType to_scalar_type(DataType dtype, const std::string& what) {
   switch (dtype) {
-    case tensorflow::DT_FLOAT: return at::kFloat;
-    case tensorflow::DT_DOUBLE: return at::kDouble;
-    case tensorflow::DT_INT32: return at::kInt;
-    case tensorflow::DT_INT64: return at::kLong;
-    case tensorflow::DT_INT16: return at::kShort;
-    case tensorflow::DT_INT8: return at::kChar;
-    case tensorflow::DT_UINT8: return at::kByte;
-    case tensorflow::DT_BOOL: return at::kBool;
-    case tensorflow::DT_HALF: return at::kHalf;
-    case tensorflow::DT_BFLOAT16: return at::kBFloat16;
+    case tensorflow::DT_FLOAT:
+      return at::kFloat;
+    case tensorflow::DT_DOUBLE:
+      return at::kDouble;
+    case tensorflow::DT_INT32:
+      return at::kInt;
+    case tensorflow::DT_INT64:
+      return at::kLong;
+    case tensorflow::DT_INT16:
+      return at::kShort;
+    case tensorflow::DT_INT8:
+      return at::kChar;
+    case tensorflow::DT_UINT8:
+      return at::kByte;
+    case tensorflow::DT_BOOL:
+      return at::kBool;
+    case tensorflow::DT_HALF:
+      return at::kHalf;
+    case tensorflow::DT_BFLOAT16:
+      return at::kBFloat16;
     default:
       throw ValueError(what + ": dtype " + data_type_name(dtype) +
                        " is not supported; use DT_FLOAT, DT_DOUBLE, DT_INT32, DT_INT64, DT_INT16, DT_INT8, "
@@ -94,17 +103,28 @@ at::ScalarType to_scalar_type(DataType dtype, const std::string& what) {
 
 DataType to_data_type(at::ScalarType type) {
   switch (type) {
-    case at::kFloat: return tensorflow::DT_FLOAT;
-    case at::kDouble: return tensorflow::DT_DOUBLE;
-    case at::kInt: return tensorflow::DT_INT32;
-    case at::kLong: return tensorflow::DT_INT64;
-    case at::kShort: return tensorflow::DT_INT16;
-    case at::kChar: return tensorflow::DT_INT8;
-    case at::kByte: return tensorflow::DT_UINT8;
-    case at::kBool: return tensorflow::DT_BOOL;
-    case at::kHalf: return tensorflow::DT_HALF;
-    case at::kBFloat16: return tensorflow::DT_BFLOAT16;
-    default: throw ValueError(std::string("tensor dtype ") + c10::toString(type) + " has no TensorFlow DataType");
+    case at::kFloat:
+      return tensorflow::DT_FLOAT;
+    case at::kDouble:
+      return tensorflow::DT_DOUBLE;
+    case at::kInt:
+      return tensorflow::DT_INT32;
+    case at::kLong:
+      return tensorflow::DT_INT64;
+    case at::kShort:
+      return tensorflow::DT_INT16;
+    case at::kChar:
+      return tensorflow::DT_INT8;
+    case at::kByte:
+      return tensorflow::DT_UINT8;
+    case at::kBool:
+      return tensorflow::DT_BOOL;
+    case at::kHalf:
+      return tensorflow::DT_HALF;
+    case at::kBFloat16:
+      return tensorflow::DT_BFLOAT16;
+    default:
+      throw ValueError(std::string("tensor dtype ") + c10::toString(type) + " has no TensorFlow DataType");
   }
 }
 
@@ -126,8 +146,10 @@ WireTensor from_tensor_proto(const tensorflow::TensorProto& p, const std::string
     if (!p.tensor_content().empty())
       throw ValueError(what + ": DT_STRING tensors must carry their values in string_val, not tensor_content");
     const int64_t got = p.string_val_size();
-    if (got == n) w.strings.assign(p.string_val().begin(), p.string_val().end());
-    else if (got == 1) w.strings.assign(n, p.string_val(0));
+    if (got == n)
+      w.strings.assign(p.string_val().begin(), p.string_val().end());
+    else if (got == 1)
+      w.strings.assign(n, p.string_val(0));
     else
       throw ValueError(what + ": string_val holds " + count_str(got) + " values but tensor_shape " +
                        shape_to_string(w.shape) + " needs " + count_str(n) + " (or exactly 1, which fills the shape)");
@@ -166,15 +188,16 @@ WireTensor from_tensor_proto(const tensorflow::TensorProto& p, const std::string
     case tensorflow::DT_HALF:
     case tensorflow::DT_BFLOAT16: {
       // half_val carries the 16-bit patterns; fill int16 then reinterpret.
-      auto bits = from_values(p.half_val(), w.shape, at::kShort, what, "half_val",
-                              [](at::Tensor& t, int64_t i, int32_t v) {
-                                t.data_ptr<int16_t>()[i] = static_cast<int16_t>(static_cast<uint16_t>(v));
-                              });
+      auto bits =
+          from_values(p.half_val(), w.shape, at::kShort, what, "half_val", [](at::Tensor& t, int64_t i, int32_t v) {
+            t.data_ptr<int16_t>()[i] = static_cast<int16_t>(static_cast<uint16_t>(v));
+          });
       w.tensor = at::empty(w.shape, at::TensorOptions().dtype(type));
       std::memcpy(w.tensor.data_ptr(), bits.data_ptr(), n * 2);
       break;
     }
-    default: break;
+    default:
+      break;
   }
   return w;
 }
@@ -190,9 +213,15 @@ void to_tensor_proto(const at::Tensor& tensor, tensorflow::TensorProto* out, Ten
   }
   const int64_t n = t.numel();
   switch (t.scalar_type()) {
-    case at::kFloat: out->mutable_float_val()->Add(t.data_ptr<float>(), t.data_ptr<float>() + n); break;
-    case at::kDouble: out->mutable_double_val()->Add(t.data_ptr<double>(), t.data_ptr<double>() + n); break;
-    case at::kLong: out->mutable_int64_val()->Add(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n); break;
+    case at::kFloat:
+      out->mutable_float_val()->Add(t.data_ptr<float>(), t.data_ptr<float>() + n);
+      break;
+    case at::kDouble:
+      out->mutable_double_val()->Add(t.data_ptr<double>(), t.data_ptr<double>() + n);
+      break;
+    case at::kLong:
+      out->mutable_int64_val()->Add(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
+      break;
     case at::kBool:
       for (int64_t i = 0; i < n; ++i) out->add_bool_val(t.data_ptr<bool>()[i]);
       break;
@@ -210,7 +239,8 @@ void to_tensor_proto(const at::Tensor& tensor, tensorflow::TensorProto* out, Ten
       for (int64_t i = 0; i < n; ++i) out->add_half_val(bits[i]);
       break;
     }
-    default: break;  // to_data_type has rejected it
+    default:
+      break;  // to_data_type has rejected it
   }
 }
 
@@ -225,17 +255,28 @@ void to_tensor_proto(const Shape& shape, const std::vector<std::string>& strings
 
 std::string kserve_datatype(at::ScalarType type) {
   switch (type) {
-    case at::kFloat: return "FP32";
-    case at::kDouble: return "FP64";
-    case at::kHalf: return "FP16";
-    case at::kBFloat16: return "BF16";
-    case at::kInt: return "INT32";
-    case at::kLong: return "INT64";
-    case at::kShort: return "INT16";
-    case at::kChar: return "INT8";
-    case at::kByte: return "UINT8";
-    case at::kBool: return "BOOL";
-    default: throw ValueError(std::string("tensor dtype ") + c10::toString(type) + " has no KServe datatype");
+    case at::kFloat:
+      return "FP32";
+    case at::kDouble:
+      return "FP64";
+    case at::kHalf:
+      return "FP16";
+    case at::kBFloat16:
+      return "BF16";
+    case at::kInt:
+      return "INT32";
+    case at::kLong:
+      return "INT64";
+    case at::kShort:
+      return "INT16";
+    case at::kChar:
+      return "INT8";
+    case at::kByte:
+      return "UINT8";
+    case at::kBool:
+      return "BOOL";
+    default:
+      throw ValueError(std::string("tensor dtype ") + c10::toString(type) + " has no KServe datatype");
   }
 }
 
@@ -301,14 +342,30 @@ WireTensor from_infer_input(const inference::ModelInferRequest::InferInputTensor
     for (int64_t i = 0; i < n; ++i) set(w.tensor, i, field.Get(i));
   };
   switch (type) {
-    case at::kFloat: fill(c.fp32_contents(), "fp32_contents", setter<float>()); break;
-    case at::kDouble: fill(c.fp64_contents(), "fp64_contents", setter<double>()); break;
-    case at::kInt: fill(c.int_contents(), "int_contents", setter<int32_t>()); break;
-    case at::kShort: fill(c.int_contents(), "int_contents", setter<int16_t>()); break;
-    case at::kChar: fill(c.int_contents(), "int_contents", setter<int8_t>()); break;
-    case at::kByte: fill(c.uint_contents(), "uint_contents", setter<uint8_t>()); break;
-    case at::kLong: fill(c.int64_contents(), "int64_contents", setter<int64_t>()); break;
-    case at::kBool: fill(c.bool_contents(), "bool_contents", setter<bool>()); break;
+    case at::kFloat:
+      fill(c.fp32_contents(), "fp32_contents", setter<float>());
+      break;
+    case at::kDouble:
+      fill(c.fp64_contents(), "fp64_contents", setter<double>());
+      break;
+    case at::kInt:
+      fill(c.int_contents(), "int_contents", setter<int32_t>());
+      break;
+    case at::kShort:
+      fill(c.int_contents(), "int_contents", setter<int16_t>());
+      break;
+    case at::kChar:
+      fill(c.int_contents(), "int_contents", setter<int8_t>());
+      break;
+    case at::kByte:
+      fill(c.uint_contents(), "uint_contents", setter<uint8_t>());
+      break;
+    case at::kLong:
+      fill(c.int64_contents(), "int64_contents", setter<int64_t>());
+      break;
+    case at::kBool:
+      fill(c.bool_contents(), "bool_contents", setter<bool>());
+      break;
     default:
       throw ValueError(what + ": datatype " + in.datatype() +
                        " has no typed contents field; send it in raw_input_contents");
@@ -332,9 +389,15 @@ void to_infer_output(const std::string& name, const at::Tensor& tensor,
   auto* c = out->mutable_contents();
   const int64_t n = t.numel();
   switch (t.scalar_type()) {
-    case at::kFloat: c->mutable_fp32_contents()->Add(t.data_ptr<float>(), t.data_ptr<float>() + n); break;
-    case at::kDouble: c->mutable_fp64_contents()->Add(t.data_ptr<double>(), t.data_ptr<double>() + n); break;
-    case at::kLong: c->mutable_int64_contents()->Add(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n); break;
+    case at::kFloat:
+      c->mutable_fp32_contents()->Add(t.data_ptr<float>(), t.data_ptr<float>() + n);
+      break;
+    case at::kDouble:
+      c->mutable_fp64_contents()->Add(t.data_ptr<double>(), t.data_ptr<double>() + n);
+      break;
+    case at::kLong:
+      c->mutable_int64_contents()->Add(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
+      break;
     case at::kBool:
       for (int64_t i = 0; i < n; ++i) c->add_bool_contents(t.data_ptr<bool>()[i]);
       break;

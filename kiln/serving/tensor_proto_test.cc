@@ -128,8 +128,12 @@ TEST(TensorProto, SizeMismatchesAreClearErrors) {
 
 TEST(KServeTensor, RoundTripsContentsAndRawInEveryDtype) {
   std::vector<at::Tensor> tensors = {
-      at::randn({2, 3}),          at::randn({4}, at::kDouble), at::arange(-3, 3, at::kInt),
-      at::arange(-3, 3, at::kLong), at::arange(-3, 3, at::kChar), at::arange(250, 256).to(at::kByte),
+      at::randn({2, 3}),
+      at::randn({4}, at::kDouble),
+      at::arange(-3, 3, at::kInt),
+      at::arange(-3, 3, at::kLong),
+      at::arange(-3, 3, at::kChar),
+      at::arange(250, 256).to(at::kByte),
       at::tensor({1, 0}).to(at::kBool),
   };
   for (bool use_raw : {false, true}) {
@@ -182,8 +186,7 @@ TEST(KServeTensor, MismatchesAreClearErrors) {
   EXPECT_EQ(error_of([&] { from_infer_input(in, nullptr); }),
             "input 'x': contents.fp32_contents holds 1 values but shape (2, 2) needs 4");
   std::string raw(15, '\0');
-  EXPECT_NE(error_of([&] { from_infer_input(in, &raw); }).find("raw_input_contents holds 15 bytes"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { from_infer_input(in, &raw); }).find("raw_input_contents holds 15 bytes"), std::string::npos);
   in.set_datatype("FP8");
   EXPECT_NE(error_of([&] { from_infer_input(in, nullptr); }).find("datatype 'FP8' is not supported"),
             std::string::npos);

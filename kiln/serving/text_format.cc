@@ -9,8 +9,7 @@ namespace {
 
 class Reader {
  public:
-  Reader(const std::string& t, const std::string& what, bool multiline)
-      : t_(t), what_(what), multiline_(multiline) {}
+  Reader(const std::string& t, const std::string& what, bool multiline) : t_(t), what_(what), multiline_(multiline) {}
 
   std::vector<TextField> message(char close) {
     std::vector<TextField> out;
@@ -56,11 +55,14 @@ class Reader {
   void skip() {
     while (pos_ < t_.size()) {
       char c = t_[pos_];
-      if (c == '\n') ++line_, ++pos_;
-      else if (std::isspace((unsigned char)c)) ++pos_;
+      if (c == '\n')
+        ++line_, ++pos_;
+      else if (std::isspace((unsigned char)c))
+        ++pos_;
       else if (c == '#') {
         while (pos_ < t_.size() && t_[pos_] != '\n') ++pos_;
-      } else break;
+      } else
+        break;
     }
   }
   std::string ident() {
@@ -85,10 +87,17 @@ class Reader {
           if (c == '\\' && pos_ < t_.size()) {
             char e = t_[pos_++];
             switch (e) {
-              case 'n': c = '\n'; break;
-              case 't': c = '\t'; break;
-              case 'r': c = '\r'; break;
-              default: c = e;
+              case 'n':
+                c = '\n';
+                break;
+              case 't':
+                c = '\t';
+                break;
+              case 'r':
+                c = '\r';
+                break;
+              default:
+                c = e;
             }
           }
           f.scalar += c;
@@ -138,8 +147,8 @@ int64_t TextField::as_int(const std::string& what) const {
     used = 0;
   }
   if (used != scalar.size())
-    throw ValueError(what + ": line " + std::to_string(line) + ": `" + name + "` must be an integer. Received: " +
-                     scalar);
+    throw ValueError(what + ": line " + std::to_string(line) + ": `" + name +
+                     "` must be an integer. Received: " + scalar);
   return v;
 }
 

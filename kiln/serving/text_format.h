@@ -15,9 +15,9 @@ struct TextField {
   std::string name;
   int line = 0;
   bool is_message = false;
-  bool quoted = false;             // scalar came from a string literal
-  std::string scalar;              // when !is_message
-  std::vector<TextField> fields;   // when is_message
+  bool quoted = false;            // scalar came from a string literal
+  std::string scalar;             // when !is_message
+  std::vector<TextField> fields;  // when is_message
 
   // Checked accessors; ValueError naming `what`, the field and the line.
   std::string as_string(const std::string& what) const;

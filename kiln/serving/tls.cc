@@ -51,24 +51,26 @@ void check_tls_options(const TlsOptions& tls, const std::string& source) {
   if (!tls.enabled()) {
     if (!tls.key_pem.empty())
       throw ValueError(source + ": a private key was given without a certificate; give the server certificate too");
-    if (tls.client_verify)
-      throw ValueError(source + ": client_verify needs TLS; give a server certificate and key");
+    if (tls.client_verify) throw ValueError(source + ": client_verify needs TLS; give a server certificate and key");
     return;
   }
   auto certs = read_certs(tls.cert_pem);
   if (certs.empty())
-    throw ValueError(source + ": the server certificate is not a PEM certificate (no '-----BEGIN CERTIFICATE-----' "
-                              "block); give the certificate file, e.g. one made by `openssl req -x509`");
+    throw ValueError(source +
+                     ": the server certificate is not a PEM certificate (no '-----BEGIN CERTIFICATE-----' "
+                     "block); give the certificate file, e.g. one made by `openssl req -x509`");
   if (tls.key_pem.empty())
     throw ValueError(source + ": the server certificate has no private key; give its key file too");
   KeyPtr key = read_key(tls.key_pem);
   if (!key)
-    throw ValueError(source + ": the private key is not an unencrypted PEM private key; give the key file that "
-                              "goes with the certificate (decrypt it with `openssl pkey -in KEY -out KEY.plain`)");
+    throw ValueError(source +
+                     ": the private key is not an unencrypted PEM private key; give the key file that "
+                     "goes with the certificate (decrypt it with `openssl pkey -in KEY -out KEY.plain`)");
   if (X509_check_private_key(certs[0].get(), key.get()) != 1) {
     ERR_clear_error();
-    throw ValueError(source + ": the private key does not belong to the server certificate; give the matching "
-                              "certificate and key");
+    throw ValueError(source +
+                     ": the private key does not belong to the server certificate; give the matching "
+                     "certificate and key");
   }
   if (tls.client_verify && tls.client_ca_pem.empty())
     throw ValueError(source + ": client_verify needs the CA that signs client certificates; set custom_ca");
@@ -77,17 +79,22 @@ void check_tls_options(const TlsOptions& tls, const std::string& source) {
 
 void check_client_ca(const std::string& ca_pem, const std::string& source) {
   if (read_certs(ca_pem).empty())
-    throw ValueError(source + ": not a PEM certificate (no '-----BEGIN CERTIFICATE-----' block); give the CA "
-                              "certificate that signs the client certificates");
+    throw ValueError(source +
+                     ": not a PEM certificate (no '-----BEGIN CERTIFICATE-----' block); give the CA "
+                     "certificate that signs the client certificates");
 }
 
 TlsOptions parse_ssl_config(const std::string& text, const std::string& source) {
   TlsOptions t;
   for (auto& f : parse_text_format(text, source, /*allow_multiline_strings=*/true)) {
-    if (f.name == "server_key") t.key_pem = f.as_string(source);
-    else if (f.name == "server_cert") t.cert_pem = f.as_string(source);
-    else if (f.name == "custom_ca") t.client_ca_pem = f.as_string(source);
-    else if (f.name == "client_verify") t.client_verify = f.as_bool(source);
+    if (f.name == "server_key")
+      t.key_pem = f.as_string(source);
+    else if (f.name == "server_cert")
+      t.cert_pem = f.as_string(source);
+    else if (f.name == "custom_ca")
+      t.client_ca_pem = f.as_string(source);
+    else if (f.name == "client_verify")
+      t.client_verify = f.as_bool(source);
     else
       throw ValueError(source + ": line " + std::to_string(f.line) + ": unknown field `" + f.name +
                        "`; SSLConfig has server_key, server_cert, custom_ca and client_verify");

@@ -5,8 +5,8 @@
 
 #include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
-#include "kiln/core/json_limits.h"
 #include "kiln/core/io.h"
+#include "kiln/core/json_limits.h"
 
 namespace kiln::spec {
 
@@ -32,8 +32,10 @@ CompileArgs compile_args_from_spec(const Json& compile) {
   if (!c.contains("loss")) c["loss"] = "sparse_categorical_crossentropy";
   if (!c.contains("metrics")) c["metrics"] = Json::array({"accuracy"});
   if (!c["metrics"].is_array() && !c["metrics"].is_object())
-    throw ValueError("`compile.metrics` must be a list of names or {class_name, config} objects, or a dict by output "
-                     "name. Received: " + json_excerpt(c["metrics"]));
+    throw ValueError(
+        "`compile.metrics` must be a list of names or {class_name, config} objects, or a dict by output "
+        "name. Received: " +
+        json_excerpt(c["metrics"]));
   return CompileArgs::from_json(c);
 }
 
@@ -53,9 +55,11 @@ FitArgs fit_args_from_spec(const Json& fit, std::optional<uint64_t>* seed) {
   a.steps_per_epoch = get_or<int64_t>(f, "steps_per_epoch", 0);
   a.validation_steps = get_or<int64_t>(f, "validation_steps", 0);
   a.validation_freq = get_or<int>(f, "validation_freq", 1);
-  if (a.epochs < 1) throw ValueError("`fit.epochs` must be a positive integer. Received: epochs=" + std::to_string(a.epochs));
+  if (a.epochs < 1)
+    throw ValueError("`fit.epochs` must be a positive integer. Received: epochs=" + std::to_string(a.epochs));
   if (a.batch_size < 1)
-    throw ValueError("`fit.batch_size` must be a positive integer. Received: batch_size=" + std::to_string(a.batch_size));
+    throw ValueError("`fit.batch_size` must be a positive integer. Received: batch_size=" +
+                     std::to_string(a.batch_size));
   if (a.validation_split < 0 || a.validation_split >= 1)
     throw ValueError("`fit.validation_split` must be in [0, 1). Received: validation_split=" +
                      std::to_string(a.validation_split));
@@ -72,7 +76,8 @@ FitArgs fit_args_from_spec(const Json& fit, std::optional<uint64_t>* seed) {
       } catch (const std::exception&) {
         throw ValueError("`fit.class_weight` keys must be integer class ids. Received: \"" + k + "\"");
       }
-      if (!v.is_number()) throw ValueError("`fit.class_weight[\"" + k + "\"]` must be a number. Received: " + json_excerpt(v));
+      if (!v.is_number())
+        throw ValueError("`fit.class_weight[\"" + k + "\"]` must be a number. Received: " + json_excerpt(v));
       a.class_weight[cls] = v.get<double>();
     }
   }

@@ -61,8 +61,7 @@ void model_data(const DataSplits& data, const Model& model, bool test, std::vect
 // none (e.g. taken from the data).
 ModelPtr build_model(const Json& model, const std::optional<Shape>& input_shape);
 // Named architectures: "mlp", "cnn".
-ModelPtr builtin_model(const std::string& name, const Json& args,
-                       const std::optional<Shape>& input_shape);
+ModelPtr builtin_model(const std::string& name, const Json& args, const std::optional<Shape>& input_shape);
 std::vector<std::string> builtin_model_names();
 
 // --- compile / fit / callbacks -----------------------------------------------

@@ -6,6 +6,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/spec/spec.h"
 #include "kiln/training/backup_and_restore.h"
 #include "kiln/training/callback.h"
 #include "kiln/training/csv_logger.h"
@@ -13,7 +14,6 @@
 #include "kiln/training/model_checkpoint.h"
 #include "kiln/training/reduce_lr_on_plateau.h"
 #include "kiln/training/tensorboard.h"
-#include "kiln/spec/spec.h"
 
 namespace kiln::spec {
 namespace {
@@ -30,7 +30,8 @@ SaveFreq save_freq(const Json& c, const char* key) {
   const Json& v = c[key];
   if (v.is_string()) return SaveFreq(v.get<std::string>());
   if (v.is_number_integer()) return SaveFreq(v.get<int64_t>());
-  throw ValueError(std::string("`") + key + "` must be \"epoch\" or a positive number of batches. Received: " + json_excerpt(v));
+  throw ValueError(std::string("`") + key +
+                   "` must be \"epoch\" or a positive number of batches. Received: " + json_excerpt(v));
 }
 
 std::optional<double> opt_double(const Json& c, const char* key) {
@@ -134,7 +135,8 @@ std::vector<CallbackPtr> callbacks_from_spec(const Json& callbacks) {
     Json entry = callbacks[i];
     if (entry.is_string()) entry = Json{{"class_name", entry}};
     if (!entry.is_object() || !entry.contains("class_name") || !entry["class_name"].is_string())
-      throw ValueError(where + " must be {\"class_name\": \"EarlyStopping\", \"config\": {...}}. Received: " + json_excerpt(entry));
+      throw ValueError(
+          where + " must be {\"class_name\": \"EarlyStopping\", \"config\": {...}}. Received: " + json_excerpt(entry));
     check_keys(entry, {"class_name", "config"}, where);
     const std::string name = entry["class_name"].get<std::string>();
     const Json config = entry.value("config", Json::object());

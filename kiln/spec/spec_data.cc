@@ -16,8 +16,8 @@ namespace {
 
 const std::vector<std::string> kSources = {"fashion_mnist", "csv", "jsonl", "npy", "idx", "brackets"};
 // Keys every source accepts.
-const std::vector<std::string> kCommonKeys = {"source", "scale", "flatten", "reshape", "limit",
-                                              "test_limit", "test_split", "dtype", "allow_non_finite"};
+const std::vector<std::string> kCommonKeys = {"source",     "scale",      "flatten", "reshape",         "limit",
+                                              "test_limit", "test_split", "dtype",   "allow_non_finite"};
 
 std::vector<std::string> with_common(std::vector<std::string> own) {
   own.insert(own.end(), kCommonKeys.begin(), kCommonKeys.end());
@@ -32,7 +32,8 @@ std::string str_key(const Json& d, const char* key, const std::string& source) {
 
 std::string opt_str(const Json& d, const char* key) {
   if (!d.contains(key) || d[key].is_null()) return "";
-  if (!d[key].is_string()) throw ValueError("`data." + std::string(key) + "` must be a string. Received: " + json_excerpt(d[key]));
+  if (!d[key].is_string())
+    throw ValueError("`data." + std::string(key) + "` must be a string. Received: " + json_excerpt(d[key]));
   return d[key].get<std::string>();
 }
 
@@ -59,15 +60,18 @@ data::LabelType label_type(const Json& d) {
   std::string t = opt_str(d, "label_type");
   if (t.empty() || t == "int64" || t == "int") return data::LabelType::kInt64;
   if (t == "float32" || t == "float") return data::LabelType::kFloat32;
-  throw ValueError("`data.label_type` must be \"int64\" (class ids) or \"float32\" (regression). Received: \"" + t + "\"");
+  throw ValueError("`data.label_type` must be \"int64\" (class ids) or \"float32\" (regression). Received: \"" + t +
+                   "\"");
 }
 
 std::vector<std::string> str_list(const Json& d, const char* key) {
   std::vector<std::string> out;
   if (!d.contains(key) || d[key].is_null()) return out;
-  if (!d[key].is_array()) throw ValueError("`data." + std::string(key) + "` must be a list of names. Received: " + json_excerpt(d[key]));
+  if (!d[key].is_array())
+    throw ValueError("`data." + std::string(key) + "` must be a list of names. Received: " + json_excerpt(d[key]));
   for (auto& x : d[key]) {
-    if (!x.is_string()) throw ValueError("`data." + std::string(key) + "` must be a list of names. Received: " + json_excerpt(d[key]));
+    if (!x.is_string())
+      throw ValueError("`data." + std::string(key) + "` must be a list of names. Received: " + json_excerpt(d[key]));
     out.push_back(x.get<std::string>());
   }
   return out;
@@ -105,15 +109,16 @@ std::vector<std::string> column_list(const Json& v, const std::string& where) {
       out.push_back(c.get<std::string>());
     }
   if (out.empty() || (v.is_array() && out.size() != v.size()))
-    throw ValueError(where + " must be a column name or a non-empty list of column names. Received: " +
-                     v.dump().substr(0, 200));
+    throw ValueError(
+        where + " must be a column name or a non-empty list of column names. Received: " + v.dump().substr(0, 200));
   return out;
 }
 
 // "inputs": {"features": ["a", "b"], "extra": "c"}
 NamedColumns named_inputs(const Json& j) {
   if (!j.is_object() || j.empty())
-    throw ValueError("`data.inputs` must map each model input name to its columns, e.g. {\"features\": [\"a\", \"b\"]}");
+    throw ValueError(
+        "`data.inputs` must map each model input name to its columns, e.g. {\"features\": [\"a\", \"b\"]}");
   NamedColumns n;
   for (auto it = j.begin(); it != j.end(); ++it) {
     n.names.push_back(it.key());
@@ -150,8 +155,9 @@ DataSplits load_named_csv(const Json& d, const std::string& source) {
       throw ValueError(std::string("the `data` section sets `") + k +
                        "` with `inputs`/`outputs`; name columns per input in `inputs` and per output in `outputs`");
   if (!d.contains("inputs") || !d.contains("outputs"))
-    throw ValueError("the `data` section needs both `inputs` (columns per model input) and `outputs` (label column per "
-                     "model output) when it names either");
+    throw ValueError(
+        "the `data` section needs both `inputs` (columns per model input) and `outputs` (label column per "
+        "model output) when it names either");
   NamedColumns ins = named_inputs(d["inputs"]), outs = named_outputs(d["outputs"]);
   std::vector<std::string> columns;
   auto index_of = [&](const std::string& c) {
@@ -204,7 +210,8 @@ DataSplits load_named_csv(const Json& d, const std::string& source) {
   if (test_split < 0 || test_split >= 1)
     throw ValueError("`data.test_split` must be in [0, 1). Received: test_split=" + std::to_string(test_split));
   if (test_split > 0) {
-    if (!test_path.empty()) throw ValueError("`data.test_split` is set but the source already has a test split; drop one");
+    if (!test_path.empty())
+      throw ValueError("`data.test_split` is set but the source already has a test split; drop one");
     const int64_t n = s.xs_train[0].size(0), n_test = (int64_t)std::floor(n * test_split);
     if (n_test < 1 || n_test >= n)
       throw ValueError("`data.test_split`=" + std::to_string(test_split) + " leaves no examples on one side of " +
@@ -220,8 +227,8 @@ DataSplits load_named_csv(const Json& d, const std::string& source) {
     if (d.contains(key) && !d[key].is_null() && n < 1)
       throw ValueError(std::string("`data.") + key + "` must be a positive integer. Received: " + d[key].dump());
     if (n > 0)
-      for (auto* list : is_test ? std::vector<Tensors*>{&s.xs_test, &s.ys_test}
-                                : std::vector<Tensors*>{&s.xs_train, &s.ys_train})
+      for (auto* list :
+           is_test ? std::vector<Tensors*>{&s.xs_test, &s.ys_test} : std::vector<Tensors*>{&s.xs_train, &s.ys_train})
         for (auto& t : *list)
           if (t.size(0) > n) t = narrow_rows(t, 0, n);
   }
@@ -252,13 +259,13 @@ void model_data(const DataSplits& data, const Model& model, bool test, Tensors* 
       size_t i = 0;
       while (i < have.size() && have[i] != w) ++i;
       if (i == have.size())
-        throw ValueError(std::string("the model's ") + what + " '" + w + "' has no data: `data." + what +
-                         "s` names " + known);
+        throw ValueError(std::string("the model's ") + what + " '" + w + "' has no data: `data." + what + "s` names " +
+                         known);
       out.push_back(tensors[i]);
     }
     if (want.size() != have.size())
-      throw ValueError(std::string("`data.") + what + "s` names " + std::to_string(have.size()) + " " + what +
-                       "s (" + known + ") but the model has " + std::to_string(want.size()));
+      throw ValueError(std::string("`data.") + what + "s` names " + std::to_string(have.size()) + " " + what + "s (" +
+                       known + ") but the model has " + std::to_string(want.size()));
     return out;
   };
   *x = pick(model.input_names(), data.input_names, test ? data.xs_test : data.xs_train, "input");
@@ -278,7 +285,8 @@ DataSplits load_data(const Json& d) {
     auto fm = datasets::fashion_mnist(opt_str(d, "directory"));
     s = {"fashion_mnist", fm.x_train, fm.y_train, fm.x_test, fm.y_test};
   } else if (source == "csv" || source == "jsonl") {
-    check_keys(d, with_common({"path", "test_path", "label", "label_type", "features", "delimiter", "inputs", "outputs"}),
+    check_keys(d,
+               with_common({"path", "test_path", "label", "label_type", "features", "delimiter", "inputs", "outputs"}),
                "the `data` section (source \"" + source + "\")");
     if (d.contains("inputs") || d.contains("outputs")) return load_named_csv(d, source);
     const std::string path = str_key(d, "path", source), test_path = opt_str(d, "test_path");
@@ -336,8 +344,8 @@ DataSplits load_data(const Json& d) {
     auto positive = [&](const char* key, int64_t fallback) {
       if (!d.contains(key)) return fallback;
       if (!d[key].is_number_integer() || d[key].get<int64_t>() < 0)
-        throw ValueError(std::string("`data.") + key + "` must be a non-negative integer. Received: " +
-                         d[key].dump().substr(0, 40));
+        throw ValueError(std::string("`data.") + key +
+                         "` must be a non-negative integer. Received: " + d[key].dump().substr(0, 40));
       return d[key].get<int64_t>();
     };
     auto b = datasets::balanced_brackets(positive("train_size", 20000), positive("test_size", 2000),
@@ -345,7 +353,8 @@ DataSplits load_data(const Json& d) {
                                          (uint64_t)positive("seed", 1234));
     s = {"balanced brackets (generated)", b.x_train, b.y_train, b.x_test, b.y_test};
   } else {
-    throw ValueError("unknown data source \"" + source + "\"; known sources: fashion_mnist, csv, jsonl, npy, idx, brackets");
+    throw ValueError("unknown data source \"" + source +
+                     "\"; known sources: fashion_mnist, csv, jsonl, npy, idx, brackets");
   }
   s.y_train = as_labels(s.y_train);
   s.y_test = as_labels(s.y_test);
@@ -391,10 +400,12 @@ DataSplits load_data(const Json& d) {
     throw ValueError("the `data` section sets both `flatten` and `reshape`; use one");
   Shape reshape;
   if (d.contains("reshape")) {
-    if (!d["reshape"].is_array()) throw ValueError("`data.reshape` must be a list of dims without the batch dim, e.g. [28, 28, 1]");
+    if (!d["reshape"].is_array())
+      throw ValueError("`data.reshape` must be a list of dims without the batch dim, e.g. [28, 28, 1]");
     for (auto& v : d["reshape"]) {
       if (!v.is_number_integer() || v.get<int64_t>() < 1)
-        throw ValueError("`data.reshape` must be a list of positive dims without the batch dim. Received: " + json_excerpt(d["reshape"]));
+        throw ValueError("`data.reshape` must be a list of positive dims without the batch dim. Received: " +
+                         json_excerpt(d["reshape"]));
       reshape.push_back(v.get<int64_t>());
     }
   }

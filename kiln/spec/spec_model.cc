@@ -17,21 +17,26 @@ Json layer_json(const std::string& class_name, Json config = Json::object()) {
 
 Shape shape_from_json(const Json& j, const std::string& where) {
   Shape s;
-  if (!j.is_array() || j.empty()) throw ValueError(where + " must be a list of positive dims without the batch dim, e.g. [784]. Received: " + json_excerpt(j));
+  if (!j.is_array() || j.empty())
+    throw ValueError(
+        where + " must be a list of positive dims without the batch dim, e.g. [784]. Received: " + json_excerpt(j));
   for (auto& v : j) {
     if (!v.is_number_integer() || v.get<int64_t>() < 1)
-      throw ValueError(where + " must be a list of positive dims without the batch dim, e.g. [784]. Received: " + json_excerpt(j));
+      throw ValueError(
+          where + " must be a list of positive dims without the batch dim, e.g. [784]. Received: " + json_excerpt(j));
     s.push_back(v.get<int64_t>());
   }
   return s;
 }
 
-std::vector<int64_t> int_list(const Json& args, const char* key, std::vector<int64_t> fallback, const std::string& owner) {
+std::vector<int64_t> int_list(const Json& args, const char* key, std::vector<int64_t> fallback,
+                              const std::string& owner) {
   if (!args.contains(key) || args[key].is_null()) return fallback;
   const Json& v = args[key];
   std::vector<int64_t> out;
   if (v.is_number_integer()) return {v.get<int64_t>()};
-  if (!v.is_array()) throw ValueError(owner + ": `" + key + "` must be a list of positive integers. Received: " + json_excerpt(v));
+  if (!v.is_array())
+    throw ValueError(owner + ": `" + key + "` must be a list of positive integers. Received: " + json_excerpt(v));
   for (auto& x : v) {
     if (!x.is_number_integer() || x.get<int64_t>() < 1)
       throw ValueError(owner + ": `" + key + "` must be a list of positive integers. Received: " + json_excerpt(v));
@@ -58,7 +63,8 @@ ModelPtr sequential_from(const std::vector<Json>& layers, const Shape& shape, at
     try {
       model->add(layer);
     } catch (const UserError& e) {
-      throw ValueError(at + " (" + lj["class_name"].get<std::string>() + ") does not fit after the layers before it: " + e.what());
+      throw ValueError(at + " (" + lj["class_name"].get<std::string>() +
+                       ") does not fit after the layers before it: " + e.what());
     }
   }
   return model;
@@ -72,17 +78,20 @@ ModelPtr mlp(const Json& args, const std::optional<Shape>& input_shape) {
                                              : input_shape.value_or(Shape{784});
   auto hidden = int_list(args, "hidden_units", {256, 256}, owner);
   double dropout = get_or<double>(args, "dropout", 0.2);
-  if (dropout < 0 || dropout >= 1) throw ValueError(owner + ": `dropout` must be in [0, 1). Received: " + std::to_string(dropout));
+  if (dropout < 0 || dropout >= 1)
+    throw ValueError(owner + ": `dropout` must be in [0, 1). Received: " + std::to_string(dropout));
   std::string activation = get_or<std::string>(args, "activation", "relu");
   int64_t classes = get_or<int64_t>(args, "num_classes", 10);
-  if (classes < 1) throw ValueError(owner + ": `num_classes` must be a positive integer. Received: " + std::to_string(classes));
+  if (classes < 1)
+    throw ValueError(owner + ": `num_classes` must be a positive integer. Received: " + std::to_string(classes));
   std::vector<Json> layers;
   if (shape.size() > 1) layers.push_back(layer_json("Flatten"));
   for (auto units : hidden) {
     layers.push_back(layer_json("Dense", {{"units", units}, {"activation", activation}}));
     if (dropout > 0) layers.push_back(layer_json("Dropout", {{"rate", dropout}}));
   }
-  layers.push_back(layer_json("Dense", {{"units", classes}, {"activation", get_or<std::string>(args, "output_activation", "softmax")}}));
+  layers.push_back(layer_json(
+      "Dense", {{"units", classes}, {"activation", get_or<std::string>(args, "output_activation", "softmax")}}));
   return sequential_from(layers, shape, at::kFloat, get_or<std::string>(args, "name", "mlp"), owner);
 }
 
@@ -98,22 +107,27 @@ ModelPtr cnn(const Json& args, const std::optional<Shape>& input_shape) {
   int64_t kernel = get_or<int64_t>(args, "kernel_size", 3), pool = get_or<int64_t>(args, "pool_size", 2);
   auto dense = int_list(args, "dense_units", {}, owner);
   double dropout = get_or<double>(args, "dropout", 0.5);
-  if (dropout < 0 || dropout >= 1) throw ValueError(owner + ": `dropout` must be in [0, 1). Received: " + std::to_string(dropout));
+  if (dropout < 0 || dropout >= 1)
+    throw ValueError(owner + ": `dropout` must be in [0, 1). Received: " + std::to_string(dropout));
   std::string activation = get_or<std::string>(args, "activation", "relu");
   int64_t classes = get_or<int64_t>(args, "num_classes", 10);
   std::vector<Json> layers;
   // Images without a channel axis (N, 28, 28) get one.
-  if (shape.size() == 2) layers.push_back(layer_json("Reshape", {{"target_shape", Json::array({shape[0], shape[1], 1})}}));
+  if (shape.size() == 2)
+    layers.push_back(layer_json("Reshape", {{"target_shape", Json::array({shape[0], shape[1], 1})}}));
   else if (shape.size() != 3)
-    throw ValueError(owner + " takes images (height, width[, channels]). Received: input_shape=" + shape_to_string(shape));
+    throw ValueError(owner +
+                     " takes images (height, width[, channels]). Received: input_shape=" + shape_to_string(shape));
   for (auto f : filters) {
-    layers.push_back(layer_json("Conv2D", {{"filters", f}, {"kernel_size", Json::array({kernel, kernel})}, {"activation", activation}}));
+    layers.push_back(layer_json(
+        "Conv2D", {{"filters", f}, {"kernel_size", Json::array({kernel, kernel})}, {"activation", activation}}));
     layers.push_back(layer_json("MaxPooling2D", {{"pool_size", Json::array({pool, pool})}}));
   }
   layers.push_back(layer_json("Flatten"));
   for (auto units : dense) layers.push_back(layer_json("Dense", {{"units", units}, {"activation", activation}}));
   if (dropout > 0) layers.push_back(layer_json("Dropout", {{"rate", dropout}}));
-  layers.push_back(layer_json("Dense", {{"units", classes}, {"activation", get_or<std::string>(args, "output_activation", "softmax")}}));
+  layers.push_back(layer_json(
+      "Dense", {{"units", classes}, {"activation", get_or<std::string>(args, "output_activation", "softmax")}}));
   return sequential_from(layers, shape, at::kFloat, get_or<std::string>(args, "name", "cnn"), owner);
 }
 

@@ -25,15 +25,12 @@ at::Tensor golden_tensor(const Json& j) {
 
 ::testing::AssertionResult tensors_close(const at::Tensor& actual, const at::Tensor& expected, double rtol,
                                          double atol) {
-  auto shape_of = [](const at::Tensor& t) {
-    return shape_to_string(Shape(t.sizes().begin(), t.sizes().end()));
-  };
+  auto shape_of = [](const at::Tensor& t) { return shape_to_string(Shape(t.sizes().begin(), t.sizes().end())); };
   if (!actual.defined() || !expected.defined())
     return ::testing::AssertionFailure() << "undefined tensor (actual defined: " << actual.defined()
                                          << ", expected defined: " << expected.defined() << ")";
   if (!actual.sizes().equals(expected.sizes()))
-    return ::testing::AssertionFailure()
-           << "shape " << shape_of(actual) << " != expected " << shape_of(expected);
+    return ::testing::AssertionFailure() << "shape " << shape_of(actual) << " != expected " << shape_of(expected);
   at::Tensor a = actual.detach().cpu().to(at::kDouble).reshape(-1);
   at::Tensor e = expected.detach().cpu().to(at::kDouble).reshape(-1);
   at::Tensor excess = (a - e).abs() - (atol + rtol * e.abs());
@@ -41,8 +38,8 @@ at::Tensor golden_tensor(const Json& j) {
   const int64_t i = excess.argmax().item<int64_t>();
   std::ostringstream os;
   os.precision(9);
-  os << "entry " << i << ": actual " << a[i].item<double>() << " vs expected " << e[i].item<double>()
-     << " (rtol " << rtol << ", atol " << atol << ")";
+  os << "entry " << i << ": actual " << a[i].item<double>() << " vs expected " << e[i].item<double>() << " (rtol "
+     << rtol << ", atol " << atol << ")";
   return ::testing::AssertionFailure() << os.str();
 }
 

@@ -20,7 +20,7 @@ at::Tensor golden_tensor(const Json& j);
 
 // Same shape and |a - e| <= atol + rtol * |e| everywhere; the failure
 // message names the worst entry.
-::testing::AssertionResult tensors_close(const at::Tensor& actual, const at::Tensor& expected,
-                                         double rtol = 1e-5, double atol = 1e-6);
+::testing::AssertionResult tensors_close(const at::Tensor& actual, const at::Tensor& expected, double rtol = 1e-5,
+                                         double atol = 1e-6);
 
 }  // namespace kiln

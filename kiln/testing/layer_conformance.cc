@@ -37,9 +37,8 @@ void expect_same_outputs(const Tensors& a, const Tensors& b, const std::string& 
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(sizes_of(a[i]), sizes_of(b[i])) << what << " (output " << i << ")";
-    EXPECT_TRUE(at::equal(a[i], b[i]))
-        << what << ": output " << i << " differs; max |diff| = "
-        << (a[i].to(at::kDouble) - b[i].to(at::kDouble)).abs().max().item<double>();
+    EXPECT_TRUE(at::equal(a[i], b[i])) << what << ": output " << i << " differs; max |diff| = "
+                                       << (a[i].to(at::kDouble) - b[i].to(at::kDouble)).abs().max().item<double>();
   }
 }
 
@@ -73,8 +72,7 @@ void check_shapes(const LayerTestCase& c, Layer& layer, const Tensors& inputs, c
   LayerPtr fresh = c.make();
   KerasTensors ins;
   for (size_t i = 0; i < c.input_shapes.size(); ++i)
-    ins.push_back(
-        Input(Shape(c.input_shapes[i].begin() + 1, c.input_shapes[i].end()), inputs[i].scalar_type()));
+    ins.push_back(Input(Shape(c.input_shapes[i].begin() + 1, c.input_shapes[i].end()), inputs[i].scalar_type()));
   KerasTensors outs = (*fresh)(ins);
   ASSERT_EQ(outs.size(), expected_sym.size());
   for (size_t i = 0; i < outs.size(); ++i)
@@ -244,8 +242,7 @@ void check_training(const LayerTestCase& c, Layer& layer, const Tensors& inputs)
     set_random_seed(seed);  // same dropout masks in both forwards
     Tensors outs = (*copy)(inputs, /*training=*/true);
     at::Tensor loss = at::zeros({}, at::kFloat);
-    for (size_t i = 0; i < outs.size(); ++i)
-      loss = loss + (outs[i].to(at::kFloat) - targets[i]).square().mean();
+    for (size_t i = 0; i < outs.size(); ++i) loss = loss + (outs[i].to(at::kFloat) - targets[i]).square().mean();
     return loss + copy->regularization_loss();
   };
   at::Tensor loss0 = loss_fn();
@@ -320,8 +317,7 @@ struct Reader {
   const std::string& path;
   size_t pos = 0;
   void need(size_t n) {
-    if (pos + n > data.size())
-      throw FormatError(path + ": truncated weights file at byte " + std::to_string(pos));
+    if (pos + n > data.size()) throw FormatError(path + ": truncated weights file at byte " + std::to_string(pos));
   }
   template <class T>
   T get() {
@@ -385,9 +381,8 @@ void load_layer_weights(Layer& layer, const std::string& path) {
     auto it = tensors.find(v->path());
     if (it == tensors.end()) throw NotFoundError(path + " has no weight '" + v->path() + "'");
     if (it->second.scalar_type() != v->dtype())
-      throw FormatError(path + ": weight '" + v->path() + "' is " +
-                        dtype_to_string(it->second.scalar_type()) + ", the layer's is " +
-                        dtype_to_string(v->dtype()));
+      throw FormatError(path + ": weight '" + v->path() + "' is " + dtype_to_string(it->second.scalar_type()) +
+                        ", the layer's is " + dtype_to_string(v->dtype()));
     v->assign(it->second);  // ShapeError on a shape mismatch
   }
 }

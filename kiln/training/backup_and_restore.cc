@@ -10,8 +10,7 @@ namespace kiln {
 BackupAndRestore::BackupAndRestore(std::string backup_dir, BackupAndRestoreOptions options)
     : dir_(std::move(backup_dir)), o_(options) {
   if (dir_.empty()) throw ValueError("BackupAndRestore: `backup_dir` must not be empty");
-  if (o_.keep < 1)
-    throw ValueError("BackupAndRestore: `keep` must be >= 1. Received: keep=" + std::to_string(o_.keep));
+  if (o_.keep < 1) throw ValueError("BackupAndRestore: `keep` must be >= 1. Received: keep=" + std::to_string(o_.keep));
 }
 
 namespace {

@@ -113,8 +113,8 @@ TEST(BackupAndRestore, ResumesAtAnEpochBoundaryBitIdentical) {
   EXPECT_EQ(resumed.backup->restored_batch(), 0);
   EXPECT_TRUE(same_weights(resumed.weights, ref.weights));
   EXPECT_EQ(resumed.history.epoch, (std::vector<int>{2, 3}));
-  EXPECT_EQ(resumed.history.history["loss"], (std::vector<double>(ref.history.history["loss"].begin() + 2,
-                                                                  ref.history.history["loss"].end())));
+  EXPECT_EQ(resumed.history.history["loss"],
+            (std::vector<double>(ref.history.history["loss"].begin() + 2, ref.history.history["loss"].end())));
 }
 
 TEST(BackupAndRestore, SurvivesRepeatedCrashesAtManyPoints) {

@@ -12,8 +12,7 @@
 namespace kiln {
 
 Model& Callback::model() const {
-  if (!model_)
-    throw StateError("this callback has no model; it is only usable inside fit()/evaluate()/predict()");
+  if (!model_) throw StateError("this callback has no model; it is only usable inside fit()/evaluate()/predict()");
   return *model_;
 }
 
@@ -22,8 +21,7 @@ void warn(const std::string& message) { std::cerr << "kiln: WARNING: " << messag
 void check_mode(const std::string& owner, const std::string& mode) {
   if (mode != "auto" && mode != "min" && mode != "max")
     throw ValueError(
-        owner +
-        ": received an invalid value for `mode`, expected \"auto\", \"min\" or \"max\". Received: mode=\"" +
+        owner + ": received an invalid value for `mode`, expected \"auto\", \"min\" or \"max\". Received: mode=\"" +
         mode + "\"");
 }
 
@@ -39,8 +37,8 @@ bool monitor_is_max(const std::string& monitor, const std::string& mode, Model* 
 
 // --- CallbackList ------------------------------------------------------------
 
-CallbackList::CallbackList(std::vector<CallbackPtr> callbacks, bool add_history, bool add_progbar,
-                           Model* model, const Json& params)
+CallbackList::CallbackList(std::vector<CallbackPtr> callbacks, bool add_history, bool add_progbar, Model* model,
+                           const Json& params)
     : callbacks_(std::move(callbacks)) {
   for (auto& cb : callbacks_) {
     if (!cb) throw ValueError("callbacks: received a null callback");

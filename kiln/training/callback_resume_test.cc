@@ -103,8 +103,8 @@ Outcome program(const std::string& scenario, const std::string& dir, const std::
     // the best weights are held across the kill, and training stops after
     // `patience` epochs without a new best.
     a.epochs = 10;
-    out.early = std::make_shared<EarlyStopping>(EarlyStoppingOptions{
-        .monitor = "val_loss", .patience = 3, .mode = "max", .restore_best_weights = true});
+    out.early = std::make_shared<EarlyStopping>(
+        EarlyStoppingOptions{.monitor = "val_loss", .patience = 3, .mode = "max", .restore_best_weights = true});
     a.callbacks.push_back(out.early);
     a.callbacks.push_back(std::make_shared<CSVLogger>(csv_path));
   } else if (scenario == "scheduler") {
@@ -159,16 +159,15 @@ void run_killed_child(const std::string& scenario, const std::string& dir, int64
   ASSERT_EQ(rc, 0) << "posix_spawn failed";
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-      << "the child did not die by SIGKILL; its log:\n" << read_file(log);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the child did not die by SIGKILL; its log:\n"
+                                                                  << read_file(log);
 }
 
 void expect_same(const Outcome& resumed, const Outcome& ref) {
   ASSERT_EQ(resumed.weights.size(), ref.weights.size());
   for (size_t i = 0; i < ref.weights.size(); ++i)
     EXPECT_TRUE(at::equal(resumed.weights[i], ref.weights[i]))
-        << "weight " << i << " differs by up to "
-        << (resumed.weights[i] - ref.weights[i]).abs().max().item<double>();
+        << "weight " << i << " differs by up to " << (resumed.weights[i] - ref.weights[i]).abs().max().item<double>();
 }
 
 TEST(CallbackResume, ReduceLROnPlateauKilledAfterAReductionResumesBitIdentical) {
@@ -193,8 +192,7 @@ TEST(CallbackResume, ReduceLROnPlateauKilledAfterAReductionResumesBitIdentical) 
   Outcome resumed = program("plateau", join_path(tmp.path(), "backup"), join_path(tmp.path(), "log.csv"));
   EXPECT_TRUE(resumed.backup->restored());
   EXPECT_EQ(resumed.backup->restored_epoch(), 3);
-  EXPECT_EQ(resumed.history.history["learning_rate"],
-            std::vector<double>(lr.begin() + 3, lr.end()));
+  EXPECT_EQ(resumed.history.history["learning_rate"], std::vector<double>(lr.begin() + 3, lr.end()));
   expect_same(resumed, ref);
   // The CSV log of the killed-and-resumed run is the uninterrupted one's.
   EXPECT_EQ(resumed.csv, ref.csv);

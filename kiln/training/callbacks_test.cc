@@ -4,8 +4,8 @@
 
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <regex>
 #include <sstream>
 
@@ -43,11 +43,9 @@ TEST(EarlyStopping, StopsAfterPatienceAndRestoresTheBestWeights) {
   set_random_seed(1);
   auto model = make_model(optimizer("SGD", 0.1));
   std::vector<Tensors> weights;
-  auto es =
-      std::make_shared<EarlyStopping>(EarlyStoppingOptions{.patience = 2, .restore_best_weights = true});
+  auto es = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.patience = 2, .restore_best_weights = true});
   FitArgs a = quiet(blobs(32), 20);
-  a.callbacks = {script("val_loss", {1.0, 0.8, 0.9, 0.85, 0.95, 0.7, 0.6}), es,
-                 weight_recorder(model.get(), &weights)};
+  a.callbacks = {script("val_loss", {1.0, 0.8, 0.9, 0.85, 0.95, 0.7, 0.6}), es, weight_recorder(model.get(), &weights)};
   History h = model->fit(a);
   EXPECT_EQ(h.history["loss"].size(), 4u);  // epochs 0..3; stops at 3 (two epochs without beating 0.8)
   EXPECT_EQ(es->stopped_epoch(), 3);
@@ -103,16 +101,14 @@ TEST(ModelCheckpoint, WeightsOnlyEveryEpochAndEveryNBatches) {
   auto model = make_model(optimizer("SGD", 0.1));
   std::vector<Tensors> weights;
   FitArgs a = quiet(blobs(64), 3, 16);  // 4 batches per epoch
-  a.callbacks = {
-      std::make_shared<ModelCheckpoint>(tmp.path() + "/w-{epoch}.safetensors",
-                                        ModelCheckpointOptions{.save_weights_only = true}),
-      std::make_shared<ModelCheckpoint>(tmp.path() + "/b/e{epoch}-b{batch}.safetensors",
-                                        ModelCheckpointOptions{.save_weights_only = true, .save_freq = 3}),
-      weight_recorder(model.get(), &weights)};
+  a.callbacks = {std::make_shared<ModelCheckpoint>(tmp.path() + "/w-{epoch}.safetensors",
+                                                   ModelCheckpointOptions{.save_weights_only = true}),
+                 std::make_shared<ModelCheckpoint>(tmp.path() + "/b/e{epoch}-b{batch}.safetensors",
+                                                   ModelCheckpointOptions{.save_weights_only = true, .save_freq = 3}),
+                 weight_recorder(model.get(), &weights)};
   model->fit(a);
-  EXPECT_EQ(list_directory(tmp.path() + "/b"),
-            (std::vector<std::string>{"e1-b3.safetensors", "e2-b2.safetensors", "e3-b1.safetensors",
-                                      "e3-b4.safetensors"}));
+  EXPECT_EQ(list_directory(tmp.path() + "/b"), (std::vector<std::string>{"e1-b3.safetensors", "e2-b2.safetensors",
+                                                                         "e3-b1.safetensors", "e3-b4.safetensors"}));
   // Epoch 2's file holds the weights at the end of epoch 2.
   auto saved = load_safetensors(tmp.path() + "/w-2.safetensors");
   auto vars = model->weights();
@@ -133,9 +129,9 @@ TEST(ModelCheckpoint, WeightsOnlyEveryEpochAndEveryNBatches) {
 TEST(ReduceLROnPlateau, LowersTheRateAfterPatienceWithCooldownAndFloor) {
   auto model = make_model(optimizer("SGD", 0.1));
   FitArgs a = quiet(blobs(16), 6);
-  a.callbacks = {script("val_loss", std::vector<double>(6, 1.0)),
-                 std::make_shared<ReduceLROnPlateau>(
-                     ReduceLROnPlateauOptions{.factor = 0.5, .patience = 2, .cooldown = 1})};
+  a.callbacks = {
+      script("val_loss", std::vector<double>(6, 1.0)),
+      std::make_shared<ReduceLROnPlateau>(ReduceLROnPlateauOptions{.factor = 0.5, .patience = 2, .cooldown = 1})};
   History h = model->fit(a);
   ASSERT_EQ(h.history["learning_rate"].size(), 6u);
   std::vector<double> want{0.1, 0.1, 0.1, 0.05, 0.05, 0.025};
@@ -143,9 +139,9 @@ TEST(ReduceLROnPlateau, LowersTheRateAfterPatienceWithCooldownAndFloor) {
   EXPECT_NEAR(model->train_state().optimizer().learning_rate(), 0.025, 1e-12);
 
   auto floored = make_model(optimizer("SGD", 0.1));
-  a.callbacks = {script("val_loss", std::vector<double>(6, 1.0)),
-                 std::make_shared<ReduceLROnPlateau>(
-                     ReduceLROnPlateauOptions{.factor = 0.1, .patience = 1, .min_lr = 0.004})};
+  a.callbacks = {
+      script("val_loss", std::vector<double>(6, 1.0)),
+      std::make_shared<ReduceLROnPlateau>(ReduceLROnPlateauOptions{.factor = 0.1, .patience = 1, .min_lr = 0.004})};
   floored->fit(a);
   EXPECT_NEAR(floored->train_state().optimizer().learning_rate(), 0.004, 1e-12);
   EXPECT_THROW(ReduceLROnPlateau({.factor = 1.0}), ValueError);
@@ -383,8 +379,8 @@ TEST(ProgbarLogger, VerboseTwoOnStdoutAndBarWhenVerboseOne) {
   model->fit(a);
   std::string out = ::testing::internal::GetCapturedStdout();
   // One epoch: no "Epoch 1/1" header (Keras prints it only when epochs > 1).
-  EXPECT_TRUE(std::regex_match(
-      out, std::regex(R"(4/4 - \d+s - \d+(s|ms|us)/step - loss: \d+\.\d{4} - accuracy: \d\.\d{4}\n)")))
+  EXPECT_TRUE(
+      std::regex_match(out, std::regex(R"(4/4 - \d+s - \d+(s|ms|us)/step - loss: \d+\.\d{4} - accuracy: \d\.\d{4}\n)")))
       << out;
 
   std::ostringstream os;
@@ -395,15 +391,14 @@ TEST(ProgbarLogger, VerboseTwoOnStdoutAndBarWhenVerboseOne) {
   ASSERT_GE(lines.size(), 1u);
   EXPECT_TRUE(std::regex_match(
       lines.back(),
-      std::regex(
-          R"(4/4 \[====================\] \d+s \d+(s|ms|us)/step - loss: \d+\.\d{4} - accuracy: \d\.\d{4})")))
+      std::regex(R"(4/4 \[====================\] \d+s \d+(s|ms|us)/step - loss: \d+\.\d{4} - accuracy: \d\.\d{4})")))
       << lines.back();
 
   ::testing::internal::CaptureStdout();
   model->evaluate({.x = {p.x}, .y = {p.y}, .batch_size = 20, .verbose = 2});
   out = ::testing::internal::GetCapturedStdout();
-  EXPECT_TRUE(std::regex_match(
-      out, std::regex(R"(2/2 - \d+s - \d+(s|ms|us)/step - loss: \d+\.\d{4} - accuracy: \d\.\d{4}\n)")))
+  EXPECT_TRUE(
+      std::regex_match(out, std::regex(R"(2/2 - \d+s - \d+(s|ms|us)/step - loss: \d+\.\d{4} - accuracy: \d\.\d{4}\n)")))
       << out;
 }
 
@@ -427,17 +422,12 @@ class Recorder : public Callback {
   void on_epoch_end(int e, Logs& l) override {
     calls.push_back("epoch_end " + std::to_string(e) + (l.count("val_loss") ? " val" : ""));
   }
-  void on_train_batch_begin(int64_t b, const Logs&) override {
-    calls.push_back("batch_begin " + std::to_string(b));
-  }
+  void on_train_batch_begin(int64_t b, const Logs&) override { calls.push_back("batch_begin " + std::to_string(b)); }
   void on_train_batch_end(int64_t b, const Logs& l) override {
-    calls.push_back("batch_end " + std::to_string(b) +
-                    (l.count("loss") && l.count("accuracy") ? " logs" : ""));
+    calls.push_back("batch_end " + std::to_string(b) + (l.count("loss") && l.count("accuracy") ? " logs" : ""));
   }
   void on_test_begin(const Logs&) override { calls.push_back("test_begin"); }
-  void on_test_batch_end(int64_t b, const Logs&) override {
-    calls.push_back("test_batch_end " + std::to_string(b));
-  }
+  void on_test_batch_end(int64_t b, const Logs&) override { calls.push_back("test_batch_end " + std::to_string(b)); }
   void on_test_end(const Logs&) override { calls.push_back("test_end"); }
 };
 
@@ -453,11 +443,10 @@ TEST(Callbacks, HooksRunInKerasOrderWithParams) {
   model->fit(a);
   std::vector<std::string> want{"train_begin"};
   for (int e = 0; e < 2; ++e) {
-    for (auto s :
-         {"epoch_begin " + std::to_string(e), std::string("batch_begin 0"), std::string("batch_end 0 logs"),
-          std::string("batch_begin 1"), std::string("batch_end 1 logs"), std::string("test_begin"),
-          std::string("test_batch_end 0"), std::string("test_batch_end 1"), std::string("test_end"),
-          "epoch_end " + std::to_string(e) + " val"})
+    for (auto s : {"epoch_begin " + std::to_string(e), std::string("batch_begin 0"), std::string("batch_end 0 logs"),
+                   std::string("batch_begin 1"), std::string("batch_end 1 logs"), std::string("test_begin"),
+                   std::string("test_batch_end 0"), std::string("test_batch_end 1"), std::string("test_end"),
+                   "epoch_end " + std::to_string(e) + " val"})
       want.push_back(s);
   }
   want.push_back("train_end");
@@ -557,8 +546,8 @@ TEST(CallbackState, ListRoundTripsEveryCallbacksStateAndWarnsOnAMismatch) {
 }
 
 TEST(CallbackState, StateDoublesKeepInfinitiesAndEveryBit) {
-  for (double v : {0.1, -1.0 / 3, 1e-300, std::numeric_limits<double>::infinity(),
-                   -std::numeric_limits<double>::infinity()})
+  for (double v :
+       {0.1, -1.0 / 3, 1e-300, std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()})
     EXPECT_EQ(state_double(Json::parse(state_double(v).dump())), v);
   EXPECT_TRUE(std::isnan(state_double(Json::parse(state_double(std::nan("")).dump()))));
   EXPECT_THROW(state_double(Json("big")), FormatError);
@@ -583,8 +572,7 @@ TEST(LearningRateScheduler, SetsTheRateEachEpochAndLogsIt) {
 }
 
 TEST(PathFormat, PythonFormatSpecs) {
-  std::map<std::string, FormatValue> v{
-      {"epoch", int64_t{3}}, {"val_loss", 0.4567}, {"tiny", 1e-5}, {"neg", -1.5}};
+  std::map<std::string, FormatValue> v{{"epoch", int64_t{3}}, {"val_loss", 0.4567}, {"tiny", 1e-5}, {"neg", -1.5}};
   EXPECT_EQ(python_format("m-{epoch:02d}-{val_loss:.2f}", v), "m-03-0.46");
   EXPECT_EQ(python_format("{epoch}/{val_loss}", v), "3/0.4567");
   EXPECT_EQ(python_format("{{epoch}}-{epoch:>4}|{epoch:<3}|{epoch:^5}|", v), "{epoch}-   3|3  |  3  |");

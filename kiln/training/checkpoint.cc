@@ -50,8 +50,7 @@ std::string base64_decode(const std::string& in, const std::string& what) {
   int table[256];
   std::fill(std::begin(table), std::end(table), -1);
   for (int i = 0; i < 64; ++i) table[(uint8_t)kB64[i]] = i;
-  if (in.size() % 4 != 0)
-    throw FormatError(what + ": invalid base64 (length " + std::to_string(in.size()) + ")");
+  if (in.size() % 4 != 0) throw FormatError(what + ": invalid base64 (length " + std::to_string(in.size()) + ")");
   std::string out;
   for (size_t i = 0; i < in.size(); i += 4) {
     uint32_t v = 0;
@@ -83,8 +82,7 @@ std::string hex32(uint32_t v) {
 
 bool is_checkpoint_name(const std::string& name) {
   if (name.rfind(kPrefix, 0) != 0 || name.size() == std::strlen(kPrefix)) return false;
-  return std::all_of(name.begin() + std::strlen(kPrefix), name.end(),
-                     [](char c) { return c >= '0' && c <= '9'; });
+  return std::all_of(name.begin() + std::strlen(kPrefix), name.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 int64_t sequence_of(const std::string& name) { return std::stoll(name.substr(std::strlen(kPrefix))); }
@@ -105,11 +103,9 @@ LoadedCheckpoint load_verified(const std::string& dir) {
   const std::string state_path = join_path(dir, kStateFile);
   Json st = parse_json(read_file(state_path), state_path);
   if (!st.is_object() || st.value("format", "") != "kiln.training_state")
-    throw FormatError(state_path +
-                      " is not a kiln training state (\"format\": \"kiln.training_state\" missing)");
+    throw FormatError(state_path + " is not a kiln training state (\"format\": \"kiln.training_state\" missing)");
   if (st.value("format_version", 0) != 1)
-    throw FormatError(state_path + " has an unsupported format_version " +
-                      st.value("format_version", Json(0)).dump());
+    throw FormatError(state_path + " has an unsupported format_version " + st.value("format_version", Json(0)).dump());
   for (const char* key : {"epoch", "batch", "host_rng", "host_rng_epoch_start", "torch_rng", "files"})
     if (!st.contains(key)) throw FormatError(state_path + " lacks \"" + std::string(key) + "\"");
   LoadedCheckpoint out;
@@ -130,8 +126,7 @@ LoadedCheckpoint load_verified(const std::string& dir) {
   for (const char* f : {"weights.safetensors", "optimizer.safetensors", "metrics.safetensors"})
     if (!bytes.count(f)) throw FormatError(state_path + " does not list " + std::string(f));
   out.weights = decode_safetensors(bytes["weights.safetensors"], join_path(dir, "weights.safetensors"));
-  for (auto& [k, v] :
-       decode_safetensors(bytes["optimizer.safetensors"], join_path(dir, "optimizer.safetensors")))
+  for (auto& [k, v] : decode_safetensors(bytes["optimizer.safetensors"], join_path(dir, "optimizer.safetensors")))
     out.optimizer[k] = v;
   out.metrics = decode_safetensors(bytes["metrics.safetensors"], join_path(dir, "metrics.safetensors"));
   if (bytes.count(kCallbacksFile))  // absent in checkpoints of older kiln versions
@@ -202,15 +197,13 @@ std::vector<std::string> list_training_checkpoints(const std::string& backup_dir
   return out;
 }
 
-std::string write_training_checkpoint(const std::string& backup_dir, Model& model, const ResumePoint& point,
-                                      int keep) {
+std::string write_training_checkpoint(const std::string& backup_dir, Model& model, const ResumePoint& point, int keep) {
   make_dirs(backup_dir);
   // Leftovers of a crash mid-write (temporary names start with a dot).
   for (auto& n : list_directory(backup_dir))
     if (n.rfind(std::string(".") + kPrefix, 0) == 0) remove_all(join_path(backup_dir, n));
   auto existing = list_training_checkpoints(backup_dir);
-  int64_t seq =
-      existing.empty() ? 1 : sequence_of(existing.back().substr(existing.back().rfind('/') + 1)) + 1;
+  int64_t seq = existing.empty() ? 1 : sequence_of(existing.back().substr(existing.back().rfind('/') + 1)) + 1;
   char name[32];
   std::snprintf(name, sizeof name, "%s%012lld", kPrefix, (long long)seq);
 

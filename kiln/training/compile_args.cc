@@ -22,7 +22,6 @@ namespace {
 
 const char* const kWhere = "the compile config";
 
-
 // A serialized Keras object: {"module", "class_name", "config", "registered_name"}.
 bool is_serialized_object(const Json& j) { return j.is_object() && j.contains("class_name"); }
 
@@ -90,7 +89,8 @@ CompileArgs CompileArgs::from_json(const Json& j) {
   if (j.contains("loss") && !j["loss"].is_null()) {
     const Json& l = j["loss"];
     if (l.is_array()) {
-      for (size_t i = 0; i < l.size(); ++i) a.output_losses.push_back(one_loss(l[i], "`loss`[" + std::to_string(i) + "]"));
+      for (size_t i = 0; i < l.size(); ++i)
+        a.output_losses.push_back(one_loss(l[i], "`loss`[" + std::to_string(i) + "]"));
     } else if (l.is_object() && !is_serialized_object(l)) {
       for (auto it = l.begin(); it != l.end(); ++it)
         if (LossPtr p = one_loss(it.value(), "`loss`[\"" + it.key() + "\"]")) a.named_losses.emplace_back(it.key(), p);
@@ -101,7 +101,8 @@ CompileArgs CompileArgs::from_json(const Json& j) {
   if (j.contains("loss_weights") && !j["loss_weights"].is_null()) {
     const Json& w = j["loss_weights"];
     if (w.is_array()) {
-      for (size_t i = 0; i < w.size(); ++i) a.loss_weights.push_back(loss_weight(w[i], "`loss_weights`[" + std::to_string(i) + "]"));
+      for (size_t i = 0; i < w.size(); ++i)
+        a.loss_weights.push_back(loss_weight(w[i], "`loss_weights`[" + std::to_string(i) + "]"));
     } else if (w.is_object()) {
       for (auto it = w.begin(); it != w.end(); ++it)
         a.named_loss_weights.emplace_back(it.key(), loss_weight(it.value(), "`loss_weights`[\"" + it.key() + "\"]"));
@@ -137,8 +138,10 @@ CompileArgs CompileArgs::from_json(const Json& j) {
               "not a mix. Received: " +
               json_excerpt(ms));
         const std::string where = "`metrics`[" + std::to_string(i) + "]";
-        if (!nested) a.metrics.push_back(one_metric(m, loss_of(0), where));
-        else a.output_metrics.push_back(metric_list(m, loss_of(i), where));
+        if (!nested)
+          a.metrics.push_back(one_metric(m, loss_of(0), where));
+        else
+          a.output_metrics.push_back(metric_list(m, loss_of(i), where));
       }
     }
   }
@@ -162,8 +165,8 @@ CompileArgs CompileArgs::from_json(const Json& j) {
   // computes the same values, so any boolean (or "auto") is accepted.
   for (const char* key : {"run_eagerly", "jit_compile"})
     if (j.contains(key) && !j[key].is_null() && !j[key].is_boolean() && j[key] != "auto")
-      throw ValueError(std::string("compile config: `") + key + "` must be true, false or \"auto\". Received: " +
-                       json_excerpt(j[key]));
+      throw ValueError(std::string("compile config: `") + key +
+                       "` must be true, false or \"auto\". Received: " + json_excerpt(j[key]));
   // auto_scale_loss: Keras's default (true) only acts under mixed_float16;
   // kiln has no automatic loss scaling, so the flag is accepted and noted
   // in docs/SPEC.md.

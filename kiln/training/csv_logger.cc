@@ -67,9 +67,7 @@ void CSVLogger::on_train_begin(const Logs&) {
   bytes_ = file_size(file_);
 }
 
-Json CSVLogger::get_state() const {
-  return Json{{"keys", keys_}, {"write_header", write_header_}, {"bytes", bytes_}};
-}
+Json CSVLogger::get_state() const { return Json{{"keys", keys_}, {"write_header", write_header_}, {"bytes", bytes_}}; }
 
 void CSVLogger::set_state(const Json& s) {
   keys_ = s.at("keys").get<std::vector<std::string>>();

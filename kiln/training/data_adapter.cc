@@ -156,8 +156,7 @@ at::Tensor class_weights_for(const at::Tensor& y, const std::map<int64_t, double
   }
   int64_t max_class = cls.numel() ? cls.max().item<int64_t>() : 0;
   for (auto& [c, w] : class_weight) {
-    if (c < 0)
-      throw ValueError("class_weight keys must be class indices >= 0. Received: " + std::to_string(c));
+    if (c < 0) throw ValueError("class_weight keys must be class indices >= 0. Received: " + std::to_string(c));
     max_class = std::max(max_class, c);
   }
   if (cls.numel() && cls.min().item<int64_t>() < 0)
@@ -167,35 +166,31 @@ at::Tensor class_weights_for(const at::Tensor& y, const std::map<int64_t, double
   return table.index_select(0, cls);
 }
 
-std::unique_ptr<DataAdapter> make_tensor_adapter(const Tensors& x, const Tensors& y,
-                                                 const at::Tensor& sample_weight, int64_t batch_size,
-                                                 bool shuffle,
+std::unique_ptr<DataAdapter> make_tensor_adapter(const Tensors& x, const Tensors& y, const at::Tensor& sample_weight,
+                                                 int64_t batch_size, bool shuffle,
                                                  const std::map<int64_t, double>& class_weight) {
   if (x.empty()) throw ValueError("no input data: pass x (one tensor per model input) or a dataset");
   if (batch_size <= 0)
-    throw ValueError("batch_size must be a positive integer. Received: batch_size=" +
-                     std::to_string(batch_size));
+    throw ValueError("batch_size must be a positive integer. Received: batch_size=" + std::to_string(batch_size));
   const int64_t n = rows(x[0]);
   for (size_t i = 0; i < x.size(); ++i) {
     if (!x[i].defined()) throw ValueError("x[" + std::to_string(i) + "] is an undefined tensor");
     if (rows(x[i]) != n)
-      throw ValueError("all inputs must have the same number of samples: x[0] has " + std::to_string(n) +
-                       ", x[" + std::to_string(i) + "] has " + std::to_string(rows(x[i])));
+      throw ValueError("all inputs must have the same number of samples: x[0] has " + std::to_string(n) + ", x[" +
+                       std::to_string(i) + "] has " + std::to_string(rows(x[i])));
   }
   for (size_t i = 0; i < y.size(); ++i) {
     if (!y[i].defined()) throw ValueError("y[" + std::to_string(i) + "] is an undefined tensor");
     if (rows(y[i]) != n)
-      throw ValueError("x and y must have the same number of samples: x has " + std::to_string(n) +
-                       " and y has " + std::to_string(rows(y[i])) +
-                       (y.size() > 1 ? " (y[" + std::to_string(i) + "])" : ""));
+      throw ValueError("x and y must have the same number of samples: x has " + std::to_string(n) + " and y has " +
+                       std::to_string(rows(y[i])) + (y.size() > 1 ? " (y[" + std::to_string(i) + "])" : ""));
   }
   if (n == 0) throw ValueError("the input data has 0 samples");
   at::Tensor sw;
   if (sample_weight.defined()) {
     if (sample_weight.dim() == 0 || rows(sample_weight) != n)
       throw ValueError("sample_weight must have one weight per sample: x has " + std::to_string(n) +
-                       " samples and sample_weight has shape " +
-                       std::string(c10::str(sample_weight.sizes())));
+                       " samples and sample_weight has shape " + std::string(c10::str(sample_weight.sizes())));
     sw = sample_weight.to(at::kFloat);
   }
   if (!class_weight.empty()) {

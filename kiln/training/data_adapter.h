@@ -47,9 +47,8 @@ class DataAdapter {
 
 // x: one tensor per input; y may be empty (predict). ValueError names the
 // lengths when x, y and sample_weight disagree.
-std::unique_ptr<DataAdapter> make_tensor_adapter(const Tensors& x, const Tensors& y,
-                                                 const at::Tensor& sample_weight, int64_t batch_size,
-                                                 bool shuffle,
+std::unique_ptr<DataAdapter> make_tensor_adapter(const Tensors& x, const Tensors& y, const at::Tensor& sample_weight,
+                                                 int64_t batch_size, bool shuffle,
                                                  const std::map<int64_t, double>& class_weight = {});
 
 // num_inputs / num_outputs split each element (num_outputs 0: inputs only).

@@ -36,9 +36,8 @@ TEST(FitWithEma, EndsWithTheMovingAverages) {
   ASSERT_EQ(rec->after_batch.size(), 8u);
 
   set_random_seed(11);
-  auto ema = make_model(Optimizer::from_json(
-      Json{{"class_name", "SGD"},
-           {"config", {{"learning_rate", 0.1}, {"use_ema", true}, {"ema_momentum", momentum}}}}));
+  auto ema = make_model(Optimizer::from_json(Json{
+      {"class_name", "SGD"}, {"config", {{"learning_rate", 0.1}, {"use_ema", true}, {"ema_momentum", momentum}}}}));
   FitArgs b = quiet(p, 2);
   b.shuffle = false;
   ema->fit(b);

@@ -42,8 +42,8 @@ TEST(EndToEnd, RealLayersLearnAndTheCheckpointedModelLoadsBack) {
   a.verbose = 0;
   a.validation_x = {val.x};
   a.validation_y = {val.y};
-  a.callbacks = {std::make_shared<ModelCheckpoint>(tmp.path() + "/best",
-                                                   ModelCheckpointOptions{.save_best_only = true})};
+  a.callbacks = {
+      std::make_shared<ModelCheckpoint>(tmp.path() + "/best", ModelCheckpointOptions{.save_best_only = true})};
   History h = model->fit(a);
   EXPECT_LT(h.history["loss"].back(), h.history["loss"].front());
   EXPECT_GT(h.last("val_accuracy"), 0.97);

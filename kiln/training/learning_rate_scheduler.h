@@ -37,8 +37,8 @@ class LearningRateScheduler : public Callback {
  private:
   Schedule schedule_;
   int verbose_;
-  int epoch_ = -1;            // the epoch whose rate was last set
-  double lr_before_ = 0.0;    // the rate before that epoch's schedule call
+  int epoch_ = -1;          // the epoch whose rate was last set
+  double lr_before_ = 0.0;  // the rate before that epoch's schedule call
 };
 
 }  // namespace kiln

@@ -16,8 +16,7 @@ namespace {
 std::shared_ptr<Sequential> tagger() {
   return std::make_shared<Sequential>(std::vector<LayerPtr>{
       std::make_shared<Embedding>(6, 4, Json{{"mask_zero", true}}),
-      std::make_shared<LSTM>(Json{{"units", 3}, {"return_sequences", true}}),
-      std::make_shared<Dense>(2, "softmax")});
+      std::make_shared<LSTM>(Json{{"units", 3}, {"return_sequences", true}}), std::make_shared<Dense>(2, "softmax")});
 }
 
 TEST(MaskedLoss, LossAndAccuracyCountValidStepsOnly) {

@@ -83,13 +83,12 @@ void ModelCheckpoint::save(int epoch, std::optional<int64_t> batch, const Logs& 
     const bool better = !best_ || (maximize_ ? current > *best_ : current < *best_);
     if (!better) {
       if (o_.verbose > 0)
-        std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " did not improve from " << *best_
-                  << "\n";
+        std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " did not improve from " << *best_ << "\n";
       return;
     }
     if (o_.verbose > 0)
-      std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " improved to " << current
-                << ", saving model to " << path << "\n";
+      std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " improved to " << current << ", saving model to "
+                << path << "\n";
     best_ = current;
   } else if (o_.verbose > 0) {
     std::cout << "\nEpoch " << epoch + 1 << ": saving model to " << path << "\n";

@@ -93,7 +93,8 @@ TEST(MultiOutput, TheStepDifferentiatesTheWeightedTotal) {
   // change the digit head (and report the pre-update weighted loss).
   DigitSign t = digit_sign();
   HandLogs e = logs_by_hand(t);
-  t.model->compile(CompileArgs::from_json(Json::parse(R"({"optimizer": {"class_name": "SGD", "config": {"learning_rate": 0.1}},
+  t.model->compile(
+      CompileArgs::from_json(Json::parse(R"({"optimizer": {"class_name": "SGD", "config": {"learning_rate": 0.1}},
       "loss": ["sparse_categorical_crossentropy", "binary_crossentropy"], "loss_weights": [1.0, 0.0]})")));
   Tensors sign_before = t.model->get_layer("sign")->get_weights();
   Tensors digit_before = t.model->get_layer("digit")->get_weights();
@@ -111,8 +112,8 @@ TEST(MultiOutput, FitLogsEveryOutputWithValPrefixes) {
   t.model->compile(CompileArgs::from_json(Json::parse(R"({"optimizer": "adam",
       "loss": {"digit": "sparse_categorical_crossentropy", "sign": "binary_crossentropy"},
       "metrics": [["accuracy"], ["accuracy"]]})")));
-  History h = t.model->fit({.x = {t.x}, .y = {t.digit, t.sign}, .batch_size = 8, .epochs = 2, .verbose = 0,
-                            .validation_split = 0.25});
+  History h = t.model->fit(
+      {.x = {t.x}, .y = {t.digit, t.sign}, .batch_size = 8, .epochs = 2, .verbose = 0, .validation_split = 0.25});
   for (const char* key : {"loss", "digit_loss", "sign_loss", "digit_accuracy", "sign_accuracy", "val_loss",
                           "val_digit_loss", "val_sign_loss", "val_digit_accuracy", "val_sign_accuracy"}) {
     ASSERT_TRUE(h.history.count(key)) << key;
@@ -120,7 +121,8 @@ TEST(MultiOutput, FitLogsEveryOutputWithValPrefixes) {
   }
   EXPECT_EQ(h.history.size(), 10u);
   // The validation logs are evaluate()'s on the held-out quarter.
-  auto r = t.model->evaluate({.x = {t.x.narrow(0, 30, 10)}, .y = {t.digit.narrow(0, 30, 10), t.sign.narrow(0, 30, 10)}});
+  auto r =
+      t.model->evaluate({.x = {t.x.narrow(0, 30, 10)}, .y = {t.digit.narrow(0, 30, 10), t.sign.narrow(0, 30, 10)}});
   for (auto& [k, v] : r) EXPECT_NEAR(h.last("val_" + k), v, 1e-6) << k;
   // A loss that lowers is one kiln tracks as lower-is-better.
   EXPECT_EQ(t.model->train_state().higher_is_better("val_digit_loss"), false);

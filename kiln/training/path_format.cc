@@ -49,8 +49,7 @@ Spec parse_spec(const std::string& s, const std::string& pattern) {
     if (i >= s.size() || !std::isdigit((unsigned char)s[i]))
       bad(pattern, "format spec '" + s + "' has '.' without a precision");
     sp.precision = 0;
-    while (i < s.size() && std::isdigit((unsigned char)s[i]))
-      sp.precision = sp.precision * 10 + (s[i++] - '0');
+    while (i < s.size() && std::isdigit((unsigned char)s[i])) sp.precision = sp.precision * 10 + (s[i++] - '0');
   }
   if (i < s.size()) sp.type = s[i++];
   if (i != s.size()) bad(pattern, "invalid format spec '" + s + "'");
@@ -192,8 +191,7 @@ std::string python_format(const std::string& pattern, const std::map<std::string
     if (std::holds_alternative<int64_t>(it->second)) {
       int64_t v = std::get<int64_t>(it->second);
       if (sp.type == 0 || sp.type == 'd') {
-        if (sp.precision >= 0)
-          bad(pattern, "precision not allowed in integer format specifier '" + spec_text + "'");
+        if (sp.precision >= 0) bad(pattern, "precision not allowed in integer format specifier '" + spec_text + "'");
         negative = v < 0;
         body = std::to_string(negative ? -(uint64_t)v : (uint64_t)v);
       } else if (std::string("fFeEgG%").find(sp.type) != std::string::npos) {
@@ -209,8 +207,7 @@ std::string python_format(const std::string& pattern, const std::map<std::string
       double d = std::get<double>(it->second);
       negative = std::signbit(d) && !std::isnan(d);
       if (sp.type == 0) {
-        body =
-            sp.precision >= 0 ? fmt_float(std::fabs(d), 'g', sp.precision) : python_float_repr(std::fabs(d));
+        body = sp.precision >= 0 ? fmt_float(std::fabs(d), 'g', sp.precision) : python_float_repr(std::fabs(d));
       } else if (std::string("fFeEgG%").find(sp.type) != std::string::npos) {
         body = fmt_float(std::fabs(d), sp.type, sp.precision);
       } else {

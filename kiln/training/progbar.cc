@@ -58,8 +58,7 @@ std::string Progbar::format_value(double v) {
   return std::fabs(v) > 1e-3 ? printf_string("%.4f", v) : printf_string("%.4e", v);
 }
 
-void Progbar::update(int64_t current, const std::vector<std::pair<std::string, double>>& values,
-                     bool finalize) {
+void Progbar::update(int64_t current, const std::vector<std::pair<std::string, double>>& values, bool finalize) {
   const auto now = Clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double per_unit = current > 0 ? elapsed / (double)current : 0.0;
@@ -107,8 +106,8 @@ void Progbar::update(int64_t current, const std::vector<std::pair<std::string, d
     os_ << line << std::flush;
   } else if (verbose_ == 2 && finalize) {
     const int64_t target = target_ > 0 ? target_ : current;
-    os_ << count_text(current, target) << printf_string(" - %.0fs", elapsed) << " -"
-        << format_time(per_unit, unit_) << metrics << "\n"
+    os_ << count_text(current, target) << printf_string(" - %.0fs", elapsed) << " -" << format_time(per_unit, unit_)
+        << metrics << "\n"
         << std::flush;
   }
 }

@@ -35,8 +35,7 @@ class Progbar {
           int dynamic = -1);
 
   // `current` steps are done; values are printed in the given order.
-  void update(int64_t current, const std::vector<std::pair<std::string, double>>& values,
-              bool finalize = false);
+  void update(int64_t current, const std::vector<std::pair<std::string, double>>& values, bool finalize = false);
   void set_target(int64_t target) { target_ = target; }
 
   // " 4ms/step" (Keras's _format_time).

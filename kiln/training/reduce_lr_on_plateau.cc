@@ -35,7 +35,8 @@ void ReduceLROnPlateau::on_train_begin(const Logs&) {
 }
 
 Json ReduceLROnPlateau::get_state() const {
-  return Json{{"best", state_double(best_)}, {"wait", wait_}, {"cooldown_counter", cooldown_counter_}, {"warned", warned_}};
+  return Json{
+      {"best", state_double(best_)}, {"wait", wait_}, {"cooldown_counter", cooldown_counter_}, {"warned", warned_}};
 }
 
 void ReduceLROnPlateau::set_state(const Json& s) {
@@ -75,8 +76,7 @@ void ReduceLROnPlateau::on_epoch_end(int epoch, Logs& logs) {
         const double new_lr = std::max(old_lr * o_.factor, o_.min_lr);
         opt.set_learning_rate(new_lr);
         if (o_.verbose > 0)
-          std::cout << "\nEpoch " << epoch + 1 << ": ReduceLROnPlateau reducing learning rate to " << new_lr
-                    << ".\n";
+          std::cout << "\nEpoch " << epoch + 1 << ": ReduceLROnPlateau reducing learning rate to " << new_lr << ".\n";
         cooldown_counter_ = o_.cooldown;
         wait_ = 0;
       }

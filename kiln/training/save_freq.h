@@ -17,8 +17,8 @@ class SaveFreq {
   SaveFreq(const char* s) : SaveFreq(std::string(s)) {}
   SaveFreq(const std::string& s) {
     if (s != "epoch")
-      throw ValueError("save_freq must be \"epoch\" or a positive number of batches. Received: save_freq=\"" +
-                       s + "\"");
+      throw ValueError("save_freq must be \"epoch\" or a positive number of batches. Received: save_freq=\"" + s +
+                       "\"");
   }
   SaveFreq(int batches) : SaveFreq(static_cast<int64_t>(batches)) {}
   SaveFreq(int64_t batches) : batches_(batches) {

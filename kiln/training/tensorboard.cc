@@ -6,8 +6,7 @@
 
 namespace kiln {
 
-TensorBoard::TensorBoard(std::string log_dir, TensorBoardOptions options)
-    : log_dir_(std::move(log_dir)), o_(options) {
+TensorBoard::TensorBoard(std::string log_dir, TensorBoardOptions options) : log_dir_(std::move(log_dir)), o_(options) {
   if (log_dir_.empty()) throw ValueError("TensorBoard: `log_dir` must not be empty");
 }
 
@@ -45,8 +44,7 @@ void TensorBoard::on_epoch_end(int epoch, Logs& logs) {
     train_writer().add_scalar("epoch_" + k, v, epoch);
   }
   if (!has_lr && model().compiled())
-    train_writer().add_scalar("epoch_learning_rate", model().train_state().optimizer().learning_rate(),
-                              epoch);
+    train_writer().add_scalar("epoch_learning_rate", model().train_state().optimizer().learning_rate(), epoch);
   train_writer().flush();
   if (has_val) {
     for (auto& [k, v] : logs)

@@ -32,9 +32,7 @@ void put_varint(std::string& out, uint64_t v) {
   }
   out.push_back(static_cast<char>(v));
 }
-void put_tag(std::string& out, uint32_t field, uint32_t wire_type) {
-  put_varint(out, (field << 3) | wire_type);
-}
+void put_tag(std::string& out, uint32_t field, uint32_t wire_type) { put_varint(out, (field << 3) | wire_type); }
 void put_fixed64(std::string& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }

@@ -131,16 +131,14 @@ StepPipeline StepPipeline::standard() {
 
 TrainState::TrainState(const CompileArgs& args)
     : args_(args), loss_tracker_(std::make_shared<Mean>("loss")), pipeline_(StepPipeline::standard()) {
-  if (!args_.optimizer)
-    throw ValueError("compile: an optimizer is required (e.g. \"adam\"). Received: optimizer=null");
+  if (!args_.optimizer) throw ValueError("compile: an optimizer is required (e.g. \"adam\"). Received: optimizer=null");
   const int loss_forms = (args_.loss != nullptr) + !args_.output_losses.empty() + !args_.named_losses.empty();
   if (loss_forms > 1)
     throw ValueError(
         "compile: give one loss for every output, a list (one per output) or a dict by output name, not several");
   if (!args_.loss_weights.empty() && !args_.named_loss_weights.empty())
     throw ValueError("compile: give `loss_weights` as a list (one per output) or a dict by output name, not both");
-  const int metric_forms =
-      !args_.metrics.empty() + !args_.output_metrics.empty() + !args_.named_metrics.empty();
+  const int metric_forms = !args_.metrics.empty() + !args_.output_metrics.empty() + !args_.named_metrics.empty();
   if (metric_forms > 1)
     throw ValueError(
         "compile: give `metrics` (applied to every output), `output_metrics` (one list per output) or metrics by "
@@ -161,8 +159,7 @@ TrainState::TrainState(const CompileArgs& args)
     for (auto& m : list) {
       for (auto& n : names)
         if (n == m->name())
-          throw ValueError("compile: two metrics are named '" + n +
-                           "'; metric names must be unique (give one a name)");
+          throw ValueError("compile: two metrics are named '" + n + "'; metric names must be unique (give one a name)");
       names.push_back(m->name());
     }
   };
@@ -199,8 +196,8 @@ std::string join_names(const std::vector<std::string>& names) {
 size_t output_index(const std::vector<std::string>& outputs, const std::string& name, const std::string& what) {
   for (size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i] == name) return i;
-  throw ValueError("compile: `" + what + "` names output '" + name + "', but the model's outputs are: " +
-                   join_names(outputs));
+  throw ValueError("compile: `" + what + "` names output '" + name +
+                   "', but the model's outputs are: " + join_names(outputs));
 }
 
 template <class T>
@@ -208,8 +205,8 @@ void check_count(const std::vector<T>& list, size_t n, const std::string& what,
                  const std::vector<std::string>& outputs) {
   if (!list.empty() && list.size() != n)
     throw ValueError("compile: `" + what + "` must have one " + (what == "output_metrics" ? "list" : "entry") +
-                     " per model output (" + std::to_string(n) + ": " +
-                     join_names(outputs) + "). Received " + std::to_string(list.size()));
+                     " per model output (" + std::to_string(n) + ": " + join_names(outputs) + "). Received " +
+                     std::to_string(list.size()));
 }
 
 }  // namespace
@@ -296,8 +293,7 @@ Loss& TrainState::loss() {
   for (auto& l : args_.output_losses)
     if (l) return *l;
   if (!args_.named_losses.empty()) return *args_.named_losses.front().second;
-  throw StateError(
-      "the model was compiled without a loss; call compile() with a loss before fit()/evaluate()");
+  throw StateError("the model was compiled without a loss; call compile() with a loss before fit()/evaluate()");
 }
 
 std::vector<Metric*> TrainState::all_metrics() {

@@ -67,9 +67,8 @@ Logs run_test_loop(Model& model, TrainState& ts, DataAdapter& data, int64_t step
   return logs;
 }
 
-std::unique_ptr<DataAdapter> eval_adapter(Model& model, const Tensors& x, const Tensors& y,
-                                          const at::Tensor& sw, const std::optional<Dataset>& ds,
-                                          int64_t batch_size) {
+std::unique_ptr<DataAdapter> eval_adapter(Model& model, const Tensors& x, const Tensors& y, const at::Tensor& sw,
+                                          const std::optional<Dataset>& ds, int64_t batch_size) {
   if (ds) {
     if (!x.empty() || !y.empty()) throw ValueError("pass either x/y tensors or a dataset, not both");
     auto probe = make_dataset_adapter(*ds, model.num_inputs(), 0);
@@ -98,8 +97,7 @@ void Model::compile(const CompileArgs& args) {
   compile_args_ = std::make_unique<CompileArgs>(args);
 }
 
-void Model::compile(const std::string& optimizer, const std::string& loss,
-                    const std::vector<std::string>& metrics) {
+void Model::compile(const std::string& optimizer, const std::string& loss, const std::vector<std::string>& metrics) {
   compile(CompileArgs::from_names(optimizer, loss, metrics));
 }
 
@@ -120,11 +118,9 @@ const CompileArgs& Model::compile_args() const {
 History Model::fit(const FitArgs& a) {
   TrainState& ts = train_state();
   ts.loss();  // StateError without a loss
-  if (a.epochs < 0)
-    throw ValueError("fit: `epochs` must be >= 0. Received: epochs=" + std::to_string(a.epochs));
+  if (a.epochs < 0) throw ValueError("fit: `epochs` must be >= 0. Received: epochs=" + std::to_string(a.epochs));
   if (a.initial_epoch < 0)
-    throw ValueError("fit: `initial_epoch` must be >= 0. Received: initial_epoch=" +
-                     std::to_string(a.initial_epoch));
+    throw ValueError("fit: `initial_epoch` must be >= 0. Received: initial_epoch=" + std::to_string(a.initial_epoch));
   if (a.validation_split < 0 || a.validation_split >= 1)
     throw ValueError("fit: `validation_split` must be in [0, 1). Received: validation_split=" +
                      std::to_string(a.validation_split));
@@ -138,8 +134,7 @@ History Model::fit(const FitArgs& a) {
   if (a.dataset) {
     if (!a.x.empty() || !a.y.empty()) throw ValueError("fit: pass either x/y tensors or a dataset, not both");
     if (a.validation_split > 0)
-      throw ValueError(
-          "fit: validation_split is only supported for tensor inputs; pass validation_dataset instead");
+      throw ValueError("fit: validation_split is only supported for tensor inputs; pass validation_dataset instead");
     auto probe = make_dataset_adapter(*a.dataset, num_inputs(), 0);
     size_t n_out = build_and_count_outputs(*this, probe->sample_inputs(), true);
     train = make_dataset_adapter(*a.dataset, num_inputs(), n_out, a.class_weight);
@@ -159,8 +154,7 @@ History Model::fit(const FitArgs& a) {
                          std::to_string(split_at) + " training and " + std::to_string(n - split_at) +
                          " validation samples out of " + std::to_string(n) + "; both must be non-empty");
       val = make_tensor_adapter(slice_rows(x, split_at, n), slice_rows(y, split_at, n),
-                                sw.defined() ? sw.narrow(0, split_at, n - split_at) : at::Tensor(), val_batch,
-                                false);
+                                sw.defined() ? sw.narrow(0, split_at, n - split_at) : at::Tensor(), val_batch, false);
       x = slice_rows(x, 0, split_at);
       y = slice_rows(y, 0, split_at);
       if (sw.defined()) sw = sw.narrow(0, 0, split_at);
@@ -178,8 +172,7 @@ History Model::fit(const FitArgs& a) {
   }
   const int64_t card = train->num_batches();
   if (card == kInfiniteCardinality && a.steps_per_epoch <= 0)
-    throw ValueError(
-        "fit: the dataset is infinite; pass steps_per_epoch to say how many batches make an epoch");
+    throw ValueError("fit: the dataset is infinite; pass steps_per_epoch to say how many batches make an epoch");
   int64_t steps = a.steps_per_epoch > 0 ? a.steps_per_epoch : (card >= 0 ? card : -1);
   if (a.steps_per_epoch > 0 && card >= 0) steps = std::min(steps, card);
 
@@ -293,8 +286,7 @@ std::map<std::string, double> Model::evaluate(const EvaluateArgs& a) {
   ts.loss();
   auto data = eval_adapter(*this, a.x, a.y, a.sample_weight, a.dataset, a.batch_size);
   int64_t card = data->num_batches();
-  if (card == kInfiniteCardinality && a.steps <= 0)
-    throw ValueError("evaluate: the dataset is infinite; pass `steps`");
+  if (card == kInfiniteCardinality && a.steps <= 0) throw ValueError("evaluate: the dataset is infinite; pass `steps`");
   int64_t steps = a.steps > 0 ? (card >= 0 ? std::min(a.steps, card) : a.steps) : (card >= 0 ? card : -1);
   const int verbose = resolve_verbose(a.verbose);
   CallbackList cbs(a.callbacks, false, verbose != 0, this, params_json(verbose, 1, steps, false));
@@ -357,7 +349,7 @@ std::map<std::string, double> Model::train_on_batch(const Tensors& x, const Tens
                                                     const at::Tensor& sample_weight) {
   TrainState& ts = train_state();
   make_tensor_adapter(x, y, sample_weight, 1, false);  // validates lengths
-  ts.reset_metrics();  // this batch's values only (Keras 3)
+  ts.reset_metrics();                                  // this batch's values only (Keras 3)
   StepData s;
   s.model = this;
   s.x = x;

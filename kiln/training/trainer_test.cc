@@ -281,9 +281,8 @@ TEST(Pipeline, StagesRunInOrderAndCanBeReplaced) {
   wrap(pl.apply_gradients, "apply_gradients");
   wrap(pl.update_metrics, "update_metrics");
   model->train_on_batch({p.x}, {p.y});
-  EXPECT_EQ(order,
-            (std::vector<std::string>{"forward", "compute_loss", "scale_loss", "backward", "reduce_gradients",
-                                      "unscale_and_check", "apply_gradients", "update_metrics"}));
+  EXPECT_EQ(order, (std::vector<std::string>{"forward", "compute_loss", "scale_loss", "backward", "reduce_gradients",
+                                             "unscale_and_check", "apply_gradients", "update_metrics"}));
   order.clear();
   model->test_on_batch({p.x}, {p.y});
   EXPECT_EQ(order, (std::vector<std::string>{"forward", "compute_loss", "update_metrics"}));
@@ -347,8 +346,8 @@ TEST(Compile, MetricsForEveryOutputOfAMultiOutputModel) {
   EXPECT_DOUBLE_EQ(r.at("head_a_accuracy"), 1.0);
   EXPECT_DOUBLE_EQ(r.at("head_b_accuracy"), 0.0);
   // Per-output lists (Keras's nested list), also through the JSON form.
-  Json j = Json::parse(
-      R"({"optimizer": "sgd", "loss": "sparse_categorical_crossentropy", "metrics": [["accuracy"], []]})");
+  Json j =
+      Json::parse(R"({"optimizer": "sgd", "loss": "sparse_categorical_crossentropy", "metrics": [["accuracy"], []]})");
   CompileArgs per_output = CompileArgs::from_json(j);
   ASSERT_EQ(per_output.output_metrics.size(), 2u);
   model->compile(per_output);
@@ -363,7 +362,8 @@ TEST(Compile, MetricsForEveryOutputOfAMultiOutputModel) {
     model->compile(wrong);
     ADD_FAILURE() << "expected ValueError";
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("one list per model output (2: head_a, head_b)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("one list per model output (2: head_a, head_b)"), std::string::npos)
+        << e.what();
   }
 }
 

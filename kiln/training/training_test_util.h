@@ -79,8 +79,7 @@ inline FitArgs quiet(const Problem& p, int epochs, int64_t batch = 16) {
 }
 
 inline LossPtr scce_logits() {
-  return Loss::from_json(
-      Json{{"class_name", "SparseCategoricalCrossentropy"}, {"config", {{"from_logits", true}}}});
+  return Loss::from_json(Json{{"class_name", "SparseCategoricalCrossentropy"}, {"config", {{"from_logits", true}}}});
 }
 
 inline OptimizerPtr optimizer(const std::string& cls, double lr) {

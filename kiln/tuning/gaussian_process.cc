@@ -88,10 +88,9 @@ double GaussianProcess::neg_lml(const std::vector<double>& theta, bool keep) {
   return nll;
 }
 
-void GaussianProcess::fit(const std::vector<std::vector<double>>& X, const std::vector<double>& y,
-                          double min_noise, uint64_t seed) {
-  if (X.empty() || X.size() != y.size())
-    throw ValueError("GaussianProcess.fit needs as many targets as points");
+void GaussianProcess::fit(const std::vector<std::vector<double>>& X, const std::vector<double>& y, double min_noise,
+                          uint64_t seed) {
+  if (X.empty() || X.size() != y.size()) throw ValueError("GaussianProcess.fit needs as many targets as points");
   X_ = X;
   min_noise_ = min_noise;
   const size_t n = y.size(), d = X[0].size();

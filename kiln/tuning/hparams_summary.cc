@@ -55,8 +55,8 @@ void write_plugin_event(EventFileWriter& w, const std::string& tag, const hp::HP
 
 }  // namespace
 
-void write_hparams_experiment(EventFileWriter& w, const HyperParameters& space,
-                              const std::vector<std::string>& metrics, double wall_time) {
+void write_hparams_experiment(EventFileWriter& w, const HyperParameters& space, const std::vector<std::string>& metrics,
+                              double wall_time) {
   hp::HParamsPluginData data;
   auto* ex = data.mutable_experiment();
   ex->set_time_created_secs(wall_time);
@@ -93,8 +93,8 @@ void write_hparams_experiment(EventFileWriter& w, const HyperParameters& space,
   write_plugin_event(w, "_hparams_/experiment", data, wall_time);
 }
 
-void write_hparams_session_start(EventFileWriter& w, const HyperParameters& values,
-                                 const std::string& trial_id, double wall_time) {
+void write_hparams_session_start(EventFileWriter& w, const HyperParameters& values, const std::string& trial_id,
+                                 double wall_time) {
   hp::HParamsPluginData data;
   auto* start = data.mutable_session_start_info();
   for (auto& [name, v] : values.values()) (*start->mutable_hparams())[name] = to_proto_value(v);

@@ -21,16 +21,15 @@ class EventFileWriter;
 
 namespace kiln::tuning {
 
-
 // Writes the experiment summary: every hyperparameter of `space` (Int/Float
 // with their interval, Boolean and Choice with their values, Fixed as its one
 // value) and `metrics` (scalar tags in each trial's run).
-void write_hparams_experiment(EventFileWriter& w, const HyperParameters& space,
-                              const std::vector<std::string>& metrics, double wall_time);
+void write_hparams_experiment(EventFileWriter& w, const HyperParameters& space, const std::vector<std::string>& metrics,
+                              double wall_time);
 
 // A trial's session start: its active values; group = its trial id.
-void write_hparams_session_start(EventFileWriter& w, const HyperParameters& values,
-                                 const std::string& trial_id, double wall_time);
+void write_hparams_session_start(EventFileWriter& w, const HyperParameters& values, const std::string& trial_id,
+                                 double wall_time);
 
 // A trial's session end. COMPLETED is success, FAILED failure; STOPPED
 // (pruned) and anything else is written as unknown, since the plugin has no

@@ -106,8 +106,7 @@ Sampling sampling_from_name(const std::string& name) {
   if (name == "linear") return Sampling::kLinear;
   if (name == "log") return Sampling::kLog;
   if (name == "reverse_log") return Sampling::kReverseLog;
-  throw ValueError("`sampling` must be one of \"linear\", \"log\", \"reverse_log\". Received: \"" + name +
-                   "\"");
+  throw ValueError("`sampling` must be one of \"linear\", \"log\", \"reverse_log\". Received: \"" + name + "\"");
 }
 
 // --- HyperParameter ---------------------------------------------------------------------
@@ -201,8 +200,7 @@ Value HyperParameter::decode(const double* in) const {
   switch (kind) {
     case HpKind::kInt: {
       double v = from_unit(in[0], min_value, max_value, sampling);
-      return static_cast<int64_t>(
-          std::llround(snap(std::round(v), min_value, max_value, step.value_or(1.0))));
+      return static_cast<int64_t>(std::llround(snap(std::round(v), min_value, max_value, step.value_or(1.0))));
     }
     case HpKind::kFloat:
       return snap(from_unit(in[0], min_value, max_value, sampling), min_value, max_value, step);
@@ -344,8 +342,7 @@ HyperParameters::Scope::~Scope() {
   if (hp_) hp_->scope_stack_.pop_back();
 }
 
-HyperParameters::Scope HyperParameters::conditional_scope(const std::string& parent,
-                                                          const std::vector<Value>& values) {
+HyperParameters::Scope HyperParameters::conditional_scope(const std::string& parent, const std::vector<Value>& values) {
   if (!find(parent))
     throw ValueError("conditional_scope: parent hyperparameter '" + parent +
                      "' is not declared yet; declare it before the scope");
@@ -383,13 +380,11 @@ Value HyperParameters::declare(HyperParameter hp) {
   } else {
     if (hp.kind == HpKind::kInt || hp.kind == HpKind::kFloat) {
       if (hp.min_value > hp.max_value)
-        throw ValueError(hp.kind_name() + " '" + hp.name +
-                         "': min_value must be <= max_value. Received: min_value=" +
+        throw ValueError(hp.kind_name() + " '" + hp.name + "': min_value must be <= max_value. Received: min_value=" +
                          value_to_string(hp.min_value) + ", max_value=" + value_to_string(hp.max_value));
       if (hp.sampling != Sampling::kLinear && hp.min_value <= 0)
-        throw ValueError(
-            hp.kind_name() + " '" + hp.name + "': " + sampling_name(hp.sampling) +
-            " sampling needs min_value > 0. Received: min_value=" + value_to_string(hp.min_value));
+        throw ValueError(hp.kind_name() + " '" + hp.name + "': " + sampling_name(hp.sampling) +
+                         " sampling needs min_value > 0. Received: min_value=" + value_to_string(hp.min_value));
       if (hp.step && *hp.step <= 0)
         throw ValueError(hp.kind_name() + " '" + hp.name +
                          "': step must be positive. Received: step=" + value_to_string(*hp.step));
@@ -404,8 +399,7 @@ Value HyperParameters::declare(HyperParameter hp) {
   return it != values_.end() ? it->second : h.default_or_min();
 }
 
-int64_t HyperParameters::Int(const std::string& name, int64_t min_value, int64_t max_value,
-                             const IntOptions& o) {
+int64_t HyperParameters::Int(const std::string& name, int64_t min_value, int64_t max_value, const IntOptions& o) {
   HyperParameter hp;
   hp.kind = HpKind::kInt;
   hp.name = name;
@@ -418,8 +412,7 @@ int64_t HyperParameters::Int(const std::string& name, int64_t min_value, int64_t
   return (int64_t)std::llround(as_double(v));
 }
 
-double HyperParameters::Float(const std::string& name, double min_value, double max_value,
-                              const FloatOptions& o) {
+double HyperParameters::Float(const std::string& name, double min_value, double max_value, const FloatOptions& o) {
   HyperParameter hp;
   hp.kind = HpKind::kFloat;
   hp.name = name;
@@ -457,24 +450,20 @@ std::string HyperParameters::Choice(const std::string& name, const std::vector<s
                                     const ChoiceOptions& o) {
   return value_to_string(declare(choice_hp(name, values, o)));
 }
-int64_t HyperParameters::Choice(const std::string& name, const std::vector<int64_t>& values,
-                                const ChoiceOptions& o) {
+int64_t HyperParameters::Choice(const std::string& name, const std::vector<int64_t>& values, const ChoiceOptions& o) {
   return (int64_t)std::llround(as_double(declare(choice_hp(name, values, o))));
 }
-double HyperParameters::Choice(const std::string& name, const std::vector<double>& values,
-                               const ChoiceOptions& o) {
+double HyperParameters::Choice(const std::string& name, const std::vector<double>& values, const ChoiceOptions& o) {
   return as_double(declare(choice_hp(name, values, o)));
 }
 std::string HyperParameters::Choice(const std::string& name, std::initializer_list<const char*> values,
                                     const ChoiceOptions& o) {
   return Choice(name, std::vector<std::string>(values.begin(), values.end()), o);
 }
-int64_t HyperParameters::Choice(const std::string& name, std::initializer_list<int> values,
-                                const ChoiceOptions& o) {
+int64_t HyperParameters::Choice(const std::string& name, std::initializer_list<int> values, const ChoiceOptions& o) {
   return Choice(name, std::vector<int64_t>(values.begin(), values.end()), o);
 }
-double HyperParameters::Choice(const std::string& name, std::initializer_list<double> values,
-                               const ChoiceOptions& o) {
+double HyperParameters::Choice(const std::string& name, std::initializer_list<double> values, const ChoiceOptions& o) {
   return Choice(name, std::vector<double>(values), o);
 }
 
@@ -495,17 +484,14 @@ bool HyperParameters::contains(const std::string& name) const {
 Value HyperParameters::get(const std::string& name) const {
   const HyperParameter* hp = find(name);
   if (hp && !is_active(*hp))
-    throw NotFoundError("hyperparameter '" + name +
-                        "' is inactive for these values (its condition does not hold)");
+    throw NotFoundError("hyperparameter '" + name + "' is inactive for these values (its condition does not hold)");
   auto it = values_.find(name);
   if (it != values_.end()) return it->second;
   if (hp) return hp->default_or_min();
   throw NotFoundError("no hyperparameter named '" + name + "'");
 }
 
-int64_t HyperParameters::get_int(const std::string& name) const {
-  return (int64_t)std::llround(as_double(get(name)));
-}
+int64_t HyperParameters::get_int(const std::string& name) const { return (int64_t)std::llround(as_double(get(name))); }
 double HyperParameters::get_float(const std::string& name) const { return as_double(get(name)); }
 bool HyperParameters::get_bool(const std::string& name) const {
   Value v = get(name);

@@ -30,8 +30,8 @@
 // Thread safety: none; each trial has its own copy.
 #pragma once
 
-#include <map>
 #include <initializer_list>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
@@ -114,16 +114,14 @@ class HyperParameters {
   int64_t Int(const std::string& name, int64_t min_value, int64_t max_value, const IntOptions& o = {});
   double Float(const std::string& name, double min_value, double max_value, const FloatOptions& o = {});
   bool Boolean(const std::string& name, std::optional<bool> default_value = std::nullopt);
-  std::string Choice(const std::string& name, const std::vector<std::string>& values,
-                     const ChoiceOptions& o = {});
+  std::string Choice(const std::string& name, const std::vector<std::string>& values, const ChoiceOptions& o = {});
   int64_t Choice(const std::string& name, const std::vector<int64_t>& values, const ChoiceOptions& o = {});
   double Choice(const std::string& name, const std::vector<double>& values, const ChoiceOptions& o = {});
   // Braced lists as written in Keras code: hp.Choice("activation", {"relu", "tanh"}),
   // hp.Choice("units", {32, 64}), hp.Choice("rate", {0.1, 0.2}). Without these a
   // list of two string literals is ambiguous (two `const char*` also make an
   // iterator range for std::vector<int64_t>/<double>).
-  std::string Choice(const std::string& name, std::initializer_list<const char*> values,
-                     const ChoiceOptions& o = {});
+  std::string Choice(const std::string& name, std::initializer_list<const char*> values, const ChoiceOptions& o = {});
   int64_t Choice(const std::string& name, std::initializer_list<int> values, const ChoiceOptions& o = {});
   double Choice(const std::string& name, std::initializer_list<double> values, const ChoiceOptions& o = {});
   Value Fixed(const std::string& name, const Value& value);

@@ -14,13 +14,11 @@ namespace kiln::tuning {
 
 std::shared_ptr<Pruner> Pruner::from_json(const Json& j) {
   if (j.is_null()) return nullptr;
-  const std::string type =
-      j.is_string() ? j.get<std::string>() : require(j, "type", "pruner").get<std::string>();
+  const std::string type = j.is_string() ? j.get<std::string>() : require(j, "type", "pruner").get<std::string>();
   Json c = j.is_object() ? j : Json::object();
   if (type == "median")
     return std::make_shared<MedianPruner>(c.value("n_startup_trials", 5), c.value("n_warmup_steps", 0));
-  if (type == "asha")
-    return std::make_shared<AshaPruner>(c.value("min_resource", 1), c.value("reduction_factor", 3));
+  if (type == "asha") return std::make_shared<AshaPruner>(c.value("min_resource", 1), c.value("reduction_factor", 3));
   throw ValueError("unknown pruner \"" + type + "\"; expected \"median\" or \"asha\"");
 }
 
@@ -49,8 +47,7 @@ bool MedianPruner::should_prune(const Trial& trial, int step, const std::vector<
 }
 
 Json MedianPruner::to_json() const {
-  return Json{
-      {"type", "median"}, {"n_startup_trials", n_startup_trials_}, {"n_warmup_steps", n_warmup_steps_}};
+  return Json{{"type", "median"}, {"n_startup_trials", n_startup_trials_}, {"n_warmup_steps", n_warmup_steps_}};
 }
 
 bool AshaPruner::should_prune(const Trial& trial, int step, const std::vector<const Trial*>& others,
@@ -85,11 +82,9 @@ Json AshaPruner::to_json() const {
 
 Oracle::Oracle(OracleOptions options) : options_(std::move(options)) {
   if (options_.max_trials < 0)
-    throw ValueError("max_trials must be >= 0 (0: no limit). Received: " +
-                     std::to_string(options_.max_trials));
+    throw ValueError("max_trials must be >= 0 (0: no limit). Received: " + std::to_string(options_.max_trials));
   if (options_.max_retries_per_trial < 0)
-    throw ValueError("max_retries_per_trial must be >= 0. Received: " +
-                     std::to_string(options_.max_retries_per_trial));
+    throw ValueError("max_retries_per_trial must be >= 0. Received: " + std::to_string(options_.max_retries_per_trial));
   if (options_.max_consecutive_failed_trials < 1)
     throw ValueError("max_consecutive_failed_trials must be >= 1. Received: " +
                      std::to_string(options_.max_consecutive_failed_trials));
@@ -165,13 +160,11 @@ Trial Oracle::create_trial(const std::string& tuner_id, Next* next) {
   return t;
 }
 
-TrialStatus Oracle::update_trial(const std::string& trial_id, const std::map<std::string, double>& logs,
-                                 int step) {
+TrialStatus Oracle::update_trial(const std::string& trial_id, const std::map<std::string, double>& logs, int step) {
   std::lock_guard<std::mutex> l(mu_);
   Trial& t = trial_ref(trial_id);
   if (t.status != TrialStatus::kRunning)
-    throw StateError("trial " + trial_id + " is " + status_name(t.status) +
-                     "; only RUNNING trials report metrics");
+    throw StateError("trial " + trial_id + " is " + status_name(t.status) + "; only RUNNING trials report metrics");
   t.record(logs, step, options_.objective);
   bool stop = on_step(t, step);
   if (!stop && options_.pruner) {
@@ -243,12 +236,10 @@ std::vector<Trial> Oracle::get_best_trials(int n) const {
   std::vector<Trial> done;
   for (auto& id : order_) {
     const Trial& t = trials_.at(id);
-    if ((t.status == TrialStatus::kCompleted || t.status == TrialStatus::kStopped) && t.score)
-      done.push_back(t);
+    if ((t.status == TrialStatus::kCompleted || t.status == TrialStatus::kStopped) && t.score) done.push_back(t);
   }
-  std::stable_sort(done.begin(), done.end(), [&](const Trial& a, const Trial& b) {
-    return options_.objective.better(*a.score, *b.score);
-  });
+  std::stable_sort(done.begin(), done.end(),
+                   [&](const Trial& a, const Trial& b) { return options_.objective.better(*a.score, *b.score); });
   if (n >= 0 && (int)done.size() > n) done.resize(n);
   return done;
 }
@@ -333,8 +324,7 @@ std::vector<const Trial*> Oracle::ended_trials() const {
   std::vector<const Trial*> out;
   for (auto& id : order_) {
     const Trial& t = trials_.at(id);
-    if ((t.status == TrialStatus::kCompleted || t.status == TrialStatus::kStopped) && t.score)
-      out.push_back(&t);
+    if ((t.status == TrialStatus::kCompleted || t.status == TrialStatus::kStopped) && t.score) out.push_back(&t);
   }
   return out;
 }

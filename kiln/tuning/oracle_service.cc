@@ -30,8 +30,7 @@ class OracleServiceImpl final : public pb::OracleService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status CreateTrial(grpc::ServerContext*, const pb::CreateTrialRequest* q,
-                           pb::CreateTrialResponse* r) override {
+  grpc::Status CreateTrial(grpc::ServerContext*, const pb::CreateTrialRequest* q, pb::CreateTrialResponse* r) override {
     return guard([&] {
       std::lock_guard<std::mutex> l(mu_);
       Next next = Next::kDone;
@@ -50,8 +49,7 @@ class OracleServiceImpl final : public pb::OracleService::Service {
     });
   }
 
-  grpc::Status UpdateTrial(grpc::ServerContext*, const pb::UpdateTrialRequest* q,
-                           pb::UpdateTrialResponse* r) override {
+  grpc::Status UpdateTrial(grpc::ServerContext*, const pb::UpdateTrialRequest* q, pb::UpdateTrialResponse* r) override {
     return guard([&] {
       std::lock_guard<std::mutex> l(mu_);
       if (auto s = check_lease(q->tuner_id(), q->trial_id()); !s.ok()) return s;
@@ -166,8 +164,7 @@ class OracleServiceImpl final : public pb::OracleService::Service {
 
 void ChiefOptions::validate() const {
   if (address.empty() || address.find(':') == std::string::npos)
-    throw ValueError("the chief's address must be HOST:PORT (port 0 picks a free one). Received: \"" + address +
-                     "\"");
+    throw ValueError("the chief's address must be HOST:PORT (port 0 picks a free one). Received: \"" + address + "\"");
   if (!(lease_seconds > 0))
     throw ValueError("`lease_seconds` must be positive. Received: " + std::to_string(lease_seconds));
 }
@@ -232,8 +229,7 @@ struct RemoteOracleSource::Stub {
   std::unique_ptr<pb::OracleService::Stub> stub;
 };
 
-RemoteOracleSource::RemoteOracleSource(const std::string& target, std::string tuner_id,
-                                       double connect_timeout_seconds)
+RemoteOracleSource::RemoteOracleSource(const std::string& target, std::string tuner_id, double connect_timeout_seconds)
     : target_(target), tuner_id_(std::move(tuner_id)), connect_timeout_(connect_timeout_seconds) {
   auto channel = grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
   stub_ = std::make_unique<Stub>();

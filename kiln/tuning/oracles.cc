@@ -130,11 +130,9 @@ HyperbandOracle::HyperbandOracle(OracleOptions o, HyperbandOptions h) : Oracle(s
   if (hb_.max_epochs < 1 || hb_.min_epochs < 1 || hb_.min_epochs > hb_.max_epochs)
     throw ValueError("Hyperband needs 1 <= min_epochs <= max_epochs. Received: min_epochs=" +
                      std::to_string(hb_.min_epochs) + ", max_epochs=" + std::to_string(hb_.max_epochs));
-  if (hb_.factor < 2)
-    throw ValueError("Hyperband factor must be >= 2. Received: " + std::to_string(hb_.factor));
+  if (hb_.factor < 2) throw ValueError("Hyperband factor must be >= 2. Received: " + std::to_string(hb_.factor));
   if (hb_.hyperband_iterations < 1)
-    throw ValueError("hyperband_iterations must be >= 1. Received: " +
-                     std::to_string(hb_.hyperband_iterations));
+    throw ValueError("hyperband_iterations must be >= 1. Received: " + std::to_string(hb_.hyperband_iterations));
 }
 
 int HyperbandOracle::num_brackets() const {
@@ -215,12 +213,10 @@ Oracle::Proposal HyperbandOracle::populate_space(const std::string& trial_id) {
       std::vector<const Trial*> ranked;
       for (auto& s : b.rounds[r - 1]) {
         const Trial& t = trials_.at(s.trial_id);
-        if ((t.status == TrialStatus::kCompleted || t.status == TrialStatus::kStopped) && t.score)
-          ranked.push_back(&t);
+        if ((t.status == TrialStatus::kCompleted || t.status == TrialStatus::kStopped) && t.score) ranked.push_back(&t);
       }
-      std::stable_sort(ranked.begin(), ranked.end(), [&](const Trial* a, const Trial* c) {
-        return objective().better(*a->score, *c->score);
-      });
+      std::stable_sort(ranked.begin(), ranked.end(),
+                       [&](const Trial* a, const Trial* c) { return objective().better(*a->score, *c->score); });
       for (size_t i = 0; i < ranked.size() && (int)i < size(b.number, (int)r); ++i) {
         bool promoted = false;
         for (auto& s : round) promoted = promoted || s.parent_id == ranked[i]->trial_id;
@@ -244,9 +240,9 @@ Oracle::Proposal HyperbandOracle::populate_space(const std::string& trial_id) {
     }
   }
   // 3. Drop finished brackets; start the next one if any is left.
-  brackets_.erase(std::remove_if(brackets_.begin(), brackets_.end(),
-                                 [&](const Bracket& b) { return bracket_finished(b); }),
-                  brackets_.end());
+  brackets_.erase(
+      std::remove_if(brackets_.begin(), brackets_.end(), [&](const Bracket& b) { return bracket_finished(b); }),
+      brackets_.end());
   if (iteration_ < hb_.hyperband_iterations) {
     Bracket b;
     b.number = next_bracket_;
@@ -293,8 +289,7 @@ void HyperbandOracle::set_state(const Json& j) {
       br.number = b["bracket"].get<int>();
       for (auto& r : b["rounds"]) {
         br.rounds.emplace_back();
-        for (auto& s : r)
-          br.rounds.back().push_back({s["id"].get<std::string>(), s["parent"].get<std::string>()});
+        for (auto& s : r) br.rounds.back().push_back({s["id"].get<std::string>(), s["parent"].get<std::string>()});
       }
       brackets_.push_back(br);
     }

@@ -109,7 +109,6 @@ class HyperbandOracle : public Oracle {
 // A tuner kind by name ("random_search"/"RandomSearch", "grid_search",
 // "bayesian"/"BayesianOptimization", "hyperband") with its options from JSON
 // ({"max_epochs", "factor", "num_initial_points", ...}).
-std::shared_ptr<Oracle> make_oracle(const std::string& kind, OracleOptions options,
-                                    const Json& extra = Json::object());
+std::shared_ptr<Oracle> make_oracle(const std::string& kind, OracleOptions options, const Json& extra = Json::object());
 
 }  // namespace kiln::tuning

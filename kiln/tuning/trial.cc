@@ -65,9 +65,8 @@ Objective::Objective(const std::string& name) : name_(name), direction_(Directio
   if (name.empty()) throw ValueError("an objective needs a metric name, e.g. \"val_accuracy\"");
   auto d = infer_direction(name);
   if (!d)
-    throw ValueError("cannot infer the direction of objective \"" + name +
-                     "\"; give it explicitly: Objective(\"" + name + "\", Direction::kMax) or {\"name\": \"" +
-                     name + "\", \"direction\": \"max\"}");
+    throw ValueError("cannot infer the direction of objective \"" + name + "\"; give it explicitly: Objective(\"" +
+                     name + "\", Direction::kMax) or {\"name\": \"" + name + "\", \"direction\": \"max\"}");
   direction_ = *d;
 }
 
@@ -132,8 +131,7 @@ bool is_final(TrialStatus s) {
 
 void Trial::set_status(TrialStatus to) {
   if (!is_legal_transition(status, to))
-    throw StateError("trial " + trial_id + ": illegal transition " + status_name(status) + " -> " +
-                     status_name(to));
+    throw StateError("trial " + trial_id + ": illegal transition " + status_name(status) + " -> " + status_name(to));
   status = to;
 }
 
@@ -160,8 +158,7 @@ std::vector<MetricPoint> Trial::objective_history(const Objective& objective) co
 std::optional<double> Trial::best_until(const Objective& objective, int step) const {
   std::optional<double> best;
   for (auto& p : objective_history(objective))
-    if (p.step <= step && std::isfinite(p.value) && (!best || objective.better(p.value, *best)))
-      best = p.value;
+    if (p.step <= step && std::isfinite(p.value) && (!best || objective.better(p.value, *best))) best = p.value;
   return best;
 }
 

@@ -14,8 +14,8 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
-#include <sstream>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "kiln/core/error.h"
@@ -31,9 +31,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::mutex& print_mutex() {
   static std::mutex m;
@@ -65,8 +63,8 @@ struct Child {
   int out_fd = -1;
 };
 
-Child spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-            const std::string& stderr_path, const std::string& cwd) {
+Child spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& stderr_path,
+            const std::string& cwd) {
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0) throw IOError(std::string("pipe: ") + std::strerror(errno));
   int err_fd = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -187,9 +185,9 @@ TrialOutcome run_command_trial(const Trial& trial, const CommandOptions& o, Tria
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string s = *e;
-    for (const char* k : {"CLOUD_ML_HP_METRIC_FILE=", "CLOUD_ML_TRIAL_ID=", "KILN_TRIAL_ID=", "KILN_TRIAL_DIR=",
-                          "KILN_OBJECTIVE=", "KILN_OBJECTIVE_DIRECTION=", "KILN_PARENT_TRIAL_DIR=",
-                          "KILN_INITIAL_EPOCH="})
+    for (const char* k :
+         {"CLOUD_ML_HP_METRIC_FILE=", "CLOUD_ML_TRIAL_ID=", "KILN_TRIAL_ID=", "KILN_TRIAL_DIR=", "KILN_OBJECTIVE=",
+          "KILN_OBJECTIVE_DIRECTION=", "KILN_PARENT_TRIAL_DIR=", "KILN_INITIAL_EPOCH="})
       if (s.rfind(k, 0) == 0) s.clear();
     if (!s.empty()) env.push_back(s);
   }
@@ -377,8 +375,8 @@ TrialOutcome run_command_trial(const Trial& trial, const CommandOptions& o, Tria
     out.message = "the trial program " + how + " (" + stderr_path + ": " + last_line_of(stderr_path) + ")";
   }
   if (events) write_hparams_session_end(*events, out.status, unix_seconds());
-  err_note << "[kiln] trial " << trial.trial_id << " " << status_name(out.status) << " after "
-           << seconds_since(started) << " s" << (out.message.empty() ? "" : ": " + out.message) << std::endl;
+  err_note << "[kiln] trial " << trial.trial_id << " " << status_name(out.status) << " after " << seconds_since(started)
+           << " s" << (out.message.empty() ? "" : ": " + out.message) << std::endl;
   try {
     source.end(trial.trial_id, out.status, out.message);
   } catch (const std::exception& e) {

@@ -67,11 +67,11 @@ class OracleSource : public TrialSource {
 };
 
 struct CommandOptions {
-  std::string command;         // shell command line; required
-  std::string trials_dir;      // trial_<id>/ directories go here; required
-  std::string objective;       // a trial that never reports it FAILS
+  std::string command;                      // shell command line; required
+  std::string trials_dir;                   // trial_<id>/ directories go here; required
+  std::string objective;                    // a trial that never reports it FAILS
   std::string objective_direction = "max";  // "max" | "min" (told to the program)
-  int parallel = 1;            // concurrent trial processes
+  int parallel = 1;                         // concurrent trial processes
   std::string tuner_id = "tuner0";
   double heartbeat_seconds = 0;  // > 0: call source.heartbeat this often while a trial runs
   double idle_poll_seconds = 0.2;
@@ -79,8 +79,8 @@ struct CommandOptions {
   // > 0: once a trial ends, delete the `best/` checkpoint directory of every
   // ended trial outside the best `keep_checkpoints` (0: keep all).
   int keep_checkpoints = 0;
-  int verbose = 1;              // 1: one line per finished trial on stdout
-  void validate() const;        // ValueError naming the field
+  int verbose = 1;        // 1: one line per finished trial on stdout
+  void validate() const;  // ValueError naming the field
 };
 
 struct TrialOutcome {
@@ -100,7 +100,6 @@ TrialOutcome run_command_trial(const Trial& trial, const CommandOptions& options
 
 // Pulls and runs trials with options.parallel threads until the source says
 // kDone (or `cancel` is set). Returns the number of trials run.
-int run_command_trials(TrialSource& source, const CommandOptions& options,
-                       const std::atomic<bool>* cancel = nullptr);
+int run_command_trials(TrialSource& source, const CommandOptions& options, const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace kiln::tuning

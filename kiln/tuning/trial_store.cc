@@ -69,11 +69,10 @@ void TrialStore::exec(const std::string& sql) const {
 
 void TrialStore::put_trial(const Trial& t) {
   std::lock_guard<std::mutex> l(mu_);
-  Statement st(
-      db_,
-      "INSERT INTO trials (trial_id, status, score, json) VALUES (?1, ?2, ?3, ?4) "
-      "ON CONFLICT(trial_id) DO UPDATE SET status=excluded.status, score=excluded.score, json=excluded.json",
-      path_);
+  Statement st(db_,
+               "INSERT INTO trials (trial_id, status, score, json) VALUES (?1, ?2, ?3, ?4) "
+               "ON CONFLICT(trial_id) DO UPDATE SET status=excluded.status, score=excluded.score, json=excluded.json",
+               path_);
   const std::string json = t.to_json().dump();
   const std::string status = status_name(t.status);
   sqlite3_bind_text(st.s, 1, t.trial_id.c_str(), -1, SQLITE_TRANSIENT);
@@ -102,9 +101,7 @@ std::vector<Trial> TrialStore::load_trials() const {
 void TrialStore::put_state(const std::string& key, const Json& value) {
   std::lock_guard<std::mutex> l(mu_);
   Statement st(
-      db_,
-      "INSERT INTO state (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-      path_);
+      db_, "INSERT INTO state (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value=excluded.value", path_);
   const std::string v = value.dump();
   sqlite3_bind_text(st.s, 1, key.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(st.s, 2, v.c_str(), -1, SQLITE_TRANSIENT);

@@ -4,8 +4,8 @@
 #include <set>
 
 #include "kiln/core/error.h"
-#include "kiln/core/json_limits.h"
 #include "kiln/core/io.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/training/tfevents.h"
 #include "kiln/tuning/hparams_summary.h"
 #include "kiln/tuning/trial_store.h"
@@ -20,8 +20,8 @@ T get(const Json& j, const char* key, const char* expected) {
   try {
     return j.at(key).get<T>();
   } catch (const nlohmann::json::exception&) {
-    throw ValueError(std::string("tune spec: `") + key + "` must be " + expected + ". Received: " +
-                     json_excerpt(j.at(key)));
+    throw ValueError(std::string("tune spec: `") + key + "` must be " + expected +
+                     ". Received: " + json_excerpt(j.at(key)));
   }
 }
 
@@ -36,14 +36,27 @@ std::string shell_quote(const std::string& s) {
 
 TuneSpec TuneSpec::from_json(const Json& j) {
   if (!j.is_object()) throw ValueError("a tune spec must be a JSON object. Received: " + json_excerpt(j));
-  static const std::set<std::string> known = {
-      "project_name", "directory", "tuner", "objective", "max_trials", "seed", "max_retries_per_trial",
-      "max_consecutive_failed_trials", "pruner", "hyperparameters", "command", "train", "parallel",
-      "lease_seconds", "tensorboard", "keep_checkpoints"};
+  static const std::set<std::string> known = {"project_name",
+                                              "directory",
+                                              "tuner",
+                                              "objective",
+                                              "max_trials",
+                                              "seed",
+                                              "max_retries_per_trial",
+                                              "max_consecutive_failed_trials",
+                                              "pruner",
+                                              "hyperparameters",
+                                              "command",
+                                              "train",
+                                              "parallel",
+                                              "lease_seconds",
+                                              "tensorboard",
+                                              "keep_checkpoints"};
   for (auto& [k, v] : j.items())
     if (!known.count(k)) {
       if (k == "model" || k == "data" || k == "fit")
-        throw ValueError("tune spec: `" + k + "` belongs inside `train` (a kiln train spec whose values may be "
+        throw ValueError("tune spec: `" + k +
+                         "` belongs inside `train` (a kiln train spec whose values may be "
                          "{\"hp\": NAME} placeholders), not at the top level");
       throw ValueError("tune spec: unknown key `" + k +
                        "`; the keys are project_name, directory, tuner, objective, max_trials, seed, "
@@ -105,8 +118,8 @@ TuneSpec TuneSpec::from_json(const Json& j) {
   if (!(s.lease_seconds > 0))
     throw ValueError("tune spec: `lease_seconds` must be positive. Received: " + std::to_string(s.lease_seconds));
   if (s.project_name.empty() || s.project_name.find('/') != std::string::npos)
-    throw ValueError("tune spec: `project_name` must be a non-empty name without '/'. Received: \"" +
-                     s.project_name + "\"");
+    throw ValueError("tune spec: `project_name` must be a non-empty name without '/'. Received: \"" + s.project_name +
+                     "\"");
   // Validate early what would otherwise fail inside the search.
   auto oracle = s.make_oracle();
   if (!s.train.is_null()) {
@@ -143,22 +156,25 @@ std::shared_ptr<Oracle> TuneSpec::make_oracle() const {
   auto oracle = tuning::make_oracle(tuner, oracle_options(), tuner_args);
   HyperParameters space = HyperParameters::from_json(hyperparameters);
   if (space.space().empty())
-    throw ValueError("tune spec: `hyperparameters` is empty; list the search space, e.g. "
-                     "[{\"type\": \"Int\", \"name\": \"units\", \"min_value\": 32, \"max_value\": 256}]");
+    throw ValueError(
+        "tune spec: `hyperparameters` is empty; list the search space, e.g. "
+        "[{\"type\": \"Int\", \"name\": \"units\", \"min_value\": 32, \"max_value\": 256}]");
   oracle->update_space(space);
   return oracle;
 }
 
 CommandOptions TuneSpec::command_options(const std::string& trials_dir) const {
   if (command.empty() && train.is_null())
-    throw ValueError("tune spec: `command` is missing; give the program to run per trial (it receives "
-                     "--name=value arguments and reports \"kiln-metric NAME=VALUE step=N\" lines) or `train` "
-                     "(a kiln train spec with {\"hp\": NAME} placeholders)");
+    throw ValueError(
+        "tune spec: `command` is missing; give the program to run per trial (it receives "
+        "--name=value arguments and reports \"kiln-metric NAME=VALUE step=N\" lines) or `train` "
+        "(a kiln train spec with {\"hp\": NAME} placeholders)");
   CommandOptions c;
   if (!train.is_null()) {
     if (kiln_executable.empty())
-      throw ValueError("tune spec: `train` specs are run by the kiln CLI (`kiln tune`); from C++, use the Tuner "
-                       "API with a HyperModel instead");
+      throw ValueError(
+          "tune spec: `train` specs are run by the kiln CLI (`kiln tune`); from C++, use the Tuner "
+          "API with a HyperModel instead");
     c.command = shell_quote(kiln_executable) + " tune-trial " + shell_quote(join_path(trials_dir, kTrainSpecFile));
   } else {
     c.command = command;
@@ -206,7 +222,8 @@ Json substitute_hyperparameters(const Json& spec, const std::map<std::string, Js
     auto it = values.find(name);
     if (it != values.end()) return it->second;
     if (spec.contains("default")) return spec["default"];
-    throw ValueError("the train spec uses {\"hp\": \"" + name + "\"} but the trial has no value for it (an "
+    throw ValueError("the train spec uses {\"hp\": \"" + name +
+                     "\"} but the trial has no value for it (an "
                      "inactive conditional hyperparameter?); give the placeholder a \"default\"");
   }
   if (spec.is_object()) {
@@ -269,7 +286,8 @@ std::shared_ptr<Oracle> open_tuning_project(const TuneSpec& spec, bool resume, b
 std::string project_store_path(const std::string& project_dir) {
   std::string db = join_path(project_dir, "trials.db");
   if (!path_exists(db))
-    throw NotFoundError("'" + project_dir + "' is not a tuning project (no trials.db); give the directory "
+    throw NotFoundError("'" + project_dir +
+                        "' is not a tuning project (no trials.db); give the directory "
                         "<directory>/<project_name> of a `kiln tune` run");
   return db;
 }
@@ -277,7 +295,8 @@ std::string project_store_path(const std::string& project_dir) {
 void print_tuning_summary(const std::string& project_dir, int n, std::ostream& os) {
   TrialStore store(project_store_path(project_dir), /*read_only=*/true);
   auto spec_json = store.get_state(kSpecStateKey);
-  Objective objective = Objective::from_json(spec_json ? spec_json->value("objective", Json("val_loss")) : Json("val_loss"));
+  Objective objective =
+      Objective::from_json(spec_json ? spec_json->value("objective", Json("val_loss")) : Json("val_loss"));
   auto trials = store.load_trials();
   std::map<std::string, int> counts;
   std::vector<const Trial*> scored;

@@ -57,7 +57,7 @@ struct TuneSpec {
   double lease_seconds = 30;
   bool tensorboard = true;
   int keep_checkpoints = 0;  // > 0: only the best k trials keep trial_<id>/best/
-  Json source;  // the spec as given
+  Json source;               // the spec as given
   // The kiln CLI that runs `train` trials (`kiln tune-trial`); set by the CLI.
   std::string kiln_executable;
 

@@ -33,10 +33,7 @@ class FunctionHyperModel : public HyperModel {
 class TrialReporter : public Callback {
  public:
   TrialReporter(Oracle& oracle, std::string trial_id, std::string best_dir, bool save_best)
-      : oracle_(oracle),
-        trial_id_(std::move(trial_id)),
-        best_dir_(std::move(best_dir)),
-        save_best_(save_best) {}
+      : oracle_(oracle), trial_id_(std::move(trial_id)), best_dir_(std::move(best_dir)), save_best_(save_best) {}
 
   void on_epoch_end(int epoch, Logs& logs) override {
     const Objective& obj = oracle_.objective();
@@ -80,21 +77,17 @@ Tuner::Tuner(std::shared_ptr<Oracle> oracle, std::shared_ptr<HyperModel> hypermo
   if (!oracle_) throw ValueError("Tuner needs an oracle");
   if (!hypermodel_) throw ValueError("Tuner needs a hypermodel or a build function");
   if (options_.executions_per_trial < 1)
-    throw ValueError("executions_per_trial must be >= 1. Received: " +
-                     std::to_string(options_.executions_per_trial));
+    throw ValueError("executions_per_trial must be >= 1. Received: " + std::to_string(options_.executions_per_trial));
   if (options_.keep_checkpoints < 0)
     throw ValueError("keep_checkpoints must be >= 0. Received: " + std::to_string(options_.keep_checkpoints));
   if (options_.project_name.empty() || options_.project_name.find('/') != std::string::npos)
-    throw ValueError("project_name must be a non-empty name without '/'. Received: \"" +
-                     options_.project_name + "\"");
+    throw ValueError("project_name must be a non-empty name without '/'. Received: \"" + options_.project_name + "\"");
 }
 
 Tuner::Tuner(std::shared_ptr<Oracle> oracle, BuildFn build, TunerOptions options)
     : Tuner(std::move(oracle), std::make_shared<FunctionHyperModel>(std::move(build)), std::move(options)) {}
 
-std::string Tuner::project_dir() const {
-  return (fs::path(options_.directory) / options_.project_name).string();
-}
+std::string Tuner::project_dir() const { return (fs::path(options_.directory) / options_.project_name).string(); }
 
 std::string Tuner::trial_dir(const std::string& trial_id) const {
   return (fs::path(project_dir()) / ("trial_" + trial_id)).string();
@@ -127,8 +120,7 @@ void Tuner::search(const FitArgs& args) {
     ++run;
     if (options_.verbose) {
       std::cout << "\nSearch: Running Trial #" << trial.trial_id << "\n";
-      for (auto& [k, v] : trial.hyperparameters.values())
-        std::cout << "  " << k << ": " << value_to_string(v) << "\n";
+      for (auto& [k, v] : trial.hyperparameters.values()) std::cout << "  " << k << ": " << value_to_string(v) << "\n";
     }
     run_trial(trial, args);
     if (options_.verbose) {
@@ -136,8 +128,7 @@ void Tuner::search(const FitArgs& args) {
       auto best = oracle_->get_best_trials(1);
       std::cout << "Trial " << t.trial_id << " " << status_name(t.status)
                 << (t.score ? " [" + oracle_->objective().name() + ": " + fmt_score(*t.score) + "]" : "")
-                << (best.empty() || !best[0].score ? "" : "; best so far: " + fmt_score(*best[0].score))
-                << "\n";
+                << (best.empty() || !best[0].score ? "" : "; best so far: " + fmt_score(*best[0].score)) << "\n";
     }
   }
 }
@@ -177,8 +168,7 @@ void Tuner::run_trial(const Trial& trial, const FitArgs& args) {
       // A build may declare hyperparameters the first (default) build never
       // reached, e.g. inside a conditional scope: they join the space now.
       oracle_->update_space(hp_e);
-      if (!model->compiled())
-        throw ValueError("build(hp) must return a compiled model (call compile() in build)");
+      if (!model->compiled()) throw ValueError("build(hp) must return a compiled model (call compile() in build)");
       if (!parent_ckpt.empty()) {
         // Hyperband promotion: continue from the parent's weights.
         ModelPtr parent = load_model(parent_ckpt);
@@ -221,8 +211,7 @@ void Tuner::run_trial(const Trial& trial, const FitArgs& args) {
 void Tuner::prune_checkpoints() {
   auto best = oracle_->get_best_trials(-1);
   std::set<std::string> keep;
-  for (size_t i = 0; i < best.size() && (int)i < options_.keep_checkpoints; ++i)
-    keep.insert(best[i].trial_id);
+  for (size_t i = 0; i < best.size() && (int)i < options_.keep_checkpoints; ++i) keep.insert(best[i].trial_id);
   // Hyperband: a trial whose promotion may still come keeps its checkpoint.
   for (auto& t : oracle_->trials()) {
     if (t.checkpoint.empty() || keep.count(t.trial_id)) continue;
@@ -243,8 +232,7 @@ std::vector<ModelPtr> Tuner::get_best_models(int n) const {
   for (auto& t : oracle_->get_best_trials(n)) {
     if (t.checkpoint.empty() || !fs::exists(t.checkpoint))
       throw NotFoundError("trial " + t.trial_id + " kept no checkpoint (keep_checkpoints=" +
-                          std::to_string(options_.keep_checkpoints) +
-                          "); raise keep_checkpoints or retrain it");
+                          std::to_string(options_.keep_checkpoints) + "); raise keep_checkpoints or retrain it");
     out.push_back(load_model(t.checkpoint));
   }
   return out;
@@ -290,8 +278,8 @@ void Tuner::results_summary(int n, std::ostream& os) const {
   os << "Results in " << project_dir() << "\n";
   os << "Showing " << n << " best trials\n";
   const Objective& obj = oracle_->objective();
-  os << "Objective(name=\"" << obj.name() << "\", direction=\""
-     << (obj.direction() == Direction::kMax ? "max" : "min") << "\")\n";
+  os << "Objective(name=\"" << obj.name() << "\", direction=\"" << (obj.direction() == Direction::kMax ? "max" : "min")
+     << "\")\n";
   for (auto& t : oracle_->get_best_trials(n)) {
     os << "\nTrial " << t.trial_id << " summary\n";
     os << "Hyperparameters:\n";
@@ -331,8 +319,7 @@ FinalTrainingResult retrain_on_full_data(const BuildFn& build, const HyperParame
   if (args.validation_x.empty() && !args.validation_dataset && args.validation_split <= 0)
     throw ValueError("retrain_on_full_data needs validation data in the FitArgs to find the best epoch");
   auto direction = Objective::infer_direction(monitor);
-  if (!direction)
-    throw ValueError("cannot tell whether \"" + monitor + "\" should go up or down; use a known metric");
+  if (!direction) throw ValueError("cannot tell whether \"" + monitor + "\" should go up or down; use a known metric");
   HyperParameters h1 = hp;
   ModelPtr probe = build(h1);
   FitArgs a = args;
@@ -346,8 +333,7 @@ FinalTrainingResult retrain_on_full_data(const BuildFn& build, const HyperParame
     throw ValueError("\"" + monitor + "\" is not in the training history; check the metric name");
   size_t best = 0;
   for (size_t i = 1; i < it->second.size(); ++i) {
-    bool better =
-        *direction == Direction::kMax ? it->second[i] > it->second[best] : it->second[i] < it->second[best];
+    bool better = *direction == Direction::kMax ? it->second[i] > it->second[best] : it->second[i] < it->second[best];
     if (better) best = i;
   }
   FinalTrainingResult r;

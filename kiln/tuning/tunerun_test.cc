@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -153,9 +153,11 @@ TEST(MetricReport, ParsesKilnMetricLines) {
   EXPECT_FALSE(r->step);
   EXPECT_FALSE(parse_metric_line("Epoch 1/3 - loss: 0.5"));
   EXPECT_FALSE(parse_metric_line("kiln-metrics are nice"));
-  expect_error<FormatError>([] { parse_metric_line("kiln-metric acc"); }, {"'acc' is not NAME=VALUE", "kiln-metric NAME=VALUE"});
+  expect_error<FormatError>([] { parse_metric_line("kiln-metric acc"); },
+                            {"'acc' is not NAME=VALUE", "kiln-metric NAME=VALUE"});
   expect_error<FormatError>([] { parse_metric_line("kiln-metric acc=high"); }, {"'acc' is not a number"});
-  expect_error<FormatError>([] { parse_metric_line("kiln-metric acc=0.5 step=1.5"); }, {"step must be a non-negative integer"});
+  expect_error<FormatError>([] { parse_metric_line("kiln-metric acc=0.5 step=1.5"); },
+                            {"step must be a non-negative integer"});
   expect_error<FormatError>([] { parse_metric_line("kiln-metric step=2"); }, {"no metric"});
 }
 
@@ -350,8 +352,8 @@ TEST(CommandTrials, PrunedTrialsAreStoppedAndTheirProcessKilled) {
   auto oracle = random_oracle(1, std::make_shared<PruneAtStepOne>());
   OracleSource source(oracle);
   ::setenv("DONE_FILE", (dir + "/done").c_str(), 1);
-  CommandOptions c{.command = prog + " --steps=200 --pause=0.05", .trials_dir = dir + "/t", .objective = "score",
-                   .verbose = 0};
+  CommandOptions c{
+      .command = prog + " --steps=200 --pause=0.05", .trials_dir = dir + "/t", .objective = "score", .verbose = 0};
   auto start = Clock::now();
   run_command_trials(source, c);
   ::unsetenv("DONE_FILE");
@@ -449,9 +451,13 @@ TEST(TuneCli, ResumeAfterKill9KeepsCompletedTrialsAndFinishesTheBudget) {
   if (!have_cli()) GTEST_SKIP() << "KILN_CLI is not set (ctest sets it to the kiln binary)";
   std::string dir = temp_dir("resume");
   std::string prog = write_script(dir, "prog.sh", kProgram);
-  Json spec = {{"project_name", "p"},   {"directory", dir},  {"tuner", "random_search"},
+  Json spec = {{"project_name", "p"},
+               {"directory", dir},
+               {"tuner", "random_search"},
                {"objective", {{"name", "score"}, {"direction", "max"}}},
-               {"max_trials", 6},       {"seed", 3},         {"hyperparameters", space_x()},
+               {"max_trials", 6},
+               {"seed", 3},
+               {"hyperparameters", space_x()},
                {"command", prog + " --steps=2 --pause=0.25"}};
   std::ofstream(dir + "/spec.json") << spec.dump();
   std::string db = dir + "/p/trials.db";
@@ -525,10 +531,15 @@ TEST(TuneCli, DistributedChiefAndTwoWorkersSurviveAWorkerKilledMidTrial) {
   if (!have_cli()) GTEST_SKIP() << "KILN_CLI is not set (ctest sets it to the kiln binary)";
   std::string dir = temp_dir("dist");
   std::string prog = write_script(dir, "prog.sh", kProgram);
-  Json spec = {{"project_name", "p"},  {"directory", dir},  {"tuner", "random_search"},
+  Json spec = {{"project_name", "p"},
+               {"directory", dir},
+               {"tuner", "random_search"},
                {"objective", {{"name", "score"}, {"direction", "max"}}},
-               {"max_trials", 5},      {"seed", 5},         {"hyperparameters", space_x()},
-               {"lease_seconds", 3.0}, {"command", prog + " --steps=3 --pause=0.5"}};
+               {"max_trials", 5},
+               {"seed", 5},
+               {"hyperparameters", space_x()},
+               {"lease_seconds", 3.0},
+               {"command", prog + " --steps=3 --pause=0.5"}};
   std::ofstream(dir + "/spec.json") << spec.dump();
   Proc chief = start_cli({"tune", dir + "/spec.json", "--chief", "--address", "127.0.0.1:0"}, dir + "/chief.log");
   int port = 0;
@@ -684,7 +695,9 @@ TEST(TuneSpec, RejectsUnknownKeysAndBadTrainSpecs) {
   expect_error<ValueError>([] { TuneSpec::from_json({{"max_trail", 3}}); }, {"unknown key `max_trail`"});
   expect_error<ValueError>([] { TuneSpec::from_json({{"model", Json::object()}}); }, {"`model`", "inside `train`"});
   expect_error<ValueError>(
-      [] { TuneSpec::from_json({{"hyperparameters", space_x()}, {"command", "x"}, {"train", Json::object()}}); },
+      [] {
+        TuneSpec::from_json({{"hyperparameters", space_x()}, {"command", "x"}, {"train", Json::object()}});
+      },
       {"either `command`", "or `train`"});
   expect_error<ValueError>(
       [] {
@@ -694,11 +707,13 @@ TEST(TuneSpec, RejectsUnknownKeysAndBadTrainSpecs) {
       {"{\"hp\": \"rate\"}", "declares no such name"});
   // Placeholders are replaced by the trial's values, else their default.
   Json train = {{"a", {{"hp", "x"}}}, {"b", {1, {{"hp", "y"}, {"default", 0.5}}}}, {"c", {{"hp", 3}}}};
-  EXPECT_EQ(substitute_hyperparameters(train, {{"x", 4}}),
-            Json({{"a", 4}, {"b", {1, 0.5}}, {"c", {{"hp", 3}}}}));
+  EXPECT_EQ(substitute_hyperparameters(train, {{"x", 4}}), Json({{"a", 4}, {"b", {1, 0.5}}, {"c", {{"hp", 3}}}}));
   expect_error<ValueError>([&] { substitute_hyperparameters(train, {}); }, {"\"x\"", "default"});
-  expect_error<ValueError>([] { TuneSpec::from_json({{"parallel", 0}, {"hyperparameters", space_x()}}); },
-                           {"`parallel`", "Received: 0"});
+  expect_error<ValueError>(
+      [] {
+        TuneSpec::from_json({{"parallel", 0}, {"hyperparameters", space_x()}});
+      },
+      {"`parallel`", "Received: 0"});
   expect_error<ValueError>([] { TuneSpec::from_json({{"hyperparameters", Json::array()}}); }, {"empty"});
   auto s = TuneSpec::from_json({{"hyperparameters", space_x()}, {"tuner", {{"type", "hyperband"}, {"max_epochs", 9}}}});
   EXPECT_EQ(s.tuner, "hyperband");

@@ -38,8 +38,7 @@ TEST(HyperParameters, DeclareReturnsDefaultsThenAssignedValues) {
   EXPECT_EQ(hp.space().size(), 4u);
   expect_error<ValueError>([&] { hp.Float("units", 0, 1); }, {"'units'", "Int", "Float"});
   expect_error<ValueError>([&] { hp.Int("bad", 5, 1); }, {"min_value must be <= max_value", "min_value=5"});
-  expect_error<ValueError>([&] { hp.Float("bad_log", 0.0, 1.0, {.sampling = Sampling::kLog}); },
-                           {"min_value > 0"});
+  expect_error<ValueError>([&] { hp.Float("bad_log", 0.0, 1.0, {.sampling = Sampling::kLog}); }, {"min_value > 0"});
 }
 
 TEST(HyperParameters, SamplingRespectsRangeStepAndLogScale) {
@@ -146,13 +145,12 @@ TEST(HyperParameters, JsonSearchSpaceFormat) {
   EXPECT_EQ(hp.space().size(), 5u);
   EXPECT_TRUE(hp.get_bool("bn"));
   EXPECT_TRUE(hp.contains("depth"));
-  expect_error<ValueError>(
-      [] { HyperParameters::from_json(Json::parse(R"([{"type": "Bogus", "name": "x"}])")); },
-      {"unknown type \"Bogus\""});
+  expect_error<ValueError>([] { HyperParameters::from_json(Json::parse(R"([{"type": "Bogus", "name": "x"}])")); },
+                           {"unknown type \"Bogus\""});
   expect_error<ValueError>(
       [] {
-        HyperParameters::from_json(Json::parse(
-            R"([{"type": "Float", "name": "x", "min_value": 1, "max_value": 2, "sampling": "cubic"}])"));
+        HyperParameters::from_json(
+            Json::parse(R"([{"type": "Float", "name": "x", "min_value": 1, "max_value": 2, "sampling": "cubic"}])"));
       },
       {"sampling", "cubic"});
 }
@@ -266,8 +264,7 @@ TEST(Hyperband, KerasTunerBracketScheduleForMaxEpochs100Factor3) {
   // epochs(s, r) = ceil(100 / 3^(s - r)).
   ASSERT_EQ(hb.num_brackets(), 5);
   std::vector<std::vector<int>> sizes = {{6}, {6, 2}, {6, 2, 1}, {6, 2, 1, 1}, {6, 2, 1, 1, 1}};
-  std::vector<std::vector<int>> epochs = {
-      {100}, {34, 100}, {12, 34, 100}, {4, 12, 34, 100}, {2, 4, 12, 34, 100}};
+  std::vector<std::vector<int>> epochs = {{100}, {34, 100}, {12, 34, 100}, {4, 12, 34, 100}, {2, 4, 12, 34, 100}};
   for (int s = 0; s < 5; ++s) {
     ASSERT_EQ(hb.num_rounds(s), s + 1);
     for (int r = 0; r <= s; ++r) {
@@ -325,10 +322,8 @@ double branin(double x1, double x2) {  // x1 in [-5, 10], x2 in [0, 15]; minimum
 }
 
 double hartmann6(const std::vector<double>& x) {  // x in [0,1]^6; minimum -3.32237
-  static const double A[4][6] = {{10, 3, 17, 3.5, 1.7, 8},
-                                 {0.05, 10, 17, 0.1, 8, 14},
-                                 {3, 3.5, 1.7, 10, 17, 8},
-                                 {17, 8, 0.05, 10, 0.1, 14}};
+  static const double A[4][6] = {
+      {10, 3, 17, 3.5, 1.7, 8}, {0.05, 10, 17, 0.1, 8, 14}, {3, 3.5, 1.7, 10, 17, 8}, {17, 8, 0.05, 10, 0.1, 14}};
   static const double P[4][6] = {{1312, 1696, 5569, 124, 8283, 5886},
                                  {2329, 4135, 8307, 3736, 1004, 9991},
                                  {2348, 1451, 3522, 2883, 3047, 6650},
@@ -411,8 +406,7 @@ TEST(BayesianOptimization, BeatsRandomSearchOnHartmann6) {
 }
 
 TEST(BayesianOptimization, ConcurrentProposalsDifferAndCategoriesWork) {
-  BayesianOptimizationOracle bo({.objective = "loss", .max_trials = 50, .seed = 4},
-                                {.num_initial_points = 4});
+  BayesianOptimizationOracle bo({.objective = "loss", .max_trials = 50, .seed = 4}, {.num_initial_points = 4});
   HyperParameters space;
   space.Float("x", 0, 1);
   space.Choice("kind", std::vector<std::string>{"a", "b", "c"});
@@ -619,15 +613,13 @@ TEST(Tuner, RandomSearchEndToEndWithBestModelsAndSummaries) {
   TempDir dir;
   set_random_seed(1);
   Data d = toy_data();
-  Tuner tuner(make_oracle("random_search", {.objective = "val_accuracy", .max_trials = 3, .seed = 1}),
-              build_toy,
+  Tuner tuner(make_oracle("random_search", {.objective = "val_accuracy", .max_trials = 3, .seed = 1}), build_toy,
               {.directory = dir.path(), .project_name = "toy", .keep_checkpoints = 2, .verbose = 0});
   std::ostringstream space;
   tuner.search_space_summary(space);
-  EXPECT_NE(
-      space.str().find("units (Int)\n{'default': None, 'conditions': [], 'min_value': 4, 'max_value': 16, "
-                       "'step': 4, 'sampling': 'linear'}"),
-      std::string::npos)
+  EXPECT_NE(space.str().find("units (Int)\n{'default': None, 'conditions': [], 'min_value': 4, 'max_value': 16, "
+                             "'step': 4, 'sampling': 'linear'}"),
+            std::string::npos)
       << space.str();
   tuner.search(toy_fit(d, 3));
   EXPECT_EQ(tuner.oracle().count(TrialStatus::kCompleted), 3);
@@ -706,9 +698,8 @@ TEST(Tuner, ResumeKeepsCompletedTrialsAndFinishesTheInterruptedOne) {
     clear_session();  // as the tuner does before each trial's build
     ModelPtr m = build_toy(values);
     FitArgs a = toy_fit(d, 3);
-    a.callbacks = {
-        std::make_shared<BackupAndRestore>(dir.path() + "/resume/trial_" + crashed_id + "/backup_0"),
-        std::make_shared<Crash>()};
+    a.callbacks = {std::make_shared<BackupAndRestore>(dir.path() + "/resume/trial_" + crashed_id + "/backup_0"),
+                   std::make_shared<Crash>()};
     EXPECT_THROW(m->fit(a), std::runtime_error);
   }
   auto oracle = make_oracle("random_search", {.objective = "val_accuracy", .max_trials = 6, .seed = 5});
@@ -742,9 +733,8 @@ TEST(Tuner, BuildErrorsMakeTrialsInvalidAndSetUpErrorsAreReported) {
   EXPECT_GE(tuner.oracle().count(TrialStatus::kInvalid), 1);
   EXPECT_GE(tuner.oracle().count(TrialStatus::kCompleted), 1);
   // An objective the logs do not have is a set-up error, reported at once.
-  Tuner wrong(
-      make_oracle("random_search", {.objective = Objective("val_f9", Direction::kMax), .max_trials = 2}),
-      build_toy, {.directory = dir.path(), .project_name = "wrong", .verbose = 0});
+  Tuner wrong(make_oracle("random_search", {.objective = Objective("val_f9", Direction::kMax), .max_trials = 2}),
+              build_toy, {.directory = dir.path(), .project_name = "wrong", .verbose = 0});
   expect_error<ValueError>([&] { wrong.search(toy_fit(d, 1)); }, {"\"val_f9\"", "val_accuracy"});
 }
 
@@ -777,9 +767,9 @@ TEST(Tuner, HyperparametersFirstDeclaredInLaterBuildsJoinTheSpace) {
 TEST(Tuner, HyperbandPromotionsContinueFromTheParentCheckpoint) {
   TempDir dir;
   Data d = toy_data();
-  auto oracle = std::make_shared<HyperbandOracle>(
-      OracleOptions{.objective = "val_accuracy", .max_trials = 0, .seed = 3},
-      HyperbandOptions{.max_epochs = 3, .factor = 3});
+  auto oracle =
+      std::make_shared<HyperbandOracle>(OracleOptions{.objective = "val_accuracy", .max_trials = 0, .seed = 3},
+                                        HyperbandOptions{.max_epochs = 3, .factor = 3});
   Tuner tuner(oracle, build_toy, {.directory = dir.path(), .project_name = "hb", .verbose = 0});
   tuner.search(toy_fit(d, 100));
   bool saw_promotion = false;

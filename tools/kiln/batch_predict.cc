@@ -25,8 +25,7 @@ Command add_batch_predict_command(CLI::App& app) {
   sub->add_option("--workers", o->workers, "Worker threads, each with its own copy of the model")
       ->check(positive_integer());
   sub->add_option("--batch_size", o->batch_size, "Instances per forward pass")->check(positive_integer());
-  sub->add_option("--lines_per_shard", o->lines_per_shard, "Input lines per output shard")
-      ->check(positive_integer());
+  sub->add_option("--lines_per_shard", o->lines_per_shard, "Input lines per output shard")->check(positive_integer());
   return {sub, [o] {
             auto r = batch::batch_predict(*o);
             std::cout << "batch-predict: " << r.num_shards << " shard(s): " << r.shards_written << " written, "

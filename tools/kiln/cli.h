@@ -33,14 +33,14 @@ struct Command {
 };
 
 Command add_train_command(CLI::App& app);
-Command add_tune_trial_command(CLI::App& app);     // train.cc (hidden; run by kiln tune)
+Command add_tune_trial_command(CLI::App& app);  // train.cc (hidden; run by kiln tune)
 Command add_evaluate_command(CLI::App& app);
 Command add_predict_command(CLI::App& app);
 Command add_show_command(CLI::App& app);
 Command add_tune_command(CLI::App& app);           // tune.cc
 Command add_batch_predict_command(CLI::App& app);  // batch_predict.cc
 Command add_export_command(CLI::App& app);         // export.cc
-Command add_serve_command(CLI::App& app);  // serve.cc: the model server
+Command add_serve_command(CLI::App& app);          // serve.cc: the model server
 
 // CLI11 validator: a positive integer ("--epochs: must be a positive
 // integer. Received: 0").

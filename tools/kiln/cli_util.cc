@@ -14,7 +14,8 @@ Json json_argument(const std::string& value, const std::string& option) {
   if (first != std::string::npos && (value[first] == '{' || value[first] == '['))
     return parse_json(value, option + " (inline JSON)");
   if (!path_exists(value))
-    throw NotFoundError(option + " " + value + ": no such file; give a JSON file or inline JSON such as '{\"source\": \"fashion_mnist\"}'");
+    throw NotFoundError(option + " " + value +
+                        ": no such file; give a JSON file or inline JSON such as '{\"source\": \"fashion_mnist\"}'");
   return read_json_file(value);
 }
 

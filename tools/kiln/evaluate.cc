@@ -10,8 +10,8 @@
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/models/model.h"
-#include "tools/kiln/cli.h"
 #include "kiln/spec/spec.h"
+#include "tools/kiln/cli.h"
 
 namespace kiln::cli {
 namespace {
@@ -27,20 +27,23 @@ struct EvaluateOptions {
 
 void run_evaluate(const EvaluateOptions& o) {
   if (o.data.empty() == o.spec.empty())
-    throw ValueError("give the data to evaluate on with exactly one of --data (a data section: inline JSON or a file) "
-                     "or --spec (a training spec, whose data section is used)");
+    throw ValueError(
+        "give the data to evaluate on with exactly one of --data (a data section: inline JSON or a file) "
+        "or --spec (a training spec, whose data section is used)");
   Json data_spec;
   if (!o.spec.empty()) {
     data_spec = read_spec(o.spec)["data"];
   } else {
     data_spec = json_argument(o.data, "--data");
     // A whole spec is fine too: use its data section.
-    if (data_spec.is_object() && data_spec.contains("data") && !data_spec.contains("source")) data_spec = data_spec["data"];
+    if (data_spec.is_object() && data_spec.contains("data") && !data_spec.contains("source"))
+      data_spec = data_spec["data"];
   }
 
   ModelPtr model = load_model(o.model_dir);
   if (!model->compiled())
-    throw ValueError(o.model_dir + " was saved without a loss (no compile config); train it with `kiln train` or "
+    throw ValueError(o.model_dir +
+                     " was saved without a loss (no compile config); train it with `kiln train` or "
                      "compile before save");
   DataSplits data = load_data(data_spec);
   std::string split = o.split.empty() ? (data.has_test() ? "test" : "train") : o.split;

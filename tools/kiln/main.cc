@@ -102,15 +102,14 @@ int main(int argc, char** argv) {
   app.require_subcommand(1, 1);
   app.fallthrough();  // --threads may also come after the command
   int threads = 0;
-  app.add_option("--threads", threads,
-                 "Intra-op threads (default: $KILN_NUM_THREADS, else every core)")
+  app.add_option("--threads", threads, "Intra-op threads (default: $KILN_NUM_THREADS, else every core)")
       ->check(kiln::cli::positive_integer());
   std::vector<kiln::cli::Command> commands = {
-      kiln::cli::add_train_command(app), kiln::cli::add_tune_trial_command(app),
-      kiln::cli::add_evaluate_command(app),
-      kiln::cli::add_predict_command(app), kiln::cli::add_show_command(app),
-      kiln::cli::add_tune_command(app), kiln::cli::add_batch_predict_command(app),
-      kiln::cli::add_export_command(app), kiln::cli::add_serve_command(app)};
+      kiln::cli::add_train_command(app),         kiln::cli::add_tune_trial_command(app),
+      kiln::cli::add_evaluate_command(app),      kiln::cli::add_predict_command(app),
+      kiln::cli::add_show_command(app),          kiln::cli::add_tune_command(app),
+      kiln::cli::add_batch_predict_command(app), kiln::cli::add_export_command(app),
+      kiln::cli::add_serve_command(app)};
 
   try {
     app.parse(argc, argv);
@@ -149,7 +148,8 @@ int main(int argc, char** argv) {
     std::string m = one_line(e.what_without_backtrace());
     if (is_allocation_failure(m)) return fail(2, "out of memory: " + m + kMemoryHint);
     if (is_shape_problem(m))
-      return fail(2, "shape mismatch: " + m + "; check that the data fits the model's input shape (kiln show MODEL_DIR)");
+      return fail(2,
+                  "shape mismatch: " + m + "; check that the data fits the model's input shape (kiln show MODEL_DIR)");
     return fail(1, "internal error in LibTorch: " + m);
   } catch (const kiln::Error& e) {
     return fail(1, joined(e.what()));

@@ -72,8 +72,10 @@ void write_number(std::string& out, double v, bool is_float32) {
 
 void write_nested(std::string& out, const at::Tensor& t) {  // t: contiguous, double or int64 view
   if (t.dim() == 0) {
-    if (t.scalar_type() == at::kLong) out += std::to_string(t.item<int64_t>());
-    else write_number(out, t.item<double>(), false);
+    if (t.scalar_type() == at::kLong)
+      out += std::to_string(t.item<int64_t>());
+    else
+      write_number(out, t.item<double>(), false);
     return;
   }
   out += '[';
@@ -194,7 +196,8 @@ class Predictor {
       // The server's answer, with the lines it was about; user-side codes exit 2.
       const std::string m = "lines " + std::to_string(first_line_) + "-" + std::to_string(last_line_) + ": " + e.what();
       switch (e.code()) {
-        case serving::Code::kNotFound: throw NotFoundError(m);
+        case serving::Code::kNotFound:
+          throw NotFoundError(m);
         case serving::Code::kInvalidArgument:
         case serving::Code::kFailedPrecondition:
         case serving::Code::kOutOfRange:
@@ -202,8 +205,10 @@ class Predictor {
         case serving::Code::kPermissionDenied:
         case serving::Code::kUnavailable:
         case serving::Code::kDeadlineExceeded:
-        case serving::Code::kResourceExhausted: throw ValueError(m);
-        default: throw;
+        case serving::Code::kResourceExhausted:
+          throw ValueError(m);
+        default:
+          throw;
       }
     }
     std::string buf;
@@ -282,12 +287,14 @@ void run_predict(const PredictOptions& o) {
     throw ValueError("give either MODEL_DIR (predict here) or --grpc HOST:PORT (ask a server), not both");
   if (!remote && o.model_dir.empty())
     throw ValueError("kiln predict needs a MODEL_DIR, or --grpc HOST:PORT --model_name NAME to query a server");
-  const std::pair<const char*, bool> remote_only[] = {
-      {"--model_name", !o.model_name.empty()},      {"--model_version", o.model_version != 0},
-      {"--version_label", !o.version_label.empty()}, {"--ssl_ca", !o.ssl_ca.empty()},
-      {"--ssl_client_cert", !o.ssl_client_cert.empty()}, {"--ssl_client_key", !o.ssl_client_key.empty()},
-      {"--bearer_token_file", !o.bearer_token_file.empty()},
-      {"--signature_name", o.signature_name != "serving_default"}};
+  const std::pair<const char*, bool> remote_only[] = {{"--model_name", !o.model_name.empty()},
+                                                      {"--model_version", o.model_version != 0},
+                                                      {"--version_label", !o.version_label.empty()},
+                                                      {"--ssl_ca", !o.ssl_ca.empty()},
+                                                      {"--ssl_client_cert", !o.ssl_client_cert.empty()},
+                                                      {"--ssl_client_key", !o.ssl_client_key.empty()},
+                                                      {"--bearer_token_file", !o.bearer_token_file.empty()},
+                                                      {"--signature_name", o.signature_name != "serving_default"}};
   if (!remote)
     for (auto& [flag, set] : remote_only)
       if (set) throw ValueError(std::string(flag) + " applies to --grpc HOST:PORT only; a MODEL_DIR is run here");

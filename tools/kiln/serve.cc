@@ -17,8 +17,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <fstream>
-#include <mutex>
 #include <iostream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -67,8 +67,9 @@ void tls_from_flags(const ServeOptions& o, serving::TlsOptions* rest, serving::T
     throw ValueError(o.ssl_cert.empty() ? "--ssl_key needs --ssl_cert (the certificate that goes with the key)"
                                         : "--ssl_cert needs --ssl_key (the certificate's private key)");
   if (!o.ssl_client_ca.empty() && o.ssl_cert.empty())
-    throw ValueError("--ssl_client_ca needs --ssl_cert and --ssl_key: client certificates are checked in the TLS "
-                     "handshake (for gRPC alone, set custom_ca and client_verify in --ssl_config_file)");
+    throw ValueError(
+        "--ssl_client_ca needs --ssl_cert and --ssl_key: client certificates are checked in the TLS "
+        "handshake (for gRPC alone, set custom_ca and client_verify in --ssl_config_file)");
   if (!o.ssl_cert.empty()) {
     rest->cert_pem = read_option_file(o.ssl_cert, "--ssl_cert");
     rest->key_pem = read_option_file(o.ssl_key, "--ssl_key");
@@ -91,8 +92,7 @@ void run_serve(const ServeOptions& o) {
   using namespace kiln::serving;
   ServerCoreOptions co;
   if (!o.model_config_file.empty()) {
-    if (!o.model_base_path.empty())
-      throw ValueError("give either --model_config_file or --model_base_path, not both");
+    if (!o.model_base_path.empty()) throw ValueError("give either --model_config_file or --model_base_path, not both");
     co.config = read_model_config_file(o.model_config_file);
   } else if (!o.model_base_path.empty()) {
     ModelConfig m;
@@ -117,7 +117,8 @@ void run_serve(const ServeOptions& o) {
     bearer_token = read_option_file(o.bearer_token_file, "--bearer_token_file");
     while (!bearer_token.empty() && std::isspace((unsigned char)bearer_token.back())) bearer_token.pop_back();
     if (bearer_token.empty())
-      throw ValueError("--bearer_token_file " + o.bearer_token_file + " is empty; put the token clients must send in it");
+      throw ValueError("--bearer_token_file " + o.bearer_token_file +
+                       " is empty; put the token clients must send in it");
     if (bearer_token.find_first_of(" \t\r\n") != std::string::npos)
       throw ValueError("--bearer_token_file " + o.bearer_token_file +
                        ": the token contains white space; put one token on one line");
@@ -170,7 +171,8 @@ void run_serve(const ServeOptions& o) {
       std::condition_variable cv;
       while (!done) {
         std::unique_lock<std::mutex> l(mu);
-        cv.wait_for(l, std::chrono::duration<double>(o.model_config_file_poll_wait_seconds), [&] { return done.load(); });
+        cv.wait_for(l, std::chrono::duration<double>(o.model_config_file_poll_wait_seconds),
+                    [&] { return done.load(); });
         if (done) break;
         try {
           std::string now = read_option_file(o.model_config_file, "--model_config_file");
@@ -220,7 +222,8 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--batching_parameters_file", o->batching_parameters_file, "TF Serving batching parameters (text)");
   cmd->add_option("--file_system_poll_wait_seconds", o->file_system_poll_wait_seconds,
                   "Scan base paths for new versions this often (0: only at start)");
-  cmd->add_option("--enable_model_warmup", o->enable_model_warmup, "Replay assets/extra/warmup_requests.jsonl (default true)");
+  cmd->add_option("--enable_model_warmup", o->enable_model_warmup,
+                  "Replay assets/extra/warmup_requests.jsonl (default true)");
   cmd->add_flag("--resource_preserving", o->resource_preserving, "Unload the old version before loading the new one");
   cmd->add_option("--bearer_token_file", o->bearer_token_file,
                   "Require Authorization: Bearer <token in this file> (health checks excepted)");

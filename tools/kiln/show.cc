@@ -94,15 +94,16 @@ void run_show(const ShowOptions& o) {
 
   const Json& cc = mj.contains("compile_config") ? mj["compile_config"] : Json(nullptr);
   if (cc.is_object()) {
-    std::cout << "\nCompiled with:\n  optimizer: " << describe(cc.value("optimizer", Json(nullptr))) << "\n  loss: "
-              << describe(cc.value("loss", Json(nullptr)))
+    std::cout << "\nCompiled with:\n  optimizer: " << describe(cc.value("optimizer", Json(nullptr)))
+              << "\n  loss: " << describe(cc.value("loss", Json(nullptr)))
               << (cc.contains("loss_weights") && !cc["loss_weights"].is_null()
                       ? "\n  loss_weights: " + cc["loss_weights"].dump()
                       : std::string())
               << "\n  metrics: ";
     std::string ms;
     const Json metrics = cc.value("metrics", Json::array());
-    if (metrics.is_object()) ms = describe(metrics);  // by output name
+    if (metrics.is_object())
+      ms = describe(metrics);  // by output name
     else
       for (auto& m : metrics) ms += (ms.empty() ? "" : ", ") + describe(m);
     std::cout << (ms.empty() ? "-" : ms) << "\n";
@@ -115,8 +116,10 @@ void run_show(const ShowOptions& o) {
     struct stat st {};
     const std::string p = join_path(o.model_dir, name);
     if (::stat(p.c_str(), &st) != 0) continue;
-    if (S_ISDIR(st.st_mode)) std::cout << "  " << name << "/\n";
-    else std::cout << "  " << name << "  " << st.st_size << " bytes\n";
+    if (S_ISDIR(st.st_mode))
+      std::cout << "  " << name << "/\n";
+    else
+      std::cout << "  " << name << "  " << st.st_size << " bytes\n";
   }
 }
 

@@ -14,16 +14,16 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
-#include "kiln/core/random.h"
 #include "kiln/core/io.h"
+#include "kiln/core/random.h"
 #include "kiln/models/model.h"
 #include "kiln/saving/model_io.h"
+#include "kiln/spec/spec.h"
 #include "kiln/training/backup_and_restore.h"
 #include "kiln/training/model_checkpoint.h"
 #include "kiln/tuning/metric_report.h"
 #include "kiln/tuning/tune_spec.h"
 #include "tools/kiln/cli.h"
-#include "kiln/spec/spec.h"
 #include "tools/kiln/versions.h"
 
 namespace kiln::cli {
@@ -63,7 +63,8 @@ Prepared prepare(const Json& spec, int epochs) {
     each.clear();
     for (size_t i = 0; i < p.data.input_names.size(); ++i) {
       const auto& t = p.data.xs_train[i];
-      each += (i ? ", " : "") + p.data.input_names[i] + " " + shape_to_string(Shape(t.sizes().begin() + 1, t.sizes().end()));
+      each += (i ? ", " : "") + p.data.input_names[i] + " " +
+              shape_to_string(Shape(t.sizes().begin() + 1, t.sizes().end()));
     }
   }
   std::cout << "Data: " << p.data.description << ": " << p.data.x_train.size(0) << " training examples"
@@ -101,8 +102,7 @@ void run_train(const TrainOptions& o) {
     include_optimizer = get_or<bool>(spec["output"], "include_optimizer", true);
   }
   if (!o.output.empty()) base = o.output;
-  if (base.empty())
-    throw ValueError("no output directory: set `output.base_dir` in the spec or pass --output BASE");
+  if (base.empty()) throw ValueError("no output directory: set `output.base_dir` in the spec or pass --output BASE");
 
   // Staging copies that killed runs left under the output base.
   for (const std::string& gone : remove_stale_staging(base))
@@ -195,7 +195,8 @@ void run_tune_trial(const TrialOptions& o, const std::vector<std::string>& extra
 
 Command add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
-  CLI::App* sub = app.add_subcommand("train", "Train a model from a declarative JSON spec (docs/SPEC.md) and save it as the next version");
+  CLI::App* sub = app.add_subcommand(
+      "train", "Train a model from a declarative JSON spec (docs/SPEC.md) and save it as the next version");
   sub->add_option("spec", o->spec, "The spec file (JSON)")->required();
   sub->add_option("--output", o->output, "Base directory for versions (overrides output.base_dir)");
   sub->add_option("--epochs", o->epochs, "Number of epochs (overrides fit.epochs)")->check(positive_integer());

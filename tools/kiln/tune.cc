@@ -24,8 +24,8 @@
 #include "kiln/core/io.h"
 #include "kiln/tuning/oracle_service.h"
 #include "kiln/tuning/trial_store.h"
-#include "kiln/tuning/tuner.h"
 #include "kiln/tuning/tune_spec.h"
+#include "kiln/tuning/tuner.h"
 #include "tools/kiln/cli.h"
 
 namespace kiln::cli {
@@ -102,8 +102,9 @@ void run_tune(const TuneOptions& o) {
     if (oracle_target.empty()) {
       auto env = tuning::worker_config_from_env();
       if (!env)
-        throw ValueError("a worker needs the chief's address: --oracle HOST:PORT or KERASTUNER_ORACLE_IP and "
-                         "KERASTUNER_ORACLE_PORT");
+        throw ValueError(
+            "a worker needs the chief's address: --oracle HOST:PORT or KERASTUNER_ORACLE_IP and "
+            "KERASTUNER_ORACLE_PORT");
       oracle_target = env->target();
     }
     if (tuner_id.empty()) tuner_id = "worker" + std::to_string(getpid());
@@ -125,7 +126,9 @@ void run_tune(const TuneOptions& o) {
     tuning::OracleChief server(oracle, {.address = address, .lease_seconds = spec.lease_seconds});
     std::cout << "kiln tune: chief listening on port " << server.port() << std::endl;
     while (!g_cancel.load() && !server.done()) {
-      struct timespec ts {0, 100000000};
+      struct timespec ts {
+        0, 100000000
+      };
       nanosleep(&ts, nullptr);
     }
     if (!g_cancel.load()) server.wait_until_done(2.0);
@@ -159,7 +162,8 @@ Command add_tune_command(CLI::App& app) {
   sub->add_flag("--chief", o->chief, "Serve the oracle to workers over gRPC (distributed tuning)");
   sub->add_option("--address", o->address, "The chief's HOST:PORT (port 0 picks a free one)");
   sub->add_flag("--worker", o->worker, "Pull trials from a chief (see --oracle)");
-  sub->add_option("--oracle", o->oracle, "The chief's HOST:PORT (default: $KERASTUNER_ORACLE_IP:$KERASTUNER_ORACLE_PORT)");
+  sub->add_option("--oracle", o->oracle,
+                  "The chief's HOST:PORT (default: $KERASTUNER_ORACLE_IP:$KERASTUNER_ORACLE_PORT)");
   sub->add_option("--tuner_id", o->tuner_id, "This worker's id (default: $KERASTUNER_TUNER_ID)");
   return {sub, [o] { run_tune(*o); }};
 }
