@@ -7,6 +7,7 @@ set -euo pipefail
 PACKAGES=(
   # build
   build-essential cmake ninja-build ccache pkg-config clang-format
+  clang libclang-rt-dev   # the sanitizer build and libFuzzer (scripts/sanitize.sh)
   libtorch-dev libgloo-dev libopenblas-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev

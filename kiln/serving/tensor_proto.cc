@@ -23,27 +23,48 @@ Shape decode_shape(const tensorflow::TensorShapeProto& s, const std::string& wha
   return shape;
 }
 
-int64_t numel_of(const Shape& s) {
+// The most elements a request tensor may declare, and the most one value may
+// fill (TF's broadcast): limits that no real request reaches, so that a few
+// bytes cannot ask for gigabytes (a 20-byte TensorProto with one float_val and
+// tensor_shape [2^40] would otherwise allocate 4 TiB).
+constexpr int64_t kMaxElements = int64_t{1} << 31;
+constexpr int64_t kMaxFillElements = int64_t{1} << 24;
+
+// Element count of `s` (dimensions already checked non-negative); ValueError
+// naming `what` beyond kMaxElements, before anything overflows.
+int64_t numel_of(const Shape& s, const std::string& what) {
   int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s) {
+    if (d == 0) return 0;
+  }
+  for (auto d : s) {
+    if (__builtin_mul_overflow(n, d, &n) || n > kMaxElements)
+      throw ValueError(what + ": shape " + shape_to_string(s) + " has more than " + std::to_string(kMaxElements) +
+                       " elements; split the request");
+  }
   return n;
+}
+
+// ValueError when one value would fill more than kMaxFillElements.
+void check_fill(int64_t n, const Shape& shape, const std::string& what, const char* field) {
+  if (n > kMaxFillElements)
+    throw ValueError(what + ": " + field + " holds 1 value to fill tensor_shape " + shape_to_string(shape) + " (" +
+                     std::to_string(n) + " elements); one value fills at most " + std::to_string(kMaxFillElements) +
+                     ", send every value or tensor_content");
 }
 
 // n values from a typed field into a tensor of `shape` (one value broadcasts).
 template <typename Field, typename Cast>
 at::Tensor from_values(const Field& values, const Shape& shape, at::ScalarType type, const std::string& what,
                        const char* field, Cast cast) {
-  const int64_t n = numel_of(shape);
+  const int64_t n = numel_of(shape, what);
   const int64_t got = values.size();
-  auto t = at::empty(shape, at::TensorOptions().dtype(type));
-  if (got == n) {
-    for (int64_t i = 0; i < n; ++i) cast(t, i, values.Get(i));
-  } else if (got == 1) {
-    for (int64_t i = 0; i < n; ++i) cast(t, i, values.Get(0));
-  } else {
+  if (got != n && got != 1)
     throw ValueError(what + ": " + field + " holds " + count_str(got) + " values but tensor_shape " +
                      shape_to_string(shape) + " needs " + count_str(n) + " (or exactly 1, which fills the shape)");
-  }
+  if (got != n) check_fill(n, shape, what, field);
+  auto t = at::empty(shape, at::TensorOptions().dtype(type));
+  for (int64_t i = 0; i < n; ++i) cast(t, i, values.Get(got == n ? i : 0));
   return t;
 }
 
@@ -54,7 +75,7 @@ auto setter() {
 
 at::Tensor from_bytes(const std::string& bytes, const Shape& shape, at::ScalarType type, const std::string& what,
                       const char* field) {
-  const int64_t n = numel_of(shape);
+  const int64_t n = numel_of(shape, what);
   const int64_t item = c10::elementSize(type);
   if ((int64_t)bytes.size() != n * item)
     throw ValueError(what + ": " + field + " holds " + count_str(bytes.size()) + " bytes but tensor_shape " +
@@ -141,18 +162,20 @@ void shape_to_proto(const Shape& shape, tensorflow::TensorShapeProto* out) {
 WireTensor from_tensor_proto(const tensorflow::TensorProto& p, const std::string& what) {
   WireTensor w;
   w.shape = decode_shape(p.tensor_shape(), what);
-  const int64_t n = numel_of(w.shape);
+  const int64_t n = numel_of(w.shape, what);
   if (p.dtype() == tensorflow::DT_STRING) {
     if (!p.tensor_content().empty())
       throw ValueError(what + ": DT_STRING tensors must carry their values in string_val, not tensor_content");
     const int64_t got = p.string_val_size();
-    if (got == n)
+    if (got == n) {
       w.strings.assign(p.string_val().begin(), p.string_val().end());
-    else if (got == 1)
+    } else if (got == 1) {
+      check_fill(n, w.shape, what, "string_val");
       w.strings.assign(n, p.string_val(0));
-    else
+    } else {
       throw ValueError(what + ": string_val holds " + count_str(got) + " values but tensor_shape " +
                        shape_to_string(w.shape) + " needs " + count_str(n) + " (or exactly 1, which fills the shape)");
+    }
     return w;
   }
   const at::ScalarType type = to_scalar_type(p.dtype(), what);
@@ -302,7 +325,7 @@ WireTensor from_infer_input(const inference::ModelInferRequest::InferInputTensor
     if (d < 0) throw ValueError(what + ": shape has a negative dimension (" + std::to_string(d) + ")");
     w.shape.push_back(d);
   }
-  const int64_t n = numel_of(w.shape);
+  const int64_t n = numel_of(w.shape, what);
   const auto& c = in.contents();
   if (in.datatype() == "BYTES") {
     if (raw) {

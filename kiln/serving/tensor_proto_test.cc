@@ -126,6 +126,33 @@ TEST(TensorProto, SizeMismatchesAreClearErrors) {
   EXPECT_NE(error_of([&] { from_tensor_proto(n, "x"); }).find("negative dimension"), std::string::npos);
 }
 
+// A few bytes must not ask for gigabytes: a 20-byte TensorProto with one
+// float_val and a huge tensor_shape used to allocate (or overflow the element
+// count, undefined behaviour) before the values were counted. Found by
+// fuzz/tensor_proto_fuzz.cc.
+TEST(TensorProto, HugeShapesAreRefusedBeforeAnyAllocation) {
+  auto fill = proto_with_shape(tensorflow::DT_FLOAT, {int64_t{1} << 40});
+  fill.add_float_val(1);
+  EXPECT_NE(error_of([&] { from_tensor_proto(fill, "x"); }).find("has more than 2147483648 elements"),
+            std::string::npos);
+  auto big_fill = proto_with_shape(tensorflow::DT_DOUBLE, {1 << 14, 1 << 14});
+  big_fill.add_double_val(1);
+  EXPECT_NE(error_of([&] { from_tensor_proto(big_fill, "x"); }).find("one value fills at most 16777216"),
+            std::string::npos);
+  auto strings = proto_with_shape(tensorflow::DT_STRING, {1 << 30});
+  strings.add_string_val("a");
+  EXPECT_NE(error_of([&] { from_tensor_proto(strings, "x"); }).find("one value fills at most"), std::string::npos);
+  auto overflow = proto_with_shape(tensorflow::DT_INT64, {int64_t{1} << 62, 8});
+  overflow.set_tensor_content(std::string(8, '\0'));
+  EXPECT_NE(error_of([&] { from_tensor_proto(overflow, "x"); }).find("elements; split the request"), std::string::npos);
+  inference::ModelInferRequest::InferInputTensor in;
+  in.set_name("x");
+  in.set_datatype("FP32");
+  in.add_shape(int64_t{1} << 62);
+  in.add_shape(4);
+  EXPECT_NE(error_of([&] { from_infer_input(in, nullptr); }).find("elements; split the request"), std::string::npos);
+}
+
 TEST(KServeTensor, RoundTripsContentsAndRawInEveryDtype) {
   std::vector<at::Tensor> tensors = {
       at::randn({2, 3}),

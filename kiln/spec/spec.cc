@@ -14,15 +14,26 @@ void check_keys(const Json& j, const std::vector<std::string>& allowed, const st
   check_config_keys(j, allowed, where);  // the library's one check
 }
 
-Json read_spec(const std::string& path) {
-  if (is_directory(path)) throw ValueError("the spec " + path + " is a directory; pass a JSON file");
-  Json spec = read_json_file(path);
+namespace {
+
+Json checked_spec(Json spec, const std::string& path) {
   check_keys(spec, {"model", "data", "compile", "fit", "callbacks", "output", "name", "description"},
              "the spec " + path);
   for (const char* key : {"model", "data"})
     if (!spec.contains(key))
       throw ValueError("the spec " + path + " has no `" + key + "` section; see docs/SPEC.md for the format");
   return spec;
+}
+
+}  // namespace
+
+Json read_spec(const std::string& path) {
+  if (is_directory(path)) throw ValueError("the spec " + path + " is a directory; pass a JSON file");
+  return checked_spec(read_json_file(path), path);
+}
+
+Json parse_spec(const std::string& text, const std::string& what) {
+  return checked_spec(parse_json(text, "the spec " + what), what);
 }
 
 CompileArgs compile_args_from_spec(const Json& compile) {

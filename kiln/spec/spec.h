@@ -36,6 +36,8 @@ void check_keys(const Json& j, const std::vector<std::string>& allowed, const st
 
 // A spec file, its top-level keys validated.
 Json read_spec(const std::string& path);
+// The same from the spec's text; `what` names it in errors.
+Json parse_spec(const std::string& text, const std::string& what);
 
 // --- data ("data" section) ---------------------------------------------------
 struct DataSplits {
