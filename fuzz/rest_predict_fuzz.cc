@@ -12,12 +12,11 @@
 namespace {
 
 const kiln::Json& signatures() {
-  static const kiln::Json sigs = {
-      {"serving_default", {{"inputs", {{"x", {{"dtype", "float32"}}}}}}},
-      {"ints", {{"inputs", {{"i", {{"dtype", "int64"}}}}}}},
-      {"bytes", {{"inputs", {{"u", {{"dtype", "uint8"}}}}}}},
-      {"flags", {{"inputs", {{"b", {{"dtype", "bool"}}}}}}},
-      {"two", {{"inputs", {{"a", {{"dtype", "float32"}}}, {"c", {{"dtype", "int32"}}}}}}}};
+  static const kiln::Json sigs = {{"serving_default", {{"inputs", {{"x", {{"dtype", "float32"}}}}}}},
+                                  {"ints", {{"inputs", {{"i", {{"dtype", "int64"}}}}}}},
+                                  {"bytes", {{"inputs", {{"u", {{"dtype", "uint8"}}}}}}},
+                                  {"flags", {{"inputs", {{"b", {{"dtype", "bool"}}}}}}},
+                                  {"two", {{"inputs", {{"a", {{"dtype", "float32"}}}, {"c", {{"dtype", "int32"}}}}}}}};
   return sigs;
 }
 

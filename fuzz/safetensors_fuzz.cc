@@ -19,8 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t i = 0; i < tensors.size(); ++i) {
       const at::Tensor& a = tensors[i].second;
       const at::Tensor& b = again[i].second;
-      if (again[i].first != tensors[i].first || a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes())
-        abort();
+      if (again[i].first != tensors[i].first || a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) abort();
       // Bytes, not values: NaN payloads must survive too.
       if (a.numel() > 0 && std::memcmp(a.data_ptr(), b.data_ptr(), a.numel() * a.element_size()) != 0) abort();
     }
