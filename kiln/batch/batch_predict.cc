@@ -18,6 +18,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/core/json.h"
+#include "kiln/core/thread_pool.h"
 #include "kiln/models/model.h"
 
 namespace kiln::batch {
@@ -332,11 +333,16 @@ BatchPredictReport batch_predict(const BatchPredictOptions& o) {
       if (!first_error) first_error = std::current_exception();
     }
   };
+  // The calling thread is one of the workers; the pool runs the others.
   const int64_t threads = std::min<int64_t>(o.workers, n);
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  std::unique_ptr<ThreadPool> pool;
+  std::vector<std::future<void>> others;
+  if (threads > 1) {
+    pool = std::make_unique<ThreadPool>(ThreadPoolOptions{.num_threads = static_cast<int>(threads - 1)});
+    for (int64_t t = 1; t < threads; ++t) others.push_back(pool->submit(work));
+  }
   work();
-  for (auto& t : pool) t.join();
+  for (auto& f : others) f.get();  // work() catches its own errors into first_error
   if (first_error) std::rethrow_exception(first_error);
   return report;
 }
