@@ -18,6 +18,8 @@
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/core/json.h"
+#include "kiln/core/tensor_json.h"
+#include "kiln/core/thread_pool.h"
 #include "kiln/models/model.h"
 
 namespace kiln::batch {
@@ -42,39 +44,6 @@ struct ShardStart {
 };
 
 // --- output -------------------------------------------------------------------
-void write_number(std::string& out, double v, bool is_float32) {
-  if (!std::isfinite(v)) {
-    out += "null";
-    return;
-  }
-  char buf[64];
-  auto res = is_float32 ? std::to_chars(buf, buf + sizeof buf, (float)v) : std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, res.ptr);
-}
-
-// t: contiguous float, double or int64.
-void write_nested(std::string& out, const at::Tensor& t, bool is_float32) {
-  if (t.dim() == 0) {
-    if (t.scalar_type() == at::kLong)
-      out += std::to_string(t.item<int64_t>());
-    else
-      write_number(out, t.item<double>(), is_float32);
-    return;
-  }
-  out += '[';
-  for (int64_t i = 0; i < t.size(0); ++i) {
-    if (i) out += ',';
-    write_nested(out, t[i], is_float32);
-  }
-  out += ']';
-}
-
-void write_tensor(std::string& out, const at::Tensor& row) {
-  bool integral = at::isIntegralType(row.scalar_type(), /*includeBool=*/true);
-  bool f32 = row.scalar_type() == at::kFloat || row.scalar_type() == at::kHalf || row.scalar_type() == at::kBFloat16;
-  write_nested(out, row.to(integral ? at::kLong : at::kDouble).contiguous(), f32);
-}
-
 std::string escape_json(const std::string& s) { return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 // --- the run ------------------------------------------------------------------
@@ -144,13 +113,13 @@ class Worker {
     for (int64_t r = 0; r < n; ++r) {
       results += "{\"instance\":" + batch[r]->text + ",\"prediction\":";
       if (y.size() == 1) {
-        write_tensor(results, y[0][r]);
+        append_tensor_json(results, y[0][r]);
       } else {
         results += '{';
         for (size_t k = 0; k < y.size(); ++k) {
           if (k) results += ',';
           results += escape_json(k < output_names_.size() ? output_names_[k] : "output_" + std::to_string(k)) + ":";
-          write_tensor(results, y[k][r]);
+          append_tensor_json(results, y[k][r]);
         }
         results += '}';
       }
@@ -332,11 +301,16 @@ BatchPredictReport batch_predict(const BatchPredictOptions& o) {
       if (!first_error) first_error = std::current_exception();
     }
   };
+  // The calling thread is one of the workers; the pool runs the others.
   const int64_t threads = std::min<int64_t>(o.workers, n);
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  std::unique_ptr<ThreadPool> pool;
+  std::vector<std::future<void>> others;
+  if (threads > 1) {
+    pool = std::make_unique<ThreadPool>(ThreadPoolOptions{.num_threads = static_cast<int>(threads - 1)});
+    for (int64_t t = 1; t < threads; ++t) others.push_back(pool->submit(work));
+  }
   work();
-  for (auto& t : pool) t.join();
+  for (auto& f : others) f.get();  // work() catches its own errors into first_error
   if (first_error) std::rethrow_exception(first_error);
   return report;
 }

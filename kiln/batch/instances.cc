@@ -5,39 +5,15 @@
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/core/tensor_json.h"
 #include "kiln/models/model.h"
 
 namespace kiln::batch {
 namespace {
 
-// Checks that every sub-list agrees with `shape` (taken from the first
-// elements: no ragged lists) and that the leaves are numbers.
-void flatten_into(const Json& v, const Shape& shape, size_t depth, std::vector<double>& out, const std::string& what) {
-  if (depth < shape.size()) {
-    if (!v.is_array() || (int64_t)v.size() != shape[depth])
-      throw ValueError(what + " is a ragged list: every sub-list at depth " + std::to_string(depth) + " must have " +
-                       std::to_string(shape[depth]) + " entries");
-    for (auto& e : v) flatten_into(e, shape, depth + 1, out, what);
-    return;
-  }
-  if (v.is_number())
-    out.push_back(v.get<double>());
-  else if (v.is_boolean())
-    out.push_back(v.get<bool>() ? 1.0 : 0.0);
-  else
-    throw ValueError(what + " holds " + json_excerpt(v) + " where a number belongs");
-}
-
 InstanceValue to_value(const Json& v, const std::string& what) {
-  InstanceValue out;
-  const Json* cur = &v;
-  while (cur->is_array()) {
-    out.shape.push_back((int64_t)cur->size());
-    if (cur->empty()) break;
-    cur = &(*cur)[0];
-  }
-  flatten_into(v, out.shape, 0, out.data, what);
-  return out;
+  NestedNumbers n = json_to_numbers(v, what);
+  return {std::move(n.values), std::move(n.shape)};
 }
 
 bool fits(const Shape& got, const Shape& want) {

@@ -2,7 +2,6 @@
 // instantiated for elements and for row indices), batch, unbatch and map.
 #include <ATen/ATen.h>
 
-#include <condition_variable>
 #include <deque>
 #include <future>
 #include <limits>
@@ -11,6 +10,7 @@
 #include <thread>
 
 #include "kiln/core/error.h"
+#include "kiln/core/thread_pool.h"
 #include "kiln/data/dataset_node.h"
 
 namespace kiln {
@@ -489,52 +489,6 @@ class UnbatchNode : public DatasetNode {
 
 // -------------------------------------------------------------------- map
 
-// A fixed set of worker threads; queued tasks that have not started when the
-// pool is destroyed are dropped, running ones are waited for.
-class WorkerPool {
- public:
-  explicit WorkerPool(int n) {
-    threads_.reserve(n);
-    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { run(); });
-  }
-  ~WorkerPool() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  void submit(std::function<void()> task) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      tasks_.push_back(std::move(task));
-    }
-    cv_.notify_one();
-  }
-
- private:
-  void run() {
-    use_one_intra_op_thread_here();
-    for (;;) {
-      std::function<void()> task;
-      {
-        std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return stop_ || !tasks_.empty(); });
-        if (stop_) return;
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      task();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;  // guarded by mu_
-  bool stop_ = false;                        // guarded by mu_
-  std::vector<std::thread> threads_;
-};
-
 using MapFn = std::function<Element(const Element&)>;
 
 class SerialMapIterator : public DatasetIterator {
@@ -559,9 +513,12 @@ class ParallelMapIterator : public DatasetIterator {
  public:
   ParallelMapIterator(std::shared_ptr<const MapFn> fn, std::unique_ptr<DatasetIterator> in, int workers)
       : fn_(std::move(fn)), in_(std::move(in)), workers_(workers) {}
-  ~ParallelMapIterator() override { pool_.reset(); }  // join before the futures and input go
+  // Queued calls are dropped, running ones waited for, before the futures and input go.
+  ~ParallelMapIterator() override { pool_.reset(); }
   std::optional<Element> next() override {
-    if (!pool_) pool_ = std::make_unique<WorkerPool>(workers_);
+    if (!pool_)
+      pool_ = std::make_unique<ThreadPool>(
+          ThreadPoolOptions{.num_threads = workers_, .on_thread_start = use_one_intra_op_thread_here});
     while (!input_done_ && static_cast<int>(in_flight_.size()) < 2 * workers_) {
       std::optional<Element> e;
       try {
@@ -578,9 +535,7 @@ class ParallelMapIterator : public DatasetIterator {
         input_done_ = true;
         break;
       }
-      auto task = std::make_shared<std::packaged_task<Element()>>([fn = fn_, x = std::move(*e)]() { return (*fn)(x); });
-      in_flight_.push_back(task->get_future());
-      pool_->submit([task] { (*task)(); });
+      in_flight_.push_back(pool_->submit([fn = fn_, x = std::move(*e)]() { return (*fn)(x); }));
     }
     if (in_flight_.empty()) return std::nullopt;
     std::future<Element> f = std::move(in_flight_.front());
@@ -603,7 +558,7 @@ class ParallelMapIterator : public DatasetIterator {
   int workers_;
   bool input_done_ = false;
   std::deque<std::future<Element>> in_flight_;
-  std::unique_ptr<WorkerPool> pool_;  // started by the first next()
+  std::unique_ptr<ThreadPool> pool_;  // started by the first next()
 };
 
 class MapNode : public DatasetNode {

@@ -9,6 +9,7 @@
 #include "kiln/core/config_keys.h"
 #include "kiln/core/json_limits.h"
 #include "kiln/core/names.h"
+#include "kiln/core/registry.h"
 
 namespace kiln {
 
@@ -345,44 +346,22 @@ Tensors SimpleLayer::call(const Tensors& inputs, bool training) {
 
 // --- registry ---------------------------------------------------------------
 namespace {
-std::mutex g_reg_mu;
-std::map<std::string, LayerFactory>& registry() {  // guarded by g_reg_mu
-  static std::map<std::string, LayerFactory> r;
-  return r;
+Registry<LayerPtr, const Json&>& layer_registry() {
+  static auto* r = new Registry<LayerPtr, const Json&>("layer");  // never destroyed
+  return *r;
 }
 }  // namespace
 
 bool LayerRegistry::add(const std::string& class_name, LayerFactory factory) {
-  std::lock_guard<std::mutex> l(g_reg_mu);
-  registry()[class_name] = std::move(factory);
-  return true;
+  return layer_registry().add(class_name, std::move(factory));
 }
 
-bool LayerRegistry::contains(const std::string& class_name) {
-  std::lock_guard<std::mutex> l(g_reg_mu);
-  return registry().count(class_name) > 0;
-}
+bool LayerRegistry::contains(const std::string& class_name) { return layer_registry().contains(class_name); }
 
-std::vector<std::string> LayerRegistry::names() {
-  std::lock_guard<std::mutex> l(g_reg_mu);
-  std::vector<std::string> out;
-  for (auto& [k, v] : registry()) out.push_back(k);
-  return out;
-}
+std::vector<std::string> LayerRegistry::names() { return layer_registry().names(); }
 
 LayerPtr LayerRegistry::create(const std::string& class_name, const Json& config) {
-  LayerFactory f;
-  {
-    std::lock_guard<std::mutex> l(g_reg_mu);
-    auto it = registry().find(class_name);
-    if (it != registry().end()) f = it->second;
-  }
-  if (!f) {
-    std::string known;
-    for (auto& n : names()) known += (known.empty() ? "" : ", ") + n;
-    throw NotFoundError("unknown layer '" + class_name + "'; known layers: " + known);
-  }
-  return f(config);
+  return layer_registry().create(class_name, config);
 }
 
 namespace {

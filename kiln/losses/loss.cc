@@ -7,6 +7,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/core/registry.h"
 #include "kiln/core/shape.h"
 #include "kiln/losses/crossentropy.h"
 #include "kiln/losses/hinge.h"
@@ -27,41 +28,29 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-struct Registry {
-  std::mutex mu;
-  std::map<std::string, Loss::Factory> classes;  // guarded by mu
-};
+using LossRegistry = Registry<LossPtr, const Json&>;
 
-Registry& registry() {
-  static Registry* r = [] {
-    auto* reg = new Registry;
-    reg->classes["SparseCategoricalCrossentropy"] = [](const Json& c) -> LossPtr {
-      return losses::SparseCategoricalCrossentropy::from_config(c);
-    };
-    reg->classes["CategoricalCrossentropy"] = [](const Json& c) -> LossPtr {
-      return losses::CategoricalCrossentropy::from_config(c);
-    };
-    reg->classes["BinaryCrossentropy"] = [](const Json& c) -> LossPtr {
-      return losses::BinaryCrossentropy::from_config(c);
-    };
-    reg->classes["MeanSquaredError"] = [](const Json& c) -> LossPtr {
-      return losses::MeanSquaredError::from_config(c);
-    };
-    reg->classes["MeanAbsoluteError"] = [](const Json& c) -> LossPtr {
-      return losses::MeanAbsoluteError::from_config(c);
-    };
-    reg->classes["Huber"] = [](const Json& c) -> LossPtr { return losses::Huber::from_config(c); };
-    reg->classes["KLDivergence"] = [](const Json& c) -> LossPtr { return losses::KLDivergence::from_config(c); };
-    reg->classes["Hinge"] = [](const Json& c) -> LossPtr { return losses::Hinge::from_config(c); };
-    reg->classes["SquaredHinge"] = [](const Json& c) -> LossPtr { return losses::SquaredHinge::from_config(c); };
-    reg->classes["LogCosh"] = [](const Json& c) -> LossPtr { return losses::LogCosh::from_config(c); };
-    reg->classes["Poisson"] = [](const Json& c) -> LossPtr { return losses::Poisson::from_config(c); };
-    reg->classes["CosineSimilarity"] = [](const Json& c) -> LossPtr {
-      return losses::CosineSimilarity::from_config(c);
-    };
-    reg->classes["BinaryFocalCrossentropy"] = [](const Json& c) -> LossPtr {
-      return losses::BinaryFocalCrossentropy::from_config(c);
-    };
+template <class T>
+Loss::Factory factory_of() {
+  return [](const Json& c) -> LossPtr { return T::from_config(c); };
+}
+
+LossRegistry& registry() {
+  static LossRegistry* r = [] {
+    auto* reg = new LossRegistry("loss");  // never destroyed
+    reg->add("SparseCategoricalCrossentropy", factory_of<losses::SparseCategoricalCrossentropy>());
+    reg->add("CategoricalCrossentropy", factory_of<losses::CategoricalCrossentropy>());
+    reg->add("BinaryCrossentropy", factory_of<losses::BinaryCrossentropy>());
+    reg->add("MeanSquaredError", factory_of<losses::MeanSquaredError>());
+    reg->add("MeanAbsoluteError", factory_of<losses::MeanAbsoluteError>());
+    reg->add("Huber", factory_of<losses::Huber>());
+    reg->add("KLDivergence", factory_of<losses::KLDivergence>());
+    reg->add("Hinge", factory_of<losses::Hinge>());
+    reg->add("SquaredHinge", factory_of<losses::SquaredHinge>());
+    reg->add("LogCosh", factory_of<losses::LogCosh>());
+    reg->add("Poisson", factory_of<losses::Poisson>());
+    reg->add("CosineSimilarity", factory_of<losses::CosineSimilarity>());
+    reg->add("BinaryFocalCrossentropy", factory_of<losses::BinaryFocalCrossentropy>());
     return reg;
   }();
   return *r;
@@ -167,18 +156,13 @@ void Loss::check_keys(const Json& config, const std::vector<std::string>& allowe
 }
 
 bool Loss::register_class(const std::string& class_name, Factory factory) {
-  auto& r = registry();
-  std::lock_guard<std::mutex> l(r.mu);
-  r.classes[class_name] = std::move(factory);
-  return true;
+  return registry().add(class_name, std::move(factory));
 }
 
 std::vector<std::string> Loss::known_names() {
   std::vector<std::string> names;
   for (auto& [alias, cls] : aliases()) names.push_back(alias);
-  auto& r = registry();
-  std::lock_guard<std::mutex> l(r.mu);
-  for (auto& [cls, f] : r.classes) names.push_back(cls);
+  for (auto& cls : registry().names()) names.push_back(cls);
   return names;
 }
 
@@ -186,13 +170,7 @@ LossPtr Loss::get(const std::string& name) {
   std::string cls = name;
   auto a = aliases().find(name);
   if (a != aliases().end()) cls = a->second;
-  Factory factory;
-  {
-    auto& r = registry();
-    std::lock_guard<std::mutex> l(r.mu);
-    auto it = r.classes.find(cls);
-    if (it != r.classes.end()) factory = it->second;
-  }
+  Factory factory = registry().find(cls);
   if (!factory)
     throw ValueError("Could not interpret loss identifier: '" + name + "'. Known losses: " + join(known_names()));
   return factory(Json::object());
@@ -203,13 +181,7 @@ LossPtr Loss::from_json(const Json& j) {
   if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string())
     throw ValueError("A loss must be a name or {\"class_name\": ..., \"config\": {...}}. Received: " + json_excerpt(j));
   const std::string cls = j["class_name"].get<std::string>();
-  Factory factory;
-  {
-    auto& r = registry();
-    std::lock_guard<std::mutex> l(r.mu);
-    auto it = r.classes.find(cls);
-    if (it != r.classes.end()) factory = it->second;
-  }
+  Factory factory = registry().find(cls);
   if (!factory) {
     // Keras also writes function losses as {"class_name": "function", "config": "mse"}-like forms.
     if (aliases().count(cls)) return get(cls);

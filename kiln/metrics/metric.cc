@@ -7,6 +7,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/core/registry.h"
 #include "kiln/losses/loss.h"
 #include "kiln/metrics/accuracy_metrics.h"
 #include "kiln/metrics/confusion_metrics.h"
@@ -28,40 +29,36 @@ std::string lower(std::string s) {
   return s;
 }
 
-struct Registry {
-  std::mutex mu;
-  std::map<std::string, Metric::Factory> classes;  // guarded by mu
-};
+using MetricRegistry = Registry<MetricPtr, const Json&>;
 
 template <class T>
 Metric::Factory factory_of() {
   return [](const Json& c) -> MetricPtr { return T::from_config(c); };
 }
 
-Registry& registry() {
-  static Registry* r = [] {
-    auto* reg = new Registry;
+MetricRegistry& registry() {
+  static MetricRegistry* r = [] {
+    auto* reg = new MetricRegistry("metric");  // never destroyed
     using namespace metrics;
-    reg->classes["Mean"] = [](const Json& c) -> MetricPtr {
-      return std::make_shared<Mean>(get_or<std::string>(c, "name", "mean"));
-    };
-    reg->classes["Accuracy"] = factory_of<Accuracy>();
-    reg->classes["BinaryAccuracy"] = factory_of<BinaryAccuracy>();
-    reg->classes["CategoricalAccuracy"] = factory_of<CategoricalAccuracy>();
-    reg->classes["SparseCategoricalAccuracy"] = factory_of<SparseCategoricalAccuracy>();
-    reg->classes["TopKCategoricalAccuracy"] = factory_of<TopKCategoricalAccuracy>();
-    reg->classes["SparseTopKCategoricalAccuracy"] = factory_of<SparseTopKCategoricalAccuracy>();
-    reg->classes["AutoAccuracy"] = factory_of<AutoAccuracy>();
-    reg->classes["AUC"] = factory_of<AUC>();
-    reg->classes["Precision"] = factory_of<Precision>();
-    reg->classes["Recall"] = factory_of<Recall>();
-    reg->classes["MeanAbsoluteError"] = factory_of<metrics::MeanAbsoluteError>();
-    reg->classes["MeanSquaredError"] = factory_of<metrics::MeanSquaredError>();
-    reg->classes["RootMeanSquaredError"] = factory_of<metrics::RootMeanSquaredError>();
-    reg->classes["R2Score"] = factory_of<metrics::R2Score>();
-    reg->classes["F1Score"] = factory_of<metrics::F1Score>();
-    reg->classes["FBetaScore"] = factory_of<metrics::FBetaScore>();
-    reg->classes["MeanIoU"] = factory_of<metrics::MeanIoU>();
+    reg->add("Mean",
+             [](const Json& c) -> MetricPtr { return std::make_shared<Mean>(get_or<std::string>(c, "name", "mean")); });
+    reg->add("Accuracy", factory_of<Accuracy>());
+    reg->add("BinaryAccuracy", factory_of<BinaryAccuracy>());
+    reg->add("CategoricalAccuracy", factory_of<CategoricalAccuracy>());
+    reg->add("SparseCategoricalAccuracy", factory_of<SparseCategoricalAccuracy>());
+    reg->add("TopKCategoricalAccuracy", factory_of<TopKCategoricalAccuracy>());
+    reg->add("SparseTopKCategoricalAccuracy", factory_of<SparseTopKCategoricalAccuracy>());
+    reg->add("AutoAccuracy", factory_of<AutoAccuracy>());
+    reg->add("AUC", factory_of<AUC>());
+    reg->add("Precision", factory_of<Precision>());
+    reg->add("Recall", factory_of<Recall>());
+    reg->add("MeanAbsoluteError", factory_of<metrics::MeanAbsoluteError>());
+    reg->add("MeanSquaredError", factory_of<metrics::MeanSquaredError>());
+    reg->add("RootMeanSquaredError", factory_of<metrics::RootMeanSquaredError>());
+    reg->add("R2Score", factory_of<metrics::R2Score>());
+    reg->add("F1Score", factory_of<metrics::F1Score>());
+    reg->add("FBetaScore", factory_of<metrics::FBetaScore>());
+    reg->add("MeanIoU", factory_of<metrics::MeanIoU>());
     return reg;
   }();
   return *r;
@@ -91,12 +88,7 @@ const std::map<std::string, std::string>& aliases() {
   return a;
 }
 
-Metric::Factory find_class(const std::string& cls) {
-  auto& r = registry();
-  std::lock_guard<std::mutex> l(r.mu);
-  auto it = r.classes.find(cls);
-  return it == r.classes.end() ? Metric::Factory() : it->second;
-}
+Metric::Factory find_class(const std::string& cls) { return registry().find(cls); }
 
 // "accuracy" as Keras resolves it: by the loss when it says (Keras 2's rule),
 // else by the shapes of the first batch (Keras 3's rule).
@@ -128,18 +120,13 @@ void Metric::check_keys(const Json& config, const std::vector<std::string>& allo
 }
 
 bool Metric::register_class(const std::string& class_name, Factory factory) {
-  auto& r = registry();
-  std::lock_guard<std::mutex> l(r.mu);
-  r.classes[class_name] = std::move(factory);
-  return true;
+  return registry().add(class_name, std::move(factory));
 }
 
 std::vector<std::string> Metric::known_names() {
   std::vector<std::string> names = {"accuracy", "acc"};
   for (auto& [alias, cls] : aliases()) names.push_back(alias);
-  auto& r = registry();
-  std::lock_guard<std::mutex> l(r.mu);
-  for (auto& [cls, f] : r.classes) names.push_back(cls);
+  for (auto& cls : registry().names()) names.push_back(cls);
   return names;
 }
 

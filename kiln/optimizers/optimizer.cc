@@ -9,6 +9,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/core/registry.h"
 #include "kiln/core/shape.h"
 #include "kiln/optimizers/adadelta.h"
 #include "kiln/optimizers/adagrad.h"
@@ -63,35 +64,27 @@ const std::vector<std::string>& base_keys() {
   return k;
 }
 
-struct Registry {
-  std::mutex mu;
-  std::map<std::string, Optimizer::Factory> classes;  // guarded by mu
-};
+using OptimizerRegistry = Registry<OptimizerPtr, const Json&>;
 
-Registry& registry() {
-  static Registry* r = [] {
-    auto* reg = new Registry;
-    reg->classes["SGD"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::SGD>(c); };
-    reg->classes["RMSprop"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::RMSprop>(c); };
-    reg->classes["Adam"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Adam>(c); };
-    reg->classes["AdamW"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::AdamW>(c); };
-    reg->classes["Adagrad"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Adagrad>(c); };
-    reg->classes["Adadelta"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Adadelta>(c); };
-    reg->classes["Adamax"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Adamax>(c); };
-    reg->classes["Nadam"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Nadam>(c); };
-    reg->classes["Lion"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Lion>(c); };
-    reg->classes["Ftrl"] = [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Ftrl>(c); };
+OptimizerRegistry& registry() {
+  static OptimizerRegistry* r = [] {
+    auto* reg = new OptimizerRegistry("optimizer");  // never destroyed
+    reg->add("SGD", [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::SGD>(c); });
+    reg->add("RMSprop", [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::RMSprop>(c); });
+    reg->add("Adam", [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Adam>(c); });
+    reg->add("AdamW", [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::AdamW>(c); });
+    reg->add("Adagrad", [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Adagrad>(c); });
+    reg->add("Adadelta", [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Adadelta>(c); });
+    reg->add("Adamax", [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Adamax>(c); });
+    reg->add("Nadam", [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Nadam>(c); });
+    reg->add("Lion", [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Lion>(c); });
+    reg->add("Ftrl", [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Ftrl>(c); });
     return reg;
   }();
   return *r;
 }
 
-Optimizer::Factory find_class(const std::string& cls) {
-  auto& r = registry();
-  std::lock_guard<std::mutex> l(r.mu);
-  auto it = r.classes.find(cls);
-  return it == r.classes.end() ? Optimizer::Factory() : it->second;
-}
+Optimizer::Factory find_class(const std::string& cls) { return registry().find(cls); }
 
 const std::map<std::string, std::string>& aliases() {
   static const std::map<std::string, std::string> a = {
@@ -403,18 +396,13 @@ void Optimizer::load_state_dict(const std::map<std::string, at::Tensor>& state) 
 }
 
 bool Optimizer::register_class(const std::string& class_name, Factory factory) {
-  auto& r = registry();
-  std::lock_guard<std::mutex> l(r.mu);
-  r.classes[class_name] = std::move(factory);
-  return true;
+  return registry().add(class_name, std::move(factory));
 }
 
 std::vector<std::string> Optimizer::known_names() {
   std::vector<std::string> names;
   for (auto& [alias, cls] : aliases()) names.push_back(alias);
-  auto& r = registry();
-  std::lock_guard<std::mutex> l(r.mu);
-  for (auto& [cls, f] : r.classes) names.push_back(cls);
+  for (auto& cls : registry().names()) names.push_back(cls);
   return names;
 }
 

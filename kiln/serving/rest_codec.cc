@@ -7,36 +7,13 @@
 #include <type_traits>
 
 #include "kiln/core/dtype.h"
+#include "kiln/core/tensor_json.h"
 #include "kiln/serving/status.h"
 
 namespace kiln::serving {
 namespace {
 
 [[noreturn]] void bad(const std::string& m) { throw ServingError(Code::kInvalidArgument, m); }
-
-double number_of(const Json& v, const std::string& where) {
-  if (v.is_number()) return v.get<double>();
-  if (v.is_boolean()) return v.get<bool>() ? 1.0 : 0.0;
-  if (v.is_string()) {
-    const auto& s = v.get_ref<const std::string&>();
-    if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
-    if (s == "Infinity") return std::numeric_limits<double>::infinity();
-    if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
-  }
-  bad(where + " holds " + v.dump().substr(0, 80) + " where a number belongs");
-}
-
-void flatten(const Json& v, const std::vector<int64_t>& shape, size_t depth, std::vector<double>& out,
-             const std::string& where) {
-  if (depth < shape.size()) {
-    if (!v.is_array() || (int64_t)v.size() != shape[depth])
-      bad(where + " is a ragged list: every list at depth " + std::to_string(depth) + " must have " +
-          std::to_string(shape[depth]) + " entries");
-    for (auto& e : v) flatten(e, shape, depth + 1, out, where);
-    return;
-  }
-  out.push_back(number_of(v, where));
-}
 
 bool is_b64(const Json& v) { return v.is_object() && v.size() == 1 && v.contains("b64"); }
 
@@ -76,6 +53,16 @@ const Json& signature_of(const Json& signatures, const std::string& name) {
   return signatures[name];
 }
 
+// The core codec's ValueError, as the REST API reports it.
+template <class F>
+auto as_invalid_argument(F&& f) {
+  try {
+    return f();
+  } catch (const ValueError& e) {
+    bad(e.what());
+  }
+}
+
 }  // namespace
 
 at::ScalarType input_dtype(const Json& spec) {
@@ -83,25 +70,13 @@ at::ScalarType input_dtype(const Json& spec) {
 }
 
 at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::string& where) {
-  std::vector<int64_t> shape;
-  const Json* cur = &value;
-  while (cur->is_array()) {
-    shape.push_back((int64_t)cur->size());
-    if (cur->empty()) break;
-    cur = &(*cur)[0];
-  }
-  std::vector<double> data;
-  flatten(value, shape, 0, data, where);
-  return checked_numbers_to_tensor(data, shape, dtype, where);
+  return as_invalid_argument(
+      [&] { return kiln::json_to_tensor(value, dtype, where, JsonNumberOptions{.special_float_strings = true}); });
 }
 
 at::Tensor checked_numbers_to_tensor(const std::vector<double>& data, const std::vector<int64_t>& shape,
                                      at::ScalarType dtype, const std::string& where) {
-  if (at::isIntegralType(dtype, /*includeBool=*/true))
-    for (double d : data)
-      if (!is_integer(d))
-        bad(where + " expects integers (" + dtype_to_string(dtype) + "); received " + std::to_string(d));
-  return numbers_to_tensor(data, shape, dtype);
+  return as_invalid_argument([&] { return kiln::checked_numbers_to_tensor(data, shape, dtype, where); });
 }
 
 KServeInferBody decode_kserve_infer(const Json& body) {
@@ -129,54 +104,6 @@ KServeInferBody decode_kserve_infer(const Json& body) {
         b.outputs.push_back(o["name"].get<std::string>());
   if (body.contains("id")) b.id = body["id"];
   return b;
-}
-
-at::Tensor numbers_to_tensor(const std::vector<double>& data, const std::vector<int64_t>& shape, at::ScalarType dtype) {
-  if (dtype == at::kFloat) {
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
-    float* p = t.data_ptr<float>();
-    for (size_t i = 0; i < data.size(); ++i) p[i] = (float)data[i];
-    return t;
-  }
-  auto view = at::from_blob(const_cast<double*>(data.data()), {(int64_t)data.size()}, at::kDouble);
-  return view.to(dtype, /*non_blocking=*/false, /*copy=*/true).reshape(shape);
-}
-
-Json tensor_to_json(const at::Tensor& t0) {
-  at::Tensor t = t0.contiguous().cpu();
-  bool integral = at::isIntegralType(t.scalar_type(), true);
-  at::Tensor flat = integral ? t.to(at::kLong).reshape({-1}) : t.to(at::kDouble).reshape({-1});
-  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
-  int64_t n = flat.numel();
-  // Build nested lists iteratively from the innermost dim outwards.
-  std::vector<Json> level;
-  level.reserve(n);
-  if (integral) {
-    auto* p = flat.data_ptr<int64_t>();
-    for (int64_t i = 0; i < n; ++i) level.emplace_back(t.scalar_type() == at::kBool ? Json(p[i] != 0) : Json(p[i]));
-  } else {
-    auto* p = flat.data_ptr<double>();
-    bool f32 = t.scalar_type() == at::kFloat || t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
-    for (int64_t i = 0; i < n; ++i) level.emplace_back(f32 ? Json((float)p[i]) : Json(p[i]));
-  }
-  if (shape.empty()) return level.empty() ? Json(nullptr) : level[0];
-  for (int64_t d = (int64_t)shape.size() - 1; d >= 0; --d) {
-    int64_t k = shape[d];
-    std::vector<Json> up;
-    if (k == 0) {
-      int64_t groups = 1;
-      for (int64_t e = 0; e < d; ++e) groups *= shape[e];
-      up.assign(groups, Json::array());
-    } else {
-      for (size_t i = 0; i < level.size(); i += k) {
-        Json a = Json::array();
-        for (int64_t j = 0; j < k; ++j) a.push_back(std::move(level[i + j]));
-        up.push_back(std::move(a));
-      }
-    }
-    level = std::move(up);
-  }
-  return level.empty() ? Json::array() : level[0];
 }
 
 PredictCall decode_predict_request(const Json& body, const Json& signatures) {
@@ -285,68 +212,13 @@ Json encode_predict_response(const TensorMap& outputs, bool row_format) {
   return Json{{"predictions", preds}};
 }
 
-namespace {
-
-template <class T>
-void append_number(std::string& out, T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (!std::isfinite(v)) {
-      out += "null";
-      return;
-    }
-  }
-  char buf[32];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  out.append(buf, r.ptr);
-}
-
-// Nested lists of a contiguous tensor, innermost dim in one loop.
-template <class T>
-void append_lists(std::string& out, const T* p, const std::vector<int64_t>& shape, size_t depth, int64_t& i) {
-  if (depth == shape.size()) {
-    append_number(out, p[i++]);
-    return;
-  }
-  out += '[';
-  for (int64_t k = 0; k < shape[depth]; ++k) {
-    if (k) out += ',';
-    append_lists(out, p, shape, depth + 1, i);
-  }
-  out += ']';
-}
-
-template <class T>
-void append_tensor(std::string& out, const at::Tensor& t) {
-  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
-  int64_t i = 0;
-  append_lists(out, t.data_ptr<T>(), shape, 0, i);
-}
-
-}  // namespace
-
 std::string predict_response_text(const TensorMap& outputs, bool row_format) {
-  auto via_dom = [&] {
+  if (outputs.size() != 1)
     return encode_predict_response(outputs, row_format).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  };
-  if (outputs.size() != 1 || outputs.begin()->second.scalar_type() == at::kBool) return via_dom();
-  at::Tensor t = outputs.begin()->second.contiguous().cpu();
+  const at::Tensor& t = outputs.begin()->second;
   std::string out = row_format ? "{\"predictions\":" : "{\"outputs\":";
   out.reserve(out.size() + 16 * (size_t)t.numel() + 8);
-  switch (t.scalar_type()) {
-    case at::kFloat:
-      append_tensor<float>(out, t);
-      break;
-    case at::kDouble:
-      append_tensor<double>(out, t);
-      break;
-    case at::kHalf:
-    case at::kBFloat16:
-      append_tensor<float>(out, t.to(at::kFloat));
-      break;
-    default:
-      append_tensor<int64_t>(out, t.to(at::kLong));
-      break;
-  }
+  append_tensor_json(out, t);
   out += '}';
   return out;
 }

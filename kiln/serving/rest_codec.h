@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kiln/core/json.h"
+#include "kiln/core/tensor_json.h"
 #include "kiln/serving/servable.h"
 
 namespace kiln::serving {
@@ -51,13 +52,11 @@ std::string predict_response_text(const TensorMap& outputs, bool row_format);
 at::ScalarType input_dtype(const Json& spec);
 
 // A finite whole number (what an integral input accepts).
-inline bool is_integer(double d) { return std::isfinite(d) && d == std::floor(d); }
+inline bool is_integer(double d) { return is_whole_number(d); }
 
-// Row-major numbers of `shape` -> tensor of `dtype` (integral dtypes: the
-// caller has checked the values are integers).
-at::Tensor numbers_to_tensor(const std::vector<double>& data, const std::vector<int64_t>& shape, at::ScalarType dtype);
-// The same, checking first: an integral dtype with a non-integer value is
-// ServingError INVALID_ARGUMENT naming `where` (json_to_tensor's message).
+// numbers_to_tensor, tensor_to_json and append_tensor_json: kiln/core/tensor_json.h.
+// kiln::checked_numbers_to_tensor, as ServingError INVALID_ARGUMENT naming
+// `where` (json_to_tensor's message).
 at::Tensor checked_numbers_to_tensor(const std::vector<double>& data, const std::vector<int64_t>& shape,
                                      at::ScalarType dtype, const std::string& where);
 
@@ -84,10 +83,10 @@ KServeInferBody decode_kserve_infer(const Json& body);
 // bad shapes, ...): decode_kserve_infer then decides and words the error.
 bool decode_kserve_infer_fast(std::string_view body, KServeInferBody* out);
 
-// One JSON value (nested lists) -> tensor of `dtype`. `where` names it in errors.
+// One JSON value (nested lists; also "NaN", "Infinity", "-Infinity") ->
+// tensor of `dtype`: kiln::json_to_tensor, as ServingError INVALID_ARGUMENT
+// naming `where`.
 at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::string& where);
-// Tensor -> nested lists (NaN/Inf become null, as nlohmann writes them).
-Json tensor_to_json(const at::Tensor& t);
 
 // Strict base64 (standard or URL-safe alphabet, optional padding); ServingError on bad input.
 std::string base64_decode(const std::string& in);

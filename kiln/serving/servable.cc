@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "kiln/core/dtype.h"
+#include "kiln/core/registry.h"
 #include "kiln/models/model.h"
 #include "kiln/saving/model_io.h"
 #include "kiln/serving/status.h"
@@ -11,14 +12,12 @@
 namespace kiln::serving {
 namespace {
 
-std::mutex& registry_mu() {
-  static std::mutex mu;
-  return mu;
-}
-std::map<std::string, ServableFactory>& registry() {
-  static std::map<std::string, ServableFactory> r{
-      {"kiln", [](const std::string& dir) { return std::make_unique<ModelServable>(dir); }}};
-  return r;
+using ServableRegistry = Registry<std::unique_ptr<Servable>, const std::string&>;
+
+ServableRegistry& registry() {
+  static auto* r = new ServableRegistry(  // never destroyed
+      "platform", {{"kiln", [](const std::string& dir) { return std::make_unique<ModelServable>(dir); }}});
+  return *r;
 }
 
 std::string shape_str(at::IntArrayRef s) {
@@ -40,27 +39,16 @@ bool fully_built(const Layer& layer) {
 }  // namespace
 
 void register_servable_factory(const std::string& platform, ServableFactory factory) {
-  std::lock_guard<std::mutex> l(registry_mu());
-  registry()[platform] = std::move(factory);
+  registry().add(platform, std::move(factory));
 }
 
-bool has_servable_platform(const std::string& platform) {
-  std::lock_guard<std::mutex> l(registry_mu());
-  return registry().count(platform) > 0;
-}
+bool has_servable_platform(const std::string& platform) { return registry().contains(platform); }
 
 std::unique_ptr<Servable> make_servable(const std::string& platform, const std::string& dir) {
-  ServableFactory f;
-  {
-    std::lock_guard<std::mutex> l(registry_mu());
-    auto it = registry().find(platform);
-    if (it == registry().end()) {
-      std::string known;
-      for (auto& [k, v] : registry()) known += (known.empty() ? "" : ", ") + k;
-      throw ServingError(Code::kInvalidArgument,
-                         "unknown model_platform \"" + platform + "\"; known platforms: " + known);
-    }
-    f = it->second;
+  ServableFactory f = registry().find(platform);
+  if (!f) {
+    throw ServingError(Code::kInvalidArgument,
+                       "unknown model_platform \"" + platform + "\"; known platforms: " + registry().joined_names());
   }
   return f(dir);
 }

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "kiln/core/error.h"
+#include "kiln/core/thread_pool.h"
 #include "kiln/serving/rest_codec.h"
 #include "kiln/serving/rest_server.h"
 
@@ -104,13 +105,7 @@ struct ServerCore::Impl {
 
   std::mutex reconcile_mu_;  // one reconcile at a time
 
-  // Loader pool.
-  std::mutex jobs_mu_;
-  mutable std::condition_variable jobs_cv_;
-  std::deque<std::function<void()>> jobs_;  // guarded by jobs_mu_
-  int64_t running_jobs_ = 0;                // guarded by jobs_mu_
-  bool stopping_ = false;                   // guarded by jobs_mu_
-  std::vector<std::thread> workers_;
+  std::unique_ptr<ThreadPool> loaders_;  // load and unload jobs
 
   std::thread poller_;
   std::mutex poll_mu_;
@@ -119,32 +114,18 @@ struct ServerCore::Impl {
 
   Impl(ServerCore* s, ServerCoreOptions& opts, MetricsRegistry& m) : self(s), o(opts), metrics(m) {}
 
+  // Fire and forget: a job logs its own failure (nobody waits on its future).
   void submit(std::function<void()> job) {
-    {
-      std::lock_guard<std::mutex> l(jobs_mu_);
-      if (stopping_) return;
-      jobs_.push_back(std::move(job));
-    }
-    jobs_cv_.notify_all();
-  }
-
-  void worker() {
-    std::unique_lock<std::mutex> l(jobs_mu_);
-    for (;;) {
-      jobs_cv_.wait(l, [&] { return stopping_ || !jobs_.empty(); });
-      if (stopping_ && jobs_.empty()) return;
-      auto job = std::move(jobs_.front());
-      jobs_.pop_front();
-      ++running_jobs_;
-      l.unlock();
-      try {
-        job();
-      } catch (const std::exception& e) {
-        spdlog::error("serving: loader job failed: {}", e.what());
-      }
-      l.lock();
-      --running_jobs_;
-      jobs_cv_.notify_all();
+    try {
+      loaders_->submit([job = std::move(job)] {
+        try {
+          job();
+        } catch (const std::exception& e) {
+          spdlog::error("serving: loader job failed: {}", e.what());
+        }
+      });
+    } catch (const StateError&) {
+      // Shutting down: dropped, as the jobs still queued then are.
     }
   }
 
@@ -412,18 +393,13 @@ ServerCore::ServerCore(ServerCoreOptions options)
     : options_(std::move(options)), metrics_(std::make_unique<MetricsRegistry>()) {
   options_.validate();
   impl_ = std::make_unique<Impl>(this, options_, *metrics_);
-  for (int64_t i = 0; i < options_.num_load_threads; ++i) impl_->workers_.emplace_back([this] { impl_->worker(); });
+  impl_->loaders_ =
+      std::make_unique<ThreadPool>(ThreadPoolOptions{.num_threads = static_cast<int>(options_.num_load_threads)});
 }
 
 ServerCore::~ServerCore() {
   stop();
-  {
-    std::lock_guard<std::mutex> l(impl_->jobs_mu_);
-    impl_->stopping_ = true;
-    impl_->jobs_.clear();
-  }
-  impl_->jobs_cv_.notify_all();
-  for (auto& t : impl_->workers_) t.join();
+  impl_->loaders_->shutdown(ThreadPool::QueuedWork::kDiscard);
 }
 
 void ServerCore::start() {
@@ -637,21 +613,24 @@ void ServerCore::poll_now() { impl_->poll(); }
 
 bool ServerCore::wait_until_ready(const ModelSpec& spec, double timeout_seconds) const {
   auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
-  std::unique_lock<std::mutex> l(impl_->jobs_mu_);
   for (;;) {
-    l.unlock();
-    bool ok = is_ready(spec);
-    l.lock();
-    if (ok) return true;
-    if (Clock::now() >= end) return false;
-    impl_->jobs_cv_.wait_until(l, std::min(end, Clock::now() + std::chrono::milliseconds(20)));
+    const bool was_idle = impl_->loaders_->wait_until_idle(Clock::now());
+    if (is_ready(spec)) return true;
+    const auto now = Clock::now();
+    if (now >= end) return false;
+    // Look again when the loaders go idle, or every 20 ms (a load may be
+    // queued by a poll at any time).
+    const auto step = std::min(end, now + std::chrono::milliseconds(20));
+    if (was_idle)
+      std::this_thread::sleep_until(step);
+    else
+      impl_->loaders_->wait_until_idle(step);
   }
 }
 
 bool ServerCore::wait_until_idle(double timeout_seconds) const {
   auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
-  std::unique_lock<std::mutex> l(impl_->jobs_mu_);
-  return impl_->jobs_cv_.wait_until(l, end, [&] { return impl_->jobs_.empty() && impl_->running_jobs_ == 0; });
+  return impl_->loaders_->wait_until_idle(end);
 }
 
 std::string tf_dtype_name(const std::string& d) {

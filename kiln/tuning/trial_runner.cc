@@ -20,6 +20,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/core/thread_pool.h"
 #include "kiln/training/tfevents.h"
 #include "kiln/tuning/hparams_summary.h"
 #include "kiln/tuning/metric_report.h"
@@ -442,9 +443,12 @@ int run_command_trials(TrialSource& source, const CommandOptions& o, const std::
       if (!first_error) first_error = std::current_exception();
     }
   };
-  std::vector<std::thread> threads;
-  for (int i = 0; i < o.parallel; ++i) threads.emplace_back(worker, i);
-  for (auto& t : threads) t.join();
+  {
+    ThreadPool pool(ThreadPoolOptions{.num_threads = o.parallel});
+    std::vector<std::future<void>> workers;
+    for (int i = 0; i < o.parallel; ++i) workers.push_back(pool.submit([&worker, i] { worker(i); }));
+    for (auto& f : workers) f.get();  // worker() catches its own errors into first_error
+  }
   if (first_error) std::rethrow_exception(first_error);
   return ran.load();
 }

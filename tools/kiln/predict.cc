@@ -32,6 +32,7 @@
 
 #include "kiln/batch/instances.h"
 #include "kiln/core/error.h"
+#include "kiln/core/tensor_json.h"
 #include "kiln/models/model.h"
 #include "kiln/saving/model_io.h"
 #include "kiln/serving/grpc_client.h"
@@ -58,57 +59,6 @@ struct PredictOptions {
   std::string bearer_token_file;
   double timeout_seconds = 60;
 };
-
-// --- output ------------------------------------------------------------------
-void write_number(std::string& out, double v, bool is_float32) {
-  if (!std::isfinite(v)) {
-    out += "null";
-    return;
-  }
-  char buf[64];
-  auto res = is_float32 ? std::to_chars(buf, buf + sizeof buf, (float)v) : std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, res.ptr);
-}
-
-void write_nested(std::string& out, const at::Tensor& t) {  // t: contiguous, double or int64 view
-  if (t.dim() == 0) {
-    if (t.scalar_type() == at::kLong)
-      out += std::to_string(t.item<int64_t>());
-    else
-      write_number(out, t.item<double>(), false);
-    return;
-  }
-  out += '[';
-  for (int64_t i = 0; i < t.size(0); ++i) {
-    if (i) out += ',';
-    write_nested(out, t[i]);
-  }
-  out += ']';
-}
-
-// Fast path for the common case (float32 rows of rank <= 2) and the general one.
-void write_row(std::string& out, const at::Tensor& row) {
-  if (row.scalar_type() == at::kFloat && row.dim() <= 2) {
-    auto r = row.contiguous();
-    const float* p = r.data_ptr<float>();
-    if (r.dim() == 0) return write_number(out, p[0], true);
-    int64_t rows = r.dim() == 2 ? r.size(0) : 1, cols = r.size(-1);
-    if (r.dim() == 2) out += '[';
-    for (int64_t i = 0; i < rows; ++i) {
-      if (i) out += ',';
-      out += '[';
-      for (int64_t k = 0; k < cols; ++k) {
-        if (k) out += ',';
-        write_number(out, p[i * cols + k], true);
-      }
-      out += ']';
-    }
-    if (r.dim() == 2) out += ']';
-    return;
-  }
-  bool integral = at::isIntegralType(row.scalar_type(), /*includeBool=*/true);
-  write_nested(out, row.to(integral ? at::kLong : at::kDouble).contiguous());
-}
 
 // Where predictions come from: a model loaded here, or a server over gRPC.
 class Backend {
@@ -215,13 +165,13 @@ class Predictor {
     for (int64_t r = 0; r < n; ++r) {
       buf += "{\"predictions\":";
       if (y.size() == 1) {
-        write_row(buf, y[0].second[r]);
+        append_tensor_json(buf, y[0].second[r]);
       } else {
         buf += '{';
         for (size_t k = 0; k < y.size(); ++k) {
           if (k) buf += ',';
           buf += Json(y[k].first).dump() + ":";
-          write_row(buf, y[k].second[r]);
+          append_tensor_json(buf, y[k].second[r]);
         }
         buf += '}';
       }

@@ -1,0 +1,74 @@
+// Tensor <-> JSON nested lists: the one codec behind REST predict (TF Serving
+// and KServe v2 JSON), JSON Lines instances (`kiln predict`,
+// `kiln batch-predict`) and their outputs.
+//
+// Reading. A value is a number (a scalar) or nested lists of numbers; the
+// shape is read off the first element at each depth and every other list must
+// agree (no ragged lists). Booleans read as 0/1. Errors are ValueError naming
+// `what` and the index path of the bad element:
+//   "input 'x' holds "a" at [0][1] where a number belongs"
+//   "input 'x' is a ragged list: every list at depth 1 must have 2 entries; [1] has 1"
+//   NestedNumbers n = json_to_numbers(j, "input 'x'");
+//   at::Tensor t = json_to_tensor(j, at::kFloat, "input 'x'");
+//
+// Writing. Numbers in the shortest text that reads back to the same value in
+// the tensor's own precision (float32, float16 and bfloat16 as float32:
+// 0.1f is "0.1"), integers as integers, bools as true/false, NaN and
+// infinities as null (as nlohmann writes them). append_tensor_json() writes
+// text; tensor_to_json() builds the DOM whose dump() is the same text.
+//
+// Stateless and thread-safe.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "kiln/core/json.h"
+#include "kiln/core/shape.h"
+
+namespace kiln {
+
+struct JsonNumberOptions {
+  // Also read the strings "NaN", "Infinity" and "-Infinity" (TF Serving's
+  // REST API writes non-finite numbers so).
+  bool special_float_strings = false;
+};
+
+// Row-major values of nested lists and their shape ({} for a scalar).
+struct NestedNumbers {
+  std::vector<double> values;
+  Shape shape;
+};
+
+// ValueError (see above); lists nested deeper than kMaxJsonDepth are refused.
+NestedNumbers json_to_numbers(const Json& value, const std::string& what, JsonNumberOptions options = {});
+
+// Row-major `values` of `shape` -> a new tensor of `dtype` (integral dtypes:
+// the values must already be whole numbers).
+at::Tensor numbers_to_tensor(const std::vector<double>& values, const std::vector<int64_t>& shape,
+                             at::ScalarType dtype);
+// The same, checking first: ValueError "<what> expects integers (int32);
+// received 1.500000" for a fraction or non-finite value and an integral dtype.
+at::Tensor checked_numbers_to_tensor(const std::vector<double>& values, const std::vector<int64_t>& shape,
+                                     at::ScalarType dtype, const std::string& what);
+
+// json_to_numbers + checked_numbers_to_tensor.
+at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::string& what,
+                          JsonNumberOptions options = {});
+
+// A finite whole number (what an integral dtype accepts).
+bool is_whole_number(double d);
+
+// One number as JSON text (shortest round trip; null when not finite).
+void append_json_number(std::string& out, float v);
+void append_json_number(std::string& out, double v);
+void append_json_number(std::string& out, int64_t v);
+
+// Nested lists of `t` (any dtype, any device) appended to `out`.
+void append_tensor_json(std::string& out, const at::Tensor& t);
+// The same as a DOM value: tensor_to_json(t).dump() == append_tensor_json's text.
+Json tensor_to_json(const at::Tensor& t);
+
+}  // namespace kiln
