@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
 
@@ -12,14 +13,7 @@ namespace {
 
 void check_schedule_keys(const Json& c, const std::vector<std::string>& allowed, const std::string& owner) {
   if (c.is_null()) return;
-  if (!c.is_object()) throw ValueError(owner + ": config must be a JSON object. Received: " + json_excerpt(c));
-  for (auto it = c.begin(); it != c.end(); ++it) {
-    if (std::find(allowed.begin(), allowed.end(), it.key()) == allowed.end()) {
-      std::string known;
-      for (auto& a : allowed) known += (known.empty() ? "" : ", ") + a;
-      throw ValueError(owner + ": unknown config key `" + it.key() + "`. Known keys: " + known);
-    }
-  }
+  check_config_keys(c, allowed, owner + " config");
 }
 
 void check_decay_steps(int64_t decay_steps, const std::string& owner) {
