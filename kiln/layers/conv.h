@@ -1,6 +1,7 @@
 // Convolutions with Keras's layout and semantics: Conv1D and Conv2D.
 //
-//   auto c = std::make_shared<Conv2D>(32, 3, "relu", Json{{"padding", "same"}});
+//   auto c = std::make_shared<Conv2D>(
+//       Conv2DOptions{.filters = 32, .kernel_size = {3}, .padding = "same", .activation = "relu"});
 //   at::Tensor y = (*c)(at::randn({8, 28, 28, 1}));   // (8, 28, 28, 32)
 //
 // Inputs are channels_last by default ((N, W, C) / (N, H, W, C));
