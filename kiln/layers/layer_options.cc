@@ -20,14 +20,16 @@ Json layer_base_config(const LayerOptions& o) {
 InitializerPtr InitializerArg::resolve(const std::string& owner, const char* key) const {
   if (init_) return init_;
   // ConfigReader knows Keras's aliases and words the error.
-  ConfigReader r(Json{{key, name_}}, owner);
+  const Json config{{key, name_}};  // outlives the reader, which borrows it
+  ConfigReader r(config, owner);
   return r.initializer(key, name_);
 }
 
 namespace option_check {
 
 void invalid(const std::string& owner, const char* key, const std::string& expected, const Json& received) {
-  ConfigReader(Json{{key, received}}, owner).invalid(key, expected);
+  const Json config{{key, received}};
+  ConfigReader(config, owner).invalid(key, expected);
 }
 
 int64_t positive(const std::string& owner, const char* key, int64_t v) {
@@ -61,12 +63,14 @@ std::string choice(const std::string& owner, const char* key, const std::string&
 }
 
 std::string activation(const std::string& owner, const char* key, const std::string& v) {
-  ConfigReader r(Json{{key, v}}, owner);
+  const Json config{{key, v}};
+  ConfigReader r(config, owner);
   return r.activation(key, v);
 }
 
 double in_range(const std::string& owner, const char* key, double v, double lo, double hi, bool hi_inclusive) {
-  ConfigReader r(Json{{key, v}}, owner);
+  const Json config{{key, v}};
+  ConfigReader r(config, owner);
   return r.number_in(key, v, lo, hi, hi_inclusive);
 }
 
