@@ -9,7 +9,9 @@
 // JSON stays at the registry/config boundary: a layer's JSON constructor
 // reads its config into the Options struct (unknown keys are a ValueError
 // naming the key) and constructs from it, so both paths validate alike and
-// get_config() is the same for the same settings.
+// get_config() is the same for the same settings. options_from_config leaves
+// `base` empty: the JSON constructor hands the config itself to Layer, which
+// reads name, trainable and dtype (a Keras 3 DTypePolicy object included).
 #pragma once
 
 #include <string>

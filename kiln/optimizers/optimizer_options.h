@@ -5,8 +5,12 @@
 //       .learning_rate = 1e-3, .beta_2 = 0.98, .base = {.global_clipnorm = 1.0, .use_ema = true}});
 //
 // The JSON constructors (the registry, saved configs) keep reading Keras's
-// keys; an Options constructor sends its values through the same checks, so
-// both report the same errors and give the same get_config().
+// keys. An Options constructor writes its values as that config (unset
+// optional values left out) and delegates to the JSON constructor, so both
+// run the same checks, report the same errors and give the same get_config().
+// (The reverse of the layers' direction: the base Optimizer's constructor
+// still takes JSON, and moving it would touch optimizer.h, which most of the
+// library includes.)
 #pragma once
 
 #include <cstdint>
