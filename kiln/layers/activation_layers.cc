@@ -27,19 +27,36 @@ std::vector<int64_t> act_int_or_list(ConfigReader& r, const char* key, const Jso
 }  // namespace
 
 // --- ReLU ---------------------------------------------------------------------
-ReLU::ReLU(const Json& config) : SimpleLayer(config) {
+ReLUOptions ReLU::options_from_config(const Json& config) {
   ConfigReader r(config, "ReLU");
+  ReLUOptions o;
   if (r.has("max_value")) {
-    max_value_ = r.number("max_value", 0.0);
-    if (*max_value_ < 0) r.invalid("max_value", "a non-negative number or null");
+    o.max_value = r.number("max_value", 0.0);
+    if (*o.max_value < 0) r.invalid("max_value", "a non-negative number or null");
   } else {
     r.get("max_value");
   }
-  negative_slope_ = r.number("negative_slope", 0.0);
-  if (negative_slope_ < 0) r.invalid("negative_slope", "a non-negative number");
-  threshold_ = r.number("threshold", 0.0);
-  if (threshold_ < 0) r.invalid("threshold", "a non-negative number");
+  o.negative_slope = r.number("negative_slope", 0.0);
+  if (o.negative_slope < 0) r.invalid("negative_slope", "a non-negative number");
+  o.threshold = r.number("threshold", 0.0);
+  if (o.threshold < 0) r.invalid("threshold", "a non-negative number");
   r.finish();
+  return o;
+}
+
+ReLU::ReLU(const ReLUOptions& o) : ReLU(o, layer_base_config(o.base)) {}
+
+ReLU::ReLU(const Json& config) : ReLU(options_from_config(config), config) {}
+
+ReLU::ReLU(const ReLUOptions& o, const Json& base_config) : SimpleLayer(base_config) {
+  if (o.max_value && !(*o.max_value >= 0))
+    option_check::invalid("ReLU", "max_value", "a non-negative number or null", *o.max_value);
+  if (!(o.negative_slope >= 0))
+    option_check::invalid("ReLU", "negative_slope", "a non-negative number", o.negative_slope);
+  if (!(o.threshold >= 0)) option_check::invalid("ReLU", "threshold", "a non-negative number", o.threshold);
+  max_value_ = o.max_value;
+  negative_slope_ = o.negative_slope;
+  threshold_ = o.threshold;
 }
 
 at::Tensor ReLU::call1(const at::Tensor& x, bool training) {
@@ -64,7 +81,7 @@ Json ReLU::get_config() const {
 KILN_REGISTER_LAYER(ReLU);
 
 // --- LeakyReLU ------------------------------------------------------------------
-LeakyReLU::LeakyReLU(const Json& config) : SimpleLayer(config) {
+LeakyReLUOptions LeakyReLU::options_from_config(const Json& config) {
   ConfigReader r(config, "LeakyReLU");
   if (r.has("alpha") && r.has("negative_slope"))
     throw ValueError("LeakyReLU: give `negative_slope` only (`alpha` is its legacy name). Received both");
@@ -73,9 +90,21 @@ LeakyReLU::LeakyReLU(const Json& config) : SimpleLayer(config) {
     r.get("negative_slope");
   else
     r.get("alpha");
-  negative_slope_ = r.number(key, 0.3);
-  if (negative_slope_ < 0) r.invalid(key, "a non-negative number");
+  LeakyReLUOptions o;
+  o.negative_slope = r.number(key, 0.3);
+  if (o.negative_slope < 0) r.invalid(key, "a non-negative number");
   r.finish();
+  return o;
+}
+
+LeakyReLU::LeakyReLU(const LeakyReLUOptions& o) : LeakyReLU(o, layer_base_config(o.base)) {}
+
+LeakyReLU::LeakyReLU(const Json& config) : LeakyReLU(options_from_config(config), config) {}
+
+LeakyReLU::LeakyReLU(const LeakyReLUOptions& o, const Json& base_config) : SimpleLayer(base_config) {
+  if (!(o.negative_slope >= 0))
+    option_check::invalid("LeakyReLU", "negative_slope", "a non-negative number", o.negative_slope);
+  negative_slope_ = o.negative_slope;
 }
 
 LeakyReLU::LeakyReLU(double negative_slope, const Json& extra)
@@ -145,12 +174,34 @@ Json PReLU::get_config() const {
 KILN_REGISTER_LAYER(PReLU);
 
 // --- Softmax -----------------------------------------------------------------------
-Softmax::Softmax(const Json& config) : SimpleLayer(config) {
+SoftmaxOptions Softmax::options_from_config(const Json& config) {
   ConfigReader r(config, "Softmax");
-  const Json* a = r.get("axis");
-  axis_json_ = a ? *a : Json(-1);
-  axes_ = act_int_or_list(r, "axis", axis_json_);
+  SoftmaxOptions o;
+  if (const Json* a = r.get("axis")) {
+    std::vector<int64_t> axes = act_int_or_list(r, "axis", *a);
+    if (a->is_number_integer())
+      o.axis = axes[0];
+    else
+      o.axis = axes;
+  }
   r.finish();
+  return o;
+}
+
+Softmax::Softmax(const SoftmaxOptions& o) : Softmax(o, layer_base_config(o.base)) {}
+
+Softmax::Softmax(const Json& config) : Softmax(options_from_config(config), config) {}
+
+Softmax::Softmax(const SoftmaxOptions& o, const Json& base_config) : SimpleLayer(base_config) {
+  if (const auto* one = std::get_if<int64_t>(&o.axis)) {
+    axes_ = {*one};
+    axis_json_ = *one;
+  } else {
+    axes_ = std::get<std::vector<int64_t>>(o.axis);
+    axis_json_ = axes_;
+    if (axes_.empty())
+      option_check::invalid("Softmax", "axis", "an integer or a non-empty list of integers", axis_json_);
+  }
 }
 
 at::Tensor Softmax::call1(const at::Tensor& x, bool training) {

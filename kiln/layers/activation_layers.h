@@ -21,12 +21,35 @@
 //   y = (*act)(images);   // one slope per channel
 #pragma once
 
+#include <optional>
+#include <variant>
+
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
 
 namespace kiln {
 
+struct ReLUOptions {
+  std::optional<double> max_value;  // unset: no cap; >= 0
+  double negative_slope = 0.0;      // >= 0
+  double threshold = 0.0;           // >= 0
+  LayerOptions base;
+};
+
+struct LeakyReLUOptions {
+  double negative_slope = 0.3;  // >= 0
+  LayerOptions base;
+};
+
+struct SoftmaxOptions {
+  // One axis or several; get_config() writes it in the form given.
+  std::variant<int64_t, std::vector<int64_t>> axis = int64_t{-1};
+  LayerOptions base;
+};
+
 class ReLU : public SimpleLayer {
  public:
+  explicit ReLU(const ReLUOptions& options);
   explicit ReLU(const Json& config = Json::object());
   std::string class_name() const override { return "ReLU"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
@@ -34,12 +57,15 @@ class ReLU : public SimpleLayer {
   Json get_config() const override;
 
  private:
+  ReLU(const ReLUOptions& options, const Json& base_config);
+  static ReLUOptions options_from_config(const Json& config);
   std::optional<double> max_value_;
   double negative_slope_, threshold_;
 };
 
 class LeakyReLU : public SimpleLayer {
  public:
+  explicit LeakyReLU(const LeakyReLUOptions& options);
   explicit LeakyReLU(const Json& config = Json::object());
   explicit LeakyReLU(double negative_slope, const Json& extra = Json::object());
   std::string class_name() const override { return "LeakyReLU"; }
@@ -49,6 +75,8 @@ class LeakyReLU : public SimpleLayer {
   double negative_slope() const { return negative_slope_; }
 
  private:
+  LeakyReLU(const LeakyReLUOptions& options, const Json& base_config);
+  static LeakyReLUOptions options_from_config(const Json& config);
   double negative_slope_;
 };
 
@@ -72,6 +100,7 @@ class PReLU : public SimpleLayer {
 
 class Softmax : public SimpleLayer {
  public:
+  explicit Softmax(const SoftmaxOptions& options);
   explicit Softmax(const Json& config = Json::object());
   std::string class_name() const override { return "Softmax"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
@@ -79,6 +108,8 @@ class Softmax : public SimpleLayer {
   Json get_config() const override;
 
  private:
+  Softmax(const SoftmaxOptions& options, const Json& base_config);
+  static SoftmaxOptions options_from_config(const Json& config);
   Json axis_json_;
   std::vector<int64_t> axes_;
 };

@@ -5,45 +5,83 @@
 #include "kiln/layers/config_reader.h"
 
 namespace kiln {
-MultiHeadAttention::MultiHeadAttention(const Json& config) : Layer(config) {
+namespace {
+const char* const kOutputShapeExpected = "null, a positive integer or a list of positive integers";
+}  // namespace
+
+MultiHeadAttentionOptions MultiHeadAttention::options_from_config(const Json& config) {
   ConfigReader r(config, "MultiHeadAttention");
-  num_heads_ = r.positive_int("num_heads");
-  key_dim_ = r.positive_int("key_dim");
-  value_dim_ = r.positive_int("value_dim", key_dim_);
-  dropout_ = r.number_in("dropout", 0.0, 0.0, 1.0, /*hi_inclusive=*/false);
-  use_bias_ = r.boolean("use_bias", true);
-  const Json* os = r.get("output_shape");
-  output_shape_json_ = os ? *os : Json(nullptr);
-  const std::string expected = "null, a positive integer or a list of positive integers";
-  if (os) {
+  MultiHeadAttentionOptions o;
+  o.num_heads = r.positive_int("num_heads");
+  o.key_dim = r.positive_int("key_dim");
+  o.value_dim = r.positive_int("value_dim", o.key_dim);
+  o.dropout = r.number_in("dropout", 0.0, 0.0, 1.0, /*hi_inclusive=*/false);
+  o.use_bias = r.boolean("use_bias", true);
+  if (const Json* os = r.get("output_shape")) {
     if (os->is_number_integer()) {
-      output_shape_ = {os->get<int64_t>()};
+      o.output_shape = os->get<int64_t>();
     } else if (os->is_array() && !os->empty()) {
+      std::vector<int64_t> dims;
       for (auto& d : *os) {
-        if (!d.is_number_integer()) r.invalid("output_shape", expected);
-        output_shape_.push_back(d.get<int64_t>());
+        if (!d.is_number_integer()) r.invalid("output_shape", kOutputShapeExpected);
+        dims.push_back(d.get<int64_t>());
       }
+      o.output_shape = dims;
     } else {
-      r.invalid("output_shape", expected);
+      r.invalid("output_shape", kOutputShapeExpected);
     }
-    for (auto d : output_shape_)
-      if (d < 1) r.invalid("output_shape", expected);
   }
   if (r.get("attention_axes"))
     r.invalid("attention_axes", "null (attention over the sequence axis; other axes are not supported yet)");
-  // Resolved here so invalid names fail at construction; kept as JSON for the sublayers.
-  kernel_init_ = r.initializer("kernel_initializer", "glorot_uniform")->to_json();
-  bias_init_ = r.initializer("bias_initializer", "zeros")->to_json();
-  kernel_reg_ = r.regularizer("kernel_regularizer");
-  bias_reg_ = r.regularizer("bias_regularizer");
-  activity_reg_ = r.regularizer("activity_regularizer");
+  o.kernel_initializer = r.initializer("kernel_initializer", "glorot_uniform");
+  o.bias_initializer = r.initializer("bias_initializer", "zeros");
+  o.kernel_regularizer = r.regularizer("kernel_regularizer");
+  o.bias_regularizer = r.regularizer("bias_regularizer");
+  o.activity_regularizer = r.regularizer("activity_regularizer");
   r.no_constraint("kernel_constraint");
   r.no_constraint("bias_constraint");
   const Json* seed = r.get("seed");
   if (seed && !seed->is_number_integer()) r.invalid("seed", "null or an integer");
-  seed_ = seed ? *seed : Json(nullptr);
-  use_causal_mask_ = r.boolean("use_causal_mask", false);
+  if (seed) o.seed = seed->get<int64_t>();
+  o.use_causal_mask = r.boolean("use_causal_mask", false);
   r.finish();
+  return o;
+}
+
+MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o)
+    : MultiHeadAttention(o, layer_base_config(o.base)) {}
+
+MultiHeadAttention::MultiHeadAttention(const Json& config) : MultiHeadAttention(options_from_config(config), config) {}
+
+MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o, const Json& base_config)
+    : Layer(base_config) {
+  const std::string owner = "MultiHeadAttention";
+  num_heads_ = option_check::positive(owner, "num_heads", o.num_heads);
+  key_dim_ = option_check::positive(owner, "key_dim", o.key_dim);
+  value_dim_ = o.value_dim ? option_check::positive(owner, "value_dim", *o.value_dim) : key_dim_;
+  dropout_ = option_check::in_range(owner, "dropout", o.dropout, 0.0, 1.0, /*hi_inclusive=*/false);
+  use_bias_ = o.use_bias;
+  output_shape_json_ = nullptr;
+  if (o.output_shape) {
+    if (const auto* one = std::get_if<int64_t>(&*o.output_shape)) {
+      output_shape_ = {*one};
+      output_shape_json_ = *one;
+    } else {
+      output_shape_ = std::get<std::vector<int64_t>>(*o.output_shape);
+      output_shape_json_ = output_shape_;
+    }
+    if (output_shape_.empty()) option_check::invalid(owner, "output_shape", kOutputShapeExpected, output_shape_json_);
+    for (auto d : output_shape_)
+      if (d < 1) option_check::invalid(owner, "output_shape", kOutputShapeExpected, output_shape_json_);
+  }
+  // Resolved here so invalid names fail at construction; kept as JSON for the sublayers.
+  kernel_init_ = o.kernel_initializer.resolve(owner, "kernel_initializer")->to_json();
+  bias_init_ = o.bias_initializer.resolve(owner, "bias_initializer")->to_json();
+  kernel_reg_ = o.kernel_regularizer;
+  bias_reg_ = o.bias_regularizer;
+  activity_reg_ = o.activity_regularizer;
+  seed_ = o.seed ? Json(*o.seed) : Json(nullptr);
+  use_causal_mask_ = o.use_causal_mask;
 }
 
 MultiHeadAttention::MultiHeadAttention(int64_t num_heads, int64_t key_dim, const Json& extra)

@@ -1,6 +1,6 @@
 // MultiHeadAttention with Keras's weights and semantics.
 //
-//   auto mha = std::make_shared<MultiHeadAttention>(/*num_heads=*/4, /*key_dim=*/16);
+//   auto mha = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{.num_heads = 4, .key_dim = 16});
 //   at::Tensor y = (*mha)(Tensors{query, value})[0];          // self-attention: {x, x}
 //   at::Tensor y2 = (*mha)(Tensors{query, value, key})[0];
 //
@@ -31,13 +31,35 @@
 // Not supported yet: attention_axes other than the sequence axis, inputs of rank != 3.
 #pragma once
 
+#include <optional>
+#include <variant>
 #include "kiln/layers/einsum_dense.h"
+
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
+#include "kiln/layers/regularizers.h"
 
 namespace kiln {
 
+struct MultiHeadAttentionOptions {
+  int64_t num_heads = 0;             // required, > 0
+  int64_t key_dim = 0;               // required, > 0
+  std::optional<int64_t> value_dim;  // unset: key_dim
+  double dropout = 0.0;              // in [0, 1)
+  bool use_bias = true;
+  // Unset: the query's feature size; get_config() writes it in the form given.
+  std::optional<std::variant<int64_t, std::vector<int64_t>>> output_shape;
+  InitializerArg kernel_initializer = "glorot_uniform";
+  InitializerArg bias_initializer = "zeros";
+  RegularizerPtr kernel_regularizer, bias_regularizer, activity_regularizer;  // null: none
+  std::optional<int64_t> seed;
+  bool use_causal_mask = false;
+  LayerOptions base;
+};
+
 class MultiHeadAttention : public Layer {
  public:
+  explicit MultiHeadAttention(const MultiHeadAttentionOptions& options);
   explicit MultiHeadAttention(const Json& config);
   MultiHeadAttention(int64_t num_heads, int64_t key_dim, const Json& extra = Json::object());
 
@@ -62,8 +84,12 @@ class MultiHeadAttention : public Layer {
   const std::shared_ptr<EinsumDense>& key_dense() const { return key_; }
   const std::shared_ptr<EinsumDense>& value_dense() const { return value_; }
   const std::shared_ptr<EinsumDense>& output_dense() const { return output_; }
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static MultiHeadAttentionOptions options_from_config(const Json& config);
 
  private:
+  MultiHeadAttention(const MultiHeadAttentionOptions& options, const Json& base_config);
+
   std::shared_ptr<EinsumDense> make_dense(const std::string& name, const std::string& equation,
                                           const Shape& output_shape, const std::string& bias_axes) const;
   void check_inputs(const std::vector<Shape>& shapes) const;

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 
+#include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
 #include "kiln/layers/activations.h"
@@ -191,14 +192,9 @@ std::string ConfigReader::activation(const char* key, const std::string& fallbac
 
 void ConfigReader::finish() const {
   if (!config_.is_object()) return;
-  for (auto it = config_.begin(); it != config_.end(); ++it) {
-    const std::string& k = it.key();
-    if (read_.count(k) || std::find(std::begin(kBaseKeys), std::end(kBaseKeys), k) != std::end(kBaseKeys)) continue;
-    std::string known = "name, trainable, dtype";
-    for (auto& r : read_) known += ", " + r;
-    throw ValueError(owner_ + ": unrecognized config key `" + k + "` (value " + json_excerpt(it.value()) +
-                     "). Known keys: " + known);
-  }
+  std::vector<std::string> known(std::begin(kBaseKeys), std::end(kBaseKeys));
+  known.insert(known.end(), read_.begin(), read_.end());
+  check_config_keys(config_, known, owner_ + " config");
 }
 
 Json merged_config(const Json& extra, const Json& typed) {

@@ -38,29 +38,53 @@ class FloatConv : public KernelImpl {
 
 KernelImplPtr float_conv_impl(const ConvGeometry& geometry) { return std::make_unique<FloatConv>(geometry); }
 
-Conv::Conv(int rank, const std::string& owner, const Json& config) : SimpleLayer(config), rank_(rank), owner_(owner) {
+ConvOptions Conv::options_from_config(int rank, const std::string& owner, const Json& config) {
   ConfigReader r(config, owner);
-  filters_ = r.positive_int("filters");
-  geom_.kernel_size = r.int_tuple("kernel_size", rank);
-  geom_.strides = r.int_tuple("strides", rank, std::vector<int64_t>(rank, 1));
-  geom_.padding = r.choice(
+  ConvOptions o;
+  o.filters = r.positive_int("filters");
+  o.kernel_size = r.int_tuple("kernel_size", rank);
+  o.strides = r.int_tuple("strides", rank, std::vector<int64_t>(rank, 1));
+  o.padding = r.choice(
       "padding", "valid",
       rank == 1 ? std::vector<std::string>{"valid", "same", "causal"} : std::vector<std::string>{"valid", "same"});
-  geom_.channels_last =
-      r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
-  geom_.dilation_rate = r.int_tuple("dilation_rate", rank, std::vector<int64_t>(rank, 1));
-  geom_.groups = r.positive_int("groups", 1);
-  activation_name_ = r.activation("activation", "linear");
-  use_bias_ = r.boolean("use_bias", true);
-  kernel_init_ = r.initializer("kernel_initializer", "glorot_uniform");
-  bias_init_ = r.initializer("bias_initializer", "zeros");
-  kernel_reg_ = r.regularizer("kernel_regularizer");
-  bias_reg_ = r.regularizer("bias_regularizer");
-  activity_reg_ = r.regularizer("activity_regularizer");
+  o.data_format = r.choice("data_format", "channels_last", {"channels_last", "channels_first"});
+  o.dilation_rate = r.int_tuple("dilation_rate", rank, std::vector<int64_t>(rank, 1));
+  o.groups = r.positive_int("groups", 1);
+  o.activation = r.activation("activation", "linear");
+  o.use_bias = r.boolean("use_bias", true);
+  o.kernel_initializer = r.initializer("kernel_initializer", "glorot_uniform");
+  o.bias_initializer = r.initializer("bias_initializer", "zeros");
+  o.kernel_regularizer = r.regularizer("kernel_regularizer");
+  o.bias_regularizer = r.regularizer("bias_regularizer");
+  o.activity_regularizer = r.regularizer("activity_regularizer");
   r.no_constraint("kernel_constraint");
   r.no_constraint("bias_constraint");
   r.finish();
-  if (filters_ % geom_.groups != 0) r.invalid("groups", "a divisor of filters=" + std::to_string(filters_));
+  return o;
+}
+
+Conv::Conv(int rank, const std::string& owner, const ConvOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), rank_(rank), owner_(owner) {
+  namespace check = option_check;
+  filters_ = check::positive(owner, "filters", o.filters);
+  geom_.kernel_size = check::tuple(owner, "kernel_size", o.kernel_size, rank);
+  geom_.strides = check::tuple(owner, "strides", o.strides, rank);
+  geom_.padding = check::choice(
+      owner, "padding", o.padding,
+      rank == 1 ? std::vector<std::string>{"valid", "same", "causal"} : std::vector<std::string>{"valid", "same"});
+  geom_.channels_last =
+      check::choice(owner, "data_format", o.data_format, {"channels_last", "channels_first"}) == "channels_last";
+  geom_.dilation_rate = check::tuple(owner, "dilation_rate", o.dilation_rate, rank);
+  geom_.groups = check::positive(owner, "groups", o.groups);
+  activation_name_ = check::activation(owner, "activation", o.activation);
+  use_bias_ = o.use_bias;
+  kernel_init_ = o.kernel_initializer.resolve(owner, "kernel_initializer");
+  bias_init_ = o.bias_initializer.resolve(owner, "bias_initializer");
+  kernel_reg_ = o.kernel_regularizer;
+  bias_reg_ = o.bias_regularizer;
+  activity_reg_ = o.activity_regularizer;
+  if (filters_ % geom_.groups != 0)
+    check::invalid(owner, "groups", "a divisor of filters=" + std::to_string(filters_), geom_.groups);
   auto max_of = [](const std::vector<int64_t>& v) { return *std::max_element(v.begin(), v.end()); };
   if (max_of(geom_.strides) > 1 && max_of(geom_.dilation_rate) > 1)
     throw ValueError(
@@ -157,12 +181,14 @@ Json Conv::get_config() const {
   return j;
 }
 
-Conv1D::Conv1D(const Json& config) : Conv(1, "Conv1D", config) {}
+Conv1D::Conv1D(const ConvOptions& o) : Conv(1, "Conv1D", o, layer_base_config(o.base)) {}
+Conv1D::Conv1D(const Json& config) : Conv(1, "Conv1D", options_from_config(1, "Conv1D", config), config) {}
 Conv1D::Conv1D(int64_t filters, int64_t kernel_size, const std::string& activation, const Json& extra)
     : Conv1D(
           merged_config(extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
 
-Conv2D::Conv2D(const Json& config) : Conv(2, "Conv2D", config) {}
+Conv2D::Conv2D(const ConvOptions& o) : Conv(2, "Conv2D", o, layer_base_config(o.base)) {}
+Conv2D::Conv2D(const Json& config) : Conv(2, "Conv2D", options_from_config(2, "Conv2D", config), config) {}
 Conv2D::Conv2D(int64_t filters, int64_t kernel_size, const std::string& activation, const Json& extra)
     : Conv2D(
           merged_config(extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}

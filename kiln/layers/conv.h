@@ -1,6 +1,7 @@
 // Convolutions with Keras's layout and semantics: Conv1D and Conv2D.
 //
-//   auto c = std::make_shared<Conv2D>(32, 3, "relu", Json{{"padding", "same"}});
+//   auto c = std::make_shared<Conv2D>(
+//       Conv2DOptions{.filters = 32, .kernel_size = {3}, .padding = "same", .activation = "relu"});
 //   at::Tensor y = (*c)(at::randn({8, 28, 28, 1}));   // (8, 28, 28, 32)
 //
 // Inputs are channels_last by default ((N, W, C) / (N, H, W, C));
@@ -23,8 +24,30 @@
 #include "kiln/layers/activations.h"
 #include "kiln/layers/kernel_impl.h"
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
+#include "kiln/layers/regularizers.h"
 
 namespace kiln {
+
+// Conv1D/Conv2D options (Keras's names and defaults). A size list holds one
+// value for every spatial axis or one per axis.
+struct ConvOptions {
+  int64_t filters = 0;               // required, > 0
+  std::vector<int64_t> kernel_size;  // required
+  std::vector<int64_t> strides = {1};
+  std::string padding = "valid";  // "valid", "same" ("causal" for Conv1D)
+  std::string data_format = "channels_last";
+  std::vector<int64_t> dilation_rate = {1};
+  int64_t groups = 1;  // divides filters
+  std::string activation = "linear";
+  bool use_bias = true;
+  InitializerArg kernel_initializer = "glorot_uniform";
+  InitializerArg bias_initializer = "zeros";
+  RegularizerPtr kernel_regularizer, bias_regularizer, activity_regularizer;  // null: none
+  LayerOptions base;
+};
+using Conv1DOptions = ConvOptions;
+using Conv2DOptions = ConvOptions;
 
 struct ConvGeometry {
   std::vector<int64_t> kernel_size, strides, dilation_rate;  // one entry per spatial axis
@@ -53,7 +76,9 @@ class Conv : public SimpleLayer {
   const KernelImpl& kernel_impl() const { return *impl_; }
 
  protected:
-  Conv(int rank, const std::string& owner, const Json& config);
+  Conv(int rank, const std::string& owner, const ConvOptions& options, const Json& base_config);
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static ConvOptions options_from_config(int rank, const std::string& owner, const Json& config);
 
  private:
   int rank_;
@@ -71,6 +96,7 @@ class Conv : public SimpleLayer {
 
 class Conv1D : public Conv {
  public:
+  explicit Conv1D(const ConvOptions& options);
   explicit Conv1D(const Json& config);
   Conv1D(int64_t filters, int64_t kernel_size, const std::string& activation = "linear",
          const Json& extra = Json::object());
@@ -79,6 +105,7 @@ class Conv1D : public Conv {
 
 class Conv2D : public Conv {
  public:
+  explicit Conv2D(const ConvOptions& options);
   explicit Conv2D(const Json& config);
   Conv2D(int64_t filters, int64_t kernel_size, const std::string& activation = "linear",
          const Json& extra = Json::object());

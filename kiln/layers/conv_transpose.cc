@@ -23,12 +23,13 @@ Json convt_format(bool channels_last) { return channels_last ? "channels_last" :
 }  // namespace
 
 // --- Conv2DTranspose -------------------------------------------------------------
-Conv2DTranspose::Conv2DTranspose(const Json& config) : SimpleLayer(config) {
+Conv2DTransposeOptions Conv2DTranspose::options_from_config(const Json& config) {
   ConfigReader r(config, "Conv2DTranspose");
-  filters_ = r.positive_int("filters");
-  geom_.kernel_size = r.int_tuple("kernel_size", 2);
-  geom_.strides = r.int_tuple("strides", 2, {1, 1});
-  geom_.padding = r.choice("padding", "valid", {"valid", "same"});
+  Conv2DTransposeOptions o;
+  o.filters = r.positive_int("filters");
+  o.kernel_size = r.int_tuple("kernel_size", 2);
+  o.strides = r.int_tuple("strides", 2, {1, 1});
+  o.padding = r.choice("padding", "valid", {"valid", "same"});
   if (const Json* op = r.get("output_padding")) {
     std::vector<int64_t> v;
     if (op->is_number_integer())
@@ -38,23 +39,58 @@ Conv2DTranspose::Conv2DTranspose(const Json& config) : SimpleLayer(config) {
     else
       r.invalid("output_padding", "null, a non-negative int or a list of 2 non-negative ints");
     for (int i = 0; i < 2; ++i)
-      if (v[i] < 0 || v[i] >= geom_.strides[i])
-        r.invalid("output_padding", "values smaller than the strides " + int_list_json(geom_.strides).dump());
-    output_padding_ = v;
+      if (v[i] < 0 || v[i] >= o.strides[i])
+        r.invalid("output_padding", "values smaller than the strides " + int_list_json(o.strides).dump());
+    o.output_padding = v;
   }
-  geom_.channels_last =
-      r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
-  geom_.dilation_rate = r.int_tuple("dilation_rate", 2, {1, 1});
-  activation_name_ = r.activation("activation", "linear");
-  use_bias_ = r.boolean("use_bias", true);
-  kernel_init_ = r.initializer("kernel_initializer", "glorot_uniform");
-  bias_init_ = r.initializer("bias_initializer", "zeros");
-  kernel_reg_ = r.regularizer("kernel_regularizer");
-  bias_reg_ = r.regularizer("bias_regularizer");
-  activity_reg_ = r.regularizer("activity_regularizer");
+  o.data_format = r.choice("data_format", "channels_last", {"channels_last", "channels_first"});
+  o.dilation_rate = r.int_tuple("dilation_rate", 2, {1, 1});
+  o.activation = r.activation("activation", "linear");
+  o.use_bias = r.boolean("use_bias", true);
+  o.kernel_initializer = r.initializer("kernel_initializer", "glorot_uniform");
+  o.bias_initializer = r.initializer("bias_initializer", "zeros");
+  o.kernel_regularizer = r.regularizer("kernel_regularizer");
+  o.bias_regularizer = r.regularizer("bias_regularizer");
+  o.activity_regularizer = r.regularizer("activity_regularizer");
   r.no_constraint("kernel_constraint");
   r.no_constraint("bias_constraint");
   r.finish();
+  return o;
+}
+
+Conv2DTranspose::Conv2DTranspose(const Conv2DTransposeOptions& o) : Conv2DTranspose(o, layer_base_config(o.base)) {}
+
+Conv2DTranspose::Conv2DTranspose(const Json& config) : Conv2DTranspose(options_from_config(config), config) {}
+
+Conv2DTranspose::Conv2DTranspose(const Conv2DTransposeOptions& o, const Json& base_config) : SimpleLayer(base_config) {
+  namespace check = option_check;
+  const std::string owner = "Conv2DTranspose";
+  filters_ = check::positive(owner, "filters", o.filters);
+  geom_.kernel_size = check::tuple(owner, "kernel_size", o.kernel_size, 2);
+  geom_.strides = check::tuple(owner, "strides", o.strides, 2);
+  geom_.padding = check::choice(owner, "padding", o.padding, {"valid", "same"});
+  if (o.output_padding) {
+    std::vector<int64_t> v =
+        o.output_padding->size() == 1 ? std::vector<int64_t>(2, o.output_padding->at(0)) : *o.output_padding;
+    if (v.size() != 2)
+      check::invalid(owner, "output_padding", "null, a non-negative int or a list of 2 non-negative ints",
+                     int_list_json(*o.output_padding));
+    for (int i = 0; i < 2; ++i)
+      if (v[i] < 0 || v[i] >= geom_.strides[i])
+        check::invalid(owner, "output_padding",
+                       "values smaller than the strides " + int_list_json(geom_.strides).dump(), int_list_json(v));
+    output_padding_ = v;
+  }
+  geom_.channels_last =
+      check::choice(owner, "data_format", o.data_format, {"channels_last", "channels_first"}) == "channels_last";
+  geom_.dilation_rate = check::tuple(owner, "dilation_rate", o.dilation_rate, 2);
+  activation_name_ = check::activation(owner, "activation", o.activation);
+  use_bias_ = o.use_bias;
+  kernel_init_ = o.kernel_initializer.resolve(owner, "kernel_initializer");
+  bias_init_ = o.bias_initializer.resolve(owner, "bias_initializer");
+  kernel_reg_ = o.kernel_regularizer;
+  bias_reg_ = o.bias_regularizer;
+  activity_reg_ = o.activity_regularizer;
   if (convt_max(geom_.strides) > 1 && convt_max(geom_.dilation_rate) > 1)
     throw ValueError(
         "Conv2DTranspose: `strides > 1` not supported in conjunction with `dilation_rate > 1`. Received: strides=" +
@@ -152,32 +188,62 @@ Json Conv2DTranspose::get_config() const {
 KILN_REGISTER_LAYER(Conv2DTranspose);
 
 // --- DepthwiseConv2D / SeparableConv2D ---------------------------------------------
-DepthwiseConv2D::DepthwiseConv2D(const Json& config) : DepthwiseConv2D(config, false) {}
-
-DepthwiseConv2D::DepthwiseConv2D(const Json& config, bool separable)
-    : SimpleLayer(config), separable_(separable), owner_(separable ? "SeparableConv2D" : "DepthwiseConv2D") {
-  ConfigReader r(config, owner_);
-  if (separable_) filters_ = r.positive_int("filters");
-  geom_.kernel_size = r.int_tuple("kernel_size", 2);
-  geom_.strides = r.int_tuple("strides", 2, {1, 1});
-  geom_.padding = r.choice("padding", "valid", {"valid", "same"});
-  geom_.channels_last =
-      r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
-  geom_.dilation_rate = r.int_tuple("dilation_rate", 2, {1, 1});
-  depth_multiplier_ = r.positive_int("depth_multiplier", 1);
-  activation_name_ = r.activation("activation", "linear");
-  use_bias_ = r.boolean("use_bias", true);
-  depthwise_init_ = r.initializer("depthwise_initializer", "glorot_uniform");
-  if (separable_) pointwise_init_ = r.initializer("pointwise_initializer", "glorot_uniform");
-  bias_init_ = r.initializer("bias_initializer", "zeros");
-  depthwise_reg_ = r.regularizer("depthwise_regularizer");
-  if (separable_) pointwise_reg_ = r.regularizer("pointwise_regularizer");
-  bias_reg_ = r.regularizer("bias_regularizer");
-  activity_reg_ = r.regularizer("activity_regularizer");
+DepthwiseConv2DOptions DepthwiseConv2D::options_from_config(const Json& config, bool separable) {
+  ConfigReader r(config, separable ? "SeparableConv2D" : "DepthwiseConv2D");
+  DepthwiseConv2DOptions o;
+  if (separable) o.filters = r.positive_int("filters");
+  o.kernel_size = r.int_tuple("kernel_size", 2);
+  o.strides = r.int_tuple("strides", 2, {1, 1});
+  o.padding = r.choice("padding", "valid", {"valid", "same"});
+  o.data_format = r.choice("data_format", "channels_last", {"channels_last", "channels_first"});
+  o.dilation_rate = r.int_tuple("dilation_rate", 2, {1, 1});
+  o.depth_multiplier = r.positive_int("depth_multiplier", 1);
+  o.activation = r.activation("activation", "linear");
+  o.use_bias = r.boolean("use_bias", true);
+  o.depthwise_initializer = r.initializer("depthwise_initializer", "glorot_uniform");
+  if (separable) o.pointwise_initializer = r.initializer("pointwise_initializer", "glorot_uniform");
+  o.bias_initializer = r.initializer("bias_initializer", "zeros");
+  o.depthwise_regularizer = r.regularizer("depthwise_regularizer");
+  if (separable) o.pointwise_regularizer = r.regularizer("pointwise_regularizer");
+  o.bias_regularizer = r.regularizer("bias_regularizer");
+  o.activity_regularizer = r.regularizer("activity_regularizer");
   r.no_constraint("depthwise_constraint");
-  if (separable_) r.no_constraint("pointwise_constraint");
+  if (separable) r.no_constraint("pointwise_constraint");
   r.no_constraint("bias_constraint");
   r.finish();
+  return o;
+}
+
+DepthwiseConv2D::DepthwiseConv2D(const DepthwiseConv2DOptions& o)
+    : DepthwiseConv2D(o, layer_base_config(o.base), false) {}
+
+DepthwiseConv2D::DepthwiseConv2D(const Json& config)
+    : DepthwiseConv2D(options_from_config(config, false), config, false) {}
+
+DepthwiseConv2D::DepthwiseConv2D(const DepthwiseConv2DOptions& o, const Json& base_config, bool separable)
+    : SimpleLayer(base_config), separable_(separable), owner_(separable ? "SeparableConv2D" : "DepthwiseConv2D") {
+  namespace check = option_check;
+  if (separable_) {
+    filters_ = check::positive(owner_, "filters", o.filters);
+  } else if (o.filters != 0 || o.pointwise_regularizer) {
+    throw ValueError("DepthwiseConv2D: `filters` and the pointwise_* options belong to SeparableConv2D");
+  }
+  geom_.kernel_size = check::tuple(owner_, "kernel_size", o.kernel_size, 2);
+  geom_.strides = check::tuple(owner_, "strides", o.strides, 2);
+  geom_.padding = check::choice(owner_, "padding", o.padding, {"valid", "same"});
+  geom_.channels_last =
+      check::choice(owner_, "data_format", o.data_format, {"channels_last", "channels_first"}) == "channels_last";
+  geom_.dilation_rate = check::tuple(owner_, "dilation_rate", o.dilation_rate, 2);
+  depth_multiplier_ = check::positive(owner_, "depth_multiplier", o.depth_multiplier);
+  activation_name_ = check::activation(owner_, "activation", o.activation);
+  use_bias_ = o.use_bias;
+  depthwise_init_ = o.depthwise_initializer.resolve(owner_, "depthwise_initializer");
+  if (separable_) pointwise_init_ = o.pointwise_initializer.resolve(owner_, "pointwise_initializer");
+  bias_init_ = o.bias_initializer.resolve(owner_, "bias_initializer");
+  depthwise_reg_ = o.depthwise_regularizer;
+  if (separable_) pointwise_reg_ = o.pointwise_regularizer;
+  bias_reg_ = o.bias_regularizer;
+  activity_reg_ = o.activity_regularizer;
   if (convt_max(geom_.strides) > 1 && convt_max(geom_.dilation_rate) > 1)
     throw ValueError(
         owner_ + ": `strides > 1` not supported in conjunction with `dilation_rate > 1`. Received: strides=" +
@@ -276,7 +342,11 @@ Json DepthwiseConv2D::get_config() const {
 
 KILN_REGISTER_LAYER(DepthwiseConv2D);
 
-SeparableConv2D::SeparableConv2D(const Json& config) : DepthwiseConv2D(config, true) {}
+SeparableConv2D::SeparableConv2D(const SeparableConv2DOptions& o)
+    : DepthwiseConv2D(o, layer_base_config(o.base), true) {}
+
+SeparableConv2D::SeparableConv2D(const Json& config)
+    : DepthwiseConv2D(options_from_config(config, true), config, true) {}
 
 KILN_REGISTER_LAYER(SeparableConv2D);
 

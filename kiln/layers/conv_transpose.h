@@ -44,12 +44,56 @@
 #include "kiln/layers/conv.h"
 #include "kiln/layers/kernel_impl.h"
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
+#include "kiln/layers/regularizers.h"
 
 namespace kiln {
 
+// A size list holds one value for both spatial axes or one per axis.
+struct Conv2DTransposeOptions {
+  int64_t filters = 0;               // required, > 0
+  std::vector<int64_t> kernel_size;  // required
+  std::vector<int64_t> strides = {1};
+  std::string padding = "valid";  // "valid" or "same"
+  // Unset: inferred; each value >= 0 and < its stride.
+  std::optional<std::vector<int64_t>> output_padding;
+  std::string data_format = "channels_last";
+  std::vector<int64_t> dilation_rate = {1};
+  std::string activation = "linear";
+  bool use_bias = true;
+  InitializerArg kernel_initializer = "glorot_uniform";
+  InitializerArg bias_initializer = "zeros";
+  RegularizerPtr kernel_regularizer, bias_regularizer, activity_regularizer;  // null: none
+  LayerOptions base;
+};
+
+// DepthwiseConv2D and SeparableConv2D options; filters and the pointwise_*
+// options are SeparableConv2D's only.
+struct DepthwiseConv2DOptions {
+  int64_t filters = 0;               // SeparableConv2D: required, > 0
+  std::vector<int64_t> kernel_size;  // required
+  std::vector<int64_t> strides = {1};
+  std::string padding = "valid";  // "valid" or "same"
+  std::string data_format = "channels_last";
+  std::vector<int64_t> dilation_rate = {1};
+  int64_t depth_multiplier = 1;
+  std::string activation = "linear";
+  bool use_bias = true;
+  InitializerArg depthwise_initializer = "glorot_uniform";
+  InitializerArg pointwise_initializer = "glorot_uniform";
+  InitializerArg bias_initializer = "zeros";
+  RegularizerPtr depthwise_regularizer, pointwise_regularizer, bias_regularizer,
+      activity_regularizer;  // null: none
+  LayerOptions base;
+};
+using SeparableConv2DOptions = DepthwiseConv2DOptions;
+
 class Conv2DTranspose : public SimpleLayer {
  public:
+  explicit Conv2DTranspose(const Conv2DTransposeOptions& options);
   explicit Conv2DTranspose(const Json& config);
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static Conv2DTransposeOptions options_from_config(const Json& config);
   std::string class_name() const override { return "Conv2DTranspose"; }
   void build(const std::vector<Shape>& input_shapes) override;
   at::Tensor call1(const at::Tensor& x, bool training) override;
@@ -59,6 +103,7 @@ class Conv2DTranspose : public SimpleLayer {
   const VariablePtr& bias() const { return bias_; }
 
  private:
+  Conv2DTranspose(const Conv2DTransposeOptions& options, const Json& base_config);
   // Output length along spatial axis i for an input length n (-1 stays -1).
   int64_t output_length(int i, int64_t n) const;
   int64_t filters_;
@@ -75,6 +120,7 @@ class Conv2DTranspose : public SimpleLayer {
 // DepthwiseConv2D and, with a pointwise step, SeparableConv2D.
 class DepthwiseConv2D : public SimpleLayer {
  public:
+  explicit DepthwiseConv2D(const DepthwiseConv2DOptions& options);
   explicit DepthwiseConv2D(const Json& config);
   std::string class_name() const override { return "DepthwiseConv2D"; }
   void build(const std::vector<Shape>& input_shapes) override;
@@ -86,7 +132,9 @@ class DepthwiseConv2D : public SimpleLayer {
   const VariablePtr& bias() const { return bias_; }
 
  protected:
-  DepthwiseConv2D(const Json& config, bool separable);
+  DepthwiseConv2D(const DepthwiseConv2DOptions& options, const Json& base_config, bool separable);
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static DepthwiseConv2DOptions options_from_config(const Json& config, bool separable);
 
  private:
   bool separable_;
@@ -106,6 +154,7 @@ class DepthwiseConv2D : public SimpleLayer {
 
 class SeparableConv2D : public DepthwiseConv2D {
  public:
+  explicit SeparableConv2D(const SeparableConv2DOptions& options);
   explicit SeparableConv2D(const Json& config);
   std::string class_name() const override { return "SeparableConv2D"; }
 };

@@ -75,7 +75,7 @@ TEST(Dense, RejectsBadConfigsNamingTheKey) {
       {"Dense", "`units`", "expected a positive integer", "units=0"});
   expect_error<ValueError>([] { Dense(Json{{"units", 2.5}}); }, {"`units`", "units=2.5"});
   expect_error<ValueError>([] { Dense(Json::object()); }, {"Dense", "missing `units`"});
-  expect_error<ValueError>([] { Dense(Json{{"units", 3}, {"unitz", 3}}); }, {"unrecognized", "`unitz`", "units"});
+  expect_error<ValueError>([] { Dense(Json{{"units", 3}, {"unitz", 3}}); }, {"unknown key `unitz`", "units"});
   expect_error<ValueError>([] { Dense(3, "relux"); }, {"`activation`", "relux", "relu", "gelu"});
   expect_error<ValueError>([] { Dense(Json{{"units", 3}, {"use_bias", "yes"}}); }, {"`use_bias`", "a boolean"});
   expect_error<ValueError>(

@@ -5,19 +5,36 @@
 
 namespace kiln {
 
-Dense::Dense(const Json& config) : SimpleLayer(config) {
+DenseOptions Dense::options_from_config(const Json& config) {
   ConfigReader r(config, "Dense");
-  units_ = r.positive_int("units");
-  activation_name_ = r.activation("activation", "linear");
-  use_bias_ = r.boolean("use_bias", true);
-  kernel_init_ = r.initializer("kernel_initializer", "glorot_uniform");
-  bias_init_ = r.initializer("bias_initializer", "zeros");
-  kernel_reg_ = r.regularizer("kernel_regularizer");
-  bias_reg_ = r.regularizer("bias_regularizer");
-  activity_reg_ = r.regularizer("activity_regularizer");
+  DenseOptions o;
+  o.units = r.positive_int("units");
+  o.activation = r.activation("activation", "linear");
+  o.use_bias = r.boolean("use_bias", true);
+  o.kernel_initializer = r.initializer("kernel_initializer", "glorot_uniform");
+  o.bias_initializer = r.initializer("bias_initializer", "zeros");
+  o.kernel_regularizer = r.regularizer("kernel_regularizer");
+  o.bias_regularizer = r.regularizer("bias_regularizer");
+  o.activity_regularizer = r.regularizer("activity_regularizer");
   r.no_constraint("kernel_constraint");
   r.no_constraint("bias_constraint");
   r.finish();
+  return o;
+}
+
+Dense::Dense(const DenseOptions& o) : Dense(o, layer_base_config(o.base)) {}
+
+Dense::Dense(const Json& config) : Dense(options_from_config(config), config) {}
+
+Dense::Dense(const DenseOptions& o, const Json& base_config) : SimpleLayer(base_config) {
+  units_ = option_check::positive("Dense", "units", o.units);
+  activation_name_ = option_check::activation("Dense", "activation", o.activation);
+  use_bias_ = o.use_bias;
+  kernel_init_ = o.kernel_initializer.resolve("Dense", "kernel_initializer");
+  bias_init_ = o.bias_initializer.resolve("Dense", "bias_initializer");
+  kernel_reg_ = o.kernel_regularizer;
+  bias_reg_ = o.bias_regularizer;
+  activity_reg_ = o.activity_regularizer;
   activation_ = get_activation(activation_name_);
   impl_ = float_matmul_impl();
 }

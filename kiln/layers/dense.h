@@ -1,9 +1,9 @@
 // Dense: y = activation(x @ kernel + bias) on the last axis (Keras's Dense).
 //
-//   auto d = std::make_shared<Dense>(64, "relu");
+//   auto d = std::make_shared<Dense>(DenseOptions{.units = 64, .activation = "relu"});
 //   at::Tensor y = (*d)(at::randn({8, 784}));        // kernel (784, 64), bias (64)
 //
-// Config keys (Keras's names and defaults): units (required), activation
+// Options and config keys (Keras's names and defaults): units (required), activation
 // ("linear"), use_bias (true), kernel_initializer ("glorot_uniform"),
 // bias_initializer ("zeros"), kernel_regularizer, bias_regularizer,
 // activity_regularizer (null), kernel_constraint, bias_constraint (null only).
@@ -16,13 +16,28 @@
 #include "kiln/layers/activations.h"
 #include "kiln/layers/kernel_impl.h"
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
+#include "kiln/layers/regularizers.h"
 
 namespace kiln {
 
+struct DenseOptions {
+  int64_t units = 0;  // required, > 0
+  std::string activation = "linear";
+  bool use_bias = true;
+  InitializerArg kernel_initializer = "glorot_uniform";
+  InitializerArg bias_initializer = "zeros";
+  RegularizerPtr kernel_regularizer, bias_regularizer, activity_regularizer;  // null: none
+  LayerOptions base;
+};
+
 class Dense : public SimpleLayer {
  public:
+  explicit Dense(const DenseOptions& options);
   explicit Dense(const Json& config);
   explicit Dense(int64_t units, const std::string& activation = "linear", const Json& extra = Json::object());
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static DenseOptions options_from_config(const Json& config);
 
   std::string class_name() const override { return "Dense"; }
   bool supports_masking() const override { return true; }  // as Keras: masks pass through
@@ -37,6 +52,8 @@ class Dense : public SimpleLayer {
   const KernelImpl& kernel_impl() const { return *impl_; }
 
  private:
+  Dense(const DenseOptions& options, const Json& base_config);
+
   int64_t units_;
   std::string activation_name_;
   ActivationFn activation_;

@@ -4,10 +4,11 @@
 
 namespace kiln {
 
-Dropout::Dropout(const Json& config) : SimpleLayer(config) {
+DropoutOptions Dropout::options_from_config(const Json& config) {
   ConfigReader r(config, "Dropout");
   if (!r.has("rate")) throw ValueError("Dropout: the config is missing `rate` (a float between 0 and 1)");
-  rate_ = r.number_in("rate", 0.0, 0.0, 1.0);
+  DropoutOptions o;
+  o.rate = r.number_in("rate", 0.0, 0.0, 1.0);
   if (const Json* ns = r.get("noise_shape")) {
     if (!ns->is_array()) r.invalid("noise_shape", "null or a list of positive integers or nulls");
     Shape s;
@@ -16,12 +17,28 @@ Dropout::Dropout(const Json& config) : SimpleLayer(config) {
         r.invalid("noise_shape", "null or a list of positive integers or nulls");
       s.push_back(d.is_null() ? kNone : d.get<int64_t>());
     }
-    noise_shape_ = s;
+    o.noise_shape = s;
   }
   const Json* seed = r.get("seed");
   if (seed && !seed->is_number_integer()) r.invalid("seed", "null or an integer");
-  seed_ = seed ? *seed : Json(nullptr);
+  if (seed) o.seed = seed->get<int64_t>();
   r.finish();
+  return o;
+}
+
+Dropout::Dropout(const DropoutOptions& o) : Dropout(o, layer_base_config(o.base)) {}
+
+Dropout::Dropout(const Json& config) : Dropout(options_from_config(config), config) {}
+
+Dropout::Dropout(const DropoutOptions& o, const Json& base_config) : SimpleLayer(base_config) {
+  rate_ = option_check::in_range("Dropout", "rate", o.rate, 0.0, 1.0);
+  if (o.noise_shape)
+    for (auto d : *o.noise_shape)
+      if (d != kNone && d < 1)
+        option_check::invalid("Dropout", "noise_shape", "null or a list of positive integers or nulls",
+                              int_list_json(*o.noise_shape));
+  noise_shape_ = o.noise_shape;
+  seed_ = o.seed ? Json(*o.seed) : Json(nullptr);
 }
 
 Dropout::Dropout(double rate, const Json& extra) : Dropout(merged_config(extra, Json{{"rate", rate}})) {}

@@ -11,12 +11,23 @@
 // kiln::set_random_seed makes them repeat).
 #pragma once
 
+#include <optional>
+
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
 
 namespace kiln {
 
+struct DropoutOptions {
+  double rate = 0.0;                 // in [0, 1]
+  std::optional<Shape> noise_shape;  // kNone entries take the input's size
+  std::optional<int64_t> seed;
+  LayerOptions base;
+};
+
 class Dropout : public SimpleLayer {
  public:
+  explicit Dropout(const DropoutOptions& options);
   explicit Dropout(const Json& config);
   explicit Dropout(double rate, const Json& extra = Json::object());
 
@@ -26,8 +37,12 @@ class Dropout : public SimpleLayer {
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
   double rate() const { return rate_; }
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static DropoutOptions options_from_config(const Json& config);
 
  private:
+  Dropout(const DropoutOptions& options, const Json& base_config);
+
   double rate_;
   std::optional<Shape> noise_shape_;
   Json seed_;

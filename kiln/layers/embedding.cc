@@ -4,16 +4,31 @@
 
 namespace kiln {
 
-Embedding::Embedding(const Json& config) : SimpleLayer(config) {
+EmbeddingOptions Embedding::options_from_config(const Json& config) {
   ConfigReader r(config, "Embedding");
-  input_dim_ = r.positive_int("input_dim");
-  output_dim_ = r.positive_int("output_dim");
-  init_ = r.initializer("embeddings_initializer", "uniform");
-  reg_ = r.regularizer("embeddings_regularizer");
-  activity_reg_ = r.regularizer("activity_regularizer");
+  EmbeddingOptions o;
+  o.input_dim = r.positive_int("input_dim");
+  o.output_dim = r.positive_int("output_dim");
+  o.embeddings_initializer = r.initializer("embeddings_initializer", "uniform");
+  o.embeddings_regularizer = r.regularizer("embeddings_regularizer");
+  o.activity_regularizer = r.regularizer("activity_regularizer");
   r.no_constraint("embeddings_constraint");
-  mask_zero_ = r.boolean("mask_zero", false);
+  o.mask_zero = r.boolean("mask_zero", false);
   r.finish();
+  return o;
+}
+
+Embedding::Embedding(const EmbeddingOptions& o) : Embedding(o, layer_base_config(o.base)) {}
+
+Embedding::Embedding(const Json& config) : Embedding(options_from_config(config), config) {}
+
+Embedding::Embedding(const EmbeddingOptions& o, const Json& base_config) : SimpleLayer(base_config) {
+  input_dim_ = option_check::positive("Embedding", "input_dim", o.input_dim);
+  output_dim_ = option_check::positive("Embedding", "output_dim", o.output_dim);
+  init_ = o.embeddings_initializer.resolve("Embedding", "embeddings_initializer");
+  reg_ = o.embeddings_regularizer;
+  activity_reg_ = o.activity_regularizer;
+  mask_zero_ = o.mask_zero;
 }
 
 Embedding::Embedding(int64_t input_dim, int64_t output_dim, const Json& extra)

@@ -15,11 +15,23 @@
 #pragma once
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
+#include "kiln/layers/regularizers.h"
 
 namespace kiln {
 
+struct EmbeddingOptions {
+  int64_t input_dim = 0;   // required: the vocabulary size
+  int64_t output_dim = 0;  // required
+  InitializerArg embeddings_initializer = "uniform";
+  RegularizerPtr embeddings_regularizer, activity_regularizer;  // null: none
+  bool mask_zero = false;
+  LayerOptions base;
+};
+
 class Embedding : public SimpleLayer {
  public:
+  explicit Embedding(const EmbeddingOptions& options);
   explicit Embedding(const Json& config);
   Embedding(int64_t input_dim, int64_t output_dim, const Json& extra = Json::object());
 
@@ -37,8 +49,12 @@ class Embedding : public SimpleLayer {
   bool autocast() const override { return false; }
 
   const VariablePtr& embeddings() const { return embeddings_; }
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static EmbeddingOptions options_from_config(const Json& config);
 
  private:
+  Embedding(const EmbeddingOptions& options, const Json& base_config);
+
   int64_t input_dim_, output_dim_;
   bool mask_zero_ = false;
   InitializerPtr init_;

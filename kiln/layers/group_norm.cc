@@ -4,22 +4,45 @@
 
 namespace kiln {
 
-GroupNormalization::GroupNormalization(const Json& config) : SimpleLayer(config) {
+GroupNormalizationOptions GroupNormalization::options_from_config(const Json& config) {
   ConfigReader r(config, "GroupNormalization");
-  groups_config_ = r.integer("groups", 32);
-  if (groups_config_ == 0 || groups_config_ < -1) r.invalid("groups", "a positive integer, or -1");
-  axis_ = r.integer("axis", -1);
-  epsilon_ = r.number("epsilon", 1e-3);
-  if (!(epsilon_ >= 0)) r.invalid("epsilon", "a non-negative number");
-  center_ = r.boolean("center", true);
-  scale_ = r.boolean("scale", true);
-  beta_init_ = r.initializer("beta_initializer", "zeros");
-  gamma_init_ = r.initializer("gamma_initializer", "ones");
-  beta_reg_ = r.regularizer("beta_regularizer");
-  gamma_reg_ = r.regularizer("gamma_regularizer");
+  GroupNormalizationOptions o;
+  o.groups = r.integer("groups", 32);
+  if (o.groups == 0 || o.groups < -1) r.invalid("groups", "a positive integer, or -1");
+  o.axis = r.integer("axis", -1);
+  o.epsilon = r.number("epsilon", 1e-3);
+  if (!(o.epsilon >= 0)) r.invalid("epsilon", "a non-negative number");
+  o.center = r.boolean("center", true);
+  o.scale = r.boolean("scale", true);
+  o.beta_initializer = r.initializer("beta_initializer", "zeros");
+  o.gamma_initializer = r.initializer("gamma_initializer", "ones");
+  o.beta_regularizer = r.regularizer("beta_regularizer");
+  o.gamma_regularizer = r.regularizer("gamma_regularizer");
   r.no_constraint("beta_constraint");
   r.no_constraint("gamma_constraint");
   r.finish();
+  return o;
+}
+
+GroupNormalization::GroupNormalization(const GroupNormalizationOptions& o)
+    : GroupNormalization(o, layer_base_config(o.base)) {}
+
+GroupNormalization::GroupNormalization(const Json& config) : GroupNormalization(options_from_config(config), config) {}
+
+GroupNormalization::GroupNormalization(const GroupNormalizationOptions& o, const Json& base_config)
+    : SimpleLayer(base_config) {
+  const std::string owner = "GroupNormalization";
+  if (o.groups == 0 || o.groups < -1) option_check::invalid(owner, "groups", "a positive integer, or -1", o.groups);
+  if (!(o.epsilon >= 0)) option_check::invalid(owner, "epsilon", "a non-negative number", o.epsilon);
+  groups_config_ = o.groups;
+  axis_ = o.axis;
+  epsilon_ = o.epsilon;
+  center_ = o.center;
+  scale_ = o.scale;
+  beta_init_ = o.beta_initializer.resolve(owner, "beta_initializer");
+  gamma_init_ = o.gamma_initializer.resolve(owner, "gamma_initializer");
+  beta_reg_ = o.beta_regularizer;
+  gamma_reg_ = o.gamma_regularizer;
 }
 
 void GroupNormalization::build(const std::vector<Shape>& input_shapes) {

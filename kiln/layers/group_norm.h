@@ -16,12 +16,29 @@
 #pragma once
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
+#include "kiln/layers/regularizers.h"
 
 namespace kiln {
 
+struct GroupNormalizationOptions {
+  int64_t groups = 32;    // > 0, or -1 (one group per channel: instance normalization)
+  int64_t axis = -1;      // the channel axis
+  double epsilon = 1e-3;  // >= 0
+  bool center = true;
+  bool scale = true;
+  InitializerArg beta_initializer = "zeros";
+  InitializerArg gamma_initializer = "ones";
+  RegularizerPtr beta_regularizer, gamma_regularizer;  // null: none
+  LayerOptions base;
+};
+
 class GroupNormalization : public SimpleLayer {
  public:
+  explicit GroupNormalization(const GroupNormalizationOptions& options);
   explicit GroupNormalization(const Json& config = Json::object());
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static GroupNormalizationOptions options_from_config(const Json& config);
   std::string class_name() const override { return "GroupNormalization"; }
   void build(const std::vector<Shape>& input_shapes) override;
   at::Tensor call1(const at::Tensor& x, bool training) override;
@@ -31,6 +48,8 @@ class GroupNormalization : public SimpleLayer {
   const VariablePtr& beta() const { return beta_; }
 
  private:
+  GroupNormalization(const GroupNormalizationOptions& options, const Json& base_config);
+
   int64_t groups_config_, groups_ = 0, axis_, resolved_axis_ = 0, channels_ = 0;
   double epsilon_;
   bool center_, scale_;

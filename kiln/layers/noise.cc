@@ -5,13 +5,28 @@
 namespace kiln {
 
 // --- SpatialDropout2D --------------------------------------------------------------
-SpatialDropout2D::SpatialDropout2D(const Json& config) : SimpleLayer(config) {
+SpatialDropout2DOptions SpatialDropout2D::options_from_config(const Json& config) {
   ConfigReader r(config, "SpatialDropout2D");
   if (!r.has("rate")) throw ValueError("SpatialDropout2D: the config is missing `rate` (a float between 0 and 1)");
-  rate_ = r.number_in("rate", 0.0, 0.0, 1.0);
-  channels_last_ = r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
-  seeds_ = SeedGenerator::from_config(r);
+  SpatialDropout2DOptions o;
+  o.rate = r.number_in("rate", 0.0, 0.0, 1.0);
+  o.data_format = r.choice("data_format", "channels_last", {"channels_last", "channels_first"});
+  const Json* seed = r.get("seed");
+  if (seed && !seed->is_number_integer()) r.invalid("seed", "null or an integer");
+  if (seed) o.seed = seed->get<int64_t>();
   r.finish();
+  return o;
+}
+
+SpatialDropout2D::SpatialDropout2D(const SpatialDropout2DOptions& o) : SpatialDropout2D(o, layer_base_config(o.base)) {}
+
+SpatialDropout2D::SpatialDropout2D(const Json& config) : SpatialDropout2D(options_from_config(config), config) {}
+
+SpatialDropout2D::SpatialDropout2D(const SpatialDropout2DOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), seeds_(o.seed) {
+  rate_ = option_check::in_range("SpatialDropout2D", "rate", o.rate, 0.0, 1.0);
+  channels_last_ = option_check::choice("SpatialDropout2D", "data_format", o.data_format,
+                                        {"channels_last", "channels_first"}) == "channels_last";
 }
 
 SpatialDropout2D::SpatialDropout2D(double rate, const Json& extra)

@@ -14,12 +14,21 @@
 #pragma once
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
 #include "kiln/layers/seed_generator.h"
 
 namespace kiln {
 
+struct SpatialDropout2DOptions {
+  double rate = 0.0;  // in [0, 1]
+  std::string data_format = "channels_last";
+  std::optional<int64_t> seed;
+  LayerOptions base;
+};
+
 class SpatialDropout2D : public SimpleLayer {
  public:
+  explicit SpatialDropout2D(const SpatialDropout2DOptions& options);
   explicit SpatialDropout2D(const Json& config);
   explicit SpatialDropout2D(double rate, const Json& extra = Json::object());
   std::string class_name() const override { return "SpatialDropout2D"; }
@@ -28,6 +37,9 @@ class SpatialDropout2D : public SimpleLayer {
   Json get_config() const override;
 
  private:
+  SpatialDropout2D(const SpatialDropout2DOptions& options, const Json& base_config);
+  static SpatialDropout2DOptions options_from_config(const Json& config);
+
   double rate_;
   bool channels_last_;
   SeedGenerator seeds_;

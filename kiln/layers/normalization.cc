@@ -17,25 +17,49 @@ at::Tensor stat_value(const VariablePtr& v, at::ScalarType dt) { return v->value
 }  // namespace
 
 // --- BatchNormalization -------------------------------------------------------
-BatchNormalization::BatchNormalization(const Json& config) : SimpleLayer(config) {
+BatchNormalizationOptions BatchNormalization::options_from_config(const Json& config) {
   ConfigReader r(config, "BatchNormalization");
-  axis_ = r.integer("axis", -1);
-  momentum_ = r.number_in("momentum", 0.99, 0.0, 1.0);
-  epsilon_ = r.number("epsilon", 1e-3);
-  if (!(epsilon_ > 0)) r.invalid("epsilon", "a positive number");
-  center_ = r.boolean("center", true);
-  scale_ = r.boolean("scale", true);
-  beta_init_ = r.initializer("beta_initializer", "zeros");
-  gamma_init_ = r.initializer("gamma_initializer", "ones");
-  mean_init_ = r.initializer("moving_mean_initializer", "zeros");
-  var_init_ = r.initializer("moving_variance_initializer", "ones");
-  beta_reg_ = r.regularizer("beta_regularizer");
-  gamma_reg_ = r.regularizer("gamma_regularizer");
+  BatchNormalizationOptions o;
+  o.axis = r.integer("axis", -1);
+  o.momentum = r.number_in("momentum", 0.99, 0.0, 1.0);
+  o.epsilon = r.number("epsilon", 1e-3);
+  if (!(o.epsilon > 0)) r.invalid("epsilon", "a positive number");
+  o.center = r.boolean("center", true);
+  o.scale = r.boolean("scale", true);
+  o.beta_initializer = r.initializer("beta_initializer", "zeros");
+  o.gamma_initializer = r.initializer("gamma_initializer", "ones");
+  o.moving_mean_initializer = r.initializer("moving_mean_initializer", "zeros");
+  o.moving_variance_initializer = r.initializer("moving_variance_initializer", "ones");
+  o.beta_regularizer = r.regularizer("beta_regularizer");
+  o.gamma_regularizer = r.regularizer("gamma_regularizer");
   r.no_constraint("beta_constraint");
   r.no_constraint("gamma_constraint");
   if (r.boolean("synchronized", false))
     r.invalid("synchronized", "false (cross-replica statistics are not supported yet)");
   r.finish();
+  return o;
+}
+
+BatchNormalization::BatchNormalization(const BatchNormalizationOptions& o)
+    : BatchNormalization(o, layer_base_config(o.base)) {}
+
+BatchNormalization::BatchNormalization(const Json& config) : BatchNormalization(options_from_config(config), config) {}
+
+BatchNormalization::BatchNormalization(const BatchNormalizationOptions& o, const Json& base_config)
+    : SimpleLayer(base_config) {
+  const std::string owner = "BatchNormalization";
+  axis_ = o.axis;
+  momentum_ = option_check::in_range(owner, "momentum", o.momentum, 0.0, 1.0);
+  epsilon_ = o.epsilon;
+  if (!(epsilon_ > 0)) option_check::invalid(owner, "epsilon", "a positive number", epsilon_);
+  center_ = o.center;
+  scale_ = o.scale;
+  beta_init_ = o.beta_initializer.resolve(owner, "beta_initializer");
+  gamma_init_ = o.gamma_initializer.resolve(owner, "gamma_initializer");
+  mean_init_ = o.moving_mean_initializer.resolve(owner, "moving_mean_initializer");
+  var_init_ = o.moving_variance_initializer.resolve(owner, "moving_variance_initializer");
+  beta_reg_ = o.beta_regularizer;
+  gamma_reg_ = o.gamma_regularizer;
 }
 
 BatchNormalization::BatchNormalization(int64_t axis, double momentum, double epsilon, const Json& extra)
@@ -116,33 +140,65 @@ Json BatchNormalization::get_config() const {
 KILN_REGISTER_LAYER(BatchNormalization);
 
 // --- LayerNormalization -------------------------------------------------------
-LayerNormalization::LayerNormalization(const Json& config) : SimpleLayer(config) {
+LayerNormalizationOptions LayerNormalization::options_from_config(const Json& config) {
   ConfigReader r(config, "LayerNormalization");
-  const Json* a = r.get("axis");
-  axis_json_ = a ? *a : Json(-1);
+  LayerNormalizationOptions o;
   const std::string expected = "an integer or a non-empty list of distinct integers";
-  if (axis_json_.is_number_integer()) {
-    axes_ = {axis_json_.get<int64_t>()};
-  } else if (axis_json_.is_array() && !axis_json_.empty()) {
-    for (auto& e : axis_json_) {
-      if (!e.is_number_integer()) r.invalid("axis", expected);
-      axes_.push_back(e.get<int64_t>());
+  if (const Json* a = r.get("axis")) {
+    if (a->is_number_integer()) {
+      o.axis = a->get<int64_t>();
+    } else if (a->is_array() && !a->empty()) {
+      std::vector<int64_t> axes;
+      for (auto& e : *a) {
+        if (!e.is_number_integer()) r.invalid("axis", expected);
+        axes.push_back(e.get<int64_t>());
+      }
+      o.axis = axes;
+    } else {
+      r.invalid("axis", expected);
     }
-  } else {
-    r.invalid("axis", expected);
   }
-  epsilon_ = r.number("epsilon", 1e-3);
-  if (!(epsilon_ > 0)) r.invalid("epsilon", "a positive number");
-  center_ = r.boolean("center", true);
-  scale_ = r.boolean("scale", true);
-  rms_scaling_ = r.boolean("rms_scaling", false);
-  beta_init_ = r.initializer("beta_initializer", "zeros");
-  gamma_init_ = r.initializer("gamma_initializer", "ones");
-  beta_reg_ = r.regularizer("beta_regularizer");
-  gamma_reg_ = r.regularizer("gamma_regularizer");
+  o.epsilon = r.number("epsilon", 1e-3);
+  if (!(o.epsilon > 0)) r.invalid("epsilon", "a positive number");
+  o.center = r.boolean("center", true);
+  o.scale = r.boolean("scale", true);
+  o.rms_scaling = r.boolean("rms_scaling", false);
+  o.beta_initializer = r.initializer("beta_initializer", "zeros");
+  o.gamma_initializer = r.initializer("gamma_initializer", "ones");
+  o.beta_regularizer = r.regularizer("beta_regularizer");
+  o.gamma_regularizer = r.regularizer("gamma_regularizer");
   r.no_constraint("beta_constraint");
   r.no_constraint("gamma_constraint");
   r.finish();
+  return o;
+}
+
+LayerNormalization::LayerNormalization(const LayerNormalizationOptions& o)
+    : LayerNormalization(o, layer_base_config(o.base)) {}
+
+LayerNormalization::LayerNormalization(const Json& config) : LayerNormalization(options_from_config(config), config) {}
+
+LayerNormalization::LayerNormalization(const LayerNormalizationOptions& o, const Json& base_config)
+    : SimpleLayer(base_config) {
+  const std::string owner = "LayerNormalization";
+  if (const auto* one = std::get_if<int64_t>(&o.axis)) {
+    axes_ = {*one};
+    axis_json_ = *one;
+  } else {
+    axes_ = std::get<std::vector<int64_t>>(o.axis);
+    axis_json_ = axes_;
+    if (axes_.empty())
+      option_check::invalid(owner, "axis", "an integer or a non-empty list of distinct integers", axis_json_);
+  }
+  epsilon_ = o.epsilon;
+  if (!(epsilon_ > 0)) option_check::invalid(owner, "epsilon", "a positive number", epsilon_);
+  center_ = o.center;
+  scale_ = o.scale;
+  rms_scaling_ = o.rms_scaling;
+  beta_init_ = o.beta_initializer.resolve(owner, "beta_initializer");
+  gamma_init_ = o.gamma_initializer.resolve(owner, "gamma_initializer");
+  beta_reg_ = o.beta_regularizer;
+  gamma_reg_ = o.gamma_regularizer;
 }
 
 LayerNormalization::LayerNormalization(int64_t axis, double epsilon, const Json& extra)

@@ -28,12 +28,44 @@
 // statistics; calls with training=false may run concurrently.
 #pragma once
 
+#include <variant>
+
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
+#include "kiln/layers/regularizers.h"
 
 namespace kiln {
 
+struct BatchNormalizationOptions {
+  int64_t axis = -1;
+  double momentum = 0.99;  // in [0, 1]
+  double epsilon = 1e-3;   // > 0
+  bool center = true;
+  bool scale = true;
+  InitializerArg beta_initializer = "zeros";
+  InitializerArg gamma_initializer = "ones";
+  InitializerArg moving_mean_initializer = "zeros";
+  InitializerArg moving_variance_initializer = "ones";
+  RegularizerPtr beta_regularizer, gamma_regularizer;  // null: none
+  LayerOptions base;
+};
+
+struct LayerNormalizationOptions {
+  // One axis or several (distinct); get_config() writes it in the form given.
+  std::variant<int64_t, std::vector<int64_t>> axis = int64_t{-1};
+  double epsilon = 1e-3;  // > 0
+  bool center = true;
+  bool scale = true;
+  bool rms_scaling = false;
+  InitializerArg beta_initializer = "zeros";
+  InitializerArg gamma_initializer = "ones";
+  RegularizerPtr beta_regularizer, gamma_regularizer;  // null: none
+  LayerOptions base;
+};
+
 class BatchNormalization : public SimpleLayer {
  public:
+  explicit BatchNormalization(const BatchNormalizationOptions& options);
   explicit BatchNormalization(const Json& config);
   explicit BatchNormalization(int64_t axis = -1, double momentum = 0.99, double epsilon = 1e-3,
                               const Json& extra = Json::object());
@@ -48,8 +80,12 @@ class BatchNormalization : public SimpleLayer {
   const VariablePtr& beta() const { return beta_; }
   const VariablePtr& moving_mean() const { return moving_mean_; }
   const VariablePtr& moving_variance() const { return moving_variance_; }
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static BatchNormalizationOptions options_from_config(const Json& config);
 
  private:
+  BatchNormalization(const BatchNormalizationOptions& options, const Json& base_config);
+
   int64_t axis_;
   double momentum_, epsilon_;
   bool center_, scale_;
@@ -61,6 +97,7 @@ class BatchNormalization : public SimpleLayer {
 
 class LayerNormalization : public SimpleLayer {
  public:
+  explicit LayerNormalization(const LayerNormalizationOptions& options);
   explicit LayerNormalization(const Json& config);
   explicit LayerNormalization(int64_t axis = -1, double epsilon = 1e-3, const Json& extra = Json::object());
 
@@ -73,8 +110,12 @@ class LayerNormalization : public SimpleLayer {
 
   const VariablePtr& gamma() const { return gamma_; }
   const VariablePtr& beta() const { return beta_; }
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static LayerNormalizationOptions options_from_config(const Json& config);
 
  private:
+  LayerNormalization(const LayerNormalizationOptions& options, const Json& base_config);
+
   Json axis_json_;                 // as configured: an int or a list
   std::vector<int64_t> axes_;      // as configured (may be negative)
   std::vector<int64_t> resolved_;  // sorted, non-negative, set by build

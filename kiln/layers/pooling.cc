@@ -16,14 +16,24 @@ Json pooling_config(const Json& extra, const std::vector<int64_t>& pool_size, co
 }
 }  // namespace
 
-Pooling::Pooling(int rank, bool is_max, const std::string& owner, const Json& config)
-    : SimpleLayer(config), rank_(rank), is_max_(is_max), owner_(owner) {
+PoolingOptions Pooling::options_from_config(int rank, const std::string& owner, const Json& config) {
   ConfigReader r(config, owner);
-  pool_size_ = r.int_tuple("pool_size", rank, std::vector<int64_t>(rank, 2));
-  strides_ = r.int_tuple("strides", rank, pool_size_);
-  padding_ = r.choice("padding", "valid", {"valid", "same"});
-  channels_last_ = r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
+  PoolingOptions o;
+  o.pool_size = r.int_tuple("pool_size", rank, std::vector<int64_t>(rank, 2));
+  o.strides = r.int_tuple("strides", rank, o.pool_size);
+  o.padding = r.choice("padding", "valid", {"valid", "same"});
+  o.data_format = r.choice("data_format", "channels_last", {"channels_last", "channels_first"});
   r.finish();
+  return o;
+}
+
+Pooling::Pooling(int rank, bool is_max, const std::string& owner, const PoolingOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), rank_(rank), is_max_(is_max), owner_(owner) {
+  pool_size_ = option_check::tuple(owner, "pool_size", o.pool_size, rank);
+  strides_ = o.strides.empty() ? pool_size_ : option_check::tuple(owner, "strides", o.strides, rank);
+  padding_ = option_check::choice(owner, "padding", o.padding, {"valid", "same"});
+  channels_last_ =
+      option_check::choice(owner, "data_format", o.data_format, {"channels_last", "channels_first"}) == "channels_last";
 }
 
 at::Tensor Pooling::call1(const at::Tensor& x, bool training) {
@@ -93,19 +103,29 @@ Json Pooling::get_config() const {
   return j;
 }
 
-MaxPooling1D::MaxPooling1D(const Json& config) : Pooling(1, true, "MaxPooling1D", config) {}
+MaxPooling1D::MaxPooling1D(const PoolingOptions& o) : Pooling(1, true, "MaxPooling1D", o, layer_base_config(o.base)) {}
+MaxPooling1D::MaxPooling1D(const Json& config)
+    : Pooling(1, true, "MaxPooling1D", options_from_config(1, "MaxPooling1D", config), config) {}
 MaxPooling1D::MaxPooling1D(int64_t pool_size, int64_t strides, const std::string& padding, const Json& extra)
     : MaxPooling1D(pooling_config(extra, {pool_size}, strides ? std::vector<int64_t>{strides} : std::vector<int64_t>{},
                                   padding)) {}
-AveragePooling1D::AveragePooling1D(const Json& config) : Pooling(1, false, "AveragePooling1D", config) {}
+AveragePooling1D::AveragePooling1D(const PoolingOptions& o)
+    : Pooling(1, false, "AveragePooling1D", o, layer_base_config(o.base)) {}
+AveragePooling1D::AveragePooling1D(const Json& config)
+    : Pooling(1, false, "AveragePooling1D", options_from_config(1, "AveragePooling1D", config), config) {}
 AveragePooling1D::AveragePooling1D(int64_t pool_size, int64_t strides, const std::string& padding, const Json& extra)
     : AveragePooling1D(pooling_config(extra, {pool_size},
                                       strides ? std::vector<int64_t>{strides} : std::vector<int64_t>{}, padding)) {}
-MaxPooling2D::MaxPooling2D(const Json& config) : Pooling(2, true, "MaxPooling2D", config) {}
+MaxPooling2D::MaxPooling2D(const PoolingOptions& o) : Pooling(2, true, "MaxPooling2D", o, layer_base_config(o.base)) {}
+MaxPooling2D::MaxPooling2D(const Json& config)
+    : Pooling(2, true, "MaxPooling2D", options_from_config(2, "MaxPooling2D", config), config) {}
 MaxPooling2D::MaxPooling2D(const std::vector<int64_t>& pool_size, const std::vector<int64_t>& strides,
                            const std::string& padding, const Json& extra)
     : MaxPooling2D(pooling_config(extra, pool_size, strides, padding)) {}
-AveragePooling2D::AveragePooling2D(const Json& config) : Pooling(2, false, "AveragePooling2D", config) {}
+AveragePooling2D::AveragePooling2D(const PoolingOptions& o)
+    : Pooling(2, false, "AveragePooling2D", o, layer_base_config(o.base)) {}
+AveragePooling2D::AveragePooling2D(const Json& config)
+    : Pooling(2, false, "AveragePooling2D", options_from_config(2, "AveragePooling2D", config), config) {}
 AveragePooling2D::AveragePooling2D(const std::vector<int64_t>& pool_size, const std::vector<int64_t>& strides,
                                    const std::string& padding, const Json& extra)
     : AveragePooling2D(pooling_config(extra, pool_size, strides, padding)) {}
@@ -116,12 +136,21 @@ KILN_REGISTER_LAYER(MaxPooling2D);
 KILN_REGISTER_LAYER(AveragePooling2D);
 
 // --- global pooling ---------------------------------------------------------
-GlobalPooling::GlobalPooling(int rank, bool is_max, const std::string& owner, const Json& config)
-    : SimpleLayer(config), rank_(rank), is_max_(is_max), owner_(owner) {
+GlobalPoolingOptions GlobalPooling::options_from_config(const std::string& owner, const Json& config) {
   ConfigReader r(config, owner);
-  channels_last_ = r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
-  keepdims_ = r.boolean("keepdims", false);
+  GlobalPoolingOptions o;
+  o.data_format = r.choice("data_format", "channels_last", {"channels_last", "channels_first"});
+  o.keepdims = r.boolean("keepdims", false);
   r.finish();
+  return o;
+}
+
+GlobalPooling::GlobalPooling(int rank, bool is_max, const std::string& owner, const GlobalPoolingOptions& o,
+                             const Json& base_config)
+    : SimpleLayer(base_config), rank_(rank), is_max_(is_max), owner_(owner) {
+  channels_last_ =
+      option_check::choice(owner, "data_format", o.data_format, {"channels_last", "channels_first"}) == "channels_last";
+  keepdims_ = o.keepdims;
 }
 
 at::Tensor GlobalPooling::call1(const at::Tensor& x, bool training) {
@@ -155,10 +184,22 @@ Json GlobalPooling::get_config() const {
   return j;
 }
 
-GlobalAveragePooling1D::GlobalAveragePooling1D(const Json& c) : GlobalPooling(1, false, "GlobalAveragePooling1D", c) {}
-GlobalAveragePooling2D::GlobalAveragePooling2D(const Json& c) : GlobalPooling(2, false, "GlobalAveragePooling2D", c) {}
-GlobalMaxPooling1D::GlobalMaxPooling1D(const Json& c) : GlobalPooling(1, true, "GlobalMaxPooling1D", c) {}
-GlobalMaxPooling2D::GlobalMaxPooling2D(const Json& c) : GlobalPooling(2, true, "GlobalMaxPooling2D", c) {}
+GlobalAveragePooling1D::GlobalAveragePooling1D(const GlobalPoolingOptions& o)
+    : GlobalPooling(1, false, "GlobalAveragePooling1D", o, layer_base_config(o.base)) {}
+GlobalAveragePooling1D::GlobalAveragePooling1D(const Json& c)
+    : GlobalPooling(1, false, "GlobalAveragePooling1D", options_from_config("GlobalAveragePooling1D", c), c) {}
+GlobalAveragePooling2D::GlobalAveragePooling2D(const GlobalPoolingOptions& o)
+    : GlobalPooling(2, false, "GlobalAveragePooling2D", o, layer_base_config(o.base)) {}
+GlobalAveragePooling2D::GlobalAveragePooling2D(const Json& c)
+    : GlobalPooling(2, false, "GlobalAveragePooling2D", options_from_config("GlobalAveragePooling2D", c), c) {}
+GlobalMaxPooling1D::GlobalMaxPooling1D(const GlobalPoolingOptions& o)
+    : GlobalPooling(1, true, "GlobalMaxPooling1D", o, layer_base_config(o.base)) {}
+GlobalMaxPooling1D::GlobalMaxPooling1D(const Json& c)
+    : GlobalPooling(1, true, "GlobalMaxPooling1D", options_from_config("GlobalMaxPooling1D", c), c) {}
+GlobalMaxPooling2D::GlobalMaxPooling2D(const GlobalPoolingOptions& o)
+    : GlobalPooling(2, true, "GlobalMaxPooling2D", o, layer_base_config(o.base)) {}
+GlobalMaxPooling2D::GlobalMaxPooling2D(const Json& c)
+    : GlobalPooling(2, true, "GlobalMaxPooling2D", options_from_config("GlobalMaxPooling2D", c), c) {}
 
 KILN_REGISTER_LAYER(GlobalAveragePooling1D);
 KILN_REGISTER_LAYER(GlobalAveragePooling2D);

@@ -10,8 +10,30 @@
 #pragma once
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
 
 namespace kiln {
+
+// MaxPooling1D/2D, AveragePooling1D/2D options. A size list holds one value
+// for every spatial axis or one per axis.
+struct PoolingOptions {
+  std::vector<int64_t> pool_size = {2};
+  std::vector<int64_t> strides;   // empty: pool_size
+  std::string padding = "valid";  // "valid" or "same"
+  std::string data_format = "channels_last";
+  LayerOptions base;
+};
+using MaxPooling1DOptions = PoolingOptions;
+using MaxPooling2DOptions = PoolingOptions;
+using AveragePooling1DOptions = PoolingOptions;
+using AveragePooling2DOptions = PoolingOptions;
+
+// GlobalAverage/MaxPooling1D/2D options.
+struct GlobalPoolingOptions {
+  std::string data_format = "channels_last";
+  bool keepdims = false;
+  LayerOptions base;
+};
 
 // Shared implementation (rank = number of spatial axes).
 class Pooling : public SimpleLayer {
@@ -23,7 +45,9 @@ class Pooling : public SimpleLayer {
   const std::vector<int64_t>& strides() const { return strides_; }
 
  protected:
-  Pooling(int rank, bool is_max, const std::string& owner, const Json& config);
+  Pooling(int rank, bool is_max, const std::string& owner, const PoolingOptions& options, const Json& base_config);
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static PoolingOptions options_from_config(int rank, const std::string& owner, const Json& config);
 
  private:
   int rank_;
@@ -36,6 +60,7 @@ class Pooling : public SimpleLayer {
 
 class MaxPooling1D : public Pooling {
  public:
+  explicit MaxPooling1D(const PoolingOptions& options);
   explicit MaxPooling1D(const Json& config);
   explicit MaxPooling1D(int64_t pool_size = 2, int64_t strides = 0, const std::string& padding = "valid",
                         const Json& extra = Json::object());  // strides 0: pool_size
@@ -44,6 +69,7 @@ class MaxPooling1D : public Pooling {
 
 class AveragePooling1D : public Pooling {
  public:
+  explicit AveragePooling1D(const PoolingOptions& options);
   explicit AveragePooling1D(const Json& config);
   explicit AveragePooling1D(int64_t pool_size = 2, int64_t strides = 0, const std::string& padding = "valid",
                             const Json& extra = Json::object());
@@ -52,6 +78,7 @@ class AveragePooling1D : public Pooling {
 
 class MaxPooling2D : public Pooling {
  public:
+  explicit MaxPooling2D(const PoolingOptions& options);
   explicit MaxPooling2D(const Json& config);
   // Empty strides: pool_size.
   explicit MaxPooling2D(const std::vector<int64_t>& pool_size = {2, 2}, const std::vector<int64_t>& strides = {},
@@ -61,6 +88,7 @@ class MaxPooling2D : public Pooling {
 
 class AveragePooling2D : public Pooling {
  public:
+  explicit AveragePooling2D(const PoolingOptions& options);
   explicit AveragePooling2D(const Json& config);
   explicit AveragePooling2D(const std::vector<int64_t>& pool_size = {2, 2}, const std::vector<int64_t>& strides = {},
                             const std::string& padding = "valid", const Json& extra = Json::object());
@@ -75,7 +103,9 @@ class GlobalPooling : public SimpleLayer {
   Json get_config() const override;
 
  protected:
-  GlobalPooling(int rank, bool is_max, const std::string& owner, const Json& config);
+  GlobalPooling(int rank, bool is_max, const std::string& owner, const GlobalPoolingOptions& options,
+                const Json& base_config);
+  static GlobalPoolingOptions options_from_config(const std::string& owner, const Json& config);
 
  private:
   int rank_;
@@ -87,21 +117,25 @@ class GlobalPooling : public SimpleLayer {
 
 class GlobalAveragePooling1D : public GlobalPooling {
  public:
+  explicit GlobalAveragePooling1D(const GlobalPoolingOptions& options);
   explicit GlobalAveragePooling1D(const Json& config = Json::object());
   std::string class_name() const override { return "GlobalAveragePooling1D"; }
 };
 class GlobalAveragePooling2D : public GlobalPooling {
  public:
+  explicit GlobalAveragePooling2D(const GlobalPoolingOptions& options);
   explicit GlobalAveragePooling2D(const Json& config = Json::object());
   std::string class_name() const override { return "GlobalAveragePooling2D"; }
 };
 class GlobalMaxPooling1D : public GlobalPooling {
  public:
+  explicit GlobalMaxPooling1D(const GlobalPoolingOptions& options);
   explicit GlobalMaxPooling1D(const Json& config = Json::object());
   std::string class_name() const override { return "GlobalMaxPooling1D"; }
 };
 class GlobalMaxPooling2D : public GlobalPooling {
  public:
+  explicit GlobalMaxPooling2D(const GlobalPoolingOptions& options);
   explicit GlobalMaxPooling2D(const Json& config = Json::object());
   std::string class_name() const override { return "GlobalMaxPooling2D"; }
 };

@@ -38,42 +38,79 @@ std::string strip_prefix(const std::string& s, const std::string& prefix) {
 
 // --- RecurrentLayer -----------------------------------------------------------------------------
 
-RecurrentLayer::RecurrentLayer(const Json& config, const std::string& owner, const std::string& kind, int gates,
-                               bool has_recurrent_activation, const std::vector<const char*>& own_keys)
-    : Layer(config), gates_(gates), kind_(kind), has_recurrent_activation_(has_recurrent_activation) {
+RecurrentOptions RecurrentLayer::options_from_config(const Json& config, const std::string& owner,
+                                                     const std::string& kind, bool has_recurrent_activation) {
   ConfigReader r(config, owner);
-  for (const char* k : own_keys) (void)r.get(k);  // read by the subclass
-  units_ = r.positive_int("units");
-  activation_name_ = r.activation("activation", "tanh");
-  if (has_recurrent_activation) recurrent_activation_name_ = r.activation("recurrent_activation", "sigmoid");
-  use_bias_ = r.boolean("use_bias", true);
-  kernel_init_ = r.initializer("kernel_initializer", "glorot_uniform");
-  recurrent_init_ = r.initializer("recurrent_initializer", "orthogonal");
-  bias_init_ = r.initializer("bias_initializer", "zeros");
-  kernel_reg_ = r.regularizer("kernel_regularizer");
-  recurrent_reg_ = r.regularizer("recurrent_regularizer");
-  bias_reg_ = r.regularizer("bias_regularizer");
-  activity_reg_ = r.regularizer("activity_regularizer");
+  RecurrentOptions o;
+  o.units = r.positive_int("units");
+  o.activation = r.activation("activation", "tanh");
+  if (has_recurrent_activation) o.recurrent_activation = r.activation("recurrent_activation", "sigmoid");
+  o.use_bias = r.boolean("use_bias", true);
+  o.kernel_initializer = r.initializer("kernel_initializer", "glorot_uniform");
+  o.recurrent_initializer = r.initializer("recurrent_initializer", "orthogonal");
+  o.bias_initializer = r.initializer("bias_initializer", "zeros");
+  if (kind == "lstm") o.unit_forget_bias = r.boolean("unit_forget_bias", true);
+  if (kind == "gru") o.reset_after = r.boolean("reset_after", true);
+  o.kernel_regularizer = r.regularizer("kernel_regularizer");
+  o.recurrent_regularizer = r.regularizer("recurrent_regularizer");
+  o.bias_regularizer = r.regularizer("bias_regularizer");
+  o.activity_regularizer = r.regularizer("activity_regularizer");
   r.no_constraint("kernel_constraint");
   r.no_constraint("recurrent_constraint");
   r.no_constraint("bias_constraint");
-  dropout_ = r.number_in("dropout", 0.0, 0.0, 1.0, /*hi_inclusive=*/false);
-  recurrent_dropout_ = r.number_in("recurrent_dropout", 0.0, 0.0, 1.0, /*hi_inclusive=*/false);
+  o.dropout = r.number_in("dropout", 0.0, 0.0, 1.0, /*hi_inclusive=*/false);
+  o.recurrent_dropout = r.number_in("recurrent_dropout", 0.0, 0.0, 1.0, /*hi_inclusive=*/false);
   const Json* seed = r.get("seed");
   if (seed && !seed->is_number_integer()) r.invalid("seed", "null or an integer");
-  seed_ = seed ? *seed : Json(nullptr);
-  return_sequences_ = r.boolean("return_sequences", false);
-  return_state_ = r.boolean("return_state", false);
-  go_backwards_ = r.boolean("go_backwards", false);
+  if (seed) o.seed = seed->get<int64_t>();
+  o.return_sequences = r.boolean("return_sequences", false);
+  o.return_state = r.boolean("return_state", false);
+  o.go_backwards = r.boolean("go_backwards", false);
   if (r.boolean("stateful", false))
     r.invalid("stateful", "false (kiln keeps no recurrent state between calls; pass initial states as inputs)");
-  unroll_ = r.boolean("unroll", false);
+  o.unroll = r.boolean("unroll", false);
   const Json* cudnn = r.get("use_cudnn");
   if (cudnn && !cudnn->is_boolean() && !(cudnn->is_string() && cudnn->get<std::string>() == "auto"))
     r.invalid("use_cudnn", "\"auto\", true or false");
-  use_cudnn_ = cudnn ? *cudnn : Json("auto");
-  zero_output_for_mask_ = r.boolean("zero_output_for_mask", false);
+  if (cudnn && cudnn->is_boolean()) o.use_cudnn = cudnn->get<bool>();
+  o.zero_output_for_mask = r.boolean("zero_output_for_mask", false);
   r.finish();
+  return o;
+}
+
+RecurrentLayer::RecurrentLayer(const RecurrentOptions& o, const Json& base_config, const std::string& owner,
+                               const std::string& kind, int gates, bool has_recurrent_activation)
+    : Layer(base_config), gates_(gates), kind_(kind), has_recurrent_activation_(has_recurrent_activation) {
+  const RecurrentOptions defaults;
+  auto not_here = [&](const char* key, bool is_set) {
+    if (is_set) throw ValueError(owner + ": `" + key + "` is not an option of " + owner + "; leave it at its default");
+  };
+  not_here("recurrent_activation",
+           !has_recurrent_activation && o.recurrent_activation != defaults.recurrent_activation);
+  not_here("unit_forget_bias", kind != "lstm" && o.unit_forget_bias != defaults.unit_forget_bias);
+  not_here("reset_after", kind != "gru" && o.reset_after != defaults.reset_after);
+  units_ = option_check::positive(owner, "units", o.units);
+  activation_name_ = option_check::activation(owner, "activation", o.activation);
+  if (has_recurrent_activation)
+    recurrent_activation_name_ = option_check::activation(owner, "recurrent_activation", o.recurrent_activation);
+  use_bias_ = o.use_bias;
+  kernel_init_ = o.kernel_initializer.resolve(owner, "kernel_initializer");
+  recurrent_init_ = o.recurrent_initializer.resolve(owner, "recurrent_initializer");
+  bias_init_ = o.bias_initializer.resolve(owner, "bias_initializer");
+  kernel_reg_ = o.kernel_regularizer;
+  recurrent_reg_ = o.recurrent_regularizer;
+  bias_reg_ = o.bias_regularizer;
+  activity_reg_ = o.activity_regularizer;
+  dropout_ = option_check::in_range(owner, "dropout", o.dropout, 0.0, 1.0, /*hi_inclusive=*/false);
+  recurrent_dropout_ =
+      option_check::in_range(owner, "recurrent_dropout", o.recurrent_dropout, 0.0, 1.0, /*hi_inclusive=*/false);
+  seed_ = o.seed ? Json(*o.seed) : Json(nullptr);
+  return_sequences_ = o.return_sequences;
+  return_state_ = o.return_state;
+  go_backwards_ = o.go_backwards;
+  unroll_ = o.unroll;
+  use_cudnn_ = o.use_cudnn ? Json(*o.use_cudnn) : Json("auto");
+  zero_output_for_mask_ = o.zero_output_for_mask;
   activation_ = get_activation(activation_name_);
   if (has_recurrent_activation) recurrent_activation_ = get_activation(recurrent_activation_name_);
 }
@@ -223,9 +260,12 @@ Json RecurrentLayer::get_config() const {
 
 // --- LSTM ---------------------------------------------------------------------------------------
 
-LSTM::LSTM(const Json& config) : RecurrentLayer(config, "LSTM", "lstm", 4, true, {"unit_forget_bias"}) {
-  unit_forget_bias_ = ConfigReader(config, "LSTM").boolean("unit_forget_bias", true);
-}
+LSTM::LSTM(const RecurrentOptions& o) : LSTM(o, layer_base_config(o.base)) {}
+
+LSTM::LSTM(const RecurrentOptions& o, const Json& base_config)
+    : RecurrentLayer(o, base_config, "LSTM", "lstm", 4, true), unit_forget_bias_(o.unit_forget_bias) {}
+
+LSTM::LSTM(const Json& config) : LSTM(options_from_config(config, "LSTM", "lstm", true), config) {}
 
 InitializerPtr LSTM::bias_build_initializer() const {
   const InitializerPtr base = RecurrentLayer::bias_build_initializer();
@@ -246,9 +286,12 @@ void LSTM::add_config(Json& j) const { j["unit_forget_bias"] = unit_forget_bias_
 
 // --- GRU ----------------------------------------------------------------------------------------
 
-GRU::GRU(const Json& config) : RecurrentLayer(config, "GRU", "gru", 3, true, {"reset_after"}) {
-  reset_after_ = ConfigReader(config, "GRU").boolean("reset_after", true);
-}
+GRU::GRU(const RecurrentOptions& o) : GRU(o, layer_base_config(o.base)) {}
+
+GRU::GRU(const RecurrentOptions& o, const Json& base_config)
+    : RecurrentLayer(o, base_config, "GRU", "gru", 3, true), reset_after_(o.reset_after) {}
+
+GRU::GRU(const Json& config) : GRU(options_from_config(config, "GRU", "gru", true), config) {}
 
 Shape GRU::bias_shape() const { return reset_after_ ? Shape{2, 3 * units_} : Shape{3 * units_}; }
 
@@ -282,7 +325,13 @@ void GRU::add_config(Json& j) const { j["reset_after"] = reset_after_; }
 
 // --- SimpleRNN ----------------------------------------------------------------------------------
 
-SimpleRNN::SimpleRNN(const Json& config) : RecurrentLayer(config, "SimpleRNN", "simple_rnn", 1, false) {}
+SimpleRNN::SimpleRNN(const RecurrentOptions& o) : SimpleRNN(o, layer_base_config(o.base)) {}
+
+SimpleRNN::SimpleRNN(const RecurrentOptions& o, const Json& base_config)
+    : RecurrentLayer(o, base_config, "SimpleRNN", "simple_rnn", 1, false) {}
+
+SimpleRNN::SimpleRNN(const Json& config)
+    : SimpleRNN(options_from_config(config, "SimpleRNN", "simple_rnn", false), config) {}
 
 Tensors SimpleRNN::step(const at::Tensor& xw, const Tensors& states, const at::Tensor& h_rec, const at::Tensor& u,
                         const at::Tensor& rb) {

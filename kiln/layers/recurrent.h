@@ -1,7 +1,7 @@
 // Recurrent layers with Keras 3's semantics, config keys and weight layout:
 // LSTM, GRU, SimpleRNN, and the wrappers Bidirectional and TimeDistributed.
 //
-//   auto lstm = std::make_shared<LSTM>(Json{{"units", 32}, {"return_sequences", true}});
+//   auto lstm = std::make_shared<LSTM>(LSTMOptions{.units = 32, .return_sequences = true});
 //   at::Tensor y = (*lstm)(at::randn({8, 20, 16}));       // (8, 20, 32)
 //   auto bi = std::make_shared<Bidirectional>(Json{{"layer", lstm->to_json()}});
 //
@@ -42,10 +42,41 @@
 // Thread safety: as Layer (inference calls may run concurrently).
 #pragma once
 
+#include <optional>
+
 #include "kiln/layers/activations.h"
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
+#include "kiln/layers/regularizers.h"
 
 namespace kiln {
+
+// LSTM, GRU and SimpleRNN options (Keras 3's names and defaults; see above).
+struct RecurrentOptions {
+  int64_t units = 0;  // required, > 0
+  std::string activation = "tanh";
+  std::string recurrent_activation = "sigmoid";  // LSTM and GRU only
+  bool use_bias = true;
+  InitializerArg kernel_initializer = "glorot_uniform";
+  InitializerArg recurrent_initializer = "orthogonal";
+  InitializerArg bias_initializer = "zeros";
+  bool unit_forget_bias = true;                                                                      // LSTM only
+  bool reset_after = true;                                                                           // GRU only
+  RegularizerPtr kernel_regularizer, recurrent_regularizer, bias_regularizer, activity_regularizer;  // null: none
+  double dropout = 0.0;                                                                              // in [0, 1)
+  double recurrent_dropout = 0.0;                                                                    // in [0, 1)
+  std::optional<int64_t> seed;
+  bool return_sequences = false;
+  bool return_state = false;
+  bool go_backwards = false;
+  bool unroll = false;            // accepted; no effect
+  std::optional<bool> use_cudnn;  // unset: "auto"; accepted, no effect
+  bool zero_output_for_mask = false;
+  LayerOptions base;
+};
+using LSTMOptions = RecurrentOptions;
+using GRUOptions = RecurrentOptions;
+using SimpleRNNOptions = RecurrentOptions;
 
 // What LSTM, GRU and SimpleRNN share: config, weights, the time loop and
 // masking. Subclasses give the gate count, the state count and one step.
@@ -71,8 +102,14 @@ class RecurrentLayer : public Layer {
  protected:
   // `kind` names the cell ("lstm" -> variables under "lstm_cell/").
   // `own_keys`: the subclass's extra config keys (it reads them itself).
-  RecurrentLayer(const Json& config, const std::string& owner, const std::string& kind, int gates,
-                 bool has_recurrent_activation, const std::vector<const char*>& own_keys = {});
+  // ValueError when `options` sets a key this class does not have
+  // (recurrent_activation for SimpleRNN, unit_forget_bias outside LSTM,
+  // reset_after outside GRU).
+  RecurrentLayer(const RecurrentOptions& options, const Json& base_config, const std::string& owner,
+                 const std::string& kind, int gates, bool has_recurrent_activation);
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static RecurrentOptions options_from_config(const Json& config, const std::string& owner, const std::string& kind,
+                                              bool has_recurrent_activation);
   Tensors call_masked(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks) override;
   // The bias variable's shape and initial value (LSTM's unit_forget_bias,
   // GRU's two rows).
@@ -115,6 +152,7 @@ class RecurrentLayer : public Layer {
 // recurrent_kernel^T (same gate order), bias_ih = bias, bias_hh = 0.
 class LSTM : public RecurrentLayer {
  public:
+  explicit LSTM(const RecurrentOptions& options);
   explicit LSTM(const Json& config);
   std::string class_name() const override { return "LSTM"; }
   int num_states() const override { return 2; }
@@ -126,6 +164,7 @@ class LSTM : public RecurrentLayer {
   void add_config(Json& j) const override;
 
  private:
+  LSTM(const RecurrentOptions& options, const Json& base_config);
   bool unit_forget_bias_;
 };
 
@@ -135,6 +174,7 @@ class LSTM : public RecurrentLayer {
 // without; h' = z h + (1 - z) h~.
 class GRU : public RecurrentLayer {
  public:
+  explicit GRU(const RecurrentOptions& options);
   explicit GRU(const Json& config);
   std::string class_name() const override { return "GRU"; }
   bool reset_after() const { return reset_after_; }
@@ -148,6 +188,7 @@ class GRU : public RecurrentLayer {
   void add_config(Json& j) const override;
 
  private:
+  GRU(const RecurrentOptions& options, const Json& base_config);
   bool reset_after_;
 };
 
@@ -155,12 +196,16 @@ class GRU : public RecurrentLayer {
 // bias_hh = 0).
 class SimpleRNN : public RecurrentLayer {
  public:
+  explicit SimpleRNN(const RecurrentOptions& options);
   explicit SimpleRNN(const Json& config);
   std::string class_name() const override { return "SimpleRNN"; }
 
  protected:
   Tensors step(const at::Tensor& xw, const Tensors& states, const at::Tensor& h_rec, const at::Tensor& u,
                const at::Tensor& rb) override;
+
+ private:
+  SimpleRNN(const RecurrentOptions& options, const Json& base_config);
 };
 
 // Keras's Bidirectional: runs a copy of `layer` forwards ("forward_<name>")

@@ -44,9 +44,8 @@ at::Tensor sparse_labels(at::Tensor y_true, at::Tensor y_pred, const std::string
 
 // --- SparseCategoricalCrossentropy ---------------------------------------------
 
-SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(bool from_logits, std::optional<int64_t> ignore_class,
-                                                             std::string reduction, std::string name)
-    : Loss(std::move(name), std::move(reduction)), from_logits_(from_logits), ignore_class_(ignore_class) {}
+SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(const SparseCategoricalCrossentropyOptions& o)
+    : Loss(o.name, o.reduction), from_logits_(o.from_logits), ignore_class_(o.ignore_class) {}
 
 std::shared_ptr<SparseCategoricalCrossentropy> SparseCategoricalCrossentropy::from_config(const Json& c) {
   check_keys(c, {"from_logits", "ignore_class", "axis"}, "SparseCategoricalCrossentropy");
@@ -57,8 +56,10 @@ std::shared_ptr<SparseCategoricalCrossentropy> SparseCategoricalCrossentropy::fr
   if (c.is_object() && c.contains("ignore_class") && !c["ignore_class"].is_null())
     ignore = get_or<int64_t>(c, "ignore_class", 0);
   return std::make_shared<SparseCategoricalCrossentropy>(
-      get_or<bool>(c, "from_logits", false), ignore, get_or<std::string>(c, "reduction", "sum_over_batch_size"),
-      get_or<std::string>(c, "name", "sparse_categorical_crossentropy"));
+      SparseCategoricalCrossentropyOptions{.from_logits = get_or<bool>(c, "from_logits", false),
+                                           .ignore_class = ignore,
+                                           .reduction = get_or<std::string>(c, "reduction", "sum_over_batch_size"),
+                                           .name = get_or<std::string>(c, "name", "sparse_categorical_crossentropy")});
 }
 
 at::Tensor SparseCategoricalCrossentropy::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {
@@ -99,21 +100,19 @@ Json SparseCategoricalCrossentropy::get_config() const {
 
 // --- CategoricalCrossentropy -----------------------------------------------------
 
-CategoricalCrossentropy::CategoricalCrossentropy(bool from_logits, double label_smoothing, int64_t axis,
-                                                 std::string reduction, std::string name)
-    : Loss(std::move(name), std::move(reduction)),
-      from_logits_(from_logits),
-      label_smoothing_(label_smoothing),
-      axis_(axis) {
-  check_label_smoothing(label_smoothing, "CategoricalCrossentropy");
+CategoricalCrossentropy::CategoricalCrossentropy(const CategoricalCrossentropyOptions& o)
+    : Loss(o.name, o.reduction), from_logits_(o.from_logits), label_smoothing_(o.label_smoothing), axis_(o.axis) {
+  check_label_smoothing(label_smoothing_, "CategoricalCrossentropy");
 }
 
 std::shared_ptr<CategoricalCrossentropy> CategoricalCrossentropy::from_config(const Json& c) {
   check_keys(c, {"from_logits", "label_smoothing", "axis"}, "CategoricalCrossentropy");
   return std::make_shared<CategoricalCrossentropy>(
-      get_or<bool>(c, "from_logits", false), get_or<double>(c, "label_smoothing", 0.0), get_or<int64_t>(c, "axis", -1),
-      get_or<std::string>(c, "reduction", "sum_over_batch_size"),
-      get_or<std::string>(c, "name", "categorical_crossentropy"));
+      CategoricalCrossentropyOptions{.from_logits = get_or<bool>(c, "from_logits", false),
+                                     .label_smoothing = get_or<double>(c, "label_smoothing", 0.0),
+                                     .axis = get_or<int64_t>(c, "axis", -1),
+                                     .reduction = get_or<std::string>(c, "reduction", "sum_over_batch_size"),
+                                     .name = get_or<std::string>(c, "name", "categorical_crossentropy")});
 }
 
 at::Tensor CategoricalCrossentropy::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {
@@ -141,21 +140,19 @@ Json CategoricalCrossentropy::get_config() const {
 
 // --- BinaryCrossentropy -------------------------------------------------------------
 
-BinaryCrossentropy::BinaryCrossentropy(bool from_logits, double label_smoothing, int64_t axis, std::string reduction,
-                                       std::string name)
-    : Loss(std::move(name), std::move(reduction)),
-      from_logits_(from_logits),
-      label_smoothing_(label_smoothing),
-      axis_(axis) {
-  check_label_smoothing(label_smoothing, "BinaryCrossentropy");
+BinaryCrossentropy::BinaryCrossentropy(const BinaryCrossentropyOptions& o)
+    : Loss(o.name, o.reduction), from_logits_(o.from_logits), label_smoothing_(o.label_smoothing), axis_(o.axis) {
+  check_label_smoothing(label_smoothing_, "BinaryCrossentropy");
 }
 
 std::shared_ptr<BinaryCrossentropy> BinaryCrossentropy::from_config(const Json& c) {
   check_keys(c, {"from_logits", "label_smoothing", "axis"}, "BinaryCrossentropy");
-  return std::make_shared<BinaryCrossentropy>(get_or<bool>(c, "from_logits", false),
-                                              get_or<double>(c, "label_smoothing", 0.0), get_or<int64_t>(c, "axis", -1),
-                                              get_or<std::string>(c, "reduction", "sum_over_batch_size"),
-                                              get_or<std::string>(c, "name", "binary_crossentropy"));
+  return std::make_shared<BinaryCrossentropy>(
+      BinaryCrossentropyOptions{.from_logits = get_or<bool>(c, "from_logits", false),
+                                .label_smoothing = get_or<double>(c, "label_smoothing", 0.0),
+                                .axis = get_or<int64_t>(c, "axis", -1),
+                                .reduction = get_or<std::string>(c, "reduction", "sum_over_batch_size"),
+                                .name = get_or<std::string>(c, "name", "binary_crossentropy")});
 }
 
 at::Tensor BinaryCrossentropy::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {

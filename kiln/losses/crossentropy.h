@@ -5,7 +5,7 @@
 // first renormalised to sum to one along `axis`. With from_logits=true the
 // numerically stable log-softmax / log-sigmoid forms are used.
 //
-//   losses::SparseCategoricalCrossentropy ce(/*from_logits=*/true);
+//   losses::SparseCategoricalCrossentropy ce({.from_logits = true});
 //   at::Tensor l = ce(labels, logits);   // labels int (N,) or (N, 1)
 #pragma once
 
@@ -20,11 +20,16 @@ namespace kiln::losses {
 // a trailing 1). Labels outside [0, num_classes) raise ValueError, except
 // `ignore_class`, whose entries contribute zero and do not count for the
 // "sum_over_batch_size" divisor (Keras's masking).
+struct SparseCategoricalCrossentropyOptions {
+  bool from_logits = false;
+  std::optional<int64_t> ignore_class;  // labels equal to it do not count
+  std::string reduction = "sum_over_batch_size";
+  std::string name = "sparse_categorical_crossentropy";
+};
+
 class SparseCategoricalCrossentropy : public Loss {
  public:
-  explicit SparseCategoricalCrossentropy(bool from_logits = false, std::optional<int64_t> ignore_class = std::nullopt,
-                                         std::string reduction = "sum_over_batch_size",
-                                         std::string name = "sparse_categorical_crossentropy");
+  explicit SparseCategoricalCrossentropy(const SparseCategoricalCrossentropyOptions& options = {});
   // Keras config keys: from_logits, ignore_class, name, reduction.
   static std::shared_ptr<SparseCategoricalCrossentropy> from_config(const Json& config);
 
@@ -43,11 +48,17 @@ class SparseCategoricalCrossentropy : public Loss {
 
 // One-hot (or soft) targets with y_pred's shape. label_smoothing in [0, 1]
 // replaces targets by t * (1 - s) + s / num_classes.
+struct CategoricalCrossentropyOptions {
+  bool from_logits = false;
+  double label_smoothing = 0.0;  // in [0, 1]
+  int64_t axis = -1;
+  std::string reduction = "sum_over_batch_size";
+  std::string name = "categorical_crossentropy";
+};
+
 class CategoricalCrossentropy : public Loss {
  public:
-  explicit CategoricalCrossentropy(bool from_logits = false, double label_smoothing = 0.0, int64_t axis = -1,
-                                   std::string reduction = "sum_over_batch_size",
-                                   std::string name = "categorical_crossentropy");
+  explicit CategoricalCrossentropy(const CategoricalCrossentropyOptions& options = {});
   // Keras config keys: from_logits, label_smoothing, axis, name, reduction.
   static std::shared_ptr<CategoricalCrossentropy> from_config(const Json& config);
 
@@ -65,10 +76,17 @@ class CategoricalCrossentropy : public Loss {
 // Targets in [0, 1] with y_pred's shape ((N,) and (N, 1) are reconciled);
 // the elementwise losses are averaged over `axis`. label_smoothing replaces
 // targets by t * (1 - s) + 0.5 * s.
+struct BinaryCrossentropyOptions {
+  bool from_logits = false;
+  double label_smoothing = 0.0;  // in [0, 1]
+  int64_t axis = -1;
+  std::string reduction = "sum_over_batch_size";
+  std::string name = "binary_crossentropy";
+};
+
 class BinaryCrossentropy : public Loss {
  public:
-  explicit BinaryCrossentropy(bool from_logits = false, double label_smoothing = 0.0, int64_t axis = -1,
-                              std::string reduction = "sum_over_batch_size", std::string name = "binary_crossentropy");
+  explicit BinaryCrossentropy(const BinaryCrossentropyOptions& options = {});
   // Keras config keys: from_logits, label_smoothing, axis, name, reduction.
   static std::shared_ptr<BinaryCrossentropy> from_config(const Json& config);
 

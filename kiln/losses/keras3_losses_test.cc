@@ -83,7 +83,14 @@ TEST(Keras3Losses, RegistryNamesDefaultsAndRoundTrip) {
   EXPECT_EQ(focal["label_smoothing"], 0.0);
   EXPECT_EQ(focal["axis"], -1);
   EXPECT_EQ(Loss::get("cosine_similarity")->get_config()["axis"], -1);
-  Json custom = BinaryFocalCrossentropy(true, 0.4, 1.0, true, 0.1, -1, "none", "bfce").to_json();
+  Json custom = BinaryFocalCrossentropy({.apply_class_balancing = true,
+                                         .alpha = 0.4,
+                                         .gamma = 1.0,
+                                         .from_logits = true,
+                                         .label_smoothing = 0.1,
+                                         .reduction = "none",
+                                         .name = "bfce"})
+                    .to_json();
   EXPECT_EQ(Loss::from_json(custom)->to_json(), custom);
   const std::string msg = value_error_of([] { Loss::get("hingee"); });
   EXPECT_NE(msg.find("squared_hinge"), std::string::npos) << msg;
@@ -114,15 +121,16 @@ TEST(Keras3Losses, HandValues) {
   // Focal: a confident correct prediction is down-weighted by (1 - p_t)^gamma.
   at::Tensor t = floats({1}).reshape({1, 1}), p = floats({0.9f}).reshape({1, 1});
   EXPECT_NEAR(BinaryFocalCrossentropy().call(t, p).item<float>(), 0.01 * -std::log(0.9), 1e-7);
-  EXPECT_NEAR(BinaryFocalCrossentropy(true).call(t, p).item<float>(), 0.25 * 0.01 * -std::log(0.9), 1e-7);
+  EXPECT_NEAR(BinaryFocalCrossentropy({.apply_class_balancing = true}).call(t, p).item<float>(),
+              0.25 * 0.01 * -std::log(0.9), 1e-7);
 }
 
 TEST(Keras3Losses, BadConfigsAndShapes) {
-  EXPECT_NE(value_error_of([] { BinaryFocalCrossentropy(false, 0.25, -1.0); }).find("gamma=-1"), std::string::npos);
-  EXPECT_NE(value_error_of([] { BinaryFocalCrossentropy(false, 1.5); }).find("alpha=1.5"), std::string::npos);
+  EXPECT_NE(value_error_of([] { BinaryFocalCrossentropy({.gamma = -1.0}); }).find("gamma=-1"), std::string::npos);
+  EXPECT_NE(value_error_of([] { BinaryFocalCrossentropy({.alpha = 1.5}); }).find("alpha=1.5"), std::string::npos);
   EXPECT_NE(value_error_of([] { Hinge("avg"); }).find("reduction=avg"), std::string::npos);
   EXPECT_THROW(Poisson().call(at::ones({2, 3}), at::ones({2, 4})), ShapeError);
-  EXPECT_THROW(CosineSimilarity(2).call(at::ones({2, 3}), at::ones({2, 3})), ShapeError);
+  EXPECT_THROW(CosineSimilarity({.axis = 2}).call(at::ones({2, 3}), at::ones({2, 3})), ShapeError);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
 #include "kiln/core/registry.h"
@@ -142,17 +143,9 @@ Json Loss::to_json() const { return Json{{"class_name", class_name()}, {"config"
 
 void Loss::check_keys(const Json& config, const std::vector<std::string>& allowed, const std::string& owner) {
   if (config.is_null()) return;
-  if (!config.is_object())
-    throw ValueError(owner + ": config must be a JSON object. Received: " + json_excerpt(config));
-  for (auto it = config.begin(); it != config.end(); ++it) {
-    const std::string& k = it.key();
-    if (k == "name" || k == "reduction" || k == "dtype") continue;
-    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
-      std::vector<std::string> known = {"name", "reduction"};
-      known.insert(known.end(), allowed.begin(), allowed.end());
-      throw ValueError(owner + ": unknown config key `" + k + "`. Known keys: " + join(known));
-    }
-  }
+  std::vector<std::string> known = {"name", "reduction", "dtype"};
+  known.insert(known.end(), allowed.begin(), allowed.end());
+  check_config_keys(config, known, owner + " config");
 }
 
 bool Loss::register_class(const std::string& class_name, Factory factory) {

@@ -12,11 +12,15 @@ namespace kiln {
 namespace {
 
 using losses::BinaryCrossentropy;
+using losses::BinaryCrossentropyOptions;
 using losses::CategoricalCrossentropy;
+using losses::CategoricalCrossentropyOptions;
 using losses::Huber;
+using losses::HuberOptions;
 using losses::MeanAbsoluteError;
 using losses::MeanSquaredError;
 using losses::SparseCategoricalCrossentropy;
+using losses::SparseCategoricalCrossentropyOptions;
 
 at::Tensor f32(std::vector<float> v) { return at::tensor(v, at::kFloat); }
 
@@ -74,7 +78,7 @@ TEST(Loss, SampleWeightShapesAgree) {
   at::Tensor labels = at::tensor({0, 2, 1, 1}, at::kLong);
   at::Tensor logits = at::randn({4, 3});
   at::Tensor w = f32({0.5, 2, 0, 1});
-  SparseCategoricalCrossentropy ce(/*from_logits=*/true);
+  SparseCategoricalCrossentropy ce({.from_logits = true});
   const float a = ce(labels, logits, w).item<float>();
   EXPECT_NEAR(ce(labels, logits, w.reshape({4, 1})).item<float>(), a, 1e-6);
   EXPECT_NEAR(ce(labels.reshape({4, 1}), logits, w).item<float>(), a, 1e-6);
@@ -101,15 +105,15 @@ TEST(Crossentropy, FromLogitsMatchesProbabilities) {
   at::Tensor logits = at::randn({6, 4}) * 2;
   at::Tensor labels = at::randint(0, 4, {6}, at::kLong);
   at::Tensor onehot = at::one_hot(labels, 4).to(at::kFloat);
-  const float a = SparseCategoricalCrossentropy(true)(labels, logits).item<float>();
-  EXPECT_NEAR(SparseCategoricalCrossentropy(false)(labels, logits.softmax(-1)).item<float>(), a, 1e-5);
-  EXPECT_NEAR(CategoricalCrossentropy(true)(onehot, logits).item<float>(), a, 1e-5);
-  EXPECT_NEAR(CategoricalCrossentropy(false)(onehot, logits.softmax(-1)).item<float>(), a, 1e-5);
+  const float a = SparseCategoricalCrossentropy({.from_logits = true})(labels, logits).item<float>();
+  EXPECT_NEAR(SparseCategoricalCrossentropy()(labels, logits.softmax(-1)).item<float>(), a, 1e-5);
+  EXPECT_NEAR(CategoricalCrossentropy({.from_logits = true})(onehot, logits).item<float>(), a, 1e-5);
+  EXPECT_NEAR(CategoricalCrossentropy()(onehot, logits.softmax(-1)).item<float>(), a, 1e-5);
 
   at::Tensor x = at::randn({6, 2});
   at::Tensor y = at::randint(0, 2, {6, 2}).to(at::kFloat);
-  EXPECT_NEAR(BinaryCrossentropy(true)(y, x).item<float>(), BinaryCrossentropy(false)(y, x.sigmoid()).item<float>(),
-              1e-5);
+  EXPECT_NEAR(BinaryCrossentropy({.from_logits = true})(y, x).item<float>(),
+              BinaryCrossentropy()(y, x.sigmoid()).item<float>(), 1e-5);
 }
 
 TEST(Crossentropy, ProbabilitiesAreClippedLikeKeras) {
@@ -120,8 +124,9 @@ TEST(Crossentropy, ProbabilitiesAreClippedLikeKeras) {
   const float b = BinaryCrossentropy()(f32({1}).reshape({1, 1}), f32({0}).reshape({1, 1})).item<float>();
   EXPECT_NEAR(b, -std::log(1e-7f), 1e-4);
   // Logits far from zero stay finite and exact.
-  EXPECT_NEAR(BinaryCrossentropy(true)(f32({0}).reshape({1, 1}), f32({100}).reshape({1, 1})).item<float>(), 100.0,
-              1e-4);
+  EXPECT_NEAR(
+      BinaryCrossentropy({.from_logits = true})(f32({0}).reshape({1, 1}), f32({100}).reshape({1, 1})).item<float>(),
+      100.0, 1e-4);
 }
 
 TEST(Crossentropy, CategoricalRenormalisesOutputs) {
@@ -136,29 +141,33 @@ TEST(Crossentropy, LabelSmoothing) {
   at::Tensor logp = logits.log_softmax(-1);
   // 0.2 smoothing over 2 classes: targets (0.1, 0.9).
   const double want = -(0.1 * logp[0][0].item<float>() + 0.9 * logp[0][1].item<float>());
-  EXPECT_NEAR(CategoricalCrossentropy(true, 0.2)(y, logits).item<float>(), want, 1e-6);
+  EXPECT_NEAR(CategoricalCrossentropy({.from_logits = true, .label_smoothing = 0.2})(y, logits).item<float>(), want,
+              1e-6);
   // Binary: targets t * 0.8 + 0.1.
   at::Tensor x = f32({0.7f}).reshape({1, 1});
   const double p = 1 / (1 + std::exp(-0.7));
   const double want_b = -(0.9 * std::log(p) + 0.1 * std::log(1 - p));
-  EXPECT_NEAR(BinaryCrossentropy(true, 0.2)(f32({1}).reshape({1, 1}), x).item<float>(), want_b, 1e-6);
+  EXPECT_NEAR(
+      BinaryCrossentropy({.from_logits = true, .label_smoothing = 0.2})(f32({1}).reshape({1, 1}), x).item<float>(),
+      want_b, 1e-6);
 }
 
 TEST(Crossentropy, IgnoreClassMasksEntries) {
   at::Tensor logits = at::randn({4, 3});
   at::Tensor labels = at::tensor({0, -1, 2, -1}, at::kLong);
-  SparseCategoricalCrossentropy ce(true, /*ignore_class=*/-1);
+  SparseCategoricalCrossentropy ce({.from_logits = true, .ignore_class = -1});
   at::Tensor per = ce.call(labels, logits);
   EXPECT_EQ(per[1].item<float>(), 0.0f);
   EXPECT_EQ(per[3].item<float>(), 0.0f);
   // The mean runs over the two valid entries only.
   at::Tensor valid_logits = at::stack({logits[0], logits[2]});
-  const float want = SparseCategoricalCrossentropy(true)(at::tensor({0, 2}, at::kLong), valid_logits).item<float>();
+  const float want =
+      SparseCategoricalCrossentropy({.from_logits = true})(at::tensor({0, 2}, at::kLong), valid_logits).item<float>();
   EXPECT_NEAR(ce(labels, logits).item<float>(), want, 1e-5);
 }
 
 TEST(Crossentropy, BadLabelsAndShapes) {
-  SparseCategoricalCrossentropy ce(true);
+  SparseCategoricalCrossentropy ce({.from_logits = true});
   EXPECT_THROW(ce(at::tensor({0, 3}, at::kLong), at::randn({2, 3})), ValueError);
   EXPECT_THROW(ce(at::tensor({0, 1, 2}, at::kLong), at::randn({2, 3})), ShapeError);
   EXPECT_THROW(CategoricalCrossentropy()(at::ones({2, 3}), at::ones({2, 4})), ShapeError);
@@ -172,9 +181,10 @@ TEST(Loss, ComputesInFloat32ForReducedPrecisionInputs) {
   at::Tensor labels = at::randint(0, 4, {5}, at::kLong);
   for (auto dtype : {at::kBFloat16, at::kHalf, at::kDouble}) {
     at::Tensor low = logits.to(dtype);
-    at::Tensor out = SparseCategoricalCrossentropy(true)(labels, low);
+    at::Tensor out = SparseCategoricalCrossentropy({.from_logits = true})(labels, low);
     EXPECT_EQ(out.scalar_type(), at::kFloat);
-    EXPECT_NEAR(out.item<float>(), SparseCategoricalCrossentropy(true)(labels, low.to(at::kFloat)).item<float>(), 1e-6);
+    EXPECT_NEAR(out.item<float>(),
+                SparseCategoricalCrossentropy({.from_logits = true})(labels, low.to(at::kFloat)).item<float>(), 1e-6);
     EXPECT_EQ(MeanSquaredError()(logits.to(dtype), low).scalar_type(), at::kFloat);
   }
 }
@@ -182,7 +192,7 @@ TEST(Loss, ComputesInFloat32ForReducedPrecisionInputs) {
 TEST(Loss, GradientOfSparseCrossentropyIsSoftmaxMinusOneHot) {
   at::Tensor logits = at::randn({3, 4}).requires_grad_(true);
   at::Tensor labels = at::tensor({1, 0, 3}, at::kLong);
-  SparseCategoricalCrossentropy(true)(labels, logits).backward();
+  SparseCategoricalCrossentropy({.from_logits = true})(labels, logits).backward();
   at::Tensor want = (logits.detach().softmax(-1) - at::one_hot(labels, 4).to(at::kFloat)) / 3.0;
   EXPECT_TRUE(tensors_close(logits.grad(), want));
 }
@@ -193,7 +203,7 @@ TEST(Loss, HuberIsQuadraticThenLinear) {
   // 0.125, 2 - 0.5, 3 - 0.5 with delta 1.
   EXPECT_NEAR(Huber()(y, p).item<float>(), (0.125 + 1.5 + 2.5) / 3, 1e-6);
   // delta 2: 0.125, 2, 6 - 2.
-  EXPECT_NEAR(Huber(2.0)(y, p).item<float>(), (0.125 + 2 + 4) / 3, 1e-6);
+  EXPECT_NEAR(Huber({.delta = 2.0})(y, p).item<float>(), (0.125 + 2 + 4) / 3, 1e-6);
 }
 
 // --- names, configs and errors -------------------------------------------------------------
@@ -225,8 +235,9 @@ TEST(Loss, UnknownNameListsKnownOnes) {
 
 TEST(Loss, BadConfigsNameTheValue) {
   EXPECT_NE(error_of([] { MeanSquaredError("avg"); }).find("reduction=avg"), std::string::npos);
-  EXPECT_NE(error_of([] { CategoricalCrossentropy(false, 1.5); }).find("label_smoothing=1.5"), std::string::npos);
-  EXPECT_NE(error_of([] { Huber(0.0); }).find("delta=0"), std::string::npos);
+  EXPECT_NE(error_of([] { CategoricalCrossentropy({.label_smoothing = 1.5}); }).find("label_smoothing=1.5"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Huber({.delta = 0.0}); }).find("delta=0"), std::string::npos);
   const std::string msg = error_of([] {
     Loss::from_json(Json{{"class_name", "BinaryCrossentropy"}, {"config", {{"form_logits", true}}}});
   });
@@ -236,12 +247,15 @@ TEST(Loss, BadConfigsNameTheValue) {
 
 TEST(Loss, ConfigRoundTrip) {
   std::vector<LossPtr> all = {
-      std::make_shared<SparseCategoricalCrossentropy>(true, 255, "sum", "scce"),
-      std::make_shared<CategoricalCrossentropy>(true, 0.1, -1, "none", "cce"),
-      std::make_shared<BinaryCrossentropy>(false, 0.05, -1, "mean_with_sample_weight", "bce"),
+      std::make_shared<SparseCategoricalCrossentropy>(SparseCategoricalCrossentropyOptions{
+          .from_logits = true, .ignore_class = 255, .reduction = "sum", .name = "scce"}),
+      std::make_shared<CategoricalCrossentropy>(CategoricalCrossentropyOptions{
+          .from_logits = true, .label_smoothing = 0.1, .reduction = "none", .name = "cce"}),
+      std::make_shared<BinaryCrossentropy>(
+          BinaryCrossentropyOptions{.label_smoothing = 0.05, .reduction = "mean_with_sample_weight", .name = "bce"}),
       std::make_shared<MeanSquaredError>("sum", "my_mse"),
       std::make_shared<MeanAbsoluteError>(),
-      std::make_shared<Huber>(0.7, "sum_over_batch_size", "hub"),
+      std::make_shared<Huber>(HuberOptions{.delta = 0.7, .name = "hub"}),
   };
   for (const auto& loss : all) {
     Json j = loss->to_json();

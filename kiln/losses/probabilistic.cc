@@ -78,13 +78,14 @@ at::Tensor LogCosh::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_i
 
 // --- CosineSimilarity ---------------------------------------------------------------------
 
-CosineSimilarity::CosineSimilarity(int64_t axis, std::string reduction, std::string name)
-    : Loss(std::move(name), std::move(reduction)), axis_(axis) {}
+CosineSimilarity::CosineSimilarity(const CosineSimilarityOptions& o) : Loss(o.name, o.reduction), axis_(o.axis) {}
 
 std::shared_ptr<CosineSimilarity> CosineSimilarity::from_config(const Json& c) {
   check_keys(c, {"axis"}, "CosineSimilarity");
-  return std::make_shared<CosineSimilarity>(get_or<int64_t>(c, "axis", -1), prob_reduction_of(c),
-                                            get_or<std::string>(c, "name", "cosine_similarity"));
+  return std::make_shared<CosineSimilarity>(
+      CosineSimilarityOptions{.axis = get_or<int64_t>(c, "axis", -1),
+                              .reduction = prob_reduction_of(c),
+                              .name = get_or<std::string>(c, "name", "cosine_similarity")});
 }
 
 at::Tensor CosineSimilarity::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {
@@ -108,23 +109,22 @@ Json CosineSimilarity::get_config() const {
 
 // --- BinaryFocalCrossentropy --------------------------------------------------------------
 
-BinaryFocalCrossentropy::BinaryFocalCrossentropy(bool apply_class_balancing, double alpha, double gamma,
-                                                 bool from_logits, double label_smoothing, int64_t axis,
-                                                 std::string reduction, std::string name)
-    : Loss(std::move(name), std::move(reduction)),
-      apply_class_balancing_(apply_class_balancing),
-      alpha_(alpha),
-      gamma_(gamma),
-      from_logits_(from_logits),
-      label_smoothing_(label_smoothing),
-      axis_(axis) {
+BinaryFocalCrossentropy::BinaryFocalCrossentropy(const BinaryFocalCrossentropyOptions& o)
+    : Loss(o.name, o.reduction),
+      apply_class_balancing_(o.apply_class_balancing),
+      alpha_(o.alpha),
+      gamma_(o.gamma),
+      from_logits_(o.from_logits),
+      label_smoothing_(o.label_smoothing),
+      axis_(o.axis) {
   std::ostringstream os;
-  if (!(gamma >= 0))
-    os << "BinaryFocalCrossentropy: `gamma` must be non-negative. Received: gamma=" << gamma;
-  else if (!(alpha >= 0 && alpha <= 1))
-    os << "BinaryFocalCrossentropy: `alpha` must be in [0, 1]. Received: alpha=" << alpha;
-  else if (!(label_smoothing >= 0 && label_smoothing <= 1))
-    os << "BinaryFocalCrossentropy: `label_smoothing` must be in [0, 1]. Received: label_smoothing=" << label_smoothing;
+  if (!(gamma_ >= 0))
+    os << "BinaryFocalCrossentropy: `gamma` must be non-negative. Received: gamma=" << gamma_;
+  else if (!(alpha_ >= 0 && alpha_ <= 1))
+    os << "BinaryFocalCrossentropy: `alpha` must be in [0, 1]. Received: alpha=" << alpha_;
+  else if (!(label_smoothing_ >= 0 && label_smoothing_ <= 1))
+    os << "BinaryFocalCrossentropy: `label_smoothing` must be in [0, 1]. Received: label_smoothing="
+       << label_smoothing_;
   if (!os.str().empty()) throw ValueError(os.str());
 }
 
@@ -132,10 +132,14 @@ std::shared_ptr<BinaryFocalCrossentropy> BinaryFocalCrossentropy::from_config(co
   check_keys(c, {"apply_class_balancing", "alpha", "gamma", "from_logits", "label_smoothing", "axis"},
              "BinaryFocalCrossentropy");
   return std::make_shared<BinaryFocalCrossentropy>(
-      get_or<bool>(c, "apply_class_balancing", false), get_or<double>(c, "alpha", 0.25),
-      get_or<double>(c, "gamma", 2.0), get_or<bool>(c, "from_logits", false), get_or<double>(c, "label_smoothing", 0.0),
-      get_or<int64_t>(c, "axis", -1), prob_reduction_of(c),
-      get_or<std::string>(c, "name", "binary_focal_crossentropy"));
+      BinaryFocalCrossentropyOptions{.apply_class_balancing = get_or<bool>(c, "apply_class_balancing", false),
+                                     .alpha = get_or<double>(c, "alpha", 0.25),
+                                     .gamma = get_or<double>(c, "gamma", 2.0),
+                                     .from_logits = get_or<bool>(c, "from_logits", false),
+                                     .label_smoothing = get_or<double>(c, "label_smoothing", 0.0),
+                                     .axis = get_or<int64_t>(c, "axis", -1),
+                                     .reduction = prob_reduction_of(c),
+                                     .name = get_or<std::string>(c, "name", "binary_focal_crossentropy")});
 }
 
 at::Tensor BinaryFocalCrossentropy::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {

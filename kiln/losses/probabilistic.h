@@ -44,10 +44,15 @@ class LogCosh : public Loss {
   std::string class_name() const override { return "LogCosh"; }
 };
 
+struct CosineSimilarityOptions {
+  int64_t axis = -1;
+  std::string reduction = "sum_over_batch_size";
+  std::string name = "cosine_similarity";
+};
+
 class CosineSimilarity : public Loss {
  public:
-  explicit CosineSimilarity(int64_t axis = -1, std::string reduction = "sum_over_batch_size",
-                            std::string name = "cosine_similarity");
+  explicit CosineSimilarity(const CosineSimilarityOptions& options = {});
   static std::shared_ptr<CosineSimilarity> from_config(const Json& config);  // keys: axis, name, reduction
   at::Tensor call(const at::Tensor& y_true, const at::Tensor& y_pred) const override;
   std::string class_name() const override { return "CosineSimilarity"; }
@@ -57,13 +62,20 @@ class CosineSimilarity : public Loss {
   int64_t axis_;
 };
 
+struct BinaryFocalCrossentropyOptions {
+  bool apply_class_balancing = false;
+  double alpha = 0.25;  // in [0, 1]
+  double gamma = 2.0;   // >= 0
+  bool from_logits = false;
+  double label_smoothing = 0.0;  // in [0, 1]
+  int64_t axis = -1;
+  std::string reduction = "sum_over_batch_size";
+  std::string name = "binary_focal_crossentropy";
+};
+
 class BinaryFocalCrossentropy : public Loss {
  public:
-  // gamma >= 0, alpha in [0, 1], label_smoothing in [0, 1].
-  explicit BinaryFocalCrossentropy(bool apply_class_balancing = false, double alpha = 0.25, double gamma = 2.0,
-                                   bool from_logits = false, double label_smoothing = 0.0, int64_t axis = -1,
-                                   std::string reduction = "sum_over_batch_size",
-                                   std::string name = "binary_focal_crossentropy");
+  explicit BinaryFocalCrossentropy(const BinaryFocalCrossentropyOptions& options = {});
   // Keras config keys: apply_class_balancing, alpha, gamma, from_logits,
   // label_smoothing, axis, name, reduction.
   static std::shared_ptr<BinaryFocalCrossentropy> from_config(const Json& config);

@@ -46,20 +46,19 @@ at::Tensor MeanAbsoluteError::call(const at::Tensor& y_true, const at::Tensor& y
   return mean_last(error(y_true, y_pred, class_name()).abs());
 }
 
-Huber::Huber(double delta, std::string reduction, std::string name)
-    : Loss(std::move(name), std::move(reduction)), delta_(delta) {
-  if (!(delta > 0)) {
+Huber::Huber(const HuberOptions& o) : Loss(o.name, o.reduction), delta_(o.delta) {
+  if (!(delta_ > 0)) {
     std::ostringstream os;
-    os << "Huber: `delta` must be a positive number. Received: delta=" << delta;
+    os << "Huber: `delta` must be a positive number. Received: delta=" << delta_;
     throw ValueError(os.str());
   }
 }
 
 std::shared_ptr<Huber> Huber::from_config(const Json& c) {
   check_keys(c, {"delta"}, "Huber");
-  return std::make_shared<Huber>(get_or<double>(c, "delta", 1.0),
-                                 get_or<std::string>(c, "reduction", "sum_over_batch_size"),
-                                 get_or<std::string>(c, "name", "huber_loss"));
+  return std::make_shared<Huber>(HuberOptions{.delta = get_or<double>(c, "delta", 1.0),
+                                              .reduction = get_or<std::string>(c, "reduction", "sum_over_batch_size"),
+                                              .name = get_or<std::string>(c, "name", "huber_loss")});
 }
 
 at::Tensor Huber::call(const at::Tensor& y_true, const at::Tensor& y_pred) const {

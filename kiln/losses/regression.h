@@ -27,9 +27,15 @@ class MeanAbsoluteError : public Loss {
 
 // Per-sample mean over the last axis of 0.5 * e^2 where |e| <= delta, else
 // delta * |e| - 0.5 * delta^2 (e = y_pred - y_true). delta must be > 0.
+struct HuberOptions {
+  double delta = 1.0;  // > 0
+  std::string reduction = "sum_over_batch_size";
+  std::string name = "huber_loss";
+};
+
 class Huber : public Loss {
  public:
-  explicit Huber(double delta = 1.0, std::string reduction = "sum_over_batch_size", std::string name = "huber_loss");
+  explicit Huber(const HuberOptions& options = {});
   // Keras config keys: delta, name, reduction.
   static std::shared_ptr<Huber> from_config(const Json& config);
   at::Tensor call(const at::Tensor& y_true, const at::Tensor& y_pred) const override;

@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
 #include "kiln/core/registry.h"
@@ -106,17 +107,9 @@ MetricPtr resolve_accuracy(const std::string& name, const Loss* loss) {
 
 void Metric::check_keys(const Json& config, const std::vector<std::string>& allowed, const std::string& owner) {
   if (config.is_null()) return;
-  if (!config.is_object())
-    throw ValueError(owner + ": config must be a JSON object. Received: " + json_excerpt(config));
-  for (auto it = config.begin(); it != config.end(); ++it) {
-    const std::string& k = it.key();
-    if (k == "name" || k == "dtype") continue;
-    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
-      std::vector<std::string> known = {"name"};
-      known.insert(known.end(), allowed.begin(), allowed.end());
-      throw ValueError(owner + ": unknown config key `" + k + "`. Known keys: " + join(known));
-    }
-  }
+  std::vector<std::string> known = {"name", "dtype"};
+  known.insert(known.end(), allowed.begin(), allowed.end());
+  check_config_keys(config, known, owner + " config");
 }
 
 bool Metric::register_class(const std::string& class_name, Factory factory) {

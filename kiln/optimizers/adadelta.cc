@@ -6,6 +6,17 @@
 
 namespace kiln::optimizers {
 
+namespace {
+Json adadelta_config(const AdadeltaOptions& o) {
+  Json c = optimizer_config(o.base, o.learning_rate);
+  c["rho"] = o.rho;
+  c["epsilon"] = o.epsilon;
+  return c;
+}
+}  // namespace
+
+Adadelta::Adadelta(const AdadeltaOptions& o) : Adadelta(adadelta_config(o)) {}
+
 Adadelta::Adadelta(const Json& config)
     : Optimizer(config, 0.001, "adadelta"),
       rho_(get_or<double>(config, "rho", 0.95)),

@@ -7,13 +7,22 @@
 #pragma once
 
 #include "kiln/optimizers/optimizer.h"
+#include "kiln/optimizers/optimizer_options.h"
 
 namespace kiln::optimizers {
+
+struct AdadeltaOptions {
+  LearningRate learning_rate = 0.001;
+  double rho = 0.95;
+  double epsilon = 1e-7;
+  OptimizerOptions base;
+};
 
 class Adadelta : public Optimizer {
  public:
   // Keys: learning_rate (0.001), rho (0.95), epsilon (1e-7), and the base
   // optimizer's. Default name "adadelta".
+  explicit Adadelta(const AdadeltaOptions& options);
   explicit Adadelta(const Json& config = Json::object());
   std::string class_name() const override { return "Adadelta"; }
   Json get_config() const override;

@@ -6,6 +6,17 @@
 
 namespace kiln::optimizers {
 
+namespace {
+Json adagrad_config(const AdagradOptions& o) {
+  Json c = optimizer_config(o.base, o.learning_rate);
+  c["initial_accumulator_value"] = o.initial_accumulator_value;
+  c["epsilon"] = o.epsilon;
+  return c;
+}
+}  // namespace
+
+Adagrad::Adagrad(const AdagradOptions& o) : Adagrad(adagrad_config(o)) {}
+
 Adagrad::Adagrad(const Json& config)
     : Optimizer(config, 0.001, "adagrad"),
       initial_accumulator_value_(get_or<double>(config, "initial_accumulator_value", 0.1)),

@@ -4,13 +4,22 @@
 #pragma once
 
 #include "kiln/optimizers/optimizer.h"
+#include "kiln/optimizers/optimizer_options.h"
 
 namespace kiln::optimizers {
+
+struct AdagradOptions {
+  LearningRate learning_rate = 0.001;
+  double initial_accumulator_value = 0.1;  // >= 0
+  double epsilon = 1e-7;
+  OptimizerOptions base;
+};
 
 class Adagrad : public Optimizer {
  public:
   // Keys: learning_rate (0.001), initial_accumulator_value (0.1, >= 0),
   // epsilon (1e-7), and the base optimizer's. Default name "adagrad".
+  explicit Adagrad(const AdagradOptions& options);
   explicit Adagrad(const Json& config = Json::object());
   std::string class_name() const override { return "Adagrad"; }
   Json get_config() const override;

@@ -19,6 +19,21 @@ Json with_default_weight_decay(const Json& config) {
 
 }  // namespace
 
+namespace {
+Json adam_config(const AdamOptions& o) {
+  Json c = optimizer_config(o.base, o.learning_rate);
+  c["beta_1"] = o.beta_1;
+  c["beta_2"] = o.beta_2;
+  c["epsilon"] = o.epsilon;
+  c["amsgrad"] = o.amsgrad;
+  return c;
+}
+}  // namespace
+
+Adam::Adam(const AdamOptions& o) : Adam(adam_config(o)) {}
+
+AdamW::AdamW(const AdamWOptions& o) : AdamW(adam_config(o)) {}
+
 Adam::Adam(const Json& config) : Adam(config, "adam") {}
 
 Adam::Adam(const Json& config, const std::string& default_name)

@@ -9,13 +9,26 @@
 #pragma once
 
 #include "kiln/optimizers/optimizer.h"
+#include "kiln/optimizers/optimizer_options.h"
 
 namespace kiln::optimizers {
+
+struct AdamOptions {
+  LearningRate learning_rate = 0.001;
+  double beta_1 = 0.9;    // in [0, 1)
+  double beta_2 = 0.999;  // in [0, 1)
+  double epsilon = 1e-7;
+  bool amsgrad = false;
+  OptimizerOptions base;
+};
+// AdamW: as Adam; base.weight_decay unset means 0.004.
+using AdamWOptions = AdamOptions;
 
 class Adam : public Optimizer {
  public:
   // Keys: learning_rate (0.001), beta_1 (0.9), beta_2 (0.999), epsilon
   // (1e-7), amsgrad (false), and the base optimizer's. Default name "adam".
+  explicit Adam(const AdamOptions& options);
   explicit Adam(const Json& config = Json::object());
   std::string class_name() const override { return "Adam"; }
   Json get_config() const override;
@@ -36,6 +49,7 @@ class AdamW : public Adam {
  public:
   // As Adam, with weight_decay defaulting to 0.004 (ValueError if null).
   // Default name "adamw".
+  explicit AdamW(const AdamWOptions& options);
   explicit AdamW(const Json& config = Json::object());
   std::string class_name() const override { return "AdamW"; }
 };

@@ -5,13 +5,23 @@
 #pragma once
 
 #include "kiln/optimizers/optimizer.h"
+#include "kiln/optimizers/optimizer_options.h"
 
 namespace kiln::optimizers {
+
+struct AdamaxOptions {
+  LearningRate learning_rate = 0.001;
+  double beta_1 = 0.9;
+  double beta_2 = 0.999;
+  double epsilon = 1e-7;
+  OptimizerOptions base;
+};
 
 class Adamax : public Optimizer {
  public:
   // Keys: learning_rate (0.001), beta_1 (0.9), beta_2 (0.999), epsilon
   // (1e-7), and the base optimizer's. Default name "adamax".
+  explicit Adamax(const AdamaxOptions& options);
   explicit Adamax(const Json& config = Json::object());
   std::string class_name() const override { return "Adamax"; }
   Json get_config() const override;

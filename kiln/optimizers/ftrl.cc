@@ -6,6 +6,21 @@
 
 namespace kiln::optimizers {
 
+namespace {
+Json ftrl_config(const FtrlOptions& o) {
+  Json c = optimizer_config(o.base, o.learning_rate);
+  c["learning_rate_power"] = o.learning_rate_power;
+  c["initial_accumulator_value"] = o.initial_accumulator_value;
+  c["l1_regularization_strength"] = o.l1_regularization_strength;
+  c["l2_regularization_strength"] = o.l2_regularization_strength;
+  c["l2_shrinkage_regularization_strength"] = o.l2_shrinkage_regularization_strength;
+  c["beta"] = o.beta;
+  return c;
+}
+}  // namespace
+
+Ftrl::Ftrl(const FtrlOptions& o) : Ftrl(ftrl_config(o)) {}
+
 Ftrl::Ftrl(const Json& config)
     : Optimizer(config, 0.001, "ftrl"),
       learning_rate_power_(get_or<double>(config, "learning_rate_power", -0.5)),

@@ -8,8 +8,20 @@
 #pragma once
 
 #include "kiln/optimizers/optimizer.h"
+#include "kiln/optimizers/optimizer_options.h"
 
 namespace kiln::optimizers {
+
+struct FtrlOptions {
+  LearningRate learning_rate = 0.001;
+  double learning_rate_power = -0.5;                  // <= 0
+  double initial_accumulator_value = 0.1;             // >= 0
+  double l1_regularization_strength = 0.0;            // >= 0
+  double l2_regularization_strength = 0.0;            // >= 0
+  double l2_shrinkage_regularization_strength = 0.0;  // >= 0
+  double beta = 0.0;                                  // >= 0
+  OptimizerOptions base;
+};
 
 class Ftrl : public Optimizer {
  public:
@@ -17,6 +29,7 @@ class Ftrl : public Optimizer {
   // initial_accumulator_value (0.1), l1_regularization_strength (0),
   // l2_regularization_strength (0), l2_shrinkage_regularization_strength
   // (0), beta (0) (all >= 0), and the base optimizer's. Default name "ftrl".
+  explicit Ftrl(const FtrlOptions& options);
   explicit Ftrl(const Json& config = Json::object());
   std::string class_name() const override { return "Ftrl"; }
   Json get_config() const override;

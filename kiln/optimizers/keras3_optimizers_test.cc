@@ -303,20 +303,22 @@ TEST(Keras3SchedulesGolden, MatchFormulaValues) {
 
 TEST(Keras3Schedules, HandValuesAndDefaults) {
   // PolynomialDecay(0.1, 10): linear to 1e-4 by step 10, then held.
-  PolynomialDecay poly(0.1, 10);
+  PolynomialDecay poly({.initial_learning_rate = 0.1, .decay_steps = 10});
   EXPECT_DOUBLE_EQ(poly(0), 0.1);
   EXPECT_NEAR(poly(5), (0.1 - 1e-4) * 0.5 + 1e-4, 1e-15);
   EXPECT_NEAR(poly(10), 1e-4, 1e-15);
   EXPECT_NEAR(poly(50), 1e-4, 1e-15);
   // cycle: step 5 of decay_steps 4 decays over 8 steps: (1 - 5/8)^1.
-  PolynomialDecay cyc(1.0, 4, 0.0, 1.0, true);
+  PolynomialDecay cyc({.initial_learning_rate = 1.0, .decay_steps = 4, .end_learning_rate = 0.0, .cycle = true});
   EXPECT_NEAR(cyc(5), 0.375, 1e-15);
   EXPECT_NEAR(cyc(8), 0.0, 1e-15);
   EXPECT_DOUBLE_EQ(cyc(0), 1.0);
   // InverseTimeDecay(0.1, 1, 0.5): 0.1 / (1 + 0.5 t).
-  InverseTimeDecay inv(0.1, 1, 0.5);
+  InverseTimeDecay inv({.initial_learning_rate = 0.1, .decay_steps = 1, .decay_rate = 0.5});
   EXPECT_NEAR(inv(2), 0.05, 1e-15);
-  EXPECT_NEAR(InverseTimeDecay(0.1, 4, 1.0, true)(7), 0.05, 1e-15);  // floor(7/4) = 1
+  EXPECT_NEAR(
+      InverseTimeDecay({.initial_learning_rate = 0.1, .decay_steps = 4, .decay_rate = 1.0, .staircase = true})(7), 0.05,
+      1e-15);  // floor(7/4) = 1
   // CosineDecayRestarts(1, 4): 1 -> 0 over 4 steps, restart, then 8 steps.
   CosineDecayRestarts sgdr(1.0, 4);
   EXPECT_DOUBLE_EQ(sgdr(0), 1.0);
@@ -334,9 +336,16 @@ TEST(Keras3Schedules, HandValuesAndDefaults) {
 }
 
 TEST(Keras3Schedules, ConfigRoundTripAndBadConfigs) {
-  std::vector<SchedulePtr> all = {std::make_shared<PolynomialDecay>(0.1, 7, 0.01, 0.5, true, "poly"),
-                                  std::make_shared<InverseTimeDecay>(0.3, 2.5, 0.7, true),
-                                  std::make_shared<CosineDecayRestarts>(0.2, 10, 1.5, 0.9, 0.05)};
+  std::vector<SchedulePtr> all = {
+      std::make_shared<PolynomialDecay>(PolynomialDecayOptions{.initial_learning_rate = 0.1,
+                                                               .decay_steps = 7,
+                                                               .end_learning_rate = 0.01,
+                                                               .power = 0.5,
+                                                               .cycle = true,
+                                                               .name = "poly"}),
+      std::make_shared<InverseTimeDecay>(InverseTimeDecayOptions{
+          .initial_learning_rate = 0.3, .decay_steps = 2.5, .decay_rate = 0.7, .staircase = true}),
+      std::make_shared<CosineDecayRestarts>(0.2, 10, 1.5, 0.9, 0.05)};
   for (auto& s : all) {
     Json j = s->to_json();
     SCOPED_TRACE(j.dump());
@@ -353,8 +362,13 @@ TEST(Keras3Schedules, ConfigRoundTripAndBadConfigs) {
       "config": {"cycle": false, "decay_steps": 10000, "end_learning_rate": 0.01, "initial_learning_rate": 0.1,
                  "name": null, "power": 0.5}, "registered_name": null})");
   EXPECT_NEAR((*LearningRateSchedule::from_json(keras))(2500), 0.09 * std::sqrt(0.75) + 0.01, 1e-12);
-  EXPECT_NE(value_error_of([] { PolynomialDecay(0.1, 0); }).find("decay_steps=0"), std::string::npos);
-  EXPECT_NE(value_error_of([] { InverseTimeDecay(0.1, -1, 0.5); }).find("decay_steps=-1"), std::string::npos);
+  EXPECT_NE(
+      value_error_of([] { PolynomialDecay({.initial_learning_rate = 0.1, .decay_steps = 0}); }).find("decay_steps=0"),
+      std::string::npos);
+  EXPECT_NE(value_error_of([] {
+              InverseTimeDecay({.initial_learning_rate = 0.1, .decay_steps = -1, .decay_rate = 0.5});
+            }).find("decay_steps=-1"),
+            std::string::npos);
   EXPECT_NE(value_error_of([] { CosineDecayRestarts(0.1, 0); }).find("first_decay_steps=0"), std::string::npos);
   EXPECT_THROW(LearningRateSchedule::from_json(Json{{"class_name", "InverseTimeDecay"},
                                                     {"config", {{"initial_learning_rate", 0.1}, {"decay_steps", 1}}}}),

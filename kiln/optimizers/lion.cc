@@ -6,6 +6,17 @@
 
 namespace kiln::optimizers {
 
+namespace {
+Json lion_config(const LionOptions& o) {
+  Json c = optimizer_config(o.base, o.learning_rate);
+  c["beta_1"] = o.beta_1;
+  c["beta_2"] = o.beta_2;
+  return c;
+}
+}  // namespace
+
+Lion::Lion(const LionOptions& o) : Lion(lion_config(o)) {}
+
 Lion::Lion(const Json& config)
     : Optimizer(config, 0.001, "lion"),
       beta_1_(get_or<double>(config, "beta_1", 0.9)),

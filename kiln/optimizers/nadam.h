@@ -9,13 +9,23 @@
 #pragma once
 
 #include "kiln/optimizers/optimizer.h"
+#include "kiln/optimizers/optimizer_options.h"
 
 namespace kiln::optimizers {
+
+struct NadamOptions {
+  LearningRate learning_rate = 0.001;
+  double beta_1 = 0.9;
+  double beta_2 = 0.999;
+  double epsilon = 1e-7;
+  OptimizerOptions base;
+};
 
 class Nadam : public Optimizer {
  public:
   // Keys: learning_rate (0.001), beta_1 (0.9), beta_2 (0.999), epsilon
   // (1e-7), and the base optimizer's. Default name "nadam".
+  explicit Nadam(const NadamOptions& options);
   explicit Nadam(const Json& config = Json::object());
   std::string class_name() const override { return "Nadam"; }
   Json get_config() const override;

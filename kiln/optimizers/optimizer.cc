@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
 #include "kiln/core/registry.h"
@@ -164,15 +165,10 @@ Optimizer::Optimizer(const Json& config, double default_learning_rate, const std
 }
 
 void Optimizer::check_keys(const Json& config, const std::vector<std::string>& own) const {
-  if (!config.is_object()) return;
-  for (auto it = config.begin(); it != config.end(); ++it) {
-    const std::string& k = it.key();
-    const auto& b = base_keys();
-    if (std::find(b.begin(), b.end(), k) != b.end() || std::find(own.begin(), own.end(), k) != own.end()) continue;
-    std::vector<std::string> known = own;
-    known.insert(known.end(), b.begin(), b.begin() + 6);
-    throw ValueError(class_name() + ": argument(s) not recognized: `" + k + "`. Known arguments: " + join(known));
-  }
+  if (!config.is_object()) return;  // the base constructor reports it
+  std::vector<std::string> known = own;
+  known.insert(known.end(), base_keys().begin(), base_keys().end());
+  check_config_keys(config, known, class_name() + " config");
 }
 
 double Optimizer::learning_rate() const { return schedule_ ? (*schedule_)(iterations_) : lr_; }

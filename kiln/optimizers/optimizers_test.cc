@@ -69,10 +69,12 @@ TEST(SchedulesGolden, MatchReferenceValues) {
 // --- schedules ---------------------------------------------------------------------------
 
 TEST(Schedules, KerasSemantics) {
-  ExponentialDecay exp_decay(0.1, 10, 0.5);
+  ExponentialDecay exp_decay({.initial_learning_rate = 0.1, .decay_steps = 10, .decay_rate = 0.5});
   EXPECT_DOUBLE_EQ(exp_decay(0), 0.1);
   EXPECT_NEAR(exp_decay(5), 0.1 * std::sqrt(0.5), 1e-15);
-  EXPECT_DOUBLE_EQ(ExponentialDecay(0.1, 10, 0.5, true)(19), 0.05);
+  EXPECT_DOUBLE_EQ(
+      ExponentialDecay({.initial_learning_rate = 0.1, .decay_steps = 10, .decay_rate = 0.5, .staircase = true})(19),
+      0.05);
 
   CosineDecay cos(1.0, 4, 0.1);
   EXPECT_DOUBLE_EQ(cos(0), 1.0);
@@ -96,7 +98,10 @@ TEST(Schedules, KerasSemantics) {
 }
 
 TEST(Schedules, BadConfigsAndRoundTrip) {
-  EXPECT_NE(error_of([] { ExponentialDecay(0.1, 0, 0.5); }).find("decay_steps=0"), std::string::npos);
+  EXPECT_NE(error_of([] {
+              ExponentialDecay({.initial_learning_rate = 0.1, .decay_steps = 0, .decay_rate = 0.5});
+            }).find("decay_steps=0"),
+            std::string::npos);
   EXPECT_NE(error_of([] { PiecewiseConstantDecay({1, 2}, {1.0, 2.0}); }).find("length"), std::string::npos);
   EXPECT_THROW(PiecewiseConstantDecay({5, 2}, {1.0, 2.0, 3.0}), ValueError);
   EXPECT_THROW(LearningRateSchedule::from_json(Json{{"class_name", "LinearDecay"}, {"config", Json::object()}}),
@@ -104,8 +109,9 @@ TEST(Schedules, BadConfigsAndRoundTrip) {
   EXPECT_THROW(LearningRateSchedule::from_json(Json{{"class_name", "CosineDecay"}, {"config", {{"decay_steps", 3}}}}),
                ValueError);  // initial_learning_rate missing
   std::vector<SchedulePtr> all = {
-      std::make_shared<ExponentialDecay>(0.1, 7, 0.9, true), std::make_shared<CosineDecay>(0.2, 100, 0.05, 0.5, 10),
-      std::make_shared<CosineDecay>(0.2, 100),
+      std::make_shared<ExponentialDecay>(ExponentialDecayOptions{
+          .initial_learning_rate = 0.1, .decay_steps = 7, .decay_rate = 0.9, .staircase = true}),
+      std::make_shared<CosineDecay>(0.2, 100, 0.05, 0.5, 10), std::make_shared<CosineDecay>(0.2, 100),
       std::make_shared<PiecewiseConstantDecay>(std::vector<int64_t>{3, 9}, std::vector<double>{0.3, 0.2, 0.1})};
   for (auto& s : all) {
     Json j = s->to_json();
@@ -166,7 +172,7 @@ TEST(Optimizer, GetByNameWithKerasDefaults) {
 }
 
 TEST(Optimizer, ConfigRoundTrip) {
-  ExponentialDecay sched(0.1, 100, 0.96);
+  ExponentialDecay sched({.initial_learning_rate = 0.1, .decay_steps = 100, .decay_rate = 0.96});
   std::vector<OptimizerPtr> all = {
       std::make_shared<SGD>(Json{{"learning_rate", 0.05}, {"momentum", 0.9}, {"nesterov", true}, {"clipvalue", 2.0}}),
       std::make_shared<RMSprop>(Json{{"rho", 0.8}, {"centered", true}, {"momentum", 0.3}, {"name", "rms"}}),

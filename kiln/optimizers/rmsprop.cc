@@ -6,6 +6,19 @@
 
 namespace kiln::optimizers {
 
+namespace {
+Json rmsprop_config(const RMSpropOptions& o) {
+  Json c = optimizer_config(o.base, o.learning_rate);
+  c["rho"] = o.rho;
+  c["momentum"] = o.momentum;
+  c["epsilon"] = o.epsilon;
+  c["centered"] = o.centered;
+  return c;
+}
+}  // namespace
+
+RMSprop::RMSprop(const RMSpropOptions& o) : RMSprop(rmsprop_config(o)) {}
+
 RMSprop::RMSprop(const Json& config)
     : Optimizer(config, 0.001, "rmsprop"),
       rho_(get_or<double>(config, "rho", 0.9)),

@@ -6,13 +6,24 @@
 #pragma once
 
 #include "kiln/optimizers/optimizer.h"
+#include "kiln/optimizers/optimizer_options.h"
 
 namespace kiln::optimizers {
+
+struct RMSpropOptions {
+  LearningRate learning_rate = 0.001;
+  double rho = 0.9;
+  double momentum = 0.0;
+  double epsilon = 1e-7;
+  bool centered = false;
+  OptimizerOptions base;
+};
 
 class RMSprop : public Optimizer {
  public:
   // Keys: learning_rate (0.001), rho (0.9), momentum (0.0), epsilon (1e-7),
   // centered (false), and the base optimizer's. Default name "rmsprop".
+  explicit RMSprop(const RMSpropOptions& options);
   explicit RMSprop(const Json& config = Json::object());
   std::string class_name() const override { return "RMSprop"; }
   Json get_config() const override;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
 
@@ -12,14 +13,7 @@ namespace {
 
 void check_schedule_keys(const Json& c, const std::vector<std::string>& allowed, const std::string& owner) {
   if (c.is_null()) return;
-  if (!c.is_object()) throw ValueError(owner + ": config must be a JSON object. Received: " + json_excerpt(c));
-  for (auto it = c.begin(); it != c.end(); ++it) {
-    if (std::find(allowed.begin(), allowed.end(), it.key()) == allowed.end()) {
-      std::string known;
-      for (auto& a : allowed) known += (known.empty() ? "" : ", ") + a;
-      throw ValueError(owner + ": unknown config key `" + it.key() + "`. Known keys: " + known);
-    }
-  }
+  check_config_keys(c, allowed, owner + " config");
 }
 
 void check_decay_steps(int64_t decay_steps, const std::string& owner) {
@@ -58,24 +52,24 @@ namespace optimizers {
 
 // --- ExponentialDecay -------------------------------------------------------------------
 
-ExponentialDecay::ExponentialDecay(double initial_learning_rate, int64_t decay_steps, double decay_rate, bool staircase,
-                                   std::string name)
-    : initial_learning_rate_(initial_learning_rate),
-      decay_steps_(decay_steps),
-      decay_rate_(decay_rate),
-      staircase_(staircase),
-      name_(std::move(name)) {
-  check_decay_steps(decay_steps, "ExponentialDecay");
+ExponentialDecay::ExponentialDecay(const ExponentialDecayOptions& o)
+    : initial_learning_rate_(o.initial_learning_rate),
+      decay_steps_(o.decay_steps),
+      decay_rate_(o.decay_rate),
+      staircase_(o.staircase),
+      name_(o.name) {
+  check_decay_steps(decay_steps_, "ExponentialDecay");
 }
 
 std::shared_ptr<ExponentialDecay> ExponentialDecay::from_config(const Json& c) {
   check_schedule_keys(c, {"initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name"},
                       "ExponentialDecay");
-  return std::make_shared<ExponentialDecay>(
-      required_number(c, "initial_learning_rate", "ExponentialDecay"),
-      static_cast<int64_t>(std::llround(required_number(c, "decay_steps", "ExponentialDecay"))),
-      required_number(c, "decay_rate", "ExponentialDecay"), get_or<bool>(c, "staircase", false),
-      get_or<std::string>(c, "name", "ExponentialDecay"));
+  return std::make_shared<ExponentialDecay>(ExponentialDecayOptions{
+      .initial_learning_rate = required_number(c, "initial_learning_rate", "ExponentialDecay"),
+      .decay_steps = static_cast<int64_t>(std::llround(required_number(c, "decay_steps", "ExponentialDecay"))),
+      .decay_rate = required_number(c, "decay_rate", "ExponentialDecay"),
+      .staircase = get_or<bool>(c, "staircase", false),
+      .name = get_or<std::string>(c, "name", "ExponentialDecay")});
 }
 
 double ExponentialDecay::operator()(int64_t step) const {
@@ -188,26 +182,27 @@ Json PiecewiseConstantDecay::get_config() const {
 
 // --- PolynomialDecay ----------------------------------------------------------------------
 
-PolynomialDecay::PolynomialDecay(double initial_learning_rate, int64_t decay_steps, double end_learning_rate,
-                                 double power, bool cycle, std::string name)
-    : initial_learning_rate_(initial_learning_rate),
-      decay_steps_(decay_steps),
-      end_learning_rate_(end_learning_rate),
-      power_(power),
-      cycle_(cycle),
-      name_(std::move(name)) {
-  check_decay_steps(decay_steps, "PolynomialDecay");
+PolynomialDecay::PolynomialDecay(const PolynomialDecayOptions& o)
+    : initial_learning_rate_(o.initial_learning_rate),
+      decay_steps_(o.decay_steps),
+      end_learning_rate_(o.end_learning_rate),
+      power_(o.power),
+      cycle_(o.cycle),
+      name_(o.name) {
+  check_decay_steps(decay_steps_, "PolynomialDecay");
 }
 
 std::shared_ptr<PolynomialDecay> PolynomialDecay::from_config(const Json& c) {
   const std::string owner = "PolynomialDecay";
   check_schedule_keys(c, {"initial_learning_rate", "decay_steps", "end_learning_rate", "power", "cycle", "name"},
                       owner);
-  return std::make_shared<PolynomialDecay>(required_number(c, "initial_learning_rate", owner),
-                                           static_cast<int64_t>(std::llround(required_number(c, "decay_steps", owner))),
-                                           get_or<double>(c, "end_learning_rate", 0.0001),
-                                           get_or<double>(c, "power", 1.0), get_or<bool>(c, "cycle", false),
-                                           get_or<std::string>(c, "name", owner));
+  return std::make_shared<PolynomialDecay>(PolynomialDecayOptions{
+      .initial_learning_rate = required_number(c, "initial_learning_rate", owner),
+      .decay_steps = static_cast<int64_t>(std::llround(required_number(c, "decay_steps", owner))),
+      .end_learning_rate = get_or<double>(c, "end_learning_rate", 0.0001),
+      .power = get_or<double>(c, "power", 1.0),
+      .cycle = get_or<bool>(c, "cycle", false),
+      .name = get_or<std::string>(c, "name", owner)});
 }
 
 double PolynomialDecay::operator()(int64_t step_in) const {
@@ -232,16 +227,15 @@ Json PolynomialDecay::get_config() const {
 
 // --- InverseTimeDecay ---------------------------------------------------------------------
 
-InverseTimeDecay::InverseTimeDecay(double initial_learning_rate, double decay_steps, double decay_rate, bool staircase,
-                                   std::string name)
-    : initial_learning_rate_(initial_learning_rate),
-      decay_steps_(decay_steps),
-      decay_rate_(decay_rate),
-      staircase_(staircase),
-      name_(std::move(name)) {
-  if (!(decay_steps > 0)) {
+InverseTimeDecay::InverseTimeDecay(const InverseTimeDecayOptions& o)
+    : initial_learning_rate_(o.initial_learning_rate),
+      decay_steps_(o.decay_steps),
+      decay_rate_(o.decay_rate),
+      staircase_(o.staircase),
+      name_(o.name) {
+  if (!(decay_steps_ > 0)) {
     std::ostringstream os;
-    os << "InverseTimeDecay: argument `decay_steps` must be > 0. Received: decay_steps=" << decay_steps;
+    os << "InverseTimeDecay: argument `decay_steps` must be > 0. Received: decay_steps=" << decay_steps_;
     throw ValueError(os.str());
   }
 }
@@ -249,10 +243,12 @@ InverseTimeDecay::InverseTimeDecay(double initial_learning_rate, double decay_st
 std::shared_ptr<InverseTimeDecay> InverseTimeDecay::from_config(const Json& c) {
   const std::string owner = "InverseTimeDecay";
   check_schedule_keys(c, {"initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name"}, owner);
-  return std::make_shared<InverseTimeDecay>(required_number(c, "initial_learning_rate", owner),
-                                            required_number(c, "decay_steps", owner),
-                                            required_number(c, "decay_rate", owner),
-                                            get_or<bool>(c, "staircase", false), get_or<std::string>(c, "name", owner));
+  return std::make_shared<InverseTimeDecay>(
+      InverseTimeDecayOptions{.initial_learning_rate = required_number(c, "initial_learning_rate", owner),
+                              .decay_steps = required_number(c, "decay_steps", owner),
+                              .decay_rate = required_number(c, "decay_rate", owner),
+                              .staircase = get_or<bool>(c, "staircase", false),
+                              .name = get_or<std::string>(c, "name", owner)});
 }
 
 double InverseTimeDecay::operator()(int64_t step) const {

@@ -14,10 +14,17 @@ namespace kiln::optimizers {
 
 // initial_learning_rate * decay_rate ^ (step / decay_steps), the exponent
 // floored when staircase. decay_steps must be > 0.
+struct ExponentialDecayOptions {
+  double initial_learning_rate = 0.0;  // required
+  int64_t decay_steps = 0;             // required, > 0
+  double decay_rate = 0.0;             // required
+  bool staircase = false;
+  std::string name = "ExponentialDecay";
+};
+
 class ExponentialDecay : public LearningRateSchedule {
  public:
-  ExponentialDecay(double initial_learning_rate, int64_t decay_steps, double decay_rate, bool staircase = false,
-                   std::string name = "ExponentialDecay");
+  explicit ExponentialDecay(const ExponentialDecayOptions& options);
   static std::shared_ptr<ExponentialDecay> from_config(const Json& config);
   double operator()(int64_t step) const override;
   std::string class_name() const override { return "ExponentialDecay"; }
@@ -80,10 +87,18 @@ class PiecewiseConstantDecay : public LearningRateSchedule {
 //   cycle: s = step, d = decay_steps * ceil(step / decay_steps) (1 at step 0)
 //   lr = (initial - end_learning_rate) * (1 - s / d)^power + end_learning_rate
 // Defaults: end_learning_rate 1e-4, power 1, cycle false; decay_steps > 0.
+struct PolynomialDecayOptions {
+  double initial_learning_rate = 0.0;  // required
+  int64_t decay_steps = 0;             // required, > 0
+  double end_learning_rate = 0.0001;
+  double power = 1.0;
+  bool cycle = false;
+  std::string name = "PolynomialDecay";
+};
+
 class PolynomialDecay : public LearningRateSchedule {
  public:
-  PolynomialDecay(double initial_learning_rate, int64_t decay_steps, double end_learning_rate = 0.0001,
-                  double power = 1.0, bool cycle = false, std::string name = "PolynomialDecay");
+  explicit PolynomialDecay(const PolynomialDecayOptions& options);
   static std::shared_ptr<PolynomialDecay> from_config(const Json& config);
   double operator()(int64_t step) const override;
   std::string class_name() const override { return "PolynomialDecay"; }
@@ -101,10 +116,17 @@ class PolynomialDecay : public LearningRateSchedule {
 //   lr = initial / (1 + decay_rate * step / decay_steps), the quotient
 //   step / decay_steps floored when staircase. decay_steps > 0 (may be
 //   fractional, as in Keras's own example).
+struct InverseTimeDecayOptions {
+  double initial_learning_rate = 0.0;  // required
+  double decay_steps = 0.0;            // required, > 0
+  double decay_rate = 0.0;             // required
+  bool staircase = false;
+  std::string name = "InverseTimeDecay";
+};
+
 class InverseTimeDecay : public LearningRateSchedule {
  public:
-  InverseTimeDecay(double initial_learning_rate, double decay_steps, double decay_rate, bool staircase = false,
-                   std::string name = "InverseTimeDecay");
+  explicit InverseTimeDecay(const InverseTimeDecayOptions& options);
   static std::shared_ptr<InverseTimeDecay> from_config(const Json& config);
   double operator()(int64_t step) const override;
   std::string class_name() const override { return "InverseTimeDecay"; }

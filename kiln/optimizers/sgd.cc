@@ -6,6 +6,17 @@
 
 namespace kiln::optimizers {
 
+namespace {
+Json sgd_config(const SGDOptions& o) {
+  Json c = optimizer_config(o.base, o.learning_rate);
+  c["momentum"] = o.momentum;
+  c["nesterov"] = o.nesterov;
+  return c;
+}
+}  // namespace
+
+SGD::SGD(const SGDOptions& o) : SGD(sgd_config(o)) {}
+
 SGD::SGD(const Json& config)
     : Optimizer(config, 0.01, "SGD"),
       momentum_(get_or<double>(config, "momentum", 0.0)),

@@ -6,13 +6,22 @@
 #pragma once
 
 #include "kiln/optimizers/optimizer.h"
+#include "kiln/optimizers/optimizer_options.h"
 
 namespace kiln::optimizers {
+
+struct SGDOptions {
+  LearningRate learning_rate = 0.01;
+  double momentum = 0.0;  // in [0, 1]
+  bool nesterov = false;
+  OptimizerOptions base;
+};
 
 class SGD : public Optimizer {
  public:
   // Keys: learning_rate (0.01), momentum (0.0, in [0, 1]), nesterov (false),
   // and the base optimizer's. Default name "SGD".
+  explicit SGD(const SGDOptions& options);
   explicit SGD(const Json& config = Json::object());
   std::string class_name() const override { return "SGD"; }
   Json get_config() const override;

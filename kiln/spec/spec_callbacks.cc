@@ -87,8 +87,9 @@ const std::vector<Maker>& makers() {
       {"CSVLogger",
        {"filename", "separator", "append"},
        [](const Json& c, const std::string& where) {
-         return std::make_shared<CSVLogger>(required_path(c, "filename", where),
-                                            get_or<std::string>(c, "separator", ","), get_or<bool>(c, "append", false));
+         return std::make_shared<CSVLogger>(CSVLoggerOptions{.filename = required_path(c, "filename", where),
+                                                             .separator = get_or<std::string>(c, "separator", ","),
+                                                             .append = get_or<bool>(c, "append", false)});
        }},
       {"TensorBoard",
        {"log_dir", "update_freq"},

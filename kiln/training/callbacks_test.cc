@@ -181,14 +181,14 @@ TEST(CSVLogger, WritesKerasColumnsAndAppends) {
     EXPECT_EQ(std::strtod(cols[4].c_str(), nullptr), h.history["val_loss"][e]);
   }
   a.epochs = 2;
-  a.callbacks = {std::make_shared<CSVLogger>(file, ",", /*append=*/true)};
+  a.callbacks = {std::make_shared<CSVLogger>(CSVLoggerOptions{.filename = file, .append = true})};
   model->fit(a);
   lines = lines_of(read_file(file));
   ASSERT_EQ(lines.size(), 6u);
   EXPECT_EQ(lines[4].substr(0, 2), "0,");
 
   // validation_freq 2: the first epoch has no val_ values; columns still exist.
-  a.callbacks = {std::make_shared<CSVLogger>(file, ";")};
+  a.callbacks = {std::make_shared<CSVLogger>(CSVLoggerOptions{.filename = file, .separator = ";"})};
   a.validation_freq = 2;
   model->fit(a);
   lines = lines_of(read_file(file));

@@ -23,8 +23,8 @@ int64_t file_size(std::FILE* f) {
 
 }  // namespace
 
-CSVLogger::CSVLogger(std::string filename, std::string separator, bool append)
-    : filename_(std::move(filename)), sep_(std::move(separator)), append_(append) {
+CSVLogger::CSVLogger(CSVLoggerOptions o)
+    : filename_(std::move(o.filename)), sep_(std::move(o.separator)), append_(o.append) {
   if (filename_.empty()) throw ValueError("CSVLogger: `filename` must not be empty");
   if (sep_.empty()) throw ValueError("CSVLogger: `separator` must not be empty");
 }

@@ -1,7 +1,7 @@
 // CSVLogger: one CSV row per epoch (Keras's keras.callbacks.CSVLogger).
 //
-//   std::make_shared<CSVLogger>("training.log");          // overwrite
-//   std::make_shared<CSVLogger>("training.log", ";", true);  // append
+//   std::make_shared<CSVLogger>("training.log");  // overwrite
+//   std::make_shared<CSVLogger>(CSVLoggerOptions{.filename = "training.log", .separator = ";", .append = true});
 //
 // Columns: "epoch" (0-based, as Keras writes it) then the log keys sorted
 // by name, fixed at the first epoch. When fit() validates but the first
@@ -24,9 +24,16 @@
 
 namespace kiln {
 
+struct CSVLoggerOptions {
+  std::string filename;  // required
+  std::string separator = ",";
+  bool append = false;
+};
+
 class CSVLogger : public Callback {
  public:
-  explicit CSVLogger(std::string filename, std::string separator = ",", bool append = false);
+  explicit CSVLogger(CSVLoggerOptions options);
+  explicit CSVLogger(std::string filename) : CSVLogger(CSVLoggerOptions{.filename = std::move(filename)}) {}
   ~CSVLogger() override;
 
   void on_train_begin(const Logs& logs) override;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/core/json_limits.h"
@@ -36,33 +37,28 @@ std::string shell_quote(const std::string& s) {
 
 TuneSpec TuneSpec::from_json(const Json& j) {
   if (!j.is_object()) throw ValueError("a tune spec must be a JSON object. Received: " + json_excerpt(j));
-  static const std::set<std::string> known = {"project_name",
-                                              "directory",
-                                              "tuner",
-                                              "objective",
-                                              "max_trials",
-                                              "seed",
-                                              "max_retries_per_trial",
-                                              "max_consecutive_failed_trials",
-                                              "pruner",
-                                              "hyperparameters",
-                                              "command",
-                                              "train",
-                                              "parallel",
-                                              "lease_seconds",
-                                              "tensorboard",
-                                              "keep_checkpoints"};
-  for (auto& [k, v] : j.items())
-    if (!known.count(k)) {
-      if (k == "model" || k == "data" || k == "fit")
-        throw ValueError("tune spec: `" + k +
-                         "` belongs inside `train` (a kiln train spec whose values may be "
-                         "{\"hp\": NAME} placeholders), not at the top level");
-      throw ValueError("tune spec: unknown key `" + k +
-                       "`; the keys are project_name, directory, tuner, objective, max_trials, seed, "
-                       "max_retries_per_trial, max_consecutive_failed_trials, pruner, hyperparameters, command, "
-                       "train, parallel, lease_seconds, tensorboard, keep_checkpoints");
-    }
+  static const std::vector<std::string> known = {"project_name",
+                                                 "directory",
+                                                 "tuner",
+                                                 "objective",
+                                                 "max_trials",
+                                                 "seed",
+                                                 "max_retries_per_trial",
+                                                 "max_consecutive_failed_trials",
+                                                 "pruner",
+                                                 "hyperparameters",
+                                                 "command",
+                                                 "train",
+                                                 "parallel",
+                                                 "lease_seconds",
+                                                 "tensorboard",
+                                                 "keep_checkpoints"};
+  for (const char* k : {"model", "data", "fit"})
+    if (j.contains(k))
+      throw ValueError(std::string("tune spec: `") + k +
+                       "` belongs inside `train` (a kiln train spec whose values may be "
+                       "{\"hp\": NAME} placeholders), not at the top level");
+  check_config_keys(j, known, "the tune spec");
   TuneSpec s;
   s.source = j;
   if (j.contains("project_name")) s.project_name = get<std::string>(j, "project_name", "a string");

@@ -1,0 +1,68 @@
+// Typed options for layers built from C++: the pieces every layer's Options
+// struct shares, and the checks that give typed options the same errors as a
+// JSON config (ConfigReader's wording).
+//
+//   auto d = std::make_shared<Dense>(DenseOptions{.units = 64, .activation = "relu",
+//                                                 .kernel_initializer = "he_normal",
+//                                                 .base = {.name = "hidden"}});
+//
+// JSON stays at the registry/config boundary: a layer's JSON constructor
+// reads its config into the Options struct (unknown keys are a ValueError
+// naming the key) and constructs from it, so both paths validate alike and
+// get_config() is the same for the same settings. options_from_config leaves
+// `base` empty: the JSON constructor hands the config itself to Layer, which
+// reads name, trainable and dtype (a Keras 3 DTypePolicy object included).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kiln/core/initializers.h"
+#include "kiln/core/json.h"
+
+namespace kiln {
+
+// Keras's base layer arguments.
+struct LayerOptions {
+  std::string name;       // empty: a unique name from the class name ("dense_1")
+  bool trainable = true;  //
+  std::string dtype;      // a dtype policy name ("float32", "mixed_float16"); empty: the global policy
+};
+
+// The base config Layer(const Json&) reads: {"name", "trainable", "dtype"}.
+Json layer_base_config(const LayerOptions& o);
+
+// An initializer by Keras name ("glorot_uniform", "he_normal", "zeros"; the
+// aliases "uniform", "normal", "zero", "one" too) or as an object.
+class InitializerArg {
+ public:
+  InitializerArg(const char* name) : name_(name) {}                // NOLINT(google-explicit-constructor)
+  InitializerArg(std::string name) : name_(std::move(name)) {}     // NOLINT(google-explicit-constructor)
+  InitializerArg(InitializerPtr init) : init_(std::move(init)) {}  // NOLINT(google-explicit-constructor)
+
+  // The initializer; ValueError naming `owner` and `key` for an unknown name.
+  InitializerPtr resolve(const std::string& owner, const char* key) const;
+
+ private:
+  std::string name_;
+  InitializerPtr init_;
+};
+
+// Checks of typed options, with ConfigReader's messages
+// ("Dense: received an invalid value for `units`, expected ... Received: units=0").
+namespace option_check {
+[[noreturn]] void invalid(const std::string& owner, const char* key, const std::string& expected, const Json& received);
+// In [1, kMaxConfigDim].
+int64_t positive(const std::string& owner, const char* key, int64_t v);
+// One positive int for every axis, or `n` of them; returns `n` entries.
+std::vector<int64_t> tuple(const std::string& owner, const char* key, const std::vector<int64_t>& v, size_t n);
+// One of `choices`, case-insensitive; returned lower-case.
+std::string choice(const std::string& owner, const char* key, const std::string& v,
+                   const std::vector<std::string>& choices);
+// A known activation name.
+std::string activation(const std::string& owner, const char* key, const std::string& v);
+// lo <= v <= hi (< hi unless hi_inclusive).
+double in_range(const std::string& owner, const char* key, double v, double lo, double hi, bool hi_inclusive = true);
+}  // namespace option_check
+
+}  // namespace kiln
