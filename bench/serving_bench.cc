@@ -428,7 +428,7 @@ int isolation(const Args& a) {
   int reloads = 0;
   std::string error;
   std::vector<int64_t> reload_us;
-  std::thread reloader([&] {
+  std::thread reloader([&, host = host, port = port] {  // C++17 (the clang build): no capture of structured bindings
     try {
       httplib::Client status(host, port);
       int64_t v = latest_version_on_disk(base);

@@ -75,6 +75,15 @@ void check_json_depth(std::string_view text, const std::string& what, int limit)
                       " levels deep; kiln reads at most " + std::to_string(limit));
 }
 
+std::string json_error_text(const std::exception& e) {
+  std::string text = e.what();
+  if (text.rfind("[json.exception.", 0) == 0) {
+    const size_t end = text.find("] ");
+    if (end != std::string::npos) text.erase(0, end + 2);
+  }
+  return text;
+}
+
 std::string json_excerpt(const Json& v, size_t max_chars) {
   std::string out;
   dump_prefix(v, max_chars, out);

@@ -43,6 +43,10 @@ void check_json_depth(std::string_view text, const std::string& what, int limit 
 // appended: `[[[[[...`, `{"units":8,"act...`.
 std::string json_excerpt(const Json& v, size_t max_chars = 80);
 
+// nlohmann's exception text without its "[json.exception.type_error.302] "
+// prefix: "type must be string, but is object".
+std::string json_error_text(const std::exception& e);
+
 // 'text' in single quotes, cut after max_chars characters with "..." (at a
 // UTF-8 character boundary).
 std::string text_excerpt(std::string_view text, size_t max_chars = 60);

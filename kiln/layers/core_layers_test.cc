@@ -74,7 +74,7 @@ TEST(Dense, RejectsBadConfigsNamingTheKey) {
       },
       {"Dense", "`units`", "expected a positive integer", "units=0"});
   expect_error<ValueError>([] { Dense(Json{{"units", 2.5}}); }, {"`units`", "units=2.5"});
-  expect_error<ValueError>([] { Dense(Json::object()); }, {"Dense", "missing `units`"});
+  expect_error<ValueError>([] { (void)Dense(Json::object()); }, {"Dense", "missing `units`"});
   expect_error<ValueError>([] { Dense(Json{{"units", 3}, {"unitz", 3}}); }, {"unknown key `unitz`", "units"});
   expect_error<ValueError>([] { Dense(3, "relux"); }, {"`activation`", "relux", "relu", "gelu"});
   expect_error<ValueError>([] { Dense(Json{{"units", 3}, {"use_bias", "yes"}}); }, {"`use_bias`", "a boolean"});
@@ -150,7 +150,7 @@ TEST(Activation, SoftmaxRowsSumToOne) {
 TEST(Activation, UnknownNamesListTheKnownOnes) {
   expect_error<ValueError>([] { get_activation("relux"); }, {"relux", "relu", "softmax", "swish"});
   expect_error<ValueError>([] { Activation("relux"); }, {"Activation", "`activation`", "relux"});
-  expect_error<ValueError>([] { Activation(Json::object()); }, {"missing `activation`"});
+  expect_error<ValueError>([] { (void)Activation(Json::object()); }, {"missing `activation`"});
   EXPECT_TRUE(is_activation("gelu"));
   EXPECT_FALSE(is_activation("Gelu"));
 }
@@ -199,7 +199,7 @@ TEST(Dropout, RateOneDropsEverythingAndBadRatesThrow) {
   EXPECT_TRUE(at::equal((*d)(at::ones({3, 3}), true), at::zeros({3, 3})));
   expect_error<ValueError>([] { Dropout(1.5); }, {"Dropout", "`rate`", "rate=1.5"});
   expect_error<ValueError>([] { Dropout(-0.1); }, {"`rate`"});
-  expect_error<ValueError>([] { Dropout(Json::object()); }, {"missing `rate`"});
+  expect_error<ValueError>([] { (void)Dropout(Json::object()); }, {"missing `rate`"});
 }
 
 TEST(Dropout, BFloat16TrainingWorks) {
@@ -235,7 +235,7 @@ TEST(Reshape, InfersMinusOneAndRejectsBadTargets) {
   expect_error<ShapeError>([&] { (*r)(at::randn({2, 10})); }, {"Reshape", "(2, 10)"});
   expect_error<ValueError>([] { Reshape(Shape{-1, -1}); }, {"`target_shape`"});
   expect_error<ValueError>([] { Reshape(Shape{0, 3}); }, {"`target_shape`"});
-  expect_error<ValueError>([] { Reshape(Json::object()); }, {"missing `target_shape`"});
+  expect_error<ValueError>([] { (void)Reshape(Json::object()); }, {"missing `target_shape`"});
 }
 
 // --- EinsumDense --------------------------------------------------------------------------

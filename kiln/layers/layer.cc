@@ -406,8 +406,17 @@ LayerPtr layer_from_json(const Json& j) {
     throw ValueError("a layer must be {\"class_name\": ..., \"config\": {...}}. Received: " + json_excerpt(j));
   const std::string cls = j["class_name"].get<std::string>();
   check_config_keys(j, {"module", "class_name", "config", "registered_name", "build_config"}, "the " + cls + " entry");
-  // The layer checks its config's keys itself (ConfigReader::finish).
-  auto layer = LayerRegistry::create(cls, j.value("config", Json::object()));
+  // The layer checks its config's keys itself (ConfigReader::finish). A
+  // value of the wrong JSON type that a reader takes without checking
+  // surfaces as nlohmann's type_error: it becomes one ValueError naming the
+  // layer (found by fuzz/model_json_fuzz.cc).
+  LayerPtr layer;
+  try {
+    layer = LayerRegistry::create(cls, j.value("config", Json::object()));
+  } catch (const Json::exception& e) {
+    throw ValueError("the " + cls + " entry has a value of the wrong type (" + json_error_text(e) +
+                     "); see docs/SPEC.md for the layer's config keys");
+  }
   if (j.contains("build_config") && !j["build_config"].is_null()) {
     auto shapes = build_shapes(j["build_config"], "the build_config of " + cls + " '" + layer->name() + "'");
     if (!shapes.empty()) layer->build_if_needed(shapes);

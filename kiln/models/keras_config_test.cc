@@ -118,6 +118,28 @@ TEST(Keras3Config, CompileConfigRefusesWhatKilnCannotHonour) {
   EXPECT_EQ(ok.loss->class_name(), "MeanSquaredError");
 }
 
+// Values of the wrong JSON type are kiln errors naming the problem, never
+// nlohmann's raw type_error (which `kiln` reports as an internal error).
+// Found by fuzz/model_json_fuzz.cc.
+TEST(Keras3Config, WrongJsonTypesAreClearErrors) {
+  auto refuse = [](const char* text, const char* why) {
+    try {
+      model_from_json(std::string(text));
+      ADD_FAILURE() << "expected a kiln error for " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refuse(R"({"class_name": "Sequential", "config": {"layers": [{"class_name": "InputLayer",
+           "config": {"batch_shape": [null, 8]}}, {"class_name": {"unmits": 8}}]}})",
+         "a layer must be {\"class_name\"");
+  refuse(R"({"class_name": "Sequential", "config": {"input_dtype": 3, "layers": []}})", "`input_dtype` must be");
+  refuse(R"({"class_name": "Sequential", "config": {"layers": [{"class_name": "InputLayer",
+           "config": {"batch_shape": [null, 8]}}, {"class_name": "Dense", "config": {"units": 2,
+           "activation": {"x": 1}}}]}})",
+         "Dense");
+}
+
 TEST(Keras3Config, SharedLayerIsOneLayerCalledTwice) {
   ModelPtr m = model_from_json(fixture("shared.json"));
   auto embed = m->get_layer("embed");

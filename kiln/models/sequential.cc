@@ -1,6 +1,7 @@
 #include "kiln/models/sequential.h"
 
 #include "kiln/core/config_keys.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/models/model_json.h"
 
 namespace kiln {
@@ -29,12 +30,17 @@ Sequential::Sequential(const Json& config) : Model(config) {
     }
     input_shape_ = s;
   }
-  if (config.contains("input_dtype")) input_dtype_ = dtype_from_string(config["input_dtype"].get<std::string>());
+  if (config.contains("input_dtype")) {
+    if (!config["input_dtype"].is_string())
+      throw FormatError("Sequential config: `input_dtype` must be a dtype name such as \"float32\". Received: " +
+                        json_excerpt(config["input_dtype"]));
+    input_dtype_ = dtype_from_string(config["input_dtype"].get<std::string>());
+  }
   const Json layers = config.value("layers", Json::array());
   if (!layers.is_array()) throw FormatError("Sequential config: `layers` must be a list");
   for (size_t i = 0; i < layers.size(); ++i) {
     const Json& lj = layers[i];
-    if (lj.is_object() && lj.value("class_name", "") == "InputLayer") {
+    if (lj.is_object() && lj.contains("class_name") && lj["class_name"] == "InputLayer") {
       if (i != 0)
         throw FormatError("Sequential config: an InputLayer may only come first (found at layers[" + std::to_string(i) +
                           "])");
