@@ -11,6 +11,10 @@ cd "$(dirname "$0")/.."
 FUZZ_SECONDS=${1:-20}
 BUILD_DIR=build-asan
 export CCACHE_BASEDIR=$PWD
+# Objects built with the precompiled header are cacheable only with these;
+# a fresh clone's headers are all "just modified", which ccache would
+# otherwise refuse to trust in direct mode.
+export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
