@@ -3,6 +3,20 @@
 
 #include <string>
 
+// True in the AddressSanitizer build (scripts/sanitize.sh): its allocator
+// quarantines freed memory and ignores malloc_trim, so tests that measure
+// the process's resident memory skip there.
+#if defined(__SANITIZE_ADDRESS__)
+#define KILN_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KILN_UNDER_ASAN 1
+#endif
+#endif
+#ifndef KILN_UNDER_ASAN
+#define KILN_UNDER_ASAN 0
+#endif
+
 namespace kiln {
 
 // A fresh directory under $TMPDIR, removed (recursively) on destruction.
