@@ -166,7 +166,11 @@ at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::st
   return checked_numbers_to_tensor(n.values, n.shape, dtype, what);
 }
 
-void append_json_number(std::string& out, float v) {
+namespace {
+
+// Shortest round-trip text of `v` in its own precision; null for NaN/Inf.
+template <class Float>
+void append_float_json(std::string& out, Float v) {
   if (!std::isfinite(v)) {
     out += "null";
     return;
@@ -176,15 +180,11 @@ void append_json_number(std::string& out, float v) {
   out.append(buf, r.ptr);
 }
 
-void append_json_number(std::string& out, double v) {
-  if (!std::isfinite(v)) {
-    out += "null";
-    return;
-  }
-  char buf[32];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, r.ptr);
-}
+}  // namespace
+
+void append_json_number(std::string& out, float v) { append_float_json(out, v); }
+
+void append_json_number(std::string& out, double v) { append_float_json(out, v); }
 
 void append_json_number(std::string& out, int64_t v) {
   char buf[24];

@@ -50,15 +50,7 @@ ConvOptions Conv::options_from_config(int rank, const std::string& owner, const 
   o.data_format = r.choice("data_format", "channels_last", {"channels_last", "channels_first"});
   o.dilation_rate = r.int_tuple("dilation_rate", rank, std::vector<int64_t>(rank, 1));
   o.groups = r.positive_int("groups", 1);
-  o.activation = r.activation("activation", "linear");
-  o.use_bias = r.boolean("use_bias", true);
-  o.kernel_initializer = r.initializer("kernel_initializer", "glorot_uniform");
-  o.bias_initializer = r.initializer("bias_initializer", "zeros");
-  o.kernel_regularizer = r.regularizer("kernel_regularizer");
-  o.bias_regularizer = r.regularizer("bias_regularizer");
-  o.activity_regularizer = r.regularizer("activity_regularizer");
-  r.no_constraint("kernel_constraint");
-  r.no_constraint("bias_constraint");
+  read_kernel_options(r, o);
   r.finish();
   return o;
 }

@@ -1,7 +1,7 @@
 #include "kiln/optimizers/adam.h"
+#include "kiln/optimizers/betas.h"
 
 #include <cmath>
-#include <sstream>
 
 #include "kiln/core/error.h"
 
@@ -21,10 +21,7 @@ Json with_default_weight_decay(const Json& config) {
 
 namespace {
 Json adam_config(const AdamOptions& o) {
-  Json c = optimizer_config(o.base, o.learning_rate);
-  c["beta_1"] = o.beta_1;
-  c["beta_2"] = o.beta_2;
-  c["epsilon"] = o.epsilon;
+  Json c = beta_optimizer_config(o);
   c["amsgrad"] = o.amsgrad;
   return c;
 }
@@ -43,14 +40,7 @@ Adam::Adam(const Json& config, const std::string& default_name)
       epsilon_(get_or<double>(config, "epsilon", 1e-7)),
       amsgrad_(get_or<bool>(config, "amsgrad", false)) {
   check_keys(config, {"beta_1", "beta_2", "epsilon", "amsgrad"});
-  std::ostringstream os;
-  if (!(beta_1_ >= 0.0 && beta_1_ < 1.0))
-    os << class_name() << ": `beta_1` must be in [0, 1). Received: beta_1=" << beta_1_;
-  else if (!(beta_2_ >= 0.0 && beta_2_ < 1.0))
-    os << class_name() << ": `beta_2` must be in [0, 1). Received: beta_2=" << beta_2_;
-  else if (!(epsilon_ >= 0.0))
-    os << class_name() << ": `epsilon` must be non-negative. Received: epsilon=" << epsilon_;
-  if (!os.str().empty()) throw ValueError(os.str());
+  check_betas(class_name(), beta_1_, beta_2_, epsilon_);
 }
 
 std::vector<std::string> Adam::slot_names() const {

@@ -7,17 +7,7 @@
 
 namespace kiln::optimizers {
 
-namespace {
-Json adamax_config(const AdamaxOptions& o) {
-  Json c = optimizer_config(o.base, o.learning_rate);
-  c["beta_1"] = o.beta_1;
-  c["beta_2"] = o.beta_2;
-  c["epsilon"] = o.epsilon;
-  return c;
-}
-}  // namespace
-
-Adamax::Adamax(const AdamaxOptions& o) : Adamax(adamax_config(o)) {}
+Adamax::Adamax(const AdamaxOptions& o) : Adamax(beta_optimizer_config(o)) {}
 
 Adamax::Adamax(const Json& config)
     : Optimizer(config, 0.001, "adamax"),

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kiln/core/error.h"
+#include "kiln/optimizers/optimizer_options.h"
 
 namespace kiln::optimizers {
 
@@ -19,6 +20,17 @@ inline void check_betas(const std::string& owner, double beta_1, double beta_2, 
   else if (!(epsilon >= 0.0))
     os << owner << ": `epsilon` must be non-negative. Received: epsilon=" << epsilon;
   if (!os.str().empty()) throw ValueError(os.str());
+}
+
+// The config an Adam-family Options struct (learning_rate, beta_1, beta_2,
+// epsilon, base) stands for; the class adds its own keys (Adam's amsgrad).
+template <class Options>
+Json beta_optimizer_config(const Options& o) {
+  Json c = optimizer_config(o.base, o.learning_rate);
+  c["beta_1"] = o.beta_1;
+  c["beta_2"] = o.beta_2;
+  c["epsilon"] = o.epsilon;
+  return c;
 }
 
 }  // namespace kiln::optimizers

@@ -7,17 +7,7 @@
 
 namespace kiln::optimizers {
 
-namespace {
-Json nadam_config(const NadamOptions& o) {
-  Json c = optimizer_config(o.base, o.learning_rate);
-  c["beta_1"] = o.beta_1;
-  c["beta_2"] = o.beta_2;
-  c["epsilon"] = o.epsilon;
-  return c;
-}
-}  // namespace
-
-Nadam::Nadam(const NadamOptions& o) : Nadam(nadam_config(o)) {}
+Nadam::Nadam(const NadamOptions& o) : Nadam(beta_optimizer_config(o)) {}
 
 Nadam::Nadam(const Json& config)
     : Optimizer(config, 0.001, "nadam"),
