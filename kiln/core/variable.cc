@@ -54,6 +54,16 @@ std::shared_ptr<Distribution> distribution() {
   return g_dist;
 }
 
+int num_replicas() {
+  auto d = distribution();
+  return d ? d->num_replicas() : 1;
+}
+
+int replica_id() {
+  auto d = distribution();
+  return d ? d->replica_id() : 0;
+}
+
 NameScope::NameScope(const std::string& name) { t_scopes.push_back(name); }
 NameScope::~NameScope() { t_scopes.pop_back(); }
 

@@ -16,6 +16,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,6 +67,12 @@ using VariablePtr = std::shared_ptr<Variable>;
 
 // Hook implemented by kiln/distribute (DataParallel, ModelParallel). Absent
 // (nullptr) means a single device.
+//
+// Data-parallel replicas (one process each) are part of the hook: fit(),
+// evaluate(), the metrics and the synchronized BatchNormalization reach the
+// other replicas only through the collectives below, so the layers and the
+// training loop never see c10d. Collectives are called by every replica in
+// the same order (they block until all have called).
 class Distribution {
  public:
   virtual ~Distribution() = default;
@@ -75,10 +82,37 @@ class Distribution {
   virtual at::Tensor distribute_variable(const at::Tensor& value, const TensorLayout& layout) const {
     return value.to(device());
   }
+
+  // How many replicas train together, and which one this process is (the
+  // chief is replica 0: it alone writes files and prints progress).
+  virtual int num_replicas() const { return 1; }
+  virtual int replica_id() const { return 0; }
+  // Element-wise sum across replicas, in place (identity for one replica).
+  virtual void all_reduce_sum(std::vector<at::Tensor>& tensors) const {}
+  // The same, started now; the returned function waits for it to finish.
+  virtual std::function<void()> all_reduce_sum_async(std::vector<at::Tensor>& tensors) const {
+    all_reduce_sum(tensors);
+    return [] {};
+  }
+  // Replica `root`'s values into every replica's tensors, in place.
+  virtual void broadcast(std::vector<at::Tensor>& tensors, int root = 0) const {}
+
+  // How fit() synchronizes gradients (DataParallel's options).
+  struct GradientSync {
+    int64_t bucket_bytes = 25 << 20;  // all-reduce buckets (PyTorch DDP's 25 MB)
+    bool compress_bf16 = false;       // all-reduce gradients as bfloat16
+  };
+  virtual GradientSync gradient_sync() const { return {}; }
 };
 
 void set_distribution(std::shared_ptr<Distribution> d);
 std::shared_ptr<Distribution> distribution();
+
+// The active distribution's replica count (1 without one) and this
+// process's replica id (0 without one); is_chief(): replica 0.
+int num_replicas();
+int replica_id();
+inline bool is_chief() { return replica_id() == 0; }
 
 // Scoped path prefix: NameScope s("sequential"); variables created inside get
 // "sequential/<layer>/<name>". Thread-local; nests.

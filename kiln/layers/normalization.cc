@@ -1,5 +1,7 @@
 #include "kiln/layers/normalization.h"
 
+#include <torch/csrc/autograd/custom_function.h>
+
 #include <algorithm>
 
 #include "kiln/core/json_limits.h"
@@ -13,6 +15,25 @@ namespace {
 // the compute dtype.
 at::ScalarType stat_dtype(at::ScalarType compute) { return at::promote_types(compute, at::kFloat); }
 at::Tensor stat_value(const VariablePtr& v, at::ScalarType dt) { return v->value().to(dt); }
+
+// Sum across data-parallel replicas whose gradient is the sum of the
+// replicas' gradients (each replica's loss depends on every replica's
+// share of the sum).
+struct AllReduceSum : public torch::autograd::Function<AllReduceSum> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, Distribution* dist) {
+    ctx->saved_data["dist"] = reinterpret_cast<int64_t>(dist);
+    std::vector<at::Tensor> t = {x.detach().clone()};
+    dist->all_reduce_sum(t);
+    return t[0];
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    auto* dist = reinterpret_cast<Distribution*>(ctx->saved_data["dist"].toInt());
+    std::vector<at::Tensor> t = {grads[0].contiguous().clone()};
+    dist->all_reduce_sum(t);
+    return {t[0], at::Tensor()};
+  }
+};
 
 }  // namespace
 
@@ -34,8 +55,7 @@ BatchNormalizationOptions BatchNormalization::options_from_config(const Json& co
   o.gamma_regularizer = r.regularizer("gamma_regularizer");
   r.no_constraint("beta_constraint");
   r.no_constraint("gamma_constraint");
-  if (r.boolean("synchronized", false))
-    r.invalid("synchronized", "false (cross-replica statistics are not supported yet)");
+  o.synchronized = r.boolean("synchronized", false);
   r.finish();
   return o;
 }
@@ -54,6 +74,7 @@ BatchNormalization::BatchNormalization(const BatchNormalizationOptions& o, const
   if (!(epsilon_ > 0)) option_check::invalid(owner, "epsilon", "a positive number", epsilon_);
   center_ = o.center;
   scale_ = o.scale;
+  synchronized_ = o.synchronized;
   beta_init_ = o.beta_initializer.resolve(owner, "beta_initializer");
   gamma_init_ = o.gamma_initializer.resolve(owner, "gamma_initializer");
   mean_init_ = o.moving_mean_initializer.resolve(owner, "moving_mean_initializer");
@@ -95,7 +116,20 @@ at::Tensor BatchNormalization::call1(const at::Tensor& x, bool training) {
     if (i != resolved_axis_) reduce.push_back(i);
   bshape[resolved_axis_] = c;
   at::Tensor mean, var;
-  if (training && trainable()) {
+  auto dist = synchronized_ && training && trainable() ? distribution() : nullptr;
+  if (dist && dist->num_replicas() > 1) {
+    // Sums over every replica's rows: [sum x, sum x^2, count] per channel.
+    const double rows = static_cast<double>(xf.numel() / c);
+    at::Tensor packed = at::cat({xf.sum(reduce), xf.square().sum(reduce), at::full({1}, rows, xf.options())});
+    at::Tensor total = AllReduceSum::apply(packed, dist.get());
+    at::Tensor n = total.narrow(0, 2 * c, 1);
+    mean = total.narrow(0, 0, c) / n;
+    var = (total.narrow(0, c, c) / n - mean.square()).clamp_min(0);
+    at::NoGradGuard ng;
+    const double m = momentum_;
+    moving_mean_->assign(moving_mean_->value() * m + mean.detach().to(moving_mean_->dtype()) * (1.0 - m));
+    moving_variance_->assign(moving_variance_->value() * m + var.detach().to(moving_variance_->dtype()) * (1.0 - m));
+  } else if (training && trainable()) {
     mean = xf.mean(reduce);
     var = (xf - mean.reshape(bshape)).square().mean(reduce);
     at::NoGradGuard ng;
@@ -133,7 +167,7 @@ Json BatchNormalization::get_config() const {
   j["gamma_regularizer"] = regularizer_json(gamma_reg_);
   j["beta_constraint"] = nullptr;
   j["gamma_constraint"] = nullptr;
-  j["synchronized"] = false;
+  j["synchronized"] = synchronized_;
   return j;
 }
 

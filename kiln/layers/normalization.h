@@ -13,7 +13,9 @@
 //   gamma_initializer ("ones"), moving_mean_initializer ("zeros"),
 //   moving_variance_initializer ("ones"), beta_regularizer,
 //   gamma_regularizer, beta_constraint, gamma_constraint (null only),
-//   synchronized (false only: no cross-replica statistics yet).
+//   synchronized: under data parallelism (kiln/distribute), training
+//     statistics over every replica's batch (an all-reduce of sums, whose
+//     backward all-reduces the gradients); one replica: as false.
 //
 // LayerNormalization(axis=-1, epsilon=1e-3): normalises each sample over
 //   `axis` (an int or a list), then scales by gamma and shifts by beta (both
@@ -47,6 +49,7 @@ struct BatchNormalizationOptions {
   InitializerArg moving_mean_initializer = "zeros";
   InitializerArg moving_variance_initializer = "ones";
   RegularizerPtr beta_regularizer, gamma_regularizer;  // null: none
+  bool synchronized = false;                           // statistics across data-parallel replicas
   LayerOptions base;
 };
 
@@ -60,6 +63,7 @@ struct LayerNormalizationOptions {
   InitializerArg beta_initializer = "zeros";
   InitializerArg gamma_initializer = "ones";
   RegularizerPtr beta_regularizer, gamma_regularizer;  // null: none
+  bool synchronized = false;                           // statistics across data-parallel replicas
   LayerOptions base;
 };
 
@@ -88,7 +92,7 @@ class BatchNormalization : public SimpleLayer {
 
   int64_t axis_;
   double momentum_, epsilon_;
-  bool center_, scale_;
+  bool center_, scale_, synchronized_ = false;
   InitializerPtr beta_init_, gamma_init_, mean_init_, var_init_;
   RegularizerPtr beta_reg_, gamma_reg_;
   int64_t resolved_axis_ = -1;

@@ -98,7 +98,7 @@ TEST(BatchNormalization, MixedPrecisionKeepsFloat32Statistics) {
 TEST(BatchNormalization, RejectsBadConfigs) {
   expect_error<ValueError>([] { (void)BatchNormalization(-1, 1.5); }, {"BatchNormalization", "`momentum`", "1.5"});
   expect_error<ValueError>([] { (void)BatchNormalization(-1, 0.9, 0.0); }, {"`epsilon`"});
-  expect_error<ValueError>([] { (void)BatchNormalization(Json{{"synchronized", true}}); }, {"`synchronized`"});
+  expect_error<ValueError>([] { (void)BatchNormalization(Json{{"synchronized", "yes"}}); }, {"`synchronized`"});
   expect_error<ValueError>([] { (void)BatchNormalization(Json{{"axis", "channels"}}); }, {"`axis`"});
   auto bn = std::make_shared<BatchNormalization>(0);
   expect_error<ValueError>([&] { (*bn)(at::randn({2, 3})); }, {"axis=0"});

@@ -81,6 +81,14 @@ class Optimizer {
   void set_iterations(int64_t it) { iterations_ = it; }
   bool use_ema() const { return use_ema_; }
   int64_t gradient_accumulation_steps() const { return accumulation_steps_; }  // 0 when off
+  // Whether the next apply_gradients call updates the variables (false on
+  // the calls that only accumulate). Data-parallel training synchronizes
+  // only those that update.
+  bool next_call_applies() const { return accumulation_steps_ <= 1 || (iterations_ + 1) % accumulation_steps_ == 0; }
+  // The gradient accumulators by variable path (undefined until the first
+  // accumulating call). Data-parallel training folds them into the
+  // synchronized gradients of an applying call and zeroes them.
+  std::map<std::string, at::Tensor>& gradient_accumulators() { return accumulators_; }
   // Keras's finalize_variable_values: with use_ema, each of `vars` that has a
   // moving average is overwritten with it; nothing otherwise. Model::fit calls
   // it after the last epoch, before on_train_end.

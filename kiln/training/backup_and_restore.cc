@@ -52,10 +52,13 @@ void BackupAndRestore::on_train_batch_end(int64_t batch, const Logs&) {
   for (Metric* m : ts.all_metrics()) {
     Tensors vars;
     for (auto& v : m->variables()) vars.push_back(v.detach().clone());
+    // Data parallel: the checkpoint holds every replica's sums (a
+    // collective; every replica saves at the same batch).
+    if (auto d = distribution(); d && d->num_replicas() > 1) d->all_reduce_sum(vars);
     point.metric_variables.push_back(vars);
   }
   add_callback_state(model(), point);
-  write_training_checkpoint(dir_, model(), point, o_.keep);
+  if (is_chief()) write_training_checkpoint(dir_, model(), point, o_.keep);
 }
 
 void BackupAndRestore::on_epoch_end(int epoch, Logs&) {
@@ -67,11 +70,11 @@ void BackupAndRestore::on_epoch_end(int epoch, Logs&) {
   point.host_rng_epoch_start = point.host_rng;
   point.torch_rng = torch_rng_state();
   add_callback_state(model(), point);
-  write_training_checkpoint(dir_, model(), point, o_.keep);
+  if (is_chief()) write_training_checkpoint(dir_, model(), point, o_.keep);
 }
 
 void BackupAndRestore::on_train_end(const Logs&) {
-  if (o_.delete_checkpoint) remove_all(dir_);
+  if (o_.delete_checkpoint && is_chief()) remove_all(dir_);
 }
 
 }  // namespace kiln

@@ -38,6 +38,7 @@ void CSVLogger::close() {
 
 void CSVLogger::on_train_begin(const Logs&) {
   close();
+  if (!is_chief()) return;  // data parallel: the chief alone writes (file_ stays closed)
   keys_.clear();
   write_header_ = true;
   // A resumed run (BackupAndRestore restored a checkpoint; it runs first)

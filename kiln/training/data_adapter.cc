@@ -206,4 +206,57 @@ std::unique_ptr<DataAdapter> make_dataset_adapter(const Dataset& ds, size_t num_
   return std::make_unique<DatasetAdapter>(ds, num_inputs, num_outputs, class_weight);
 }
 
+namespace {
+
+class ShardIterator : public EpochIterator {
+ public:
+  ShardIterator(std::unique_ptr<EpochIterator> inner, int num, int index)
+      : inner_(std::move(inner)), num_(num), index_(index) {}
+
+  std::optional<Batch> next() override {
+    for (;;) {
+      auto b = inner_->next();
+      if (!b) return std::nullopt;
+      const int64_t total = b->x.empty() ? 0 : rows(b->x[0]);
+      if (total < num_) continue;  // too few rows to give every replica one
+      const int64_t base = total / num_, extra = total % num_;
+      const int64_t begin = index_ * base + std::min<int64_t>(index_, extra);
+      const int64_t len = base + (index_ < extra ? 1 : 0);
+      Batch out;
+      out.x = slice_rows(b->x, begin, begin + len);
+      out.y = slice_rows(b->y, begin, begin + len);
+      if (b->sample_weight.defined()) out.sample_weight = b->sample_weight.narrow(0, begin, len);
+      out.global_rows = total;
+      return out;
+    }
+  }
+  void skip(int64_t n) override { inner_->skip(n); }
+
+ private:
+  std::unique_ptr<EpochIterator> inner_;
+  int num_, index_;
+};
+
+class ShardAdapter : public DataAdapter {
+ public:
+  ShardAdapter(std::unique_ptr<DataAdapter> inner, int num, int index)
+      : inner_(std::move(inner)), num_(num), index_(index) {}
+  int64_t num_batches() const override { return inner_->num_batches(); }
+  std::unique_ptr<EpochIterator> begin_epoch(int epoch) override {
+    return std::make_unique<ShardIterator>(inner_->begin_epoch(epoch), num_, index_);
+  }
+  Tensors sample_inputs() const override { return inner_->sample_inputs(); }
+
+ private:
+  std::unique_ptr<DataAdapter> inner_;
+  int num_, index_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataAdapter> shard_batches(std::unique_ptr<DataAdapter> inner, int num, int index) {
+  if (num <= 1) return inner;
+  return std::make_unique<ShardAdapter>(std::move(inner), num, index);
+}
+
 }  // namespace kiln

@@ -24,6 +24,7 @@ namespace kiln {
 struct Batch {
   Tensors x, y;
   at::Tensor sample_weight;  // undefined: unweighted
+  int64_t global_rows = -1;  // sharded: rows of the whole global batch
 };
 
 class EpochIterator {
@@ -59,6 +60,12 @@ std::unique_ptr<DataAdapter> make_dataset_adapter(const Dataset& ds, size_t num_
 // shape (N,) / (N,1), or the argmax of one-hot (N,C) targets); 1 for classes
 // not in the map.
 at::Tensor class_weights_for(const at::Tensor& y, const std::map<int64_t, double>& class_weight);
+
+// Data parallel: replica `index` of `num` sees its share of every batch of
+// `inner` (rows split as evenly as possible, in order: replica r's rows
+// follow replica r-1's), so all replicas run the same number of steps; a
+// batch with fewer rows than replicas is dropped. num == 1 returns inner.
+std::unique_ptr<DataAdapter> shard_batches(std::unique_ptr<DataAdapter> inner, int num, int index);
 
 // Rows [begin, end) of each tensor.
 Tensors slice_rows(const Tensors& ts, int64_t begin, int64_t end);

@@ -72,6 +72,7 @@ std::string ModelCheckpoint::file_path(int epoch, std::optional<int64_t> batch, 
 }
 
 void ModelCheckpoint::save(int epoch, std::optional<int64_t> batch, const Logs& logs) {
+  if (!is_chief()) return;  // data parallel: the chief alone writes
   const std::string path = file_path(epoch, batch, logs);
   if (o_.save_best_only) {
     auto it = logs.find(o_.monitor);

@@ -21,18 +21,21 @@ EventFileWriter& TensorBoard::val_writer() {
 }
 
 void TensorBoard::on_train_begin(const Logs&) {
+  if (!is_chief()) return;  // data parallel: the chief alone writes
   in_fit_ = true;
   global_batch_ = 0;
   train_writer();
 }
 
 void TensorBoard::on_train_batch_end(int64_t, const Logs& logs) {
+  if (!in_fit_) return;
   ++global_batch_;
   if (o_.update_freq.per_epoch() || global_batch_ % o_.update_freq.batches() != 0) return;
   for (auto& [k, v] : logs) train_writer().add_scalar("batch_" + k, v, global_batch_);
 }
 
 void TensorBoard::on_epoch_end(int epoch, Logs& logs) {
+  if (!in_fit_) return;
   bool has_lr = false;
   bool has_val = false;
   for (auto& [k, v] : logs) {

@@ -330,6 +330,35 @@ void TrainState::reset_metrics() {
 }
 
 std::map<std::string, double> TrainState::results() const {
+  // Data parallel: every replica's accumulators summed (sums and counts, so
+  // the result is exact), then put back to this replica's own.
+  auto dist = distribution();
+  if (dist && dist->num_replicas() > 1) {
+    auto metrics = const_cast<TrainState*>(this)->all_metrics();
+    std::vector<at::Tensor> vars, local, summed;
+    for (Metric* m : metrics)
+      for (auto& v : m->variables()) vars.push_back(v);
+    at::NoGradGuard ng;
+    for (auto& v : vars) {
+      local.push_back(v.detach().clone());
+      summed.push_back(v.detach().clone());
+    }
+    dist->all_reduce_sum(summed);
+    for (size_t i = 0; i < vars.size(); ++i) vars[i].copy_(summed[i]);
+    std::map<std::string, double> out;
+    try {
+      out = local_results();
+    } catch (...) {
+      for (size_t i = 0; i < vars.size(); ++i) vars[i].copy_(local[i]);
+      throw;
+    }
+    for (size_t i = 0; i < vars.size(); ++i) vars[i].copy_(local[i]);
+    return out;
+  }
+  return local_results();
+}
+
+std::map<std::string, double> TrainState::local_results() const {
   std::map<std::string, double> out;
   out["loss"] = loss_tracker_->result();
   for (auto& t : output_loss_trackers_)

@@ -72,6 +72,9 @@ struct StepData {
   // unscale_and_check may veto the update (non-finite gradients).
   bool apply_update = true;
   int64_t batch_size() const { return x.empty() || x[0].dim() == 0 ? 1 : x[0].size(0); }
+  // Data-parallel: rows of the global batch this replica's batch is a share
+  // of (-1: not sharded). The gradient sync weights by batch_size() / this.
+  int64_t global_batch_size = -1;
 };
 
 class TrainState;
@@ -173,8 +176,12 @@ class TrainState {
   std::optional<bool> higher_is_better(const std::string& name) const;
 
   void reset_metrics();
-  // Current (running) results of the loss tracker and every metric.
+  // Current (running) results of the loss tracker and every metric. Under
+  // data parallelism they cover every replica's batches (a collective: all
+  // replicas call it at the same points, as fit() and evaluate() do);
+  // local_results() is this replica's alone.
   std::map<std::string, double> results() const;
+  std::map<std::string, double> local_results() const;
 
   StepPipeline& pipeline() { return pipeline_; }
   FitProgress& progress() { return progress_; }

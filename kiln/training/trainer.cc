@@ -4,6 +4,7 @@
 // validation, callbacks and resuming from a checkpoint.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kiln/core/error.h"
 #include "kiln/core/random.h"
@@ -11,6 +12,7 @@
 #include "kiln/training/callback.h"
 #include "kiln/training/checkpoint.h"
 #include "kiln/training/data_adapter.h"
+#include "kiln/training/gradient_sync.h"
 #include "kiln/training/progbar.h"
 #include "kiln/training/train_state.h"
 
@@ -58,6 +60,7 @@ Logs run_test_loop(Model& model, TrainState& ts, DataAdapter& data, int64_t step
     s.x = std::move(batch->x);
     s.y = std::move(batch->y);
     s.sample_weight = batch->sample_weight;
+    s.global_batch_size = batch->global_rows;
     ts.test_step(s);
     logs = ts.results();
     cbs.on_test_batch_end(b, logs);
@@ -78,6 +81,27 @@ std::unique_ptr<DataAdapter> eval_adapter(Model& model, const Tensors& x, const 
   auto a = make_tensor_adapter(x, y, sw, batch_size, /*shuffle=*/false);
   build_and_count_outputs(model, a->sample_inputs(), false);
   return a;
+}
+
+// Data parallel: rank 0's host and LibTorch RNG states to every replica (the
+// same shuffles on all, so their shares of a global batch never overlap).
+void broadcast_rng_states(Distribution& d) {
+  std::string host = host_rng_state();
+  std::vector<at::Tensor> len = {at::full({1}, static_cast<int64_t>(host.size()), at::kLong)};
+  d.broadcast(len);
+  at::Tensor bytes = at::zeros({len[0].item<int64_t>()}, at::kByte);
+  if (d.replica_id() == 0) std::memcpy(bytes.data_ptr(), host.data(), host.size());
+  std::vector<at::Tensor> t = {bytes, torch_rng_state().clone()};
+  d.broadcast(t);
+  set_host_rng_state(std::string(static_cast<const char*>(t[0].data_ptr()), t[0].numel()));
+  set_torch_rng_state(t[1]);
+}
+
+// Data parallel: rank 0's weights to every replica.
+void broadcast_weights(Model& model, Distribution& d) {
+  std::vector<at::Tensor> values;
+  for (auto& v : model.weights()) values.push_back(v->value().detach());
+  d.broadcast(values);
 }
 
 }  // namespace
@@ -170,6 +194,13 @@ History Model::fit(const FitArgs& a) {
     if (a.validation_y.empty()) throw ValueError("fit: validation_x was given without validation_y");
     val = make_tensor_adapter(a.validation_x, a.validation_y, at::Tensor(), val_batch, false);
   }
+  auto dist = distribution();
+  const int replicas = dist ? dist->num_replicas() : 1;
+  if (replicas > 1) {
+    train = shard_batches(std::move(train), replicas, dist->replica_id());
+    if (val) val = shard_batches(std::move(val), replicas, dist->replica_id());
+    broadcast_rng_states(*dist);
+  }
   const int64_t card = train->num_batches();
   if (card == kInfiniteCardinality && a.steps_per_epoch <= 0)
     throw ValueError("fit: the dataset is infinite; pass steps_per_epoch to say how many batches make an epoch");
@@ -178,7 +209,7 @@ History Model::fit(const FitArgs& a) {
 
   // --- callbacks ---
   const int verbose = resolve_verbose(a.verbose);
-  CallbackList cbs(a.callbacks, /*add_history=*/true, /*add_progbar=*/verbose != 0, this,
+  CallbackList cbs(a.callbacks, /*add_history=*/true, /*add_progbar=*/verbose != 0 && is_chief(), this,
                    params_json(verbose, a.epochs, steps, val != nullptr));
   std::vector<VariablePtr> variables = trainable_weights();
 
@@ -208,6 +239,13 @@ History Model::fit(const FitArgs& a) {
   const bool stopped_mid_epoch = resume && resume->stop_training && resume->batch > 0;
   if (resume) cbs.set_states({resume->callback_states, resume->callback_tensors});
   if (stopped_at_boundary) stop_training = true;
+  // Data parallel: one set of weights (rank 0's, also after a restore), and
+  // the gradient all-reduce hooked into the step for this fit().
+  std::unique_ptr<ReplicaGradientSync> grad_sync;
+  if (replicas > 1) {
+    broadcast_weights(*this, *dist);
+    grad_sync = std::make_unique<ReplicaGradientSync>(ts, variables, dist);
+  }
 
   Logs epoch_logs;
   for (int epoch = first_epoch; epoch < a.epochs && !stopped_at_boundary; ++epoch) {
@@ -232,7 +270,12 @@ History Model::fit(const FitArgs& a) {
         const Tensors& saved = resume->metric_variables[i];
         if (saved.size() != vars.size()) continue;
         at::NoGradGuard ng;
-        for (size_t j = 0; j < vars.size(); ++j) vars[j].copy_(saved[j]);
+        // The checkpoint holds every replica's sums: the chief takes them.
+        for (size_t j = 0; j < vars.size(); ++j)
+          if (is_chief())
+            vars[j].copy_(saved[j]);
+          else
+            vars[j].zero_();
       }
       it->skip(resume->batch);  // before the RNGs: skipping must not disturb them
       set_host_rng_state(resume->host_rng);
@@ -253,6 +296,7 @@ History Model::fit(const FitArgs& a) {
       s.x = std::move(batch->x);
       s.y = std::move(batch->y);
       s.sample_weight = batch->sample_weight;
+      s.global_batch_size = batch->global_rows;
       s.variables = variables;
       ts.train_step(s);
       if (variables.empty()) variables = s.variables;
@@ -284,12 +328,14 @@ History Model::fit(const FitArgs& a) {
 std::map<std::string, double> Model::evaluate(const EvaluateArgs& a) {
   TrainState& ts = train_state();
   ts.loss();
-  auto data = eval_adapter(*this, a.x, a.y, a.sample_weight, a.dataset, a.batch_size);
+  // Data parallel: each replica evaluates its share of every batch.
+  auto data = shard_batches(eval_adapter(*this, a.x, a.y, a.sample_weight, a.dataset, a.batch_size), num_replicas(),
+                            replica_id());
   int64_t card = data->num_batches();
   if (card == kInfiniteCardinality && a.steps <= 0) throw ValueError("evaluate: the dataset is infinite; pass `steps`");
   int64_t steps = a.steps > 0 ? (card >= 0 ? std::min(a.steps, card) : a.steps) : (card >= 0 ? card : -1);
   const int verbose = resolve_verbose(a.verbose);
-  CallbackList cbs(a.callbacks, false, verbose != 0, this, params_json(verbose, 1, steps, false));
+  CallbackList cbs(a.callbacks, false, verbose != 0 && is_chief(), this, params_json(verbose, 1, steps, false));
   return run_test_loop(*this, ts, *data, a.steps, cbs);
 }
 
@@ -299,7 +345,7 @@ Tensors predict_loop(Model& model, DataAdapter& data, int verbose) {
   const int v = resolve_verbose(verbose);
   const int64_t card = data.num_batches();
   if (card == kInfiniteCardinality) throw ValueError("predict: the dataset is infinite");
-  CallbackList cbs({}, false, v != 0, &model, params_json(v, 1, card >= 0 ? card : -1, false));
+  CallbackList cbs({}, false, v != 0 && is_chief(), &model, params_json(v, 1, card >= 0 ? card : -1, false));
   cbs.on_predict_begin({});
   std::vector<Tensors> parts;
   auto it = data.begin_epoch(0);

@@ -16,6 +16,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/core/random.h"
+#include "kiln/distribute/data_parallel.h"
 #include "kiln/models/model.h"
 #include "kiln/saving/model_io.h"
 #include "kiln/spec/spec.h"
@@ -53,6 +54,10 @@ Prepared prepare(const Json& spec, int epochs) {
   CompileArgs compile = compile_args_from_spec(spec.value("compile", Json::object()));
   p.fit.callbacks = callbacks_from_spec(spec.value("callbacks", Json::array()));
   if (seed) set_random_seed(*seed);
+  // Data parallel: from the spec's "distribution", or because the job was
+  // started with several ranks (kiln launch, torchrun, TF_CONFIG, srun).
+  // Set before the model is built, as Keras's set_distribution.
+  set_distribution(distribute::distribution_from_config(spec.value("distribution", Json())));
 
   p.data = load_data(spec["data"]);
   if (!p.data.y_train.defined())
@@ -67,9 +72,10 @@ Prepared prepare(const Json& spec, int epochs) {
               shape_to_string(Shape(t.sizes().begin() + 1, t.sizes().end()));
     }
   }
-  std::cout << "Data: " << p.data.description << ": " << p.data.x_train.size(0) << " training examples"
-            << (p.data.has_test() ? ", " + std::to_string(p.data.x_test.size(0)) + " test examples" : std::string())
-            << ", each " << each << "\n";
+  if (is_chief())
+    std::cout << "Data: " << p.data.description << ": " << p.data.x_train.size(0) << " training examples"
+              << (p.data.has_test() ? ", " + std::to_string(p.data.x_test.size(0)) + " test examples" : std::string())
+              << ", each " << each << "\n";
 
   p.model = build_model(spec["model"], p.data.input_names.size() > 1 ? std::nullopt : std::optional<Shape>(example));
   p.model->compile(compile);
@@ -105,8 +111,10 @@ void run_train(const TrainOptions& o) {
   if (base.empty()) throw ValueError("no output directory: set `output.base_dir` in the spec or pass --output BASE");
 
   // Staging copies that killed runs left under the output base.
-  for (const std::string& gone : remove_stale_staging(base))
-    std::cout << "Removed " << gone << " (left by a killed run)\n";
+  // (Data parallel: the chief's job, as publishing is.)
+  if (distribute::resolve_cluster().rank == 0)
+    for (const std::string& gone : remove_stale_staging(base))
+      std::cout << "Removed " << gone << " (left by a killed run)\n";
 
   Prepared p = prepare(spec, o.epochs);
   // The backup goes only once the model is published: a kill between the
@@ -124,10 +132,12 @@ void run_train(const TrainOptions& o) {
     EvaluateArgs ev;
     model_data(p.data, *p.model, /*test=*/true, &ev.x, &ev.y);
     ev.batch_size = p.fit.batch_size;
-    print_metrics(p.model->evaluate(ev), "test_", std::cout);
+    auto metrics = p.model->evaluate(ev);  // data parallel: every rank takes part
+    if (is_chief()) print_metrics(metrics, "test_", std::cout);
   }
 
   refuse_non_finite_weights(*p.model);
+  if (!is_chief()) return;  // data parallel: the chief alone publishes
   const std::string path = publish_next_version(*p.model, base, include_optimizer);
   std::cout << "Saved model to " << path << "\n";
   std::cout.flush();

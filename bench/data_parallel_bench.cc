@@ -1,0 +1,98 @@
+// Data-parallel training throughput: the same fit() on 1 or N ranks.
+//
+// A compute-bound MLP (input 1024, 4 x Dense(1024, relu), Dense(10); SGD),
+// synthetic data, global batch 1024 (Keras semantics: each of N ranks
+// computes 1024/N rows). Run under the launcher, which gives each rank its
+// share of the cores:
+//
+//   kiln launch --nproc_per_node 2 --threads_per_rank 1 -- \
+//       build/bench/data_parallel_bench [--steps 20] [--batch 1024] [--width 1024]
+//
+// The chief prints one line:
+//   data_parallel ranks=2 threads=1 ms_per_step=... samples_per_s=...
+//   allreduce_MBps=... (the gradient all-reduce alone, same bytes)
+// bench/data_parallel_bench.sh runs it at 1 and 2 ranks beside PyTorch DDP
+// (bench/ddp_peer.py, same model, batch, ranks and threads) and prints the
+// ratios; docs/PERFORMANCE.md has the figures.
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "kiln/core/random.h"
+#include "kiln/core/threads.h"
+#include "kiln/distribute/data_parallel.h"
+#include "kiln/layers/dense.h"
+#include "kiln/models/sequential.h"
+#include "kiln/training/callback.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Times each batch after the first (warm-up) batches.
+class StepTimer : public kiln::Callback {
+ public:
+  void on_train_batch_begin(int64_t batch, const kiln::Logs&) override { t0_ = Clock::now(); }
+  void on_train_batch_end(int64_t batch, const kiln::Logs&) override {
+    if (batch < 2) return;  // warm-up
+    total_ += std::chrono::duration<double>(Clock::now() - t0_).count();
+    ++n_;
+  }
+  double ms_per_step() const { return n_ ? 1e3 * total_ / n_ : 0; }
+
+ private:
+  Clock::time_point t0_;
+  double total_ = 0;
+  int n_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kiln::prepare_thread_environment(argv);
+  kiln::configure_threads();
+  int64_t steps = 20, batch = 1024, width = 1024;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--steps")) steps = std::atol(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--batch")) batch = std::atol(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--width")) width = std::atol(argv[i + 1]);
+  }
+  auto dp = std::make_shared<kiln::distribute::DataParallel>();
+  kiln::set_distribution(dp);
+  kiln::set_random_seed(1);
+  std::vector<kiln::LayerPtr> layers;
+  for (int i = 0; i < 4; ++i)
+    layers.push_back(std::make_shared<kiln::Dense>(kiln::DenseOptions{.units = width, .activation = "relu"}));
+  layers.push_back(std::make_shared<kiln::Dense>(kiln::DenseOptions{.units = 10}));
+  auto model = std::make_shared<kiln::Sequential>(layers, "mlp");
+  model->compile(kiln::CompileArgs::from_names("sgd", "sparse_categorical_crossentropy", {}));
+  at::Tensor x = at::randn({batch * steps, width});
+  at::Tensor y = at::randint(0, 10, {batch * steps}, at::kLong);
+  auto timer = std::make_shared<StepTimer>();
+  model->fit(
+      {.x = {x}, .y = {y}, .batch_size = batch, .epochs = 1, .verbose = 0, .callbacks = {timer}, .shuffle = false});
+
+  // The all-reduce alone, on as many float32 values as the model has.
+  int64_t params = 0;
+  for (auto& v : model->trainable_weights()) params += v->value().numel();
+  double mbps = 0;
+  if (dp->num_replicas() > 1) {
+    std::vector<at::Tensor> buf = {at::ones({params})};
+    dp->all_reduce_sum(buf);  // warm-up
+    const int reps = 5;
+    auto t0 = Clock::now();
+    for (int r = 0; r < reps; ++r) dp->all_reduce_sum(buf);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count() / reps;
+    mbps = params * 4.0 / s / 1e6;
+  }
+  if (dp->replica_id() == 0)
+    std::printf(
+        "data_parallel ranks=%d threads=%d ms_per_step=%.2f samples_per_s=%.0f params=%lld allreduce_MBps=%.0f\n",
+        dp->num_replicas(), kiln::num_threads(), timer->ms_per_step(), batch * 1e3 / timer->ms_per_step(),
+        static_cast<long long>(params), mbps);
+  return 0;
+}

@@ -1,0 +1,67 @@
+// Collectives between the ranks of a job, through LibTorch's c10d: the
+// rendezvous is a c10d::TCPStore served by rank 0 at MASTER_ADDR:MASTER_PORT,
+// the collectives a c10d::ProcessGroupGloo (CPU tensors). kiln writes no
+// collective or socket code of its own.
+//
+//   auto c = Collectives::connect(resolve_cluster(), {.timeout_seconds = 300});
+//   std::vector<at::Tensor> t = {grad};
+//   c->all_reduce_sum(t);
+//
+// Every rank calls the same collectives in the same order. A collective
+// that does not complete within the timeout (a rank died or hangs) throws
+// kiln::Error naming this rank, the collective and the cause, so no rank
+// waits forever.
+//
+// Thread safety: one thread issues collectives; the waits returned by
+// all_reduce_sum_async may be called from that thread only.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/distribute/cluster.h"
+
+namespace kiln::distribute {
+
+struct CollectiveOptions {
+  // Rendezvous and per-collective timeout; 0: $KILN_COLLECTIVE_TIMEOUT
+  // (seconds) if set, else 300.
+  double timeout_seconds = 0;
+};
+
+class Collectives {
+ public:
+  // Joins the group described by `cluster` (blocks until every rank has
+  // joined, or the timeout). Error names the master address on failure.
+  static std::shared_ptr<Collectives> connect(const ClusterSpec& cluster, const CollectiveOptions& o = {});
+  ~Collectives();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  double timeout_seconds() const { return timeout_s_; }
+
+  // Element-wise sums across ranks, in place. Tensors of any shape and of
+  // floating or integer dtypes; they travel as one flat buffer per dtype.
+  void all_reduce_sum(std::vector<at::Tensor>& tensors);
+  // One contiguous tensor, started now; the returned function waits.
+  std::function<void()> all_reduce_sum_async(at::Tensor flat);
+  // Rank `root`'s values into everyone's tensors, in place.
+  void broadcast(std::vector<at::Tensor>& tensors, int root = 0);
+  void barrier();
+
+ private:
+  struct Impl;
+  Collectives() = default;
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0, size_ = 1;
+  double timeout_s_ = 300;
+};
+
+// The timeout in force for `o` (see CollectiveOptions).
+double collective_timeout_seconds(const CollectiveOptions& o);
+
+}  // namespace kiln::distribute

@@ -1,0 +1,83 @@
+// DataParallel: Keras 3's data-parallel distribution, one process per
+// replica (rank). Set it before building the model; compile/fit/evaluate/
+// predict then run unchanged:
+//
+//   kiln::set_distribution(std::make_shared<kiln::distribute::DataParallel>());
+//   auto model = make_model();
+//   model->compile(...);
+//   model->fit({.x = {x}, .y = {y}, .batch_size = 256, .epochs = 5});
+//
+// Started under `kiln launch --nproc_per_node N` (or torchrun, a
+// PyTorchJob/TFJob, srun: see cluster.h) the N processes form one job:
+//   - the chief's (rank 0's) initial weights go to every rank when fit()
+//     starts and again after a BackupAndRestore restore;
+//   - `batch_size` is the global batch: every global batch is split by rows
+//     across the ranks (rank r gets its r-th share, sizes differing by at
+//     most one), so every rank runs the same number of steps and the
+//     result matches one process with the same batch (a final batch with
+//     fewer rows than ranks is dropped);
+//   - gradients are averaged (weighted by each rank's rows) with a bucketed
+//     all-reduce started from the backward pass as soon as a bucket's
+//     gradients are ready, overlapping communication with computation;
+//   - metrics and the loss are reduced exactly (their sums and counts), and
+//     validation is sharded and reduced the same way;
+//   - only the chief prints progress and writes files (model directories,
+//     ModelCheckpoint, BackupAndRestore, TensorBoard, CSVLogger).
+// Without a cluster in the environment it is one replica and fit() is
+// bit-identical to running with no distribution.
+//
+// Thread safety: as fit(): one training thread.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/core/json.h"
+#include "kiln/core/variable.h"
+#include "kiln/distribute/cluster.h"
+#include "kiln/distribute/collectives.h"
+
+namespace kiln::distribute {
+
+struct DataParallelOptions {
+  // "cpu" (one CPU device per rank) is all this build supports; empty: the
+  // default device.
+  std::vector<std::string> devices;
+  double bucket_cap_mb = 25;           // gradient all-reduce bucket size
+  bool compress_bf16 = false;          // all-reduce gradients as bfloat16 (halves the bytes)
+  double timeout_seconds = 0;          // collectives; 0: $KILN_COLLECTIVE_TIMEOUT or 300
+  std::optional<ClusterSpec> cluster;  // default: resolve_cluster()
+};
+
+class DataParallel : public Distribution {
+ public:
+  explicit DataParallel(DataParallelOptions o = {});
+
+  TensorLayout layout_for(const std::string& path, const Shape& shape) const override { return {}; }
+  int num_replicas() const override { return cluster_.world_size; }
+  int replica_id() const override { return cluster_.rank; }
+  void all_reduce_sum(std::vector<at::Tensor>& tensors) const override;
+  std::function<void()> all_reduce_sum_async(std::vector<at::Tensor>& tensors) const override;
+  void broadcast(std::vector<at::Tensor>& tensors, int root = 0) const override;
+  GradientSync gradient_sync() const override;
+
+  const ClusterSpec& cluster() const { return cluster_; }
+  const DataParallelOptions& options() const { return o_; }
+  // Null for one replica.
+  Collectives* collectives() const { return coll_.get(); }
+
+ private:
+  DataParallelOptions o_;
+  ClusterSpec cluster_;
+  std::shared_ptr<Collectives> coll_;
+};
+
+// The distribution a job gets from its spec's "distribution" object
+// ({"type": "data_parallel", "bucket_cap_mb": 25, "compress_bf16": false,
+// "timeout_seconds": 300}), or, without one, DataParallel when the
+// environment describes a job of several ranks; null otherwise.
+std::shared_ptr<Distribution> distribution_from_config(const Json& cfg);
+
+}  // namespace kiln::distribute
