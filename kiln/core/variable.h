@@ -103,6 +103,11 @@ class Distribution {
     bool compress_bf16 = false;       // all-reduce gradients as bfloat16
   };
   virtual GradientSync gradient_sync() const { return {}; }
+  // How fit()/evaluate() shard the input across replicas: true (Keras's
+  // auto-shard): every replica reads the same global batches and keeps its
+  // share of each; false: the input is already per replica (for example
+  // ds.shard(num_replicas(), replica_id())) and is used as it comes.
+  virtual bool split_batches() const { return true; }
 };
 
 void set_distribution(std::shared_ptr<Distribution> d);

@@ -14,6 +14,8 @@ DataParallel::DataParallel(DataParallelOptions o) : o_(std::move(o)) {
   if (!(o_.bucket_cap_mb > 0))
     throw ValueError("DataParallel: `bucket_cap_mb` must be > 0. Received: bucket_cap_mb=" +
                      std::to_string(o_.bucket_cap_mb));
+  if (o_.auto_shard != "data" && o_.auto_shard != "off")
+    throw ValueError("DataParallel: `auto_shard` must be \"data\" or \"off\". Received: auto_shard=" + o_.auto_shard);
   if (o_.timeout_seconds < 0)
     throw ValueError("DataParallel: `timeout_seconds` must be >= 0 (0: the default). Received: " +
                      std::to_string(o_.timeout_seconds));
@@ -50,7 +52,8 @@ std::shared_ptr<Distribution> distribution_from_config(const Json& cfg) {
     return nullptr;
   }
   if (!cfg.is_object()) throw ValueError("spec: `distribution` must be an object like {\"type\": \"data_parallel\"}");
-  check_config_keys(cfg, {"type", "bucket_cap_mb", "compress_bf16", "timeout_seconds", "devices"}, "distribution");
+  check_config_keys(cfg, {"type", "bucket_cap_mb", "compress_bf16", "auto_shard", "timeout_seconds", "devices"},
+                    "distribution");
   const std::string type = get_or<std::string>(cfg, "type", "");
   if (type == "none") return nullptr;
   if (type != "data_parallel")
@@ -60,6 +63,7 @@ std::shared_ptr<Distribution> distribution_from_config(const Json& cfg) {
   o.bucket_cap_mb = get_or<double>(cfg, "bucket_cap_mb", 25.0);
   o.compress_bf16 = get_or<bool>(cfg, "compress_bf16", false);
   o.timeout_seconds = get_or<double>(cfg, "timeout_seconds", 0.0);
+  o.auto_shard = get_or<std::string>(cfg, "auto_shard", "data");
   o.devices = get_or<std::vector<std::string>>(cfg, "devices", {});
   return std::make_shared<DataParallel>(o);
 }

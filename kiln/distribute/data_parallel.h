@@ -45,8 +45,13 @@ struct DataParallelOptions {
   // "cpu" (one CPU device per rank) is all this build supports; empty: the
   // default device.
   std::vector<std::string> devices;
-  double bucket_cap_mb = 25;           // gradient all-reduce bucket size
-  bool compress_bf16 = false;          // all-reduce gradients as bfloat16 (halves the bytes)
+  double bucket_cap_mb = 25;   // gradient all-reduce bucket size
+  bool compress_bf16 = false;  // all-reduce gradients as bfloat16 (halves the bytes)
+  // "data" (Keras's auto-shard): every rank reads the same global batches
+  // and keeps its share of each. "off": the input is already per rank (e.g.
+  // ds.shard(num_replicas(), replica_id()).batch(B / N)); the ranks stop
+  // together at the shortest rank's end.
+  std::string auto_shard = "data";
   double timeout_seconds = 0;          // collectives; 0: $KILN_COLLECTIVE_TIMEOUT or 300
   std::optional<ClusterSpec> cluster;  // default: resolve_cluster()
 };
@@ -62,6 +67,7 @@ class DataParallel : public Distribution {
   std::function<void()> all_reduce_sum_async(std::vector<at::Tensor>& tensors) const override;
   void broadcast(std::vector<at::Tensor>& tensors, int root = 0) const override;
   GradientSync gradient_sync() const override;
+  bool split_batches() const override { return o_.auto_shard != "off"; }
 
   const ClusterSpec& cluster() const { return cluster_; }
   const DataParallelOptions& options() const { return o_; }
@@ -76,7 +82,7 @@ class DataParallel : public Distribution {
 
 // The distribution a job gets from its spec's "distribution" object
 // ({"type": "data_parallel", "bucket_cap_mb": 25, "compress_bf16": false,
-// "timeout_seconds": 300}), or, without one, DataParallel when the
+// "auto_shard": "data", "timeout_seconds": 300}), or, without one, DataParallel when the
 // environment describes a job of several ranks; null otherwise.
 std::shared_ptr<Distribution> distribution_from_config(const Json& cfg);
 

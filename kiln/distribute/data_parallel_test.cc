@@ -350,5 +350,35 @@ TEST_F(MultiProcess, TwoRanksMatchOneProcessWithTheSameGlobalBatch) {
   EXPECT_NEAR(metric_in(single.output, "val_accuracy"), metric_in(outs[0], "val_accuracy"), 0.0041);
 }
 
+// Two more ways to train data-parallel, each against one process:
+//   - gradient accumulation (the optimizer's gradient_accumulation_steps):
+//     the accumulating steps are not synchronized, the applying step sums
+//     every rank's accumulators;
+//   - auto_shard "off": each rank uses its input as it comes (here the
+//     whole data on both ranks), so 2 ranks on identical batches take the
+//     steps one process takes.
+TEST_F(MultiProcess, GradientAccumulationAndUnsplitInputMatchOneProcess) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+  Json accumulate = {
+      {"compile", Json::parse(R"({"optimizer": {"class_name": "Adam", "config": {"gradient_accumulation_steps": 3}},
+                          "loss": {"class_name": "SparseCategoricalCrossentropy", "config": {"from_logits": true}},
+                          "metrics": ["accuracy"]})")}};
+  for (const Json& extra : {accumulate, Json{{"distribution", {{"type", "data_parallel"}, {"auto_shard", "off"}}}}}) {
+    SCOPED_TRACE(extra.dump());
+    TempDir out;
+    const std::string one = out.path() + "/one", two = out.path() + "/two";
+    auto single = run_command(cli_path() + " --threads 1 train " + spec("one.json", 2, one, extra));
+    ASSERT_EQ(single.exit_code, 0) << single.output;
+    auto outs = run_ranks(2, spec("two.json", 2, two, extra));
+    auto a = weights_of(one + "/1"), b = weights_of(two + "/1");
+    ASSERT_EQ(a.size(), b.size()) << outs[0];
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double diff = (a[i].second - b[i].second).abs().max().item<double>();
+      EXPECT_LT(diff, 1e-4) << a[i].first;
+    }
+    EXPECT_NEAR(metric_in(single.output, "test_accuracy"), metric_in(outs[0], "test_accuracy"), 0.0021) << outs[0];
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -210,10 +210,14 @@ namespace {
 
 class ShardIterator : public EpochIterator {
  public:
-  ShardIterator(std::unique_ptr<EpochIterator> inner, int num, int index)
-      : inner_(std::move(inner)), num_(num), index_(index) {}
+  ShardIterator(std::unique_ptr<EpochIterator> inner, std::shared_ptr<Distribution> dist)
+      : inner_(std::move(inner)), dist_(std::move(dist)), num_(dist_->num_replicas()), index_(dist_->replica_id()) {}
 
-  std::optional<Batch> next() override {
+  std::optional<Batch> next() override { return dist_->split_batches() ? next_split() : next_agreed(); }
+  void skip(int64_t n) override { inner_->skip(n); }
+
+ private:
+  std::optional<Batch> next_split() {
     for (;;) {
       auto b = inner_->next();
       if (!b) return std::nullopt;
@@ -230,33 +234,45 @@ class ShardIterator : public EpochIterator {
       return out;
     }
   }
-  void skip(int64_t n) override { inner_->skip(n); }
 
- private:
+  // Every replica says whether it has a batch and how many rows; all stop
+  // when one has none.
+  std::optional<Batch> next_agreed() {
+    auto b = inner_->next();
+    const int64_t n = b && !b->x.empty() ? rows(b->x[0]) : 0;
+    std::vector<at::Tensor> t = {at::tensor({b ? int64_t{0} : int64_t{1}, n}, at::kLong)};
+    dist_->all_reduce_sum(t);
+    if (t[0][0].item<int64_t>() > 0) return std::nullopt;
+    b->global_rows = t[0][1].item<int64_t>();
+    return b;
+  }
+
   std::unique_ptr<EpochIterator> inner_;
+  std::shared_ptr<Distribution> dist_;
   int num_, index_;
 };
 
 class ShardAdapter : public DataAdapter {
  public:
-  ShardAdapter(std::unique_ptr<DataAdapter> inner, int num, int index)
-      : inner_(std::move(inner)), num_(num), index_(index) {}
+  ShardAdapter(std::unique_ptr<DataAdapter> inner, std::shared_ptr<Distribution> dist)
+      : inner_(std::move(inner)), dist_(std::move(dist)) {}
   int64_t num_batches() const override { return inner_->num_batches(); }
   std::unique_ptr<EpochIterator> begin_epoch(int epoch) override {
-    return std::make_unique<ShardIterator>(inner_->begin_epoch(epoch), num_, index_);
+    return std::make_unique<ShardIterator>(inner_->begin_epoch(epoch), dist_);
   }
   Tensors sample_inputs() const override { return inner_->sample_inputs(); }
 
  private:
   std::unique_ptr<DataAdapter> inner_;
-  int num_, index_;
+  std::shared_ptr<Distribution> dist_;
 };
 
 }  // namespace
 
-std::unique_ptr<DataAdapter> shard_batches(std::unique_ptr<DataAdapter> inner, int num, int index) {
-  if (num <= 1) return inner;
-  return std::make_unique<ShardAdapter>(std::move(inner), num, index);
+std::unique_ptr<DataAdapter> shard_batches(std::unique_ptr<DataAdapter> inner) {
+  auto dist = distribution();
+  if (!dist || dist->num_replicas() <= 1) return inner;
+  return std::make_unique<ShardAdapter>(std::move(inner), std::move(dist));
 }
 
 }  // namespace kiln

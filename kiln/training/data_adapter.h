@@ -61,11 +61,15 @@ std::unique_ptr<DataAdapter> make_dataset_adapter(const Dataset& ds, size_t num_
 // not in the map.
 at::Tensor class_weights_for(const at::Tensor& y, const std::map<int64_t, double>& class_weight);
 
-// Data parallel: replica `index` of `num` sees its share of every batch of
-// `inner` (rows split as evenly as possible, in order: replica r's rows
-// follow replica r-1's), so all replicas run the same number of steps; a
-// batch with fewer rows than replicas is dropped. num == 1 returns inner.
-std::unique_ptr<DataAdapter> shard_batches(std::unique_ptr<DataAdapter> inner, int num, int index);
+// Data parallel under the active distribution (identity without one, or
+// with one replica). Splitting (Distribution::split_batches): each replica
+// sees its share of every batch of `inner` (rows split as evenly as
+// possible, in order: replica r's rows follow replica r-1's), so all
+// replicas run the same number of steps; a batch with fewer rows than
+// replicas is dropped. Not splitting: each replica's batches are its own,
+// and the replicas agree at every batch to stop at the shortest one's end
+// (a collective per batch), so uneven inputs never deadlock.
+std::unique_ptr<DataAdapter> shard_batches(std::unique_ptr<DataAdapter> inner);
 
 // Rows [begin, end) of each tensor.
 Tensors slice_rows(const Tensors& ts, int64_t begin, int64_t end);

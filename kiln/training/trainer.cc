@@ -97,6 +97,17 @@ void broadcast_rng_states(Distribution& d) {
   set_torch_rng_state(t[1]);
 }
 
+// Data parallel: every replica runs the fewest steps any replica can (their
+// inputs may differ in length when not split from one global batch); -1
+// (unknown) on any replica leaves it to the data, agreed batch by batch.
+int64_t agree_on_steps(Distribution& d, int64_t steps) {
+  std::vector<at::Tensor> all = {at::zeros({d.num_replicas()}, at::kLong)};
+  all[0][d.replica_id()] = steps;
+  d.all_reduce_sum(all);
+  const int64_t lowest = all[0].min().item<int64_t>();
+  return lowest < 0 ? -1 : lowest;
+}
+
 // Data parallel: rank 0's weights to every replica.
 void broadcast_weights(Model& model, Distribution& d) {
   std::vector<at::Tensor> values;
@@ -197,8 +208,8 @@ History Model::fit(const FitArgs& a) {
   auto dist = distribution();
   const int replicas = dist ? dist->num_replicas() : 1;
   if (replicas > 1) {
-    train = shard_batches(std::move(train), replicas, dist->replica_id());
-    if (val) val = shard_batches(std::move(val), replicas, dist->replica_id());
+    train = shard_batches(std::move(train));
+    if (val) val = shard_batches(std::move(val));
     broadcast_rng_states(*dist);
   }
   const int64_t card = train->num_batches();
@@ -206,6 +217,7 @@ History Model::fit(const FitArgs& a) {
     throw ValueError("fit: the dataset is infinite; pass steps_per_epoch to say how many batches make an epoch");
   int64_t steps = a.steps_per_epoch > 0 ? a.steps_per_epoch : (card >= 0 ? card : -1);
   if (a.steps_per_epoch > 0 && card >= 0) steps = std::min(steps, card);
+  if (replicas > 1) steps = agree_on_steps(*dist, steps);
 
   // --- callbacks ---
   const int verbose = resolve_verbose(a.verbose);
@@ -329,8 +341,7 @@ std::map<std::string, double> Model::evaluate(const EvaluateArgs& a) {
   TrainState& ts = train_state();
   ts.loss();
   // Data parallel: each replica evaluates its share of every batch.
-  auto data = shard_batches(eval_adapter(*this, a.x, a.y, a.sample_weight, a.dataset, a.batch_size), num_replicas(),
-                            replica_id());
+  auto data = shard_batches(eval_adapter(*this, a.x, a.y, a.sample_weight, a.dataset, a.batch_size));
   int64_t card = data->num_batches();
   if (card == kInfiniteCardinality && a.steps <= 0) throw ValueError("evaluate: the dataset is infinite; pass `steps`");
   int64_t steps = a.steps > 0 ? (card >= 0 ? std::min(a.steps, card) : a.steps) : (card >= 0 ? card : -1);
