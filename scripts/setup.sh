@@ -21,6 +21,8 @@ PACKAGES=(
   # peers for golden data and benchmarks
   python3 python3-torch python3-numpy python3-optuna
   python3-flask gunicorn wrk nginx curl
+  # multi-host tests: network namespaces and veth pairs
+  iproute2
 )
 
 missing=()

@@ -380,5 +380,230 @@ TEST_F(MultiProcess, GradientAccumulationAndUnsplitInputMatchOneProcess) {
   }
 }
 
+// --- jobs started by `kiln launch`: kills, hangs, restarts, two hosts -------------------
+
+bool has_checkpoint(const std::string& backup_dir) {
+  if (!is_directory(backup_dir)) return false;
+  for (auto& name : list_directory(backup_dir))
+    if (!name.empty() && name[0] != '.') return true;
+  return false;
+}
+
+// The pid of the live process whose environment holds `token` and RANK=rank
+// (the launcher passes its environment on to the ranks); -1 if none.
+pid_t find_rank(const std::string& token, int rank) {
+  for (auto& name : list_directory("/proc")) {
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f("/proc/" + name + "/environ", std::ios::binary);
+    std::string env((std::istreambuf_iterator<char>(f)), {});
+    bool has_token = false, has_rank = false;
+    size_t pos = 0;
+    while (pos < env.size()) {
+      size_t end = env.find('\0', pos);
+      if (end == std::string::npos) end = env.size();
+      const std::string kv = env.substr(pos, end - pos);
+      if (kv == "KILN_TEST_TOKEN=" + token) has_token = true;
+      if (kv == "RANK=" + std::to_string(rank)) has_rank = true;
+      pos = end + 1;
+    }
+    // The launcher itself has the token but no RANK.
+    if (has_token && has_rank) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+bool any_left(const std::string& token) { return find_rank(token, 0) > 0 || find_rank(token, 1) > 0; }
+
+class LaunchedJob : public MultiProcess {
+ protected:
+  // A spec slow enough to kill in the middle: 4 epochs of 36 steps, a
+  // backup every 3 batches.
+  std::string backup_spec(const std::string& name, const std::string& base, const std::string& backup) {
+    Json extra;
+    extra["callbacks"] =
+        Json::array({{{"class_name", "BackupAndRestore"}, {"config", {{"backup_dir", backup}, {"save_freq", 3}}}}});
+    extra["data"] = Json::parse(
+        R"({"source": "fashion_mnist", "scale": "1/255", "flatten": true, "limit": 6144, "test_limit": 500})");
+    return spec(name, 4, base, extra);
+  }
+  // Starts `kiln launch ARGS -- kiln train SPEC` in the background.
+  pid_t launch(const std::vector<std::string>& flags, const std::string& spec_path, const std::string& log_path,
+               const std::map<std::string, std::string>& env = {}) {
+    std::vector<std::string> args = {"launch"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    for (const char* a : {"--", "kiln", "train"}) args.push_back(a);
+    args.push_back(spec_path);
+    return spawn(args, env, log_path);
+  }
+};
+
+TEST_F(LaunchedJob, KilledRankRestartsAndEndsBitIdenticalToAnUninterruptedRun) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+  const std::string ref = dir_.path() + "/ref", out = dir_.path() + "/out";
+  pid_t p = launch({"--nproc_per_node", "2", "--threads_per_rank", "1", "--master_port", std::to_string(free_port())},
+                   backup_spec("ref.json", ref, dir_.path() + "/ref_backup"), dir_.path() + "/ref.log");
+  ASSERT_EQ(wait_bounded(p, 300), 0) << slurp(dir_.path() + "/ref.log");
+
+  const std::string token = "kill" + std::to_string(::getpid());
+  const std::string backup = dir_.path() + "/backup", log_path = dir_.path() + "/killed.log";
+  p = launch({"--nproc_per_node", "2", "--threads_per_rank", "1", "--max_restarts", "1", "--master_port",
+              std::to_string(free_port())},
+             backup_spec("killed.json", out, backup), log_path, {{"KILN_TEST_TOKEN", token}});
+  // SIGKILL rank 1 once the first backup is there (a few batches in).
+  bool killed = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!killed && std::chrono::steady_clock::now() < deadline) {
+    if (has_checkpoint(backup)) {
+      pid_t r1 = find_rank(token, 1);
+      if (r1 > 0) killed = ::kill(r1, SIGKILL) == 0;
+    }
+    if (!killed) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling the backup dir
+  }
+  ASSERT_TRUE(killed) << slurp(log_path);
+  const int code = wait_bounded(p, 300);
+  const std::string log = slurp(log_path);
+  ASSERT_EQ(code, 0) << log;
+  EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("killed by signal 9"), std::string::npos) << log;
+  EXPECT_NE(log.find("restarting all ranks (restart 1 of 1)"), std::string::npos) << log;
+  auto a = weights_of(ref + "/1"), b = weights_of(out + "/1");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
+  EXPECT_FALSE(any_left(token));
+}
+
+TEST_F(LaunchedJob, WithoutRestartsEveryRankEndsWithTheCause) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+  // A rank killed: the launcher names it and stops the other.
+  {
+    const std::string token = "dead" + std::to_string(::getpid()), backup = dir_.path() + "/b1";
+    const std::string log_path = dir_.path() + "/dead.log";
+    pid_t p = launch({"--nproc_per_node", "2", "--threads_per_rank", "1", "--master_port", std::to_string(free_port())},
+                     backup_spec("dead.json", dir_.path() + "/o1", backup), log_path, {{"KILN_TEST_TOKEN", token}});
+    pid_t r1 = -1;
+    for (int i = 0; i < 24000 && r1 < 0; ++i) {
+      if (has_checkpoint(backup)) r1 = find_rank(token, 1);
+      if (r1 < 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_GT(r1, 0) << slurp(log_path);
+    ::kill(r1, SIGKILL);
+    EXPECT_EQ(wait_bounded(p, 60), 137) << slurp(log_path);
+    const std::string log = slurp(log_path);
+    EXPECT_NE(log.find("kiln launch: rank 1 (pid " + std::to_string(r1) + ") was killed by signal 9"),
+              std::string::npos)
+        << log;
+    EXPECT_FALSE(any_left(token));
+    EXPECT_FALSE(path_exists(dir_.path() + "/o1/1"));
+  }
+  // A rank that hangs (SIGSTOP): rank 0's collective times out with one
+  // line naming it, and the launcher ends the stopped rank.
+  {
+    const std::string token = "hang" + std::to_string(::getpid()), backup = dir_.path() + "/b2";
+    const std::string log_path = dir_.path() + "/hang.log";
+    pid_t p = launch({"--nproc_per_node", "2", "--threads_per_rank", "1", "--grace_seconds", "1", "--master_port",
+                      std::to_string(free_port())},
+                     backup_spec("hang.json", dir_.path() + "/o2", backup), log_path,
+                     {{"KILN_TEST_TOKEN", token}, {"KILN_COLLECTIVE_TIMEOUT", "3"}});
+    pid_t r1 = -1;
+    for (int i = 0; i < 24000 && r1 < 0; ++i) {
+      if (has_checkpoint(backup)) r1 = find_rank(token, 1);
+      if (r1 < 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_GT(r1, 0) << slurp(log_path);
+    ::kill(r1, SIGSTOP);
+    const int code = wait_bounded(p, 90);
+    const std::string log = slurp(log_path);
+    EXPECT_NE(code, 0) << log;
+    EXPECT_NE(code, -1) << "the launcher did not end the job: " << log;
+    EXPECT_NE(log.find("[rank0] kiln: error: rank 0:"), std::string::npos) << log;
+    EXPECT_NE(log.find("collective timeout 3 s"), std::string::npos) << log;
+    EXPECT_NE(log.find("kiln launch: rank 0"), std::string::npos) << log;
+    EXPECT_FALSE(any_left(token));
+  }
+}
+
+// Two "hosts": network namespaces joined by a veth pair, one rank each,
+// `kiln launch --nnodes 2` in both. The job must give the very weights the
+// same two ranks give on one host.
+class TwoHosts : public LaunchedJob {
+ protected:
+  std::string a_, b_;
+  bool made_ = false;
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "not root: cannot create network namespaces";
+    const std::string id = std::to_string(::getpid() % 100000);
+    a_ = "kiln-t" + id + "a";
+    b_ = "kiln-t" + id + "b";
+    const std::string va = "kv" + id + "a", vb = "kv" + id + "b";
+    auto r =
+        run_command("ip netns add " + a_ + " && ip netns add " + b_ + " && ip link add " + va +
+                    " type veth peer name " + vb + " && ip link set " + va + " netns " + a_ + " && ip link set " + vb +
+                    " netns " + b_ + " && ip -n " + a_ + " addr add 10.231.0.1/24 dev " + va + " && ip -n " + b_ +
+                    " addr add 10.231.0.2/24 dev " + vb + " && ip -n " + a_ + " link set " + va + " up && ip -n " + b_ +
+                    " link set " + vb + " up && ip -n " + a_ + " link set lo up && ip -n " + b_ + " link set lo up");
+    made_ = true;
+    if (r.exit_code != 0) GTEST_SKIP() << "cannot create network namespaces here: " << r.output;
+  }
+  void TearDown() override {
+    if (made_) run_command("ip netns del " + a_ + " 2>/dev/null; ip netns del " + b_ + " 2>/dev/null");
+  }
+};
+
+TEST_F(TwoHosts, TrainsAsOneJobAndMatchesTheSingleHostRun) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+  const std::string local = dir_.path() + "/local", multi = dir_.path() + "/multi";
+  run_ranks(2, spec("local.json", 2, local));
+  const std::string s = spec("multi.json", 2, multi);
+  const std::string port = std::to_string(20000 + ::getpid() % 20000);
+  std::vector<pid_t> pids;
+  for (int node = 0; node < 2; ++node) {
+    const std::vector<std::string> args = {"netns",
+                                           "exec",
+                                           node == 0 ? a_ : b_,
+                                           cli_path(),
+                                           "launch",
+                                           "--nnodes",
+                                           "2",
+                                           "--node_rank",
+                                           std::to_string(node),
+                                           "--nproc_per_node",
+                                           "1",
+                                           "--threads_per_rank",
+                                           "1",
+                                           "--master_addr",
+                                           "10.231.0.1",
+                                           "--master_port",
+                                           port,
+                                           "--",
+                                           "kiln",
+                                           "train",
+                                           s};
+    std::vector<char*> argv;
+    std::vector<std::string> copy = args;
+    std::string ip = "/usr/sbin/ip";
+    if (!path_exists(ip)) ip = "/sbin/ip";
+    argv.push_back(ip.data());
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    const std::string log_path = dir_.path() + "/node" + std::to_string(node) + ".log";
+    posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid = -1;
+    ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    pids.push_back(pid);
+  }
+  for (int node = 0; node < 2; ++node)
+    EXPECT_EQ(wait_bounded(pids[node], 240), 0) << slurp(dir_.path() + "/node" + std::to_string(node) + ".log");
+  const std::string chief_log = slurp(dir_.path() + "/node0.log");
+  EXPECT_NE(chief_log.find("[rank0] Saved model to"), std::string::npos) << chief_log;
+  EXPECT_EQ(slurp(dir_.path() + "/node1.log").find("Saved model"), std::string::npos);
+  auto a = weights_of(local + "/1"), b = weights_of(multi + "/1");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
+}
+
 }  // namespace
 }  // namespace kiln
