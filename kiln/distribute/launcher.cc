@@ -390,6 +390,14 @@ class Round {
  public:
   Round(const LaunchOptions& o, const Prepared& p, int restart, SignalScope& signals)
       : o_(o), p_(p), restart_(restart), signals_(signals) {}
+  // Only reached with ranks alive when an exception ends the round early.
+  ~Round() {
+    kill_all(SIGKILL);
+    for (auto& r : ranks_)
+      if (r.alive) waitpid(r.pid, nullptr, 0);
+  }
+  Round(const Round&) = delete;
+  Round& operator=(const Round&) = delete;
 
   Outcome run() {
     ranks_.resize(o_.nproc_per_node);
