@@ -17,6 +17,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kiln/core/error.h"
@@ -284,22 +285,46 @@ TEST_F(Launcher, RejectsBadOptionsNamingTheValueAndRange) {
 }
 
 TEST_F(Launcher, RestoresTheSignalHandlers) {
-  struct sigaction before {
-  }, after{};
   struct sigaction mine {};
   mine.sa_handler = [](int) {};
   sigemptyset(&mine.sa_mask);
   struct sigaction saved {};
   ASSERT_EQ(sigaction(SIGHUP, &mine, &saved), 0);
-  sigaction(SIGHUP, nullptr, &before);
+  struct sigaction before[4], after[4];
+  const int sigs[4] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+  for (int i = 0; i < 4; ++i) sigaction(sigs[i], nullptr, &before[i]);
   LaunchOptions o;
+  o.nproc_per_node = 2;
   EXPECT_EQ(run(o, "true").status, 0);
-  sigaction(SIGHUP, nullptr, &after);
-  EXPECT_EQ(after.sa_handler, before.sa_handler);
+  for (int i = 0; i < 4; ++i) {
+    sigaction(sigs[i], nullptr, &after[i]);
+    EXPECT_EQ(after[i].sa_handler, before[i].sa_handler) << sigs[i];
+  }
+  EXPECT_EQ(after[2].sa_handler, mine.sa_handler);
   sigaction(SIGHUP, &saved, nullptr);
-  struct sigaction chld {};
-  sigaction(SIGCHLD, nullptr, &chld);
-  EXPECT_EQ(chld.sa_handler, SIG_DFL);
+}
+
+TEST_F(Launcher, RejectsASecondLaunchWhileOneRuns) {
+  // The first launch's rank holds until the FIFO opens; the second call
+  // comes while it runs.
+  ASSERT_EQ(mkfifo(path("go").c_str(), 0600), 0);
+  LaunchOptions first;
+  first.command = {"sh", "-c", "read x < " + path("go")};
+  first.out_fd = first.err_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  int status = -1;
+  std::thread t([&] { status = launch(first); });
+  // Opening the FIFO for writing returns once the rank opened it to read:
+  // the first launch() is running by then.
+  int fd = open(path("go").c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  LaunchOptions second;
+  second.command = {"true"};
+  expect_error<StateError>([&] { launch(second); }, {"already running"});
+  EXPECT_EQ(write(fd, "x\n", 2), 2);
+  close(fd);
+  t.join();
+  close(first.out_fd);
+  EXPECT_EQ(status, 0);
 }
 
 // --- through the CLI ----------------------------------------------------------------------------
