@@ -147,6 +147,14 @@ TEST_F(Launcher, PassesWholeLinesAndAFinalPartialLine) {
   EXPECT_EQ(r.out.back(), '\n');
 }
 
+TEST_F(Launcher, CutsOverlongLines) {
+  LaunchOptions o;
+  LaunchResult r = run(o, "head -c 70000 /dev/zero | tr '\\0' x; echo; echo end");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(with_prefix(r.out, "[rank0] "),
+            (std::vector<std::string>{std::string(65536, 'x'), std::string(70000 - 65536, 'x'), "end"}));
+}
+
 TEST_F(Launcher, FailingRankStopsTheOthers) {
   LaunchOptions o;
   o.nproc_per_node = 2;
@@ -456,19 +464,25 @@ class CliProcess {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-TEST_F(Launcher, CliForwardsSigtermToEveryRank) {
-  CliProcess p({cli_path(), "launch", "--nproc_per_node", "2", "--", "sh", "-c",
-                "trap 'echo got TERM; exit 0' TERM; echo ready; sleep 1000 & wait"});
-  ASSERT_GT(p.pid(), 0);
-  ASSERT_TRUE(
-      p.read_until([](const std::string& s) { return has(s, "[rank0] ready\n") && has(s, "[rank1] ready\n"); }, 120))
-      << p.output();
-  ASSERT_EQ(kill(p.pid(), SIGTERM), 0);
-  const int status = p.wait(60);
-  EXPECT_EQ(status, 128 + SIGTERM) << p.output();
-  EXPECT_TRUE(has(p.output(), "[rank0] got TERM\n")) << p.output();
-  EXPECT_TRUE(has(p.output(), "[rank1] got TERM\n")) << p.output();
-  EXPECT_TRUE(has(p.output(), "kiln launch: got SIGTERM; passing it to every rank\n")) << p.output();
+TEST_F(Launcher, CliForwardsSignalsToEveryRank) {
+  // SIGINT also checks that a rank's leftovers go with it: the background
+  // `sleep` of a non-interactive shell ignores SIGINT, so only the group's
+  // SIGKILL after its shell exited ends it (else the pipe never closes).
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    const std::string name = sig == SIGTERM ? "TERM" : sig == SIGINT ? "INT" : "HUP";
+    CliProcess p({cli_path(), "launch", "--nproc_per_node", "2", "--", "sh", "-c",
+                  "trap 'echo got " + name + "; exit 0' " + name + "; echo ready; sleep 1000 & wait"});
+    ASSERT_GT(p.pid(), 0);
+    ASSERT_TRUE(
+        p.read_until([](const std::string& s) { return has(s, "[rank0] ready\n") && has(s, "[rank1] ready\n"); }, 120))
+        << p.output();
+    ASSERT_EQ(kill(p.pid(), sig), 0);
+    const int status = p.wait(60);
+    EXPECT_EQ(status, 128 + sig) << name << ": " << p.output();
+    EXPECT_TRUE(has(p.output(), "[rank0] got " + name + "\n")) << p.output();
+    EXPECT_TRUE(has(p.output(), "[rank1] got " + name + "\n")) << p.output();
+    EXPECT_TRUE(has(p.output(), "kiln launch: got SIG" + name + "; passing it to every rank\n")) << p.output();
+  }
 }
 
 }  // namespace
