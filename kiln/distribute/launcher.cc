@@ -187,14 +187,14 @@ class LineForwarder {
     std::string out;
     size_t start = 0;
     for (;;) {
-      size_t nl = pending_.find('\n', start);
-      if (nl == std::string::npos) {
-        if (pending_.size() - start < kMaxLine) break;
-        nl = start + kMaxLine;  // an over-long line: cut it
+      const size_t nl = pending_.find('\n', start);
+      if (nl == std::string::npos || nl - start > kMaxLine) {
+        if (pending_.size() - start < kMaxLine) break;  // wait for the rest of the line
+        // An over-long line: pass on a piece (whatever the reads' sizes).
         out += prefix_;
         out.append(pending_, start, kMaxLine);
         out += '\n';
-        start = nl;
+        start += kMaxLine;
         continue;
       }
       out += prefix_;
