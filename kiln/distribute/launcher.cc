@@ -25,6 +25,9 @@
 extern char** environ;
 
 namespace kiln::distribute {
+// Named, so that the unity build (several .cc files of this folder in one
+// translation unit) never mixes these helpers with another file's.
+namespace launcher_internal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -42,7 +45,6 @@ constexpr auto kDrainAfterExit = std::chrono::seconds(2);
 
 // Signals the launcher handles while launch() runs: the forwarded ones and
 // SIGCHLD.
-constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP};
 constexpr int kHandled[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
 
 // The self-pipe's write end; the handler writes the signal's number to it,
@@ -560,8 +562,10 @@ void check_range(const char* name, long long value, long long lo, long long hi, 
 }
 
 }  // namespace
+}  // namespace launcher_internal
 
 void validate(const LaunchOptions& o) {
+  using namespace launcher_internal;
   check_range("nproc_per_node", o.nproc_per_node, 1, kMaxNprocPerNode, " (ranks on this host)");
   check_range("nnodes", o.nnodes, 1, kMaxNnodes, " (hosts)");
   check_range("node_rank", o.node_rank, 0, o.nnodes - 1, " (this host's index, below --nnodes)");
@@ -607,6 +611,7 @@ int threads_per_rank(const LaunchOptions& o) {
 }
 
 int launch(const LaunchOptions& o) {
+  using namespace launcher_internal;
   validate(o);
   bool expected = false;
   if (!g_running.compare_exchange_strong(expected, true))

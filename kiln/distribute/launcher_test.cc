@@ -27,7 +27,9 @@
 
 extern char** environ;
 
-namespace kiln::distribute {
+// Named, so that the unity build (this folder's tests in one translation
+// unit) never mixes these helpers with another test file's.
+namespace kiln::distribute::launcher_test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -490,4 +492,4 @@ TEST_F(Launcher, CliForwardsSignalsToEveryRank) {
 }
 
 }  // namespace
-}  // namespace kiln::distribute
+}  // namespace kiln::distribute::launcher_test
