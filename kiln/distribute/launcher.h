@@ -2,6 +2,11 @@
 //
 //   kiln launch --nproc_per_node 2 -- kiln train spec.json
 //
+//   kiln::distribute::LaunchOptions o;           // the same from C++
+//   o.nproc_per_node = 2;
+//   o.command = {"kiln", "train", "spec.json"};
+//   int status = kiln::distribute::launch(o);    // 0: every rank exited 0
+//
 // launch() starts `nproc_per_node` copies of a program on this host, one per
 // rank, and watches them:
 //   - each rank gets torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
