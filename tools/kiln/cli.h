@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ using namespace kiln::spec;
 struct Command {
   CLI::App* app = nullptr;
   std::function<void()> run;  // throws on failure
+  // Set by a command whose result is an exit status of its own (kiln launch
+  // returns its ranks'); main() exits with it after run() returns.
+  std::shared_ptr<int> exit_status;
 };
 
 Command add_train_command(CLI::App& app);
@@ -41,6 +45,7 @@ Command add_tune_command(CLI::App& app);           // tune.cc
 Command add_batch_predict_command(CLI::App& app);  // batch_predict.cc
 Command add_export_command(CLI::App& app);         // export.cc
 Command add_serve_command(CLI::App& app);          // serve.cc: the model server
+Command add_launch_command(CLI::App& app);         // launch.cc: the ranks of a distributed job
 
 // CLI11 validator: a positive integer ("--epochs: must be a positive
 // integer. Received: 0").

@@ -8,6 +8,8 @@
 //   kiln [--threads N] batch-predict --model DIR --input FILES... --output DIR [--workers N]
 //   kiln [--threads N] export --format onnx --model DIR --output model.onnx
 //   kiln [--threads N] serve (--model_base_path DIR | --model_config_file F) [flags]
+//   kiln launch --nproc_per_node N [--nnodes M --node_rank R --master_addr A --master_port P]
+//               [--max_restarts K] [--threads_per_rank T] -- PROGRAM ARGS...
 //
 // Exit codes: 0 success; 2 user error (bad arguments, files, specs, shapes,
 // sizes that do not fit in memory), reported as one line
@@ -109,7 +111,7 @@ int main(int argc, char** argv) {
       kiln::cli::add_evaluate_command(app),      kiln::cli::add_predict_command(app),
       kiln::cli::add_show_command(app),          kiln::cli::add_tune_command(app),
       kiln::cli::add_batch_predict_command(app), kiln::cli::add_export_command(app),
-      kiln::cli::add_serve_command(app)};
+      kiln::cli::add_serve_command(app),         kiln::cli::add_launch_command(app)};
 
   try {
     app.parse(argc, argv);
@@ -125,8 +127,8 @@ int main(int argc, char** argv) {
       std::string word = command_word(argc, argv);
       if (!word.empty())
         return fail(2, "unknown command '" + word +
-                           "'; the commands are train, evaluate, predict, show, tune, serve, batch-predict, export "
-                           "(kiln --help)");
+                           "'; the commands are train, evaluate, predict, show, tune, serve, batch-predict, export, "
+                           "launch (kiln --help)");
     }
     return fail(2, joined(e.what()) + "; run 'kiln" + cmd + " --help' for usage");
   }
@@ -136,7 +138,11 @@ int main(int argc, char** argv) {
     cfg.intra_op = threads;
     kiln::configure_threads(cfg);
     for (auto& c : commands)
-      if (c.app->parsed()) c.run();
+      if (c.app->parsed()) {
+        c.run();
+        std::cout.flush();
+        if (c.exit_status) return *c.exit_status;
+      }
     std::cout.flush();
     return 0;
   } catch (const kiln::UserError& e) {
