@@ -161,6 +161,21 @@ void Collectives::all_reduce_sum(std::vector<at::Tensor>& tensors) {
 }
 
 std::function<void()> Collectives::all_reduce_sum_async(at::Tensor flat) {
+  if (flat.scalar_type() == at::kBFloat16) {
+    // Gloo (LibTorch 1.13) has no bfloat16 sum: gather every rank's bytes
+    // (viewed as float16: a gather does no arithmetic) and add them here in
+    // float32, in rank order, so every rank gets the same result.
+    std::vector<at::Tensor> in = {flat.view(at::kHalf)};
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (int r = 0; r < size_; ++r) out[0].push_back(at::empty_like(in[0]));
+    auto work = impl_->pg->allgather(out, in);
+    return [work, out, flat, r = rank_, n = size_, t = timeout_s_]() mutable {
+      wait_for(work, "gradient all-gather (bfloat16)", r, n, t);
+      at::Tensor sum = out[0][0].view(at::kBFloat16).to(at::kFloat);
+      for (size_t i = 1; i < out[0].size(); ++i) sum.add_(out[0][i].view(at::kBFloat16).to(at::kFloat));
+      flat.copy_(sum);
+    };
+  }
   std::vector<at::Tensor> v = {flat};
   auto work = impl_->pg->allreduce(v);
   return [work, r = rank_, n = size_, t = timeout_s_] { wait_for(work, "gradient all-reduce", r, n, t); };

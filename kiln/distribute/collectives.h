@@ -48,6 +48,9 @@ class Collectives {
   // floating or integer dtypes; they travel as one flat buffer per dtype.
   void all_reduce_sum(std::vector<at::Tensor>& tensors);
   // One contiguous tensor, started now; the returned function waits.
+  // bfloat16 travels as an all-gather (Gloo has no bfloat16 sum) added up
+  // in float32 in rank order: half the bytes of a float32 all-reduce for 2
+  // ranks, as many for 4, more beyond.
   std::function<void()> all_reduce_sum_async(at::Tensor flat);
   // Rank `root`'s values into everyone's tensors, in place.
   void broadcast(std::vector<at::Tensor>& tensors, int root = 0);

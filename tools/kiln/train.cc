@@ -127,6 +127,10 @@ void run_train(const TrainOptions& o) {
       backups_to_delete.push_back(b->backup_dir());
     }
   p.model->fit(p.fit);
+  for (auto& cb : p.fit.callbacks)
+    if (auto b = std::dynamic_pointer_cast<BackupAndRestore>(cb); b && b->restored() && is_chief())
+      std::cout << "Resumed from the backup in " << b->backup_dir() << " at epoch " << b->restored_epoch() + 1
+                << ", batch " << b->restored_batch() << "\n";
 
   if (p.data.has_test() && p.data.y_test.defined()) {
     EvaluateArgs ev;
