@@ -26,6 +26,7 @@
 #include "kiln/core/threads.h"
 #include "kiln/distribute/data_parallel.h"
 #include "kiln/layers/dense.h"
+#include "kiln/losses/crossentropy.h"
 #include "kiln/models/sequential.h"
 #include "kiln/training/callback.h"
 
@@ -69,7 +70,11 @@ int main(int argc, char** argv) {
     layers.push_back(std::make_shared<kiln::Dense>(kiln::DenseOptions{.units = width, .activation = "relu"}));
   layers.push_back(std::make_shared<kiln::Dense>(kiln::DenseOptions{.units = 10}));
   auto model = std::make_shared<kiln::Sequential>(layers, "mlp");
-  model->compile(kiln::CompileArgs::from_names("sgd", "sparse_categorical_crossentropy", {}));
+  // Logits and cross-entropy, as torch.nn.CrossEntropyLoss in the peer.
+  auto args = kiln::CompileArgs::from_names("sgd", "sparse_categorical_crossentropy", {});
+  args.loss = std::make_shared<kiln::losses::SparseCategoricalCrossentropy>(
+      kiln::losses::SparseCategoricalCrossentropyOptions{.from_logits = true});
+  model->compile(args);
   at::Tensor x = at::randn({batch * steps, width});
   at::Tensor y = at::randint(0, 10, {batch * steps}, at::kLong);
   auto timer = std::make_shared<StepTimer>();

@@ -42,6 +42,22 @@ if ! awk -v a="$accuracy" -v m="$MIN_ACCURACY" 'BEGIN { exit !(a + 0 >= m + 0) }
   exit 1
 fi
 
+# --- data parallel (issue #11): the same spec on 2 ranks of this machine
+# (one core each, Gloo over loopback), global batch 128 split 64 + 64; the
+# chief prints the same lines as the single-process run and saves the model.
+echo
+echo "== kiln launch --nproc_per_node 2 -- kiln train $SPEC --output models/fashion_mnist_dp"
+dstart=$(date +%s.%N)
+"$KILN" launch --nproc_per_node 2 -- kiln train "$SPEC" --output models/fashion_mnist_dp "$@" | tee "$log"
+dend=$(date +%s.%N)
+dp_accuracy=$(sed -n 's/^\[rank0\] test_accuracy: //p' "$log" | tail -n 1)
+echo "demo: test accuracy: 1 process $accuracy, 2 ranks $dp_accuracy (dropout masks differ, so they agree to" \
+  "about a percent); 2 ranks took $(awk -v a="$dstart" -v b="$dend" 'BEGIN { printf "%.1f", b - a }')s"
+if ! awk -v a="$dp_accuracy" -v m="$MIN_ACCURACY" 'BEGIN { exit !(a + 0 >= m + 0) }'; then
+  echo "demo: FAILED: the data-parallel test accuracy '$dp_accuracy' is below $MIN_ACCURACY" >&2
+  exit 1
+fi
+
 # --- tuning (issue #3): a short Bayesian search with median pruning on a
 # Fashion-MNIST subset, the search's summaries, then the final-training
 # recipe for the top 2 configurations (saved under models/tuned/<rank>/1).

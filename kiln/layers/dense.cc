@@ -48,8 +48,7 @@ at::Tensor Dense::call1(const at::Tensor& x, bool training) {
   if (x.dim() < 2 || x.size(-1) != in)
     throw ShapeError("Dense '" + name() + "' expects inputs with last dimension " + std::to_string(in) +
                      ". Received: " + shape_to_string(Shape(x.sizes().begin(), x.sizes().end())));
-  at::Tensor y = impl_->apply(x, value(kernel_));
-  if (bias_) y = y + value(bias_);
+  at::Tensor y = impl_->apply_with_bias(x, value(kernel_), bias_ ? value(bias_) : at::Tensor());
   y = activation_(y);
   if (activity_reg_ && training) add_loss((*activity_reg_)(y));
   return y;

@@ -7,6 +7,13 @@ class FloatMatmul : public KernelImpl {
  public:
   std::string mode() const override { return "float"; }
   at::Tensor apply(const at::Tensor& x, const at::Tensor& kernel) const override { return at::matmul(x, kernel); }
+  at::Tensor apply_with_bias(const at::Tensor& x, const at::Tensor& kernel, const at::Tensor& bias) const override {
+    if (bias.defined() && x.dim() == 2 && x.scalar_type() == kernel.scalar_type() &&
+        bias.scalar_type() == kernel.scalar_type())
+      return at::addmm(bias, x, kernel);
+    at::Tensor y = apply(x, kernel);
+    return bias.defined() ? y + bias : y;
+  }
 };
 
 class FloatEinsum : public KernelImpl {

@@ -30,6 +30,12 @@ class KernelImpl {
   // The kernel product, in the dtype of `x` and `kernel` (the layer's
   // compute dtype). Bias and activation are the layer's job.
   virtual at::Tensor apply(const at::Tensor& x, const at::Tensor& kernel) const = 0;
+  // The product plus `bias` (undefined: none). The float matmul fuses the
+  // bias into the GEMM for 2-D inputs (at::addmm), as torch.nn.Linear does.
+  virtual at::Tensor apply_with_bias(const at::Tensor& x, const at::Tensor& kernel, const at::Tensor& bias) const {
+    at::Tensor y = apply(x, kernel);
+    return bias.defined() ? y + bias : y;
+  }
 };
 
 using KernelImplPtr = std::unique_ptr<KernelImpl>;
