@@ -10,7 +10,8 @@
 //
 // The chief prints one line:
 //   data_parallel ranks=2 threads=1 ms_per_step=... samples_per_s=...
-//   allreduce_MBps=... (the gradient all-reduce alone, same bytes)
+//   allreduce_MBps=... (the gradient all-reduce alone: the gradients' bytes
+//   per second) memcpy_MBps=... (one thread copying the same bytes)
 // bench/data_parallel_bench.sh runs it at 1 and 2 ranks beside PyTorch DDP
 // (bench/ddp_peer.py, same model, batch, ranks and threads) and prints the
 // ratios; docs/PERFORMANCE.md has the figures.
@@ -94,10 +95,21 @@ int main(int argc, char** argv) {
     const double s = std::chrono::duration<double>(Clock::now() - t0).count() / reps;
     mbps = params * 4.0 / s / 1e6;
   }
+  // The plain memory-copy bound for the same bytes (one thread).
+  double copy_mbps = 0;
+  {
+    at::Tensor src = at::ones({params}), dst = at::empty({params});
+    dst.copy_(src);
+    const int reps = 10;
+    auto t0 = Clock::now();
+    for (int r = 0; r < reps; ++r) dst.copy_(src);
+    copy_mbps = params * 4.0 / (std::chrono::duration<double>(Clock::now() - t0).count() / reps) / 1e6;
+  }
   if (dp->replica_id() == 0)
     std::printf(
-        "data_parallel ranks=%d threads=%d ms_per_step=%.2f samples_per_s=%.0f params=%lld allreduce_MBps=%.0f\n",
+        "data_parallel ranks=%d threads=%d ms_per_step=%.2f samples_per_s=%.0f params=%lld allreduce_MBps=%.0f "
+        "memcpy_MBps=%.0f\n",
         dp->num_replicas(), kiln::num_threads(), timer->ms_per_step(), batch * 1e3 / timer->ms_per_step(),
-        static_cast<long long>(params), mbps);
+        static_cast<long long>(params), mbps, copy_mbps);
   return 0;
 }

@@ -27,11 +27,16 @@ cmake --build "$BUILD_DIR" -j "$(nproc)"
 # where it matters (servers reloading models) by the memory tests instead.
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:detect_stack_use_after_return=0:strict_string_checks=1:check_initialization_order=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-# The whole suite but one test: ScaleOut.ReplicaKilledAndRestartedBehindNginxLosesNoRequest
+# The whole suite but these: ScaleOut.ReplicaKilledAndRestartedBehindNginxLosesNoRequest
 # (SIGKILLs replicas behind nginx under load and counts every request) lost 1
 # of ~24,000 requests with a client read error once under the sanitizers'
-# slowdown; it runs in the plain build (scripts/test.sh) every time.
-GTEST_FILTER=${KILN_SANITIZE_GTEST_FILTER:--ScaleOut.ReplicaKilledAndRestartedBehindNginxLosesNoRequest} \
+# slowdown; it runs in the plain build (scripts/test.sh) every time. The
+# data-parallel jobs started through `kiln launch` (LaunchedJob.*: kill,
+# hang and restart; TwoHosts.*: network namespaces) also run in the plain
+# build only, to keep .ci/run under 30 minutes: the same trainer, gradient
+# sync and collectives run under the sanitizers in MultiProcess.* (2-rank
+# jobs) and the launcher in Launcher.*.
+GTEST_FILTER=${KILN_SANITIZE_GTEST_FILTER:--ScaleOut.ReplicaKilledAndRestartedBehindNginxLosesNoRequest:LaunchedJob.*:TwoHosts.*} \
   ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 --timeout 1500 ${KILN_SANITIZE_CTEST_ARGS:-}
 
 WORK=$(mktemp -d)

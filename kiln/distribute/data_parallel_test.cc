@@ -256,6 +256,7 @@ std::string slurp(const std::string& path) {
 class MultiProcess : public ::testing::Test {
  protected:
   TempDir dir_;
+  void SetUp() override { KILN_SKIP_WITHOUT_CLI(); }
 
   std::string spec(const std::string& name, int epochs, const std::string& base, const Json& extra = Json::object()) {
     Json s = Json::parse(R"({
@@ -446,40 +447,46 @@ class LaunchedJob : public MultiProcess {
 
 TEST_F(LaunchedJob, KilledRankRestartsAndEndsBitIdenticalToAnUninterruptedRun) {
   if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
-  const std::string ref = dir_.path() + "/ref", out = dir_.path() + "/out";
+  const std::string ref = dir_.path() + "/ref";
   pid_t p = launch({"--nproc_per_node", "2", "--threads_per_rank", "1", "--master_port", std::to_string(free_port())},
                    backup_spec("ref.json", ref, dir_.path() + "/ref_backup"), dir_.path() + "/ref.log");
   ASSERT_EQ(wait_bounded(p, 300), 0) << slurp(dir_.path() + "/ref.log");
+  auto a = weights_of(ref + "/1");
 
-  const std::string token = "kill" + std::to_string(::getpid());
-  const std::string backup = dir_.path() + "/backup", log_path = dir_.path() + "/killed.log";
-  p = launch({"--nproc_per_node", "2", "--threads_per_rank", "1", "--max_restarts", "1", "--master_port",
-              std::to_string(free_port())},
-             backup_spec("killed.json", out, backup), log_path, {{"KILN_TEST_TOKEN", token}});
-  // SIGKILL rank 1 once the first backup is there (a few batches in).
-  bool killed = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (!killed && std::chrono::steady_clock::now() < deadline) {
-    if (has_checkpoint(backup)) {
-      pid_t r1 = find_rank(token, 1);
-      if (r1 > 0) killed = ::kill(r1, SIGKILL) == 0;
+  // Any rank: a worker, then the chief (which writes the backups).
+  for (int victim : {1, 0}) {
+    SCOPED_TRACE("SIGKILL of rank " + std::to_string(victim));
+    const std::string tag = std::to_string(victim), out = dir_.path() + "/out" + tag;
+    const std::string token = "kill" + tag + "_" + std::to_string(::getpid());
+    const std::string backup = dir_.path() + "/backup" + tag, log_path = dir_.path() + "/killed" + tag + ".log";
+    p = launch({"--nproc_per_node", "2", "--threads_per_rank", "1", "--max_restarts", "1", "--master_port",
+                std::to_string(free_port())},
+               backup_spec("killed" + tag + ".json", out, backup), log_path, {{"KILN_TEST_TOKEN", token}});
+    // SIGKILL the rank once the first backup is there (a few batches in).
+    bool killed = false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!killed && std::chrono::steady_clock::now() < deadline) {
+      if (has_checkpoint(backup)) {
+        pid_t r = find_rank(token, victim);
+        if (r > 0) killed = ::kill(r, SIGKILL) == 0;
+      }
+      if (!killed) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling the backup dir
     }
-    if (!killed) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling the backup dir
+    ASSERT_TRUE(killed) << slurp(log_path);
+    const int code = wait_bounded(p, 300);
+    const std::string log = slurp(log_path);
+    ASSERT_EQ(code, 0) << log;
+    EXPECT_NE(log.find("kiln launch: rank " + tag), std::string::npos) << log;
+    EXPECT_NE(log.find("killed by signal 9"), std::string::npos) << log;
+    EXPECT_NE(log.find("restarting all ranks (restart 1 of 1)"), std::string::npos) << log;
+    // It resumed from the backup (a restart from scratch would give the
+    // same weights too).
+    EXPECT_NE(log.find("[rank0] Resumed from the backup in " + backup), std::string::npos) << log;
+    auto b = weights_of(out + "/1");
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
+    EXPECT_FALSE(any_left(token));
   }
-  ASSERT_TRUE(killed) << slurp(log_path);
-  const int code = wait_bounded(p, 300);
-  const std::string log = slurp(log_path);
-  ASSERT_EQ(code, 0) << log;
-  EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
-  EXPECT_NE(log.find("killed by signal 9"), std::string::npos) << log;
-  EXPECT_NE(log.find("restarting all ranks (restart 1 of 1)"), std::string::npos) << log;
-  // It resumed from the backup (a restart from scratch would give the same
-  // weights too).
-  EXPECT_NE(log.find("[rank0] Resumed from the backup in " + backup), std::string::npos) << log;
-  auto a = weights_of(ref + "/1"), b = weights_of(out + "/1");
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
-  EXPECT_FALSE(any_left(token));
 }
 
 TEST_F(LaunchedJob, WithoutRestartsEveryRankEndsWithTheCause) {
@@ -540,6 +547,7 @@ class TwoHosts : public LaunchedJob {
   std::string a_, b_;
   bool made_ = false;
   void SetUp() override {
+    KILN_SKIP_WITHOUT_CLI();
     if (::geteuid() != 0) GTEST_SKIP() << "not root: cannot create network namespaces";
     const std::string id = std::to_string(::getpid() % 100000);
     a_ = "kiln-t" + id + "a";

@@ -344,6 +344,7 @@ TEST_F(Launcher, RejectsASecondLaunchWhileOneRuns) {
 // --- through the CLI ----------------------------------------------------------------------------
 
 TEST_F(Launcher, CliRunsTheRanks) {
+  KILN_SKIP_WITHOUT_CLI();
   CommandResult r = kiln::run_command(cli_path() + " launch --nproc_per_node 2 -- sh -c 'echo $RANK'");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::vector<std::string> lines = lines_of(r.output);
@@ -352,6 +353,7 @@ TEST_F(Launcher, CliRunsTheRanks) {
 }
 
 TEST_F(Launcher, CliPassesEverythingAfterDashesVerbatim) {
+  KILN_SKIP_WITHOUT_CLI();
   CommandResult r = kiln::run_command(cli_path() +
                                       " launch --nproc_per_node 2 -- sh -c 'echo \"$@\"' x --threads 1 train "
                                       "x.json --epochs 3 --nproc_per_node 5 --help");
@@ -368,6 +370,7 @@ TEST_F(Launcher, CliPassesEverythingAfterDashesVerbatim) {
 }
 
 TEST_F(Launcher, CliReportsBadArgumentsOnOneLine) {
+  KILN_SKIP_WITHOUT_CLI();
   for (const std::string& args :
        {std::string("launch --nproc_per_node 0 -- true"), std::string("launch --nproc_per_node 2"),
         std::string("launch --nproc_per_node 2 --"), std::string("launch --nproc_per_node 2 true"),
@@ -388,6 +391,7 @@ TEST_F(Launcher, CliReportsBadArgumentsOnOneLine) {
 }
 
 TEST_F(Launcher, CliExitsWithTheFailingRanksStatus) {
+  KILN_SKIP_WITHOUT_CLI();
   CommandResult r = kiln::run_command(cli_path() +
                                       " launch --nproc_per_node 2 -- sh -c 'if [ $RANK = 1 ]; then exit 7; fi; "
                                       "exec sleep 1000'");
@@ -471,6 +475,7 @@ class CliProcess {
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST_F(Launcher, CliForwardsSignalsToEveryRank) {
+  KILN_SKIP_WITHOUT_CLI();
   // SIGINT also checks that a rank's leftovers go with it: the background
   // `sleep` of a non-interactive shell ignores SIGINT, so only the group's
   // SIGKILL after its shell exited ends it (else the pipe never closes).

@@ -1,5 +1,7 @@
 #include "kiln/testing/testing.h"
 
+#include <unistd.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -28,6 +30,8 @@ std::string cli_path() {
   if (p && *p) return p;
   return std::string(KILN_BINARY_DIR) + "/kiln";
 }
+
+bool have_cli() { return ::access(cli_path().c_str(), X_OK) == 0; }
 
 CommandResult run_command(const std::string& command) {
   std::string full = command + " 2>&1";

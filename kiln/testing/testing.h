@@ -37,6 +37,11 @@ std::string source_path(const std::string& relative);
 
 // The built `kiln` CLI binary (set by CMake through KILN_CLI).
 std::string cli_path();
+// Whether this build has the CLI (a KILN_FULL=OFF build has none; tests
+// that run it skip there).
+bool have_cli();
+#define KILN_SKIP_WITHOUT_CLI() \
+  if (!::kiln::have_cli()) GTEST_SKIP() << "this build has no kiln CLI (KILN_FULL=OFF)"
 
 // Runs a shell command, returns {exit code, stdout+stderr}.
 struct CommandResult {
