@@ -7,6 +7,8 @@
 #   step_ratio_2ranks = kiln ms/step / DDP ms/step at 2 ranks x 1 thread (goal <= 0.9)
 #   kiln_scaling      = kiln samples/s at 2 ranks x 1 thread / 1 rank x 1 thread (goal >= 1.7)
 #   ddp_scaling       = the same for DDP
+#   shared memory / Gloo = kiln 2x1 with its same-host shared-memory all-reduce
+#                       against KILN_SHM_ALLREDUCE=0 (Gloo over TCP loopback)
 #   machine_bound     = what two processes that never communicate reach on this host
 #                       (each with half the batch, at the same time)
 # Usage: bench/data_parallel_bench.sh [build dir]    (env: STEPS=20 ROUNDS=3)
@@ -27,10 +29,11 @@ run() {
 }
 lines=""
 for round in $(seq "$ROUNDS"); do
-  for cfg in k1 k2 i d1 d2; do
+  for cfg in k1 k2 g2 i d1 d2; do
     case $cfg in
       k1) l=$(run 1 "$BENCH" --steps "$STEPS") ;;
       k2) l=$(run 2 "$BENCH" --steps "$STEPS") ;;
+      g2) l=$(KILN_SHM_ALLREDUCE=0 run 2 "$BENCH" --steps "$STEPS") ;;  # gradients through Gloo (TCP loopback)
       i) # two independent 1-rank processes of half the batch at once
         l=$( (KILN_NUM_THREADS=1 "$BENCH" --steps "$STEPS" --batch 512 &
           KILN_NUM_THREADS=1 "$BENCH" --steps "$STEPS" --batch 512
@@ -56,10 +59,12 @@ for line in """$lines""".splitlines():
     else:
         rate = rates[0]
     best[cfg] = max(best.get(cfg, 0), rate)
-k1, k2, bound, d1, d2 = best["k1"], best["k2"], best["i"], best["d1"], best["d2"]
-print("best of $ROUNDS rounds, samples/s: kiln 1x1 %.0f, kiln 2x1 %.0f, DDP 1x1 %.0f, DDP 2x1 %.0f, independent 2x(batch/2) %.0f"
-      % (k1, k2, d1, d2, bound))
+k1, k2, g2, bound, d1, d2 = best["k1"], best["k2"], best["g2"], best["i"], best["d1"], best["d2"]
+print("best of $ROUNDS rounds, samples/s: kiln 1x1 %.0f, kiln 2x1 %.0f (Gloo: %.0f), DDP 1x1 %.0f, DDP 2x1 %.0f, independent 2x(batch/2) %.0f"
+      % (k1, k2, g2, d1, d2, bound))
 print("step_ratio_2ranks (kiln/DDP ms per step, goal <= 0.9): %.2f" % (d2 / k2))
+print("step_ratio_2ranks with kiln's gradients through Gloo instead of shared memory: %.2f" % (d2 / g2))
+print("shared memory / Gloo, kiln 2x1 samples/s: %.2f" % (k2 / g2))
 print("kiln_scaling (2x1 / 1x1 samples/s, goal >= 1.7): %.2f" % (k2 / k1))
 print("ddp_scaling (2x1 / 1x1 samples/s): %.2f" % (d2 / d1))
 print("machine_bound (independent pair / kiln 1x1): %.2f; kiln 2x1 reaches %.0f%% of it" % (bound / k1, 100 * k2 / bound))

@@ -280,19 +280,20 @@ class MultiProcess : public ::testing::Test {
 
   // Runs `kiln train SPEC` as `n` ranks (torchrun's variables, one thread
   // each); returns each rank's output.
-  std::vector<std::string> run_ranks(int n, const std::string& spec_path, double timeout_s = 240) {
+  std::vector<std::string> run_ranks(int n, const std::string& spec_path,
+                                     std::map<std::string, std::string> extra_env = {}) {
+    const double timeout_s = 240;
     const int port = free_port();
     std::vector<pid_t> pids;
-    for (int r = 0; r < n; ++r)
-      pids.push_back(spawn({"train", spec_path},
-                           {{"RANK", std::to_string(r)},
-                            {"WORLD_SIZE", std::to_string(n)},
-                            {"LOCAL_RANK", std::to_string(r)},
-                            {"LOCAL_WORLD_SIZE", std::to_string(n)},
-                            {"MASTER_ADDR", "127.0.0.1"},
-                            {"MASTER_PORT", std::to_string(port)},
-                            {"KILN_NUM_THREADS", "1"}},
-                           log(r)));
+    for (int r = 0; r < n; ++r) {
+      std::map<std::string, std::string> env = {
+          {"RANK", std::to_string(r)},       {"WORLD_SIZE", std::to_string(n)},
+          {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", std::to_string(n)},
+          {"MASTER_ADDR", "127.0.0.1"},      {"MASTER_PORT", std::to_string(port)},
+          {"KILN_NUM_THREADS", "1"}};
+      for (auto& [k, v] : extra_env) env[k] = v;
+      pids.push_back(spawn({"train", spec_path}, env, log(r)));
+    }
     std::vector<std::string> out;
     for (int r = 0; r < n; ++r) {
       const int code = wait_bounded(pids[r], timeout_s);
@@ -349,6 +350,14 @@ TEST_F(MultiProcess, TwoRanksMatchOneProcessWithTheSameGlobalBatch) {
   EXPECT_NEAR(metric_in(ev.output, "accuracy"), acc2, 1e-9) << ev.output;
   // And validation: val_accuracy of the last epoch, same weights, whole split.
   EXPECT_NEAR(metric_in(single.output, "val_accuracy"), metric_in(outs[0], "val_accuracy"), 0.0041);
+
+  // The gradients went through shared memory (both ranks on this host);
+  // through Gloo instead, the sums (a + b, in rank order) are the same bits.
+  const std::string gloo = dir_.path() + "/gloo";
+  run_ranks(2, spec("gloo.json", 3, gloo), {{"KILN_SHM_ALLREDUCE", "0"}});
+  auto g = weights_of(gloo + "/1");
+  ASSERT_EQ(g.size(), b.size());
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_TRUE(at::equal(g[i].second, b[i].second)) << g[i].first;
 }
 
 // Three more ways to train data-parallel, each against one process:
