@@ -22,8 +22,10 @@
 #include "kiln/layers/dense.h"
 #include "kiln/layers/normalization.h"
 #include "kiln/models/sequential.h"
+#include "kiln/optimizers/optimizer.h"
 #include "kiln/saving/safetensors.h"
 #include "kiln/testing/testing.h"
+#include "kiln/training/train_state.h"
 
 extern char** environ;
 
@@ -206,8 +208,8 @@ bool have_fashion_mnist() {
 
 // Starts `kiln ARGS` with extra environment, output to `log`.
 pid_t spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& extra_env,
-            const std::string& log) {
-  std::vector<std::string> argv_s = {cli_path()};
+            const std::string& log, const std::string& program = "") {
+  std::vector<std::string> argv_s = {program.empty() ? cli_path() : program};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
@@ -395,6 +397,99 @@ TEST_F(MultiProcess, GradientAccumulationAndUnsplitInputMatchOneProcess) {
                 extra == compressed ? 0.03 : 0.0021)
         << outs[0];
   }
+}
+
+// --- ranks that are this test binary: inputs no spec can give ---------------------------
+
+// Odd splits: 30 rows, global batch 7 (batches of 7, 7, 7, 7, 2 split 4+3
+// and 1+1 over 2 ranks). The weighting of each rank's gradient by its rows
+// must make this the same as one process.
+std::vector<at::Tensor> train_odd_split() {
+  set_random_seed(11);
+  at::Tensor x = at::randn({30, 5});
+  at::Tensor y = at::randn({30, 2});
+  auto m = std::make_shared<Sequential>(
+      std::vector<LayerPtr>{std::make_shared<Dense>(DenseOptions{.units = 4, .activation = "tanh"}),
+                            std::make_shared<Dense>(DenseOptions{.units = 2})},
+      "odd");
+  m->compile(CompileArgs::from_names("sgd", "mse", {"mae"}));
+  auto h = m->fit({.x = {x}, .y = {y}, .batch_size = 7, .epochs = 3, .verbose = 0, .shuffle = true});
+  std::vector<at::Tensor> w;
+  for (auto& v : m->weights()) w.push_back(v->value().clone());
+  w.push_back(at::tensor({h.history.at("loss").back()}, at::kDouble));
+  return w;
+}
+
+// Uneven per-rank inputs (auto_shard "off"): rank 0 has 5 batches, rank 1
+// has 3; both must stop after 3 steps per epoch, not deadlock.
+int64_t train_uneven_off() {
+  set_random_seed(5);
+  const int64_t rows = replica_id() == 0 ? 40 : 24;
+  at::Tensor x = at::randn({rows, 3}), y = at::randn({rows, 1});
+  auto m = std::make_shared<Sequential>(std::vector<LayerPtr>{std::make_shared<Dense>(DenseOptions{.units = 1})}, "u");
+  m->compile(CompileArgs::from_names("sgd", "mse", {}));
+  m->fit({.x = {x}, .y = {y}, .batch_size = 8, .epochs = 2, .verbose = 0});
+  return m->train_state().optimizer().iterations();
+}
+
+// Runs only as a rank started by RankJobs.* (KILN_TEST_RANK_JOB names the job).
+TEST(RankJob, Run) {
+  const char* job = std::getenv("KILN_TEST_RANK_JOB");
+  if (!job) GTEST_SKIP() << "runs only as a rank started by RankJobs.*";
+  const std::string out = std::getenv("KILN_TEST_OUT");
+  set_distribution(std::make_shared<distribute::DataParallel>(
+      distribute::DataParallelOptions{.auto_shard = std::string(job) == "uneven_off" ? "off" : "data"}));
+  NamedTensors result;
+  if (std::string(job) == "odd_split") {
+    auto w = train_odd_split();
+    for (size_t i = 0; i < w.size(); ++i) result.emplace_back("t" + std::to_string(i), w[i]);
+  } else {
+    result.emplace_back("iterations", at::tensor({train_uneven_off()}, at::kLong));
+  }
+  if (is_chief() || std::string(job) == "uneven_off")
+    save_safetensors(out + "." + std::to_string(replica_id()), result);
+  set_distribution(nullptr);
+}
+
+class RankJobs : public MultiProcess {
+ protected:
+  void SetUp() override {}  // no CLI needed: the ranks are this binary
+  void run_job(const std::string& job, const std::string& out) {
+    const int port = free_port();
+    std::vector<pid_t> pids;
+    for (int r = 0; r < 2; ++r)
+      pids.push_back(spawn({"--gtest_filter=RankJob.Run"},
+                           {{"RANK", std::to_string(r)},
+                            {"WORLD_SIZE", "2"},
+                            {"LOCAL_RANK", std::to_string(r)},
+                            {"LOCAL_WORLD_SIZE", "2"},
+                            {"MASTER_ADDR", "127.0.0.1"},
+                            {"MASTER_PORT", std::to_string(port)},
+                            {"KILN_NUM_THREADS", "1"},
+                            {"KILN_TEST_RANK_JOB", job},
+                            {"KILN_TEST_OUT", out}},
+                           log(r), "/proc/self/exe"));
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(wait_bounded(pids[r], 120), 0) << slurp(log(r));
+  }
+};
+
+TEST_F(RankJobs, OddSplitsOfTheGlobalBatchMatchOneProcess) {
+  auto single = train_odd_split();
+  const std::string out = dir_.path() + "/odd";
+  run_job("odd_split", out);
+  auto two = load_safetensors(out + ".0");
+  ASSERT_EQ(two.size(), single.size());
+  for (size_t i = 0; i + 1 < single.size(); ++i)
+    EXPECT_LT((single[i] - two[i].second).abs().max().item<double>(), 1e-6) << i;
+  // The logged metric is exact over both ranks' rows.
+  EXPECT_NEAR(single.back().item<double>(), two.back().second.item<double>(), 1e-6);
+}
+
+TEST_F(RankJobs, UnevenPerRankInputsStopTogether) {
+  const std::string out = dir_.path() + "/uneven";
+  run_job("uneven_off", out);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(load_safetensors(out + "." + std::to_string(r)).at(0).second.item<int64_t>(), 6) << "rank " << r;
 }
 
 // --- jobs started by `kiln launch`: kills, hangs, restarts, two hosts -------------------
