@@ -23,9 +23,6 @@
 #include "kiln/models/model.h"
 #include "kiln/saving/safetensors.h"
 #include "kiln/testing/testing.h"
-
-extern char** environ;
-
 namespace kiln {
 namespace {
 
@@ -410,12 +407,6 @@ TEST_F(Cli, HelpExitsZero) {
   EXPECT_NE(t.output.find("--epochs"), std::string::npos) << t.output;
 }
 
-bool have_fashion_mnist() {
-  const char* d = std::getenv("KILN_FASHION_MNIST_DIR");
-  std::string dir = d && *d ? d : "/usr/share/datasets/fashion-mnist";
-  return path_exists(dir + "/train-labels-idx1-ubyte.gz") || path_exists(dir + "/train-labels-idx1-ubyte");
-}
-
 TEST_F(Cli, TrainsBuiltinModelsOnASliceOfFashionMnist) {
   if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
   Json mlp = Json::parse(R"({
@@ -448,28 +439,9 @@ TEST_F(Cli, TrainsBuiltinModelsOnASliceOfFashionMnist) {
 
 // Starts the CLI in the background with output to `log`; returns its pid.
 pid_t spawn_cli(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> argv_s = {cli_path()};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  return rc == 0 ? pid : -1;
-}
-
-// A checkpoint is there once the backup directory holds a finished entry
-// (names starting with '.' are in-progress temporaries).
-bool has_checkpoint(const std::string& backup_dir) {
-  if (!is_directory(backup_dir)) return false;
-  for (auto& name : list_directory(backup_dir))
-    if (!name.empty() && name[0] != '.') return true;
-  return false;
+  std::vector<std::string> argv = {cli_path()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return spawn_logged(argv, log);
 }
 
 TEST_F(Cli, KilledTrainingResumesFromBackupBitForBit) {

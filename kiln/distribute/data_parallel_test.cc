@@ -1,13 +1,10 @@
 // Data parallelism: the cluster resolver, DataParallel in one process, and
 // real multi-process jobs (`kiln train` ranks over c10d/Gloo on loopback)
 // checked against one process.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -26,8 +23,6 @@
 #include "kiln/saving/safetensors.h"
 #include "kiln/testing/testing.h"
 #include "kiln/training/train_state.h"
-
-extern char** environ;
 
 namespace kiln {
 namespace {
@@ -200,59 +195,13 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-bool have_fashion_mnist() {
-  const char* d = std::getenv("KILN_FASHION_MNIST_DIR");
-  std::string dir = d && *d ? d : "/usr/share/datasets/fashion-mnist";
-  return path_exists(dir + "/train-labels-idx1-ubyte.gz") || path_exists(dir + "/train-labels-idx1-ubyte");
-}
-
-// Starts `kiln ARGS` with extra environment, output to `log`.
+// Starts `PROGRAM ARGS` (PROGRAM: the kiln CLI unless given) with extra
+// environment, output to `log`.
 pid_t spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& extra_env,
             const std::string& log, const std::string& program = "") {
-  std::vector<std::string> argv_s = {program.empty() ? cli_path() : program};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e; ++e) {
-    std::string kv = *e, k = kv.substr(0, kv.find('='));
-    if (!extra_env.count(k)) env_s.push_back(kv);
-  }
-  for (auto& [k, v] : extra_env) env_s.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  return rc == 0 ? pid : -1;
-}
-
-// Waits for `pid` at most `seconds`; SIGKILLs it after that. Exit status, or
-// -1 when it had to be killed.
-int wait_bounded(pid_t pid, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  for (;;) {
-    int st = 0;
-    pid_t r = ::waitpid(pid, &st, WNOHANG);
-    if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &st, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a child's exit, not hiding a race
-  }
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  return std::string(std::istreambuf_iterator<char>(f), {});
+  std::vector<std::string> argv = {program.empty() ? cli_path() : program};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return spawn_logged(argv, log, extra_env);
 }
 
 class MultiProcess : public ::testing::Test {
@@ -299,7 +248,7 @@ class MultiProcess : public ::testing::Test {
     std::vector<std::string> out;
     for (int r = 0; r < n; ++r) {
       const int code = wait_bounded(pids[r], timeout_s);
-      out.push_back(slurp(log(r)));
+      out.push_back(read_file(log(r)));
       EXPECT_EQ(code, 0) << "rank " << r << ":\n" << out.back();
     }
     return out;
@@ -469,7 +418,7 @@ class RankJobs : public MultiProcess {
                             {"KILN_TEST_RANK_JOB", job},
                             {"KILN_TEST_OUT", out}},
                            log(r), "/proc/self/exe"));
-    for (int r = 0; r < 2; ++r) EXPECT_EQ(wait_bounded(pids[r], 120), 0) << slurp(log(r));
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(wait_bounded(pids[r], 120), 0) << read_file(log(r));
   }
 };
 
@@ -493,13 +442,6 @@ TEST_F(RankJobs, UnevenPerRankInputsStopTogether) {
 }
 
 // --- jobs started by `kiln launch`: kills, hangs, restarts, two hosts -------------------
-
-bool has_checkpoint(const std::string& backup_dir) {
-  if (!is_directory(backup_dir)) return false;
-  for (auto& name : list_directory(backup_dir))
-    if (!name.empty() && name[0] != '.') return true;
-  return false;
-}
 
 // The pid of the live process whose environment holds `token` and RANK=rank
 // (the launcher passes its environment on to the ranks); -1 if none.
@@ -554,7 +496,7 @@ TEST_F(LaunchedJob, KilledRankRestartsAndEndsBitIdenticalToAnUninterruptedRun) {
   const std::string ref = dir_.path() + "/ref";
   pid_t p = launch({"--nproc_per_node", "2", "--threads_per_rank", "1", "--master_port", std::to_string(free_port())},
                    backup_spec("ref.json", ref, dir_.path() + "/ref_backup"), dir_.path() + "/ref.log");
-  ASSERT_EQ(wait_bounded(p, 300), 0) << slurp(dir_.path() + "/ref.log");
+  ASSERT_EQ(wait_bounded(p, 300), 0) << read_file(dir_.path() + "/ref.log");
   auto a = weights_of(ref + "/1");
 
   // Any rank: a worker, then the chief (which writes the backups).
@@ -576,9 +518,9 @@ TEST_F(LaunchedJob, KilledRankRestartsAndEndsBitIdenticalToAnUninterruptedRun) {
       }
       if (!killed) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling the backup dir
     }
-    ASSERT_TRUE(killed) << slurp(log_path);
+    ASSERT_TRUE(killed) << read_file(log_path);
     const int code = wait_bounded(p, 300);
-    const std::string log = slurp(log_path);
+    const std::string log = read_file(log_path);
     ASSERT_EQ(code, 0) << log;
     EXPECT_NE(log.find("kiln launch: rank " + tag), std::string::npos) << log;
     EXPECT_NE(log.find("killed by signal 9"), std::string::npos) << log;
@@ -606,10 +548,10 @@ TEST_F(LaunchedJob, WithoutRestartsEveryRankEndsWithTheCause) {
       if (has_checkpoint(backup)) r1 = find_rank(token, 1);
       if (r1 < 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    ASSERT_GT(r1, 0) << slurp(log_path);
+    ASSERT_GT(r1, 0) << read_file(log_path);
     ::kill(r1, SIGKILL);
-    EXPECT_EQ(wait_bounded(p, 60), 137) << slurp(log_path);
-    const std::string log = slurp(log_path);
+    EXPECT_EQ(wait_bounded(p, 60), 137) << read_file(log_path);
+    const std::string log = read_file(log_path);
     EXPECT_NE(log.find("kiln launch: rank 1 (pid " + std::to_string(r1) + ") was killed by signal 9"),
               std::string::npos)
         << log;
@@ -630,10 +572,10 @@ TEST_F(LaunchedJob, WithoutRestartsEveryRankEndsWithTheCause) {
       if (has_checkpoint(backup)) r1 = find_rank(token, 1);
       if (r1 < 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    ASSERT_GT(r1, 0) << slurp(log_path);
+    ASSERT_GT(r1, 0) << read_file(log_path);
     ::kill(r1, SIGSTOP);
     const int code = wait_bounded(p, 90);
-    const std::string log = slurp(log_path);
+    const std::string log = read_file(log_path);
     EXPECT_NE(code, 0) << log;
     EXPECT_NE(code, -1) << "the launcher did not end the job: " << log;
     EXPECT_NE(log.find("[rank0] kiln: error: rank 0:"), std::string::npos) << log;
@@ -700,28 +642,17 @@ TEST_F(TwoHosts, TrainsAsOneJobAndMatchesTheSingleHostRun) {
                                            "kiln",
                                            "train",
                                            s};
-    std::vector<char*> argv;
-    std::vector<std::string> copy = args;
     std::string ip = "/usr/sbin/ip";
     if (!path_exists(ip)) ip = "/sbin/ip";
-    argv.push_back(ip.data());
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    const std::string log_path = dir_.path() + "/node" + std::to_string(node) + ".log";
-    posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    pid_t pid = -1;
-    ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    const pid_t pid = spawn(args, {}, dir_.path() + "/node" + std::to_string(node) + ".log", ip);
+    ASSERT_GT(pid, 0);
     pids.push_back(pid);
   }
   for (int node = 0; node < 2; ++node)
-    EXPECT_EQ(wait_bounded(pids[node], 240), 0) << slurp(dir_.path() + "/node" + std::to_string(node) + ".log");
-  const std::string chief_log = slurp(dir_.path() + "/node0.log");
+    EXPECT_EQ(wait_bounded(pids[node], 240), 0) << read_file(dir_.path() + "/node" + std::to_string(node) + ".log");
+  const std::string chief_log = read_file(dir_.path() + "/node0.log");
   EXPECT_NE(chief_log.find("[rank0] Saved model to"), std::string::npos) << chief_log;
-  EXPECT_EQ(slurp(dir_.path() + "/node1.log").find("Saved model"), std::string::npos);
+  EXPECT_EQ(read_file(dir_.path() + "/node1.log").find("Saved model"), std::string::npos);
   auto a = weights_of(local + "/1"), b = weights_of(multi + "/1");
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;

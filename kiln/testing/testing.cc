@@ -2,15 +2,22 @@
 
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 
 #include <array>
+#include <chrono>
 #include <cstdlib>
 #include <stdexcept>
+#include <thread>
 
 #include "kiln/core/io.h"
+
+extern char** environ;
 
 namespace kiln {
 
@@ -44,6 +51,58 @@ CommandResult run_command(const std::string& command) {
   int status = ::pclose(f);
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return {code, out};
+}
+
+pid_t spawn_logged(const std::vector<std::string>& argv_s, const std::string& log_path,
+                   const std::map<std::string, std::string>& extra_env) {
+  std::vector<std::string> args = argv_s;
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    if (!extra_env.count(kv.substr(0, kv.find('=')))) env_s.push_back(kv);
+  }
+  for (auto& [k, v] : extra_env) env_s.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? pid : -1;
+}
+
+int wait_bounded(pid_t pid, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    int st = 0;
+    if (::waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &st, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a child's exit, not hiding a race
+  }
+}
+
+bool have_fashion_mnist() {
+  const char* d = std::getenv("KILN_FASHION_MNIST_DIR");
+  const std::string dir = d && *d ? d : "/usr/share/datasets/fashion-mnist";
+  return path_exists(dir + "/train-labels-idx1-ubyte.gz") || path_exists(dir + "/train-labels-idx1-ubyte");
+}
+
+bool has_checkpoint(const std::string& backup_dir) {
+  if (!is_directory(backup_dir)) return false;
+  for (auto& name : list_directory(backup_dir))
+    if (!name.empty() && name[0] != '.') return true;
+  return false;
 }
 
 }  // namespace kiln

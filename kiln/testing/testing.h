@@ -1,7 +1,11 @@
 // Test helpers shared by every kiln test binary.
 #pragma once
 
+#include <sys/types.h>
+
+#include <map>
 #include <string>
+#include <vector>
 
 // True in the AddressSanitizer build (scripts/sanitize.sh): its allocator
 // quarantines freed memory and ignores malloc_trim, so tests that measure
@@ -49,5 +53,21 @@ struct CommandResult {
   std::string output;
 };
 CommandResult run_command(const std::string& command);
+
+// Starts argv[0] (a path) in the background with stdout and stderr to
+// `log_path`, the environment plus `extra_env` (replacing what it names);
+// returns its pid, or -1.
+pid_t spawn_logged(const std::vector<std::string>& argv, const std::string& log_path,
+                   const std::map<std::string, std::string>& extra_env = {});
+// Waits at most `seconds` for `pid`, SIGKILLs it after that. Its exit
+// status (128 + signal if killed by one), or -1 when it had to be killed.
+int wait_bounded(pid_t pid, double seconds);
+
+// Fashion-MNIST is installed (Debian's dataset-fashion-mnist, or
+// $KILN_FASHION_MNIST_DIR).
+bool have_fashion_mnist();
+// A BackupAndRestore directory holds a finished checkpoint (names starting
+// with '.' are in-progress temporaries).
+bool has_checkpoint(const std::string& backup_dir);
 
 }  // namespace kiln

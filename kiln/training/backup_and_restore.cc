@@ -54,7 +54,7 @@ void BackupAndRestore::on_train_batch_end(int64_t batch, const Logs&) {
     for (auto& v : m->variables()) vars.push_back(v.detach().clone());
     // Data parallel: the checkpoint holds every replica's sums (a
     // collective; every replica saves at the same batch).
-    if (auto d = distribution(); d && d->num_replicas() > 1) d->all_reduce_sum(vars);
+    if (auto d = distribution()) d->all_reduce_sum(vars);
     point.metric_variables.push_back(vars);
   }
   add_callback_state(model(), point);

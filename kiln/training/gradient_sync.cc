@@ -123,16 +123,14 @@ ReplicaGradientSync::ReplicaGradientSync(TrainState& ts, std::vector<VariablePtr
   StepPipeline& p = ts.pipeline();
   st.saved_backward = p.backward;
   st.saved_reduce = p.reduce_gradients;
-  auto plain_backward = p.backward;
-  std::weak_ptr<State> w2 = st_;
-  p.backward = [w2, plain_backward](TrainState& t, StepData& s) {
-    auto st = w2.lock();
+  p.backward = [weak](TrainState& t, StepData& s) {
+    auto st = weak.lock();
     const double scale = s.global_batch_size > 0 ? static_cast<double>(s.batch_size()) / s.global_batch_size
                                                  : 1.0 / st->dist->num_replicas();
     if (s.variables.size() != st->variables.size() || !st->optimizer->next_call_applies()) {
       // An accumulating step: local gradients only, weighted for the sum
       // the applying step makes.
-      plain_backward(t, s);
+      st->saved_backward(t, s);
       scale_grads(s.grads, scale);
       return;
     }
@@ -159,8 +157,8 @@ ReplicaGradientSync::ReplicaGradientSync(TrainState& ts, std::vector<VariablePtr
     for (auto& v : st->variables) v->value().mutable_grad().reset();
     s.grads.assign(st->variables.size(), at::Tensor());
   };
-  p.reduce_gradients = [w2](TrainState&, StepData& s) {
-    auto st = w2.lock();
+  p.reduce_gradients = [weak](TrainState&, StepData& s) {
+    auto st = weak.lock();
     if (!st->optimizer->next_call_applies() || s.variables.size() != st->variables.size()) return;
     for (auto& b : st->buckets)
       if (b.wait) b.wait();
