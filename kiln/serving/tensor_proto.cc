@@ -83,6 +83,10 @@ at::Tensor from_bytes(const std::string& bytes, const Shape& shape, at::ScalarTy
                      count_str(n * item) + " (" + count_str(n) + " x " + count_str(item) + ")");
   auto t = at::empty(shape, at::TensorOptions().dtype(type));
   if (n) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  // A bool is one byte, 0 or 1 in C++: any other byte a client sends means
+  // true (as in TensorFlow), and is stored as 1 (reading it as bool unfixed
+  // is undefined behaviour).
+  if (type == at::kBool) t = t.view(at::kByte).ne(0);
   return t;
 }
 

@@ -130,6 +130,27 @@ TEST(TensorProto, SizeMismatchesAreClearErrors) {
 // float_val and a huge tensor_shape used to allocate (or overflow the element
 // count, undefined behaviour) before the values were counted. Found by
 // fuzz/tensor_proto_fuzz.cc.
+// Found by tensor_proto_fuzz: raw bool bytes other than 0 and 1 were kept
+// as they came, and encoding the tensor back read them as bool (undefined
+// behaviour, caught by UBSan). Any nonzero byte is true.
+TEST(TensorProto, RawBoolBytesOtherThanZeroAndOneAreTrue) {
+  auto p = proto_with_shape(tensorflow::DT_BOOL, {3});
+  p.set_tensor_content(std::string("\x00\x02\xc4", 3));
+  WireTensor w = from_tensor_proto(p, "x");
+  ASSERT_EQ(w.tensor.scalar_type(), at::kBool);
+  EXPECT_EQ(w.tensor.view(at::kByte).sum().item<int64_t>(), 2);  // stored as 0, 1, 1
+  tensorflow::TensorProto back;
+  to_tensor_proto(w.tensor, &back);
+  EXPECT_EQ(std::vector<bool>(back.bool_val().begin(), back.bool_val().end()), (std::vector<bool>{false, true, true}));
+  inference::ModelInferRequest::InferInputTensor in;
+  in.set_name("x");
+  in.set_datatype("BOOL");
+  in.add_shape(3);
+  const std::string raw("\x00\x02\xc4", 3);
+  WireTensor k = from_infer_input(in, &raw);
+  EXPECT_EQ(k.tensor.view(at::kByte).sum().item<int64_t>(), 2);
+}
+
 TEST(TensorProto, HugeShapesAreRefusedBeforeAnyAllocation) {
   auto fill = proto_with_shape(tensorflow::DT_FLOAT, {int64_t{1} << 40});
   fill.add_float_val(1);
