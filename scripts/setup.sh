@@ -8,7 +8,7 @@ PACKAGES=(
   # build
   build-essential cmake ninja-build ccache pkg-config clang-format
   clang libclang-rt-dev   # the sanitizer build and libFuzzer (scripts/sanitize.sh)
-  libtorch-dev libgloo-dev libopenblas-dev
+  libtorch-dev libgloo-dev libopenblas-dev libdnnl-dev   # libdnnl-dev: the int8 GEMM (quantize("int8"))
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev
   # tuning and ensembling

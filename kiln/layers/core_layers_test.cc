@@ -112,11 +112,15 @@ TEST(Dense, RegularizersAddToTheLoss) {
   EXPECT_EQ(d->get_config()["kernel_regularizer"]["class_name"], "L2");
 }
 
-TEST(Dense, KernelProductGoesThroughTheFloatStrategyAndQuantizeStillThrows) {
+TEST(Dense, KernelProductGoesThroughTheFloatStrategyUntilQuantized) {
   auto d = std::make_shared<Dense>(3);
+  EXPECT_THROW(d->quantize("int8"), StateError);  // not built
   (*d)(at::randn({2, 4}));
   EXPECT_EQ(d->kernel_impl().mode(), "float");
-  EXPECT_THROW(d->quantize("int8"), ValueError);
+  EXPECT_THROW(d->quantize("int4"), ValueError);
+  d->quantize("int8");
+  EXPECT_EQ(d->kernel_impl().mode(), "int8");
+  EXPECT_THROW(d->quantize("float8"), ValueError);  // already quantized
 }
 
 // --- Activation ------------------------------------------------------------------------

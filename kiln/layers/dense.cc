@@ -39,16 +39,34 @@ void Dense::build(const std::vector<Shape>& input_shapes) {
   if (s.size() < 2 || s.back() < 1)
     throw ShapeError("Dense '" + name() +
                      "' needs inputs of rank >= 2 with a known last dimension. Received: " + shape_to_string(s));
-  kernel_ = add_weight("kernel", {s.back(), units_}, kernel_init_, true, kernel_reg_);
+  input_dim_ = s.back();
+  const KernelSpec spec = kernel_spec(input_dim_);
+  if (policy_keeps_float_kernel(spec))
+    kernel_ = add_weight("kernel", {s.back(), units_}, kernel_init_, true, kernel_reg_);
   if (use_bias_) bias_ = add_weight("bias", {units_}, bias_init_, true, bias_reg_);
+  impl_ = build_kernel_impl(spec);
+}
+
+KernelSpec Dense::kernel_spec(int64_t input_dim) const {
+  KernelSpec spec;
+  spec.kernel_shape = {input_dim, units_};
+  spec.kernel_reduced_axes = {0};
+  spec.input_reduced_axes = {-1};
+  return spec;
+}
+
+void Dense::quantize(const std::string& mode) {
+  if (!built()) throw StateError("Dense '" + name() + "' must be built before quantize(\"" + mode + "\")");
+  quantize_kernel(mode, kernel_spec(input_dim_), impl_, kernel_);
 }
 
 at::Tensor Dense::call1(const at::Tensor& x, bool training) {
-  const int64_t in = kernel_->shape()[0];
+  const int64_t in = input_dim_;
   if (x.dim() < 2 || x.size(-1) != in)
     throw ShapeError("Dense '" + name() + "' expects inputs with last dimension " + std::to_string(in) +
                      ". Received: " + shape_to_string(Shape(x.sizes().begin(), x.sizes().end())));
-  at::Tensor y = impl_->apply_with_bias(x, value(kernel_), bias_ ? value(bias_) : at::Tensor());
+  at::Tensor y =
+      impl_->apply_with_bias(x, kernel_ ? value(kernel_) : at::Tensor(), bias_ ? value(bias_) : at::Tensor(), training);
   y = activation_(y);
   if (activity_reg_ && training) add_loss((*activity_reg_)(y));
   return y;

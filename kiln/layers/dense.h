@@ -45,16 +45,23 @@ class Dense : public SimpleLayer {
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
+  // "int8" (kernel stored as int8 with per-output-channel scales), "float8",
+  // "int8_qat"; see kernel_impl.h.
+  void quantize(const std::string& mode) override;
+  bool supports_quantization(const std::string& mode) const override { return true; }
+  KernelImpl* kernel_impl_ptr() override { return impl_.get(); }
 
   int64_t units() const { return units_; }
-  const VariablePtr& kernel() const { return kernel_; }
-  const VariablePtr& bias() const { return bias_; }  // null when use_bias=false
+  const VariablePtr& kernel() const { return kernel_; }  // null once quantized to int8
+  const VariablePtr& bias() const { return bias_; }      // null when use_bias=false
   const KernelImpl& kernel_impl() const { return *impl_; }
 
  private:
   Dense(const DenseOptions& options, const Json& base_config);
+  KernelSpec kernel_spec(int64_t input_dim) const;
 
   int64_t units_;
+  int64_t input_dim_ = 0;  // set by build
   std::string activation_name_;
   ActivationFn activation_;
   bool use_bias_;

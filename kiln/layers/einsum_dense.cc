@@ -176,20 +176,41 @@ EinsumDense::EinsumDense(const std::string& equation, const Shape& output_shape,
 
 void EinsumDense::build(const std::vector<Shape>& input_shapes) {
   auto s = analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, input_shapes.at(0), output_shape_);
-  kernel_ = add_weight("kernel", s.kernel, kernel_init_, true, kernel_reg_);
+  spec_ = kernel_spec(s.kernel);
+  if (policy_keeps_float_kernel(spec_)) kernel_ = add_weight("kernel", s.kernel, kernel_init_, true, kernel_reg_);
   if (!s.bias.empty()) bias_ = add_weight("bias", s.bias, bias_init_, true, bias_reg_);
+  impl_ = build_kernel_impl(spec_);
+}
+
+KernelSpec EinsumDense::kernel_spec(const Shape& kernel_shape) const {
+  ParsedEquation p = parse_equation("EinsumDense", equation_);
+  KernelSpec spec;
+  spec.equation = equation_;
+  spec.kernel_shape = kernel_shape;
+  for (size_t j = 0; j < p.kernel.size(); ++j)
+    if (p.out.find(p.kernel[j]) == std::string::npos) spec.kernel_reduced_axes.push_back(static_cast<int64_t>(j));
+  const int64_t n = static_cast<int64_t>(p.in.size());
+  for (int64_t i = 0; i < n; ++i)
+    if (p.out.find(p.in[i]) == std::string::npos)
+      spec.input_reduced_axes.push_back(p.elide == Elide::kLeft ? i - n : i);
+  return spec;
+}
+
+void EinsumDense::quantize(const std::string& mode) {
+  if (!built()) throw StateError("EinsumDense '" + name() + "' must be built before quantize(\"" + mode + "\")");
+  quantize_kernel(mode, spec_, impl_, kernel_);
 }
 
 at::Tensor EinsumDense::call1(const at::Tensor& x, bool training) {
   Shape xs(x.sizes().begin(), x.sizes().end());
   // Validates the input against the built kernel with a readable error.
   auto s = analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, xs, output_shape_);
-  if (s.kernel != kernel_->shape())
+  if (s.kernel != spec_.kernel_shape)
     throw ShapeError("EinsumDense '" + name() + "' was built for a kernel of shape " +
-                     shape_to_string(kernel_->shape()) + "; input of shape " + shape_to_string(xs) + " needs " +
+                     shape_to_string(spec_.kernel_shape) + "; input of shape " + shape_to_string(xs) + " needs " +
                      shape_to_string(s.kernel));
-  at::Tensor y = impl_->apply(x, value(kernel_));
-  if (bias_) y = y + value(bias_);
+  at::Tensor y =
+      impl_->apply_with_bias(x, kernel_ ? value(kernel_) : at::Tensor(), bias_ ? value(bias_) : at::Tensor(), training);
   y = activation_(y);
   if (activity_reg_ && training) add_loss((*activity_reg_)(y));
   return y;

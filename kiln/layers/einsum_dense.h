@@ -42,6 +42,10 @@ class EinsumDense : public SimpleLayer {
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
+  // "int8" (kernel as int8, scales per output index), "float8", "int8_qat".
+  void quantize(const std::string& mode) override;
+  bool supports_quantization(const std::string& mode) const override { return true; }
+  KernelImpl* kernel_impl_ptr() override { return impl_.get(); }
 
   const std::string& equation() const { return equation_; }
   const VariablePtr& kernel() const { return kernel_; }
@@ -57,6 +61,8 @@ class EinsumDense : public SimpleLayer {
   InitializerPtr kernel_init_, bias_init_;
   RegularizerPtr kernel_reg_, bias_reg_, activity_reg_;
   KernelImplPtr impl_;
+  KernelSpec spec_;  // set by build
+  KernelSpec kernel_spec(const Shape& kernel_shape) const;
   VariablePtr kernel_, bias_;
 };
 

@@ -1,6 +1,7 @@
 #include "kiln/layers/embedding.h"
 
 #include "kiln/layers/config_reader.h"
+#include "kiln/quantization/int8.h"
 
 namespace kiln {
 
@@ -35,7 +36,32 @@ Embedding::Embedding(int64_t input_dim, int64_t output_dim, const Json& extra)
     : Embedding(merged_config(extra, Json{{"input_dim", input_dim}, {"output_dim", output_dim}})) {}
 
 void Embedding::build(const std::vector<Shape>& input_shapes) {
+  if (dtype_policy().quantization_mode() == "int8") {
+    build_int8(weight_adder());
+    return;
+  }
   embeddings_ = add_weight("embeddings", {input_dim_, output_dim_}, init_, true, reg_);
+}
+
+// Keras's int8 Embedding: rows stored as int8 with one abs-max scale per row.
+void Embedding::build_int8(const AddWeightFn& add) {
+  int8_embeddings_ = add("embeddings", {input_dim_, output_dim_}, constant_initializer(0.0), false, at::kChar);
+  embeddings_scale_ = add("embeddings_scale", {input_dim_}, constant_initializer(1.0), false, at::kFloat);
+}
+
+void Embedding::quantize(const std::string& mode) {
+  if (mode != "int8")
+    throw ValueError("Embedding '" + name() + "' supports quantize(\"int8\") only. Received: mode=" + mode);
+  if (!built() || !embeddings_)
+    throw StateError("Embedding '" + name() + "' must be built (and not yet quantized) before quantize(\"int8\")");
+  const std::string path = embeddings_->path();
+  build_int8(weight_adder(path.substr(0, path.rfind('/'))));
+  auto [q, scale] = quantization::abs_max_quantize(embeddings_->value().detach(), {1});
+  int8_embeddings_->assign(q);
+  embeddings_scale_->assign(scale.reshape({-1}));
+  remove_weight(embeddings_);
+  embeddings_ = nullptr;
+  set_dtype_policy(dtype_policy().quantized("int8"));
 }
 
 at::Tensor Embedding::call1(const at::Tensor& x, bool training) {
@@ -46,7 +72,15 @@ at::Tensor Embedding::call1(const at::Tensor& x, bool training) {
       throw ValueError("Embedding '" + name() + "': input id " + std::to_string(lo < 0 ? lo : hi) +
                        " is out of range [0, " + std::to_string(input_dim_) + ")");
   }
-  at::Tensor y = at::embedding(value(embeddings_), ids);
+  at::Tensor y;
+  if (int8_embeddings_) {
+    // Dequantized rows: take the int8 rows and their scales, divide.
+    at::Tensor rows = at::embedding(int8_embeddings_->value(), ids).to(at::kFloat);
+    at::Tensor scale = at::embedding(embeddings_scale_->value().unsqueeze(1), ids);
+    y = compute_cast(rows / scale);
+  } else {
+    y = at::embedding(value(embeddings_), ids);
+  }
   if (activity_reg_ && training) add_loss((*activity_reg_)(y));
   return y;
 }

@@ -48,7 +48,11 @@ class Embedding : public SimpleLayer {
   // still takes the compute dtype through value(embeddings).
   bool autocast() const override { return false; }
 
-  const VariablePtr& embeddings() const { return embeddings_; }
+  // int8: rows as int8 with a per-row abs-max scale (Keras's int8 Embedding).
+  void quantize(const std::string& mode) override;
+  bool supports_quantization(const std::string& mode) const override { return mode == "int8"; }
+
+  const VariablePtr& embeddings() const { return embeddings_; }  // null once quantized
   // The config's keys as options; ValueError for an unknown key or a bad value.
   static EmbeddingOptions options_from_config(const Json& config);
 
@@ -60,6 +64,8 @@ class Embedding : public SimpleLayer {
   InitializerPtr init_;
   RegularizerPtr reg_, activity_reg_;
   VariablePtr embeddings_;
+  VariablePtr int8_embeddings_, embeddings_scale_;  // int8 only
+  void build_int8(const AddWeightFn& add);
 };
 
 }  // namespace kiln

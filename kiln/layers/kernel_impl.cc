@@ -1,16 +1,36 @@
 #include "kiln/layers/kernel_impl.h"
 
+#include "kiln/core/cpu_features.h"
+
 namespace kiln {
 namespace {
+
+// bf16 products on a CPU without native bf16: LibTorch's own bf16 GEMM is a
+// generic loop there (40x slower than float32 on an AVX2 EPYC). Upcasting is
+// exact, float32 GEMMs accumulate in float32 as oneDNN's bf16 GEMM does, and
+// the result is rounded back to bf16: the same numerics at float32's speed.
+// float16 likewise: LibTorch 1.13 has no float16 GEMM on CPU at all.
+bool upcast_16bit(const at::Tensor& x) {
+  if (!x.device().is_cpu()) return false;
+  if (x.scalar_type() == at::kHalf) return true;
+  return x.scalar_type() == at::kBFloat16 && !cpu_features().fast_bf16();
+}
 
 class FloatMatmul : public KernelImpl {
  public:
   std::string mode() const override { return "float"; }
-  at::Tensor apply(const at::Tensor& x, const at::Tensor& kernel) const override { return at::matmul(x, kernel); }
-  at::Tensor apply_with_bias(const at::Tensor& x, const at::Tensor& kernel, const at::Tensor& bias) const override {
+  at::Tensor apply(const at::Tensor& x, const at::Tensor& kernel) const override {
+    if (upcast_16bit(x)) return at::matmul(x.to(at::kFloat), kernel.to(at::kFloat)).to(x.scalar_type());
+    return at::matmul(x, kernel);
+  }
+  at::Tensor apply_with_bias(const at::Tensor& x, const at::Tensor& kernel, const at::Tensor& bias,
+                             bool training) const override {
     if (bias.defined() && x.dim() == 2 && x.scalar_type() == kernel.scalar_type() &&
-        bias.scalar_type() == kernel.scalar_type())
+        bias.scalar_type() == kernel.scalar_type()) {
+      if (upcast_16bit(x))
+        return at::addmm(bias.to(at::kFloat), x.to(at::kFloat), kernel.to(at::kFloat)).to(x.scalar_type());
       return at::addmm(bias, x, kernel);
+    }
     at::Tensor y = apply(x, kernel);
     return bias.defined() ? y + bias : y;
   }
@@ -21,6 +41,7 @@ class FloatEinsum : public KernelImpl {
   explicit FloatEinsum(std::string equation) : equation_(std::move(equation)) {}
   std::string mode() const override { return "float"; }
   at::Tensor apply(const at::Tensor& x, const at::Tensor& kernel) const override {
+    if (upcast_16bit(x)) return at::einsum(equation_, {x.to(at::kFloat), kernel.to(at::kFloat)}).to(x.scalar_type());
     return at::einsum(equation_, {x, kernel});
   }
 

@@ -1,5 +1,6 @@
 #include "kiln/layers/layer.h"
 
+#include <algorithm>
 #include <optional>
 
 #include <map>
@@ -26,23 +27,7 @@ Layer::Layer(const Json& config) {
   }
   trainable_ = get_or<bool>(config, "trainable", true);
   if (config.is_object() && config.contains("dtype") && !config["dtype"].is_null()) {
-    const Json& d = config["dtype"];
-    // Keras 3 writes {"module": ..., "class_name": "DTypePolicy", "config": {"name": ...}}.
-    if (d.is_string()) {
-      policy_ = DTypePolicy(d.get<std::string>());
-    } else if (d.is_object() && d.contains("config")) {
-      check_config_keys(d, {"module", "class_name", "config", "registered_name"}, "a layer's `dtype`");
-      if (d.value("class_name", "DTypePolicy") != "DTypePolicy" || !d["config"].is_object() ||
-          !d["config"].contains("name") || !d["config"]["name"].is_string())
-        throw ValueError(
-            "layer `dtype` must be a policy name or {\"class_name\": \"DTypePolicy\", \"config\": "
-            "{\"name\": ...}} (quantized policies are set by model.quantize()). Received: " +
-            json_excerpt(d));
-      check_config_keys(d["config"], {"name"}, "a layer's `dtype` config");
-      policy_ = DTypePolicy(d["config"]["name"].get<std::string>());
-    } else {
-      throw ValueError("layer `dtype` must be a policy name. Received: " + json_excerpt(d));
-    }
+    policy_ = DTypePolicy::from_json(config["dtype"]);
   } else {
     policy_ = kiln::dtype_policy();
   }
@@ -302,10 +287,7 @@ Json Layer::base_config() const {
   j["name"] = name();
   j["trainable"] = trainable_;
   // Keras 3 writes the policy as a serialized DTypePolicy object.
-  j["dtype"] = Json{{"module", "keras"},
-                    {"class_name", "DTypePolicy"},
-                    {"config", Json{{"name", policy_.name()}}},
-                    {"registered_name", nullptr}};
+  j["dtype"] = policy_.to_json();
   return j;
 }
 
@@ -334,8 +316,76 @@ Json Layer::to_json() const {
 }
 
 void Layer::quantize(const std::string& mode) {
-  throw ValueError(class_name() + " '" + name_ + "' cannot be quantized (mode=" + mode +
-                   "); quantizable layers are Dense, EinsumDense, Conv1D/2D and Embedding");
+  throw ValueError(class_name() + " '" + name() + "' cannot be quantized (mode=" + mode +
+                   "); quantizable layers are Dense, EinsumDense and Embedding");
+}
+
+KernelImplPtr Layer::build_kernel_impl(const KernelSpec& spec) {
+  KernelSpec s = spec;
+  s.static_inputs = policy_.static_inputs();
+  const std::string mode = policy_.is_quantized() ? policy_.quantization_mode() : "float";
+  KernelImplPtr impl = make_kernel_impl(mode, s, policy_.amax_history_length());
+  impl->build(weight_adder());
+  return impl;
+}
+
+bool Layer::policy_keeps_float_kernel(const KernelSpec& spec) const { return policy_.quantization_mode() != "int8"; }
+
+void Layer::quantize_kernel(const std::string& mode, const KernelSpec& spec, KernelImplPtr& impl, VariablePtr& kernel) {
+  if (!built() || !kernel)
+    throw StateError(class_name() + " '" + name() + "' must be built before quantize(\"" + mode +
+                     "\"): call the model on data (or build it) first");
+  const std::string current = policy_.quantization_mode();
+  if (!current.empty() && !(current == "int8_qat" && mode == "int8"))
+    throw ValueError(class_name() + " '" + name() + "' is already quantized (policy " + policy_.name() +
+                     "); quantize the float model instead");
+  DTypePolicy next = (current.empty() ? policy_ : DTypePolicy(policy_.source_name())).quantized(mode);
+  KernelSpec s = spec;
+  s.static_inputs = false;
+  KernelImplPtr fresh = make_kernel_impl(mode, s, next.amax_history_length());
+  const std::string path = kernel->path();
+  const auto slash = path.rfind('/');
+  fresh->build(weight_adder(slash == std::string::npos ? "" : path.substr(0, slash)));
+  if (!fresh->keeps_float_kernel()) {
+    fresh->quantize_from(kernel->value().detach());
+    remove_weight(kernel);
+    kernel = nullptr;
+  }
+  impl = std::move(fresh);
+  policy_ = next;
+}
+
+void Layer::finish_calibration(const std::string& method, double percentile) {
+  KernelImpl* impl = kernel_impl_ptr();
+  if (!impl || impl->mode() != "int8") return;
+  std::string scope;
+  if (!variables_.empty()) {
+    const std::string& p = variables_.front()->path();
+    scope = p.substr(0, p.rfind('/') == std::string::npos ? 0 : p.rfind('/'));
+  }
+  impl->finish_calibration(method, percentile, weight_adder(scope));
+  policy_ = DTypePolicy(policy_.source_name()).quantized("int8", /*static_inputs=*/true);
+}
+
+AddWeightFn Layer::weight_adder(const std::string& scope) {
+  return [this, scope](const std::string& name, const Shape& shape, InitializerPtr init, bool trainable,
+                       std::optional<at::ScalarType> dtype) {
+    std::optional<NameScope> ns;
+    if (!scope.empty()) ns.emplace(scope);
+    return add_weight(name, shape, std::move(init), trainable, nullptr, dtype);
+  };
+}
+
+void Layer::remove_weight(const VariablePtr& v) {
+  for (size_t i = 0; i < variables_.size(); ++i)
+    if (variables_[i] == v) {
+      variables_.erase(variables_.begin() + i);
+      created_trainable_.erase(created_trainable_.begin() + i);
+      break;
+    }
+  regularized_.erase(
+      std::remove_if(regularized_.begin(), regularized_.end(), [&](const auto& p) { return p.first == v; }),
+      regularized_.end());
 }
 
 Tensors SimpleLayer::call(const Tensors& inputs, bool training) {

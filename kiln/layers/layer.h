@@ -38,6 +38,7 @@
 #include "kiln/core/json.h"
 #include "kiln/core/shape.h"
 #include "kiln/core/variable.h"
+#include "kiln/layers/kernel_impl.h"
 #include "kiln/layers/regularizers.h"
 
 namespace kiln {
@@ -169,9 +170,21 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // {"class_name": ..., "config": ..., "build_config": {"input_shapes": ...}}
   Json to_json() const;
 
-  // Quantization seam: swap the kernel implementation (int8/float8/int4).
-  // Later issues implement it for Dense/EinsumDense/Conv; default throws.
+  // Quantization (Keras's layer.quantize(mode)): swaps a built layer's
+  // kernel implementation for `mode`'s ("int8", "float8", "int8_qat"; see
+  // kernel_impl.h) and sets its policy to "<mode>_from_<policy>". Dense,
+  // EinsumDense and Embedding implement it; the default throws ValueError.
+  // Models quantize every quantizable layer they contain.
   virtual void quantize(const std::string& mode);
+  // Whether quantize(mode) is implemented for this layer (models: for a layer inside).
+  virtual bool supports_quantization(const std::string& mode) const { return false; }
+  // The kernel implementation of a quantizable layer (null otherwise), for
+  // calibration and export.
+  virtual KernelImpl* kernel_impl_ptr() { return nullptr; }
+  // Post-training static quantization (kiln/models/calibration.h): an int8
+  // layer that has observed calibration inputs fixes its input scale and
+  // its policy records the static scheme. Other layers do nothing.
+  virtual void finish_calibration(const std::string& method, double percentile);
 
  protected:
   // The compute step under call_with_masks. Default: call(inputs, training),
@@ -182,6 +195,21 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // Base config keys, for subclasses that build get_config() up.
   Json base_config() const;
   void mark_built() { built_ = true; }
+  // Quantizable layers: the implementation the policy names, with its own
+  // weights created now (call in build(), after the float kernel, if the
+  // implementation keeps one: create the kernel only when
+  // policy_kernel_keeps_float(spec)).
+  KernelImplPtr build_kernel_impl(const KernelSpec& spec);
+  bool policy_keeps_float_kernel(const KernelSpec& spec) const;
+  // quantize(mode) for a layer with one kernel: replaces `impl`, converts
+  // `kernel` into the new implementation's weights and drops it when the
+  // new implementation keeps none (int8).
+  void quantize_kernel(const std::string& mode, const KernelSpec& spec, KernelImplPtr& impl, VariablePtr& kernel);
+  // add_weight for kernel implementations; `scope` is the layer's full path
+  // prefix when called outside build() ("" inside it).
+  AddWeightFn weight_adder(const std::string& scope = "");
+  // Removes one of this layer's variables (quantize() dropping a float kernel).
+  void remove_weight(const VariablePtr& v);
 
  private:
   mutable std::string name_;

@@ -100,6 +100,17 @@ class Model : public Layer {
 
   Json get_config() const override;
 
+  // --- quantization (kiln/quantization) -------------------------------------
+  // Keras's model.quantize(mode): quantizes every layer inside that supports
+  // `mode` ("int8": Dense, EinsumDense, Embedding; "float8" and "int8_qat":
+  // Dense, EinsumDense). The model must be built. ValueError when no layer
+  // supports it. A compiled model keeps its compile config; optimizer state
+  // of replaced kernels is dropped on the next fit.
+  void quantize(const std::string& mode) override;
+  bool supports_quantization(const std::string& mode) const override;
+  // "" when no layer is quantized, else the modes in use ("int8", "float8").
+  std::string quantization_summary() const;
+
  protected:
   // For build() overrides: when build() was called directly rather than
   // through build_if_needed, runs build_if_needed (the model's name scope,
@@ -117,5 +128,10 @@ using ModelPtr = std::shared_ptr<Model>;
 // architecture, weights (bit-identical predictions), compile config and
 // optimizer state when present.
 ModelPtr load_model(const std::string& dir);
+
+// Warns once per process (stderr) when a dtype policy or quantization mode
+// the model uses cannot run fast on this CPU: fit(), evaluate() and
+// predict() call it (kiln/core/cpu_features.h says why and what is faster).
+void warn_about_slow_precision(const Model& model);
 
 }  // namespace kiln

@@ -18,6 +18,7 @@
 #include "kiln/optimizers/adamax.h"
 #include "kiln/optimizers/ftrl.h"
 #include "kiln/optimizers/lion.h"
+#include "kiln/optimizers/loss_scale_optimizer.h"
 #include "kiln/optimizers/nadam.h"
 #include "kiln/optimizers/rmsprop.h"
 #include "kiln/optimizers/sgd.h"
@@ -80,6 +81,7 @@ OptimizerRegistry& registry() {
     reg->add("Nadam", [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Nadam>(c); });
     reg->add("Lion", [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Lion>(c); });
     reg->add("Ftrl", [](const Json& c) -> OptimizerPtr { return std::make_shared<optimizers::Ftrl>(c); });
+    reg->add("LossScaleOptimizer", [](const Json& c) -> OptimizerPtr { return LossScaleOptimizer::from_config(c); });
     return reg;
   }();
   return *r;
@@ -233,6 +235,7 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std:
     for (auto& var : vars) names.push_back(var->path());
     throw ValueError(name_ + ": no gradients provided for any variable. Variables: " + join(names));
   }
+  if (!prepare_gradients(g)) return;
 
   // Gradient accumulation (Keras's _backend_apply_gradients): add to the
   // accumulators, and on every N-th call update with their mean.

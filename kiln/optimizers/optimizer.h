@@ -114,11 +114,17 @@ class Optimizer {
   // accumulating, plus "iterations" (int64 scalar, the raw call count) and,
   // when constant, "learning_rate" (float64 scalar), for checkpoints. The
   // tensors are copies.
-  std::map<std::string, at::Tensor> state_dict() const;
+  // LossScaleOptimizer adds "loss_scale/dynamic_scale" and
+  // "loss_scale/step_counter".
+  virtual std::map<std::string, at::Tensor> state_dict() const;
   // Replaces all slots (and iterations / learning_rate when present).
   // ValueError for a slot name this optimizer does not use or a variable
   // with only some of its slots.
-  void load_state_dict(const std::map<std::string, at::Tensor>& state);
+  virtual void load_state_dict(const std::map<std::string, at::Tensor>& state);
+
+  // The loss backward() differentiates (Keras's optimizer.scale_loss): the
+  // loss itself, or times the loss scale (LossScaleOptimizer).
+  virtual at::Tensor scale_loss(const at::Tensor& loss) const { return loss; }
 
   // "sgd", "rmsprop", "adam", "adamw", "adagrad", "adadelta", "adamax",
   // "nadam", "lion", "ftrl" or a class name ("Adam"); ValueError
@@ -131,6 +137,11 @@ class Optimizer {
   static std::vector<std::string> known_names();
 
  protected:
+  friend class LossScaleOptimizer;
+  // Called by apply_gradients with the gradients given (undefined ones
+  // dropped), before anything else: may rewrite them (unscale) and return
+  // false to skip this update altogether (iterations do not advance).
+  virtual bool prepare_gradients(std::vector<at::Tensor>& grads) { return true; }
   // One variable's update (called under NoGradGuard, after clipping and
   // weight decay). `grad` has the variable's dtype and device. `slots` holds
   // this variable's slots, created by slot_names() on first use with zeros

@@ -68,7 +68,9 @@ void compute_loss_stage(TrainState& ts, StepData& s) {
   s.loss = total;
 }
 
-void identity_scale(TrainState&, StepData& s) { s.scaled_loss = s.loss; }
+// The optimizer's scale_loss: the loss itself, or times a
+// LossScaleOptimizer's scale (which unscales in apply_gradients).
+void optimizer_scale(TrainState& ts, StepData& s) { s.scaled_loss = ts.optimizer().scale_loss(s.loss); }
 
 void backward_stage(TrainState&, StepData& s) {
   s.grads.assign(s.variables.size(), at::Tensor());
@@ -120,7 +122,7 @@ StepPipeline StepPipeline::standard() {
   StepPipeline p;
   p.forward = forward_stage;
   p.compute_loss = compute_loss_stage;
-  p.scale_loss = identity_scale;
+  p.scale_loss = optimizer_scale;
   p.backward = backward_stage;
   p.reduce_gradients = no_reduction;
   p.unscale_and_check = no_unscale;

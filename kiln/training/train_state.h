@@ -7,7 +7,8 @@
 //   forward            model(x, training) under the model's dtype policy
 //                      (Layer::operator() casts inputs to the compute dtype)
 //   compute_loss       compiled loss in float32 + model.regularization_loss()
-//   scale_loss         loss-scaling seam (identity; mixed precision replaces it)
+//   scale_loss         optimizer.scale_loss(loss): identity, or times a
+//                      LossScaleOptimizer's scale (mixed_float16 gets one in compile())
 //   backward           gradients of the scaled loss w.r.t. trainable variables
 //   reduce_gradients   cross-replica reduction seam (identity; a Distribution
 //                      replaces it with an allreduce)

@@ -9,6 +9,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/random.h"
 #include "kiln/models/model.h"
+#include "kiln/optimizers/loss_scale_optimizer.h"
 #include "kiln/training/callback.h"
 #include "kiln/training/checkpoint.h"
 #include "kiln/training/data_adapter.h"
@@ -119,7 +120,13 @@ void broadcast_weights(Model& model, Distribution& d) {
 
 // --- compile -------------------------------------------------------------------
 
-void Model::compile(const CompileArgs& args) {
+void Model::compile(const CompileArgs& compile_args) {
+  CompileArgs args = compile_args;
+  // Keras: a mixed_float16 model trains with loss scaling; float16's range
+  // loses small gradients otherwise.
+  if (dtype_policy().source_name() == "mixed_float16" && args.optimizer &&
+      !dynamic_cast<LossScaleOptimizer*>(args.optimizer.get()))
+    args.optimizer = std::make_shared<LossScaleOptimizer>(args.optimizer);
   auto state = std::make_shared<TrainState>(args);
   try {
     state->bind_outputs(output_names());
@@ -151,6 +158,7 @@ const CompileArgs& Model::compile_args() const {
 // --- fit -------------------------------------------------------------------------
 
 History Model::fit(const FitArgs& a) {
+  warn_about_slow_precision(*this);
   TrainState& ts = train_state();
   ts.loss();  // StateError without a loss
   if (a.epochs < 0) throw ValueError("fit: `epochs` must be >= 0. Received: epochs=" + std::to_string(a.epochs));
@@ -338,6 +346,7 @@ History Model::fit(const FitArgs& a) {
 // --- evaluate / predict ------------------------------------------------------------
 
 std::map<std::string, double> Model::evaluate(const EvaluateArgs& a) {
+  warn_about_slow_precision(*this);
   TrainState& ts = train_state();
   ts.loss();
   // Data parallel: each replica evaluates its share of every batch.
@@ -381,6 +390,7 @@ Tensors predict_loop(Model& model, DataAdapter& data, int verbose) {
 }  // namespace
 
 Tensors Model::predict(const Tensors& x, int64_t batch_size, int verbose) {
+  warn_about_slow_precision(*this);
   auto data = make_tensor_adapter(x, {}, at::Tensor(), batch_size, false);
   return predict_loop(*this, *data, verbose);
 }
@@ -394,6 +404,7 @@ at::Tensor Model::predict(const at::Tensor& x, int64_t batch_size, int verbose) 
 }
 
 Tensors Model::predict(const Dataset& ds, int verbose) {
+  warn_about_slow_precision(*this);
   auto data = make_dataset_adapter(ds, num_inputs(), 0);
   return predict_loop(*this, *data, verbose);
 }

@@ -1,0 +1,41 @@
+// int8 numerics: the seeds' abs-max scheme (Keras's abs_max_quantize) and an
+// int8 x int8 -> int32 GEMM on a real integer kernel.
+//
+//   auto [q, scale] = abs_max_quantize(w, {0});   // per output channel of a (in, out) kernel
+//   // q = clip(round(w * scale), -127, 127) as int8, scale = 127 / (max|w| + 1e-7)
+//   at::Tensor acc = int8_matmul(xq, q);          // (M, K) s8 x (K, N) s8 -> (M, N) s32
+//   at::Tensor y = acc / (x_scale * scale);       // back to float
+//
+// int8_matmul runs oneDNN's matmul (Debian's libdnnl: VNNI or AMX-INT8 where
+// the CPU has them) with primitives cached by shape; without oneDNN it is
+// LibTorch's integer matmul (exact, slower). Both give the exact int32 sums.
+//
+// Thread safety: all functions may run concurrently (the primitive cache is
+// guarded by a mutex; oneDNN primitives are reentrant).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kiln::quantization {
+
+// Keras's epsilon in abs_max_quantize.
+constexpr double kInt8Epsilon = 1e-7;
+
+// {int8 values, float32 scale}: the scale is 127 / (max |x| over `axes` + 1e-7),
+// kept with size-1 axes where reduced (keepdim), values clip(round(x * scale)).
+std::pair<at::Tensor, at::Tensor> abs_max_quantize(const at::Tensor& x, const std::vector<int64_t>& axes);
+// x (float) quantized with a given scale (broadcastable): clip(round(x * scale), -127, 127) as int8.
+at::Tensor quantize_with_scale(const at::Tensor& x, const at::Tensor& scale);
+
+// (M, K) int8 x (K, N) int8 -> (M, N) int32, exact.
+at::Tensor int8_matmul(const at::Tensor& a, const at::Tensor& b);
+// The backend int8_matmul uses: "onednn" or "libtorch".
+std::string int8_backend();
+// Forces LibTorch's integer matmul even with oneDNN (benchmarks compare both).
+void set_int8_backend(const std::string& name);
+
+}  // namespace kiln::quantization

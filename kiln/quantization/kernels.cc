@@ -1,0 +1,300 @@
+#include "kiln/quantization/kernels.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+
+#include "kiln/core/error.h"
+#include "kiln/layers/kernel_impl.h"
+#include "kiln/quantization/float8.h"
+#include "kiln/quantization/int8.h"
+
+namespace kiln {
+namespace quantization {
+
+std::atomic<bool> g_calibrating{false};
+bool calibration_active() { return g_calibrating.load(); }
+CalibrationScope::CalibrationScope() { g_calibrating.store(true); }
+CalibrationScope::~CalibrationScope() { g_calibrating.store(false); }
+
+namespace {
+
+std::vector<int64_t> positive_axes(const std::vector<int64_t>& axes, int64_t rank) {
+  std::vector<int64_t> out;
+  for (int64_t a : axes) out.push_back(a < 0 ? a + rank : a);
+  return out;
+}
+
+// The straight-through estimator: forward `q`, backward identity to `x`.
+at::Tensor straight_through(const at::Tensor& x, const at::Tensor& q) {
+  if (!x.requires_grad()) return q;
+  return x + (q - x).detach();
+}
+
+// Shape of a scale kept per the non-reduced axes of `shape` (reduced axes 1).
+Shape keepdim_shape(const Shape& shape, const std::vector<int64_t>& reduced) {
+  Shape s = shape;
+  for (int64_t a : positive_axes(reduced, static_cast<int64_t>(shape.size()))) s[a] = 1;
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// int8: int8 kernel with per-output-channel abs-max scales; inputs quantized
+// per row (dynamic) or with a calibrated per-tensor scale (static).
+class Int8Kernel : public KernelImpl {
+ public:
+  explicit Int8Kernel(KernelSpec spec) : spec_(std::move(spec)) {}
+  std::string mode() const override { return "int8"; }
+  bool keeps_float_kernel() const override { return false; }
+  std::string activation_scheme() const override { return inputs_scale_ ? "static" : "dynamic"; }
+
+  void build(const AddWeightFn& add) override {
+    kernel_ = add("kernel", spec_.kernel_shape, constant_initializer(0.0), false, at::kChar);
+    Shape ss = spec_.equation.empty() ? Shape{spec_.kernel_shape.back()}
+                                      : keepdim_shape(spec_.kernel_shape, spec_.kernel_reduced_axes);
+    kernel_scale_ = add("kernel_scale", ss, constant_initializer(1.0), false, at::kFloat);
+    if (spec_.static_inputs) build_static(add);
+  }
+  // A saved static model: its inputs_scale weight comes back with build().
+  void build_static(const AddWeightFn& add) {
+    inputs_scale_ = add("inputs_scale", Shape{}, constant_initializer(1.0), false, at::kFloat);
+  }
+
+  void quantize_from(const at::Tensor& w) override {
+    auto [q, scale] = abs_max_quantize(w, positive_axes(spec_.kernel_reduced_axes, w.dim()));
+    kernel_->assign(q);
+    kernel_scale_->assign(spec_.equation.empty() ? scale.reshape({-1}) : scale);
+  }
+
+  void calibrate(const at::Tensor& x) override {
+    at::Tensor a = x.detach().abs().to(at::kFloat).reshape({-1});
+    std::lock_guard<std::mutex> l(mu_);
+    observed_amax_ = std::max(observed_amax_, a.numel() ? a.max().item<double>() : 0.0);
+    // A bounded sample of |x| for percentiles: every k-th value.
+    const int64_t stride = std::max<int64_t>(1, a.numel() / 65536);
+    sample_.push_back(a.slice(0, 0, a.numel(), stride).clone());
+  }
+
+  void finish_calibration(const std::string& method, double percentile, const AddWeightFn& add) override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (sample_.empty())
+      throw StateError("calibration saw no inputs for this layer: the calibration data must run through the model");
+    double amax = observed_amax_;
+    if (method == "percentile") {
+      at::Tensor all = at::cat(sample_);
+      amax = at::quantile(all.to(at::kDouble), percentile / 100.0).item<double>();
+    } else if (method != "minmax") {
+      throw ValueError("calibration method must be 'minmax' or 'percentile'. Received: '" + method + "'");
+    }
+    if (!inputs_scale_) build_static(add);
+    inputs_scale_->assign(at::full({}, 127.0 / (amax + kInt8Epsilon), at::kFloat));
+    sample_.clear();
+    observed_amax_ = 0;
+  }
+
+  at::Tensor apply(const at::Tensor& x, const at::Tensor& kernel) const override {
+    return apply_with_bias(x, kernel, at::Tensor(), false);
+  }
+
+  at::Tensor apply_with_bias(const at::Tensor& x, const at::Tensor&, const at::Tensor& bias,
+                             bool training) const override {
+    if (calibration_active()) const_cast<Int8Kernel*>(this)->calibrate(x);
+    const at::ScalarType out_dtype = x.scalar_type();
+    at::Tensor y = spec_.equation.empty() ? matmul(x) : einsum(x);
+    if (bias.defined()) y = y + bias.to(at::kFloat);
+    y = y.to(out_dtype);
+    // Gradients reach the inputs through the dequantized kernel (as Keras's
+    // int8 Dense); the int8 kernel itself is not trained.
+    if (at::GradMode::is_enabled() && x.requires_grad()) {
+      at::Tensor w = dequantized_kernel().to(out_dtype);
+      at::Tensor f = spec_.equation.empty() ? at::matmul(x, w) : at::einsum(spec_.equation, {x, w});
+      y = y + (f - f.detach());
+    }
+    return y;
+  }
+
+  at::Tensor dequantized_kernel() const {
+    at::Tensor s = kernel_scale_->value();
+    if (spec_.equation.empty()) s = s.reshape({1, -1});
+    return kernel_->value().to(at::kFloat) / s;
+  }
+
+ private:
+  at::Tensor matmul(const at::Tensor& x) const {
+    at::NoGradGuard ng;
+    const int64_t in = x.size(-1);
+    at::Tensor x2 = x.reshape({-1, in}).to(at::kFloat);
+    at::Tensor xs, xq;
+    if (inputs_scale_) {
+      xs = inputs_scale_->value();
+      xq = quantize_with_scale(x2, xs);
+    } else {
+      std::tie(xq, xs) = abs_max_quantize(x2, {1});
+    }
+    at::Tensor acc = int8_matmul(xq, kernel_->value());
+    // Keras's order: acc / (inputs_scale * kernel_scale).
+    at::Tensor y = acc.to(at::kFloat) / (xs * kernel_scale_->value().reshape({1, -1}));
+    std::vector<int64_t> out(x.sizes().begin(), x.sizes().end());
+    out.back() = y.size(1);
+    return y.reshape(out);
+  }
+
+  at::Tensor einsum(const at::Tensor& x) const {
+    at::NoGradGuard ng;
+    at::Tensor xf = x.to(at::kFloat);
+    at::Tensor xs, xq;
+    if (inputs_scale_) {
+      xs = inputs_scale_->value();
+      xq = quantize_with_scale(xf, xs);
+      std::vector<int64_t> ones(xf.dim(), 1);
+      xs = xs.reshape(ones);
+    } else {
+      std::tie(xq, xs) = abs_max_quantize(xf, positive_axes(spec_.input_reduced_axes, xf.dim()));
+    }
+    // Exact integer sums: int32 operands.
+    at::Tensor acc = at::einsum(spec_.equation, {xq.to(at::kInt), kernel_->value().to(at::kInt)});
+    // The scales have size 1 on the summed axes: the same einsum broadcasts
+    // their product to the output's layout.
+    at::Tensor denom = at::einsum(spec_.equation, {xs, kernel_scale_->value()});
+    return acc.to(at::kFloat) / denom;
+  }
+
+  KernelSpec spec_;
+  VariablePtr kernel_, kernel_scale_, inputs_scale_;
+  std::mutex mu_;  // guards the calibration state below
+  double observed_amax_ = 0;
+  std::vector<at::Tensor> sample_;
+};
+
+// ---------------------------------------------------------------------------
+// float8: inputs and kernel through e4m3fn, the output gradient through e5m2,
+// each with delayed scaling (kiln/quantization/float8.h).
+struct Float8State {
+  VariablePtr scale, history;
+};
+
+// Forward: identity. Backward: the gradient rounded to e5m2 with the
+// output-gradient scale; in training, that scale and history advance.
+struct OutputGradFloat8 : public torch::autograd::Function<OutputGradFloat8> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& y, Float8State* state,
+                            bool training) {
+    ctx->saved_data["state"] = reinterpret_cast<int64_t>(state);
+    ctx->saved_data["training"] = training;
+    return y.view_as(y);
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    auto* st = reinterpret_cast<Float8State*>(ctx->saved_data["state"].toInt());
+    at::NoGradGuard ng;
+    const at::Tensor& g = grads[0];
+    at::Tensor scale = st->scale->value(), history = st->history->value();
+    at::Tensor gq = quantize_and_dequantize(g, scale, Float8Format::kE5M2);
+    if (ctx->saved_data["training"].toBool()) {
+      st->scale->assign(compute_float8_scale(history.max(), scale, Float8Format::kE5M2));
+      st->history->assign(compute_amax_history(g, history));
+    }
+    return {gq, at::Tensor(), at::Tensor()};
+  }
+};
+
+class Float8Kernel : public KernelImpl {
+ public:
+  Float8Kernel(KernelSpec spec, int64_t history_length) : spec_(std::move(spec)), length_(history_length) {
+    if (length_ < 1) throw ValueError("float8: amax_history_length must be >= 1. Received: " + std::to_string(length_));
+  }
+  std::string mode() const override { return "float8"; }
+
+  void build(const AddWeightFn& add) override {
+    auto make = [&](const std::string& prefix) {
+      Float8State s;
+      s.scale = add(prefix + "_scale", Shape{}, constant_initializer(1.0), false, at::kFloat);
+      s.history = add(prefix + "_amax_history", Shape{length_}, constant_initializer(0.0), false, at::kFloat);
+      return s;
+    };
+    inputs_ = make("inputs");
+    kernel_ = make("kernel");
+    outputs_grad_ = std::make_unique<Float8State>(make("outputs_grad"));
+  }
+
+  at::Tensor apply(const at::Tensor& x, const at::Tensor& kernel) const override {
+    return apply_with_bias(x, kernel, at::Tensor(), false);
+  }
+
+  at::Tensor apply_with_bias(const at::Tensor& x, const at::Tensor& kernel, const at::Tensor& bias,
+                             bool training) const override {
+    at::Tensor xq = qdq(x, inputs_, training, Float8Format::kE4M3FN);
+    at::Tensor kq = qdq(kernel, kernel_, training, Float8Format::kE4M3FN);
+    at::Tensor y = spec_.equation.empty() ? at::matmul(xq, kq) : at::einsum(spec_.equation, {xq, kq});
+    if (y.requires_grad()) y = OutputGradFloat8::apply(y, outputs_grad_.get(), training);
+    return bias.defined() ? y + bias : y;
+  }
+
+ private:
+  // Keras's quantize_and_dequantize with the current scale (straight-through
+  // gradient); in training the scale and history then advance.
+  static at::Tensor qdq(const at::Tensor& t, const Float8State& st, bool training, Float8Format f) {
+    at::Tensor scale = st.scale->value(), history = st.history->value();
+    at::Tensor q;
+    {
+      at::NoGradGuard ng;
+      q = quantize_and_dequantize(t.detach(), scale, f);
+      if (training) {
+        st.scale->assign(compute_float8_scale(history.max(), scale, f));
+        st.history->assign(compute_amax_history(t, history));
+      }
+    }
+    return straight_through(t, q);
+  }
+
+  KernelSpec spec_;
+  int64_t length_;
+  Float8State inputs_, kernel_;
+  std::unique_ptr<Float8State> outputs_grad_;  // stable address for the autograd node
+};
+
+// ---------------------------------------------------------------------------
+// int8_qat: quantization-aware training. The float kernel trains; forward
+// rounds it per output channel and the inputs per row exactly as int8
+// inference will, gradients pass straight through the rounding.
+class Int8QatKernel : public KernelImpl {
+ public:
+  explicit Int8QatKernel(KernelSpec spec) : spec_(std::move(spec)) {}
+  std::string mode() const override { return "int8_qat"; }
+  at::Tensor apply(const at::Tensor& x, const at::Tensor& kernel) const override {
+    at::Tensor xf = x.to(at::kFloat), kf = kernel.to(at::kFloat);
+    at::Tensor xq, kq;
+    {
+      at::NoGradGuard ng;
+      auto [qx, sx] = abs_max_quantize(xf.detach(), positive_axes(spec_.input_reduced_axes, xf.dim()));
+      auto [qk, sk] = abs_max_quantize(kf.detach(), positive_axes(spec_.kernel_reduced_axes, kf.dim()));
+      xq = qx.to(at::kFloat) / sx;
+      kq = qk.to(at::kFloat) / sk;
+    }
+    at::Tensor a = straight_through(xf, xq), b = straight_through(kf, kq);
+    at::Tensor y = spec_.equation.empty() ? at::matmul(a, b) : at::einsum(spec_.equation, {a, b});
+    return y.to(x.scalar_type());
+  }
+
+ private:
+  KernelSpec spec_;
+};
+
+}  // namespace
+}  // namespace quantization
+
+const std::vector<std::string>& quantization_modes() {
+  static const std::vector<std::string> m = {"float", "int8", "float8", "int8_qat"};
+  return m;
+}
+
+KernelImplPtr make_kernel_impl(const std::string& mode, const KernelSpec& spec, int64_t amax_history_length) {
+  if (mode == "float") return spec.equation.empty() ? float_matmul_impl() : float_einsum_impl(spec.equation);
+  if (mode == "int8") return std::make_unique<quantization::Int8Kernel>(spec);
+  if (mode == "float8") return std::make_unique<quantization::Float8Kernel>(spec, amax_history_length);
+  if (mode == "int8_qat") return std::make_unique<quantization::Int8QatKernel>(spec);
+  throw ValueError("unknown quantization mode '" + mode + "'; kiln knows int8, float8 and int8_qat");
+}
+
+}  // namespace kiln

@@ -1,0 +1,461 @@
+// Quantization and mixed precision: float8's emulation against an
+// independently computed table of every value, delayed scaling, the int8
+// abs-max scheme and GEMM, quantize() on Dense / EinsumDense / Embedding
+// (numerics, saving, reloading bit-identically), calibration, QAT, loss
+// scaling, and Fashion-MNIST accuracy in int8 and float8.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+
+#include "kiln/core/cpu_features.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/core/random.h"
+#include "kiln/data/datasets.h"
+#include "kiln/layers/dense.h"
+#include "kiln/layers/einsum_dense.h"
+#include "kiln/layers/embedding.h"
+#include "kiln/models/calibration.h"
+#include "kiln/models/sequential.h"
+#include "kiln/optimizers/loss_scale_optimizer.h"
+#include "kiln/quantization/float8.h"
+#include "kiln/quantization/int8.h"
+#include "kiln/testing/testing.h"
+
+namespace kiln {
+namespace {
+
+using quantization::Float8Format;
+
+// --- float8 -------------------------------------------------------------------
+
+// bits -> value, from scripts/float8_table.py (nan as NaN).
+std::vector<double> float8_table(const std::string& name) {
+  std::ifstream in(source_path("kiln/quantization/testdata/float8_" + name + ".txt"));
+  std::vector<double> values(256, 0.0);
+  int bits = 0;
+  std::string v;
+  int n = 0;
+  while (in >> bits >> v) {
+    values.at(bits) = v == "nan"    ? std::numeric_limits<double>::quiet_NaN()
+                      : v == "inf"  ? std::numeric_limits<double>::infinity()
+                      : v == "-inf" ? -std::numeric_limits<double>::infinity()
+                                    : std::stod(v);
+    ++n;
+  }
+  EXPECT_EQ(n, 256) << "table for " << name;
+  return values;
+}
+
+float round1(double v, Float8Format f) {
+  return quantization::round_to_float8(at::full({1}, v, at::kFloat), f).item<float>();
+}
+
+class Float8Formats : public ::testing::TestWithParam<std::pair<std::string, Float8Format>> {};
+
+TEST_P(Float8Formats, EveryValueOfTheIndependentTableDecodesAndRoundsToItself) {
+  const auto [name, f] = GetParam();
+  auto table = float8_table(name);
+  int finite = 0;
+  for (int bits = 0; bits < 256; ++bits) {
+    const double t = table[bits], d = quantization::float8_decode(static_cast<uint8_t>(bits), f);
+    if (std::isnan(t)) {
+      EXPECT_TRUE(std::isnan(d)) << name << " bits " << bits;
+      continue;
+    }
+    EXPECT_EQ(d, t) << name << " bits " << bits;
+    if (!std::isfinite(t)) continue;
+    EXPECT_EQ(round1(t, f), static_cast<float>(t)) << name << " value " << t;
+    ++finite;
+  }
+  EXPECT_GT(finite, 200);
+}
+
+TEST_P(Float8Formats, BetweenNeighboursRoundsToNearestTiesToEvenAndSaturates) {
+  const auto [name, f] = GetParam();
+  auto table = float8_table(name);
+  // Positive finite values with their bit patterns, ascending.
+  std::vector<std::pair<double, int>> pos;
+  for (int bits = 0; bits < 128; ++bits)
+    if (std::isfinite(table[bits])) pos.emplace_back(table[bits], bits);
+  std::sort(pos.begin(), pos.end());
+  for (size_t i = 0; i + 1 < pos.size(); ++i) {
+    const auto [lo, lo_bits] = pos[i];
+    const auto [hi, hi_bits] = pos[i + 1];
+    const double mid = (lo + hi) / 2;
+    const double even = (lo_bits % 2 == 0) ? lo : hi;  // the mantissa's last bit is the pattern's last bit
+    EXPECT_EQ(round1(mid, f), static_cast<float>(even)) << name << " tie between " << lo << " and " << hi;
+    EXPECT_EQ(round1(-mid, f), static_cast<float>(-even)) << name;
+    EXPECT_EQ(round1(lo + (hi - lo) * 0.25, f), static_cast<float>(lo)) << name;
+    EXPECT_EQ(round1(lo + (hi - lo) * 0.75, f), static_cast<float>(hi)) << name;
+  }
+  const double mx = quantization::float8_max(f);
+  EXPECT_EQ(mx, pos.back().first);
+  EXPECT_EQ(round1(mx * 1.5, f), static_cast<float>(mx));
+  EXPECT_EQ(round1(-1e30, f), static_cast<float>(-mx));
+  EXPECT_EQ(round1(std::numeric_limits<double>::infinity(), f), static_cast<float>(mx));
+  EXPECT_TRUE(std::isnan(round1(std::numeric_limits<double>::quiet_NaN(), f)));
+  // Below half the smallest subnormal: zero.
+  EXPECT_EQ(round1(pos[1].first * 0.4, f), 0.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Float8, Float8Formats,
+                         ::testing::Values(std::make_pair(std::string("e4m3fn"), Float8Format::kE4M3FN),
+                                           std::make_pair(std::string("e5m2"), Float8Format::kE5M2)),
+                         [](const auto& info) { return info.param.first; });
+
+TEST(Float8, DelayedScalingFollowsKerasFormulas) {
+  using namespace quantization;
+  at::Tensor history = at::zeros({4});
+  history = compute_amax_history(at::tensor({1.0f, -3.0f, 2.0f}), history);
+  EXPECT_TRUE(at::equal(history, at::tensor({3.0f, 0.0f, 0.0f, 0.0f})));
+  history = compute_amax_history(at::tensor({0.5f}), history);
+  EXPECT_TRUE(at::equal(history, at::tensor({0.5f, 0.0f, 0.0f, 3.0f})));  // rolled by one, newest in front
+  // scale = amax / 448 (margin 0); zero or non-finite amax keeps the scale.
+  at::Tensor one = at::ones({});
+  EXPECT_FLOAT_EQ(compute_float8_scale(at::full({}, 3.0f), one, Float8Format::kE4M3FN).item<float>(), 3.0f / 448.0f);
+  EXPECT_FLOAT_EQ(compute_float8_scale(at::zeros({}), at::full({}, 0.25f), Float8Format::kE4M3FN).item<float>(), 0.25f);
+  EXPECT_FLOAT_EQ(compute_float8_scale(at::full({}, INFINITY), at::full({}, 0.5f), Float8Format::kE5M2).item<float>(),
+                  0.5f);
+  // quantize_and_dequantize: x / scale clipped to +-448, rounded, times scale.
+  at::Tensor q = quantize_and_dequantize(at::tensor({1000.0f, 0.3f}), at::full({}, 2.0f), Float8Format::kE4M3FN);
+  EXPECT_FLOAT_EQ(q[0].item<float>(), 896.0f);
+  EXPECT_FLOAT_EQ(q[1].item<float>(), 2.0f * round1(0.15, Float8Format::kE4M3FN));
+}
+
+// --- int8 ---------------------------------------------------------------------
+
+TEST(Int8, AbsMaxQuantizeIsKerasScheme) {
+  at::Tensor w = at::tensor({0.5f, -2.0f, -1.0f, 1.0f, 0.25f, 0.0f}).reshape({3, 2});
+  auto [q, scale] = quantization::abs_max_quantize(w, {0});
+  EXPECT_EQ(q.scalar_type(), at::kChar);
+  EXPECT_EQ(scale.sizes(), (at::IntArrayRef{1, 2}));
+  EXPECT_NEAR(scale[0][0].item<float>(), 127.0 / (1.0 + 1e-7), 1e-4);
+  EXPECT_NEAR(scale[0][1].item<float>(), 127.0 / (2.0 + 1e-7), 1e-4);
+  EXPECT_EQ(q[1][0].item<int8_t>(), -127);
+  EXPECT_EQ(q[0][1].item<int8_t>(), -127);
+  EXPECT_EQ(q[2][0].item<int8_t>(), 32);  // round(0.25 * 127) = round(31.75)
+  EXPECT_EQ(q[0][0].item<int8_t>(), 63);  // 0.5 * 127 / (2 + 1e-7) = 63.4999...
+}
+
+TEST(Int8, GemmIsExactOnBothBackends) {
+  set_random_seed(3);
+  at::Tensor a = at::randint(-127, 128, {37, 300}, at::kChar), b = at::randint(-127, 128, {300, 19}, at::kChar);
+  at::Tensor want = at::mm(a.to(at::kLong), b.to(at::kLong));
+  const std::string before = quantization::int8_backend();
+  for (const char* backend : {"libtorch", "onednn"}) {
+    quantization::set_int8_backend(backend);
+    at::Tensor got = quantization::int8_matmul(a, b);
+    EXPECT_EQ(got.scalar_type(), at::kInt);
+    EXPECT_TRUE(at::equal(got.to(at::kLong), want)) << backend;
+  }
+  quantization::set_int8_backend(before);
+}
+
+// A built Dense with non-trivial weights.
+std::shared_ptr<Sequential> mlp(int64_t in = 64) {
+  auto m = std::make_shared<Sequential>();
+  m->add(Input({in}));
+  m->add(std::make_shared<Dense>(48, "relu"));
+  m->add(std::make_shared<Dense>(10));
+  return m;
+}
+
+double rel_err(const at::Tensor& a, const at::Tensor& b) { return ((a - b).norm() / b.norm()).item<double>(); }
+
+TEST(QuantizeInt8, DenseStoresInt8KernelsAndStaysCloseToFloat) {
+  set_random_seed(1);
+  auto m = mlp();
+  at::Tensor x = at::randn({32, 64});
+  at::Tensor want = m->predict(x);
+  m->quantize("int8");
+  auto d = std::dynamic_pointer_cast<Dense>(m->layers().at(0));
+  EXPECT_EQ(d->kernel(), nullptr);
+  EXPECT_EQ(d->dtype_policy().name(), "int8_from_float32");
+  EXPECT_EQ(d->kernel_impl().mode(), "int8");
+  std::map<std::string, at::ScalarType> dtypes;
+  for (auto& v : d->weights()) dtypes[v->name()] = v->value().scalar_type();
+  EXPECT_EQ(dtypes["kernel"], at::kChar);
+  EXPECT_EQ(dtypes["kernel_scale"], at::kFloat);
+  EXPECT_EQ(d->trainable_weights().size(), 1u);  // the bias only
+  at::Tensor got = m->predict(x);
+  EXPECT_LT(rel_err(got, want), 0.02);
+  EXPECT_GT(rel_err(got, want), 0.0);  // really quantized
+  EXPECT_EQ(m->quantization_summary(), "int8");
+  EXPECT_THROW(m->quantize("int8"), ValueError);  // nothing left to quantize
+}
+
+TEST(QuantizeInt8, SavedModelReloadsBitIdentically) {
+  set_random_seed(2);
+  auto m = mlp();
+  at::Tensor x = at::randn({16, 64});
+  m->predict(x);
+  m->quantize("int8");
+  TempDir dir;
+  m->save(dir.path() + "/m");
+  auto back = load_model(dir.path() + "/m");
+  EXPECT_TRUE(at::equal(back->predict(x), m->predict(x)));
+  auto d = std::dynamic_pointer_cast<Dense>(back->layers().at(0));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->dtype_policy().name(), "int8_from_float32");
+  for (auto& v : d->weights())
+    if (v->name() == "kernel") EXPECT_EQ(v->value().scalar_type(), at::kChar);
+}
+
+TEST(QuantizeInt8, EinsumDenseAndEmbedding) {
+  set_random_seed(4);
+  auto e = std::make_shared<EinsumDense>("abc,cd->abd", Shape{5, 12}, "d");
+  at::Tensor x = at::randn({3, 5, 8});
+  at::Tensor want = (*e)(x);
+  e->quantize("int8");
+  at::Tensor got = (*e)(x);
+  EXPECT_LT(rel_err(got, want), 0.02);
+  EXPECT_EQ(e->kernel(), nullptr);
+
+  auto emb = std::make_shared<Embedding>(20, 6);
+  at::Tensor ids = at::randint(0, 20, {4, 7}, at::kLong);
+  at::Tensor e_want = (*emb)(ids);
+  emb->quantize("int8");
+  EXPECT_LT(rel_err((*emb)(ids), e_want), 0.01);
+  EXPECT_THROW(std::make_shared<Embedding>(5, 2)->quantize("float8"), ValueError);
+}
+
+TEST(QuantizeInt8, CalibratedStaticScalesAreSavedAndUsed) {
+  set_random_seed(5);
+  auto m = mlp();
+  at::Tensor x = at::randn({64, 64});
+  at::Tensor want = m->predict(x);
+  m->quantize("int8");
+  EXPECT_THROW(calibrate(*m, {x}, {.method = "median"}), ValueError);
+  calibrate(*m, {x}, {.method = "minmax"});
+  auto d = std::dynamic_pointer_cast<Dense>(m->layers().at(0));
+  EXPECT_EQ(d->kernel_impl().activation_scheme(), "static");
+  EXPECT_TRUE(d->dtype_policy().static_inputs());
+  at::Tensor scale;
+  for (auto& v : d->weights())
+    if (v->name() == "inputs_scale") scale = v->value();
+  ASSERT_TRUE(scale.defined());
+  EXPECT_NEAR(scale.item<float>(), 127.0 / x.abs().max().item<float>(), 1e-3);
+  at::Tensor got = m->predict(x);
+  EXPECT_LT(rel_err(got, want), 0.05);
+  TempDir dir;
+  m->save(dir.path() + "/m");
+  auto back = load_model(dir.path() + "/m");
+  EXPECT_TRUE(at::equal(back->predict(x), got));
+  // Percentile ranges clip outliers: a smaller range than min/max.
+  auto p = mlp();
+  p->predict(x);
+  p->quantize("int8");
+  calibrate(*p, {x}, {.method = "percentile", .percentile = 99.0});
+  for (auto& v : std::dynamic_pointer_cast<Dense>(p->layers().at(0))->weights())
+    if (v->name() == "inputs_scale") EXPECT_GT(v->value().item<float>(), scale.item<float>());
+}
+
+TEST(QuantizeInt8, QuantizationAwareTrainingMatchesTheConvertedModel) {
+  set_random_seed(6);
+  auto m = mlp();
+  at::Tensor x = at::randn({16, 64});
+  m->predict(x);
+  m->quantize("int8_qat");
+  auto d = std::dynamic_pointer_cast<Dense>(m->layers().at(0));
+  EXPECT_TRUE(d->kernel());  // the float kernel trains
+  m->compile("sgd", "mse");
+  at::Tensor before = d->kernel()->value().clone();
+  m->fit({.x = {x}, .y = {at::randn({16, 10})}, .batch_size = 16, .epochs = 1, .verbose = 0});
+  EXPECT_FALSE(at::equal(before, d->kernel()->value()));  // straight-through gradients reach it
+  at::Tensor fake = m->predict(x);
+  m->quantize("int8");
+  EXPECT_EQ(d->dtype_policy().name(), "int8_from_float32");
+  EXPECT_LT(rel_err(m->predict(x), fake), 1e-4);
+}
+
+// --- float8 layers -------------------------------------------------------------
+
+TEST(QuantizeFloat8, TrainingAdvancesScalesAndHistoriesWhichAreSaved) {
+  set_random_seed(7);
+  auto m = mlp(32);
+  at::Tensor x = at::randn({64, 32}), y = at::randn({64, 10});
+  m->predict(x);
+  at::Tensor want = m->predict(x);
+  m->quantize("float8");
+  auto d = std::dynamic_pointer_cast<Dense>(m->layers().at(0));
+  EXPECT_EQ(d->dtype_policy().name(), "float8_from_float32");
+  std::map<std::string, VariablePtr> vars;
+  for (auto& v : d->weights()) vars[v->name()] = v;
+  for (const char* n : {"inputs_scale", "inputs_amax_history", "kernel_scale", "kernel_amax_history",
+                        "outputs_grad_scale", "outputs_grad_amax_history"})
+    ASSERT_TRUE(vars.count(n)) << n;
+  EXPECT_EQ(vars["inputs_amax_history"]->shape(), (Shape{1024}));
+  EXPECT_LT(rel_err(m->predict(x), want), 0.1);  // scale 1: e4m3 rounding only
+  m->compile("adam", "mse");
+  m->fit({.x = {x}, .y = {y}, .batch_size = 16, .epochs = 2, .verbose = 0});
+  // 8 steps: the histories hold 8 amaxes (the newest in front, the history
+  // rolled by one each step), and the scales follow them.
+  at::Tensor h = vars["inputs_amax_history"]->value();
+  EXPECT_EQ((h != 0).sum().item<int64_t>(), 8);
+  EXPECT_GT(h[0].item<float>(), 0.0f);
+  EXPECT_LE(h[0].item<float>(), x.abs().max().item<float>());
+  EXPECT_GT(h[1023].item<float>(), 0.0f);
+  EXPECT_EQ(h.slice(0, 1, 1017).abs().sum().item<float>(), 0.0f);
+  EXPECT_NE(vars["inputs_scale"]->value().item<float>(), 1.0f);
+  EXPECT_GT(vars["outputs_grad_amax_history"]->value()[0].item<float>(), 0.0f);
+  EXPECT_NE(vars["outputs_grad_scale"]->value().item<float>(), 1.0f);
+  TempDir dir;
+  m->save(dir.path() + "/m");
+  auto back = load_model(dir.path() + "/m");
+  EXPECT_TRUE(at::equal(back->predict(x), m->predict(x)));
+}
+
+// --- loss scaling ------------------------------------------------------------------
+
+TEST(LossScaleOptimizer, SkipsNonFiniteStepsHalvesAndGrowsTheScale) {
+  auto var = std::make_shared<Variable>("w", at::ones({3}), true);
+  auto opt = std::make_shared<LossScaleOptimizer>(Optimizer::get("sgd"),
+                                                  LossScaleOptions{.initial_scale = 8, .dynamic_growth_steps = 2});
+  EXPECT_EQ(opt->scale_loss(at::full({}, 2.0f)).item<float>(), 16.0f);
+  // Scaled gradients are unscaled before SGD's update (lr 0.01).
+  opt->apply_gradients({at::full({3}, 8.0f)}, {var});
+  EXPECT_TRUE(at::allclose(var->value(), at::full({3}, 0.99f)));
+  EXPECT_EQ(opt->iterations(), 1);
+  EXPECT_EQ(opt->scale(), 8);
+  opt->apply_gradients({at::full({3}, 8.0f)}, {var});
+  EXPECT_EQ(opt->scale(), 16);  // 2 finite steps: doubled
+  at::Tensor before = var->value().clone();
+  opt->apply_gradients({at::tensor({1.0f, INFINITY, 0.0f})}, {var});
+  EXPECT_TRUE(at::equal(var->value(), before));  // skipped
+  EXPECT_EQ(opt->iterations(), 2);
+  EXPECT_EQ(opt->scale(), 8);
+  EXPECT_EQ(opt->skipped_steps(), 1);
+  opt->apply_gradients({at::tensor({NAN, 0.0f, 0.0f})}, {var});
+  EXPECT_EQ(opt->scale(), 4);
+  // State and config round trip.
+  auto copy = LossScaleOptimizer::from_config(opt->get_config());
+  copy->load_state_dict(opt->state_dict());
+  EXPECT_EQ(copy->scale(), 4);
+  EXPECT_EQ(copy->options().dynamic_growth_steps, 2);
+  EXPECT_EQ(copy->inner_optimizer()->class_name(), "SGD");
+  EXPECT_EQ(Optimizer::from_json(opt->to_json())->class_name(), "LossScaleOptimizer");
+  // Fixed scale: never changes.
+  auto fixed = std::make_shared<LossScaleOptimizer>(Optimizer::get("sgd"),
+                                                    LossScaleOptions{.initial_scale = 64, .dynamic = false});
+  fixed->apply_gradients({at::tensor({NAN, 0.0f, 0.0f})}, {var});
+  EXPECT_EQ(fixed->scale(), 64);
+  EXPECT_THROW(LossScaleOptimizer(Optimizer::get("sgd"), {.initial_scale = 0.5}), ValueError);
+}
+
+TEST(LossScaleOptimizer, MatchesTheInnerOptimizerOnFiniteSteps) {
+  // Power-of-two scales make scaling and unscaling exact.
+  set_random_seed(8);
+  auto a = mlp(16), b = mlp(16);
+  a->predict(at::zeros({1, 16}));
+  b->predict(at::zeros({1, 16}));
+  b->set_weights(a->get_weights());
+  a->compile(CompileArgs::from_names("adam", "mse"));
+  CompileArgs args = CompileArgs::from_names("adam", "mse");
+  args.optimizer = std::make_shared<LossScaleOptimizer>(args.optimizer);
+  b->compile(args);
+  at::Tensor x = at::randn({32, 16}), y = at::randn({32, 10});
+  a->fit({.x = {x}, .y = {y}, .batch_size = 8, .epochs = 2, .verbose = 0, .shuffle = false});
+  b->fit({.x = {x}, .y = {y}, .batch_size = 8, .epochs = 2, .verbose = 0, .shuffle = false});
+  auto wa = a->get_weights(), wb = b->get_weights();
+  for (size_t i = 0; i < wa.size(); ++i) EXPECT_TRUE(at::allclose(wa[i], wb[i], 1e-6, 1e-7)) << i;
+}
+
+TEST(MixedPrecision, MixedFloat16CompilesWithLossScalingAndKeepsFloat32Variables) {
+  // Linear layers only: LibTorch 1.13 has no float16 relu on CPU (kiln's
+  // float16 GEMMs run upcast).
+  set_dtype_policy("mixed_float16");
+  auto m = std::make_shared<Sequential>();
+  m->add(Input({16}));
+  m->add(std::make_shared<Dense>(8));
+  m->add(std::make_shared<Dense>(10));
+  set_dtype_policy("float32");
+  m->compile("sgd", "mse");
+  EXPECT_EQ(m->compile_args().optimizer->class_name(), "LossScaleOptimizer");
+  for (auto& v : m->weights()) EXPECT_EQ(v->value().scalar_type(), at::kFloat) << v->path();
+  at::Tensor y = m->predict(at::randn({4, 16}));
+  EXPECT_EQ(y.scalar_type(), at::kHalf);
+  auto h = m->fit({.x = {at::randn({8, 16})}, .y = {at::randn({8, 10})}, .batch_size = 4, .epochs = 1, .verbose = 0});
+  EXPECT_TRUE(std::isfinite(h.history.at("loss").back()));
+}
+
+TEST(MixedPrecision, QuantizedPolicyNamesRoundTrip) {
+  DTypePolicy p = DTypePolicy("mixed_bfloat16").quantized("int8");
+  EXPECT_EQ(p.name(), "int8_from_mixed_bfloat16");
+  EXPECT_EQ(p.compute_dtype(), at::kBFloat16);
+  EXPECT_EQ(DTypePolicy::from_json(p.to_json()).name(), p.name());
+  EXPECT_EQ(
+      DTypePolicy::from_json(DTypePolicy("float32").quantized("float8", false, 16).to_json()).amax_history_length(),
+      16);
+  EXPECT_THROW(DTypePolicy("int4_from_float32"), ValueError);
+  EXPECT_THROW(DTypePolicy("int8_from_float99"), ValueError);
+  EXPECT_THROW(set_dtype_policy("int8_from_float32"), ValueError);
+}
+
+TEST(CpuFeatures, DetectsAndExplains) {
+  const CpuFeatures& cpu = cpu_features();
+  EXPECT_FALSE(cpu.summary().empty());
+  EXPECT_NE(precision_warning("float16"), "");  // no fast float16 on any CPU
+  EXPECT_NE(precision_warning("float8"), "");   // always emulated here
+  EXPECT_EQ(precision_warning("float32"), "");
+  EXPECT_EQ(precision_warning("mixed_bfloat16").empty(), cpu.fast_bf16());
+  EXPECT_EQ(precision_warning("int8").empty(), cpu.int8_dot());
+  EXPECT_TRUE(warn_once("test-key", "printed once"));
+  EXPECT_FALSE(warn_once("test-key", "printed once"));
+}
+
+// --- Fashion-MNIST --------------------------------------------------------------------
+
+struct Mnist {
+  at::Tensor x_train, y_train, x_test, y_test;
+};
+
+Mnist mnist() {
+  auto d = datasets::fashion_mnist();
+  return {d.x_train.reshape({-1, 784}).to(at::kFloat) / 255.0, d.y_train,
+          d.x_test.reshape({-1, 784}).to(at::kFloat) / 255.0, d.y_test};
+}
+
+double accuracy(Model& m, const at::Tensor& x, const at::Tensor& y) {
+  return (m.predict(x, 1024).argmax(-1) == y).to(at::kFloat).mean().item<double>() * 100;
+}
+
+std::shared_ptr<Sequential> fashion_mlp() {
+  auto m = std::make_shared<Sequential>();
+  m->add(Input({784}));
+  m->add(std::make_shared<Dense>(128, "relu"));
+  m->add(std::make_shared<Dense>(10, "softmax"));
+  m->compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
+  return m;
+}
+
+TEST(FashionMnist, Int8WithinHalfAPointAndFloat8TrainingWithinOnePointOfFloat32) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+  Mnist d = mnist();
+  const int64_t n = 20000;  // enough for ~84%, quick on 2 cores
+  at::Tensor xt = d.x_train.slice(0, 0, n), yt = d.y_train.slice(0, 0, n);
+  set_random_seed(11);
+  auto f32 = fashion_mlp();
+  f32->fit({.x = {xt}, .y = {yt}, .batch_size = 128, .epochs = 2, .verbose = 0});
+  const double acc32 = accuracy(*f32, d.x_test, d.y_test);
+  f32->quantize("int8");
+  const double acc8 = accuracy(*f32, d.x_test, d.y_test);
+  set_random_seed(11);
+  auto fp8 = fashion_mlp();
+  fp8->predict(xt.slice(0, 0, 1));
+  fp8->quantize("float8");
+  fp8->compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
+  fp8->fit({.x = {xt}, .y = {yt}, .batch_size = 128, .epochs = 2, .verbose = 0});
+  const double acc_fp8 = accuracy(*fp8, d.x_test, d.y_test);
+  std::cout << "Fashion-MNIST test accuracy: float32 " << acc32 << "%, int8 " << acc8 << "%, float8-trained " << acc_fp8
+            << "%\n";
+  EXPECT_GT(acc32, 80.0);
+  EXPECT_NEAR(acc8, acc32, 0.5);
+  EXPECT_NEAR(acc_fp8, acc32, 1.0);
+}
+
+}  // namespace
+}  // namespace kiln
