@@ -97,7 +97,7 @@ async function main() {
   let browser;
   try {
     browser = await chromium.launch({ executablePath: o.chromium, headless: true, timeout: o.timeout_ms });
-    const page = await browser.newPage({ viewport: { width: 1100, height: 640 }, deviceScaleFactor: 1 });
+    const page = await browser.newPage({ viewport: { width: 1320, height: 640 }, deviceScaleFactor: 1 });
     const result = JSON.stringify(await check(o, page, url)) + '\n';
     if (o.output) fs.writeFileSync(o.output, result);
     else process.stdout.write(result);
