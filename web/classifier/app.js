@@ -5,7 +5,9 @@
 import * as ort from './node_modules/onnxruntime-web/dist/ort.wasm.min.mjs';
 
 // kiln::datasets::fashion_mnist_class_names(), in label order.
-const CLASS_NAMES = ['T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker', 'Bag', 'Ankle boot'];
+const CLASS_NAMES = [
+  'T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker', 'Bag', 'Ankle boot',
+];
 const SIDE = 28;
 
 const params = new URLSearchParams(location.search);
@@ -32,7 +34,9 @@ function setState(state, message) {
 // batch dimension), which must hold 28 x 28 values: (784), (28, 28), (28, 28, 1).
 function describeInput(session) {
   if (session.inputNames.length !== 1)
-    throw new Error(`the model has ${session.inputNames.length} inputs (${session.inputNames}); the page feeds one image`);
+    throw new Error(
+      `the model has ${session.inputNames.length} inputs (${session.inputNames}); the page feeds one image`,
+    );
   const meta = session.inputMetadata.find((m) => m.name === session.inputNames[0]);
   if (!meta || !meta.isTensor) throw new Error(`input '${session.inputNames[0]}' is not a tensor`);
   if (meta.type !== 'float32') throw new Error(`input '${meta.name}' is ${meta.type}; the page feeds float32`);
@@ -178,7 +182,9 @@ function sampleCard(sample, result, onPick) {
     Object.assign(document.createElement('b'), { textContent: result.label }),
     ` ${(100 * result.probs[result.cls]).toFixed(0)}%`,
     document.createElement('br'),
-    Object.assign(document.createElement('small'), { textContent: `#${sample.index} · true: ${CLASS_NAMES[sample.label]}` }),
+    Object.assign(document.createElement('small'), {
+      textContent: `#${sample.index} · true: ${CLASS_NAMES[sample.label]}`,
+    }),
   );
   fig.append(canvas, caption);
   fig.addEventListener('click', () => onPick(sample));
@@ -206,7 +212,9 @@ async function main() {
   const input = describeInput(session);
   document.body.dataset.inputName = input.name;
   document.body.dataset.inputShape = input.shape.join(',');
-  const described = `${modelUrl}: input '${input.name}' (${input.shape.join(', ')}) float32; onnxruntime-web ${ort.env.versions.web}, wasm, 1 thread`;
+  const described =
+    `${modelUrl}: input '${input.name}' (${input.shape.join(', ')}) float32; ` +
+    `onnxruntime-web ${ort.env.versions.web}, wasm, 1 thread`;
 
   const pad = setUpPad($('pad'));
   $('clear').addEventListener('click', () => pad.clear());

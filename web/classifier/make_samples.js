@@ -35,7 +35,9 @@ function main() {
   for (let i = 0; i < argv.length; i += 2) {
     const key = argv[i].replace(/^--/, '');
     if (!(key in o) || argv[i + 1] === undefined)
-      throw new Error(`bad option ${argv[i]}; usage: node make_samples.js [--count N] [--start I] [--dir DIR] [--output FILE]`);
+      throw new Error(
+        `bad option ${argv[i]}; usage: node make_samples.js [--count N] [--start I] [--dir DIR] [--output FILE]`,
+      );
     o[key] = key === 'count' || key === 'start' ? Number(argv[i + 1]) : argv[i + 1];
   }
   const images = readIdx(o.dir, 't10k-images-idx3-ubyte');
@@ -45,7 +47,8 @@ function main() {
   const [n, h, w] = x.dims;
   if (x.dims.length !== 3 || h !== 28 || w !== 28 || y.dims.length !== 1 || y.dims[0] !== n)
     throw new Error(`expected (N, 28, 28) images and N labels. Received: images ${x.dims}, labels ${y.dims}`);
-  if (!(Number.isInteger(o.count) && o.count >= 1 && Number.isInteger(o.start) && o.start >= 0 && o.start + o.count <= n))
+  const fits = Number.isInteger(o.count) && Number.isInteger(o.start) && o.count >= 1 && o.start >= 0;
+  if (!(fits && o.start + o.count <= n))
     throw new Error(`--count and --start must pick images in [0, ${n}). Received: count=${o.count}, start=${o.start}`);
   const step = Math.floor((n - o.start) / o.count);
   const out = { source: `Fashion-MNIST test set (t10k), ${path.resolve(o.dir)}`, images: [] };

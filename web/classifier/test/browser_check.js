@@ -10,8 +10,9 @@
 //    "drawn": {"pixels": [784 bytes], "predicted_class", "predicted_label", "probability"},
 //    "status": "<the page's status line>"}
 // Exit 0 on success, 1 when the page reports an error or times out, 2 on bad
-// usage. --chromium defaults to $KILN_CHROMIUM, else /usr/bin/chromium. The browser and the server are closed on every path; a watchdog
-// ends the process if closing them hangs.
+// usage. --chromium defaults to $KILN_CHROMIUM, else /usr/bin/chromium.
+// The browser and the server are closed on every path; a watchdog ends the
+// process if closing them hangs.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -20,7 +21,8 @@ const { start } = require('../serve.js');
 
 function usage(message) {
   const e = new Error(
-    `${message}; usage: node browser_check.js --data DIR [--output FILE] [--screenshot FILE] [--chromium PATH] [--timeout_ms N]`,
+    `${message}; usage: node browser_check.js --data DIR [--output FILE] [--screenshot FILE] ` +
+      '[--chromium PATH] [--timeout_ms N]',
   );
   e.exitCode = 2;
   return e;
@@ -67,7 +69,8 @@ async function check(o, page, url) {
   await page.mouse.move(box.x + box.width * 0.7, box.y + box.height * 0.3, { steps: 8 });
   await page.mouse.up();
   await page.click('#classify');
-  await page.waitForFunction(() => ['done', 'error'].includes(document.getElementById('drawn-result').dataset.state), null, {
+  const padDone = () => ['done', 'error'].includes(document.getElementById('drawn-result').dataset.state);
+  await page.waitForFunction(padDone, null, {
     timeout: o.timeout_ms,
     polling: 50,
   });
