@@ -43,7 +43,7 @@ std::string browser_check_missing() {
   if (path_exists(dir + "/node_modules/onnxruntime-web/package.json") &&
       path_exists(dir + "/node_modules/playwright-core/package.json"))
     return "";
-  auto r = run_command("cd " + q(dir) + " && npm ci --ignore-scripts --no-audit --no-fund");
+  auto r = run_command("cd " + q(dir) + " && npm ci --ignore-scripts --no-audit --no-fund --fetch-retries=1");
   if (r.exit_code != 0) return "`npm ci --ignore-scripts` in web/classifier failed: " + r.output.substr(0, 300);
   return "";
 }
