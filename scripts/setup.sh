@@ -23,6 +23,8 @@ PACKAGES=(
   python3-flask gunicorn wrk nginx curl
   # multi-host tests: network namespaces and veth pairs
   iproute2
+  # export: the browser page (web/classifier) in headless Chromium
+  chromium
 )
 
 missing=()
@@ -32,20 +34,26 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
-# export: ONNX Runtime for node (web/onnx-check), used by kiln_export_test to
-# check `kiln export --format onnx`; skipped when npm is absent or offline.
-setup_onnx_check() {
-  local dir
-  dir="$(dirname "$0")/../web/onnx-check"
-  if command -v npm >/dev/null 2>&1 && [ ! -f "$dir/node_modules/onnxruntime-node/package.json" ]; then
-    (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund >/dev/null 2>&1) ||
-      echo "setup: npm ci in web/onnx-check failed; the ONNX Runtime check will try again or skip"
-  fi
+# export: the npm packages of web/onnx-check (ONNX Runtime for node, used by
+# kiln_export_test to check `kiln export --format onnx`) and web/classifier
+# (onnxruntime-web and playwright-core: the browser page and its test);
+# skipped when npm is absent or offline (the tests then skip too).
+setup_npm() {
+  local web dir package dir_package
+  web="$(dirname "$0")/../web"
+  for dir_package in onnx-check:onnxruntime-node classifier:onnxruntime-web; do
+    dir="$web/${dir_package%%:*}"
+    package="${dir_package#*:}"
+    if command -v npm >/dev/null 2>&1 && [ ! -f "$dir/node_modules/$package/package.json" ]; then
+      (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund >/dev/null 2>&1) ||
+        echo "setup: npm ci in web/${dir_package%%:*} failed; its test will try again or skip"
+    fi
+  done
 }
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
-  setup_onnx_check
+  setup_npm
   exit 0
 fi
 
@@ -56,4 +64,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "setup: done"
-setup_onnx_check
+setup_npm
