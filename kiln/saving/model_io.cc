@@ -227,6 +227,7 @@ void Model::save(const std::string& dir, bool include_optimizer) {
   mj["registered_name"] = arch["registered_name"];
   if (arch.contains("build_config")) mj["build_config"] = arch["build_config"];
   mj["dtype_policy"] = dtype_policy().name();
+  if (const std::string q = quantization_summary(); !q.empty()) mj["quantization"] = q;
   mj["quantization"] = nullptr;
   mj["compile_config"] = compiled() ? compile_args().to_json() : Json(nullptr);
   mj["signatures"] = model_signatures(*this);

@@ -14,6 +14,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "kiln/core/random.h"
+#include "kiln/layers/dense.h"
+#include "kiln/models/sequential.h"
 #include "kiln/serving/serving_test_util.h"
 #include "kiln/serving/test_process.h"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
@@ -381,6 +384,67 @@ TEST(KilnServe, BadTlsAndTokenFilesAreOneLineAndExitCode2) {
   expect_one_line_error(kiln_err(serve + tls + "--ssl_client_ca " + q(dir.path() + "/nope-ca.crt")),
                         "--ssl_client_ca: file not found: " + dir.path() + "/nope-ca.crt");
   expect_one_line_error(kiln_err(serve + "--ssl_client_ca " + q(a.cert_path)), "--ssl_client_ca needs --ssl_cert");
+}
+
+// `kiln quantize` publishes an int8 version beside the float one; `kiln show`
+// reports it, `kiln predict` and `kiln serve` run it, and both answer what
+// the reloaded model computes in process.
+TEST(KilnQuantize, PublishesAnInt8VersionThatShowPredictAndServeRun) {
+  TempDir dir;
+  set_random_seed(5);
+  auto m = std::make_shared<Sequential>();
+  m->add(Input({4}));
+  m->add(std::make_shared<Dense>(16, "relu"));
+  m->add(std::make_shared<Dense>(3));
+  at::Tensor x = at::randn({5, 4});
+  m->predict(x);
+  m->save(dir.path() + "/m/1");
+  auto r = run_command(q(cli_path()) + " quantize " + q(dir.path() + "/m/1") + " --mode int8 --output " +
+                       q(dir.path() + "/m") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("-> " + dir.path() + "/m/2"), std::string::npos) << r.output;
+  auto show = run_command(q(cli_path()) + " show " + q(dir.path() + "/m/2") + " 2>&1");
+  EXPECT_NE(show.output.find("Quantization: int8"), std::string::npos) << show.output;
+  auto q8 = load_model(dir.path() + "/m/2");
+  at::Tensor want = q8->predict(x);
+  EXPECT_FALSE(at::allclose(want, m->predict(x), 0, 1e-7));  // really another model
+  std::string instances;
+  for (int i = 0; i < 5; ++i) {
+    Json row = Json::array();
+    for (int k = 0; k < 4; ++k) row.push_back(x[i][k].item<float>());
+    instances += row.dump() + "\n";
+  }
+  write_text(dir.path() + "/in.jsonl", instances);
+  auto p =
+      run_command(q(cli_path()) + " predict " + q(dir.path() + "/m/2") + " --input " + q(dir.path() + "/in.jsonl"));
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  std::istringstream lines(p.output);
+  std::string line;
+  for (int i = 0; i < 5 && std::getline(lines, line); ++i)
+    for (int k = 0; k < 3; ++k)
+      EXPECT_NEAR(Json::parse(line)["predictions"][k].get<float>(), want[i][k].item<float>(), 1e-6);
+
+  ChildProcess s({cli_path(), "serve", "--model_base_path", dir.path() + "/m", "--model_name", "q", "--rest_api_port",
+                  "0", "--port=-1", "--file_system_poll_wait_seconds", "0"});
+  std::string ready = s.wait_for_line("kiln serve: ready", 60);
+  ASSERT_FALSE(ready.empty());
+  int port = 0;
+  ASSERT_EQ(std::sscanf(ready.c_str(), "kiln serve: ready rest_port=%d", &port), 1) << ready;
+  httplib::Client c("127.0.0.1", port);
+  Json body{{"instances", Json::array()}};
+  for (int i = 0; i < 5; ++i) {
+    Json row = Json::array();
+    for (int k = 0; k < 4; ++k) row.push_back(x[i][k].item<float>());
+    body["instances"].push_back(row);
+  }
+  auto res = c.Post("/v1/models/q:predict", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  Json pred = Json::parse(res->body)["predictions"];
+  for (int i = 0; i < 5; ++i)
+    for (int k = 0; k < 3; ++k) EXPECT_NEAR(pred[i][k].get<float>(), want[i][k].item<float>(), 1e-6);
+  c.stop();
+  EXPECT_EQ(s.stop(), 0);
 }
 
 }  // namespace

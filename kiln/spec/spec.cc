@@ -17,8 +17,10 @@ void check_keys(const Json& j, const std::vector<std::string>& allowed, const st
 namespace {
 
 Json checked_spec(Json spec, const std::string& path) {
-  check_keys(spec, {"model", "data", "compile", "fit", "callbacks", "output", "distribution", "name", "description"},
-             "the spec " + path);
+  check_keys(
+      spec,
+      {"model", "data", "compile", "fit", "callbacks", "output", "distribution", "dtype_policy", "name", "description"},
+      "the spec " + path);
   for (const char* key : {"model", "data"})
     if (!spec.contains(key))
       throw ValueError("the spec " + path + " has no `" + key + "` section; see docs/SPEC.md for the format");

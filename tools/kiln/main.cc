@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
       kiln::cli::add_evaluate_command(app),      kiln::cli::add_predict_command(app),
       kiln::cli::add_show_command(app),          kiln::cli::add_tune_command(app),
       kiln::cli::add_batch_predict_command(app), kiln::cli::add_export_command(app),
-      kiln::cli::add_serve_command(app),         kiln::cli::add_launch_command(app)};
+      kiln::cli::add_serve_command(app),         kiln::cli::add_launch_command(app),
+      kiln::cli::add_quantize_command(app)};
 
   try {
     app.parse(argc, argv);

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 
+#include "kiln/core/cpu_features.h"
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/models/model.h"
@@ -21,7 +22,26 @@ namespace {
 
 struct ShowOptions {
   std::string model_dir;
+  bool system = false;
 };
+
+// The machine as kiln sees it: what decides which precision runs fast.
+void print_system() {
+  const CpuFeatures& cpu = cpu_features();
+  std::cout << "CPU: " << cpu.model_name << "\n"
+            << "Instruction sets: " << cpu.flags() << "\n"
+            << "Class: " << cpu.isa_class() << " (oneDNN dispatches to "
+            << (cpu.onednn_isa.empty() ? "- (not linked)" : cpu.onednn_isa) << ")\n"
+            << "Threads: " << at::get_num_threads() << "\n"
+            << "bfloat16: "
+            << (cpu.fast_bf16() ? "native (mixed_bfloat16 is faster than float32)"
+                                : "no native support (runs as float32; no speed-up)")
+            << "\n"
+            << "int8: "
+            << (cpu.int8_dot() ? "VNNI/AMX dot products (quantize int8 is faster)" : "no VNNI (smaller int8 speed-up)")
+            << "\n"
+            << "float16, float8: emulated or upcast on CPU (for GPUs)\n";
+}
 
 std::string dims(const Json& shape) {
   std::string s = "(";
@@ -70,11 +90,19 @@ void print_tensor_infos(const Json& infos, const char* kind) {
 }
 
 void run_show(const ShowOptions& o) {
+  if (o.system) {
+    print_system();
+    if (o.model_dir.empty()) return;
+    std::cout << "\n";
+  }
+  if (o.model_dir.empty()) throw ValueError("give a model directory (e.g. models/fashion_mnist/1), or --system");
   Json mj = read_model_json(o.model_dir);
   ModelPtr model = load_model(o.model_dir);
 
   std::cout << "Model directory " << o.model_dir << " (" << mj.value("format", "") << " format "
-            << mj.value("format_version", 0) << ", dtype policy " << mj.value("dtype_policy", "float32") << ")\n\n";
+            << mj.value("format_version", 0) << ", dtype policy " << mj.value("dtype_policy", "float32") << ")\n";
+  const std::string q = model->quantization_summary();
+  std::cout << "Quantization: " << (q.empty() ? "none" : q) << "\n\n";
 
   Json sigs = mj.value("signatures", Json::object());
   if (sigs.empty()) sigs = model_signatures(*model);
@@ -128,7 +156,8 @@ void run_show(const ShowOptions& o) {
 Command add_show_command(CLI::App& app) {
   auto o = std::make_shared<ShowOptions>();
   CLI::App* sub = app.add_subcommand("show", "Show a saved model's signatures, layers and parameter counts");
-  sub->add_option("model_dir", o->model_dir, "A model version directory, e.g. models/fashion_mnist/1")->required();
+  sub->add_option("model_dir", o->model_dir, "A model version directory, e.g. models/fashion_mnist/1");
+  sub->add_flag("--system", o->system, "Show the CPU's instruction sets and which precisions run fast on it");
   return {sub, [o] { run_show(*o); }};
 }
 

@@ -34,6 +34,7 @@ struct TrainOptions {
   std::string spec;
   std::string output;
   int epochs = 0;
+  std::string dtype_policy;
 };
 
 // A spec read and checked, its data loaded and its model built and compiled,
@@ -77,6 +78,15 @@ Prepared prepare(const Json& spec, int epochs) {
               << (p.data.has_test() ? ", " + std::to_string(p.data.x_test.size(0)) + " test examples" : std::string())
               << ", each " << each << "\n";
 
+  // "dtype_policy": the global policy the model's layers take (Keras's
+  // keras.mixed_precision.set_dtype_policy); layers may still name their own.
+  if (spec.contains("dtype_policy")) {
+    if (!spec["dtype_policy"].is_string())
+      throw ValueError("`dtype_policy` must be a policy name such as \"mixed_bfloat16\". Received: " +
+                       spec["dtype_policy"].dump());
+    set_dtype_policy(spec["dtype_policy"].get<std::string>());
+    if (is_chief()) std::cout << "Dtype policy: " << spec["dtype_policy"].get<std::string>() << "\n";
+  }
   p.model = build_model(spec["model"], p.data.input_names.size() > 1 ? std::nullopt : std::optional<Shape>(example));
   p.model->compile(compile);
   model_data(p.data, *p.model, /*test=*/false, &p.fit.x, &p.fit.y);
@@ -116,6 +126,7 @@ void run_train(const TrainOptions& o) {
     for (const std::string& gone : remove_stale_staging(base))
       std::cout << "Removed " << gone << " (left by a killed run)\n";
 
+  if (!o.dtype_policy.empty()) spec["dtype_policy"] = o.dtype_policy;
   Prepared p = prepare(spec, o.epochs);
   // The backup goes only once the model is published: a kill between the
   // end of fit() and the publish resumes from the last checkpoint instead
@@ -214,6 +225,8 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("spec", o->spec, "The spec file (JSON)")->required();
   sub->add_option("--output", o->output, "Base directory for versions (overrides output.base_dir)");
   sub->add_option("--epochs", o->epochs, "Number of epochs (overrides fit.epochs)")->check(positive_integer());
+  sub->add_option("--dtype_policy", o->dtype_policy,
+                  "float32, mixed_bfloat16, mixed_float16, bfloat16, float16 (overrides the spec's dtype_policy)");
   return {sub, [o] { run_train(*o); }};
 }
 
