@@ -3,7 +3,7 @@
 // REST and gRPC in closed-loop or fixed-rate mode. Every measuring
 // subcommand prints one JSON line on stdout.
 //
-//   serving_bench make_model --out DIR --hidden 2048,2048 [--seed 1]
+//   serving_bench make_model --out DIR --hidden 2048,2048 [--seed 1] [--dtype_policy bfloat16]
 //       784-...-10 MLP (ReLU, softmax), random glorot weights, saved as a
 //       kiln model directory (accuracy is irrelevant for throughput).
 //   serving_bench make_request --out FILE [--index 0]
@@ -301,6 +301,7 @@ double wait_available(httplib::Client& c, const std::string& model, int64_t vers
 
 int make_model(const Args& a) {
   set_random_seed((uint64_t)a.num("seed", 1));
+  set_dtype_policy(a.get("dtype_policy", "float32"));  // e.g. bfloat16: bf16 weights
   auto m = std::make_shared<Sequential>();
   m->add(Input({784}));
   std::stringstream ss(a.get("hidden", "2048,2048"));

@@ -31,8 +31,36 @@ std::pair<at::Tensor, at::Tensor> abs_max_quantize(const at::Tensor& x, const st
 // x (float) quantized with a given scale (broadcastable): clip(round(x * scale), -127, 127) as int8.
 at::Tensor quantize_with_scale(const at::Tensor& x, const at::Tensor& scale);
 
+// Fused forms of the same arithmetic for the Dense hot path (one pass over
+// the data each instead of five ATen ops; same results bit for bit):
+// per-row abs-max quantization of a float32 (M, K) matrix: {int8 (M, K),
+// scale (M, 1)}; with `static_scale` (a scalar) every row uses it instead.
+std::pair<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x, const at::Tensor& static_scale = at::Tensor());
+// acc (M, N) int32 -> float32 acc / (row_scale[i] * col_scale[j]) + bias[j]
+// (row_scale (M, 1) or a scalar; bias undefined: none).
+at::Tensor dequantize_product(const at::Tensor& acc, const at::Tensor& row_scale, const at::Tensor& col_scale,
+                              const at::Tensor& bias);
+
 // (M, K) int8 x (K, N) int8 -> (M, N) int32, exact.
 at::Tensor int8_matmul(const at::Tensor& a, const at::Tensor& b);
+
+// An int8 (K, N) weight matrix prepared for many products: with oneDNN, the
+// weights are reordered once per batch size into the blocked layout the
+// VNNI/AMX kernel reads (as PyTorch prepacks its quantized Linear), instead
+// of on every call. The matrix must not change afterwards (int8 kernels do
+// not train; a layer makes a new one when its weights are assigned).
+class Int8Weights {
+ public:
+  explicit Int8Weights(const at::Tensor& w);
+  // (M, K) int8 -> (M, N) int32, exact; thread-safe.
+  at::Tensor matmul(const at::Tensor& a) const;
+  const at::Tensor& weights() const { return w_; }
+
+ private:
+  struct Packed;
+  at::Tensor w_;
+  std::shared_ptr<Packed> packed_;
+};
 // The backend int8_matmul uses: "onednn" or "libtorch".
 std::string int8_backend();
 // Forces LibTorch's integer matmul even with oneDNN (benchmarks compare both).

@@ -102,8 +102,7 @@ class Int8Kernel : public KernelImpl {
                              bool training) const override {
     if (calibration_active()) const_cast<Int8Kernel*>(this)->calibrate(x);
     const at::ScalarType out_dtype = x.scalar_type();
-    at::Tensor y = spec_.equation.empty() ? matmul(x) : einsum(x);
-    if (bias.defined()) y = y + bias.to(at::kFloat);
+    at::Tensor y = spec_.equation.empty() ? matmul(x, bias) : einsum(x, bias);
     y = y.to(out_dtype);
     // Gradients reach the inputs through the dequantized kernel (as Keras's
     // int8 Dense); the int8 kernel itself is not trained.
@@ -111,6 +110,11 @@ class Int8Kernel : public KernelImpl {
       at::Tensor w = dequantized_kernel().to(out_dtype);
       at::Tensor f = spec_.equation.empty() ? at::matmul(x, w) : at::einsum(spec_.equation, {x, w});
       y = y + (f - f.detach());
+    }
+    if (at::GradMode::is_enabled() && bias.defined() && bias.requires_grad()) {
+      // The bias was added without autograd: add a zero that carries its gradient.
+      at::Tensor b = bias.to(out_dtype);
+      y = y + (b - b.detach());
     }
     return y;
   }
@@ -122,26 +126,19 @@ class Int8Kernel : public KernelImpl {
   }
 
  private:
-  at::Tensor matmul(const at::Tensor& x) const {
+  at::Tensor matmul(const at::Tensor& x, const at::Tensor& bias) const {
     at::NoGradGuard ng;
     const int64_t in = x.size(-1);
-    at::Tensor x2 = x.reshape({-1, in}).to(at::kFloat);
-    at::Tensor xs, xq;
-    if (inputs_scale_) {
-      xs = inputs_scale_->value();
-      xq = quantize_with_scale(x2, xs);
-    } else {
-      std::tie(xq, xs) = abs_max_quantize(x2, {1});
-    }
-    at::Tensor acc = int8_matmul(xq, kernel_->value());
-    // Keras's order: acc / (inputs_scale * kernel_scale).
-    at::Tensor y = acc.to(at::kFloat) / (xs * kernel_scale_->value().reshape({1, -1}));
+    auto [xq, xs] = quantize_rows(x.reshape({-1, in}), inputs_scale_ ? inputs_scale_->value() : at::Tensor());
+    at::Tensor acc = packed_weights()->matmul(xq);
+    // Keras's order: acc / (inputs_scale * kernel_scale), then the bias.
+    at::Tensor y = dequantize_product(acc, xs, kernel_scale_->value(), bias);
     std::vector<int64_t> out(x.sizes().begin(), x.sizes().end());
     out.back() = y.size(1);
     return y.reshape(out);
   }
 
-  at::Tensor einsum(const at::Tensor& x) const {
+  at::Tensor einsum(const at::Tensor& x, const at::Tensor& bias) const {
     at::NoGradGuard ng;
     at::Tensor xf = x.to(at::kFloat);
     at::Tensor xs, xq;
@@ -158,11 +155,29 @@ class Int8Kernel : public KernelImpl {
     // The scales have size 1 on the summed axes: the same einsum broadcasts
     // their product to the output's layout.
     at::Tensor denom = at::einsum(spec_.equation, {xs, kernel_scale_->value()});
-    return acc.to(at::kFloat) / denom;
+    at::Tensor y = acc.to(at::kFloat) / denom;
+    return bias.defined() ? y + bias.detach().to(at::kFloat) : y;
+  }
+
+  // The int8 kernel prepared for oneDNN, remade when the variable's tensor
+  // changes (load_weights, set_weights assign new values).
+  std::shared_ptr<Int8Weights> packed_weights() const {
+    at::Tensor w = kernel_->value();
+    std::lock_guard<std::mutex> l(pack_mu_);
+    if (!packed_ || packed_ptr_ != w.data_ptr() || packed_version_ != w._version()) {
+      packed_ = std::make_shared<Int8Weights>(w);
+      packed_ptr_ = w.data_ptr();
+      packed_version_ = w._version();
+    }
+    return packed_;
   }
 
   KernelSpec spec_;
   VariablePtr kernel_, kernel_scale_, inputs_scale_;
+  mutable std::mutex pack_mu_;  // guards the three below
+  mutable std::shared_ptr<Int8Weights> packed_;
+  mutable void* packed_ptr_ = nullptr;
+  mutable int64_t packed_version_ = -1;
   std::mutex mu_;  // guards the calibration state below
   double observed_amax_ = 0;
   std::vector<at::Tensor> sample_;
