@@ -126,4 +126,39 @@ wait_for "\"version\":\"$latest\",\"state\":\"AVAILABLE\""; status
 grpc_predict
 grep -E 'serving: fashion_mnist version' "$slog" | sed 's/^/  log: /' | tail -n 12
 kill $spid; wait $spid 2>/dev/null || true
+
+# --- quantization (issue #12): the trained model to int8 (per-channel int8
+# kernels, per-row int8 inputs, oneDNN's integer GEMM), its test accuracy
+# beside the float one, the latency of both through kiln serve (one client,
+# REST), then a prediction from the int8 version.
+echo
+echo "== kiln quantize $version_dir --mode int8 --output models/fashion_mnist_int8"
+"$KILN" show --system
+"$KILN" quantize "$version_dir" --mode int8 --output models/fashion_mnist_int8 | tee "$log"
+int8_dir=$(sed -n 's/^Quantized .* -> //p' "$log" | tail -n 1)
+acc() { "$KILN" evaluate "$1" --spec "$SPEC" --json | /usr/bin/python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["accuracy"])'; }
+float_acc=$(acc "$version_dir")
+int8_acc=$(acc "$int8_dir")
+echo "demo: test accuracy float32 $float_acc, int8 $int8_acc"
+if ! awk -v a="$float_acc" -v b="$int8_acc" 'BEGIN { d = a - b; exit !(d < 0.005 && d > -0.005) }'; then
+  echo "demo: FAILED: int8 accuracy $int8_acc is not within 0.5 point of float32 $float_acc" >&2
+  exit 1
+fi
+printf 'model_config_list {\n  config { name: "float32" base_path: "%s" }\n  config { name: "int8" base_path: "%s" }\n}\n' \
+  "$base" "$PWD/models/fashion_mnist_int8" >"$jsonl.config"
+"$KILN" serve --model_config_file "$jsonl.config" --port=-1 --rest_api_port 0 >"$slog" 2>&1 &
+spid=$!
+for _ in $(seq 1 100); do grep -q 'kiln serve: ready' "$slog" && break; sleep 0.2; done
+grep -q 'kiln serve: ready' "$slog" || { echo "demo: FAILED: kiln serve did not start" >&2; cat "$slog" >&2; exit 1; }
+rest=127.0.0.1:$(sed -n 's/.*rest_port=\([0-9]*\).*/\1/p' "$slog" | head -n 1)
+build/bench/serving_bench make_request --out "$jsonl.body" >/dev/null
+for m in float32 int8; do
+  r=$(build/bench/serving_bench load --rest "$rest" --model $m --body "$jsonl.body" --concurrency 1 --seconds 2)
+  /usr/bin/python3 -c 'import json,sys; r=json.loads(sys.argv[2]); print("demo: %-7s latency p50 %.3f ms, p99 %.3f ms (one client, REST, %d requests)" % (sys.argv[1], r["p50_ms"], r["p99_ms"], r["ok"]))' "$m" "$r"
+done
+echo "POST http://$rest/v1/models/int8:predict"
+curl -s -X POST "http://$rest/v1/models/int8:predict" -d "$instance"
+echo
+kill $spid; wait $spid 2>/dev/null || true
+rm -f "$jsonl.config" "$jsonl.body"
 echo "demo: OK"
