@@ -19,6 +19,7 @@
 #include "kiln/layers/dense.h"
 #include "kiln/layers/normalization.h"
 #include "kiln/models/sequential.h"
+#include "kiln/optimizers/loss_scale_optimizer.h"
 #include "kiln/optimizers/optimizer.h"
 #include "kiln/saving/safetensors.h"
 #include "kiln/testing/testing.h"
@@ -392,11 +393,20 @@ TEST(RankJob, Run) {
   if (std::string(job) == "odd_split") {
     auto w = train_odd_split();
     for (size_t i = 0; i < w.size(); ++i) result.emplace_back("t" + std::to_string(i), w[i]);
+  } else if (std::string(job) == "loss_scale") {
+    // Only rank 1's (unsynchronized) gradient is non-finite: both ranks
+    // must skip the step and halve the scale.
+    auto var = std::make_shared<Variable>("w", at::ones({3}), true);
+    LossScaleOptimizer opt(Optimizer::get("sgd"), {.initial_scale = 8});
+    at::Tensor g = replica_id() == 1 ? at::tensor({INFINITY, 0.0f, 0.0f}) : at::full({3}, 8.0f);
+    opt.apply_gradients({g}, {var});
+    result.emplace_back("w", var->value().clone());
+    result.emplace_back("scale", at::tensor({opt.scale()}, at::kDouble));
+    result.emplace_back("iterations", at::tensor({opt.iterations()}, at::kLong));
   } else {
     result.emplace_back("iterations", at::tensor({train_uneven_off()}, at::kLong));
   }
-  if (is_chief() || std::string(job) == "uneven_off")
-    save_safetensors(out + "." + std::to_string(replica_id()), result);
+  if (is_chief() || std::string(job) != "odd_split") save_safetensors(out + "." + std::to_string(replica_id()), result);
   set_distribution(nullptr);
 }
 
@@ -439,6 +449,18 @@ TEST_F(RankJobs, UnevenPerRankInputsStopTogether) {
   run_job("uneven_off", out);
   for (int r = 0; r < 2; ++r)
     EXPECT_EQ(load_safetensors(out + "." + std::to_string(r)).at(0).second.item<int64_t>(), 6) << "rank " << r;
+}
+
+TEST_F(RankJobs, LossScaleSkipDecisionIsAgreedAcrossRanks) {
+  const std::string out = dir_.path() + "/loss_scale";
+  run_job("loss_scale", out);
+  for (int r = 0; r < 2; ++r) {
+    auto t = load_safetensors(out + "." + std::to_string(r));
+    ASSERT_EQ(t.size(), 3u);
+    EXPECT_TRUE(at::equal(t[0].second, at::ones({3}))) << "rank " << r << " applied a step the other skipped";
+    EXPECT_EQ(t[1].second.item<double>(), 4.0) << "rank " << r;
+    EXPECT_EQ(t[2].second.item<int64_t>(), 0) << "rank " << r;
+  }
 }
 
 // --- jobs started by `kiln launch`: kills, hangs, restarts, two hosts -------------------
