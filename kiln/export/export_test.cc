@@ -319,17 +319,17 @@ TEST(OnnxExportMixedPrecision, Bfloat16MlpMatchesOnnxRuntime) {
   std::shared_ptr<Sequential> m;
   {
     PolicyScope p("mixed_bfloat16");
-    m = mlp({12}, {"relu", "gelu", "silu", "tanh", "softmax"});
+    m = mlp({32}, {"relu", "gelu", "silu", "tanh", "softmax"}, 32);
     m->add(L("LayerNormalization"));
   }
-  at::Tensor x = at::randn({16, 12}) * 2;
+  at::Tensor x = at::randn({32, 32}) * 2;
   ASSERT_EQ(m->predict(x).scalar_type(), at::kBFloat16);
   EXPECT_GT(count_ops(*m, "Cast", kiln_onnx::TensorProto::BFLOAT16), 0);
   double diff = expect_same_as_onnx_runtime(*m, {x}, "mixed_bfloat16 MLP", kBfloat16Tolerance);
 
   // The rounding matters: the same weights in float32 are further from kiln's
   // bfloat16 predictions than the exported bfloat16 graph is.
-  auto f = mlp({12}, {"relu", "gelu", "silu", "tanh", "softmax"});
+  auto f = mlp({32}, {"relu", "gelu", "silu", "tanh", "softmax"}, 32);
   f->add(L("LayerNormalization"));
   f->set_weights(m->get_weights());
   double float_diff = (f->predict(x) - m->predict(x).to(at::kFloat)).abs().max().item<double>();
@@ -339,6 +339,23 @@ TEST(OnnxExportMixedPrecision, Bfloat16MlpMatchesOnnxRuntime) {
   // int8 layers of a bfloat16 model: bfloat16 inputs and outputs around the integer product.
   m->quantize("int8");
   expect_same_as_onnx_runtime(*m, {x}, "int8_from_mixed_bfloat16 MLP", kBfloat16Tolerance);
+}
+
+TEST(OnnxExportMixedPrecision, Float16LinearMlpMatchesOnnxRuntime) {
+  auto why = onnx_runtime_missing();
+  if (!why.empty()) GTEST_SKIP() << "ONNX Runtime check skipped: " << why;
+  set_random_seed(16);
+  std::shared_ptr<Sequential> m;
+  {
+    // Linear layers only: LibTorch 1.13 has no float16 relu on CPU.
+    PolicyScope p("mixed_float16");
+    m = mlp({32}, {"linear", "linear", "linear"}, 32);
+  }
+  at::Tensor x = at::randn({32, 32});
+  ASSERT_EQ(m->predict(x).scalar_type(), at::kHalf);
+  EXPECT_GT(count_ops(*m, "Cast", kiln_onnx::TensorProto::FLOAT16), 0);
+  // float16 has 3 more mantissa bits than bfloat16.
+  expect_same_as_onnx_runtime(*m, {x}, "mixed_float16 MLP", kBfloat16Tolerance / 8);
 }
 
 TEST(OnnxExportMixedPrecision, Float8AndQatAreRefusedWithTheLayerNamed) {

@@ -191,7 +191,10 @@ class LayerEmitter {
     return out;
   }
 
-  std::string activation(const std::string& act, const std::string& x, const std::string& where) {
+  // `compute`: the dtype kiln applies the activation in; the result is rounded
+  // to it by the caller.
+  std::string activation(const std::string& act, const std::string& x, const std::string& where,
+                         at::ScalarType compute = at::kFloat) {
     const std::string base = x + "_" + act;
     if (act.empty() || act == "linear") return x;
     if (act == "relu") return b_.op("Relu", {x}, base);
@@ -215,6 +218,12 @@ class LayerEmitter {
       auto out = b_.fresh(base);
       GraphBuilder::attr(b_.node("LeakyRelu", {x}, out), "alpha", 0.2f);
       return out;
+    }
+    if ((act == "silu" || act == "swish") && is_16bit(compute)) {
+      // LibTorch's 16-bit silu is x / (1 + exp(-x)) with each step rounded.
+      auto e = round_to(b_.op("Exp", {b_.op("Neg", {x}, base + "_neg")}, base + "_exp"), compute);
+      auto d = round_to(b_.op("Add", {e, b_.constant("one", at::scalar_tensor(1.0f))}, base + "_1p"), compute);
+      return b_.op("Div", {x, d}, base);
     }
     if (act == "silu" || act == "swish") return b_.op("Mul", {x, b_.op("Sigmoid", {x}, base + "_sig")}, base);
     if (act == "relu6")
@@ -269,9 +278,9 @@ class LayerEmitter {
       // The product with its bias is rounded once to the compute dtype (kiln's
       // GEMMs accumulate in float32), then the activation runs in it.
       y = round_to(y, compute);
-      return {activation(cfg.value("activation", "linear"), y, where)};
+      return {activation(cfg.value("activation", "linear"), y, where, compute)};
     }
-    if (cls == "Activation") return {activation(cfg.value("activation", "linear"), x, where)};
+    if (cls == "Activation") return {activation(cfg.value("activation", "linear"), x, where, compute)};
     if (cls == "Dropout" || cls == "SpatialDropout2D" || cls == "GaussianNoise" || cls == "GaussianDropout")
       return {b_.op("Identity", {x}, base)};
     if (cls == "Flatten") {
@@ -353,7 +362,7 @@ class LayerEmitter {
       // TensorFlow's "same" puts the odd padding element after: SAME_UPPER.
       GraphBuilder::attr(node, "auto_pad", std::string(padding == "same" ? "SAME_UPPER" : "VALID"));
       if (last) y = transpose(y, {0, 2, 3, 1}, base + "_nhwc");
-      if (cls == "Conv2D") y = activation(cfg.value("activation", "linear"), round_to(y, compute), where);
+      if (cls == "Conv2D") y = activation(cfg.value("activation", "linear"), round_to(y, compute), where, compute);
       return {y};
     }
     if (cls == "GlobalAveragePooling2D" || cls == "GlobalMaxPooling2D") {
