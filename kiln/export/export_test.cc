@@ -341,6 +341,27 @@ TEST(OnnxExportMixedPrecision, Bfloat16MlpMatchesOnnxRuntime) {
   expect_same_as_onnx_runtime(*m, {x}, "int8_from_mixed_bfloat16 MLP", kBfloat16Tolerance);
 }
 
+TEST(OnnxExportMixedPrecision, Bfloat16CnnMatchesOnnxRuntime) {
+  auto why = onnx_runtime_missing();
+  if (!why.empty()) GTEST_SKIP() << "ONNX Runtime check skipped: " << why;
+  set_random_seed(17);
+  PolicyScope p("mixed_bfloat16");
+  auto m = std::make_shared<Sequential>();
+  m->add(Input({11, 10, 3}));
+  m->add(L("Rescaling", {{"scale", 0.37}, {"offset", 0.1}}));  // two roundings in kiln
+  m->add(
+      L("Conv2D", {{"filters", 6}, {"kernel_size", 3}, {"strides", 2}, {"padding", "same"}, {"activation", "relu"}}));
+  auto bn = L("BatchNormalization");
+  m->add(bn);
+  m->add(L("Conv2D", {{"filters", 4}, {"kernel_size", Json::array({2, 3})}, {"padding", "valid"}}));
+  m->add(L("MaxPooling2D", {{"pool_size", 2}, {"padding", "same"}}));
+  m->add(L("Flatten"));
+  m->add(L("Dense", {{"units", 32}, {"activation", "swish"}}));
+  for (auto& v : bn->weights())
+    v->assign(v->name() == "moving_variance" ? at::rand(v->value().sizes()) + 0.5 : at::randn(v->value().sizes()));
+  expect_same_as_onnx_runtime(*m, {at::randn({32, 11, 10, 3}) * 3}, "mixed_bfloat16 CNN", kBfloat16Tolerance);
+}
+
 TEST(OnnxExportMixedPrecision, Float16LinearMlpMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
   if (!why.empty()) GTEST_SKIP() << "ONNX Runtime check skipped: " << why;

@@ -300,8 +300,11 @@ class LayerEmitter {
         return j.is_array() ? at::tensor(j.get<std::vector<double>>(), at::kFloat)
                             : at::scalar_tensor(j.get<double>(), at::kFloat);
       };
-      auto y = b_.op("Mul", {x, b_.constant(base + "_scale", as_tensor(cfg.at("scale")))}, base + "_mul");
-      return {b_.op("Add", {y, b_.constant(base + "_offset", as_tensor(cfg.at("offset")))}, base)};
+      // kiln: x * scale + offset in the compute dtype, each step rounded.
+      auto in_compute = [&](const at::Tensor& t) { return is_16bit(compute) ? t.to(compute).to(at::kFloat) : t; };
+      auto y = b_.op("Mul", {x, b_.constant(base + "_scale", in_compute(as_tensor(cfg.at("scale"))))}, base + "_mul");
+      y = round_to(y, compute);
+      return {b_.op("Add", {y, b_.constant(base + "_offset", in_compute(as_tensor(cfg.at("offset"))))}, base)};
     }
     if (cls == "Normalization") {
       auto* n = dynamic_cast<Normalization*>(&layer);
@@ -450,10 +453,6 @@ class LayerEmitter {
   // Refuses precisions whose numerics the graph would not reproduce.
   static void check_precision(Layer& layer, const std::string& where) {
     const DTypePolicy& p = layer.dtype_policy();
-    const at::ScalarType c = p.compute_dtype();
-    if (c != at::kFloat && !is_16bit(c))
-      throw ValueError("export_onnx: " + where + " computes in " + dtype_to_string(c) + " (policy '" + p.name() +
-                       "'); ONNX export supports float32, bfloat16 and float16 policies");
     const std::string& mode = p.quantization_mode();
     if (mode.empty()) return;
     const std::string cls = layer.class_name();
