@@ -274,9 +274,12 @@ class LayerEmitter {
         y = int8_matmul(layer, x, raw, where);
       else
         y = b_.op("MatMul", {x, weight("kernel")}, base + "_matmul");
+      // kiln's GEMMs accumulate in float32 and round once: with the bias for
+      // 2-D inputs (addmm) and int8; the product, then the sum otherwise.
+      const bool fused_bias =
+          layer.dtype_policy().quantization_mode() == "int8" || layer.build_input_shapes().at(0).size() == 2;
+      if (!fused_bias) y = round_to(y, compute);
       if (cfg.value("use_bias", true)) y = b_.op("Add", {y, weight("bias")}, base + "_bias");
-      // The product with its bias is rounded once to the compute dtype (kiln's
-      // GEMMs accumulate in float32), then the activation runs in it.
       y = round_to(y, compute);
       return {activation(cfg.value("activation", "linear"), y, where, compute)};
     }
@@ -349,7 +352,8 @@ class LayerEmitter {
       if (cls == "Conv2D") {
         auto k = w.at("kernel").permute({3, 2, 0, 1}).contiguous();  // (kh, kw, in, out) -> (out, in, kh, kw)
         std::vector<std::string> args = {t, b_.constant(base + "_kernel", k)};
-        if (cfg.value("use_bias", true)) args.push_back(weight("bias"));
+        // Under a 16-bit policy kiln rounds the convolution, then adds the bias.
+        if (cfg.value("use_bias", true) && !is_16bit(compute)) args.push_back(weight("bias"));
         node = b_.node("Conv", args, y);
         GraphBuilder::attr(node, "kernel_shape", int_list(cfg.at("kernel_size"), 2));
         GraphBuilder::attr(node, "strides", int_list(cfg.value("strides", Json(1)), 2));
@@ -365,6 +369,11 @@ class LayerEmitter {
       // TensorFlow's "same" puts the odd padding element after: SAME_UPPER.
       GraphBuilder::attr(node, "auto_pad", std::string(padding == "same" ? "SAME_UPPER" : "VALID"));
       if (last) y = transpose(y, {0, 2, 3, 1}, base + "_nhwc");
+      if (cls == "Conv2D" && cfg.value("use_bias", true) && is_16bit(compute)) {
+        at::Tensor bias = w.at("bias");
+        if (!last) bias = bias.reshape({-1, 1, 1});
+        y = b_.op("Add", {round_to(y, compute), b_.constant(base + "_bias", bias)}, base + "_bias");
+      }
       if (cls == "Conv2D") y = activation(cfg.value("activation", "linear"), round_to(y, compute), where, compute);
       return {y};
     }
