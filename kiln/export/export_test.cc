@@ -431,6 +431,16 @@ TEST(OnnxExportCli, ExportsASavedInt8Model) {
                                            loaded->predict(Tensors{probe}), "kiln export of a saved int8 model");
   EXPECT_LT(diff, kInt8Tolerance);
   std::cout << "[ measured ] CLI-exported int8 model: max |ONNX Runtime - kiln| = " << diff << std::endl;
+
+  // A float8 model: one line naming the layer, exit code 2, no file.
+  auto f8 = mlp({8}, {"relu", "softmax"});
+  f8->quantize("float8");
+  f8->save(dir.path() + "/f8/1");
+  r = run_command(q(cli_path()) + " export --format onnx --model " + q(dir.path() + "/f8/1") + " --output " +
+                  q(dir.path() + "/f8.onnx") + " 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("(Dense) is quantized as float8"), std::string::npos) << r.output;
+  EXPECT_FALSE(path_exists(dir.path() + "/f8.onnx"));
 }
 
 }  // namespace
