@@ -274,6 +274,19 @@ TEST(OnnxExportInt8, DynamicMlpMatchesOnnxRuntime) {
   EXPECT_EQ(count_ops(*m, "MatMulInteger"), 4);
   EXPECT_EQ(count_ops(*m, "MatMul"), 0);
   EXPECT_EQ(count_ops(*m, "ReduceMax"), 4);  // per-row input scales
+  {
+    kiln_onnx::ModelProto p;
+    ASSERT_TRUE(p.ParseFromString(export_onnx_bytes(*m)));
+    int int8_kernels = 0;
+    for (auto& init : p.graph().initializer())
+      if (init.data_type() == kiln_onnx::TensorProto::INT8) {
+        ++int8_kernels;
+        int64_t n = 1;
+        for (auto d : init.dims()) n *= d;
+        EXPECT_EQ((int64_t)init.raw_data().size(), n) << init.name();  // one byte per weight
+      }
+    EXPECT_EQ(int8_kernels, 4);
+  }
   expect_same_as_onnx_runtime(*m, {x}, "int8 MLP (dynamic)", kInt8Tolerance);
 
   // Inputs of rank 3: one scale per row of the last axis.
