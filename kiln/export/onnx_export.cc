@@ -10,6 +10,7 @@
 #include "kiln/core/io.h"
 #include "kiln/layers/preprocessing.h"
 #include "kiln/models/functional.h"
+#include "kiln/quantization/int8.h"
 #include "kiln_onnx/onnx.pb.h"
 
 namespace kiln::exporter {
@@ -130,12 +131,70 @@ class GraphBuilder {
   std::set<std::string> used_;
 };
 
+bool is_16bit(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
+
+// Layers whose ops only move values: under a 16-bit policy their outputs are
+// already in the compute dtype when their inputs are.
+bool moves_values_only(const std::string& cls) {
+  return cls == "Dropout" || cls == "SpatialDropout2D" || cls == "GaussianNoise" || cls == "GaussianDropout" ||
+         cls == "Flatten" || cls == "Reshape" || cls == "Concatenate" || cls == "MaxPooling2D" ||
+         cls == "GlobalMaxPooling2D" || cls == "Maximum" || cls == "Minimum";
+}
+
 // Emits the ONNX ops of one layer application.
+//
+// Precision: every float value in the graph is float32; a value kiln holds
+// in bfloat16 or float16 (a layer under a 16-bit policy) is rounded to that
+// dtype where kiln rounds, by a Cast to it and back (ONNX Runtime's CPU
+// kernels have no bfloat16 MatMul; the round trip is exact emulation of the
+// rounding). `types_` remembers which dtype each value is kiln's.
 class LayerEmitter {
  public:
   explicit LayerEmitter(GraphBuilder& b) : b_(b) {}
 
-  std::string activation(const std::string& act, const std::string& x, const std::string& where) {
+  // The dtype kiln gives `value` (graph inputs; float32 when unknown).
+  void set_type(const std::string& value, at::ScalarType t) { types_[value] = t; }
+  at::ScalarType type_of(const std::string& value) const {
+    auto it = types_.find(value);
+    return it == types_.end() ? at::kFloat : it->second;
+  }
+
+  // `x` rounded to `t` (bfloat16 or float16) as kiln's x.to(t) does; x itself
+  // when it already holds values of `t` or `t` is not a 16-bit float.
+  std::string round_to(const std::string& x, at::ScalarType t) {
+    const at::ScalarType have = type_of(x);
+    if (!is_16bit(t) || have == t || !at::isFloatingType(have)) return x;
+    const std::string tag = t == at::kBFloat16 ? "_bf16" : "_f16";
+    auto narrow = b_.fresh(x + tag);
+    GraphBuilder::attr(
+        b_.node("Cast", {x}, narrow), "to",
+        (int64_t)(t == at::kBFloat16 ? kiln_onnx::TensorProto::BFLOAT16 : kiln_onnx::TensorProto::FLOAT16));
+    auto out = b_.fresh(x + tag + "_f32");
+    GraphBuilder::attr(b_.node("Cast", {narrow}, out), "to", (int64_t)kiln_onnx::TensorProto::FLOAT);
+    types_[out] = t;
+    return out;
+  }
+
+  std::vector<std::string> emit(Layer& layer, const std::vector<std::string>& in) {
+    const DTypePolicy& policy = layer.dtype_policy();
+    const std::string where = "layer '" + layer.name() + "' (" + layer.class_name() + ")";
+    check_precision(layer, where);
+    const at::ScalarType compute = policy.compute_dtype();
+    // Keras autocasting: float inputs arrive in the compute dtype.
+    std::vector<std::string> cast;
+    for (auto& x : in) cast.push_back(round_to(x, compute));
+    std::vector<std::string> out = emit_layer(layer, cast, where, compute);
+    for (auto& y : out) {
+      if (!moves_values_only(layer.class_name())) y = round_to(y, compute);
+      if (!types_.count(y)) types_[y] = at::isFloatingType(compute) ? compute : at::kFloat;
+    }
+    return out;
+  }
+
+  // `compute`: the dtype kiln applies the activation in; the result is rounded
+  // to it by the caller.
+  std::string activation(const std::string& act, const std::string& x, const std::string& where,
+                         at::ScalarType compute = at::kFloat) {
     const std::string base = x + "_" + act;
     if (act.empty() || act == "linear") return x;
     if (act == "relu") return b_.op("Relu", {x}, base);
@@ -160,6 +219,12 @@ class LayerEmitter {
       GraphBuilder::attr(b_.node("LeakyRelu", {x}, out), "alpha", 0.2f);
       return out;
     }
+    if ((act == "silu" || act == "swish") && is_16bit(compute)) {
+      // LibTorch's 16-bit silu is x / (1 + exp(-x)) with each step rounded.
+      auto e = round_to(b_.op("Exp", {b_.op("Neg", {x}, base + "_neg")}, base + "_exp"), compute);
+      auto d = round_to(b_.op("Add", {e, b_.constant("one", at::scalar_tensor(1.0f))}, base + "_1p"), compute);
+      return b_.op("Div", {x, d}, base);
+    }
     if (act == "silu" || act == "swish") return b_.op("Mul", {x, b_.op("Sigmoid", {x}, base + "_sig")}, base);
     if (act == "relu6")
       return b_.op(
@@ -176,13 +241,21 @@ class LayerEmitter {
                      "leaky_relu, elu, selu, softplus, softsign, exponential, linear");
   }
 
-  std::vector<std::string> emit(Layer& layer, const std::vector<std::string>& in) {
+  std::vector<std::string> emit_layer(Layer& layer, const std::vector<std::string>& in, const std::string& where,
+                                      at::ScalarType compute) {
     const std::string cls = layer.class_name();
-    const std::string where = "layer '" + layer.name() + "' (" + cls + ")";
     const Json cfg = layer.get_config();
     const std::string base = layer.name();
-    std::map<std::string, at::Tensor> w;
-    for (auto& v : layer.weights()) w[v->name()] = v->value().detach().to(at::kFloat);
+    // Dense, Conv2D and Embedding read their float weights in the compute
+    // dtype (Layer::value); the normalizations keep theirs in float32.
+    const bool cast_weights = is_16bit(compute) && (cls == "Dense" || cls == "Conv2D" || cls == "Embedding");
+    std::map<std::string, at::Tensor> w, raw;
+    for (auto& v : layer.weights()) {
+      at::Tensor t = v->value().detach();
+      raw[v->name()] = t;
+      if (cast_weights && at::isFloatingType(t.scalar_type())) t = t.to(compute);
+      w[v->name()] = t.to(at::kFloat);
+    }
     auto weight = [&](const std::string& n) {
       auto it = w.find(n);
       if (it == w.end())
@@ -196,11 +269,21 @@ class LayerEmitter {
     const std::string x = in.at(0);
 
     if (cls == "Dense") {
-      std::string y = b_.op("MatMul", {x, weight("kernel")}, base + "_matmul");
+      std::string y;
+      if (layer.dtype_policy().quantization_mode() == "int8")
+        y = int8_matmul(layer, x, raw, where);
+      else
+        y = b_.op("MatMul", {x, weight("kernel")}, base + "_matmul");
+      // kiln's GEMMs accumulate in float32 and round once: with the bias for
+      // 2-D inputs (addmm) and int8; the product, then the sum otherwise.
+      const bool fused_bias =
+          layer.dtype_policy().quantization_mode() == "int8" || layer.build_input_shapes().at(0).size() == 2;
+      if (!fused_bias) y = round_to(y, compute);
       if (cfg.value("use_bias", true)) y = b_.op("Add", {y, weight("bias")}, base + "_bias");
-      return {activation(cfg.value("activation", "linear"), y, where)};
+      y = round_to(y, compute);
+      return {activation(cfg.value("activation", "linear"), y, where, compute)};
     }
-    if (cls == "Activation") return {activation(cfg.value("activation", "linear"), x, where)};
+    if (cls == "Activation") return {activation(cfg.value("activation", "linear"), x, where, compute)};
     if (cls == "Dropout" || cls == "SpatialDropout2D" || cls == "GaussianNoise" || cls == "GaussianDropout")
       return {b_.op("Identity", {x}, base)};
     if (cls == "Flatten") {
@@ -220,8 +303,11 @@ class LayerEmitter {
         return j.is_array() ? at::tensor(j.get<std::vector<double>>(), at::kFloat)
                             : at::scalar_tensor(j.get<double>(), at::kFloat);
       };
-      auto y = b_.op("Mul", {x, b_.constant(base + "_scale", as_tensor(cfg.at("scale")))}, base + "_mul");
-      return {b_.op("Add", {y, b_.constant(base + "_offset", as_tensor(cfg.at("offset")))}, base)};
+      // kiln: x * scale + offset in the compute dtype, each step rounded.
+      auto in_compute = [&](const at::Tensor& t) { return is_16bit(compute) ? t.to(compute).to(at::kFloat) : t; };
+      auto y = b_.op("Mul", {x, b_.constant(base + "_scale", in_compute(as_tensor(cfg.at("scale"))))}, base + "_mul");
+      y = round_to(y, compute);
+      return {b_.op("Add", {y, b_.constant(base + "_offset", in_compute(as_tensor(cfg.at("offset"))))}, base)};
     }
     if (cls == "Normalization") {
       auto* n = dynamic_cast<Normalization*>(&layer);
@@ -266,7 +352,8 @@ class LayerEmitter {
       if (cls == "Conv2D") {
         auto k = w.at("kernel").permute({3, 2, 0, 1}).contiguous();  // (kh, kw, in, out) -> (out, in, kh, kw)
         std::vector<std::string> args = {t, b_.constant(base + "_kernel", k)};
-        if (cfg.value("use_bias", true)) args.push_back(weight("bias"));
+        // Under a 16-bit policy kiln rounds the convolution, then adds the bias.
+        if (cfg.value("use_bias", true) && !is_16bit(compute)) args.push_back(weight("bias"));
         node = b_.node("Conv", args, y);
         GraphBuilder::attr(node, "kernel_shape", int_list(cfg.at("kernel_size"), 2));
         GraphBuilder::attr(node, "strides", int_list(cfg.value("strides", Json(1)), 2));
@@ -282,7 +369,12 @@ class LayerEmitter {
       // TensorFlow's "same" puts the odd padding element after: SAME_UPPER.
       GraphBuilder::attr(node, "auto_pad", std::string(padding == "same" ? "SAME_UPPER" : "VALID"));
       if (last) y = transpose(y, {0, 2, 3, 1}, base + "_nhwc");
-      if (cls == "Conv2D") y = activation(cfg.value("activation", "linear"), y, where);
+      if (cls == "Conv2D" && cfg.value("use_bias", true) && is_16bit(compute)) {
+        at::Tensor bias = w.at("bias");
+        if (!last) bias = bias.reshape({-1, 1, 1});
+        y = b_.op("Add", {round_to(y, compute), b_.constant(base + "_bias", bias)}, base + "_bias");
+      }
+      if (cls == "Conv2D") y = activation(cfg.value("activation", "linear"), round_to(y, compute), where, compute);
       return {y};
     }
     if (cls == "GlobalAveragePooling2D" || cls == "GlobalMaxPooling2D") {
@@ -344,6 +436,17 @@ class LayerEmitter {
     if (cls == "Embedding") {
       auto idx = b_.fresh(base + "_idx");
       GraphBuilder::attr(b_.node("Cast", {x}, idx), "to", (int64_t)kiln_onnx::TensorProto::INT64);
+      if (layer.dtype_policy().quantization_mode() == "int8") {
+        // int8 rows and one scale per row: float(row) / scale.
+        auto rows = b_.fresh(base + "_rows_int8");
+        GraphBuilder::attr(b_.node("Gather", {int8_weight(raw, "embeddings", base, where), idx}, rows), "axis",
+                           (int64_t)0);
+        auto scale = b_.fresh(base + "_row_scale");
+        auto table =
+            b_.constant(base + "_embeddings_scale", float_weight(raw, "embeddings_scale", where).reshape({-1, 1}));
+        GraphBuilder::attr(b_.node("Gather", {table, idx}, scale), "axis", (int64_t)0);
+        return {b_.op("Div", {to_float(rows, base + "_rows"), scale}, base)};
+      }
       auto out = b_.fresh(base);
       GraphBuilder::attr(b_.node("Gather", {weight("embeddings"), idx}, out), "axis", (int64_t)0);
       return {out};
@@ -356,6 +459,88 @@ class LayerEmitter {
   }
 
  private:
+  // Refuses precisions whose numerics the graph would not reproduce.
+  static void check_precision(Layer& layer, const std::string& where) {
+    const DTypePolicy& p = layer.dtype_policy();
+    const std::string& mode = p.quantization_mode();
+    if (mode.empty()) return;
+    const std::string cls = layer.class_name();
+    if (mode == "float8")
+      throw ValueError("export_onnx: " + where + " is quantized as float8 (policy '" + p.name() +
+                       "'), which has no ONNX export that keeps its numerics; export the model before "
+                       "quantize(\"float8\"), or quantize it with quantize(\"int8\") instead");
+    if (mode == "int8_qat")
+      throw ValueError("export_onnx: " + where + " is in int8 quantization-aware training (policy '" + p.name() +
+                       "'); call quantize(\"int8\") on the model to convert it to int8, then export");
+    if (mode != "int8" || (cls != "Dense" && cls != "Embedding"))
+      throw ValueError("export_onnx: " + where + " is quantized as " + mode + " (policy '" + p.name() +
+                       "'); ONNX export supports int8 Dense and Embedding layers only");
+  }
+
+  static const at::Tensor& raw_weight(const std::map<std::string, at::Tensor>& raw, const std::string& name,
+                                      const std::string& where) {
+    auto it = raw.find(name);
+    if (it == raw.end())
+      throw StateError("export_onnx: " + where + " has no `" + name + "` weight; build the model first");
+    return it->second;
+  }
+  std::string int8_weight(const std::map<std::string, at::Tensor>& raw, const std::string& name,
+                          const std::string& base, const std::string& where) {
+    const at::Tensor& t = raw_weight(raw, name, where);
+    if (t.scalar_type() != at::kChar)
+      throw FormatError("export_onnx: " + where + " is int8 but its `" + name + "` weight is " +
+                        dtype_to_string(t.scalar_type()));
+    return b_.constant(base + "_" + name, t);
+  }
+  static at::Tensor float_weight(const std::map<std::string, at::Tensor>& raw, const std::string& name,
+                                 const std::string& where) {
+    return raw_weight(raw, name, where).to(at::kFloat);
+  }
+  std::string to_float(const std::string& x, const std::string& base) {
+    auto out = b_.fresh(base);
+    GraphBuilder::attr(b_.node("Cast", {x}, out), "to", (int64_t)kiln_onnx::TensorProto::FLOAT);
+    return out;
+  }
+
+  // kiln's int8 kernel (kiln/quantization/kernels.cc) from primitive ops,
+  // without the bias: inputs quantized per row with abs-max scales
+  // xs = 127 / (max|x| + 1e-7) (dynamic) or with the calibrated `inputs_scale`
+  // (static), xq = clip(round(x * xs), -127, 127) as int8 (Round: half to
+  // even, as at::round), the exact int32 product with the int8 kernel
+  // (MatMulInteger, int8 x int8), then acc / (xs * kernel_scale).
+  std::string int8_matmul(Layer& layer, const std::string& x, const std::map<std::string, at::Tensor>& raw,
+                          const std::string& where) {
+    const std::string base = layer.name();
+    const std::string kernel = int8_weight(raw, "kernel", base, where);
+    at::Tensor kernel_scale = float_weight(raw, "kernel_scale", where).reshape({1, -1});
+    const bool calibrated = raw.count("inputs_scale") > 0;
+    std::string xs, denom;
+    if (calibrated) {
+      at::Tensor s = float_weight(raw, "inputs_scale", where);
+      xs = b_.constant(base + "_inputs_scale", s);
+      denom = b_.constant(base + "_dequant_scale", s * kernel_scale);
+    } else {
+      auto amax = b_.fresh(base + "_amax");
+      auto* n = b_.node("ReduceMax", {b_.op("Abs", {x}, base + "_abs")}, amax);
+      GraphBuilder::attr(n, "axes", std::vector<int64_t>{-1});
+      GraphBuilder::attr(n, "keepdims", (int64_t)1);
+      auto eps = b_.constant(base + "_eps", at::scalar_tensor(quantization::kInt8Epsilon, at::kFloat));
+      xs = b_.op("Div",
+                 {b_.constant(base + "_127", at::scalar_tensor(127.0f)), b_.op("Add", {amax, eps}, base + "_amax_eps")},
+                 base + "_inputs_scale");
+      denom = b_.op("Mul", {xs, b_.constant(base + "_kernel_scale", kernel_scale)}, base + "_dequant_scale");
+    }
+    auto rounded = b_.op("Round", {b_.op("Mul", {x, xs}, base + "_scaled")}, base + "_round");
+    auto clipped = b_.op("Clip",
+                         {rounded, b_.constant(base + "_qmin", at::scalar_tensor(-127.0f)),
+                          b_.constant(base + "_qmax", at::scalar_tensor(127.0f))},
+                         base + "_clip");
+    auto xq = b_.fresh(base + "_xq");
+    GraphBuilder::attr(b_.node("Cast", {clipped}, xq), "to", (int64_t)kiln_onnx::TensorProto::INT8);
+    auto acc = b_.op("MatMulInteger", {xq, kernel}, base + "_acc");
+    return b_.op("Div", {to_float(acc, base + "_acc_f32"), denom}, base + "_dequant");
+  }
+
   std::string transpose(const std::string& x, const std::vector<int64_t>& perm, const std::string& base) {
     auto out = b_.fresh(base);
     GraphBuilder::attr(b_.node("Transpose", {x}, out), "perm", perm);
@@ -363,6 +548,7 @@ class LayerEmitter {
   }
 
   GraphBuilder& b_;
+  std::map<std::string, at::ScalarType> types_;  // value -> the dtype kiln holds it in
 };
 
 }  // namespace
@@ -394,6 +580,7 @@ std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options) {
   const auto in_types = model.input_dtypes();
   for (size_t i = 0; i < in_names.size(); ++i) {
     b.fresh(in_names[i]);
+    e.set_type(in_names[i], i < in_types.size() ? in_types[i] : at::kFloat);
     b.value_info(b.graph()->mutable_input(), in_names[i], i < in_types.size() ? in_types[i] : at::kFloat,
                  in_shapes.at(i));
   }

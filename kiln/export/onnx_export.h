@@ -14,6 +14,15 @@
 // (channels_last); 2D convolutions and pools are wrapped in transposes to
 // ONNX's NCHW. The batch dimension is symbolic ("batch").
 //
+// Precision: graph inputs and outputs are float32 (or the model's integer
+// input dtype). Layers under a bfloat16/float16 policy are emulated in
+// float32 with Casts to the 16-bit type and back where kiln rounds; int8
+// Dense layers (dynamic or calibrated) quantize their inputs in the graph
+// as kiln does and multiply with MatMulInteger on the stored int8 kernel;
+// int8 Embedding gathers int8 rows and divides by their scales. float8 and
+// int8_qat layers are refused (ValueError naming the layer). See
+// docs/EXPORT.md for the ops and the differences measured.
+//
 // Errors: ValueError naming the first unsupported layer (and its class) or
 // option (e.g. an activation, a data_format) before anything is written;
 // StateError for a model that is not built. The file is written atomically.
