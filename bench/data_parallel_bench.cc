@@ -23,6 +23,7 @@
 #include <cstring>
 #include <string>
 
+#include "kiln/core/cpu_features.h"
 #include "kiln/core/random.h"
 #include "kiln/core/threads.h"
 #include "kiln/distribute/data_parallel.h"
@@ -57,6 +58,7 @@ class StepTimer : public kiln::Callback {
 int main(int argc, char** argv) {
   kiln::prepare_thread_environment(argv);
   kiln::configure_threads();
+  if (kiln::distribute::resolve_cluster().rank <= 0) std::printf("CPU: %s\n", kiln::cpu_features().summary().c_str());
   int64_t steps = 20, batch = 1024, width = 1024;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--steps")) steps = std::atol(argv[i + 1]);

@@ -20,8 +20,7 @@ ROUNDS=${ROUNDS:-3}
 KILN="$BUILD/kiln"
 BENCH="$BUILD/bench/data_parallel_bench"
 PY=/usr/bin/python3
-grep -o -w -E 'avx2|avx512f|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ' | sed 's/^/cpu flags: /'
-echo
+"$KILN" show --system | head -n 3
 nproc | sed 's/^/cores: /'
 run() {
   "$KILN" launch --nproc_per_node "$1" --threads_per_rank 1 --master_port $((29600 + RANDOM % 300)) -- "${@:2}" 2>&1 |

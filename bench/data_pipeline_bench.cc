@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/cpu_features.h"
 #include "kiln/core/threads.h"
 #include "kiln/data/dataset.h"
 #include "kiln/data/datasets.h"
@@ -70,6 +71,7 @@ double fastest(const std::vector<double>& v) { return *std::min_element(v.begin(
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::printf("CPU: %s\n", kiln::cpu_features().summary().c_str());
   int epochs = 5;
   int64_t batch = 128, hidden = 128;
   double max_ratio = 0;

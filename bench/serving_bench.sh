@@ -31,6 +31,7 @@ done
 
 cmake --build build --target kiln_cli serving_bench >/dev/null
 KILN=$PWD/build/kiln
+"$KILN" show --system | head -n 3   # figures compare only within one run on one CPU
 SB=$PWD/build/bench/serving_bench
 PY=/usr/bin/python3
 CACHE=$PWD/build/serving_bench_models   # trained once, reused by later runs

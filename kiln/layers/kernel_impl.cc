@@ -9,25 +9,31 @@ namespace {
 // generic loop there (40x slower than float32 on an AVX2 EPYC). Upcasting is
 // exact, float32 GEMMs accumulate in float32 as oneDNN's bf16 GEMM does, and
 // the result is rounded back to bf16: the same numerics at float32's speed.
-// float16 likewise: LibTorch 1.13 has no float16 GEMM on CPU at all.
-bool upcast_16bit(const at::Tensor& x) {
+// float16 likewise: LibTorch 1.13 has no float16 GEMM on CPU at all. And
+// even with native bf16, LibTorch 1.13 hands a bf16 product to oneDNN (which
+// accumulates in float32) only when m * n * k > 16^3; smaller ones run its
+// own loop, which rounds every partial sum to bf16 (at 16x16x16, 177 of 256
+// outputs differ). Those take the float32 path too, so kiln's bf16 products
+// always accumulate in float32.
+bool upcast_16bit(const at::Tensor& x, const at::Tensor& kernel) {
   if (!x.device().is_cpu()) return false;
   if (x.scalar_type() == at::kHalf) return true;
-  return x.scalar_type() == at::kBFloat16 && !cpu_features().fast_bf16();
+  if (x.scalar_type() != at::kBFloat16) return false;
+  return !cpu_features().fast_bf16() || x.numel() * kernel.size(-1) <= 4096;
 }
 
 class FloatMatmul : public KernelImpl {
  public:
   std::string mode() const override { return "float"; }
   at::Tensor apply(const at::Tensor& x, const at::Tensor& kernel) const override {
-    if (upcast_16bit(x)) return at::matmul(x.to(at::kFloat), kernel.to(at::kFloat)).to(x.scalar_type());
+    if (upcast_16bit(x, kernel)) return at::matmul(x.to(at::kFloat), kernel.to(at::kFloat)).to(x.scalar_type());
     return at::matmul(x, kernel);
   }
   at::Tensor apply_with_bias(const at::Tensor& x, const at::Tensor& kernel, const at::Tensor& bias,
                              bool training) const override {
     if (bias.defined() && x.dim() == 2 && x.scalar_type() == kernel.scalar_type() &&
         bias.scalar_type() == kernel.scalar_type()) {
-      if (upcast_16bit(x))
+      if (upcast_16bit(x, kernel))
         return at::addmm(bias.to(at::kFloat), x.to(at::kFloat), kernel.to(at::kFloat)).to(x.scalar_type());
       // float32: Debian's LibTorch runs addmm (beta = 1) on a path 2x slower
       // than mm followed by an in-place add on an AVX-512 EPYC (6.7 ms
@@ -46,7 +52,8 @@ class FloatEinsum : public KernelImpl {
   explicit FloatEinsum(std::string equation) : equation_(std::move(equation)) {}
   std::string mode() const override { return "float"; }
   at::Tensor apply(const at::Tensor& x, const at::Tensor& kernel) const override {
-    if (upcast_16bit(x)) return at::einsum(equation_, {x.to(at::kFloat), kernel.to(at::kFloat)}).to(x.scalar_type());
+    if (upcast_16bit(x, kernel))
+      return at::einsum(equation_, {x.to(at::kFloat), kernel.to(at::kFloat)}).to(x.scalar_type());
     return at::einsum(equation_, {x, kernel});
   }
 

@@ -332,13 +332,13 @@ KernelImplPtr Layer::build_kernel_impl(const KernelSpec& spec) {
 bool Layer::policy_keeps_float_kernel(const KernelSpec& spec) const { return policy_.quantization_mode() != "int8"; }
 
 void Layer::quantize_kernel(const std::string& mode, const KernelSpec& spec, KernelImplPtr& impl, VariablePtr& kernel) {
-  if (!built() || !kernel)
-    throw StateError(class_name() + " '" + name() + "' must be built before quantize(\"" + mode +
-                     "\"): call the model on data (or build it) first");
   const std::string current = policy_.quantization_mode();
   if (!current.empty() && !(current == "int8_qat" && mode == "int8"))
     throw ValueError(class_name() + " '" + name() + "' is already quantized (policy " + policy_.name() +
                      "); quantize the float model instead");
+  if (!built() || !kernel)
+    throw StateError(class_name() + " '" + name() + "' must be built before quantize(\"" + mode +
+                     "\"): call the model on data (or build it) first");
   DTypePolicy next = (current.empty() ? policy_ : DTypePolicy(policy_.source_name())).quantized(mode);
   KernelSpec s = spec;
   s.static_inputs = false;

@@ -382,6 +382,23 @@ TEST(MixedPrecision, MixedFloat16CompilesWithLossScalingAndKeepsFloat32Variables
   EXPECT_TRUE(std::isfinite(h.history.at("loss").back()));
 }
 
+// Regression: LibTorch 1.13 accumulates small bf16 products (m*n*k <= 16^3)
+// in bf16; kiln's bf16 Dense must accumulate in float32 at any size.
+TEST(MixedPrecision, Bfloat16DenseAccumulatesInFloat32EvenForOneRow) {
+  set_random_seed(9);
+  set_dtype_policy("mixed_bfloat16");
+  auto d = std::make_shared<Dense>(DenseOptions{.units = 64, .use_bias = false});
+  set_dtype_policy("float32");
+  for (int64_t rows : {1, 64}) {
+    at::Tensor x = at::randn({rows, 64});
+    at::Tensor y = (*d)(x);
+    ASSERT_EQ(y.scalar_type(), at::kBFloat16);
+    at::Tensor want = at::mm(x.to(at::kBFloat16).to(at::kFloat), d->kernel()->value().to(at::kBFloat16).to(at::kFloat))
+                          .to(at::kBFloat16);
+    EXPECT_TRUE(at::equal(y, want)) << rows << " rows: " << (y != want).sum().item<int64_t>() << " outputs differ";
+  }
+}
+
 TEST(MixedPrecision, QuantizedPolicyNamesRoundTrip) {
   DTypePolicy p = DTypePolicy("mixed_bfloat16").quantized("int8");
   EXPECT_EQ(p.name(), "int8_from_mixed_bfloat16");
