@@ -13,7 +13,10 @@
 #   4. the main demo's MLP (784-256-256-10, Fashion-MNIST) with kiln fit() in
 #      float32 and mixed_bfloat16 against PyTorch float32 (bench/mlp_fit_bench).
 #
-# Usage: bash bench/precision_bench.sh [--steps 20] [--seconds 6] [--out DIR] [--skip_fit]
+#   5. the 4 x Dense(1024) MLP trained on Fashion-MNIST in float32 and
+#      mixed_bfloat16 (ACCURACY_EPOCHS, default 5): test accuracy, s/epoch.
+#
+# Usage: [ACCURACY_EPOCHS=5] bash bench/precision_bench.sh [--steps 20] [--seconds 6] [--out DIR] [--skip_fit]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=20; SECONDS_PER_RUN=6; OUT=build/precision_bench_run; SKIP_FIT=0
@@ -34,7 +37,7 @@ THREADS=$(nproc)
 rm -rf "$OUT"; mkdir -p "$OUT/logs"; OUT=$(cd "$OUT" && pwd)
 
 echo "== kiln: training step and inference"
-build/bench/precision_bench --steps "$STEPS" --threads "$THREADS" --json "$OUT/kiln.json"
+build/bench/precision_bench --steps "$STEPS" --threads "$THREADS" --json "$OUT/kiln.json" --accuracy_epochs "${ACCURACY_EPOCHS:-5}"
 echo
 echo "== PyTorch $($PY -c 'import torch; print(torch.__version__)') (same machine, same run)"
 $PY bench/precision_peer.py --threads "$THREADS" --steps "$STEPS" >"$OUT/torch.json"

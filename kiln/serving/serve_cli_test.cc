@@ -424,6 +424,17 @@ TEST(KilnQuantize, PublishesAnInt8VersionThatShowPredictAndServeRun) {
     for (int k = 0; k < 3; ++k)
       EXPECT_NEAR(Json::parse(line)["predictions"][k].get<float>(), want[i][k].item<float>(), 1e-6);
 
+  // kiln batch-predict runs it too.
+  auto bp = run_command(q(cli_path()) + " batch-predict --model " + q(dir.path() + "/m/2") + " --input " +
+                        q(dir.path() + "/in.jsonl") + " --output " + q(dir.path() + "/bp") + " 2>&1");
+  ASSERT_EQ(bp.exit_code, 0) << bp.output;
+  std::istringstream shard(read_file(dir.path() + "/bp/prediction.results-00000-of-00001"));
+  int rows = 0;
+  for (; std::getline(shard, line); ++rows)
+    for (int k = 0; k < 3; ++k)
+      EXPECT_NEAR(Json::parse(line)["prediction"][k].get<float>(), want[rows][k].item<float>(), 1e-6);
+  EXPECT_EQ(rows, 5);
+
   ChildProcess s({cli_path(), "serve", "--model_base_path", dir.path() + "/m", "--model_name", "q", "--rest_api_port",
                   "0", "--port=-1", "--file_system_poll_wait_seconds", "0"});
   std::string ready = s.wait_for_line("kiln serve: ready", 60);
