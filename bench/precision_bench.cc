@@ -83,7 +83,8 @@ double infer_ms(Model& m, int64_t batch, int steps) {
 // Where an int8 Dense's time goes at 256 x 1024 -> 1024 (best of 30).
 int int8_parts() {
   at::Tensor x = at::randn({256, 1024}), w = at::randn({1024, 1024}), b = at::randn({1024});
-  auto [wq, ws] = quantization::abs_max_quantize(w, {0});
+  at::Tensor wq, ws;
+  std::tie(wq, ws) = quantization::abs_max_quantize(w, {0});
   quantization::Int8Weights packed(wq);
   auto time = [](const char* name, const std::function<void()>& fn) {
     std::vector<double> t;
