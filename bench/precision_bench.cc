@@ -119,9 +119,10 @@ int main(int argc, char** argv) {
       steps = std::atoi(argv[++i]);
     else if (a == "--threads" && i + 1 < argc)
       threads = std::atoi(argv[++i]);
-    else if (a == "--int8_parts")
+    else if (a == "--int8_parts") {
+      configure_threads(ThreadConfig{threads});
       return int8_parts();
-    else if (a == "--accuracy_epochs" && i + 1 < argc)
+    } else if (a == "--accuracy_epochs" && i + 1 < argc)
       accuracy_epochs = std::atoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc)
       json_path = argv[++i];
