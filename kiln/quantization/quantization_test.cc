@@ -155,6 +155,33 @@ TEST(Int8, GemmIsExactOnBothBackends) {
   quantization::set_int8_backend(before);
 }
 
+// quantize_rows / dequantize_product take plain loops for small inputs (a
+// served row) and ATen's kernels for large ones: the results must not depend
+// on the batch size.
+TEST(Int8, SmallAndLargeInputsGiveTheSameBits) {
+  set_random_seed(12);
+  at::Tensor x = at::randn({300, 100}) * 3;  // 30,000 elements: the ATen path
+  auto [q_all, s_all] = quantization::quantize_rows(x);
+  at::Tensor ws = at::rand({64}) + 0.5, bias = at::randn({64});
+  at::Tensor acc_all = at::randint(-100000, 100000, {300, 64}, at::kInt);
+  at::Tensor y_all = quantization::dequantize_product(acc_all, s_all, ws, bias);
+  for (int64_t i : {0, 7, 299}) {  // one row: the loop path
+    auto [q1, s1] = quantization::quantize_rows(x.slice(0, i, i + 1));
+    EXPECT_TRUE(at::equal(q1, q_all.slice(0, i, i + 1))) << "row " << i;
+    EXPECT_TRUE(at::equal(s1, s_all.slice(0, i, i + 1))) << "row " << i;
+    at::Tensor y1 = quantization::dequantize_product(acc_all.slice(0, i, i + 1), s1, ws, bias);
+    EXPECT_TRUE(at::equal(y1, y_all.slice(0, i, i + 1))) << "row " << i;
+  }
+  // A static (calibrated) scale, both paths.
+  at::Tensor fixed = at::full({}, 20.0f);
+  auto [qs_all, ss_all] = quantization::quantize_rows(x, fixed);
+  auto [qs1, ss1] = quantization::quantize_rows(x.slice(0, 5, 6), fixed);
+  EXPECT_TRUE(at::equal(qs1, qs_all.slice(0, 5, 6)));
+  EXPECT_EQ(qs_all.abs().max().item<int8_t>(), 127);  // beyond the range: saturated
+  auto [qa, sa] = quantization::abs_max_quantize(x, {1});
+  EXPECT_TRUE(at::equal(qa, q_all));  // the same scheme as abs_max_quantize
+}
+
 // A built Dense with non-trivial weights.
 std::shared_ptr<Sequential> mlp(int64_t in = 64) {
   auto m = std::make_shared<Sequential>();
