@@ -391,6 +391,31 @@ TEST(LossScaleOptimizer, MatchesTheInnerOptimizerOnFiniteSteps) {
   for (size_t i = 0; i < wa.size(); ++i) EXPECT_TRUE(at::allclose(wa[i], wb[i], 1e-6, 1e-7)) << i;
 }
 
+TEST(LossScaleOptimizer, SavedModelsKeepTheScaleAndCounter) {
+  set_random_seed(10);
+  auto m = mlp(16);
+  m->predict(at::zeros({1, 16}));
+  CompileArgs args = CompileArgs::from_names("adam", "mse");
+  args.optimizer = std::make_shared<LossScaleOptimizer>(
+      args.optimizer, LossScaleOptions{.initial_scale = 1024, .dynamic_growth_steps = 3});
+  m->compile(args);
+  // 4 finite steps: the scale doubles once, the counter stands at 1.
+  m->fit({.x = {at::randn({32, 16})}, .y = {at::randn({32, 10})}, .batch_size = 8, .epochs = 1, .verbose = 0});
+  auto* lso = dynamic_cast<LossScaleOptimizer*>(m->compile_args().optimizer.get());
+  ASSERT_TRUE(lso);
+  EXPECT_EQ(lso->scale(), 2048);
+  EXPECT_EQ(lso->step_counter(), 1);
+  TempDir dir;
+  m->save(dir.path() + "/m");
+  auto back = load_model(dir.path() + "/m");
+  auto* restored = dynamic_cast<LossScaleOptimizer*>(back->compile_args().optimizer.get());
+  ASSERT_TRUE(restored) << back->compile_args().optimizer->class_name();
+  EXPECT_EQ(restored->scale(), 2048);
+  EXPECT_EQ(restored->step_counter(), 1);
+  EXPECT_EQ(restored->options().dynamic_growth_steps, 3);
+  EXPECT_EQ(restored->iterations(), 4);
+}
+
 TEST(MixedPrecision, MixedFloat16CompilesWithLossScalingAndKeepsFloat32Variables) {
   // Linear layers only: LibTorch 1.13 has no float16 relu on CPU (kiln's
   // float16 GEMMs run upcast).
