@@ -53,19 +53,6 @@ std::shared_ptr<Sequential> mlp(const std::string& policy) {
   return m;
 }
 
-[[maybe_unused]] double train_step_ms(Model& m, int steps) {
-  at::Tensor x = at::rand({256, 784}), y = at::randint(0, 10, {256}, at::kLong);
-  m.compile("adam", "sparse_categorical_crossentropy");
-  for (int i = 0; i < 3; ++i) m.train_on_batch({x}, {y});
-  std::vector<double> t;
-  for (int i = 0; i < steps; ++i) {
-    auto t0 = Clock::now();
-    m.train_on_batch({x}, {y});
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best_ms(t);
-}
-
 double infer_ms(Model& m, int64_t batch, int steps) {
   at::Tensor x = at::rand({batch, 784});
   at::NoGradGuard ng;
@@ -99,7 +86,7 @@ int int8_parts() {
   time("quantize_rows", [&] { std::tie(xq, xs) = quantization::quantize_rows(x); });
   time("abs_max_quantize (ATen ops)", [&] { quantization::abs_max_quantize(x, {1}); });
   time("Int8Weights::matmul (prepacked)", [&] { acc = packed.matmul(xq); });
-  time("int8_matmul (per call)", [&] { quantization::int8_matmul(xq, wq); });
+  time("int8_matmul (weights reordered per call)", [&] { quantization::int8_matmul(xq, wq); });
   time("dequantize_product", [&] { quantization::dequantize_product(acc, xs, ws, b); });
   time("dequantize (ATen ops)", [&] { (acc.to(at::kFloat) / (xs * ws.reshape({1, -1}))) + b; });
   time("float32 mm", [&] { at::mm(x, w); });

@@ -41,8 +41,7 @@ void Dense::build(const std::vector<Shape>& input_shapes) {
                      "' needs inputs of rank >= 2 with a known last dimension. Received: " + shape_to_string(s));
   input_dim_ = s.back();
   const KernelSpec spec = kernel_spec(input_dim_);
-  if (policy_keeps_float_kernel(spec))
-    kernel_ = add_weight("kernel", {s.back(), units_}, kernel_init_, true, kernel_reg_);
+  if (policy_keeps_float_kernel()) kernel_ = add_weight("kernel", {s.back(), units_}, kernel_init_, true, kernel_reg_);
   if (use_bias_) bias_ = add_weight("bias", {units_}, bias_init_, true, bias_reg_);
   impl_ = build_kernel_impl(spec);
 }
@@ -55,10 +54,7 @@ KernelSpec Dense::kernel_spec(int64_t input_dim) const {
   return spec;
 }
 
-void Dense::quantize(const std::string& mode) {
-  if (!built()) throw StateError("Dense '" + name() + "' must be built before quantize(\"" + mode + "\")");
-  quantize_kernel(mode, kernel_spec(input_dim_), impl_, kernel_);
-}
+void Dense::quantize(const std::string& mode) { quantize_kernel(mode, kernel_spec(input_dim_), impl_, kernel_); }
 
 at::Tensor Dense::call1(const at::Tensor& x, bool training) {
   const int64_t in = input_dim_;

@@ -177,7 +177,7 @@ EinsumDense::EinsumDense(const std::string& equation, const Shape& output_shape,
 void EinsumDense::build(const std::vector<Shape>& input_shapes) {
   auto s = analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, input_shapes.at(0), output_shape_);
   spec_ = kernel_spec(s.kernel);
-  if (policy_keeps_float_kernel(spec_)) kernel_ = add_weight("kernel", s.kernel, kernel_init_, true, kernel_reg_);
+  if (policy_keeps_float_kernel()) kernel_ = add_weight("kernel", s.kernel, kernel_init_, true, kernel_reg_);
   if (!s.bias.empty()) bias_ = add_weight("bias", s.bias, bias_init_, true, bias_reg_);
   impl_ = build_kernel_impl(spec_);
 }
@@ -196,10 +196,7 @@ KernelSpec EinsumDense::kernel_spec(const Shape& kernel_shape) const {
   return spec;
 }
 
-void EinsumDense::quantize(const std::string& mode) {
-  if (!built()) throw StateError("EinsumDense '" + name() + "' must be built before quantize(\"" + mode + "\")");
-  quantize_kernel(mode, spec_, impl_, kernel_);
-}
+void EinsumDense::quantize(const std::string& mode) { quantize_kernel(mode, spec_, impl_, kernel_); }
 
 at::Tensor EinsumDense::call1(const at::Tensor& x, bool training) {
   Shape xs(x.sizes().begin(), x.sizes().end());

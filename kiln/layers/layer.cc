@@ -329,7 +329,7 @@ KernelImplPtr Layer::build_kernel_impl(const KernelSpec& spec) {
   return impl;
 }
 
-bool Layer::policy_keeps_float_kernel(const KernelSpec& spec) const { return policy_.quantization_mode() != "int8"; }
+bool Layer::policy_keeps_float_kernel() const { return policy_.quantization_mode() != "int8"; }
 
 void Layer::quantize_kernel(const std::string& mode, const KernelSpec& spec, KernelImplPtr& impl, VariablePtr& kernel) {
   const std::string current = policy_.quantization_mode();

@@ -196,11 +196,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   Json base_config() const;
   void mark_built() { built_ = true; }
   // Quantizable layers: the implementation the policy names, with its own
-  // weights created now (call in build(), after the float kernel, if the
-  // implementation keeps one: create the kernel only when
-  // policy_kernel_keeps_float(spec)).
+  // weights created now (call in build(), after the float kernel; create
+  // the float kernel only when policy_keeps_float_kernel()).
   KernelImplPtr build_kernel_impl(const KernelSpec& spec);
-  bool policy_keeps_float_kernel(const KernelSpec& spec) const;
+  bool policy_keeps_float_kernel() const;
   // quantize(mode) for a layer with one kernel: replaces `impl`, converts
   // `kernel` into the new implementation's weights and drops it when the
   // new implementation keeps none (int8).

@@ -6,8 +6,8 @@
 //   at::Tensor acc = int8_matmul(xq, q);          // (M, K) s8 x (K, N) s8 -> (M, N) s32
 //   at::Tensor y = acc / (x_scale * scale);       // back to float
 //
-// int8_matmul runs oneDNN's matmul (Debian's libdnnl: VNNI or AMX-INT8 where
-// the CPU has them) with primitives cached by shape; without oneDNN it is
+// Int8Weights runs oneDNN's matmul (Debian's libdnnl: VNNI or AMX-INT8 where
+// the CPU has them) with primitives and reordered weights cached per batch size; without oneDNN it is
 // LibTorch's integer matmul (exact, slower). Both give the exact int32 sums.
 //
 // Thread safety: all functions may run concurrently (the primitive cache is
@@ -41,7 +41,9 @@ std::pair<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x, const at::T
 at::Tensor dequantize_product(const at::Tensor& acc, const at::Tensor& row_scale, const at::Tensor& col_scale,
                               const at::Tensor& bias);
 
-// (M, K) int8 x (K, N) int8 -> (M, N) int32, exact.
+// (M, K) int8 x (K, N) int8 -> (M, N) int32, exact. Prepares `b` for this one
+// product (a reorder per call); repeated products with the same weights use
+// Int8Weights, as the int8 layers do.
 at::Tensor int8_matmul(const at::Tensor& a, const at::Tensor& b);
 
 // An int8 (K, N) weight matrix prepared for many products: with oneDNN, the
