@@ -135,7 +135,7 @@ class CacheFile {
              " bytes for shape " + shape_string(t));
       }
       if (nbytes > data_.size() - *offset) fail("tensor data runs past the end of the file");
-      std::memcpy(t.data_ptr(), data_.data() + *offset, nbytes);
+      if (nbytes) std::memcpy(t.data_ptr(), data_.data() + *offset, nbytes);
       *offset += nbytes;
       e.push_back(std::move(t));
     }

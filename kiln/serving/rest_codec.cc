@@ -25,7 +25,7 @@ at::Tensor b64_tensor(const Json& v, at::ScalarType dtype, const Json& spec, con
     bad(where + ": " + std::to_string(bytes.size()) + " base64 bytes are not a whole number of " +
         dtype_to_string(dtype) + " values");
   auto t = at::empty({(int64_t)bytes.size() / es}, at::TensorOptions().dtype(dtype));
-  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());  // an empty tensor may have no storage
   // One example: reshape to the signature's shape without the batch dim when fully known.
   if (spec.is_object() && spec.contains("shape")) {
     std::vector<int64_t> dims;

@@ -108,6 +108,16 @@ TEST(RestFastPath, EverythingElseIsLeftToTheDomPath) {
   EXPECT_THROW(dom_call(R"({"instances": [[1]]} trailing)", f32), ServingError);
 }
 
+// Found by rest_predict_fuzz: an empty base64 value made a tensor with no
+// storage and copied zero bytes into its null data pointer (UBSan's nonnull).
+TEST(RestCodec, AnEmptyBase64ValueIsAnEmptyExample) {
+  Json f32 = one_input_signatures("float32");
+  PredictCall call = dom_call(R"({"instances": [{"b64": ""}]})", f32);
+  EXPECT_EQ(call.inputs["x"].numel(), 0);
+  Json shaped{{"serving_default", {{"inputs", {{"x", {{"dtype", "float32"}, {"shape", {-1, 2}}}}}}}}};
+  EXPECT_THROW(dom_call(R"({"instances": [{"b64": ""}]})", shaped), ServingError);  // one example holds 2 values
+}
+
 // Random rectangular bodies in many number spellings: the fast path takes
 // every one and agrees bit for bit with the DOM path.
 TEST(RestFastPath, RandomBodiesAgreeBitForBit) {

@@ -220,7 +220,7 @@ WireTensor from_tensor_proto(const tensorflow::TensorProto& p, const std::string
             t.data_ptr<int16_t>()[i] = static_cast<int16_t>(static_cast<uint16_t>(v));
           });
       w.tensor = at::empty(w.shape, at::TensorOptions().dtype(type));
-      std::memcpy(w.tensor.data_ptr(), bits.data_ptr(), n * 2);
+      if (n) std::memcpy(w.tensor.data_ptr(), bits.data_ptr(), n * 2);
       break;
     }
     default:

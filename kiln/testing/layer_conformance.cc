@@ -373,7 +373,7 @@ void load_layer_weights(Layer& layer, const std::string& path) {
       throw FormatError(path + ": tensor '" + name + "' has " + std::to_string(nbytes) + " bytes for shape " +
                         shape_to_string(shape));
     r.need(nbytes);
-    std::memcpy(t.data_ptr(), data.data() + r.pos, nbytes);
+    if (nbytes) std::memcpy(t.data_ptr(), data.data() + r.pos, nbytes);
     r.pos += nbytes;
     tensors[name] = t;
   }
