@@ -12,9 +12,11 @@ bool TensorLayout::replicated() const {
   return true;
 }
 
-Variable::Variable(std::string path, at::Tensor value, bool trainable, TensorLayout layout)
+Variable::Variable(std::string path, at::Tensor value, bool trainable, TensorLayout layout,
+                   std::optional<Shape> global_shape)
     : path_(std::move(path)), value_(std::move(value)), trainable_(trainable), layout_(std::move(layout)) {
   value_ = value_.detach();
+  global_shape_ = global_shape.value_or(Shape(value_.sizes().begin(), value_.sizes().end()));
   value_.set_requires_grad(trainable_ && at::isFloatingType(value_.scalar_type()));
 }
 
@@ -64,6 +66,11 @@ int replica_id() {
   return d ? d->replica_id() : 0;
 }
 
+int process_index() {
+  auto d = distribution();
+  return d ? d->process_index() : 0;
+}
+
 NameScope::NameScope(const std::string& name) { t_scopes.push_back(name); }
 NameScope::~NameScope() { t_scopes.pop_back(); }
 
@@ -96,7 +103,7 @@ VariablePtr VariableFactory::create(const VariableSpec& spec, const DTypePolicy&
     layout = dist->layout_for(path, spec.shape);
     init = dist->distribute_variable(init, layout);
   }
-  return std::make_shared<Variable>(path, init, spec.trainable, layout);
+  return std::make_shared<Variable>(path, init, spec.trainable, layout, spec.shape);
 }
 
 }  // namespace kiln

@@ -38,7 +38,10 @@ struct TensorLayout {
 
 class Variable {
  public:
-  Variable(std::string path, at::Tensor value, bool trainable, TensorLayout layout = {});
+  // `global_shape`: the unsharded shape when `value` is this rank's shard of
+  // a variable sharded by ModelParallel (default: value's shape).
+  Variable(std::string path, at::Tensor value, bool trainable, TensorLayout layout = {},
+           std::optional<Shape> global_shape = std::nullopt);
 
   const std::string& path() const { return path_; }
   std::string name() const;  // last path component ("kernel")
@@ -48,7 +51,10 @@ class Variable {
   // The leaf tensor: requires_grad exactly when trainable. Use it in call();
   // gradients accumulate in value().grad().
   const at::Tensor& value() const { return value_; }
-  Shape shape() const;
+  Shape shape() const;  // this rank's shape (a shard's under ModelParallel)
+  // The unsharded shape (equal to shape() unless the variable is sharded).
+  const Shape& global_shape() const { return global_shape_; }
+  bool sharded() const { return global_shape_ != shape(); }
   at::ScalarType dtype() const { return value_.scalar_type(); }
   const TensorLayout& layout() const { return layout_; }
 
@@ -61,6 +67,7 @@ class Variable {
   at::Tensor value_;
   bool trainable_;
   TensorLayout layout_;
+  Shape global_shape_;
 };
 
 using VariablePtr = std::shared_ptr<Variable>;
@@ -96,6 +103,30 @@ class Distribution {
   }
   // Replica `root`'s values into every replica's tensors, in place.
   virtual void broadcast(std::vector<at::Tensor>& tensors, int root = 0) const {}
+  // This process's index among all processes of the job (the chief is 0:
+  // it alone prints and writes files). Under DataParallel it is the
+  // replica id; under ModelParallel the ranks that hold the shards of one
+  // replica share a replica id but not a process index.
+  virtual int process_index() const { return replica_id(); }
+
+  // --- Model parallelism (ModelParallel): variables sharded over the axes of
+  // a device mesh. The layers reach the other shards only through these.
+  // The number of ranks along mesh axis `axis` (1 without a mesh) and this
+  // rank's coordinate on it.
+  virtual int64_t mesh_axis_size(const std::string& axis) const { return 1; }
+  virtual int64_t mesh_axis_index(const std::string& axis) const { return 0; }
+  // Element-wise sum, in place, over the ranks that differ from this one only
+  // along `axis`.
+  virtual void axis_all_reduce_sum(at::Tensor& t, const std::string& axis) const {}
+  // The shards held along `axis`, concatenated along `dim` in coordinate order.
+  virtual at::Tensor axis_all_gather(const at::Tensor& t, int64_t dim, const std::string& axis) const { return t; }
+  // The layout asked for a layer's output (the layout map's
+  // "<layer path>/output" key), if any.
+  virtual std::optional<TensorLayout> output_layout(const std::string& layer_path) const { return std::nullopt; }
+  // A sharded variable's whole value, gathered from its shards (a collective:
+  // every process calls it for the same variables in the same order). An
+  // unsharded variable's value itself (not a copy).
+  virtual at::Tensor gather_variable(const Variable& v) const { return v.value().detach(); }
 
   // How fit() synchronizes gradients (DataParallel's options).
   struct GradientSync {
@@ -114,10 +145,12 @@ void set_distribution(std::shared_ptr<Distribution> d);
 std::shared_ptr<Distribution> distribution();
 
 // The active distribution's replica count (1 without one) and this
-// process's replica id (0 without one); is_chief(): replica 0.
+// process's replica id (0 without one); is_chief(): process 0 (the one
+// process that prints and writes files).
 int num_replicas();
 int replica_id();
-inline bool is_chief() { return replica_id() == 0; }
+int process_index();
+inline bool is_chief() { return process_index() == 0; }
 
 // Scoped path prefix: NameScope s("sequential"); variables created inside get
 // "sequential/<layer>/<name>". Thread-local; nests.

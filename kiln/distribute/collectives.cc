@@ -12,9 +12,11 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -387,5 +389,35 @@ void Collectives::broadcast(std::vector<at::Tensor>& tensors, int root) {
 }
 
 void Collectives::barrier() { wait_for(impl_->pg->barrier(), "barrier", rank_, size_, timeout_s_); }
+
+std::shared_ptr<Collectives> Collectives::subgroup(const std::vector<int>& ranks, const std::string& tag) {
+  const auto me = std::find(ranks.begin(), ranks.end(), rank_);
+  if (me == ranks.end())
+    throw ValueError("rank " + std::to_string(rank_) + " is not in the group '" + tag + "' it was asked to join");
+  std::shared_ptr<Collectives> c(new Collectives());
+  c->impl_ = std::make_unique<Impl>();
+  c->rank_ = static_cast<int>(me - ranks.begin());
+  c->size_ = static_cast<int>(ranks.size());
+  c->timeout_s_ = timeout_s_;
+  c->impl_->store = c10::make_intrusive<c10d::PrefixStore>("kiln/group/" + tag, impl_->store);
+  try {
+    auto opts =
+        c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000)));
+    opts->devices = impl_->pg->getOptions()->devices;
+    opts->threads = 2;
+    c->impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(c->impl_->store, c->rank_, c->size_, opts);
+  } catch (const std::exception& e) {
+    throw Error("rank " + std::to_string(rank_) + ": cannot connect the group '" + tag + "' (" + cause_of(e) + ")");
+  }
+  return c;
+}
+
+std::vector<at::Tensor> Collectives::all_gather(const at::Tensor& t) {
+  std::vector<at::Tensor> in = {t.contiguous()};
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < size_; ++r) out[0].push_back(at::empty_like(in[0]));
+  wait_for(impl_->pg->allgather(out, in), "all-gather", rank_, size_, timeout_s_);
+  return out[0];
+}
 
 }  // namespace kiln::distribute

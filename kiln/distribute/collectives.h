@@ -57,6 +57,17 @@ class Collectives {
   // Rank `root`'s values into everyone's tensors, in place.
   void broadcast(std::vector<at::Tensor>& tensors, int root = 0);
   void barrier();
+
+  // --- Groups of ranks (ModelParallel's mesh axes) ----------------------
+  // A group of `ranks` (this rank among them; every rank of the job calls
+  // subgroup() with the same `tag` for the groups it belongs to, in the same
+  // order). Its collectives reach only those ranks; its rank() is this
+  // rank's index in `ranks`. It shares this group's rendezvous store (and
+  // Gloo only: no shared-memory path).
+  std::shared_ptr<Collectives> subgroup(const std::vector<int>& ranks, const std::string& tag);
+  // Every rank's `t` (same shape on all), in rank order.
+  std::vector<at::Tensor> all_gather(const at::Tensor& t);
+
   // Whether float32 gradient sums go through shared memory: every rank on
   // this host (LOCAL_WORLD_SIZE == WORLD_SIZE) and KILN_SHM_ALLREDUCE is not
   // "0". Otherwise Gloo.

@@ -3,6 +3,7 @@
 #include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
+#include "kiln/distribute/model_parallel.h"
 
 namespace kiln::distribute {
 
@@ -52,13 +53,15 @@ std::shared_ptr<Distribution> distribution_from_config(const Json& cfg) {
     return nullptr;
   }
   if (!cfg.is_object()) throw ValueError("spec: `distribution` must be an object like {\"type\": \"data_parallel\"}");
+  if (cfg.value("type", Json()) == "model_parallel") return model_parallel_from_config(cfg);
   check_config_keys(cfg, {"type", "bucket_cap_mb", "compress_bf16", "auto_shard", "timeout_seconds", "devices"},
                     "distribution");
   const std::string type = get_or<std::string>(cfg, "type", "");
   if (type == "none") return nullptr;
   if (type != "data_parallel")
-    throw ValueError("spec: distribution `type` must be \"data_parallel\" (or \"none\"). Received: type=" +
-                     cfg.value("type", Json()).dump());
+    throw ValueError(
+        "spec: distribution `type` must be \"data_parallel\", \"model_parallel\" or \"none\". Received: type=" +
+        cfg.value("type", Json()).dump());
   DataParallelOptions o;
   o.bucket_cap_mb = get_or<double>(cfg, "bucket_cap_mb", 25.0);
   o.compress_bf16 = get_or<bool>(cfg, "compress_bf16", false);

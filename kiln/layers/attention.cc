@@ -1,5 +1,7 @@
 #include "kiln/layers/attention.h"
 
+#include "kiln/layers/sharded_kernel.h"
+
 #include <cmath>
 
 #include "kiln/layers/config_reader.h"
@@ -172,6 +174,15 @@ void MultiHeadAttention::build(const std::vector<Shape>& input_shapes) {
   key_->build_if_needed({k});
   value_->build_if_needed({v});
   output_->build_if_needed({{q[0], q[1], num_heads_, value_dim_}});
+  // ModelParallel with the heads sharded (query/key/value column-parallel,
+  // attention_output row-parallel on the same axis): every head's attention
+  // runs on the rank that holds it, with no gather (Megatron's attention).
+  KernelImpl* out = output_->kernel_impl_ptr();
+  bool all = true;
+  for (auto& d : {query_, key_, value_}) all = plan_sharded_pair(d->kernel_impl_ptr(), out) && all;
+  if (!all)
+    for (auto& d : {query_, key_, value_})
+      if (ShardedKernel* s = sharded_kernel(d->kernel_impl_ptr())) s->keep_output_sharded(false);
 }
 
 std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(const Tensors& inputs, bool training) {

@@ -57,9 +57,9 @@ KernelSpec Dense::kernel_spec(int64_t input_dim) const {
 void Dense::quantize(const std::string& mode) { quantize_kernel(mode, kernel_spec(input_dim_), impl_, kernel_); }
 
 at::Tensor Dense::call1(const at::Tensor& x, bool training) {
-  const int64_t in = input_dim_;
-  if (x.dim() < 2 || x.size(-1) != in)
-    throw ShapeError("Dense '" + name() + "' expects inputs with last dimension " + std::to_string(in) +
+  const Shape xs = impl_->logical_input_shape(Shape(x.sizes().begin(), x.sizes().end()));
+  if (xs.size() < 2 || xs.back() != input_dim_)
+    throw ShapeError("Dense '" + name() + "' expects inputs with last dimension " + std::to_string(input_dim_) +
                      ". Received: " + shape_to_string(Shape(x.sizes().begin(), x.sizes().end())));
   at::Tensor y =
       impl_->apply_with_bias(x, kernel_ ? value(kernel_) : at::Tensor(), bias_ ? value(bias_) : at::Tensor(), training);

@@ -199,7 +199,7 @@ KernelSpec EinsumDense::kernel_spec(const Shape& kernel_shape) const {
 void EinsumDense::quantize(const std::string& mode) { quantize_kernel(mode, spec_, impl_, kernel_); }
 
 at::Tensor EinsumDense::call1(const at::Tensor& x, bool training) {
-  Shape xs(x.sizes().begin(), x.sizes().end());
+  const Shape xs = impl_->logical_input_shape(Shape(x.sizes().begin(), x.sizes().end()));
   // Validates the input against the built kernel with a readable error.
   auto s = analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, xs, output_shape_);
   if (s.kernel != spec_.kernel_shape)

@@ -1,5 +1,7 @@
 #include "kiln/layers/embedding.h"
 
+#include "kiln/layers/sharded_kernel.h"
+
 #include "kiln/layers/config_reader.h"
 #include "kiln/quantization/int8.h"
 
@@ -54,6 +56,9 @@ void Embedding::quantize(const std::string& mode) {
     throw ValueError("Embedding '" + name() + "' supports quantize(\"int8\") only. Received: mode=" + mode);
   if (!built() || !embeddings_)
     throw StateError("Embedding '" + name() + "' must be built (and not yet quantized) before quantize(\"int8\")");
+  if (embeddings_->sharded())
+    throw ValueError("Embedding '" + name() + "' has a sharded table (ModelParallel); quantize the model loaded " +
+                     "from its gathered model directory instead");
   const std::string path = embeddings_->path();
   build_int8(weight_adder(path.substr(0, path.rfind('/'))));
   auto [q, scale] = quantization::abs_max_quantize(embeddings_->value().detach(), {1});
@@ -79,7 +84,8 @@ at::Tensor Embedding::call1(const at::Tensor& x, bool training) {
     at::Tensor scale = at::embedding(embeddings_scale_->value().unsqueeze(1), ids);
     y = compute_cast(rows / scale);
   } else {
-    y = at::embedding(value(embeddings_), ids);
+    const std::string& path = embeddings_->path();
+    y = sharded_embedding_lookup(embeddings_, value(embeddings_), ids, path.substr(0, path.rfind('/')));
   }
   if (activity_reg_ && training) add_loss((*activity_reg_)(y));
   return y;

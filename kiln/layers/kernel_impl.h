@@ -74,6 +74,10 @@ class KernelImpl {
     return bias.defined() ? y + bias.to(y.scalar_type()) : y;
   }
 
+  // The input shape as the unsharded layer sees it (a row-parallel kernel
+  // under ModelParallel also takes its shard of the input), for the layer's
+  // shape checks.
+  virtual Shape logical_input_shape(const Shape& s) const { return s; }
   // Whether the layer keeps (and trains) its float kernel.
   virtual bool keeps_float_kernel() const { return true; }
   // Creates this mode's own weights (from the layer's build, or quantize()).

@@ -1,5 +1,7 @@
 #include "kiln/layers/layer.h"
 
+#include "kiln/layers/sharded_kernel.h"
+
 #include <algorithm>
 #include <optional>
 
@@ -326,7 +328,15 @@ KernelImplPtr Layer::build_kernel_impl(const KernelSpec& spec) {
   const std::string mode = policy_.is_quantized() ? policy_.quantization_mode() : "float";
   KernelImplPtr impl = make_kernel_impl(mode, s, policy_.amax_history_length());
   impl->build(weight_adder());
-  return impl;
+  // Under ModelParallel a sharded kernel computes column- or row-parallel.
+  VariablePtr kernel, bias;
+  for (auto& v : variables_) {
+    if (v->name() == "kernel") kernel = v;
+    if (v->name() == "bias") bias = v;
+  }
+  if (!kernel) return impl;
+  const std::string& path = kernel->path();
+  return shard_kernel_impl(std::move(impl), s, kernel, bias, path.substr(0, path.rfind('/')));
 }
 
 bool Layer::policy_keeps_float_kernel() const { return policy_.quantization_mode() != "int8"; }
@@ -339,6 +349,9 @@ void Layer::quantize_kernel(const std::string& mode, const KernelSpec& spec, Ker
   if (!built() || !kernel)
     throw StateError(class_name() + " '" + name() + "' must be built before quantize(\"" + mode +
                      "\"): call the model on data (or build it) first");
+  if (kernel->sharded())
+    throw ValueError(class_name() + " '" + name() + "' has a sharded kernel (ModelParallel); quantize the model " +
+                     "loaded from its gathered model directory instead");
   DTypePolicy next = (current.empty() ? policy_ : DTypePolicy(policy_.source_name())).quantized(mode);
   KernelSpec s = spec;
   s.static_inputs = false;

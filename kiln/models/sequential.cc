@@ -2,6 +2,7 @@
 
 #include "kiln/core/config_keys.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/layers/sharded_kernel.h"
 #include "kiln/models/model_json.h"
 
 namespace kiln {
@@ -121,6 +122,8 @@ void Sequential::build(const std::vector<Shape>& input_shapes) {
 Tensors Sequential::call(const Tensors& inputs, bool training) { return call_masked(inputs, {}, training, nullptr); }
 
 Tensors Sequential::call_masked(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks) {
+  // ModelParallel: no gather between a column- and a row-parallel layer.
+  if (distribution()) plan_sharded_chain(layers_);
   Tensors x = inputs;
   Tensors m = masks;  // each layer's output masks feed the next layer
   for (auto& l : layers_) {

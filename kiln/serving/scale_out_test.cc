@@ -34,19 +34,7 @@ using SteadyClock = std::chrono::steady_clock;
 
 const char* kNginx = "/usr/sbin/nginx";
 
-// A loopback port nobody listens on right now (bound, read, released).
-int free_port() {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (bind(s, (sockaddr*)&a, sizeof a) == 0 && getsockname(s, (sockaddr*)&a, &len) == 0) port = ntohs(a.sin_port);
-  close(s);
-  return port;
-}
+int free_port() { return free_loopback_port(); }
 
 // True when something accepts TCP connections on the loopback port.
 bool loopback_port_accepts(int port) {

@@ -59,6 +59,9 @@ CommandResult run_command(const std::string& command);
 // returns its pid, or -1.
 pid_t spawn_logged(const std::vector<std::string>& argv, const std::string& log_path,
                    const std::map<std::string, std::string>& extra_env = {});
+// A loopback TCP port nobody listens on right now (bound, read, released),
+// or -1.
+int free_loopback_port();
 // Waits at most `seconds` for `pid`, SIGKILLs it after that. Its exit
 // status (128 + signal if killed by one), or -1 when it had to be killed.
 int wait_bounded(pid_t pid, double seconds);

@@ -1,0 +1,217 @@
+#include "kiln/distribute/model_parallel.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "kiln/core/config_keys.h"
+#include "kiln/core/error.h"
+#include "kiln/core/random.h"
+
+namespace kiln::distribute {
+namespace {
+
+// Every process takes process 0's random state, so the initial values every
+// rank draws (and then shards) are the same, as in one process.
+void share_random_state(Collectives& all) {
+  std::ostringstream os;
+  os << host_rng();
+  std::string host = os.str();
+  std::vector<at::Tensor> len = {at::full({1}, static_cast<int64_t>(host.size()), at::kLong)};
+  all.broadcast(len);
+  at::Tensor bytes = at::zeros({len[0].item<int64_t>()}, at::kByte);
+  if (all.rank() == 0 && !host.empty()) std::memcpy(bytes.data_ptr(), host.data(), host.size());
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::vector<at::Tensor> t = {bytes, gen.get_state()};
+  all.broadcast(t);
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(t[1]);
+  }
+  std::istringstream is(std::string(static_cast<const char*>(t[0].data_ptr()), static_cast<size_t>(t[0].numel())));
+  is >> host_rng();
+}
+
+std::string batch_axis(const LayoutMap& map, const std::optional<std::string>& asked) {
+  const DeviceMesh& mesh = map.mesh();
+  std::set<std::string> used;
+  for (const auto& key : map.keys()) {
+    const std::optional<TensorLayout> layout = map.get(key);  // (a temporary's member would dangle in the loop)
+    for (const auto& a : layout->axes)
+      if (!a.empty()) used.insert(a);
+  }
+  if (!asked) {
+    for (const auto& a : mesh.axis_names())
+      if (!used.count(a)) return a;
+    return "";
+  }
+  if (asked->empty()) return "";
+  mesh.axis(*asked);  // ValueError naming the mesh's axes
+  if (used.count(*asked))
+    throw ValueError("ModelParallel: batch_dim_name '" + *asked +
+                     "' is also an axis the layout map shards variables over; kiln splits the batch and the "
+                     "variables over different mesh axes: add a batch axis to the mesh (e.g. shape [2, N], axis "
+                     "names [\"batch\", \"model\"]) or set batch_dim_name to \"\" for no data parallelism");
+  return *asked;
+}
+
+}  // namespace
+
+ModelParallel::ModelParallel(LayoutMap layout_map, std::optional<std::string> batch_dim_name, ModelParallelOptions o)
+    : map_(std::move(layout_map)), o_(std::move(o)) {
+  if (!(o_.bucket_cap_mb > 0))
+    throw ValueError("ModelParallel: `bucket_cap_mb` must be > 0. Received: " + std::to_string(o_.bucket_cap_mb));
+  if (o_.timeout_seconds < 0)
+    throw ValueError("ModelParallel: `timeout_seconds` must be >= 0 (0: the default). Received: " +
+                     std::to_string(o_.timeout_seconds));
+  batch_dim_ = batch_axis(map_, batch_dim_name);
+  cluster_ = o_.cluster ? *o_.cluster : resolve_cluster();
+  const DeviceMesh& m = map_.mesh();
+  if (cluster_.world_size != m.size())
+    throw ValueError("ModelParallel: the device mesh has " + std::to_string(m.size()) + " devices but the job has " +
+                     std::to_string(cluster_.world_size) + " processes (one per device); start " +
+                     std::to_string(m.size()) + " (kiln launch --nproc_per_node " + std::to_string(m.size()) +
+                     ") or change the mesh shape");
+  coords_ = m.coordinates(cluster_.rank);
+  if (!batch_dim_.empty()) {
+    batch_size_ = static_cast<int>(m.axis_size(batch_dim_));
+    batch_index_ = static_cast<int>(coords_[m.axis(batch_dim_)]);
+  }
+  if (cluster_.world_size == 1) return;
+  all_ = Collectives::connect(cluster_, {.timeout_seconds = o_.timeout_seconds});
+  // One group per mesh axis: the ranks that differ from this one only there.
+  for (size_t a = 0; a < m.shape().size(); ++a) {
+    if (m.shape()[a] == 1) continue;
+    std::vector<int> ranks;
+    std::string tag = m.axis_names()[a];
+    for (int64_t k = 0; k < m.shape()[a]; ++k) {
+      std::vector<int64_t> c = coords_;
+      c[a] = k;
+      int64_t r = 0;
+      for (size_t i = 0; i < c.size(); ++i) r = r * m.shape()[i] + c[i];
+      ranks.push_back(static_cast<int>(r));
+    }
+    for (size_t i = 0; i < coords_.size(); ++i) tag += "/" + (i == a ? std::string("*") : std::to_string(coords_[i]));
+    groups_[m.axis_names()[a]] = all_->subgroup(ranks, tag);
+  }
+  share_random_state(*all_);
+}
+
+TensorLayout ModelParallel::layout_for(const std::string& path, const Shape& shape) const {
+  auto l = map_.get(path);
+  if (!l) return {};
+  mesh().check(shape, *l, "variable '" + path + "'");
+  return *l;
+}
+
+at::Tensor ModelParallel::distribute_variable(const at::Tensor& value, const TensorLayout& layout) const {
+  if (layout.replicated()) return value;
+  const Shape shape(value.sizes().begin(), value.sizes().end());
+  at::Tensor v = value;
+  const auto ranges = mesh().shard_ranges(shape, layout, cluster_.rank);
+  for (size_t d = 0; d < ranges.size(); ++d)
+    v = v.narrow(static_cast<int64_t>(d), ranges[d].first, ranges[d].second - ranges[d].first);
+  return v.clone();  // only the shard stays alive
+}
+
+Collectives* ModelParallel::group(const std::string& axis) const {
+  auto it = groups_.find(axis);
+  return it == groups_.end() ? nullptr : it->second.get();
+}
+
+void ModelParallel::all_reduce_sum(std::vector<at::Tensor>& tensors) const {
+  if (Collectives* g = batch_dim_.empty() ? nullptr : group(batch_dim_)) g->all_reduce_sum(tensors);
+}
+
+std::function<void()> ModelParallel::all_reduce_sum_async(std::vector<at::Tensor>& tensors) const {
+  Collectives* g = batch_dim_.empty() ? nullptr : group(batch_dim_);
+  if (!g) return [] {};
+  if (tensors.size() == 1 && tensors[0].is_contiguous()) return g->all_reduce_sum_async(tensors[0]);
+  g->all_reduce_sum(tensors);
+  return [] {};
+}
+
+void ModelParallel::broadcast(std::vector<at::Tensor>& tensors, int root) const {
+  if (Collectives* g = batch_dim_.empty() ? nullptr : group(batch_dim_)) g->broadcast(tensors, root);
+}
+
+Distribution::GradientSync ModelParallel::gradient_sync() const {
+  GradientSync g;
+  g.bucket_bytes = static_cast<int64_t>(o_.bucket_cap_mb * (1 << 20));
+  return g;
+}
+
+int64_t ModelParallel::mesh_axis_size(const std::string& axis) const { return mesh().axis_size(axis); }
+
+int64_t ModelParallel::mesh_axis_index(const std::string& axis) const { return coords_[mesh().axis(axis)]; }
+
+void ModelParallel::axis_all_reduce_sum(at::Tensor& t, const std::string& axis) const {
+  if (Collectives* g = group(axis)) {
+    ++all_reduces_;
+    std::vector<at::Tensor> v = {t};
+    g->all_reduce_sum(v);
+  }
+}
+
+at::Tensor ModelParallel::axis_all_gather(const at::Tensor& t, int64_t dim, const std::string& axis) const {
+  Collectives* g = group(axis);
+  if (!g) return t;
+  ++all_gathers_;
+  return at::cat(g->all_gather(t), dim);
+}
+
+std::optional<TensorLayout> ModelParallel::output_layout(const std::string& layer_path) const {
+  return map_.get(layer_path + "/output");
+}
+
+at::Tensor ModelParallel::gather_variable(const Variable& v) const {
+  at::Tensor value = v.value().detach();
+  const auto& axes = v.layout().axes;
+  for (size_t d = 0; d < axes.size(); ++d)
+    if (!axes[d].empty()) value = axis_all_gather(value, static_cast<int64_t>(d), axes[d]);
+  return value;
+}
+
+std::shared_ptr<Distribution> model_parallel_from_config(const Json& cfg) {
+  check_config_keys(cfg, {"type", "mesh", "layout_map", "batch_dim_name", "timeout_seconds", "bucket_cap_mb"},
+                    "distribution");
+  const std::string example =
+      " (e.g. \"mesh\": {\"shape\": [2], \"axis_names\": [\"model\"]}, \"layout_map\": {\"dense.*kernel\": [null, "
+      "\"model\"]})";
+  if (!cfg.contains("mesh") || !cfg["mesh"].is_object())
+    throw ValueError("spec: a model_parallel distribution needs a `mesh` object" + example);
+  const Json& mj = cfg["mesh"];
+  check_config_keys(mj, {"shape", "axis_names", "devices"}, "distribution.mesh");
+  if (!mj.contains("shape") || !mj.contains("axis_names"))
+    throw ValueError("spec: distribution.mesh needs `shape` and `axis_names`" + example);
+  DeviceMesh mesh(get_or<std::vector<int64_t>>(mj, "shape", {}), get_or<std::vector<std::string>>(mj, "axis_names", {}),
+                  get_or<std::vector<std::string>>(mj, "devices", {}));
+  LayoutMap map(mesh);
+  const Json lm = cfg.value("layout_map", Json::object());
+  if (!lm.is_object()) throw ValueError("spec: distribution.layout_map must be an object" + example);
+  for (auto& [key, axes] : lm.items()) {
+    if (!axes.is_array())
+      throw ValueError("spec: distribution.layout_map[\"" + key + "\"] must be a list of mesh axis names or null" +
+                       example);
+    TensorLayout l;
+    for (auto& a : axes) {
+      if (!a.is_null() && !a.is_string())
+        throw ValueError("spec: distribution.layout_map[\"" + key + "\"] must hold mesh axis names or null. Received " +
+                         a.dump());
+      l.axes.push_back(a.is_null() ? "" : a.get<std::string>());
+    }
+    map.set(key, l);
+  }
+  std::optional<std::string> batch;
+  if (cfg.contains("batch_dim_name") && !cfg["batch_dim_name"].is_null())
+    batch = get_or<std::string>(cfg, "batch_dim_name", "");
+  ModelParallelOptions o;
+  o.timeout_seconds = get_or<double>(cfg, "timeout_seconds", 0.0);
+  o.bucket_cap_mb = get_or<double>(cfg, "bucket_cap_mb", 25.0);
+  return std::make_shared<ModelParallel>(map, batch, o);
+}
+
+}  // namespace kiln::distribute
