@@ -149,18 +149,27 @@ int64_t ModelParallel::mesh_axis_size(const std::string& axis) const { return me
 int64_t ModelParallel::mesh_axis_index(const std::string& axis) const { return coords_[mesh().axis(axis)]; }
 
 void ModelParallel::axis_all_reduce_sum(at::Tensor& t, const std::string& axis) const {
-  if (Collectives* g = group(axis)) {
-    ++all_reduces_;
-    std::vector<at::Tensor> v = {t};
-    g->all_reduce_sum(v);
-  }
+  Collectives* g = group(axis);
+  if (!g) return;
+  ++all_reduces_;
+  // Gloo has no 16-bit float sums: those add up in float32 (as mixed
+  // precision accumulates) and round once.
+  const bool narrow = t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
+  std::vector<at::Tensor> v = {narrow ? t.to(at::kFloat) : t};
+  g->all_reduce_sum(v);
+  if (narrow) t.copy_(v[0]);
 }
 
 at::Tensor ModelParallel::axis_all_gather(const at::Tensor& t, int64_t dim, const std::string& axis) const {
   Collectives* g = group(axis);
   if (!g) return t;
   ++all_gathers_;
-  return at::cat(g->all_gather(t), dim);
+  // A gather moves bytes only: 16-bit floats travel as int16.
+  const bool narrow = t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
+  std::vector<at::Tensor> parts = g->all_gather(narrow ? t.view(at::kShort) : t);
+  if (narrow)
+    for (auto& p : parts) p = p.view(t.scalar_type());
+  return at::cat(parts, dim);
 }
 
 std::optional<TensorLayout> ModelParallel::output_layout(const std::string& layer_path) const {

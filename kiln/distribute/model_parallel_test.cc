@@ -7,6 +7,9 @@
 // sharded sums add in another order).
 #include <gtest/gtest.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -28,6 +31,7 @@
 #include "kiln/saving/safetensors.h"
 #include "kiln/testing/expect_error.h"
 #include "kiln/testing/testing.h"
+#include "kiln/training/backup_and_restore.h"
 
 namespace kiln {
 namespace {
@@ -317,11 +321,6 @@ TEST(ModelParallel, SpecConfigBuildsTheDistributionAndNamesBadEntries) {
       {"data"});
 }
 
-}  // namespace
-}  // namespace kiln
-
-namespace kiln {
-namespace {
 TEST(ModelParallel, OneDeviceMeshIsTheSingleProcessRun) {
   const NamedTensors single = run_cases();
   set_distribution(std::make_shared<ModelParallel>(all_layouts(DeviceMesh({1}, {"model"})), ""));
@@ -330,5 +329,133 @@ TEST(ModelParallel, OneDeviceMeshIsTheSingleProcessRun) {
   ASSERT_EQ(one.size(), single.size());
   for (size_t i = 0; i < single.size(); ++i) EXPECT_TRUE(at::equal(one[i].second, single[i].second)) << single[i].first;
 }
+
+// --- checkpoints across layouts -----------------------------------------------------
+
+// A Megatron MLP trained with BackupAndRestore (Adam, shuffled batches).
+std::shared_ptr<Model> checkpointed_model() {
+  set_random_seed(5);
+  auto m =
+      sequential("ckpt", {8},
+                 {std::make_shared<Dense>(16, "relu", named("d1")), std::make_shared<Dense>(8, "tanh", named("d2")),
+                  std::make_shared<Dense>(4, "linear", named("d3"))});
+  m->compile(CompileArgs::from_names("adam", "mse"));
+  return m;
+}
+
+std::pair<at::Tensor, at::Tensor> checkpoint_data() {
+  at::Generator g = at::detail::createCPUGenerator(11);
+  return {at::randn({kRows, 8}, g), at::randn({kRows, 4}, g)};
+}
+
+LayoutMap checkpoint_layouts(const DeviceMesh& mesh) {
+  LayoutMap map(mesh);
+  map.set("ckpt/d1/kernel", L({"", "model"}));
+  map.set("ckpt/d1/bias", L({"model"}));
+  map.set("ckpt/d2/kernel", L({"model", ""}));
+  return map;
+}
+
+void fit_with_backup(Model& m, const std::string& backup, int epochs) {
+  auto [x, y] = checkpoint_data();
+  m.fit(
+      {.x = {x},
+       .y = {y},
+       .batch_size = kRows / 2,
+       .epochs = epochs,
+       .verbose = 0,
+       .callbacks = {std::make_shared<BackupAndRestore>(backup, BackupAndRestoreOptions{.delete_checkpoint = false})}});
+}
+
+// Phase "first": one epoch with BackupAndRestore, then the model saved
+// (every process gathers, process 0 writes). Phase "resume": a fresh model
+// fit for two epochs on the same backup resumes after the first; its
+// weights, and the saved model loaded here, are what the ranks report.
+NamedTensors checkpoint_phase(const std::string& phase, const std::string& dir) {
+  auto m = checkpointed_model();
+  if (phase == "first") {
+    fit_with_backup(*m, dir + "/backup", 1);
+    m->save(dir + "/model");
+    return {};
+  }
+  fit_with_backup(*m, dir + "/backup", 2);
+  NamedTensors out;
+  add_weights(out, "resumed/", *m);
+  auto loaded = load_model(dir + "/model");
+  add_weights(out, "loaded/", *loaded);
+  out.emplace_back("loaded/output", (*loaded)(checkpoint_data().first).detach());
+  return out;
+}
+
+TEST(ModelParallelCheckpointRank, Run) {
+  const char* phase = std::getenv("KILN_TEST_PHASE");
+  if (!phase) GTEST_SKIP() << "runs only as a rank started by ModelParallelCheckpoints.*";
+  const std::string mesh_s = std::getenv("KILN_TEST_MESH");
+  DeviceMesh mesh = mesh_s == "2" ? DeviceMesh({2}, {"model"}) : DeviceMesh({2, 2}, {"batch", "model"});
+  set_distribution(std::make_shared<ModelParallel>(checkpoint_layouts(mesh)));
+  NamedTensors out = checkpoint_phase(phase, std::getenv("KILN_TEST_DIR"));
+  if (!out.empty())
+    save_safetensors(std::string(std::getenv("KILN_TEST_DIR")) + "/out." + std::to_string(process_index()), out);
+  set_distribution(nullptr);
+}
+
+// Saved from mesh (2) (the MLP's kernels sharded over two ranks), resumed by
+// BackupAndRestore on mesh (2, 2) (sharded, and the batch split): the
+// checkpoint and the model directory hold whole variables, so they load
+// into another mesh, and into one process.
+TEST(ModelParallelCheckpoints, SaveOnOneMeshResumeOnAnotherAndLoadInOneProcess) {
+  TempDir dir;
+  auto run = [&](const std::string& phase, const std::string& mesh, int n) {
+    const int port = free_loopback_port();
+    std::vector<pid_t> pids;
+    for (int r = 0; r < n; ++r)
+      pids.push_back(spawn_logged({"/proc/self/exe", "--gtest_filter=ModelParallelCheckpointRank.Run"},
+                                  dir.path() + "/" + phase + std::to_string(r) + ".log",
+                                  {{"RANK", std::to_string(r)},
+                                   {"WORLD_SIZE", std::to_string(n)},
+                                   {"LOCAL_RANK", std::to_string(r)},
+                                   {"LOCAL_WORLD_SIZE", std::to_string(n)},
+                                   {"MASTER_ADDR", "127.0.0.1"},
+                                   {"MASTER_PORT", std::to_string(port)},
+                                   {"KILN_NUM_THREADS", "1"},
+                                   {"KILN_TEST_MESH", mesh},
+                                   {"KILN_TEST_PHASE", phase},
+                                   {"KILN_TEST_DIR", dir.path()}}));
+    for (int r = 0; r < n; ++r)
+      ASSERT_EQ(wait_bounded(pids[r], 240), 0) << phase << " rank " << r << ":\n"
+                                               << read_file(dir.path() + "/" + phase + std::to_string(r) + ".log");
+  };
+  run("first", "2", 2);
+  // The saved model directory is an ordinary one: whole variables, loaded
+  // in one process without a distribution.
+  TempDir single_dir;
+  {
+    auto m = checkpointed_model();
+    fit_with_backup(*m, single_dir.path() + "/backup", 1);
+    auto loaded = load_model(dir.path() + "/model");
+    auto want = m->weights();
+    auto got = loaded->weights();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(got[i]->shape(), want[i]->shape()) << want[i]->path();
+      EXPECT_LT((got[i]->value() - want[i]->value()).abs().max().item<double>(), kTolerance) << want[i]->path();
+    }
+  }
+  run("resume", "2,2", 4);
+  // One process resumes its own backup of the same first epoch; its
+  // "loaded" entries read the sharded run's model directory.
+  std::filesystem::copy(dir.path() + "/model", single_dir.path() + "/model", std::filesystem::copy_options::recursive);
+  const NamedTensors single = checkpoint_phase("resume", single_dir.path());
+  for (int r = 0; r < 4; ++r) {
+    auto ranked = load_safetensors(dir.path() + "/out." + std::to_string(r));
+    ASSERT_EQ(ranked.size(), single.size());
+    for (size_t i = 0; i < single.size(); ++i) {
+      ASSERT_EQ(ranked[i].first, single[i].first);
+      EXPECT_LT((ranked[i].second - single[i].second).abs().max().item<double>(), kTolerance)
+          << "rank " << r << ": " << single[i].first;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln

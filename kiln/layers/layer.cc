@@ -226,7 +226,7 @@ std::vector<VariablePtr> Layer::non_trainable_weights() const {
 
 int64_t Layer::count_params() const {
   int64_t n = 0;
-  for (auto& v : weights()) n += v->value().numel();
+  for (auto& v : weights()) n += num_elements(v->global_shape());  // whole, also when sharded
   return n;
 }
 

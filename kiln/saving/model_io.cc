@@ -121,6 +121,78 @@ NamedTensors named_weights(const Model& model) {
   return out;
 }
 
+bool has_sharded_variables(const Model& model) {
+  for (auto& v : model.weights())
+    if (v->sharded()) return true;
+  return false;
+}
+
+namespace {
+
+// The variable whose path prefixes optimizer slot `key` ("<path>/<slot>").
+const Variable* slot_owner(const std::map<std::string, const Variable*>& by_path, const std::string& key) {
+  for (auto slash = key.rfind('/'); slash != std::string::npos && slash > 0; slash = key.rfind('/', slash - 1)) {
+    auto it = by_path.find(key.substr(0, slash));
+    if (it != by_path.end()) return it->second;
+  }
+  return nullptr;
+}
+
+std::map<std::string, const Variable*> sharded_by_path(const Model& model) {
+  std::map<std::string, const Variable*> out;
+  for (auto& v : model.weights())
+    if (v->sharded()) out[v->path()] = v.get();
+  return out;
+}
+
+// A whole tensor for sharded `v`: this process's part of it.
+at::Tensor local_part(const Variable& v, const at::Tensor& t) {
+  if (!v.sharded() || !t.sizes().equals(v.global_shape())) return t;
+  auto d = distribution();
+  if (!d) throw StateError("variable '" + v.path() + "' is sharded but no distribution is set");
+  return d->distribute_variable(t, v.layout());
+}
+
+}  // namespace
+
+SavedState gather_saved_state(const Model& model, bool include_optimizer) {
+  SavedState s;
+  auto dist = distribution();
+  std::set<std::string> seen;
+  for (auto& v : model.weights()) {
+    if (!seen.insert(v->path()).second)
+      throw Error("model '" + model.name() + "' has two variables with path '" + v->path() +
+                  "'; give the layers unique names");
+    if (!v->sharded()) {
+      s.weights.emplace_back(v->path(), v->value().detach());
+      continue;
+    }
+    at::Tensor whole = dist->gather_variable(*v);  // one variable at a time: the transient copy stays small
+    if (is_chief()) s.weights.emplace_back(v->path(), std::move(whole));
+  }
+  if (!include_optimizer || !model.compiled() || !model.compile_args().optimizer) return s;
+  const auto sharded = sharded_by_path(model);
+  for (auto& [k, t] : model.compile_args().optimizer->state_dict()) {
+    const Variable* v = sharded.empty() ? nullptr : slot_owner(sharded, k);
+    if (v && t.sizes().equals(v->value().sizes())) {  // a slot shaped like its variable: sharded like it
+      Variable slot(k, t, false, v->layout(), v->global_shape());
+      at::Tensor whole = dist->gather_variable(slot);
+      if (is_chief()) s.optimizer.emplace_back(k, std::move(whole));
+    } else {
+      s.optimizer.emplace_back(k, t);
+    }
+  }
+  return s;
+}
+
+std::map<std::string, at::Tensor> local_optimizer_state(const Model& model, std::map<std::string, at::Tensor> state) {
+  const auto sharded = sharded_by_path(model);
+  if (sharded.empty()) return state;
+  for (auto& [k, t] : state)
+    if (const Variable* v = slot_owner(sharded, k)) t = local_part(*v, t);
+  return state;
+}
+
 namespace {
 
 // "two_heads/dense_3/kernel" -> "two_heads/dense/kernel": a path without
@@ -151,12 +223,12 @@ bool assign_by_position(const std::vector<VariablePtr>& vars, const NamedTensors
   if (vars.size() != tensors.size()) return false;
   for (size_t i = 0; i < vars.size(); ++i)
     if (without_name_counters(vars[i]->path()) != without_name_counters(tensors[i].first) ||
-        !tensors[i].second.sizes().equals(vars[i]->value().sizes()))
+        !local_part(*vars[i], tensors[i].second).sizes().equals(vars[i]->value().sizes()))
       return false;
   for (size_t i = 0; i < vars.size(); ++i) {
     if (tensors[i].second.scalar_type() != vars[i]->dtype())
       ++(*converted)[dtype_to_string(tensors[i].second.scalar_type()) + " to " + dtype_to_string(vars[i]->dtype())];
-    vars[i]->assign(stored_as_dtype(tensors[i].second, vars[i]->dtype(), what, tensors[i].first));
+    vars[i]->assign(stored_as_dtype(local_part(*vars[i], tensors[i].second), vars[i]->dtype(), what, tensors[i].first));
   }
   return true;
 }
@@ -181,13 +253,13 @@ void assign_named_weights(Model& model, const NamedTensors& tensors, const std::
     auto it = by_name.find(v->path());
     if (it == by_name.end())
       throw FormatError(what + " has no tensor for variable '" + v->path() + "' of model '" + model.name() + "'");
-    if (!it->second.sizes().equals(v->value().sizes()))
+    if (!it->second.sizes().equals(v->global_shape()))
       throw FormatError(what + ": tensor '" + v->path() + "' has shape " +
                         shape_to_string(Shape(it->second.sizes().begin(), it->second.sizes().end())) +
-                        " but the model expects " + shape_to_string(v->shape()));
+                        " but the model expects " + shape_to_string(v->global_shape()));
     if (it->second.scalar_type() != v->dtype())
       ++converted[dtype_to_string(it->second.scalar_type()) + " to " + dtype_to_string(v->dtype())];
-    v->assign(stored_as_dtype(it->second, v->dtype(), what, v->path()));
+    v->assign(stored_as_dtype(local_part(*v, it->second), v->dtype(), what, v->path()));
     by_name.erase(it);
   }
   if (!by_name.empty())
@@ -233,7 +305,7 @@ void Model::save(const std::string& dir, bool include_optimizer) {
   mj["signatures"] = model_signatures(*this);
   Json params{{"total", count_params()}};
   int64_t trainable = 0;
-  for (auto& v : trainable_weights()) trainable += v->value().numel();
+  for (auto& v : trainable_weights()) trainable += num_elements(v->global_shape());
   params["trainable"] = trainable;
   params["non_trainable"] = count_params() - trainable;
   mj["params"] = params;
@@ -241,15 +313,14 @@ void Model::save(const std::string& dir, bool include_optimizer) {
   bool with_opt = include_optimizer && compiled() && compile_args().optimizer;
   mj["optimizer"] = with_opt ? Json("optimizer.safetensors") : Json(nullptr);
 
+  // ModelParallel: every process gathers, process 0 writes.
+  const SavedState state = gather_saved_state(*this, with_opt);
+  if (has_sharded_variables(*this) && !is_chief()) return;
   // Staging copies of earlier saves here that were killed mid-write.
   remove_stale_staging(parent_path(dir));
   AtomicDirectory out(dir);
-  save_safetensors(out.path() + "/weights.safetensors", named_weights(*this), {{"format", "kiln"}});
-  if (with_opt) {
-    NamedTensors opt;
-    for (auto& [k, v] : compile_args().optimizer->state_dict()) opt.emplace_back(k, v);
-    save_safetensors(out.path() + "/optimizer.safetensors", opt, {{"format", "kiln"}});
-  }
+  save_safetensors(out.path() + "/weights.safetensors", state.weights, {{"format", "kiln"}});
+  if (with_opt) save_safetensors(out.path() + "/optimizer.safetensors", state.optimizer, {{"format", "kiln"}});
   make_dirs(out.path() + "/assets");
   atomic_write_file(out.path() + "/model.json", mj.dump(2) + "\n");
   out.commit(/*replace=*/true);
@@ -258,8 +329,10 @@ void Model::save(const std::string& dir, bool include_optimizer) {
 void Model::save_weights(const std::string& path) {
   if (path.size() < 12 || path.substr(path.size() - 12) != ".safetensors")
     throw ValueError("save_weights: the file name must end in .safetensors. Received: " + path);
+  const SavedState state = gather_saved_state(*this, false);  // ModelParallel: every process gathers
+  if (has_sharded_variables(*this) && !is_chief()) return;   // and process 0 writes
   make_dirs(parent_path(path));
-  save_safetensors(path, named_weights(*this), {{"format", "kiln"}});
+  save_safetensors(path, state.weights, {{"format", "kiln"}});
 }
 
 void Model::load_weights(const std::string& path) { assign_named_weights(*this, load_safetensors(path), path); }
@@ -302,7 +375,7 @@ ModelPtr load_model(const std::string& dir) {
       const std::string opath = dir + "/" + mj["optimizer"].get<std::string>();
       std::map<std::string, at::Tensor> state;
       for (auto& [k, v] : load_safetensors(opath)) state[k] = v;
-      model->compile_args().optimizer->load_state_dict(state);
+      model->compile_args().optimizer->load_state_dict(local_optimizer_state(*model, std::move(state)));
     }
   }
   return model;

@@ -48,9 +48,31 @@ std::vector<std::string> remove_stale_staging(const std::string& dir);
 // rename into place (kiln train's publish).
 std::string staging_path(const std::string& dir, const std::string& what);
 
-// Variables keyed by path, in model order. Error on duplicate paths.
+// Variables keyed by path, in model order, as this process holds them (a
+// shard of each sharded variable under ModelParallel). Error on duplicate
+// paths.
 NamedTensors named_weights(const Model& model);
-// Assigns by path; FormatError names missing/extra/mismatched entries.
+// Assigns by path; FormatError names missing/extra/mismatched entries. A
+// sharded variable (ModelParallel) takes its part of a whole tensor, so a
+// file saved from any mesh (or none) loads into any other.
 void assign_named_weights(Model& model, const NamedTensors& tensors, const std::string& what);
+
+// --- Sharded variables (ModelParallel) ------------------------------------
+bool has_sharded_variables(const Model& model);
+// What model files hold: the weights and, with `include_optimizer` (and an
+// optimizer), the optimizer's state, whole: sharded variables and their
+// optimizer slots gathered from their shards. With sharded variables this
+// is a collective: every process calls it at the same point (Model::save
+// and save_weights do, and only process 0 then writes); the other
+// processes get no sharded entries (they drop each gathered variable at
+// once, so no process holds more than one whole variable beyond its
+// shards, except process 0, which writes them).
+struct SavedState {
+  NamedTensors weights, optimizer;
+};
+SavedState gather_saved_state(const Model& model, bool include_optimizer);
+// The part of a saved (whole) optimizer state this process holds: the
+// slots of sharded variables cut like their variable.
+std::map<std::string, at::Tensor> local_optimizer_state(const Model& model, std::map<std::string, at::Tensor> state);
 
 }  // namespace kiln

@@ -2,6 +2,7 @@
 
 #include "kiln/core/io.h"
 #include "kiln/models/model.h"
+#include "kiln/saving/model_io.h"
 #include "kiln/training/checkpoint.h"
 #include "kiln/training/train_state.h"
 
@@ -58,7 +59,9 @@ void BackupAndRestore::on_train_batch_end(int64_t batch, const Logs&) {
     point.metric_variables.push_back(vars);
   }
   add_callback_state(model(), point);
-  if (is_chief()) write_training_checkpoint(dir_, model(), point, o_.keep);
+  // Data parallel: the chief alone writes; ModelParallel: every process
+  // gathers the shards, the chief writes.
+  if (is_chief() || has_sharded_variables(model())) write_training_checkpoint(dir_, model(), point, o_.keep);
 }
 
 void BackupAndRestore::on_epoch_end(int epoch, Logs&) {
@@ -70,7 +73,9 @@ void BackupAndRestore::on_epoch_end(int epoch, Logs&) {
   point.host_rng_epoch_start = point.host_rng;
   point.torch_rng = torch_rng_state();
   add_callback_state(model(), point);
-  if (is_chief()) write_training_checkpoint(dir_, model(), point, o_.keep);
+  // Data parallel: the chief alone writes; ModelParallel: every process
+  // gathers the shards, the chief writes.
+  if (is_chief() || has_sharded_variables(model())) write_training_checkpoint(dir_, model(), point, o_.keep);
 }
 
 void BackupAndRestore::on_train_end(const Logs&) {

@@ -198,6 +198,9 @@ std::vector<std::string> list_training_checkpoints(const std::string& backup_dir
 }
 
 std::string write_training_checkpoint(const std::string& backup_dir, Model& model, const ResumePoint& point, int keep) {
+  // ModelParallel: every process gathers the shards, process 0 writes.
+  SavedState state = gather_saved_state(model, /*include_optimizer=*/true);
+  if (!is_chief()) return "";
   make_dirs(backup_dir);
   // Leftovers of a crash mid-write (temporary names start with a dot).
   for (auto& n : list_directory(backup_dir))
@@ -209,10 +212,8 @@ std::string write_training_checkpoint(const std::string& backup_dir, Model& mode
 
   std::map<std::string, std::string> files;
   const std::map<std::string, std::string> meta{{"format", "kiln"}};
-  files["weights.safetensors"] = encode_safetensors(named_weights(model), meta);
-  NamedTensors opt;
-  for (auto& [k, v] : model.train_state().optimizer().state_dict()) opt.emplace_back(k, v);
-  files["optimizer.safetensors"] = encode_safetensors(opt, meta);
+  files["weights.safetensors"] = encode_safetensors(state.weights, meta);
+  files["optimizer.safetensors"] = encode_safetensors(state.optimizer, meta);
   NamedTensors metrics;
   auto all = model.train_state().all_metrics();
   for (size_t i = 0; i < point.metric_variables.size() && i < all.size(); ++i)
@@ -268,7 +269,7 @@ std::optional<ResumePoint> restore_training_checkpoint(const std::string& backup
     // Verified: apply. A mismatch with the model here is the caller's error
     // (another model's checkpoint), not corruption, so it propagates.
     assign_named_weights(model, c.weights, join_path(*it, "weights.safetensors"));
-    model.train_state().optimizer().load_state_dict(c.optimizer);
+    model.train_state().optimizer().load_state_dict(local_optimizer_state(model, c.optimizer));
     auto all = model.train_state().all_metrics();
     std::map<std::string, at::Tensor> by_key(c.metrics.begin(), c.metrics.end());
     if (!by_key.empty()) {

@@ -4,6 +4,7 @@
 
 #include "kiln/core/io.h"
 #include "kiln/models/model.h"
+#include "kiln/saving/model_io.h"
 #include "kiln/training/path_format.h"
 
 namespace kiln {
@@ -72,7 +73,9 @@ std::string ModelCheckpoint::file_path(int epoch, std::optional<int64_t> batch, 
 }
 
 void ModelCheckpoint::save(int epoch, std::optional<int64_t> batch, const Logs& logs) {
-  if (!is_chief()) return;  // data parallel: the chief alone writes
+  // Data parallel: the chief alone writes. ModelParallel: every process
+  // takes part in the save (it gathers the shards; the chief writes).
+  if (!is_chief() && !has_sharded_variables(model())) return;
   const std::string path = file_path(epoch, batch, logs);
   if (o_.save_best_only) {
     auto it = logs.find(o_.monitor);
@@ -83,15 +86,15 @@ void ModelCheckpoint::save(int epoch, std::optional<int64_t> batch, const Logs& 
     const double current = it->second;
     const bool better = !best_ || (maximize_ ? current > *best_ : current < *best_);
     if (!better) {
-      if (o_.verbose > 0)
+      if (o_.verbose > 0 && is_chief())
         std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " did not improve from " << *best_ << "\n";
       return;
     }
-    if (o_.verbose > 0)
+    if (o_.verbose > 0 && is_chief())
       std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " improved to " << current << ", saving model to "
                 << path << "\n";
     best_ = current;
-  } else if (o_.verbose > 0) {
+  } else if (o_.verbose > 0 && is_chief()) {
     std::cout << "\nEpoch " << epoch + 1 << ": saving model to " << path << "\n";
   }
   if (o_.save_weights_only)

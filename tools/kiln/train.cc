@@ -152,7 +152,12 @@ void run_train(const TrainOptions& o) {
   }
 
   refuse_non_finite_weights(*p.model);
-  if (!is_chief()) return;  // data parallel: the chief alone publishes
+  if (!is_chief()) {  // data parallel: the chief alone publishes
+    // ModelParallel: every process takes part in gathering the shards the
+    // chief's save writes.
+    if (has_sharded_variables(*p.model)) gather_saved_state(*p.model, include_optimizer);
+    return;
+  }
   const std::string path = publish_next_version(*p.model, base, include_optimizer);
   std::cout << "Saved model to " << path << "\n";
   std::cout.flush();
