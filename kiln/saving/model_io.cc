@@ -330,7 +330,7 @@ void Model::save_weights(const std::string& path) {
   if (path.size() < 12 || path.substr(path.size() - 12) != ".safetensors")
     throw ValueError("save_weights: the file name must end in .safetensors. Received: " + path);
   const SavedState state = gather_saved_state(*this, false);  // ModelParallel: every process gathers
-  if (has_sharded_variables(*this) && !is_chief()) return;   // and process 0 writes
+  if (has_sharded_variables(*this) && !is_chief()) return;    // and process 0 writes
   make_dirs(parent_path(path));
   save_safetensors(path, state.weights, {{"format", "kiln"}});
 }
