@@ -176,8 +176,9 @@ TEST(DataParallel, OneReplicaIsBitIdenticalToNoDistribution) {
 TEST(DataParallel, BadOptionsAreClearErrors) {
   auto msg = error_of([] { distribute::DataParallel({.devices = {"cuda:0"}, .cluster = ClusterSpec{}}); });
   EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
-  msg = error_of([] { distribute::distribution_from_config(Json{{"type", "model_parallel"}}); });
+  msg = error_of([] { distribute::distribution_from_config(Json{{"type", "pipeline_parallel"}}); });
   EXPECT_NE(msg.find("data_parallel"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model_parallel"), std::string::npos) << msg;
   msg = error_of([] { distribute::distribution_from_config(Json{{"type", "data_parallel"}, {"bucket_mb", 4}}); });
   EXPECT_NE(msg.find("bucket_mb"), std::string::npos) << msg;
 }

@@ -457,5 +457,69 @@ TEST(ModelParallelCheckpoints, SaveOnOneMeshResumeOnAnotherAndLoadInOneProcess) 
   }
 }
 
+// `kiln train` with a model_parallel spec on 2 ranks (mesh (1, 2)) against
+// one process: the published version is an ordinary model directory (whole
+// variables) that `kiln show` reads, and its weights match the single
+// process's to float tolerance.
+TEST(ModelParallelCli, TrainSpecOnTwoRanksPublishesAWholeModel) {
+  KILN_SKIP_WITHOUT_CLI();
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+  TempDir dir;
+  auto spec = [&](const std::string& name, const std::string& base, bool sharded) {
+    Json s = Json::parse(R"({
+      "model": {"layers": [{"class_name": "Dense", "config": {"units": 64, "activation": "relu", "name": "up"}},
+                           {"class_name": "Dense", "config": {"units": 32, "activation": "relu", "name": "down"}},
+                           {"class_name": "Dense", "config": {"units": 10, "name": "head"}}],
+                "input_shape": [784], "name": "mlp"},
+      "data": {"source": "fashion_mnist", "scale": "1/255", "flatten": true, "limit": 1024, "test_limit": 500},
+      "compile": {"optimizer": "adam", "loss": {"class_name": "SparseCategoricalCrossentropy",
+                                                "config": {"from_logits": true}}, "metrics": ["accuracy"]},
+      "fit": {"batch_size": 128, "epochs": 2, "seed": 3, "verbose": 2}
+    })");
+    s["output"] = {{"base_dir", base}};
+    if (sharded)
+      s["distribution"] = Json::parse(R"({"type": "model_parallel",
+          "mesh": {"shape": [1, 2], "axis_names": ["batch", "model"]},
+          "layout_map": {"mlp/up/kernel": [null, "model"], "mlp/up/bias": ["model"],
+                         "mlp/down/kernel": ["model", null]},
+          "batch_dim_name": "batch"})");
+    const std::string path = dir.path() + "/" + name;
+    std::ofstream(path) << s.dump(2);
+    return path;
+  };
+  const std::string one = dir.path() + "/one", two = dir.path() + "/two";
+  auto single = run_command(cli_path() + " --threads 1 train " + spec("one.json", one, false));
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  const std::string two_spec = spec("two.json", two, true);
+  const int port = free_loopback_port();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r)
+    pids.push_back(spawn_logged({cli_path(), "train", two_spec}, dir.path() + "/rank" + std::to_string(r) + ".log",
+                                {{"RANK", std::to_string(r)},
+                                 {"WORLD_SIZE", "2"},
+                                 {"LOCAL_RANK", std::to_string(r)},
+                                 {"LOCAL_WORLD_SIZE", "2"},
+                                 {"MASTER_ADDR", "127.0.0.1"},
+                                 {"MASTER_PORT", std::to_string(port)},
+                                 {"KILN_NUM_THREADS", "1"}}));
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(wait_bounded(pids[r], 240), 0) << read_file(dir.path() + "/rank" + std::to_string(r) + ".log");
+  const std::string chief = read_file(dir.path() + "/rank0.log"), other = read_file(dir.path() + "/rank1.log");
+  EXPECT_NE(chief.find("Saved model to"), std::string::npos) << chief;
+  EXPECT_EQ(other.find("Saved model"), std::string::npos) << other;
+  EXPECT_FALSE(path_exists(two + "/2"));  // one version, written once
+  auto a = load_safetensors(one + "/1/weights.safetensors"), b = load_safetensors(two + "/1/weights.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].first, b[i].first);
+    ASSERT_EQ(a[i].second.sizes(), b[i].second.sizes()) << a[i].first;  // whole variables
+    EXPECT_LT((a[i].second - b[i].second).abs().max().item<double>(), 1e-4) << a[i].first;
+  }
+  auto show = run_command(cli_path() + " show " + two + "/1");
+  ASSERT_EQ(show.exit_code, 0) << show.output;
+  EXPECT_NE(show.output.find("total=52650"), std::string::npos)
+      << show.output;  // 784*64+64 + 64*32+32 + 32*10+10: whole
+}
+
 }  // namespace
 }  // namespace kiln
