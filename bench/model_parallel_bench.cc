@@ -12,7 +12,9 @@
 // --mode: single (no distribution), model_parallel, data_parallel.
 // --mem_cap_mb: each process first moves itself into a memory cgroup (v1)
 // of its own with that limit (the kernel kills it past the cap), so the cap
-// is real, not bookkeeping.
+// is real, not bookkeeping; -1: a cgroup without a limit, to measure. The
+// cgroup charges what the process allocates after it moved (not the shared
+// libraries mapped before), reported as charged_peak_mb.
 //
 // Each rank prints one line:
 //   model_parallel rank=0 ranks=2 ms_per_step=... weight_bytes=... optimizer_bytes=...
@@ -87,24 +89,34 @@ std::string own_memory_cgroup() {
   return "";
 }
 
-// Moves this process into a new memory cgroup capped at `mb`; false when
-// the machine does not allow it. The cgroup is left empty at exit (the
-// process moves back) and removed.
+std::string g_parent, g_child;  // this process's cgroups: the one it came from, its own
+
+// The most memory the process's own cgroup has charged (MB), or -1.
+double charged_peak_mb() {
+  std::ifstream f(g_child + "/memory.max_usage_in_bytes");
+  double bytes = -1;
+  return g_child.empty() || !(f >> bytes) ? -1 : bytes / (1 << 20);
+}
+
+// Moves this process into a new memory cgroup capped at `mb` (no cap: -1);
+// false when the machine does not allow it. The cgroup is left empty at
+// exit (the process moves back) and removed.
 bool cap_memory(int64_t mb) {
-  static std::string parent, child;
+  std::string& parent = g_parent;
+  std::string& child = g_child;
   parent = own_memory_cgroup();
   if (parent.empty()) return false;
   child = parent + "/kiln-bench-" + std::to_string(::getpid());
   if (::mkdir(child.c_str(), 0755) != 0) return false;
-  const std::string bytes = std::to_string(mb << 20);
-  if (!write_file(child + "/memory.limit_in_bytes", bytes) ||
+  if ((mb > 0 && !write_file(child + "/memory.limit_in_bytes", std::to_string(mb << 20))) ||
       !write_file(child + "/cgroup.procs", std::to_string(::getpid()))) {
     ::rmdir(child.c_str());
+    child.clear();
     return false;
   }
   std::atexit([] {
-    write_file(parent + "/cgroup.procs", std::to_string(::getpid()));
-    ::rmdir(child.c_str());
+    write_file(g_parent + "/cgroup.procs", std::to_string(::getpid()));
+    ::rmdir(g_child.c_str());
   });
   return true;
 }
@@ -124,7 +136,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--depth")) depth = std::atol(argv[i + 1]);
     if (!std::strcmp(argv[i], "--mem_cap_mb")) cap_mb = std::atol(argv[i + 1]);
   }
-  if (cap_mb > 0 && !cap_memory(cap_mb)) {
+  if (cap_mb != 0 && !cap_memory(cap_mb)) {
     std::fprintf(stderr, "model_parallel_bench: cannot create a memory cgroup here (needs cgroup v1, root)\n");
     return 3;
   }
@@ -167,10 +179,11 @@ int main(int argc, char** argv) {
   rusage ru{};
   ::getrusage(RUSAGE_SELF, &ru);
   std::printf(
-      "%s rank=%d ranks=%d ms_per_step=%.2f weight_bytes=%lld optimizer_bytes=%lld peak_rss_mb=%.0f cap_mb=%lld\n",
+      "%s rank=%d ranks=%d ms_per_step=%.2f weight_bytes=%lld optimizer_bytes=%lld peak_rss_mb=%.0f "
+      "charged_peak_mb=%.0f cap_mb=%lld\n",
       mode.c_str(), std::max(rank, 0), kiln::distribute::resolve_cluster().world_size, timer->ms_per_step(),
       static_cast<long long>(weight_bytes), static_cast<long long>(optimizer_bytes), ru.ru_maxrss / 1024.0,
-      static_cast<long long>(cap_mb));
+      charged_peak_mb(), static_cast<long long>(cap_mb));
   kiln::set_distribution(nullptr);
   return 0;
 }
