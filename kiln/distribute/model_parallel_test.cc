@@ -19,6 +19,7 @@
 #include "kiln/distribute/model_parallel.h"
 #include "kiln/layers/attention.h"
 #include "kiln/layers/dense.h"
+#include "kiln/layers/dropout.h"
 #include "kiln/layers/einsum_dense.h"
 #include "kiln/layers/embedding.h"
 #include "kiln/layers/merging.h"
@@ -126,6 +127,36 @@ std::vector<Case> cases() {
                  },
                  {{name + "/emb/embeddings", kind == "vocab" ? L({"model", ""}) : L({"", "model"})}}});
   }
+  // Functional graphs are planned too: column- then row-parallel through
+  // Dropout (no gather); a split output that also feeds a replicated layer
+  // is gathered.
+  c.push_back({"fmlp",
+               [] {
+                 auto x = Input({8});
+                 auto h = (*std::make_shared<Dense>(16, "relu", named("f1")))(x);
+                 h = (*std::make_shared<Dropout>(0.0))(h);
+                 h = (*std::make_shared<Dense>(8, "tanh", named("f2")))(h);
+                 auto out = (*std::make_shared<Dense>(4, "linear", named("f3")))(h);
+                 return std::make_shared<Functional>(KerasTensors{x}, KerasTensors{out}, "fmlp");
+               },
+               [] {
+                 return floats({kRows, 8});
+               },
+               {{"f1/kernel", L({"", "model"})}, {"f1/bias", L({"model"})}, {"f2/kernel", L({"model", ""})}}});
+  c.push_back({"fmix",
+               [] {
+                 auto x = Input({8});
+                 auto h = (*std::make_shared<Dense>(16, "relu", named("m1")))(x);
+                 auto a = (*std::make_shared<Dense>(8, "linear", named("m2")))(h);
+                 auto b = (*std::make_shared<Dense>(8, "linear", named("m3")))(h);
+                 auto s = (*std::make_shared<Add>())(KerasTensors{a, b})[0];
+                 auto out = (*std::make_shared<Dense>(4, "linear", named("m4")))(s);
+                 return std::make_shared<Functional>(KerasTensors{x}, KerasTensors{out}, "fmix");
+               },
+               [] {
+                 return floats({kRows, 8});
+               },
+               {{"m1/kernel", L({"", "model"})}, {"m1/bias", L({"model"})}, {"m2/kernel", L({"model", ""})}}});
   // A transformer block: attention heads sharded (query/key/value
   // column-parallel, the output projection row-parallel), then an MLP kept
   // sharded between its layers by the layout map's output key.

@@ -257,12 +257,17 @@ KernelImplPtr shard_kernel_impl(KernelImplPtr inner, const KernelSpec& spec, con
 
 ShardedKernel* sharded_kernel(KernelImpl* impl) { return dynamic_cast<ShardedKernel*>(impl); }
 
-bool plan_sharded_pair(KernelImpl* producer, KernelImpl* consumer) {
+bool sharded_pair_fits(KernelImpl* producer, KernelImpl* consumer) {
   ShardedKernel* p = producer ? sharded_kernel(producer) : nullptr;
   ShardedKernel* c = consumer ? sharded_kernel(consumer) : nullptr;
+  return p && c && p->column_parallel() && c->row_parallel() && p->axis() == c->axis() &&
+         p->output_dim() == c->input_dim() && p->full_size() == c->full_size();
+}
+
+bool plan_sharded_pair(KernelImpl* producer, KernelImpl* consumer) {
+  ShardedKernel* p = producer ? sharded_kernel(producer) : nullptr;
   if (!p) return false;
-  const bool keep = c && p->column_parallel() && c->row_parallel() && p->axis() == c->axis() &&
-                    p->output_dim() == c->input_dim() && p->full_size() == c->full_size();
+  const bool keep = sharded_pair_fits(producer, consumer);
   p->keep_output_sharded(keep);
   return keep;
 }
@@ -273,21 +278,26 @@ std::string activation_of(Layer& l) {
   const Json c = l.get_config();
   return c.contains("activation") && c["activation"].is_string() ? c["activation"].get<std::string>() : "";
 }
-bool acts_elementwise(Layer& l) {
-  static const std::set<std::string> kinds = {"Dropout", "ReLU", "LeakyReLU", "ELU", "Activation"};
+bool elementwise_activation(Layer& l) {
   const std::string a = activation_of(l);
-  return kinds.count(l.class_name()) && a != "softmax" && a != "log_softmax";
+  return a != "softmax" && a != "log_softmax";
 }
 }  // namespace
+
+bool passes_shards_through(Layer& l) {
+  static const std::set<std::string> kinds = {"Dropout", "ReLU", "LeakyReLU", "ELU", "Activation"};
+  return kinds.count(l.class_name()) && elementwise_activation(l);
+}
+
+bool may_keep_output_sharded(Layer& l) { return elementwise_activation(l); }
 
 void plan_sharded_chain(const std::vector<std::shared_ptr<Layer>>& layers) {
   for (size_t i = 0; i < layers.size(); ++i) {
     KernelImpl* p = layers[i]->kernel_impl_ptr();
     if (!p || !sharded_kernel(p)) continue;
-    const std::string a = activation_of(*layers[i]);
     size_t j = i + 1;
-    while (j < layers.size() && acts_elementwise(*layers[j])) ++j;
-    KernelImpl* c = j < layers.size() && a != "softmax" && a != "log_softmax" ? layers[j]->kernel_impl_ptr() : nullptr;
+    while (j < layers.size() && passes_shards_through(*layers[j])) ++j;
+    KernelImpl* c = j < layers.size() && may_keep_output_sharded(*layers[i]) ? layers[j]->kernel_impl_ptr() : nullptr;
     plan_sharded_pair(p, c);
   }
 }

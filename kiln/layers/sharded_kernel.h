@@ -80,9 +80,12 @@ class ShardedKernel {
 };
 ShardedKernel* sharded_kernel(KernelImpl* impl);
 
-// Marks `producer`'s output as staying sharded when `consumer` (the layer
-// it feeds) is row-parallel on the same axis and contracts exactly that
-// dimension, and clears the mark otherwise. Returns whether it kept it.
+// Whether `consumer` is row-parallel on the axis `producer` is
+// column-parallel on and contracts exactly the dimension it splits (so the
+// split output can feed it without a gather).
+bool sharded_pair_fits(KernelImpl* producer, KernelImpl* consumer);
+// Marks `producer`'s output as staying sharded when sharded_pair_fits, and
+// clears the mark otherwise. Returns whether it kept it.
 bool plan_sharded_pair(KernelImpl* producer, KernelImpl* consumer);
 
 // Plans a chain of layers (Sequential's): each column-parallel layer whose
@@ -91,6 +94,13 @@ bool plan_sharded_pair(KernelImpl* producer, KernelImpl* consumer);
 // sharded. A no-op without sharded kernels.
 class Layer;
 void plan_sharded_chain(const std::vector<std::shared_ptr<Layer>>& layers);
+// Whether a layer passes a split activation through unchanged in layout
+// (one input, element-wise: Dropout, ReLU, LeakyReLU, ELU, Activation other
+// than softmax).
+bool passes_shards_through(Layer& layer);
+// Whether `layer` (a column-parallel one) may leave its output split: its
+// own activation must be element-wise.
+bool may_keep_output_sharded(Layer& layer);
 
 // Embedding's lookup of `ids` in `table` (the variable; `value` its value in
 // the compute dtype), whatever the variable's layout.

@@ -7,6 +7,7 @@
 
 #include "kiln/core/config_keys.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/layers/sharded_kernel.h"
 #include "kiln/models/model_json.h"
 
 namespace kiln {
@@ -98,6 +99,10 @@ Tensors Functional::call_masked(const Tensors& inputs, const Tensors& input_mask
   if (inputs.size() != inputs_.size())
     throw ValueError("model '" + name() + "' expects " + std::to_string(inputs_.size()) + " inputs, received " +
                      std::to_string(inputs.size()));
+  if (auto d = distribution(); d && d.get() != planned_for_) {
+    plan_sharded_layers();
+    planned_for_ = d.get();
+  }
   std::map<const Node*, Tensors> values;
   std::map<const Node*, Tensors> masks;  // beside values: each node's output masks (undefined = none)
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -128,6 +133,34 @@ Tensors Functional::call_masked(const Tensors& inputs, const Tensors& input_mask
     for (auto& o : outputs_) output_masks->push_back(masks.at(o.node.get()).at(o.index));
   }
   return out;
+}
+
+void Functional::plan_sharded_layers() {
+  std::map<const Node*, std::vector<const Node*>> consumers;
+  for (auto& n : nodes_)
+    for (auto& t : n->inputs) consumers[t.node.get()].push_back(n.get());
+  std::set<const Node*> outputs;
+  for (auto& o : outputs_) outputs.insert(o.node.get());
+  std::map<Layer*, bool> keep;  // a shared layer keeps its output split only if every application may
+  for (auto& n : nodes_) {
+    KernelImpl* p = n->layer->kernel_impl_ptr();
+    if (!p || !sharded_kernel(p)) continue;
+    bool ok = may_keep_output_sharded(*n->layer) && !outputs.count(n.get()) && !consumers[n.get()].empty();
+    std::vector<const Node*> frontier = consumers[n.get()];
+    while (ok && !frontier.empty()) {
+      const Node* c = frontier.back();
+      frontier.pop_back();
+      if (c->inputs.size() == 1 && passes_shards_through(*c->layer)) {
+        ok = !outputs.count(c) && !consumers[c].empty();
+        frontier.insert(frontier.end(), consumers[c].begin(), consumers[c].end());
+      } else {
+        ok = sharded_pair_fits(p, c->layer->kernel_impl_ptr());
+      }
+    }
+    auto [it, fresh] = keep.emplace(n->layer.get(), ok);
+    if (!fresh) it->second = it->second && ok;
+  }
+  for (auto& [layer, k] : keep) sharded_kernel(layer->kernel_impl_ptr())->keep_output_sharded(k);
 }
 
 std::vector<Shape> Functional::compute_output_shape(const std::vector<Shape>& input_shapes) {

@@ -43,10 +43,15 @@ class Functional : public Model {
 
  private:
   void init(const KerasTensors& inputs, const KerasTensors& outputs);
+  // ModelParallel: which column-parallel layers keep their output split
+  // (every consumer, past element-wise layers, is row-parallel on the same
+  // axis, and none of it is a model output). Once per distribution.
+  void plan_sharded_layers();
 
   KerasTensors inputs_, outputs_;
-  std::vector<std::shared_ptr<Node>> nodes_;  // topological order
-  std::vector<LayerPtr> layers_;              // unique, topological order
+  std::vector<std::shared_ptr<Node>> nodes_;   // topological order
+  std::vector<LayerPtr> layers_;               // unique, topological order
+  const Distribution* planned_for_ = nullptr;  // plan_sharded_layers ran under it
 };
 
 }  // namespace kiln
