@@ -58,7 +58,10 @@ void BackupAndRestore::on_train_batch_end(int64_t batch, const Logs&) {
     point.metric_variables.push_back(vars);
   }
   add_callback_state(model(), point);
-  if (is_chief()) write_training_checkpoint(dir_, model(), point, o_.keep);
+  // Sharded optimizer state: gathered to the chief (every replica calls).
+  model().train_state().with_full_optimizer_state([&] {
+    if (is_chief()) write_training_checkpoint(dir_, model(), point, o_.keep);
+  });
 }
 
 void BackupAndRestore::on_epoch_end(int epoch, Logs&) {
@@ -70,7 +73,10 @@ void BackupAndRestore::on_epoch_end(int epoch, Logs&) {
   point.host_rng_epoch_start = point.host_rng;
   point.torch_rng = torch_rng_state();
   add_callback_state(model(), point);
-  if (is_chief()) write_training_checkpoint(dir_, model(), point, o_.keep);
+  // Sharded optimizer state: gathered to the chief (every replica calls).
+  model().train_state().with_full_optimizer_state([&] {
+    if (is_chief()) write_training_checkpoint(dir_, model(), point, o_.keep);
+  });
 }
 
 void BackupAndRestore::on_train_end(const Logs&) {

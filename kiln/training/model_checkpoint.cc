@@ -72,33 +72,39 @@ std::string ModelCheckpoint::file_path(int epoch, std::optional<int64_t> batch, 
 }
 
 void ModelCheckpoint::save(int epoch, std::optional<int64_t> batch, const Logs& logs) {
-  if (!is_chief()) return;  // data parallel: the chief alone writes
+  // Data parallel: every replica decides (the logs are reduced, so they
+  // agree) and the chief alone writes; a sharded optimizer state (ZeRO) is
+  // gathered to it first, which needs every replica.
+  const bool chief = is_chief();
   const std::string path = file_path(epoch, batch, logs);
   if (o_.save_best_only) {
     auto it = logs.find(o_.monitor);
     if (it == logs.end()) {
-      warn("Can save best model only with " + o_.monitor + " available, skipping.");
+      if (chief) warn("Can save best model only with " + o_.monitor + " available, skipping.");
       return;
     }
     const double current = it->second;
     const bool better = !best_ || (maximize_ ? current > *best_ : current < *best_);
     if (!better) {
-      if (o_.verbose > 0)
+      if (o_.verbose > 0 && chief)
         std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " did not improve from " << *best_ << "\n";
       return;
     }
-    if (o_.verbose > 0)
+    if (o_.verbose > 0 && chief)
       std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " improved to " << current << ", saving model to "
                 << path << "\n";
     best_ = current;
-  } else if (o_.verbose > 0) {
+  } else if (o_.verbose > 0 && chief) {
     std::cout << "\nEpoch " << epoch + 1 << ": saving model to " << path << "\n";
   }
-  if (o_.save_weights_only)
-    model().save_weights(path);
-  else
-    model().save(path, /*include_optimizer=*/true);
-  saved_.push_back(path);
+  if (o_.save_weights_only) {
+    if (chief) model().save_weights(path);
+  } else {
+    model().train_state().with_full_optimizer_state([&] {
+      if (chief) model().save(path, /*include_optimizer=*/true);
+    });
+  }
+  if (chief) saved_.push_back(path);
 }
 
 }  // namespace kiln

@@ -338,7 +338,14 @@ History Model::fit(const FitArgs& a) {
   }
   // As Keras: the optimizer's final say (use_ema swaps in the averages) comes
   // before on_train_end, so EarlyStopping's restore still wins.
-  if (a.epochs > 0) ts.optimizer().finalize_variable_values(trainable_weights());
+  if (a.epochs > 0) {
+    if (grad_sync)
+      grad_sync->finalize_variable_values(trainable_weights());
+    else
+      ts.optimizer().finalize_variable_values(trainable_weights());
+  }
+  // Sharded optimizer state (ZeRO): whole again on every replica.
+  if (grad_sync) grad_sync->finish();
   cbs.on_train_end(epoch_logs);
   return cbs.history()->history();
 }
