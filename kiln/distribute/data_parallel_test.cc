@@ -441,7 +441,7 @@ NamedTensors train_zero(const std::string& variant, const std::string& out) {
   if (variant == "features")
     opt = std::make_shared<LossScaleOptimizer>(
         Optimizer::from_json(Json::parse(R"({"class_name": "Adam", "config": {"learning_rate": 0.01,
-            "global_clipnorm": 0.5, "weight_decay": 0.01, "gradient_accumulation_steps": 2, "use_ema": true,
+            "global_clipnorm": 0.1, "weight_decay": 0.01, "gradient_accumulation_steps": 2, "use_ema": true,
             "ema_overwrite_frequency": 3}})")));
   else
     opt = Optimizer::from_json(Json::parse(R"({"class_name": "Adam", "config": {"learning_rate": 0.01}})"));
