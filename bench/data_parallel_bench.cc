@@ -14,14 +14,17 @@
 //   allreduce_MBps=... (the gradient all-reduce alone: the gradients' bytes
 //   per second) memcpy_MBps=... (one thread copying the same bytes)
 //   zero_stage=... opt_state_bytes=r0,r1,... (each rank's optimizer slots
-//   during fit(), from its state_dict) peak_rss_MB=r0,r1,... (each rank's
-//   peak resident memory, getrusage)
+//   during fit(), from its state_dict) rss_MiB_in_fit=r0,r1,... (each
+//   rank's resident memory after the last step) peak_rss_MiB=r0,r1,...
+//   (each rank's peak resident memory, getrusage: includes the end of fit(),
+//   where the chief gathers the whole optimizer state)
 // bench/data_parallel_bench.sh runs it at 1 and 2 ranks beside PyTorch DDP
 // (bench/ddp_peer.py, same model, batch, ranks and threads) and prints the
 // ratios; bench/zero_bench.sh compares zero_stage 0, 1 and 2 (Adam);
 // docs/PERFORMANCE.md has the figures.
 #include <ATen/ATen.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -95,8 +98,16 @@ int main(int argc, char** argv) {
   auto timer = std::make_shared<StepTimer>();
   // This rank's optimizer slots while fit() runs (sharded with zero_stage).
   auto state = std::make_shared<kiln::LambdaCallback>();
-  int64_t state_bytes = 0;
+  int64_t state_bytes = 0, rss_in_fit = 0;
   state->on_epoch_end_fn = [&](int, kiln::Logs&) {
+    // Resident memory after the last step (pages of /proc/self/statm), before
+    // anything below allocates.
+    long pages = 0, resident = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+      std::fclose(f);
+    }
+    rss_in_fit = static_cast<int64_t>(resident) * ::sysconf(_SC_PAGESIZE);
     state_bytes = 0;
     for (auto& [k, t] : model->compile_args().optimizer->state_dict())
       if (t.dim() > 0) state_bytes += t.nbytes();
@@ -111,14 +122,16 @@ int main(int argc, char** argv) {
   rusage ru{};
   ::getrusage(RUSAGE_SELF, &ru);
   // Every rank's figures to the chief.
-  std::vector<at::Tensor> per_rank = {at::zeros({2, dp->num_replicas()}, at::kLong)};
+  std::vector<at::Tensor> per_rank = {at::zeros({3, dp->num_replicas()}, at::kLong)};
   per_rank[0][0][dp->replica_id()] = state_bytes;
-  per_rank[0][1][dp->replica_id()] = static_cast<int64_t>(ru.ru_maxrss);  // KiB
+  per_rank[0][1][dp->replica_id()] = rss_in_fit;
+  per_rank[0][2][dp->replica_id()] = static_cast<int64_t>(ru.ru_maxrss) * 1024;  // KiB
   dp->all_reduce_sum(per_rank);
-  std::string state_list, rss_list;
+  std::string state_list, rss_list, peak_list;
   for (int r = 0; r < dp->num_replicas(); ++r) {
     state_list += (r ? "," : "") + std::to_string(per_rank[0][0][r].item<int64_t>());
-    rss_list += (r ? "," : "") + std::to_string(per_rank[0][1][r].item<int64_t>() / 1024);
+    rss_list += (r ? "," : "") + std::to_string(per_rank[0][1][r].item<int64_t>() >> 20);
+    peak_list += (r ? "," : "") + std::to_string(per_rank[0][2][r].item<int64_t>() >> 20);
   }
 
   // The all-reduce alone, on as many float32 values as the model has.
@@ -148,10 +161,11 @@ int main(int argc, char** argv) {
   if (dp->replica_id() == 0)
     std::printf(
         "data_parallel ranks=%d threads=%d ms_per_step=%.2f samples_per_s=%.0f params=%lld allreduce_MBps=%.0f "
-        "memcpy_MBps=%.0f path=%s optimizer=%s zero_stage=%d opt_state_bytes=%s peak_rss_MB=%s\n",
+        "memcpy_MBps=%.0f path=%s optimizer=%s zero_stage=%d opt_state_bytes=%s rss_MiB_in_fit=%s "
+        "peak_rss_MiB=%s\n",
         dp->num_replicas(), kiln::num_threads(), timer->ms_per_step(), batch * 1e3 / timer->ms_per_step(),
         static_cast<long long>(params), mbps, copy_mbps,
         dp->collectives() && dp->collectives()->shared_memory() ? "shm" : "gloo", optimizer.c_str(), zero_stage,
-        state_list.c_str(), rss_list.c_str());
+        state_list.c_str(), rss_list.c_str(), peak_list.c_str());
   return 0;
 }

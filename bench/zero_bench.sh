@@ -4,7 +4,8 @@
 # the same run. The stages alternate for ROUNDS rounds (default 3) and each
 # one's fastest round counts (other processes on a shared machine only ever
 # add time). Prints every line, then per stage: ms per step and its ratio to
-# stage 0, each rank's optimizer-state bytes during fit() and peak RSS.
+# stage 0, each rank's optimizer-state bytes during fit(), its resident
+# memory after the last step and its peak resident memory.
 # The ranks are started directly (torchrun's variables), so only the
 # benchmark binary is needed.
 # Usage: bench/zero_bench.sh [build dir]    (env: STEPS=20 ROUNDS=3 WIDTH=1024 KILN_SHM_ALLREDUCE)
@@ -39,16 +40,20 @@ python3 - <<PYEOF
 import re
 best, mem = {}, {}
 for line in """$lines""".splitlines():
-    m = re.search(r"ms_per_step=([0-9.]+).*zero_stage=(\d) opt_state_bytes=(\S+) peak_rss_MB=(\S+)", line)
+    m = re.search(r"ms_per_step=([0-9.]+).*zero_stage=(\d) opt_state_bytes=(\S+) rss_MiB_in_fit=(\S+) peak_rss_MiB=(\S+)", line)
     if not m:
         continue
     ms, stage = float(m.group(1)), int(m.group(2))
     best[stage] = min(best.get(stage, 1e30), ms)
-    mem[stage] = (m.group(3), m.group(4))
+    # memory: the lowest seen per rank (other processes never lower it)
+    cur = [tuple(int(v) for v in m.group(g).split(",")) for g in (3, 4, 5)]
+    old = mem.get(stage, cur)
+    mem[stage] = [tuple(min(a, b) for a, b in zip(x, y)) for x, y in zip(old, cur)]
 print("best of $ROUNDS rounds, 2 ranks x 1 thread, Adam, width $WIDTH:")
 for s in sorted(best):
-    states = [int(v) for v in mem[s][0].split(",")]
-    print("zero_stage %d: %.1f ms/step (%.2f x stage 0), optimizer state per rank %s MB (%.2f of stage 0's), peak RSS per rank %s MB"
+    states, rss, peak = mem[s]
+    print("zero_stage %d: %.1f ms/step (%.2f x stage 0); optimizer state per rank %s MB (%.2f of stage 0's); "
+          "resident after the last step %s MiB; peak resident %s MiB"
           % (s, best[s], best[s] / best[0], ",".join("%.1f" % (v / 1e6) for v in states),
-             max(states) / max(int(v) for v in mem[0][0].split(",")), mem[s][1]))
+             max(states) / max(mem[0][0]), ",".join(map(str, rss)), ",".join(map(str, peak))))
 PYEOF

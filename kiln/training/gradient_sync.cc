@@ -5,10 +5,11 @@
 #include <map>
 #include <numeric>
 
+#include "kiln/core/dtype.h"
+#include "kiln/core/json.h"
 #include "kiln/core/torch_compat.h"
 #include "kiln/models/model.h"
 #include "kiln/optimizers/optimizer.h"
-#include "kiln/saving/safetensors.h"
 #include "kiln/training/train_state.h"
 
 namespace kiln {
@@ -104,30 +105,48 @@ struct ReplicaGradientSync::State {
   }
 
   // ZeRO: the optimizer's state with every owner's slots and averages (a
-  // collective). The owners send theirs in rank order, each as one
-  // safetensors buffer (a length, then the bytes, by broadcast); only the
-  // replicas for which `keep` is true decode them. Entries no variable owns
-  // (iterations, the loss scale, the gradient accumulators, which are local
-  // sums) are this replica's.
+  // collective). The owners go in rank order: the list of their entries
+  // (JSON: key, dtype, shape) travels as bytes (a length, then the bytes),
+  // then the tensors themselves, by broadcast. Only the replicas for which
+  // `keep` is true keep the others' entries. Entries no variable owns
+  // (iterations, the loss scale, the gradient accumulators, which hold
+  // local sums) are this replica's.
   std::map<std::string, at::Tensor> gather_state(bool keep) const {
     std::map<std::string, at::Tensor> full = optimizer->state_dict();
-    NamedTensors mine;
-    for (const auto& [key, t] : full) {
-      const auto pos = key.rfind('/');
-      if (pos == std::string::npos || key.compare(pos + 1, std::string::npos, "gradient_accumulator") == 0) continue;
-      auto it = owner_by_path.find(key.substr(0, pos));
-      if (it != owner_by_path.end() && it->second == rank) mine.emplace_back(key, t.contiguous());
-    }
     for (int r = 0; r < world; ++r) {
-      std::string bytes = r == rank ? encode_safetensors(mine) : std::string();
-      std::vector<at::Tensor> len = {at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong)};
+      std::vector<std::string> keys;
+      std::vector<at::Tensor> tensors;
+      std::string header;
+      if (r == rank) {
+        Json list = Json::array();
+        for (const auto& [key, t] : full) {
+          const auto pos = key.rfind('/');
+          if (pos == std::string::npos || key.compare(pos + 1, std::string::npos, "gradient_accumulator") == 0)
+            continue;
+          auto it = owner_by_path.find(key.substr(0, pos));
+          if (it == owner_by_path.end() || it->second != rank) continue;
+          list.push_back(Json::array({key, dtype_to_string(t.scalar_type()), t.sizes().vec()}));
+          tensors.push_back(t);
+        }
+        header = list.dump();
+      }
+      std::vector<at::Tensor> len = {at::full({1}, static_cast<int64_t>(header.size()), at::kLong)};
       dist->broadcast(len, r);
-      std::vector<at::Tensor> buf = {at::empty({len[0].item<int64_t>()}, at::kByte)};
-      if (r == rank) std::memcpy(buf[0].data_ptr(), bytes.data(), bytes.size());
-      dist->broadcast(buf, r);
-      if (r == rank || !keep) continue;
-      const std::string got(static_cast<const char*>(buf[0].data_ptr()), static_cast<size_t>(buf[0].numel()));
-      for (auto& [key, t] : decode_safetensors(got, "optimizer state of rank " + std::to_string(r))) full[key] = t;
+      std::vector<at::Tensor> bytes = {at::empty({len[0].item<int64_t>()}, at::kByte)};
+      if (r == rank) std::memcpy(bytes[0].data_ptr(), header.data(), header.size());
+      dist->broadcast(bytes, r);
+      if (r != rank) {
+        const Json list = Json::parse(
+            std::string(static_cast<const char*>(bytes[0].data_ptr()), static_cast<size_t>(bytes[0].numel())));
+        for (const auto& e : list) {
+          keys.push_back(e.at(0).get<std::string>());
+          tensors.push_back(at::empty(e.at(2).get<std::vector<int64_t>>(),
+                                      at::TensorOptions(dtype_from_string(e.at(1).get<std::string>()))));
+        }
+      }
+      if (!tensors.empty()) dist->broadcast(tensors, r);
+      if (r != rank && keep)
+        for (size_t i = 0; i < keys.size(); ++i) full[keys[i]] = tensors[i];
     }
     return full;
   }
@@ -310,9 +329,9 @@ void ReplicaGradientSync::finalize_variable_values(const std::vector<VariablePtr
 
 void ReplicaGradientSync::finish() {
   if (st_->zero_stage == 0 || st_->owner_by_path.empty()) return;
-  auto full = st_->gather_state(/*keep=*/true);
+  auto full = st_->gather_state(/*keep=*/st_->rank == 0);
   st_->optimizer->set_ownership(nullptr);
-  st_->optimizer->load_state_dict(full);
+  if (st_->rank == 0) st_->optimizer->load_state_dict(full);
   st_->owner_by_path.clear();  // finished: the destructor leaves the optimizer alone
 }
 

@@ -38,9 +38,11 @@
 //     stay whole on every replica (they hold local, unreduced sums);
 //   - checkpoints: TrainState::with_full_optimizer_state gathers the owners'
 //     slots to the chief around a save; finish() (end of fit) gathers the
-//     whole state to every replica and removes the filter, so outside fit()
-//     the optimizer is as with stage 0; a restored state is cut back to the
-//     owned slots when the next fit() starts.
+//     whole state to the chief and removes the filter everywhere, so after
+//     fit() the chief's optimizer is as with stage 0 (what Model::save
+//     writes) while the other replicas keep only their own slots (a whole
+//     copy on each would undo the saving); a state restored from a
+//     checkpoint is cut back to the owned slots when the next fit() starts.
 #pragma once
 
 #include <memory>
@@ -63,8 +65,9 @@ class ReplicaGradientSync {
   // The optimizer's finalize_variable_values; with ZeRO the owners then
   // broadcast the finalized values (a collective).
   void finalize_variable_values(const std::vector<VariablePtr>& vars);
-  // ZeRO: every replica gets the whole optimizer state and the filter goes
-  // (a collective, at the end of fit()). Nothing otherwise.
+  // ZeRO: the chief gets the whole optimizer state and the filter goes on
+  // every replica (a collective, at the end of fit()); the others keep
+  // their own slots only. Nothing otherwise.
   void finish();
   // The replica that owns variable `i` of the list given (ZeRO), or -1.
   int owner(size_t i) const;

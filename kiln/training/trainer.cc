@@ -344,7 +344,8 @@ History Model::fit(const FitArgs& a) {
     else
       ts.optimizer().finalize_variable_values(trainable_weights());
   }
-  // Sharded optimizer state (ZeRO): whole again on every replica.
+  // Sharded optimizer state (ZeRO): whole again on the chief (what a save
+  // after fit() writes); the other replicas keep their own slots.
   if (grad_sync) grad_sync->finish();
   cbs.on_train_end(epoch_logs);
   return cbs.history()->history();
