@@ -479,8 +479,11 @@ TEST(RankJob, Run) {
   if (!job) GTEST_SKIP() << "runs only as a rank started by RankJobs.*";
   const std::string out = std::getenv("KILN_TEST_OUT");
   const char* zero = std::getenv("KILN_TEST_ZERO_STAGE");
-  set_distribution(std::make_shared<distribute::DataParallel>(distribute::DataParallelOptions{
-      .auto_shard = std::string(job) == "uneven_off" ? "off" : "data", .zero_stage = zero ? std::atoi(zero) : 0}));
+  const char* bf16 = std::getenv("KILN_TEST_COMPRESS_BF16");
+  set_distribution(std::make_shared<distribute::DataParallel>(
+      distribute::DataParallelOptions{.compress_bf16 = bf16 && std::string(bf16) == "1",
+                                      .auto_shard = std::string(job) == "uneven_off" ? "off" : "data",
+                                      .zero_stage = zero ? std::atoi(zero) : 0}));
   NamedTensors result;
   if (std::string(job).rfind("zero_", 0) == 0) {
     result = train_zero(std::string(job).substr(5), out);
@@ -561,9 +564,12 @@ TEST_F(RankJobs, LossScaleSkipDecisionIsAgreedAcrossRanks) {
 class ZeroJobs : public RankJobs {
  protected:
   std::map<std::string, at::Tensor> run_stage(const std::string& variant, int stage, int rank,
-                                              const std::string& shm = "1") {
-    const std::string out = dir_.path() + "/" + variant + std::to_string(stage) + "shm" + shm;
-    run_job("zero_" + variant, out, {{"KILN_TEST_ZERO_STAGE", std::to_string(stage)}, {"KILN_SHM_ALLREDUCE", shm}});
+                                              const std::string& shm = "1", const std::string& bf16 = "0") {
+    const std::string out = dir_.path() + "/" + variant + std::to_string(stage) + "shm" + shm + "bf16" + bf16;
+    run_job("zero_" + variant, out,
+            {{"KILN_TEST_ZERO_STAGE", std::to_string(stage)},
+             {"KILN_SHM_ALLREDUCE", shm},
+             {"KILN_TEST_COMPRESS_BF16", bf16}});
     std::map<std::string, at::Tensor> r;
     for (auto& [k, t] : load_safetensors(out + "." + std::to_string(rank))) r[k] = t;
     return r;
@@ -607,6 +613,8 @@ TEST_F(ZeroJobs, StagesOneAndTwoMatchStageZeroWithHalfTheSlotsPerRank) {
   }
   // Stage 2 through Gloo's reduce instead of shared memory.
   expect_close(ref, run_stage("plain", 2, 1, "0"), 1e-6, "stage 2 over Gloo");
+  // bfloat16 buckets (an all-gather even at stage 2): as stage 0 with them.
+  expect_close(run_stage("plain", 0, 0, "1", "1"), run_stage("plain", 2, 1, "1", "1"), 1e-6, "stage 2, bfloat16");
 }
 
 TEST_F(ZeroJobs, ClippingEmaAccumulationLossScaleAndCheckpointsMatchStageZero) {
@@ -615,6 +623,26 @@ TEST_F(ZeroJobs, ClippingEmaAccumulationLossScaleAndCheckpointsMatchStageZero) {
   for (auto& [k, t] : ref) ckpt_slots += k.rfind("ckpt:", 0) == 0;
   EXPECT_GT(ckpt_slots, 12u) << "m, v and the average of every variable, and the scalars";
   for (int stage : {1, 2}) expect_close(ref, run_stage("features", stage, 0), 1e-5, "stage " + std::to_string(stage));
+}
+
+// `kiln train` with {"distribution": {"type": "data_parallel", "zero_stage":
+// 2}}: the saved model (weights and the whole optimizer state, gathered to
+// the chief at the end of fit) matches the zero_stage 0 run.
+TEST_F(MultiProcess, SpecZeroStageTwoSavesTheSameModelAndOptimizerState) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+  const std::string plain = dir_.path() + "/plain", zero = dir_.path() + "/zero";
+  run_ranks(2, spec("plain.json", 1, plain));
+  run_ranks(2, spec("zero.json", 1, zero, Json{{"distribution", {{"type", "data_parallel"}, {"zero_stage", 2}}}}));
+  for (const char* file : {"/1/weights.safetensors", "/1/optimizer.safetensors"}) {
+    ASSERT_TRUE(path_exists(zero + file)) << read_file(log(0));
+    auto a = load_safetensors(plain + file), b = load_safetensors(zero + file);
+    ASSERT_EQ(a.size(), b.size()) << file;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].first, b[i].first) << file;
+      EXPECT_LE((a[i].second.to(at::kDouble) - b[i].second.to(at::kDouble)).abs().max().item<double>(), 1e-6)
+          << file << " " << a[i].first;
+    }
+  }
 }
 
 // --- jobs started by `kiln launch`: kills, hangs, restarts, two hosts -------------------
