@@ -38,6 +38,7 @@ struct ReplicaGradientSync::State {
   // ZeRO.
   int zero_stage = 0;
   int rank = 0, world = 1;
+  int64_t bucket_bytes = 25 << 20;
   std::vector<int> owner;                    // by variable index (ZeRO; empty otherwise)
   std::map<std::string, int> owner_by_path;  // the same by variable path
   // Per step.
@@ -94,12 +95,54 @@ struct ReplicaGradientSync::State {
     launch_ready_buckets();
   }
 
-  // ZeRO: every owner's current values of its variables to every replica.
+  // ZeRO: every owner's current values of its variables to every replica
+  // (an all-gather of unequal shards). float32 variables go in chunks of at
+  // most a bucket as one all-reduce each, every replica contributing its
+  // own variables' values and -0.0 for the others': x + (-0.0) is exactly x
+  // for every float (+0.0, -0.0, NaN and inf included), so the sum is the
+  // owners' bits, and it takes the gradients' path (shared memory on one
+  // host) instead of one Gloo broadcast per owner. Other dtypes: one
+  // broadcast per owner.
   void broadcast_owned() {
+    at::NoGradGuard ng;
+    std::vector<size_t> chunk;
+    int64_t chunk_numel = 0;
+    auto exchange = [&] {
+      if (chunk.empty()) return;
+      std::vector<at::Tensor> flat = {at::empty({chunk_numel}, at::kFloat)};
+      int64_t off = 0;
+      for (size_t i : chunk) {
+        const at::Tensor& v = variables[i]->value();
+        at::Tensor dst = flat[0].narrow(0, off, v.numel());
+        if (owner[i] == rank)
+          dst.copy_(v.detach().reshape({-1}));
+        else
+          dst.fill_(-0.0);
+        off += v.numel();
+      }
+      dist->all_reduce_sum_async(flat)();
+      off = 0;
+      for (size_t i : chunk) {
+        const at::Tensor& v = variables[i]->value();
+        if (owner[i] != rank) v.detach().copy_(flat[0].narrow(0, off, v.numel()).view(v.sizes()));
+        off += v.numel();
+      }
+      chunk.clear();
+      chunk_numel = 0;
+    };
+    for (size_t i = 0; i < variables.size(); ++i) {
+      const at::Tensor& v = variables[i]->value();
+      if (v.scalar_type() != at::kFloat) continue;
+      if (!chunk.empty() && (chunk_numel + v.numel()) * 4 > bucket_bytes) exchange();
+      chunk.push_back(i);
+      chunk_numel += v.numel();
+    }
+    exchange();
     for (int r = 0; r < world; ++r) {
       std::vector<at::Tensor> values;
       for (size_t i = 0; i < variables.size(); ++i)
-        if (owner[i] == r) values.push_back(variables[i]->value().detach());
+        if (owner[i] == r && variables[i]->value().scalar_type() != at::kFloat)
+          values.push_back(variables[i]->value().detach());
       if (!values.empty()) dist->broadcast(values, r);
     }
   }
@@ -200,6 +243,7 @@ ReplicaGradientSync::ReplicaGradientSync(TrainState& ts, std::vector<VariablePtr
   st.rank = st.dist->replica_id();
   st.world = st.dist->num_replicas();
   st.zero_stage = st.world > 1 && !st.variables.empty() ? sync.zero_stage : 0;
+  st.bucket_bytes = sync.bucket_bytes;
   if (st.zero_stage > 0) {
     st.owner = partition_by_size(st.variables, st.world);
     for (size_t i = 0; i < st.variables.size(); ++i) st.owner_by_path[st.variables[i]->path()] = st.owner[i];
