@@ -15,7 +15,7 @@
 //   per second) memcpy_MBps=... (one thread copying the same bytes)
 //   zero_stage=... opt_state_bytes=r0,r1,... (each rank's optimizer slots
 //   during fit(), from its state_dict) rss_MiB_in_fit=r0,r1,... (each
-//   rank's resident memory after the last step) peak_rss_MiB=r0,r1,...
+//   rank's resident memory after the last step, after malloc_trim) peak_rss_MiB=r0,r1,...
 //   (each rank's peak resident memory, getrusage: includes the end of fit(),
 //   where the chief gathers the whole optimizer state)
 // bench/data_parallel_bench.sh runs it at 1 and 2 ranks beside PyTorch DDP
@@ -23,6 +23,7 @@
 // ratios; bench/zero_bench.sh compares zero_stage 0, 1 and 2 (Adam);
 // docs/PERFORMANCE.md has the figures.
 #include <ATen/ATen.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -101,7 +102,9 @@ int main(int argc, char** argv) {
   int64_t state_bytes = 0, rss_in_fit = 0;
   state->on_epoch_end_fn = [&](int, kiln::Logs&) {
     // Resident memory after the last step (pages of /proc/self/statm), before
-    // anything below allocates.
+    // anything below allocates; malloc_trim first hands the allocator's
+    // free pages back, so what remains is what is held.
+    ::malloc_trim(0);
     long pages = 0, resident = 0;
     if (FILE* f = std::fopen("/proc/self/statm", "r")) {
       if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
