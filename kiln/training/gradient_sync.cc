@@ -376,10 +376,9 @@ void ReplicaGradientSync::finish() {
   auto full = st_->gather_state(/*keep=*/st_->rank == 0);
   st_->optimizer->set_ownership(nullptr);
   if (st_->rank == 0) st_->optimizer->load_state_dict(full);
-  st_->owner_by_path.clear();  // finished: the destructor leaves the optimizer alone
+  st_->owner_by_path.clear();                          // finished: the destructor leaves the optimizer alone
+  ts_.progress().with_full_optimizer_state = nullptr;  // a later save in on_train_end: the chief has it all
 }
-
-int ReplicaGradientSync::owner(size_t i) const { return i < st_->owner.size() ? st_->owner[i] : -1; }
 
 ReplicaGradientSync::~ReplicaGradientSync() {
   for (size_t k = 0; k < st_->hooked.size(); ++k) {

@@ -69,8 +69,6 @@ class ReplicaGradientSync {
   // every replica (a collective, at the end of fit()); the others keep
   // their own slots only. Nothing otherwise.
   void finish();
-  // The replica that owns variable `i` of the list given (ZeRO), or -1.
-  int owner(size_t i) const;
 
   struct State;
 
