@@ -19,6 +19,9 @@
 //   - gradients are averaged (weighted by each rank's rows) with a bucketed
 //     all-reduce started from the backward pass as soon as a bucket's
 //     gradients are ready, overlapping communication with computation;
+//   - with zero_stage 1 or 2 the optimizer state (and at 2 the gradients)
+//     is sharded across the ranks instead of replicated (ZeRO; see
+//     DataParallelOptions::zero_stage and docs/DISTRIBUTED.md);
 //   - metrics and the loss are reduced exactly (their sums and counts), and
 //     validation is sharded and reduced the same way;
 //   - only the chief prints progress and writes files (model directories,

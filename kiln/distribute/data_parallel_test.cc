@@ -451,9 +451,12 @@ NamedTensors train_zero(const std::string& variant, const std::string& out) {
   auto probe = std::make_shared<LambdaCallback>();
   probe->on_epoch_end_fn = [&](int, Logs&) { in_fit = optimizer_slot_bytes(m->train_state().optimizer()); };
   std::vector<CallbackPtr> cbs = {probe};
-  if (variant == "features")
+  if (variant == "features") {
     cbs.push_back(
         std::make_shared<BackupAndRestore>(out + ".backup", BackupAndRestoreOptions{.delete_checkpoint = false}));
+    // A full model every epoch: the optimizer state is gathered to the chief.
+    cbs.push_back(std::make_shared<ModelCheckpoint>(out + ".model", ModelCheckpointOptions{.monitor = "loss"}));
+  }
   FitArgs fa{.x = {x}, .y = {y}, .batch_size = 16, .epochs = 3, .verbose = 0, .callbacks = cbs};
   auto h = m->fit(fa);
   if (variant == "features") {
@@ -464,6 +467,11 @@ NamedTensors train_zero(const std::string& variant, const std::string& out) {
     if (!ckpts.empty())
       for (auto& [k, t] : load_safetensors(ckpts.back() + "/optimizer.safetensors"))
         if (k.find("gradient_accumulator") == std::string::npos) result.emplace_back("ckpt:" + k, t);
+    // The ModelCheckpoint of the last epoch (the chief wrote it before fit()
+    // ended on every rank).
+    if (is_chief())
+      for (auto& [k, t] : load_safetensors(out + ".model/optimizer.safetensors"))
+        if (k.find("gradient_accumulator") == std::string::npos) result.emplace_back("model:" + k, t);
   }
   for (auto& v : m->weights()) result.emplace_back(v->path(), v->value().clone());
   result.emplace_back("loss", at::tensor({h.history.at("loss").back()}, at::kDouble));
@@ -490,12 +498,17 @@ TEST(RankJob, Run) {
   } else if (std::string(job) == "odd_split") {
     auto w = train_odd_split();
     for (size_t i = 0; i < w.size(); ++i) result.emplace_back("t" + std::to_string(i), w[i]);
-  } else if (std::string(job) == "loss_scale") {
+  } else if (std::string(job) == "loss_scale" || std::string(job) == "loss_scale_sharded") {
     // Only rank 1's (unsynchronized) gradient is non-finite: both ranks
-    // must skip the step and halve the scale.
+    // must skip the step and halve the scale. Sharded (ZeRO 2): rank 1 owns
+    // the variable, and rank 0 has no gradient at all but must still agree.
     auto var = std::make_shared<Variable>("w", at::ones({3}), true);
     LossScaleOptimizer opt(Optimizer::get("sgd"), {.initial_scale = 8});
     at::Tensor g = replica_id() == 1 ? at::tensor({INFINITY, 0.0f, 0.0f}) : at::full({3}, 8.0f);
+    if (std::string(job) == "loss_scale_sharded") {
+      opt.set_ownership([](const std::string&) { return replica_id() == 1; });
+      if (replica_id() == 0) g = at::Tensor();
+    }
     opt.apply_gradients({g}, {var});
     result.emplace_back("w", var->value().clone());
     result.emplace_back("scale", at::tensor({opt.scale()}, at::kDouble));
@@ -545,14 +558,16 @@ TEST_F(RankJobs, UnevenPerRankInputsStopTogether) {
 }
 
 TEST_F(RankJobs, LossScaleSkipDecisionIsAgreedAcrossRanks) {
-  const std::string out = dir_.path() + "/loss_scale";
-  run_job("loss_scale", out);
-  for (int r = 0; r < 2; ++r) {
-    auto t = load_safetensors(out + "." + std::to_string(r));
-    ASSERT_EQ(t.size(), 3u);
-    EXPECT_TRUE(at::equal(t[0].second, at::ones({3}))) << "rank " << r << " applied a step the other skipped";
-    EXPECT_EQ(t[1].second.item<double>(), 4.0) << "rank " << r;
-    EXPECT_EQ(t[2].second.item<int64_t>(), 0) << "rank " << r;
+  for (std::string job : {"loss_scale", "loss_scale_sharded"}) {
+    const std::string out = dir_.path() + "/" + job;
+    run_job(job, out);
+    for (int r = 0; r < 2; ++r) {
+      auto t = load_safetensors(out + "." + std::to_string(r));
+      ASSERT_EQ(t.size(), 3u);
+      EXPECT_TRUE(at::equal(t[0].second, at::ones({3}))) << job << " rank " << r << " applied a step the other skipped";
+      EXPECT_EQ(t[1].second.item<double>(), 4.0) << job << " rank " << r;
+      EXPECT_EQ(t[2].second.item<int64_t>(), 0) << job << " rank " << r;
+    }
   }
 }
 
