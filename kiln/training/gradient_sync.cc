@@ -194,6 +194,53 @@ struct ReplicaGradientSync::State {
     return full;
   }
 
+  // ZeRO, when fit() starts (a collective): each variable's slots and
+  // average as the chief has them go to the variable's owner, as the
+  // chief's weights go to every rank. After an earlier fit() only the chief
+  // holds them all, and another partition (other trainable variables) may
+  // give a rank variables whose slots it lacks. One broadcast per entry,
+  // each rank keeping those it owns; the entries no variable owns stay each
+  // rank's own.
+  void take_owned_state_from_chief() {
+    std::map<std::string, at::Tensor> mine = optimizer->state_dict();
+    auto variable_of = [&](const std::string& key) -> const int* {
+      const auto pos = key.rfind('/');
+      if (pos == std::string::npos || key.compare(pos + 1, std::string::npos, "gradient_accumulator") == 0)
+        return nullptr;
+      auto it = owner_by_path.find(key.substr(0, pos));
+      return it == owner_by_path.end() ? nullptr : &it->second;
+    };
+    std::string header;
+    if (rank == 0) {
+      Json list = Json::array();
+      for (const auto& [key, t] : mine)
+        if (variable_of(key)) list.push_back(Json::array({key, dtype_to_string(t.scalar_type()), t.sizes().vec()}));
+      header = list.dump();
+    }
+    std::vector<at::Tensor> len = {at::full({1}, static_cast<int64_t>(header.size()), at::kLong)};
+    dist->broadcast(len, 0);
+    std::vector<at::Tensor> bytes = {at::empty({len[0].item<int64_t>()}, at::kByte)};
+    if (rank == 0) std::memcpy(bytes[0].data_ptr(), header.data(), header.size());
+    dist->broadcast(bytes, 0);
+    const Json list =
+        Json::parse(std::string(static_cast<const char*>(bytes[0].data_ptr()), static_cast<size_t>(bytes[0].numel())));
+    // This rank's variables' entries are the chief's, and only those.
+    std::map<std::string, at::Tensor> kept;
+    for (const auto& [key, t] : mine)
+      if (!variable_of(key)) kept[key] = t;
+    for (const auto& e : list) {
+      const std::string key = e.at(0).get<std::string>();
+      std::vector<at::Tensor> t = {rank == 0
+                                       ? mine.at(key)
+                                       : at::empty(e.at(2).get<std::vector<int64_t>>(),
+                                                   at::TensorOptions(dtype_from_string(e.at(1).get<std::string>())))};
+      dist->broadcast(t, 0);
+      if (*variable_of(key) == rank) kept[key] = t[0];
+    }
+    mine.clear();
+    optimizer->load_state_dict(kept);
+  }
+
   void set_ownership() {
     std::weak_ptr<const State> self = weak_self;
     optimizer->set_ownership([self](const std::string& path) {
@@ -273,7 +320,10 @@ ReplicaGradientSync::ReplicaGradientSync(TrainState& ts, std::vector<VariablePtr
 
   std::weak_ptr<State> weak = st_;
   st.weak_self = st_;
-  if (st.zero_stage > 0) st.set_ownership();
+  if (st.zero_stage > 0) {
+    st.take_owned_state_from_chief();
+    st.set_ownership();
+  }
   for (size_t i = 0; i < st.variables.size(); ++i) {
     const at::Tensor& v = st.variables[i]->value();
     if (!v.requires_grad()) continue;

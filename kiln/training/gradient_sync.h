@@ -41,8 +41,10 @@
 //     whole state to the chief and removes the filter everywhere, so after
 //     fit() the chief's optimizer is as with stage 0 (what Model::save
 //     writes) while the other replicas keep only their own slots (a whole
-//     copy on each would undo the saving); a state restored from a
-//     checkpoint is cut back to the owned slots when the next fit() starts.
+//     copy on each would undo the saving). When fit() starts, each replica
+//     takes its variables' slots and averages from the chief (as the
+//     weights), so another partition in a later fit() (other trainable
+//     variables) or a restored checkpoint leaves each with exactly its own.
 #pragma once
 
 #include <memory>
