@@ -127,11 +127,22 @@ class Distribution {
   // every process calls it for the same variables in the same order). An
   // unsharded variable's value itself (not a copy).
   virtual at::Tensor gather_variable(const Variable& v) const { return v.value().detach(); }
+  // Element-wise sum across replicas into replica `root`'s tensors, started
+  // now; the returned function waits. Only `root`'s result is defined
+  // afterwards (the default, an all-reduce, leaves it on every replica).
+  virtual std::function<void()> reduce_sum_async(std::vector<at::Tensor>& tensors, int root) const {
+    return all_reduce_sum_async(tensors);
+  }
 
   // How fit() synchronizes gradients (DataParallel's options).
   struct GradientSync {
     int64_t bucket_bytes = 25 << 20;  // all-reduce buckets (PyTorch DDP's 25 MB)
     bool compress_bf16 = false;       // all-reduce gradients as bfloat16
+    // Sharded optimizer state (ZeRO): 0 off; 1 each replica updates (and
+    // holds the optimizer slots of) only the variables it owns, then the
+    // owners send the new values to all; 2 as 1, and each gradient is
+    // reduced to its owner only.
+    int zero_stage = 0;
   };
   virtual GradientSync gradient_sync() const { return {}; }
   // How fit()/evaluate() shard the input across replicas: true (Keras's

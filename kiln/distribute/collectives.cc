@@ -66,13 +66,14 @@ class ShmAllReduce {
   }
   static size_t segment_bytes(int size) { return header_bytes() + sizeof(float) * kChunk * (size + 1); }
 
-  // Queues a sum of `flat` (contiguous float32) into itself.
-  std::shared_future<void> submit(at::Tensor flat) {
+  // Queues a sum of `flat` (contiguous float32) into itself; with root >= 0
+  // only rank `root` copies the sum out (a reduce).
+  std::shared_future<void> submit(at::Tensor flat, int root = -1) {
     std::promise<void> p;
     auto f = p.get_future().share();
     {
       std::lock_guard<std::mutex> l(mu_);
-      queue_.emplace_back(std::move(flat), std::move(p));
+      queue_.push_back({std::move(flat), root, std::move(p)});
     }
     cv_.notify_one();
     return f;
@@ -112,7 +113,7 @@ class ShmAllReduce {
     }
   }
 
-  void all_reduce(float* data, int64_t n) {
+  void all_reduce(float* data, int64_t n, int root) {
     for (int64_t off = 0; off < n; off += kChunk) {
       const int64_t m = std::min(kChunk, n - off);
       std::memcpy(slot(rank_), data + off, sizeof(float) * m);
@@ -126,14 +127,14 @@ class ShmAllReduce {
         for (int64_t i = lo; i < hi; ++i) out[i] += in[i];
       }
       barrier();
-      std::memcpy(data + off, out, sizeof(float) * m);
+      if (root < 0 || root == rank_) std::memcpy(data + off, out, sizeof(float) * m);
       barrier();
     }
   }
 
   void run() {
     for (;;) {
-      std::pair<at::Tensor, std::promise<void>> job;
+      Job job;
       {
         std::unique_lock<std::mutex> l(mu_);
         cv_.wait(l, [this] { return stop_ || !queue_.empty(); });
@@ -143,11 +144,11 @@ class ShmAllReduce {
       }
       try {
         if (failed_) std::rethrow_exception(failed_);
-        all_reduce(job.first.data_ptr<float>(), job.first.numel());
-        job.second.set_value();
+        all_reduce(job.flat.data_ptr<float>(), job.flat.numel(), job.root);
+        job.done.set_value();
       } catch (...) {
         failed_ = std::current_exception();  // the segment's barriers are out of step now
-        job.second.set_exception(failed_);
+        job.done.set_exception(failed_);
       }
     }
   }
@@ -161,7 +162,12 @@ class ShmAllReduce {
   std::exception_ptr failed_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<at::Tensor, std::promise<void>>> queue_;
+  struct Job {
+    at::Tensor flat;
+    int root = -1;  // -1: every rank gets the sum
+    std::promise<void> done;
+  };
+  std::deque<Job> queue_;
   bool stop_ = false;
   std::thread worker_;
 };
@@ -418,6 +424,24 @@ std::vector<at::Tensor> Collectives::all_gather(const at::Tensor& t) {
   for (int r = 0; r < size_; ++r) out[0].push_back(at::empty_like(in[0]));
   wait_for(impl_->pg->allgather(out, in), "all-gather", rank_, size_, timeout_s_);
   return out[0];
+}
+
+// --- sharded optimizer state (ZeRO) -------------------------------------------------
+
+std::function<void()> Collectives::reduce_sum_async(at::Tensor flat, int root) {
+  if (root < 0 || root >= size_)
+    throw ValueError("reduce: root must be a rank in [0, " + std::to_string(size_ - 1) +
+                     "]. Received: root=" + std::to_string(root));
+  if (flat.scalar_type() == at::kBFloat16) return all_reduce_sum_async(flat);
+  if (impl_->shm && flat.scalar_type() == at::kFloat && flat.is_contiguous() && flat.device().is_cpu()) {
+    auto done = impl_->shm->submit(flat, root);
+    return [done] { done.get(); };
+  }
+  std::vector<at::Tensor> v = {flat};
+  c10d::ReduceOptions ro;
+  ro.rootRank = root;
+  auto work = impl_->pg->reduce(v, ro);
+  return [work, r = rank_, n = size_, t = timeout_s_] { wait_for(work, "gradient reduce", r, n, t); };
 }
 
 }  // namespace kiln::distribute

@@ -68,6 +68,14 @@ class Collectives {
   // Every rank's `t` (same shape on all), in rank order.
   std::vector<at::Tensor> all_gather(const at::Tensor& t);
 
+  // --- sharded optimizer state (ZeRO) ---
+  // The element-wise sum of one contiguous tensor across ranks into rank
+  // `root`'s copy, started now; the returned function waits. The other
+  // ranks' tensors are left unspecified. float32 on one host: through the
+  // shared-memory segment (as all_reduce_sum_async, but only `root` copies
+  // the sum out); otherwise Gloo's reduce; bfloat16 as all_reduce_sum_async.
+  std::function<void()> reduce_sum_async(at::Tensor flat, int root);
+
   // Whether float32 gradient sums go through shared memory: every rank on
   // this host (LOCAL_WORLD_SIZE == WORLD_SIZE) and KILN_SHM_ALLREDUCE is not
   // "0". Otherwise Gloo.

@@ -19,6 +19,9 @@
 //   - gradients are averaged (weighted by each rank's rows) with a bucketed
 //     all-reduce started from the backward pass as soon as a bucket's
 //     gradients are ready, overlapping communication with computation;
+//   - with zero_stage 1 or 2 the optimizer state (and at 2 the gradients)
+//     is sharded across the ranks instead of replicated (ZeRO; see
+//     DataParallelOptions::zero_stage and docs/DISTRIBUTED.md);
 //   - metrics and the loss are reduced exactly (their sums and counts), and
 //     validation is sharded and reduced the same way;
 //   - only the chief prints progress and writes files (model directories,
@@ -52,7 +55,15 @@ struct DataParallelOptions {
   // ds.shard(num_replicas(), replica_id()).batch(B / N)); the ranks stop
   // together at the shortest rank's end.
   std::string auto_shard = "data";
-  double timeout_seconds = 0;          // collectives; 0: $KILN_COLLECTIVE_TIMEOUT or 300
+  double timeout_seconds = 0;  // collectives; 0: $KILN_COLLECTIVE_TIMEOUT or 300
+  // Sharded optimizer state (ZeRO, as PyTorch's ZeroRedundancyOptimizer and
+  // DeepSpeed): 0 off; 1: the trainable variables are split across the
+  // ranks (whole variables, greedily by size), each rank updates only its
+  // own and holds only their optimizer slots (and EMA averages), then every
+  // owner broadcasts its new values; 2: as 1, and each gradient bucket is
+  // reduced to its owner only, the others freeing theirs. The weights match
+  // zero_stage 0 to float rounding (see docs/DISTRIBUTED.md).
+  int zero_stage = 0;
   std::optional<ClusterSpec> cluster;  // default: resolve_cluster()
 };
 
@@ -65,6 +76,7 @@ class DataParallel : public Distribution {
   int replica_id() const override { return cluster_.rank; }
   void all_reduce_sum(std::vector<at::Tensor>& tensors) const override;
   std::function<void()> all_reduce_sum_async(std::vector<at::Tensor>& tensors) const override;
+  std::function<void()> reduce_sum_async(std::vector<at::Tensor>& tensors, int root) const override;
   void broadcast(std::vector<at::Tensor>& tensors, int root = 0) const override;
   GradientSync gradient_sync() const override;
   bool split_batches() const override { return o_.auto_shard != "off"; }
@@ -82,7 +94,7 @@ class DataParallel : public Distribution {
 
 // The distribution a job gets from its spec's "distribution" object
 // ({"type": "data_parallel", "bucket_cap_mb": 25, "compress_bf16": false,
-// "auto_shard": "data", "timeout_seconds": 300}), or, without one, DataParallel when the
+// "auto_shard": "data", "timeout_seconds": 300, "zero_stage": 0}), or, without one, DataParallel when the
 // environment describes a job of several ranks; null otherwise.
 std::shared_ptr<Distribution> distribution_from_config(const Json& cfg);
 

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <thread>
 
@@ -23,6 +24,8 @@
 #include "kiln/optimizers/optimizer.h"
 #include "kiln/saving/safetensors.h"
 #include "kiln/testing/testing.h"
+#include "kiln/training/callbacks.h"
+#include "kiln/training/checkpoint.h"
 #include "kiln/training/train_state.h"
 
 namespace kiln {
@@ -181,6 +184,35 @@ TEST(DataParallel, BadOptionsAreClearErrors) {
   EXPECT_NE(msg.find("model_parallel"), std::string::npos) << msg;
   msg = error_of([] { distribute::distribution_from_config(Json{{"type", "data_parallel"}, {"bucket_mb", 4}}); });
   EXPECT_NE(msg.find("bucket_mb"), std::string::npos) << msg;
+}
+
+TEST(DataParallel, ZeroStageIsZeroOneOrTwo) {
+  for (const Json& bad : {Json(3), Json(-1), Json("1"), Json(1.5)}) {
+    auto msg = error_of([&] {
+      distribute::distribution_from_config(Json{{"type", "data_parallel"}, {"zero_stage", bad}});
+    });
+    EXPECT_NE(msg.find("zero_stage"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("0"), std::string::npos) << msg;
+  }
+  auto d = distribute::distribution_from_config(Json{{"type", "data_parallel"}, {"zero_stage", 2}});
+  EXPECT_EQ(d->gradient_sync().zero_stage, 2);
+  EXPECT_EQ(distribute::distribution_from_config(Json{{"type", "data_parallel"}})->gradient_sync().zero_stage, 0);
+}
+
+// One replica: zero_stage is accepted and changes nothing.
+TEST(DataParallel, ZeroStageOnOneReplicaIsBitIdentical) {
+  auto plain = train_small(false);
+  set_distribution(std::make_shared<distribute::DataParallel>(
+      distribute::DataParallelOptions{.zero_stage = 2, .cluster = ClusterSpec{}}));
+  set_random_seed(7);
+  at::Tensor x = at::randn({200, 8});
+  at::Tensor y = at::randint(0, 3, {200}, at::kLong);
+  auto m = small_model();
+  m->fit({.x = {x}, .y = {y}, .batch_size = 32, .epochs = 3, .verbose = 0, .validation_split = 0.2});
+  set_distribution(nullptr);
+  auto w = m->weights();
+  ASSERT_EQ(plain.size(), w.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(at::equal(plain[i], w[i]->value())) << i;
 }
 
 // --- several processes ----------------------------------------------------------------
@@ -383,23 +415,108 @@ int64_t train_uneven_off() {
   return m->train_state().optimizer().iterations();
 }
 
+// ZeRO: the same training at every zero_stage (KILN_TEST_ZERO_STAGE). Adam
+// on an MLP whose variables split about evenly over 2 ranks (576 + 24 + 24
+// + 16 against 384 + 384 parameters). "features" adds what needs care:
+// LossScaleOptimizer, global_clipnorm (a norm over every owner),
+// weight_decay, gradient accumulation, EMA with overwrites, and a
+// BackupAndRestore checkpoint resumed by a second fit() (gathered to the
+// chief, cut back to the owned slots on restore).
+int64_t optimizer_slot_bytes(Optimizer& opt) {
+  int64_t n = 0;
+  for (auto& [k, t] : opt.state_dict())
+    if (k.find("kernel/") != std::string::npos || k.find("bias/") != std::string::npos) n += t.nbytes();
+  return n;
+}
+
+NamedTensors train_zero(const std::string& variant, const std::string& out) {
+  set_random_seed(21);
+  at::Tensor x = at::randn({96, 16});
+  at::Tensor y = at::randn({96, 16});
+  auto m = std::make_shared<Sequential>(
+      std::vector<LayerPtr>{std::make_shared<Dense>(DenseOptions{.units = 24, .activation = "relu"}),
+                            std::make_shared<Dense>(DenseOptions{.units = 24, .activation = "tanh"}),
+                            std::make_shared<Dense>(DenseOptions{.units = 16})},
+      "zero");
+  OptimizerPtr opt;
+  if (variant == "features")
+    opt = std::make_shared<LossScaleOptimizer>(
+        Optimizer::from_json(Json::parse(R"({"class_name": "Adam", "config": {"learning_rate": 0.01,
+            "global_clipnorm": 0.1, "weight_decay": 0.01, "gradient_accumulation_steps": 2, "use_ema": true,
+            "ema_overwrite_frequency": 3}})")));
+  else
+    opt = Optimizer::from_json(Json::parse(R"({"class_name": "Adam", "config": {"learning_rate": 0.01}})"));
+  m->compile(CompileArgs{.optimizer = opt, .loss = Loss::get("mse")});
+  NamedTensors result;
+  int64_t in_fit = -1;
+  auto probe = std::make_shared<LambdaCallback>();
+  probe->on_epoch_end_fn = [&](int, Logs&) { in_fit = optimizer_slot_bytes(m->train_state().optimizer()); };
+  std::vector<CallbackPtr> cbs = {probe};
+  if (variant == "features") {
+    cbs.push_back(
+        std::make_shared<BackupAndRestore>(out + ".backup", BackupAndRestoreOptions{.delete_checkpoint = false}));
+    // A full model every epoch: the optimizer state is gathered to the chief.
+    cbs.push_back(std::make_shared<ModelCheckpoint>(out + ".model", ModelCheckpointOptions{.monitor = "loss"}));
+  }
+  FitArgs fa{.x = {x}, .y = {y}, .batch_size = 16, .epochs = 3, .verbose = 0, .callbacks = cbs};
+  auto h = m->fit(fa);
+  if (variant == "refit") {
+    // Another fit() with the first layer frozen: another partition, so a
+    // rank may own a variable whose slots only the chief kept.
+    for (auto& v : m->layers()[0]->weights()) v->set_trainable(false);
+    fa.epochs = 1;
+    h = m->fit(fa);
+  }
+  if (variant == "features") {
+    fa.epochs = 5;  // resumes after epoch 3 from the checkpoint
+    h = m->fit(fa);
+    auto ckpts = list_training_checkpoints(out + ".backup");
+    EXPECT_FALSE(ckpts.empty());
+    if (!ckpts.empty())
+      for (auto& [k, t] : load_safetensors(ckpts.back() + "/optimizer.safetensors"))
+        if (k.find("gradient_accumulator") == std::string::npos) result.emplace_back("ckpt:" + k, t);
+    // The ModelCheckpoint of the last epoch (the chief wrote it before fit()
+    // ended on every rank).
+    if (is_chief())
+      for (auto& [k, t] : load_safetensors(out + ".model/optimizer.safetensors"))
+        if (k.find("gradient_accumulator") == std::string::npos) result.emplace_back("model:" + k, t);
+  }
+  for (auto& v : m->weights()) result.emplace_back(v->path(), v->value().clone());
+  result.emplace_back("loss", at::tensor({h.history.at("loss").back()}, at::kDouble));
+  result.emplace_back("slot_bytes_in_fit", at::tensor({in_fit}, at::kLong));
+  result.emplace_back("slot_bytes_after_fit",
+                      at::tensor({optimizer_slot_bytes(m->train_state().optimizer())}, at::kLong));
+  return result;
+}
+
 // Runs only as a rank started by RankJobs.* (KILN_TEST_RANK_JOB names the job).
 TEST(RankJob, Run) {
   const char* job = std::getenv("KILN_TEST_RANK_JOB");
   if (!job) GTEST_SKIP() << "runs only as a rank started by RankJobs.*";
   const std::string out = std::getenv("KILN_TEST_OUT");
+  const char* zero = std::getenv("KILN_TEST_ZERO_STAGE");
+  const char* bf16 = std::getenv("KILN_TEST_COMPRESS_BF16");
   set_distribution(std::make_shared<distribute::DataParallel>(
-      distribute::DataParallelOptions{.auto_shard = std::string(job) == "uneven_off" ? "off" : "data"}));
+      distribute::DataParallelOptions{.compress_bf16 = bf16 && std::string(bf16) == "1",
+                                      .auto_shard = std::string(job) == "uneven_off" ? "off" : "data",
+                                      .zero_stage = zero ? std::atoi(zero) : 0}));
   NamedTensors result;
-  if (std::string(job) == "odd_split") {
+  if (std::string(job).rfind("zero_", 0) == 0) {
+    result = train_zero(std::string(job).substr(5), out);
+  } else if (std::string(job) == "odd_split") {
     auto w = train_odd_split();
     for (size_t i = 0; i < w.size(); ++i) result.emplace_back("t" + std::to_string(i), w[i]);
-  } else if (std::string(job) == "loss_scale") {
+  } else if (std::string(job) == "loss_scale" || std::string(job) == "loss_scale_sharded") {
     // Only rank 1's (unsynchronized) gradient is non-finite: both ranks
-    // must skip the step and halve the scale.
+    // must skip the step and halve the scale. Sharded (ZeRO 2): rank 1 owns
+    // the variable, and rank 0 has no gradient at all but must still agree.
     auto var = std::make_shared<Variable>("w", at::ones({3}), true);
     LossScaleOptimizer opt(Optimizer::get("sgd"), {.initial_scale = 8});
     at::Tensor g = replica_id() == 1 ? at::tensor({INFINITY, 0.0f, 0.0f}) : at::full({3}, 8.0f);
+    if (std::string(job) == "loss_scale_sharded") {
+      opt.set_ownership([](const std::string&) { return replica_id() == 1; });
+      if (replica_id() == 0) g = at::Tensor();
+    }
     opt.apply_gradients({g}, {var});
     result.emplace_back("w", var->value().clone());
     result.emplace_back("scale", at::tensor({opt.scale()}, at::kDouble));
@@ -414,21 +531,17 @@ TEST(RankJob, Run) {
 class RankJobs : public MultiProcess {
  protected:
   void SetUp() override {}  // no CLI needed: the ranks are this binary
-  void run_job(const std::string& job, const std::string& out) {
+  void run_job(const std::string& job, const std::string& out, std::map<std::string, std::string> extra_env = {}) {
     const int port = free_port();
     std::vector<pid_t> pids;
-    for (int r = 0; r < 2; ++r)
-      pids.push_back(spawn({"--gtest_filter=RankJob.Run"},
-                           {{"RANK", std::to_string(r)},
-                            {"WORLD_SIZE", "2"},
-                            {"LOCAL_RANK", std::to_string(r)},
-                            {"LOCAL_WORLD_SIZE", "2"},
-                            {"MASTER_ADDR", "127.0.0.1"},
-                            {"MASTER_PORT", std::to_string(port)},
-                            {"KILN_NUM_THREADS", "1"},
-                            {"KILN_TEST_RANK_JOB", job},
-                            {"KILN_TEST_OUT", out}},
-                           log(r), "/proc/self/exe"));
+    for (int r = 0; r < 2; ++r) {
+      std::map<std::string, std::string> env = {
+          {"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},          {"LOCAL_RANK", std::to_string(r)},
+          {"LOCAL_WORLD_SIZE", "2"},   {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
+          {"KILN_NUM_THREADS", "1"},   {"KILN_TEST_RANK_JOB", job},  {"KILN_TEST_OUT", out}};
+      for (auto& [k, v] : extra_env) env[k] = v;
+      pids.push_back(spawn({"--gtest_filter=RankJob.Run"}, env, log(r), "/proc/self/exe"));
+    }
     for (int r = 0; r < 2; ++r) EXPECT_EQ(wait_bounded(pids[r], 120), 0) << read_file(log(r));
   }
 };
@@ -453,14 +566,110 @@ TEST_F(RankJobs, UnevenPerRankInputsStopTogether) {
 }
 
 TEST_F(RankJobs, LossScaleSkipDecisionIsAgreedAcrossRanks) {
-  const std::string out = dir_.path() + "/loss_scale";
-  run_job("loss_scale", out);
-  for (int r = 0; r < 2; ++r) {
-    auto t = load_safetensors(out + "." + std::to_string(r));
-    ASSERT_EQ(t.size(), 3u);
-    EXPECT_TRUE(at::equal(t[0].second, at::ones({3}))) << "rank " << r << " applied a step the other skipped";
-    EXPECT_EQ(t[1].second.item<double>(), 4.0) << "rank " << r;
-    EXPECT_EQ(t[2].second.item<int64_t>(), 0) << "rank " << r;
+  for (std::string job : {"loss_scale", "loss_scale_sharded"}) {
+    const std::string out = dir_.path() + "/" + job;
+    run_job(job, out);
+    for (int r = 0; r < 2; ++r) {
+      auto t = load_safetensors(out + "." + std::to_string(r));
+      ASSERT_EQ(t.size(), 3u);
+      EXPECT_TRUE(at::equal(t[0].second, at::ones({3}))) << job << " rank " << r << " applied a step the other skipped";
+      EXPECT_EQ(t[1].second.item<double>(), 4.0) << job << " rank " << r;
+      EXPECT_EQ(t[2].second.item<int64_t>(), 0) << job << " rank " << r;
+    }
+  }
+}
+
+// ZeRO stages 1 and 2 against stage 0 on 2 ranks: the same weights (and
+// loss, and checkpointed optimizer state) to float rounding, with each
+// rank holding about half of the optimizer slots during fit(), and the
+// chief all of them again after it. Gloo's reduce (KILN_SHM_ALLREDUCE=0) and the
+// shared-memory one both run.
+class ZeroJobs : public RankJobs {
+ protected:
+  std::map<std::string, at::Tensor> run_stage(const std::string& variant, int stage, int rank,
+                                              const std::string& shm = "1", const std::string& bf16 = "0") {
+    const std::string out = dir_.path() + "/" + variant + std::to_string(stage) + "shm" + shm + "bf16" + bf16;
+    run_job("zero_" + variant, out,
+            {{"KILN_TEST_ZERO_STAGE", std::to_string(stage)},
+             {"KILN_SHM_ALLREDUCE", shm},
+             {"KILN_TEST_COMPRESS_BF16", bf16}});
+    std::map<std::string, at::Tensor> r;
+    for (auto& [k, t] : load_safetensors(out + "." + std::to_string(rank))) r[k] = t;
+    return r;
+  }
+  // Every entry but the byte counts within `tol` of stage 0's.
+  void expect_close(const std::map<std::string, at::Tensor>& ref, const std::map<std::string, at::Tensor>& got,
+                    double tol, const std::string& what) {
+    size_t compared = 0;
+    double worst = 0;
+    for (auto& [k, t] : ref) {
+      if (k.rfind("slot_bytes", 0) == 0) continue;
+      auto it = got.find(k);
+      ASSERT_NE(it, got.end()) << what << " lacks " << k;
+      const double diff = (t.to(at::kDouble) - it->second.to(at::kDouble)).abs().max().item<double>();
+      EXPECT_LE(diff, tol) << what << ": " << k;
+      worst = std::max(worst, diff);
+      ++compared;
+    }
+    std::cout << what << ": largest difference to stage 0 " << worst << " (tolerance " << tol << ")\n";
+    EXPECT_EQ(got.size(), ref.size()) << what;
+    EXPECT_GT(compared, 6u);
+  }
+};
+
+TEST_F(ZeroJobs, StagesOneAndTwoMatchStageZeroWithHalfTheSlotsPerRank) {
+  auto ref = run_stage("plain", 0, 0);
+  const int64_t full = ref.at("slot_bytes_in_fit").item<int64_t>();
+  EXPECT_EQ(full, 2 * 4 * (16 * 24 + 24 + 24 * 24 + 24 + 24 * 16 + 16));  // Adam's m and v, float32
+  for (int stage : {1, 2}) {
+    int64_t sum = 0;
+    for (int rank : {0, 1}) {
+      auto got = run_stage("plain", stage, rank);
+      expect_close(ref, got, 1e-6, "stage " + std::to_string(stage) + " rank " + std::to_string(rank));
+      const int64_t mine = got.at("slot_bytes_in_fit").item<int64_t>();
+      EXPECT_LT(mine, full * 0.6) << "stage " << stage << " rank " << rank;
+      // After fit() the chief has the whole state again (for Model::save).
+      EXPECT_EQ(got.at("slot_bytes_after_fit").item<int64_t>(), rank == 0 ? full : mine) << "rank " << rank;
+      sum += mine;
+    }
+    EXPECT_EQ(sum, full) << "every slot on exactly one rank";
+  }
+  // Stage 2 through Gloo's reduce instead of shared memory.
+  expect_close(ref, run_stage("plain", 2, 1, "0"), 1e-6, "stage 2 over Gloo");
+  // bfloat16 buckets (an all-gather even at stage 2): as stage 0 with them.
+  expect_close(run_stage("plain", 0, 0, "1", "1"), run_stage("plain", 2, 1, "1", "1"), 1e-6, "stage 2, bfloat16");
+}
+
+TEST_F(ZeroJobs, ASecondFitWithOtherTrainableVariablesMatchesStageZero) {
+  auto ref = run_stage("refit", 0, 1);
+  for (int stage : {1, 2}) expect_close(ref, run_stage("refit", stage, 1), 1e-6, "stage " + std::to_string(stage));
+}
+
+TEST_F(ZeroJobs, ClippingEmaAccumulationLossScaleAndCheckpointsMatchStageZero) {
+  auto ref = run_stage("features", 0, 0);
+  size_t ckpt_slots = 0;
+  for (auto& [k, t] : ref) ckpt_slots += k.rfind("ckpt:", 0) == 0;
+  EXPECT_GT(ckpt_slots, 12u) << "m, v and the average of every variable, and the scalars";
+  for (int stage : {1, 2}) expect_close(ref, run_stage("features", stage, 0), 1e-5, "stage " + std::to_string(stage));
+}
+
+// `kiln train` with {"distribution": {"type": "data_parallel", "zero_stage":
+// 2}}: the saved model (weights and the whole optimizer state, gathered to
+// the chief at the end of fit) matches the zero_stage 0 run.
+TEST_F(MultiProcess, SpecZeroStageTwoSavesTheSameModelAndOptimizerState) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+  const std::string plain = dir_.path() + "/plain", zero = dir_.path() + "/zero";
+  run_ranks(2, spec("plain.json", 1, plain));
+  run_ranks(2, spec("zero.json", 1, zero, Json{{"distribution", {{"type", "data_parallel"}, {"zero_stage", 2}}}}));
+  for (const char* file : {"/1/weights.safetensors", "/1/optimizer.safetensors"}) {
+    ASSERT_TRUE(path_exists(zero + file)) << read_file(log(0));
+    auto a = load_safetensors(plain + file), b = load_safetensors(zero + file);
+    ASSERT_EQ(a.size(), b.size()) << file;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].first, b[i].first) << file;
+      EXPECT_LE((a[i].second.to(at::kDouble) - b[i].second.to(at::kDouble)).abs().max().item<double>(), 1e-6)
+          << file << " " << a[i].first;
+    }
   }
 }
 

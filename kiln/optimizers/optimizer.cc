@@ -196,8 +196,17 @@ std::vector<at::Tensor> Optimizer::clip(std::vector<at::Tensor> grads) const {
       g = g * (clipnorm_ / at::clamp_min(norm, clipnorm_)).to(g.scalar_type());
     }
   } else if (global_clipnorm_ > 0) {
-    at::Tensor sq = at::zeros({}, grads[0].options().dtype(at::kFloat));
+    at::Tensor sq = at::zeros({}, grads.empty() ? at::TensorOptions(at::kFloat) : grads[0].options().dtype(at::kFloat));
     for (auto& g : grads) sq = sq + g.to(at::kFloat).square().sum().to(sq.device());
+    if (owns_) {
+      // Sharded: each replica holds its own variables' gradients; the
+      // global norm needs them all.
+      if (auto d = distribution(); d && d->num_replicas() > 1) {
+        std::vector<at::Tensor> t = {sq.reshape({1}).cpu()};
+        d->all_reduce_sum(t);
+        sq = t[0].reshape({}).to(sq.device());
+      }
+    }
     at::Tensor norm = sq.sqrt();
     // Keras's form: a NaN/inf norm makes the scale NaN rather than zeroing.
     at::Tensor scale = global_clipnorm_ * at::minimum(1.0 / norm, at::full({}, 1.0 / global_clipnorm_, norm.options()));
@@ -229,7 +238,7 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std:
     g.push_back(grads[i].detach());
     v.push_back(vars[i].get());
   }
-  if (g.empty()) {
+  if (g.empty() && !owns_) {
     if (vars.empty()) return;
     std::vector<std::string> names;
     for (auto& var : vars) names.push_back(var->path());
@@ -257,7 +266,18 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std:
       }
     }
   }
-  if (update) update_variables(g, v);
+  if (update) {
+    if (owns_) {
+      // Only the owned variables' updates; their owners do the others.
+      std::vector<at::Tensor> og;
+      std::vector<Variable*> ov;
+      for (size_t i = 0; i < v.size(); ++i)
+        if (owns_(v[i]->path())) og.push_back(g[i]), ov.push_back(v[i]);
+      update_variables(std::move(og), ov);
+    } else {
+      update_variables(g, v);
+    }
+  }
 
   if (use_ema_) {
     // Every variable given (Keras: all trainable variables), with or without
@@ -265,6 +285,7 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std:
     const double m = iterations() != 0 ? ema_momentum_ : 0.0;
     const bool overwrite = ema_overwrite_frequency_ > 0 && (iterations() + 1) % ema_overwrite_frequency_ == 0;
     for (auto& var : vars) {
+      if (!owns(var->path())) continue;
       at::Tensor value = var->value();
       at::Tensor& avg = averages_[var->path()];
       if (!avg.defined() || !avg.sizes().equals(value.sizes()))
@@ -388,10 +409,22 @@ void Optimizer::load_state_dict(const std::map<std::string, at::Tensor>& state) 
   slots_ = std::move(slots);
   averages_ = std::move(averages);
   accumulators_ = std::move(accumulators);
+  drop_unowned();
   auto it = state.find("iterations");
   if (it != state.end()) iterations_ = it->second.item<int64_t>();
   it = state.find("learning_rate");
   if (it != state.end() && !schedule_) lr_ = it->second.item<double>();
+}
+
+void Optimizer::set_ownership(std::function<bool(const std::string& path)> owns) {
+  owns_ = std::move(owns);
+  drop_unowned();
+}
+
+void Optimizer::drop_unowned() {
+  if (!owns_) return;
+  for (auto it = slots_.begin(); it != slots_.end();) it = owns_(it->first) ? std::next(it) : slots_.erase(it);
+  for (auto it = averages_.begin(); it != averages_.end();) it = owns_(it->first) ? std::next(it) : averages_.erase(it);
 }
 
 bool Optimizer::register_class(const std::string& class_name, Factory factory) {

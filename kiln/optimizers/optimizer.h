@@ -122,6 +122,21 @@ class Optimizer {
   // with only some of its slots.
   virtual void load_state_dict(const std::map<std::string, at::Tensor>& state);
 
+  // Sharded optimizer state (ZeRO; data-parallel fit() with zero_stage >= 1
+  // sets it): only the variables whose path `owns` accepts are updated
+  // (clipping, weight decay, update_step, EMA) and hold slots and moving
+  // averages; the others' gradients are ignored, because another replica
+  // owns them and sends their new values. Gradient accumulation is
+  // unchanged (every variable). global_clipnorm sums the owned squared norms
+  // across replicas (distribution()), so every replica must call
+  // apply_gradients at the same steps; a replica may then own nothing or
+  // get no gradient at all. Setting a filter drops the slots and averages
+  // of the variables it does not own, and so does load_state_dict while one
+  // is set; null (the default): every variable.
+  void set_ownership(std::function<bool(const std::string& path)> owns);
+  bool sharded() const { return owns_ != nullptr; }
+  bool owns(const std::string& path) const { return !owns_ || owns_(path); }
+
   // The loss backward() differentiates (Keras's optimizer.scale_loss): the
   // loss itself, or times the loss scale (LossScaleOptimizer).
   virtual at::Tensor scale_loss(const at::Tensor& loss) const { return loss; }
@@ -174,6 +189,8 @@ class Optimizer {
   int64_t accumulation_steps_ = 0;                  // 0: off
   std::map<std::string, at::Tensor> averages_;      // by variable path (use_ema)
   std::map<std::string, at::Tensor> accumulators_;  // by variable path
+  std::function<bool(const std::string&)> owns_;    // null: every variable (see set_ownership)
+  void drop_unowned();
 };
 
 using OptimizerPtr = std::shared_ptr<Optimizer>;

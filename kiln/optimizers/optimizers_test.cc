@@ -215,6 +215,31 @@ TEST(Optimizer, LearningRateConstantOrSchedule) {
   EXPECT_DOUBLE_EQ(scheduled.learning_rate(), 0.25);
 }
 
+TEST(Optimizer, OwnershipFilterUpdatesAndKeepsOnlyOwnedVariables) {
+  auto a = std::make_shared<Variable>("a/kernel", at::ones({4}), true);
+  auto b = std::make_shared<Variable>("b/kernel", at::ones({2}), true);
+  auto opt = Optimizer::get("adam");
+  opt->apply_gradients({at::ones({4}), at::ones({2})}, {a, b});
+  EXPECT_EQ(opt->state_dict().count("b/kernel/momentum"), 1u);
+  opt->set_ownership([](const std::string& p) { return p.rfind("a/", 0) == 0; });
+  EXPECT_EQ(opt->state_dict().count("b/kernel/momentum"), 0u) << "an unowned variable's slots are dropped";
+  const at::Tensor b_before = b->value().clone();
+  opt->apply_gradients({at::ones({4}), at::ones({2})}, {a, b});
+  EXPECT_TRUE(at::equal(b->value(), b_before)) << "an unowned variable is left to its owner";
+  EXPECT_EQ(opt->iterations(), 2);
+  // No gradient for any variable is not an error when sharded (this replica may own none).
+  opt->apply_gradients({at::Tensor(), at::Tensor()}, {a, b});
+  EXPECT_EQ(opt->iterations(), 3);
+  // A whole state loaded while sharded keeps only the owned slots.
+  auto other = Optimizer::get("adam");
+  other->apply_gradients({at::ones({4}), at::ones({2})}, {a, b});
+  opt->load_state_dict(other->state_dict());
+  EXPECT_EQ(opt->state_dict().count("a/kernel/momentum"), 1u);
+  EXPECT_EQ(opt->state_dict().count("b/kernel/momentum"), 0u);
+  opt->set_ownership(nullptr);
+  EXPECT_FALSE(opt->sharded());
+}
+
 TEST(Optimizer, SlotsAreLazyAndKeyedByPath) {
   Adam adam(Json{{"amsgrad", true}});
   auto k = var("dense/kernel", at::randn({2, 3}));

@@ -59,9 +59,12 @@ void BackupAndRestore::on_train_batch_end(int64_t batch, const Logs&) {
     point.metric_variables.push_back(vars);
   }
   add_callback_state(model(), point);
-  // Data parallel: the chief alone writes; ModelParallel: every process
-  // gathers the shards, the chief writes.
-  if (is_chief() || has_sharded_variables(model())) write_training_checkpoint(dir_, model(), point, o_.keep);
+  // Data parallel: the chief alone writes (a sharded optimizer state, ZeRO,
+  // is gathered to it first: every replica calls). ModelParallel: every
+  // process gathers the split variables, the chief writes.
+  model().train_state().with_full_optimizer_state([&] {
+    if (is_chief() || has_sharded_variables(model())) write_training_checkpoint(dir_, model(), point, o_.keep);
+  });
 }
 
 void BackupAndRestore::on_epoch_end(int epoch, Logs&) {
@@ -73,9 +76,12 @@ void BackupAndRestore::on_epoch_end(int epoch, Logs&) {
   point.host_rng_epoch_start = point.host_rng;
   point.torch_rng = torch_rng_state();
   add_callback_state(model(), point);
-  // Data parallel: the chief alone writes; ModelParallel: every process
-  // gathers the shards, the chief writes.
-  if (is_chief() || has_sharded_variables(model())) write_training_checkpoint(dir_, model(), point, o_.keep);
+  // Data parallel: the chief alone writes (a sharded optimizer state, ZeRO,
+  // is gathered to it first: every replica calls). ModelParallel: every
+  // process gathers the split variables, the chief writes.
+  model().train_state().with_full_optimizer_state([&] {
+    if (is_chief() || has_sharded_variables(model())) write_training_checkpoint(dir_, model(), point, o_.keep);
+  });
 }
 
 void BackupAndRestore::on_train_end(const Logs&) {

@@ -19,9 +19,36 @@
 // With gradient_accumulation_steps = K on the optimizer, the K-1 steps that
 // only accumulate are not synchronized; on the applying step the
 // optimizer's accumulators are summed across replicas with the gradients.
+//
+// Sharded optimizer state (gradient_sync().zero_stage, ZeRO):
+//   - the variables are split across the replicas by whole variable,
+//     greedily by size (largest first, each to the replica with the fewest
+//     bytes so far, ties to the lower rank; as PyTorch's
+//     ZeroRedundancyOptimizer), the same on every replica;
+//   - the optimizer gets an ownership filter (Optimizer::set_ownership):
+//     each replica updates only the variables it owns and holds only their
+//     slots and moving averages; the apply_gradients stage then broadcasts
+//     each replica's new values from it to all (on applying steps, and on
+//     every step with use_ema, whose overwrite may land on any step);
+//   - stage 1 all-reduces the gradients as stage 0; stage 2 packs each
+//     bucket with one owner's variables and reduces it to that owner only
+//     (Distribution::reduce_sum_async); the other replicas free the bucket
+//     once it is sent, so between steps a replica holds only its own
+//     variables' gradient buckets. The optimizer's gradient accumulators
+//     stay whole on every replica (they hold local, unreduced sums);
+//   - checkpoints: TrainState::with_full_optimizer_state gathers the owners'
+//     slots to the chief around a save; finish() (end of fit) gathers the
+//     whole state to the chief and removes the filter everywhere, so after
+//     fit() the chief's optimizer is as with stage 0 (what Model::save
+//     writes) while the other replicas keep only their own slots (a whole
+//     copy on each would undo the saving). When fit() starts, each replica
+//     takes its variables' slots and averages from the chief (as the
+//     weights), so another partition in a later fit() (other trainable
+//     variables) or a restored checkpoint leaves each with exactly its own.
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kiln/core/variable.h"
@@ -33,9 +60,17 @@ class TrainState;
 class ReplicaGradientSync {
  public:
   ReplicaGradientSync(TrainState& ts, std::vector<VariablePtr> variables, std::shared_ptr<Distribution> dist);
-  ~ReplicaGradientSync();  // puts the previous stages back, removes the hooks
+  ~ReplicaGradientSync();  // puts the previous stages back, removes the hooks and the ownership filter
   ReplicaGradientSync(const ReplicaGradientSync&) = delete;
   ReplicaGradientSync& operator=(const ReplicaGradientSync&) = delete;
+
+  // The optimizer's finalize_variable_values; with ZeRO the owners then
+  // broadcast the finalized values (a collective).
+  void finalize_variable_values(const std::vector<VariablePtr>& vars);
+  // ZeRO: the chief gets the whole optimizer state and the filter goes on
+  // every replica (a collective, at the end of fit()); the others keep
+  // their own slots only. Nothing otherwise.
+  void finish();
 
   struct State;
 

@@ -73,35 +73,42 @@ std::string ModelCheckpoint::file_path(int epoch, std::optional<int64_t> batch, 
 }
 
 void ModelCheckpoint::save(int epoch, std::optional<int64_t> batch, const Logs& logs) {
-  // Data parallel: the chief alone writes. ModelParallel: every process
-  // takes part in the save (it gathers the shards; the chief writes).
-  if (!is_chief() && !has_sharded_variables(model())) return;
+  // Data parallel: every replica decides (the logs are reduced, so they
+  // agree) and the chief alone writes; a sharded optimizer state (ZeRO) is
+  // gathered to it first, which needs every replica.
+  const bool chief = is_chief();
+  // ModelParallel: every process takes part in the save (it gathers the
+  // split variables; the chief writes).
+  const bool saves = chief || has_sharded_variables(model());
   const std::string path = file_path(epoch, batch, logs);
   if (o_.save_best_only) {
     auto it = logs.find(o_.monitor);
     if (it == logs.end()) {
-      warn("Can save best model only with " + o_.monitor + " available, skipping.");
+      if (chief) warn("Can save best model only with " + o_.monitor + " available, skipping.");
       return;
     }
     const double current = it->second;
     const bool better = !best_ || (maximize_ ? current > *best_ : current < *best_);
     if (!better) {
-      if (o_.verbose > 0 && is_chief())
+      if (o_.verbose > 0 && chief)
         std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " did not improve from " << *best_ << "\n";
       return;
     }
-    if (o_.verbose > 0 && is_chief())
+    if (o_.verbose > 0 && chief)
       std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " improved to " << current << ", saving model to "
                 << path << "\n";
     best_ = current;
-  } else if (o_.verbose > 0 && is_chief()) {
+  } else if (o_.verbose > 0 && chief) {
     std::cout << "\nEpoch " << epoch + 1 << ": saving model to " << path << "\n";
   }
-  if (o_.save_weights_only)
-    model().save_weights(path);
-  else
-    model().save(path, /*include_optimizer=*/true);
-  saved_.push_back(path);
+  if (o_.save_weights_only) {
+    if (chief) model().save_weights(path);
+  } else {
+    model().train_state().with_full_optimizer_state([&] {
+      if (chief) model().save(path, /*include_optimizer=*/true);
+    });
+  }
+  if (chief) saved_.push_back(path);
 }
 
 }  // namespace kiln

@@ -130,6 +130,10 @@ struct FitProgress {
   // The running fit()'s callbacks (borrowed; null outside fit()), for
   // checkpoint writers to collect every callback's state.
   CallbackList* callbacks = nullptr;
+  // Sharded optimizer state (ZeRO): set by data-parallel fit() while the
+  // optimizer holds only this replica's slots; see
+  // TrainState::with_full_optimizer_state.
+  std::function<void(const std::function<void()>&)> with_full_optimizer_state;
 };
 
 class TrainState {
@@ -186,6 +190,17 @@ class TrainState {
 
   StepPipeline& pipeline() { return pipeline_; }
   FitProgress& progress() { return progress_; }
+  // Runs `fn` on every replica; while it runs the chief's optimizer holds
+  // the whole state even when fit() shards it across the replicas (ZeRO),
+  // so a checkpoint the chief writes in `fn` is complete. With sharding it
+  // is a collective: every replica calls it at the same point. Otherwise
+  // it just calls `fn`.
+  void with_full_optimizer_state(const std::function<void()>& fn) {
+    if (progress_.with_full_optimizer_state)
+      progress_.with_full_optimizer_state(fn);
+    else
+      fn();
+  }
 
   // Runs the train pipeline on one batch; `s.variables` may be pre-filled
   // (fit() caches them), otherwise the model's trainable weights are used.

@@ -338,7 +338,15 @@ History Model::fit(const FitArgs& a) {
   }
   // As Keras: the optimizer's final say (use_ema swaps in the averages) comes
   // before on_train_end, so EarlyStopping's restore still wins.
-  if (a.epochs > 0) ts.optimizer().finalize_variable_values(trainable_weights());
+  if (a.epochs > 0) {
+    if (grad_sync)
+      grad_sync->finalize_variable_values(trainable_weights());
+    else
+      ts.optimizer().finalize_variable_values(trainable_weights());
+  }
+  // Sharded optimizer state (ZeRO): whole again on the chief (what a save
+  // after fit() writes); the other replicas keep their own slots.
+  if (grad_sync) grad_sync->finish();
   cbs.on_train_end(epoch_logs);
   return cbs.history()->history();
 }
