@@ -56,6 +56,12 @@ std::shared_ptr<Distribution> distribution() {
   return g_dist;
 }
 
+std::vector<std::pair<int64_t, int64_t>> Distribution::variable_ranges(const Variable& v) const {
+  std::vector<std::pair<int64_t, int64_t>> r;
+  for (int64_t d : v.global_shape()) r.emplace_back(0, d);
+  return r;
+}
+
 int num_replicas() {
   auto d = distribution();
   return d ? d->num_replicas() : 1;

@@ -127,6 +127,11 @@ class Distribution {
   // every process calls it for the same variables in the same order). An
   // unsharded variable's value itself (not a copy).
   virtual at::Tensor gather_variable(const Variable& v) const { return v.value().detach(); }
+  // The [begin, end) ranges of the whole variable this process holds, per
+  // dimension (the whole of each dimension unless the variable is sharded).
+  virtual std::vector<std::pair<int64_t, int64_t>> variable_ranges(const Variable& v) const;
+  // Waits until every process of the job has called it.
+  virtual void barrier() const {}
   // Element-wise sum across replicas into replica `root`'s tensors, started
   // now; the returned function waits. Only `root`'s result is defined
   // afterwards (the default, an all-reduce, leaves it on every replica).

@@ -51,6 +51,10 @@ void DataParallel::broadcast(std::vector<at::Tensor>& tensors, int root) const {
   if (coll_) coll_->broadcast(tensors, root);
 }
 
+void DataParallel::barrier() const {
+  if (coll_) coll_->barrier();
+}
+
 Distribution::GradientSync DataParallel::gradient_sync() const {
   GradientSync g;
   g.bucket_bytes = static_cast<int64_t>(o_.bucket_cap_mb * (1 << 20));

@@ -78,6 +78,7 @@ class DataParallel : public Distribution {
   std::function<void()> all_reduce_sum_async(std::vector<at::Tensor>& tensors) const override;
   std::function<void()> reduce_sum_async(std::vector<at::Tensor>& tensors, int root) const override;
   void broadcast(std::vector<at::Tensor>& tensors, int root = 0) const override;
+  void barrier() const override;
   GradientSync gradient_sync() const override;
   bool split_batches() const override { return o_.auto_shard != "off"; }
 

@@ -184,6 +184,15 @@ at::Tensor ModelParallel::gather_variable(const Variable& v) const {
   return value;
 }
 
+std::vector<std::pair<int64_t, int64_t>> ModelParallel::variable_ranges(const Variable& v) const {
+  if (!v.sharded()) return Distribution::variable_ranges(v);
+  return mesh().shard_ranges(v.global_shape(), v.layout(), cluster_.rank);
+}
+
+void ModelParallel::barrier() const {
+  if (all_) all_->barrier();
+}
+
 std::shared_ptr<Distribution> model_parallel_from_config(const Json& cfg) {
   check_config_keys(cfg, {"type", "mesh", "layout_map", "batch_dim_name", "timeout_seconds", "bucket_cap_mb"},
                     "distribution");

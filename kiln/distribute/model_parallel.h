@@ -81,6 +81,8 @@ class ModelParallel : public Distribution {
   at::Tensor axis_all_gather(const at::Tensor& t, int64_t dim, const std::string& axis) const override;
   std::optional<TensorLayout> output_layout(const std::string& layer_path) const override;
   at::Tensor gather_variable(const Variable& v) const override;
+  std::vector<std::pair<int64_t, int64_t>> variable_ranges(const Variable& v) const override;
+  void barrier() const override;
 
   // How many all-reduces and all-gathers the layers ran along mesh axes so
   // far (the layers' collectives; not the gradient sync over the batch axis).
