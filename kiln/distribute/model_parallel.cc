@@ -1,11 +1,6 @@
 #include "kiln/distribute/model_parallel.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-
-#include <cstring>
-#include <mutex>
 #include <set>
-#include <sstream>
 
 #include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
@@ -13,27 +8,6 @@
 
 namespace kiln::distribute {
 namespace {
-
-// Every process takes process 0's random state, so the initial values every
-// rank draws (and then shards) are the same, as in one process.
-void share_random_state(Collectives& all) {
-  std::ostringstream os;
-  os << host_rng();
-  std::string host = os.str();
-  std::vector<at::Tensor> len = {at::full({1}, static_cast<int64_t>(host.size()), at::kLong)};
-  all.broadcast(len);
-  at::Tensor bytes = at::zeros({len[0].item<int64_t>()}, at::kByte);
-  if (all.rank() == 0 && !host.empty()) std::memcpy(bytes.data_ptr(), host.data(), host.size());
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::vector<at::Tensor> t = {bytes, gen.get_state()};
-  all.broadcast(t);
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(t[1]);
-  }
-  std::istringstream is(std::string(static_cast<const char*>(t[0].data_ptr()), static_cast<size_t>(t[0].numel())));
-  is >> host_rng();
-}
 
 std::string batch_axis(const LayoutMap& map, const std::optional<std::string>& asked) {
   const DeviceMesh& mesh = map.mesh();
@@ -97,7 +71,9 @@ ModelParallel::ModelParallel(LayoutMap layout_map, std::optional<std::string> ba
     for (size_t i = 0; i < coords_.size(); ++i) tag += "/" + (i == a ? std::string("*") : std::to_string(coords_[i]));
     groups_[m.axis_names()[a]] = all_->subgroup(ranks, tag);
   }
-  share_random_state(*all_);
+  // Every rank draws the same initial values (then keeps its shard), as
+  // one process would: all take process 0's random state.
+  share_random_state([this](std::vector<at::Tensor>& t) { all_->broadcast(t); }, cluster_.rank == 0);
 }
 
 TensorLayout ModelParallel::layout_for(const std::string& path, const Shape& shape) const {

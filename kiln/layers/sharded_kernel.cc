@@ -127,7 +127,7 @@ class ShardedKernelImpl : public KernelImpl, public ShardedKernel {
  public:
   ShardedKernelImpl(KernelImplPtr inner, const KernelSpec& spec, const VariablePtr& kernel, const VariablePtr& bias,
                     const std::string& layer_path)
-      : inner_(std::move(inner)), bias_(bias) {
+      : inner_(std::move(inner)) {
     const std::string what = "layer '" + layer_path + "'";
     auto [axis, kdim] = sharded_axis(*kernel);
     axis_ = axis;
@@ -150,7 +150,8 @@ class ShardedKernelImpl : public KernelImpl, public ShardedKernel {
       if (!baxis.empty() && baxis != axis_)
         throw ValueError(what + ": its bias is sharded on mesh axis '" + baxis + "' but its kernel on '" + axis_ + "'");
       bias_sharded_ = !baxis.empty();
-      // The bias covers the output's last dimensions.
+      // The bias covers the output's last dimensions. A row-parallel
+      // layer's output is whole, so its bias must be replicated.
       const int64_t brank = static_cast<int64_t>(bias->global_shape().size());
       if (column_ && -output_dim_ <= brank) bias_dim_ = brank + output_dim_;
       if (bias_sharded_ && bdim != bias_dim_)
@@ -189,8 +190,7 @@ class ShardedKernelImpl : public KernelImpl, public ShardedKernel {
                        std::to_string(input_dim_) + " to be " + std::to_string(full_) + " (whole) or " +
                        std::to_string(full_ / n) + " (this rank's shard). Received " + std::to_string(have));
     at::Tensor y = reduce_from_axis(inner_->apply(local, kernel), axis_);
-    if (bias.defined()) y = y + (bias_sharded_ ? gather_from_axis(bias, bias_dim_, axis_) : bias).to(y.scalar_type());
-    return y;
+    return bias.defined() ? y + bias.to(y.scalar_type()) : y;  // replicated (a split one is refused above)
   }
 
   bool keeps_float_kernel() const override { return true; }
@@ -223,7 +223,6 @@ class ShardedKernelImpl : public KernelImpl, public ShardedKernel {
   }
 
   KernelImplPtr inner_;
-  VariablePtr bias_;
   std::string axis_;
   bool column_ = false, bias_sharded_ = false;
   bool asked_ = false;    // the layout map's "<layer>/output" keeps the shard

@@ -12,7 +12,8 @@
 // A column-parallel layer keeps its output sharded when the layout map asks
 // for it ("<layer path>/output" with the mesh axis on that output
 // dimension) or when its consumer is a row-parallel layer on the same axis
-// (keep_output_sharded: Sequential and MultiHeadAttention plan it), so a
+// (keep_output_sharded: Sequential, Functional and MultiHeadAttention plan
+// it), so a
 // column-parallel layer followed by a row-parallel one (an MLP block, the
 // attention heads) needs no gather in between. A row-parallel layer takes
 // either input: its full width (sliced here) or its shard (used as it is).
@@ -64,16 +65,16 @@ class ShardedKernel {
  public:
   virtual ~ShardedKernel() = default;
   virtual const std::string& axis() const = 0;
-  // Column-parallel: the output keeps the sharded dimension (no gather).
+  // Kernel split on an output dimension (column) or a contracted one (row).
   virtual bool column_parallel() const = 0;
-  // Set by the model's plan (the layout map's output key keeps it sharded
-  // whatever this says).
-  virtual void keep_output_sharded(bool keep) = 0;
-  // Row-parallel: the input dimension it contracts (negative, from the end)
-  // and its unsharded size.
   virtual bool row_parallel() const = 0;
-  // Column-parallel: the output dimension it shards (negative, from the end)
-  // and that dimension's unsharded size.
+  // Column-parallel: whether the output keeps the split dimension (no
+  // gather); set by the model's plan (the layout map's output key keeps it
+  // split whatever this says).
+  virtual void keep_output_sharded(bool keep) = 0;
+  // Column-parallel: the output dimension it splits; row-parallel: the
+  // input dimension it contracts (both negative, from the end); and that
+  // dimension's whole size.
   virtual int64_t output_dim() const = 0;
   virtual int64_t input_dim() const = 0;
   virtual int64_t full_size() const = 0;

@@ -99,9 +99,9 @@ Tensors Functional::call_masked(const Tensors& inputs, const Tensors& input_mask
   if (inputs.size() != inputs_.size())
     throw ValueError("model '" + name() + "' expects " + std::to_string(inputs_.size()) + " inputs, received " +
                      std::to_string(inputs.size()));
-  if (auto d = distribution(); d && d.get() != planned_for_) {
+  if (auto d = distribution(); d && d != planned_for_.lock()) {
     plan_sharded_layers();
-    planned_for_ = d.get();
+    planned_for_ = d;
   }
   std::map<const Node*, Tensors> values;
   std::map<const Node*, Tensors> masks;  // beside values: each node's output masks (undefined = none)

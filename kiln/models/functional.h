@@ -49,9 +49,9 @@ class Functional : public Model {
   void plan_sharded_layers();
 
   KerasTensors inputs_, outputs_;
-  std::vector<std::shared_ptr<Node>> nodes_;   // topological order
-  std::vector<LayerPtr> layers_;               // unique, topological order
-  const Distribution* planned_for_ = nullptr;  // plan_sharded_layers ran under it
+  std::vector<std::shared_ptr<Node>> nodes_;  // topological order
+  std::vector<LayerPtr> layers_;              // unique, topological order
+  std::weak_ptr<Distribution> planned_for_;   // plan_sharded_layers ran under it
 };
 
 }  // namespace kiln

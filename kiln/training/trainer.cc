@@ -4,7 +4,6 @@
 // validation, callbacks and resuming from a checkpoint.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "kiln/core/error.h"
 #include "kiln/core/random.h"
@@ -87,15 +86,7 @@ std::unique_ptr<DataAdapter> eval_adapter(Model& model, const Tensors& x, const 
 // Data parallel: rank 0's host and LibTorch RNG states to every replica (the
 // same shuffles on all, so their shares of a global batch never overlap).
 void broadcast_rng_states(Distribution& d) {
-  std::string host = host_rng_state();
-  std::vector<at::Tensor> len = {at::full({1}, static_cast<int64_t>(host.size()), at::kLong)};
-  d.broadcast(len);
-  at::Tensor bytes = at::zeros({len[0].item<int64_t>()}, at::kByte);
-  if (d.replica_id() == 0) std::memcpy(bytes.data_ptr(), host.data(), host.size());
-  std::vector<at::Tensor> t = {bytes, torch_rng_state().clone()};
-  d.broadcast(t);
-  set_host_rng_state(std::string(static_cast<const char*>(t[0].data_ptr()), t[0].numel()));
-  set_torch_rng_state(t[1]);
+  share_random_state([&](std::vector<at::Tensor>& t) { d.broadcast(t); }, d.replica_id() == 0);
 }
 
 // Data parallel: every replica runs the fewest steps any replica can (their
