@@ -33,6 +33,7 @@
 #include <cstring>
 #include <string>
 
+#include "bench/step_timer.h"
 #include "kiln/core/cpu_features.h"
 #include "kiln/core/random.h"
 #include "kiln/core/threads.h"
@@ -46,23 +47,6 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Times each batch after the first (warm-up) batches.
-class StepTimer : public kiln::Callback {
- public:
-  void on_train_batch_begin(int64_t batch, const kiln::Logs&) override { t0_ = Clock::now(); }
-  void on_train_batch_end(int64_t batch, const kiln::Logs&) override {
-    if (batch < 2) return;  // warm-up
-    total_ += std::chrono::duration<double>(Clock::now() - t0_).count();
-    ++n_;
-  }
-  double ms_per_step() const { return n_ ? 1e3 * total_ / n_ : 0; }
-
- private:
-  Clock::time_point t0_;
-  double total_ = 0;
-  int n_ = 0;
-};
 
 }  // namespace
 
@@ -96,7 +80,7 @@ int main(int argc, char** argv) {
   model->compile(args);
   at::Tensor x = at::randn({batch * steps, width});
   at::Tensor y = at::randint(0, 10, {batch * steps}, at::kLong);
-  auto timer = std::make_shared<StepTimer>();
+  auto timer = std::make_shared<kiln::bench::StepTimer>();
   // This rank's optimizer slots while fit() runs (sharded with zero_stage).
   auto state = std::make_shared<kiln::LambdaCallback>();
   int64_t state_bytes = 0, rss_in_fit = 0;

@@ -36,6 +36,7 @@
 #include <sstream>
 #include <string>
 
+#include "bench/step_timer.h"
 #include "kiln/core/cpu_features.h"
 #include "kiln/core/random.h"
 #include "kiln/core/threads.h"
@@ -48,24 +49,6 @@
 #include "kiln/training/callback.h"
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-class StepTimer : public kiln::Callback {
- public:
-  void on_train_batch_begin(int64_t batch, const kiln::Logs&) override { t0_ = Clock::now(); }
-  void on_train_batch_end(int64_t batch, const kiln::Logs&) override {
-    if (batch < 2) return;  // warm-up
-    total_ += std::chrono::duration<double>(Clock::now() - t0_).count();
-    ++n_;
-  }
-  double ms_per_step() const { return n_ ? 1e3 * total_ / n_ : 0; }
-
- private:
-  Clock::time_point t0_;
-  double total_ = 0;
-  int n_ = 0;
-};
 
 bool write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path);
@@ -169,7 +152,7 @@ int main(int argc, char** argv) {
   model->compile(args);
   at::Tensor x = at::randn({batch * steps, width});
   at::Tensor y = at::randint(0, 10, {batch * steps}, at::kLong);
-  auto timer = std::make_shared<StepTimer>();
+  auto timer = std::make_shared<kiln::bench::StepTimer>();
   model->fit(
       {.x = {x}, .y = {y}, .batch_size = batch, .epochs = 1, .verbose = 0, .callbacks = {timer}, .shuffle = false});
 

@@ -154,10 +154,10 @@ std::shared_ptr<Sequential> small_model() {
   return m;
 }
 
-std::vector<at::Tensor> train_small(bool data_parallel) {
-  set_distribution(data_parallel ? std::make_shared<distribute::DataParallel>(
-                                       distribute::DataParallelOptions{.cluster = ClusterSpec{}})
-                                 : nullptr);
+// One replica (no cluster) under `options`, or no distribution.
+std::vector<at::Tensor> train_small(std::optional<distribute::DataParallelOptions> options) {
+  if (options) options->cluster = ClusterSpec{};
+  set_distribution(options ? std::make_shared<distribute::DataParallel>(*options) : nullptr);
   set_random_seed(7);
   at::Tensor x = at::randn({200, 8});
   at::Tensor y = at::randint(0, 3, {200}, at::kLong);
@@ -170,8 +170,8 @@ std::vector<at::Tensor> train_small(bool data_parallel) {
 }
 
 TEST(DataParallel, OneReplicaIsBitIdenticalToNoDistribution) {
-  auto plain = train_small(false);
-  auto dp = train_small(true);
+  auto plain = train_small(std::nullopt);
+  auto dp = train_small(distribute::DataParallelOptions{});
   ASSERT_EQ(plain.size(), dp.size());
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(at::equal(plain[i], dp[i])) << i;
 }
@@ -201,33 +201,15 @@ TEST(DataParallel, ZeroStageIsZeroOneOrTwo) {
 
 // One replica: zero_stage is accepted and changes nothing.
 TEST(DataParallel, ZeroStageOnOneReplicaIsBitIdentical) {
-  auto plain = train_small(false);
-  set_distribution(std::make_shared<distribute::DataParallel>(
-      distribute::DataParallelOptions{.zero_stage = 2, .cluster = ClusterSpec{}}));
-  set_random_seed(7);
-  at::Tensor x = at::randn({200, 8});
-  at::Tensor y = at::randint(0, 3, {200}, at::kLong);
-  auto m = small_model();
-  m->fit({.x = {x}, .y = {y}, .batch_size = 32, .epochs = 3, .verbose = 0, .validation_split = 0.2});
-  set_distribution(nullptr);
-  auto w = m->weights();
-  ASSERT_EQ(plain.size(), w.size());
-  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(at::equal(plain[i], w[i]->value())) << i;
+  auto plain = train_small(std::nullopt);
+  auto zero = train_small(distribute::DataParallelOptions{.zero_stage = 2});
+  ASSERT_EQ(plain.size(), zero.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(at::equal(plain[i], zero[i])) << i;
 }
 
 // --- several processes ----------------------------------------------------------------
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+int free_port() { return free_loopback_port(); }
 
 // Starts `PROGRAM ARGS` (PROGRAM: the kiln CLI unless given) with extra
 // environment, output to `log`.
@@ -271,13 +253,7 @@ class MultiProcess : public ::testing::Test {
     const int port = free_port();
     std::vector<pid_t> pids;
     for (int r = 0; r < n; ++r) {
-      std::map<std::string, std::string> env = {
-          {"RANK", std::to_string(r)},       {"WORLD_SIZE", std::to_string(n)},
-          {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", std::to_string(n)},
-          {"MASTER_ADDR", "127.0.0.1"},      {"MASTER_PORT", std::to_string(port)},
-          {"KILN_NUM_THREADS", "1"}};
-      for (auto& [k, v] : extra_env) env[k] = v;
-      pids.push_back(spawn({"train", spec_path}, env, log(r)));
+      pids.push_back(spawn({"train", spec_path}, rank_env(r, n, port, extra_env), log(r)));
     }
     std::vector<std::string> out;
     for (int r = 0; r < n; ++r) {
@@ -534,13 +510,10 @@ class RankJobs : public MultiProcess {
   void run_job(const std::string& job, const std::string& out, std::map<std::string, std::string> extra_env = {}) {
     const int port = free_port();
     std::vector<pid_t> pids;
+    extra_env.emplace("KILN_TEST_RANK_JOB", job);
+    extra_env.emplace("KILN_TEST_OUT", out);
     for (int r = 0; r < 2; ++r) {
-      std::map<std::string, std::string> env = {
-          {"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},          {"LOCAL_RANK", std::to_string(r)},
-          {"LOCAL_WORLD_SIZE", "2"},   {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
-          {"KILN_NUM_THREADS", "1"},   {"KILN_TEST_RANK_JOB", job},  {"KILN_TEST_OUT", out}};
-      for (auto& [k, v] : extra_env) env[k] = v;
-      pids.push_back(spawn({"--gtest_filter=RankJob.Run"}, env, log(r), "/proc/self/exe"));
+      pids.push_back(spawn({"--gtest_filter=RankJob.Run"}, rank_env(r, 2, port, extra_env), log(r), "/proc/self/exe"));
     }
     for (int r = 0; r < 2; ++r) EXPECT_EQ(wait_bounded(pids[r], 120), 0) << read_file(log(r));
   }

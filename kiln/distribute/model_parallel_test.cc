@@ -277,30 +277,35 @@ TEST(ModelParallelRank, Run) {
   set_distribution(nullptr);
 }
 
+// Runs `argv` as the `n` ranks of one job on loopback (logs
+// "<log_prefix><rank>.log", bounded at 240 s each); true when every rank
+// exits 0 (the failing rank's log goes to the test output otherwise).
+bool run_job(const std::vector<std::string>& argv, int n, const std::map<std::string, std::string>& extra,
+             const std::string& log_prefix) {
+  const int port = free_loopback_port();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r)
+    pids.push_back(spawn_logged(argv, log_prefix + std::to_string(r) + ".log", rank_env(r, n, port, extra)));
+  bool ok = true;
+  for (int r = 0; r < n; ++r) {
+    const int code = wait_bounded(pids[r], 240);
+    EXPECT_EQ(code, 0) << "rank " << r << ":\n" << read_file(log_prefix + std::to_string(r) + ".log");
+    ok = ok && code == 0;
+  }
+  return ok;
+}
+
 class ModelParallelJobs : public ::testing::TestWithParam<std::string> {
  protected:
   TempDir dir_;
-  std::string log(int r) { return dir_.path() + "/rank" + std::to_string(r) + ".log"; }
 };
 
 TEST_P(ModelParallelJobs, EveryLayerAndATransformerBlockMatchOneProcess) {
   const std::string mesh = GetParam();
   const int n = mesh == "2" ? 2 : (mesh[0] - '0') * (mesh[2] - '0');
   const std::string out = dir_.path() + "/out";
-  const int port = free_loopback_port();
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r)
-    pids.push_back(spawn_logged({"/proc/self/exe", "--gtest_filter=ModelParallelRank.Run"}, log(r),
-                                {{"RANK", std::to_string(r)},
-                                 {"WORLD_SIZE", std::to_string(n)},
-                                 {"LOCAL_RANK", std::to_string(r)},
-                                 {"LOCAL_WORLD_SIZE", std::to_string(n)},
-                                 {"MASTER_ADDR", "127.0.0.1"},
-                                 {"MASTER_PORT", std::to_string(port)},
-                                 {"KILN_NUM_THREADS", "1"},
-                                 {"KILN_TEST_MESH", mesh},
-                                 {"KILN_TEST_OUT", out}}));
-  for (int r = 0; r < n; ++r) ASSERT_EQ(wait_bounded(pids[r], 240), 0) << "rank " << r << ":\n" << read_file(log(r));
+  ASSERT_TRUE(run_job({"/proc/self/exe", "--gtest_filter=ModelParallelRank.Run"}, n,
+                      {{"KILN_TEST_MESH", mesh}, {"KILN_TEST_OUT", out}}, dir_.path() + "/rank"));
 
   const NamedTensors single = run_cases();
   const bool sharded = mesh != "2,1";
@@ -475,24 +480,9 @@ TEST(ModelParallelCheckpointRank, Run) {
 TEST(ModelParallelCheckpoints, SaveOnOneMeshResumeOnAnotherAndLoadInOneProcess) {
   TempDir dir;
   auto run = [&](const std::string& phase, const std::string& mesh, int n) {
-    const int port = free_loopback_port();
-    std::vector<pid_t> pids;
-    for (int r = 0; r < n; ++r)
-      pids.push_back(spawn_logged({"/proc/self/exe", "--gtest_filter=ModelParallelCheckpointRank.Run"},
-                                  dir.path() + "/" + phase + std::to_string(r) + ".log",
-                                  {{"RANK", std::to_string(r)},
-                                   {"WORLD_SIZE", std::to_string(n)},
-                                   {"LOCAL_RANK", std::to_string(r)},
-                                   {"LOCAL_WORLD_SIZE", std::to_string(n)},
-                                   {"MASTER_ADDR", "127.0.0.1"},
-                                   {"MASTER_PORT", std::to_string(port)},
-                                   {"KILN_NUM_THREADS", "1"},
-                                   {"KILN_TEST_MESH", mesh},
-                                   {"KILN_TEST_PHASE", phase},
-                                   {"KILN_TEST_DIR", dir.path()}}));
-    for (int r = 0; r < n; ++r)
-      ASSERT_EQ(wait_bounded(pids[r], 240), 0) << phase << " rank " << r << ":\n"
-                                               << read_file(dir.path() + "/" + phase + std::to_string(r) + ".log");
+    ASSERT_TRUE(run_job({"/proc/self/exe", "--gtest_filter=ModelParallelCheckpointRank.Run"}, n,
+                        {{"KILN_TEST_MESH", mesh}, {"KILN_TEST_PHASE", phase}, {"KILN_TEST_DIR", dir.path()}},
+                        dir.path() + "/" + phase));
   };
   run("first", "2", 2);
   // The saved model directory is an ordinary one: whole variables, loaded
@@ -532,22 +522,11 @@ TEST(ModelParallelCheckpoints, SaveOnOneMeshResumeOnAnotherAndLoadInOneProcess) 
 TEST(ModelParallelCheckpoints, ShardFilesLoadIntoAnotherMeshAndLayoutAndIntoOneProcess) {
   TempDir dir;
   auto run = [&](const std::string& phase, const std::string& mesh, int n, bool other_layout) {
-    const int port = free_loopback_port();
-    std::vector<pid_t> pids;
-    for (int r = 0; r < n; ++r) {
-      std::map<std::string, std::string> env = {
-          {"RANK", std::to_string(r)},       {"WORLD_SIZE", std::to_string(n)},
-          {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", std::to_string(n)},
-          {"MASTER_ADDR", "127.0.0.1"},      {"MASTER_PORT", std::to_string(port)},
-          {"KILN_NUM_THREADS", "1"},         {"KILN_TEST_MESH", mesh},
-          {"KILN_TEST_PHASE", phase},        {"KILN_TEST_DIR", dir.path()}};
-      if (other_layout) env["KILN_TEST_OTHER_LAYOUT"] = "1";
-      pids.push_back(spawn_logged({"/proc/self/exe", "--gtest_filter=ModelParallelCheckpointRank.Run"},
-                                  dir.path() + "/" + phase + std::to_string(r) + ".log", env));
-    }
-    for (int r = 0; r < n; ++r)
-      ASSERT_EQ(wait_bounded(pids[r], 240), 0) << phase << " rank " << r << ":\n"
-                                               << read_file(dir.path() + "/" + phase + std::to_string(r) + ".log");
+    std::map<std::string, std::string> env = {
+        {"KILN_TEST_MESH", mesh}, {"KILN_TEST_PHASE", phase}, {"KILN_TEST_DIR", dir.path()}};
+    if (other_layout) env["KILN_TEST_OTHER_LAYOUT"] = "1";
+    ASSERT_TRUE(run_job({"/proc/self/exe", "--gtest_filter=ModelParallelCheckpointRank.Run"}, n, env,
+                        dir.path() + "/" + phase));
   };
   run("sharded_save", "2", 2, false);
   ASSERT_TRUE(path_exists(dir.path() + "/sharded/index.json"));
@@ -613,19 +592,7 @@ TEST(ModelParallelCli, TrainSpecOnTwoRanksPublishesAWholeModel) {
   auto single = run_command(cli_path() + " --threads 1 train " + spec("one.json", one, false));
   ASSERT_EQ(single.exit_code, 0) << single.output;
   const std::string two_spec = spec("two.json", two, true);
-  const int port = free_loopback_port();
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r)
-    pids.push_back(spawn_logged({cli_path(), "train", two_spec}, dir.path() + "/rank" + std::to_string(r) + ".log",
-                                {{"RANK", std::to_string(r)},
-                                 {"WORLD_SIZE", "2"},
-                                 {"LOCAL_RANK", std::to_string(r)},
-                                 {"LOCAL_WORLD_SIZE", "2"},
-                                 {"MASTER_ADDR", "127.0.0.1"},
-                                 {"MASTER_PORT", std::to_string(port)},
-                                 {"KILN_NUM_THREADS", "1"}}));
-  for (int r = 0; r < 2; ++r)
-    ASSERT_EQ(wait_bounded(pids[r], 240), 0) << read_file(dir.path() + "/rank" + std::to_string(r) + ".log");
+  ASSERT_TRUE(run_job({cli_path(), "train", two_spec}, 2, {}, dir.path() + "/rank"));
   const std::string chief = read_file(dir.path() + "/rank0.log"), other = read_file(dir.path() + "/rank1.log");
   EXPECT_NE(chief.find("Saved model to"), std::string::npos) << chief;
   EXPECT_EQ(other.find("Saved model"), std::string::npos) << other;

@@ -68,6 +68,19 @@ int free_loopback_port() {
   return port;
 }
 
+std::map<std::string, std::string> rank_env(int rank, int size, int master_port,
+                                            const std::map<std::string, std::string>& extra) {
+  std::map<std::string, std::string> env = {{"RANK", std::to_string(rank)},
+                                            {"WORLD_SIZE", std::to_string(size)},
+                                            {"LOCAL_RANK", std::to_string(rank)},
+                                            {"LOCAL_WORLD_SIZE", std::to_string(size)},
+                                            {"MASTER_ADDR", "127.0.0.1"},
+                                            {"MASTER_PORT", std::to_string(master_port)},
+                                            {"KILN_NUM_THREADS", "1"}};
+  for (auto& [k, v] : extra) env[k] = v;
+  return env;
+}
+
 pid_t spawn_logged(const std::vector<std::string>& argv_s, const std::string& log_path,
                    const std::map<std::string, std::string>& extra_env) {
   std::vector<std::string> args = argv_s;

@@ -62,6 +62,11 @@ pid_t spawn_logged(const std::vector<std::string>& argv, const std::string& log_
 // A loopback TCP port nobody listens on right now (bound, read, released),
 // or -1.
 int free_loopback_port();
+// The environment of rank `rank` of a `size`-rank job on this host meeting
+// at 127.0.0.1:`master_port` (torchrun's variables, one thread per rank),
+// plus `extra` (which wins).
+std::map<std::string, std::string> rank_env(int rank, int size, int master_port,
+                                            const std::map<std::string, std::string>& extra = {});
 // Waits at most `seconds` for `pid`, SIGKILLs it after that. Its exit
 // status (128 + signal if killed by one), or -1 when it had to be killed.
 int wait_bounded(pid_t pid, double seconds);
