@@ -1,10 +1,11 @@
-// Parameter-server foundations: roles from TF_CONFIG.
+// Parameter-server foundations: roles from TF_CONFIG and variable partitioning.
 #include <gtest/gtest.h>
 
 #include <map>
 
 #include "kiln/core/error.h"
 #include "kiln/distribute/cluster.h"
+#include "kiln/distribute/partitioner.h"
 
 namespace kiln {
 // Named, not anonymous: the unity build compiles this file with the other
@@ -119,6 +120,107 @@ TEST(PsCluster, BadTfConfigIsOneClearError) {
              {"task must be", "\"index\""});
   expect_has(err(R"({"cluster": {"worker": "a:1", "ps": ["a:2"]}, "task": {"type": "ps", "index": 0}})"),
              {"cluster.worker", "list"});
+}
+
+// --- partitioners and placement ---------------------------------------------------------
+
+using distribute::FixedShardsPartitioner;
+using distribute::MaxSizePartitioner;
+using distribute::MinSizePartitioner;
+using distribute::place_variables;
+
+TEST(Partitioner, MinSizeAsTensorFlow) {
+  // TF's documented examples: float32 (6, 1) is 24 bytes.
+  EXPECT_EQ(MinSizePartitioner({.min_shard_bytes = 4, .max_shards = 2}).num_shards({6, 1}, 4), 2);
+  EXPECT_EQ(MinSizePartitioner({.min_shard_bytes = 4, .max_shards = 10}).num_shards({6, 1}, 4), 6);
+  // ceil(bytes / min_shard_bytes): 1024x1024 float32 over 256 KiB is 16.
+  EXPECT_EQ(MinSizePartitioner({.min_shard_bytes = 256 << 10, .max_shards = 100}).num_shards({1024, 1024}, 4), 16);
+  EXPECT_EQ(MinSizePartitioner({.min_shard_bytes = 10, .max_shards = 100}).num_shards({5, 1}, 4), 2);  // 20 B
+  EXPECT_EQ(MinSizePartitioner({.min_shard_bytes = 11, .max_shards = 100}).num_shards({5, 1}, 4), 2);  // ceil(20/11)
+  EXPECT_EQ(MinSizePartitioner({.min_shard_bytes = 1 << 20, .max_shards = 8}).num_shards({100, 10}, 4), 1);
+  // Never more shards than rows, and defaults (256 KiB, 1 shard) never split.
+  EXPECT_EQ(MinSizePartitioner({.min_shard_bytes = 1, .max_shards = 64}).num_shards({3, 1000}, 4), 3);
+  EXPECT_EQ(MinSizePartitioner({}).num_shards({100000, 64}, 4), 1);
+  EXPECT_EQ(MinSizePartitioner({.min_shard_bytes = 1, .max_shards = 4}).num_shards({}, 4), 1);  // scalar
+  // bfloat16 halves the bytes.
+  EXPECT_EQ(MinSizePartitioner({.min_shard_bytes = 8, .max_shards = 100}).num_shards({8, 1}, 2), 2);
+}
+
+TEST(Partitioner, FixedAndMaxSizeAsTensorFlow) {
+  EXPECT_EQ(FixedShardsPartitioner({.num_shards = 2}).num_shards({10, 3}, 4), 2);
+  EXPECT_EQ(FixedShardsPartitioner({.num_shards = 5}).num_shards({3, 3}, 4), 3);
+  EXPECT_EQ(MaxSizePartitioner({.max_shard_bytes = 4}).num_shards({6, 1}, 4), 6);
+  EXPECT_EQ(MaxSizePartitioner({.max_shard_bytes = 4, .max_shards = 2}).num_shards({6, 1}, 4), 2);
+  EXPECT_EQ(MaxSizePartitioner({.max_shard_bytes = 1024}).num_shards({6, 1}, 4), 1);
+  EXPECT_EQ(MaxSizePartitioner({.max_shard_bytes = 1}).num_shards({4, 8}, 4), 4);  // a shard holds a row at least
+}
+
+TEST(Partitioner, OptionsAreValidated) {
+  expect_has(error_of([] { MinSizePartitioner({.min_shard_bytes = 0}); }), {"min_shard_bytes", "min_shard_bytes=0"});
+  expect_has(error_of([] { MinSizePartitioner({.max_shards = 0}); }), {"max_shards", "max_shards=0"});
+  expect_has(error_of([] { FixedShardsPartitioner({.num_shards = -1}); }), {"num_shards=-1"});
+  expect_has(error_of([] { MaxSizePartitioner({.max_shard_bytes = 0}); }), {"max_shard_bytes=0"});
+  expect_has(error_of([] { MaxSizePartitioner({.max_shard_bytes = 1, .max_shards = -2}); }), {"max_shards=-2"});
+}
+
+TEST(Partitioner, ShardRowsPutTheRemainderFirst) {
+  EXPECT_EQ(distribute::shard_rows(10, 3), (std::vector<int64_t>{4, 3, 3}));
+  EXPECT_EQ(distribute::shard_rows(6, 2), (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(distribute::shard_rows(5, 5), (std::vector<int64_t>{1, 1, 1, 1, 1}));
+}
+
+TEST(Placement, RoundRobinInCreationOrder) {
+  auto placed = place_variables(
+      {{"a/kernel", {4, 3}}, {"a/bias", {3}}, {"b/kernel", {3, 2}}, {"b/bias", {2}}, {"c/kernel", {2, 2}}}, 2);
+  ASSERT_EQ(placed.size(), 5u);
+  const std::vector<int> expected = {0, 1, 0, 1, 0};  // variable i -> ps i mod 2
+  for (size_t i = 0; i < placed.size(); ++i) {
+    ASSERT_EQ(placed[i].shards.size(), 1u);
+    EXPECT_FALSE(placed[i].sharded());
+    EXPECT_EQ(placed[i].shards[0].ps, expected[i]) << placed[i].path;
+    EXPECT_EQ(placed[i].shards[0].path, placed[i].path);
+    EXPECT_EQ(placed[i].shards[0].shape, placed[i].shape);
+  }
+  // One ps holds everything.
+  for (auto& p : place_variables({{"x", {2}}, {"y", {2}}}, 1)) EXPECT_EQ(p.shards[0].ps, 0);
+}
+
+TEST(Placement, LargeVariablesAreShardedRoundRobin) {
+  // 10 rows of 4 float32 = 160 bytes; 48-byte minimum -> ceil(160/48) = 4,
+  // capped at 3 shards of 4, 3, 3 rows. The small bias stays whole.
+  MinSizePartitioner p({.min_shard_bytes = 48, .max_shards = 3});
+  auto placed = place_variables({{"emb/embeddings", {10, 4}}, {"dense/bias", {2}}, {"dense/kernel", {8, 4}}}, 2, &p);
+  ASSERT_EQ(placed.size(), 3u);
+  const auto& emb = placed[0];
+  ASSERT_TRUE(emb.sharded());
+  ASSERT_EQ(emb.shards.size(), 3u);
+  EXPECT_EQ(emb.shards[0].path, "emb/embeddings/part_0");
+  EXPECT_EQ(emb.shards[2].path, "emb/embeddings/part_2");
+  EXPECT_EQ(emb.shards[0].shape, (Shape{4, 4}));
+  EXPECT_EQ(emb.shards[1].shape, (Shape{3, 4}));
+  EXPECT_EQ(emb.shards[1].row_offset, 4);
+  EXPECT_EQ(emb.shards[2].row_offset, 7);
+  EXPECT_EQ(emb.shards[0].ps, 0);
+  EXPECT_EQ(emb.shards[1].ps, 1);
+  EXPECT_EQ(emb.shards[2].ps, 0);
+  // The counter continues after the shards: the bias (8 bytes) is whole on ps 1.
+  ASSERT_FALSE(placed[1].sharded());
+  EXPECT_EQ(placed[1].shards[0].ps, 1);
+  // 8x4 float32 = 128 bytes -> ceil(128/48) = 3 shards: 3, 3, 2 rows on ps 0, 1, 0.
+  ASSERT_EQ(placed[2].shards.size(), 3u);
+  EXPECT_EQ(placed[2].shards[2].shape, (Shape{2, 4}));
+  EXPECT_EQ(placed[2].shards[0].ps, 0);
+  EXPECT_EQ(placed[2].shards[1].ps, 1);
+  // The same inputs place the same way (every task computes it alone).
+  auto again = place_variables({{"emb/embeddings", {10, 4}}, {"dense/bias", {2}}, {"dense/kernel", {8, 4}}}, 2, &p);
+  for (size_t i = 0; i < placed.size(); ++i)
+    for (size_t s = 0; s < placed[i].shards.size(); ++s) EXPECT_EQ(again[i].shards[s].ps, placed[i].shards[s].ps);
+}
+
+TEST(Placement, BadInputsAreOneClearError) {
+  expect_has(error_of([] { place_variables({{"a", {2}}}, 0); }), {"num_ps=0"});
+  expect_has(error_of([] { place_variables({{"a", {2}}, {"a", {3}}}, 2); }), {"'a'", "share"});
+  expect_has(error_of([] { place_variables({{"a", {-1, 2}}}, 2); }), {"'a'", "(None, 2)", "known"});
 }
 
 }  // namespace ps_foundation_test
