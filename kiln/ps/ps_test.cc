@@ -76,6 +76,14 @@ struct TwoPs {
   std::vector<std::unique_ptr<ParameterServer>> servers;
 };
 
+// Every call bounded: a hung ps fails the test in seconds.
+ps::PsClientOptions options(std::vector<std::string> addresses, std::string name = "worker") {
+  return {.ps_addresses = std::move(addresses),
+          .worker_name = std::move(name),
+          .connect_timeout_seconds = 5,
+          .rpc_timeout_seconds = 20};
+}
+
 Json sgd(double lr) { return Json{{"class_name", "SGD"}, {"config", {{"learning_rate", lr}}}}; }
 
 TEST(ParameterServer, TensorBytesRoundTrip) {
@@ -108,7 +116,7 @@ TEST(ParameterServer, AsyncSgdFromThreeWorkersEqualsOneProcess) {
   std::map<std::string, at::Tensor> init;
   for (size_t i = 0; i < vars.size(); ++i) init[vars[i]->path()] = dyadic(vars[i]->shape(), 100 + i);
   {
-    ParameterServerClient chief(placement, {.ps_addresses = cluster.addresses(), .worker_name = "chief"});
+    ParameterServerClient chief(placement, options(cluster.addresses(), "chief"));
     EXPECT_EQ(chief.create_variables(init), 6);  // 2 + 1 + 2 + 1 stored variables
   }
 
@@ -122,8 +130,7 @@ TEST(ParameterServer, AsyncSgdFromThreeWorkersEqualsOneProcess) {
   for (int w = 0; w < kWorkers; ++w)
     threads.emplace_back([&, w] {
       try {
-        ParameterServerClient client(
-            placement, {.ps_addresses = cluster.addresses(), .worker_name = "worker:" + std::to_string(w)});
+        ParameterServerClient client(placement, options(cluster.addresses(), "worker:" + std::to_string(w)));
         for (int step = 0; step < kSteps; ++step) {
           auto values = client.pull();
           std::map<std::string, at::Tensor> grads;
@@ -154,7 +161,7 @@ TEST(ParameterServer, AsyncSgdFromThreeWorkersEqualsOneProcess) {
       for (size_t i = 0; i < vars.size(); ++i) grads.push_back(gradient(w, step, i));
       opt->apply_gradients(grads, local);
     }
-  ParameterServerClient reader(placement, {.ps_addresses = cluster.addresses()});
+  ParameterServerClient reader(placement, options(cluster.addresses()));
   auto final_values = reader.pull();
   for (auto& v : local)
     EXPECT_TRUE(at::equal(final_values.at(v->path()), v->value().detach())) << v->path() << "\n"
@@ -183,8 +190,8 @@ TEST(ParameterServer, AsyncSgdFromThreeWorkersEqualsOneProcess) {
 TEST(ParameterServer, StalenessIsVersionsSincePull) {
   TwoPs cluster(sgd(0.5));
   const auto placement = distribute::place_variables({{"w", {4}}, {"b", {2}}}, 2);
-  ParameterServerClient a(placement, {.ps_addresses = cluster.addresses(), .worker_name = "a"});
-  ParameterServerClient b(placement, {.ps_addresses = cluster.addresses(), .worker_name = "b"});
+  ParameterServerClient a(placement, options(cluster.addresses(), "a"));
+  ParameterServerClient b(placement, options(cluster.addresses(), "b"));
   a.create_variables({{"w", at::ones({4})}, {"b", at::zeros({2})}});
   std::map<std::string, at::Tensor> g = {{"w", at::ones({4})}, {"b", at::ones({2})}};
   a.pull();
@@ -212,7 +219,7 @@ TEST(ParameterServer, AdamOnTwoPsMatchesOneProcess) {
   const auto placement = distribute::place_variables(to_place(vars), 2, &partitioner);
   const Json adam = Json{{"class_name", "Adam"}, {"config", {{"learning_rate", 0.01}}}};
   TwoPs cluster(adam);
-  ParameterServerClient client(placement, {.ps_addresses = cluster.addresses()});
+  ParameterServerClient client(placement, options(cluster.addresses()));
   std::map<std::string, at::Tensor> init;
   std::vector<VariablePtr> local;
   for (auto& v : vars) {
@@ -241,7 +248,7 @@ TEST(ParameterServer, AdamOnTwoPsMatchesOneProcess) {
 TEST(ParameterServer, CreateIsIdempotentAndErrorsAreClear) {
   TwoPs cluster(sgd(1.0));
   const auto placement = distribute::place_variables({{"w", {2, 2}}, {"b", {2}}}, 2);
-  ParameterServerClient c(placement, {.ps_addresses = cluster.addresses(), .connect_timeout_seconds = 2});
+  ParameterServerClient c(placement, options(cluster.addresses()));
   EXPECT_EQ(c.create_variables({{"w", at::ones({2, 2})}, {"b", at::zeros({2})}}), 2);
   c.pull();
   c.push_gradients({{"w", at::ones({2, 2})}});
@@ -252,15 +259,14 @@ TEST(ParameterServer, CreateIsIdempotentAndErrorsAreClear) {
   EXPECT_TRUE(at::equal(cluster.servers[0]->values().at("w"), at::zeros({2, 2})));
 
   // Another shape under the same path.
-  ParameterServerClient other(distribute::place_variables({{"w", {3}}}, 1),
-                              {.ps_addresses = {cluster.servers[0]->target()}});
+  ParameterServerClient other(distribute::place_variables({{"w", {3}}}, 1), options({cluster.servers[0]->target()}));
   expect_has(error_of<ValueError>([&] {
                other.create_variables({{"w", at::ones({3})}});
              }),
              {"'w'", "float32 (2, 2)", "(3,)", "ps 0"});
   // A variable no ps holds.
   ParameterServerClient stray(distribute::place_variables({{"nowhere", {1}}}, 1),
-                              {.ps_addresses = {cluster.servers[0]->target()}});
+                              options({cluster.servers[0]->target()}));
   expect_has(error_of<NotFoundError>([&] { stray.pull(); }), {"'nowhere'", "create it first"});
   expect_has(error_of<NotFoundError>([&] { stray.push_gradients({{"nowhere", at::ones({1})}}); }), {"'nowhere'"});
   // Client-side checks.
