@@ -201,6 +201,16 @@ void ParameterServerOptions::validate() const {
   Optimizer::from_json(optimizer);  // ValueError for an unknown optimizer or bad config
 }
 
+ParameterServerOptions ps_task_options(const distribute::PsClusterSpec& spec, Json optimizer) {
+  if (!spec.is_ps())
+    throw ValueError("ps_task_options: this task is " + spec.task_type + " " + std::to_string(spec.task_index) +
+                     ", not a ps task; only the tasks of TF_CONFIG's cluster.ps serve variables");
+  const std::string& own = spec.address();
+  return {.address = "0.0.0.0:" + own.substr(own.rfind(':') + 1),
+          .optimizer = std::move(optimizer),
+          .task_index = spec.task_index};
+}
+
 ParameterServer::ParameterServer(ParameterServerOptions options) : options_(std::move(options)) {
   options_.validate();
   service_ = std::make_unique<ParameterServiceImpl>(Optimizer::from_json(options_.optimizer), options_.task_index);

@@ -37,6 +37,7 @@
 #include <string>
 
 #include "kiln/core/json.h"
+#include "kiln/distribute/cluster.h"
 
 namespace grpc {
 class Server;
@@ -54,6 +55,11 @@ struct ParameterServerOptions {
   // optimizer that from_json refuses.
   void validate() const;
 };
+
+// The options of the ps task `spec` names (resolve_ps_cluster()): it serves
+// on every interface at its own address's port ("0.0.0.0:<port>"), with
+// task_index = spec.task_index. ValueError when `spec` is not a ps task.
+ParameterServerOptions ps_task_options(const distribute::PsClusterSpec& spec, Json optimizer);
 
 class ParameterServiceImpl;
 

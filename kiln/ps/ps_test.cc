@@ -298,5 +298,20 @@ TEST(ParameterServer, CreateIsIdempotentAndErrorsAreClear) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
+TEST(ParameterServer, TaskOptionsFromTheCluster) {
+  distribute::PsClusterSpec spec;
+  spec.worker = {"h1:2222"};
+  spec.ps = {"h2:2222", "h3:2300"};
+  spec.task_type = "ps";
+  spec.task_index = 1;
+  auto o = ps::ps_task_options(spec, "adam");
+  EXPECT_EQ(o.address, "0.0.0.0:2300");
+  EXPECT_EQ(o.task_index, 1);
+  EXPECT_EQ(o.optimizer, Json("adam"));
+  spec.task_type = "worker";
+  spec.task_index = 0;
+  expect_has(error_of<ValueError>([&] { ps::ps_task_options(spec, "sgd"); }), {"worker 0", "not a ps task"});
+}
+
 }  // namespace
 }  // namespace kiln
