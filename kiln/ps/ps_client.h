@@ -27,6 +27,9 @@
 // version than the one pulled (it restarted), IOError when a ps cannot be
 // reached within connect_timeout_seconds (retrying meanwhile) or a call
 // outlives rpc_timeout_seconds. Each message names the ps task and address.
+// Known gap: a call that fails UNAVAILABLE is retried, so a push whose
+// connection broke after the ps applied it could be applied twice (pushes
+// carry no request id yet).
 //
 // Thread safety: all methods may be called from several threads (the
 // remembered versions are guarded), though staleness is meaningful per worker.
