@@ -1,6 +1,7 @@
 #include "kiln/distribute/cluster.h"
 
 #include <cstdlib>
+#include <map>
 
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
@@ -53,13 +54,18 @@ ClusterSpec from_torchrun(const GetEnv& env) {
   return c;
 }
 
-ClusterSpec from_tf_config(const std::string& text) {
+Json parse_tf_config(const std::string& text) {
   Json cfg;
   try {
     cfg = parse_json(text, "TF_CONFIG");
   } catch (const std::exception& e) {
     throw ValueError(std::string(e.what()) + "; TF_CONFIG must be JSON (see docs/DISTRIBUTED.md)");
   }
+  return cfg;
+}
+
+ClusterSpec from_tf_config(const std::string& text) {
+  const Json cfg = parse_tf_config(text);
   if (!cfg.is_object() || !cfg.contains("cluster") || !cfg["cluster"].is_object() || !cfg.contains("task") ||
       !cfg["task"].is_object())
     throw ValueError(
@@ -67,6 +73,11 @@ ClusterSpec from_tf_config(const std::string& text) {
         "[\"host1:2222\", \"host2:2222\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}");
   const Json& cluster = cfg["cluster"];
   for (auto& [k, v] : cluster.items()) {
+    if (k == "ps")
+      throw ValueError(
+          "TF_CONFIG: cluster role 'ps' makes this a parameter-server job, and a ps task has no "
+          "data-parallel rank; for data-parallel training list only \"chief\" and \"worker\" (parameter "
+          "servers: resolve_ps_cluster, see docs/DISTRIBUTED.md)");
     if (k != "chief" && k != "worker")
       throw ValueError("TF_CONFIG: cluster role " + text_excerpt(k) +
                        " is not supported by data-parallel training; use \"chief\" and \"worker\" (parameter "
@@ -112,6 +123,62 @@ ClusterSpec from_tf_config(const std::string& text) {
     if (static_cast<int>(i) < rank) ++c.local_rank;
     ++c.local_world_size;
   }
+  return c;
+}
+
+PsClusterSpec ps_from_tf_config(const std::string& text) {
+  const Json cfg = parse_tf_config(text);
+  if (!cfg.is_object() || !cfg.contains("cluster") || !cfg["cluster"].is_object() || !cfg.contains("task") ||
+      !cfg["task"].is_object())
+    throw ValueError(
+        "TF_CONFIG must be an object with \"cluster\" and \"task\", e.g. {\"cluster\": {\"chief\": "
+        "[\"host0:2222\"], \"worker\": [\"host1:2222\"], \"ps\": [\"host2:2222\"]}, \"task\": {\"type\": "
+        "\"ps\", \"index\": 0}}");
+  PsClusterSpec c;
+  std::map<std::string, std::vector<std::string>*> lists = {
+      {"chief", &c.chief}, {"worker", &c.worker}, {"ps", &c.ps}, {"evaluator", &c.evaluator}};
+  std::map<std::string, std::string> owner;  // "host:port" -> "ps[1]", to find two tasks on one address
+  for (auto& [k, v] : cfg["cluster"].items()) {
+    auto it = lists.find(k);
+    if (it == lists.end())
+      throw ValueError("TF_CONFIG: cluster role " + text_excerpt(k) +
+                       " is not one of a parameter-server job's roles; use \"chief\", \"worker\", \"ps\" and "
+                       "\"evaluator\"");
+    if (!v.is_array()) throw ValueError("TF_CONFIG: cluster." + k + " must be a list of \"host:port\"");
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string where = k + "[" + std::to_string(i) + "]";
+      if (!v[i].is_string()) throw ValueError("TF_CONFIG: cluster." + where + " must be a \"host:port\" string");
+      const std::string addr = v[i].get<std::string>();
+      host_port(addr, "cluster." + where);
+      if (auto [o, fresh] = owner.emplace(addr, where); !fresh)
+        throw ValueError("TF_CONFIG: cluster." + where + " and cluster." + o->second + " share the address " +
+                         text_excerpt(addr) + "; give every task its own port");
+      it->second->push_back(addr);
+    }
+  }
+  if (c.ps.empty())
+    throw ValueError(
+        "TF_CONFIG: a parameter-server job needs at least one \"ps\" task in the cluster; without parameter "
+        "servers, train data-parallel (resolve_cluster)");
+  if (c.worker.empty()) throw ValueError("TF_CONFIG: a parameter-server job needs at least one \"worker\" task");
+  if (c.chief.size() > 1)
+    throw ValueError("TF_CONFIG: cluster.chief must list at most one task. Received: " +
+                     std::to_string(c.chief.size()));
+  const Json& task = cfg["task"];
+  if (!task.contains("type") || !task["type"].is_string() || !task.contains("index") ||
+      !task["index"].is_number_integer())
+    throw ValueError("TF_CONFIG: task must be {\"type\": \"chief\"|\"worker\"|\"ps\"|\"evaluator\", \"index\": N}");
+  c.task_type = task["type"].get<std::string>();
+  const long index = task["index"].get<long>();
+  auto it = lists.find(c.task_type);
+  if (it == lists.end())
+    throw ValueError("TF_CONFIG: task type " + text_excerpt(c.task_type) +
+                     " is not \"chief\", \"worker\", \"ps\" or \"evaluator\"");
+  if (index < 0 || index >= static_cast<long>(it->second->size()))
+    throw ValueError("TF_CONFIG: task type " + text_excerpt(c.task_type) + " index " + std::to_string(index) +
+                     " is not in the cluster (cluster." + c.task_type + " lists " + std::to_string(it->second->size()) +
+                     " tasks)");
+  c.task_index = static_cast<int>(index);
   return c;
 }
 
@@ -169,6 +236,36 @@ ClusterSpec resolve_cluster(const GetEnv& getenv) {
   if (auto tf = env("TF_CONFIG"); tf && !tf->empty()) return from_tf_config(*tf);
   if (env("SLURM_PROCID")) return from_slurm(env);
   return ClusterSpec();
+}
+
+const std::string& PsClusterSpec::address() const {
+  const std::vector<std::string>* list = is_chief() ? &chief : is_worker() ? &worker : is_ps() ? &ps : &evaluator;
+  if (task_index < 0 || task_index >= static_cast<int>(list->size()))
+    throw ValueError("PsClusterSpec: task " + task_type + " " + std::to_string(task_index) + " is not in the cluster");
+  return (*list)[task_index];
+}
+
+PsClusterSpec resolve_ps_cluster(const GetEnv& getenv) {
+  const GetEnv env = getenv ? getenv : GetEnv(process_env);
+  auto tf = env("TF_CONFIG");
+  if (!tf || tf->empty())
+    throw ValueError(
+        "parameter-server training needs TF_CONFIG with \"chief\", \"worker\" and \"ps\" tasks, e.g. "
+        "TF_CONFIG='{\"cluster\": {\"chief\": [\"host0:2222\"], \"worker\": [\"host1:2222\"], \"ps\": "
+        "[\"host2:2222\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}' (see docs/DISTRIBUTED.md)");
+  return ps_from_tf_config(*tf);
+}
+
+bool is_ps_cluster(const GetEnv& getenv) {
+  const GetEnv env = getenv ? getenv : GetEnv(process_env);
+  auto tf = env("TF_CONFIG");
+  if (!tf || tf->empty()) return false;
+  try {
+    const Json cfg = parse_tf_config(*tf);
+    return cfg.is_object() && cfg.contains("cluster") && cfg["cluster"].is_object() && cfg["cluster"].contains("ps");
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 }  // namespace kiln::distribute

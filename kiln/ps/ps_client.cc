@@ -1,0 +1,270 @@
+#include "kiln/ps/ps_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <functional>
+#include <future>
+#include <thread>
+
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/core/json_limits.h"
+#include "kiln/ps/wire.h"
+
+namespace kiln::ps {
+namespace {
+
+namespace pb = ::kiln::ps;
+using Clock = std::chrono::steady_clock;
+
+// Runs f(i) for every i in `tasks` at once; rethrows the first error after
+// all have finished.
+void for_each_task(const std::vector<int>& tasks, const std::function<void(int)>& f) {
+  if (tasks.size() == 1) return f(tasks[0]);
+  std::vector<std::future<void>> running;
+  for (int i : tasks) running.push_back(std::async(std::launch::async, f, i));
+  std::exception_ptr first;
+  for (auto& r : running) {
+    try {
+      r.get();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace
+
+struct ParameterServerClient::Stubs {
+  std::vector<std::unique_ptr<pb::ParameterServerService::Stub>> stubs;
+  PsClientOptions options;
+
+  template <class Rpc>
+  void call(int task, const std::string& what, Rpc&& rpc) {
+    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(options.connect_timeout_seconds));
+    const std::string where = "ps " + std::to_string(task) + " (" + options.ps_addresses[task] + ")";
+    while (true) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                           std::chrono::duration<double>(options.rpc_timeout_seconds)));
+      grpc::Status s = rpc(*stubs[task], ctx);
+      if (s.ok()) return;
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE && Clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      const std::string m = what + " at " + where + " failed: " + s.error_message();
+      switch (s.error_code()) {
+        case grpc::StatusCode::INVALID_ARGUMENT:
+          throw ValueError(m);
+        case grpc::StatusCode::NOT_FOUND:
+          throw NotFoundError(m);
+        case grpc::StatusCode::FAILED_PRECONDITION:
+          throw StateError(m);
+        case grpc::StatusCode::UNAVAILABLE:
+          throw IOError(what + ": cannot reach " + where + " within " +
+                        std::to_string(options.connect_timeout_seconds) + " s: " + s.error_message());
+        default:
+          throw IOError(m);
+      }
+    }
+  }
+};
+
+void PsClientOptions::validate() const {
+  if (ps_addresses.empty())
+    throw ValueError(
+        "ParameterServerClient: `ps_addresses` is empty; give the cluster's \"ps\" list (PsClusterSpec::ps)");
+  for (const auto& a : ps_addresses) {
+    const auto colon = a.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == a.size())
+      throw ValueError("ParameterServerClient: a ps address must be HOST:PORT. Received: " + text_excerpt(a));
+  }
+  if (!(connect_timeout_seconds > 0))
+    throw ValueError("ParameterServerClient: `connect_timeout_seconds` must be positive. Received: " +
+                     std::to_string(connect_timeout_seconds));
+  if (!(rpc_timeout_seconds > 0))
+    throw ValueError("ParameterServerClient: `rpc_timeout_seconds` must be positive. Received: " +
+                     std::to_string(rpc_timeout_seconds));
+}
+
+ParameterServerClient::ParameterServerClient(std::vector<distribute::PlacedVariable> placement, PsClientOptions options)
+    : placement_(std::move(placement)), options_(std::move(options)), stubs_(std::make_unique<Stubs>()) {
+  options_.validate();
+  for (size_t i = 0; i < placement_.size(); ++i) {
+    const auto& v = placement_[i];
+    if (!index_.emplace(v.path, i).second)
+      throw ValueError("ParameterServerClient: the placement lists " + text_excerpt(v.path) + " twice");
+    for (const auto& s : v.shards)
+      if (s.ps < 0 || s.ps >= static_cast<int>(options_.ps_addresses.size()))
+        throw ValueError("ParameterServerClient: " + text_excerpt(s.path) + " is placed on ps " + std::to_string(s.ps) +
+                         ", but the cluster has " + std::to_string(options_.ps_addresses.size()) +
+                         " ps tasks; place the variables with the cluster's num_ps()");
+  }
+  stubs_->options = options_;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  for (const auto& a : options_.ps_addresses)
+    stubs_->stubs.push_back(
+        pb::ParameterServerService::NewStub(grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args)));
+}
+
+ParameterServerClient::~ParameterServerClient() = default;
+
+const distribute::PlacedVariable& ParameterServerClient::placed(const std::string& path) const {
+  auto it = index_.find(path);
+  if (it == index_.end())
+    throw ValueError("ParameterServerClient: no placed variable is named " + text_excerpt(path) +
+                     " (the placement has " + std::to_string(placement_.size()) + " variables)");
+  return placement_[it->second];
+}
+
+int ParameterServerClient::create_variables(const std::map<std::string, at::Tensor>& initial_values) {
+  std::map<int, pb::CreateVariablesRequest> requests;
+  for (const auto& v : placement_) {
+    auto it = initial_values.find(v.path);
+    if (it == initial_values.end() || !it->second.defined())
+      throw ValueError("ParameterServerClient::create_variables: no initial value for " + text_excerpt(v.path));
+    const at::Tensor value = it->second.detach().to(at::kCPU);
+    if (sizes_of(value) != v.shape)
+      throw ShapeError("ParameterServerClient::create_variables: " + text_excerpt(v.path) + " is placed with shape " +
+                       shape_to_string(v.shape) + "; its initial value has " + shape_to_string(sizes_of(value)));
+    for (const auto& s : v.shards) {
+      pb::VariableValue* out = requests[s.ps].add_variables();
+      out->set_path(s.path);
+      wire::fill(out->mutable_value(), v.sharded() ? value.narrow(0, s.row_offset, s.shape[0]) : value);
+    }
+  }
+  for (const auto& [path, value] : initial_values) placed(path);  // no unplaced extras
+  std::vector<int> tasks;
+  for (auto& [t, q] : requests) tasks.push_back(t);
+  std::mutex mu;
+  int created = 0;
+  for_each_task(tasks, [&](int t) {
+    pb::CreateVariablesResponse r;
+    stubs_->call(t, "CreateVariables", [&](pb::ParameterServerService::Stub& s, grpc::ClientContext& c) {
+      return s.CreateVariables(&c, requests.at(t), &r);
+    });
+    std::lock_guard<std::mutex> l(mu);
+    created += r.created_size();
+  });
+  return created;
+}
+
+std::map<std::string, at::Tensor> ParameterServerClient::pull(const std::vector<std::string>& paths) {
+  std::vector<const distribute::PlacedVariable*> wanted;
+  if (paths.empty())
+    for (const auto& v : placement_) wanted.push_back(&v);
+  for (const auto& p : paths) wanted.push_back(&placed(p));
+  std::map<int, pb::PullRequest> requests;
+  for (const auto* v : wanted)
+    for (const auto& s : v->shards) requests[s.ps].add_paths(s.path);
+  std::vector<int> tasks;
+  for (auto& [t, q] : requests) tasks.push_back(t);
+  std::map<int, pb::PullResponse> responses;
+  for (int t : tasks) responses[t];  // created before the threads write into them
+  for_each_task(tasks, [&](int t) {
+    stubs_->call(t, "Pull", [&](pb::ParameterServerService::Stub& s, grpc::ClientContext& c) {
+      return s.Pull(&c, requests.at(t), &responses.at(t));
+    });
+  });
+  std::map<std::string, at::Tensor> shards;
+  std::map<std::string, int64_t> versions;
+  for (auto& [t, r] : responses)
+    for (const auto& v : r.variables()) {
+      shards[v.path()] =
+          wire::tensor_of(v.value(), "Pull from ps " + std::to_string(t) + ": " + text_excerpt(v.path()));
+      versions[v.path()] = v.version();
+    }
+  std::map<std::string, at::Tensor> out;
+  for (const auto* v : wanted) {
+    std::vector<at::Tensor> parts;
+    for (const auto& s : v->shards) {
+      auto it = shards.find(s.path);
+      if (it == shards.end())
+        throw IOError("Pull: ps " + std::to_string(s.ps) + " sent no value for " + text_excerpt(s.path));
+      parts.push_back(it->second);
+    }
+    out[v->path] = parts.size() == 1 ? parts[0] : at::cat(parts, 0);
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& [p, ver] : versions) versions_[p] = ver;
+  return out;
+}
+
+PushResult ParameterServerClient::push_gradients(const std::map<std::string, at::Tensor>& grads) {
+  std::map<std::string, int64_t> pulled = pulled_versions();
+  std::map<int, pb::PushGradientsRequest> requests;
+  for (const auto& [path, g] : grads) {
+    if (!g.defined()) continue;
+    const auto& v = placed(path);
+    if (sizes_of(g) != v.shape)
+      throw ShapeError("ParameterServerClient::push_gradients: the gradient of " + text_excerpt(path) + " has shape " +
+                       shape_to_string(sizes_of(g)) + "; the variable's is " + shape_to_string(v.shape));
+    const at::Tensor cpu = g.detach().to(at::kCPU);
+    for (const auto& s : v.shards) {
+      auto& q = requests[s.ps];
+      q.set_worker(options_.worker_name);
+      pb::Gradient* out = q.add_gradients();
+      out->set_path(s.path);
+      auto it = pulled.find(s.path);
+      out->set_pulled_version(it == pulled.end() ? 0 : it->second);
+      wire::fill(out->mutable_gradient(), v.sharded() ? cpu.narrow(0, s.row_offset, s.shape[0]) : cpu);
+    }
+  }
+  std::vector<int> tasks;
+  for (auto& [t, q] : requests) tasks.push_back(t);
+  std::map<int, pb::PushGradientsResponse> responses;
+  for (int t : tasks) responses[t];
+  for_each_task(tasks, [&](int t) {
+    stubs_->call(t, "PushGradients", [&](pb::ParameterServerService::Stub& s, grpc::ClientContext& c) {
+      return s.PushGradients(&c, requests.at(t), &responses.at(t));
+    });
+  });
+  PushResult result;
+  for (auto& [t, r] : responses) {
+    const auto& q = requests[t];
+    if (r.staleness_size() != q.gradients_size())
+      throw IOError("PushGradients: ps " + std::to_string(t) + " answered " + std::to_string(r.staleness_size()) +
+                    " staleness values for " + std::to_string(q.gradients_size()) + " gradients");
+    for (int i = 0; i < q.gradients_size(); ++i) {
+      result.staleness[q.gradients(i).path()] = r.staleness(i);
+      result.max_staleness = std::max(result.max_staleness, r.staleness(i));
+    }
+  }
+  return result;
+}
+
+std::map<std::string, int64_t> ParameterServerClient::pulled_versions() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return versions_;
+}
+
+std::vector<PsTaskStatus> ParameterServerClient::status() {
+  std::vector<PsTaskStatus> out(options_.ps_addresses.size());
+  std::vector<int> tasks;
+  for (size_t t = 0; t < out.size(); ++t) tasks.push_back(static_cast<int>(t));
+  for_each_task(tasks, [&](int t) {
+    pb::GetStatusRequest q;
+    pb::GetStatusResponse r;
+    stubs_->call(t, "GetStatus",
+                 [&](pb::ParameterServerService::Stub& s, grpc::ClientContext& c) { return s.GetStatus(&c, q, &r); });
+    PsTaskStatus& st = out[t];
+    st.task_index = r.task_index();
+    st.address = options_.ps_addresses[t];
+    st.state = r.state();
+    st.num_variables = r.num_variables();
+    st.pushes_applied = r.pushes_applied();
+    st.max_staleness = r.max_staleness();
+    st.optimizer_json = r.optimizer_json();
+    st.optimizer_iterations = r.optimizer_iterations();
+  });
+  return out;
+}
+
+}  // namespace kiln::ps
