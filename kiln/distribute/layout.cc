@@ -71,10 +71,13 @@ void DeviceMesh::check(const Shape& shape, const TensorLayout& layout, const std
     const std::string& a = layout.axes[d];
     if (a.empty()) continue;
     const int64_t n = axis_size(a);
-    if (!used.insert(a).second) throw ValueError(what + ": mesh axis '" + a + "' shards two dimensions");
+    if (!used.insert(a).second)
+      throw ValueError(what + ": mesh axis '" + a + "' shards two dimensions; name it for one dimension and " +
+                       "replicate the others (\"\" or null)");
     if (shape[d] % n != 0)
       throw ValueError(what + ": dimension " + std::to_string(d) + " of size " + std::to_string(shape[d]) +
-                       " does not split evenly over mesh axis '" + a + "' (" + std::to_string(n) + " devices)");
+                       " does not split evenly over mesh axis '" + a + "' (" + std::to_string(n) +
+                       " devices); choose a size it divides, or replicate that dimension");
   }
 }
 

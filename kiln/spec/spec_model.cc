@@ -62,9 +62,11 @@ ModelPtr sequential_from(const std::vector<Json>& layers, const Shape& shape, at
     }
     try {
       model->add(layer);
-    } catch (const UserError& e) {
+    } catch (const ShapeError& e) {
       throw ValueError(at + " (" + lj["class_name"].get<std::string>() +
                        ") does not fit after the layers before it: " + e.what());
+    } catch (const UserError& e) {  // e.g. a layout the distribution refuses for its variables
+      throw ValueError(at + " (" + lj["class_name"].get<std::string>() + "): " + e.what());
     }
   }
   return model;
