@@ -102,10 +102,10 @@ void ModelCheckpoint::save(int epoch, std::optional<int64_t> batch, const Logs& 
     std::cout << "\nEpoch " << epoch + 1 << ": saving model to " << path << "\n";
   }
   if (o_.save_weights_only) {
-    if (chief) model().save_weights(path);
+    if (saves) model().save_weights(path);
   } else {
     model().train_state().with_full_optimizer_state([&] {
-      if (chief) model().save(path, /*include_optimizer=*/true);
+      if (saves) model().save(path, /*include_optimizer=*/true);
     });
   }
   if (chief) saved_.push_back(path);
