@@ -78,7 +78,9 @@ ClusterSpec from_tf_config(const std::string& text) {
           "TF_CONFIG: cluster role 'ps' makes this a parameter-server job, and a ps task has no "
           "data-parallel rank; for data-parallel training list only \"chief\" and \"worker\" (parameter "
           "servers: resolve_ps_cluster, see docs/DISTRIBUTED.md)");
-    if (k != "chief" && k != "worker")
+    // An evaluator (a TFJob's Evaluator replica) takes no part in training:
+    // it is allowed in the cluster and gets no rank.
+    if (k != "chief" && k != "worker" && k != "evaluator")
       throw ValueError("TF_CONFIG: cluster role " + text_excerpt(k) +
                        " is not supported by data-parallel training; use \"chief\" and \"worker\" (parameter "
                        "servers: see docs/DISTRIBUTED.md)");
@@ -100,6 +102,10 @@ ClusterSpec from_tf_config(const std::string& text) {
     throw ValueError("TF_CONFIG: task must be {\"type\": \"chief\"|\"worker\", \"index\": N}");
   const std::string type = task["type"].get<std::string>();
   const long index = task["index"].get<long>();
+  if (type == "evaluator")
+    throw ValueError(
+        "TF_CONFIG: this task is the evaluator, which takes no part in data-parallel training, and kiln has no "
+        "side-car evaluator; evaluate the versions the chief publishes with `kiln evaluate` instead");
   int rank = -1, seen = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
     if (tasks[i].first != type) continue;

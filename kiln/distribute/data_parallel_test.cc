@@ -77,6 +77,22 @@ TEST(Cluster, TorchrunVariablesComeFirst) {
   EXPECT_EQ(c.master_port, 29400);
 }
 
+// A TFJob with an Evaluator replica lists it in every task's TF_CONFIG: it
+// takes no part (no rank, not counted), and the evaluator task itself is
+// told what to run instead.
+TEST(Cluster, TfConfigEvaluatorIsNotARank) {
+  const std::string cluster = R"({"cluster": {"chief": ["a:1"], "worker": ["b:2"], "evaluator": ["c:3"]},)";
+  ClusterSpec w = resolve_cluster(env_of({{"TF_CONFIG", cluster + R"("task": {"type": "worker", "index": 0}})"}}));
+  EXPECT_EQ(w.world_size, 2);
+  EXPECT_EQ(w.rank, 1);
+  EXPECT_EQ(w.master_addr, "a");
+  auto msg = error_of([&] {
+    resolve_cluster(env_of({{"TF_CONFIG", cluster + R"("task": {"type": "evaluator", "index": 0}})"}}));
+  });
+  EXPECT_NE(msg.find("evaluator"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("kiln evaluate"), std::string::npos) << msg;
+}
+
 TEST(Cluster, TfConfigChiefIsRankZero) {
   const std::string cluster =
       R"({"cluster": {"worker": ["hostb:2222", "hosta:2223", "hostb:2224"], "chief": ["hosta:2222"]},)";
