@@ -6,6 +6,7 @@
 #include "kiln/core/error.h"
 #include "kiln/distribute/cluster.h"
 #include "kiln/distribute/partitioner.h"
+#include "kiln/testing/expect_error.h"
 
 namespace kiln {
 // Named, not anonymous: the unity build compiles this file with the other
@@ -20,21 +21,6 @@ distribute::GetEnv tf_config(const std::string& json) {
     if (k == "TF_CONFIG") return json;
     return std::nullopt;
   };
-}
-
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const ValueError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-void expect_has(const std::string& msg, std::initializer_list<const char*> parts) {
-  EXPECT_FALSE(msg.empty()) << "no ValueError";
-  for (auto* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << " lacks " << p;
 }
 
 const std::string kCluster =
@@ -80,8 +66,8 @@ TEST(PsCluster, DataParallelResolverGivesPsJobsNoRank) {
   // task (a ps must not become a data-parallel rank), pointing to the fix.
   for (const char* task : {R"("task": {"type": "ps", "index": 0}})", R"("task": {"type": "worker", "index": 0}})",
                            R"("task": {"type": "chief", "index": 0}})"})
-    expect_has(error_of([&] { distribute::resolve_cluster(tf_config(kCluster + task)); }),
-               {"TF_CONFIG", "'ps'", "parameter-server", "resolve_ps_cluster"});
+    expect_error<ValueError>([&] { distribute::resolve_cluster(tf_config(kCluster + task)); },
+                             {"TF_CONFIG", "'ps'", "parameter-server", "resolve_ps_cluster"});
   // Chief + workers stay data-parallel ranks, as before.
   auto c = distribute::resolve_cluster(
       tf_config(R"({"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker", "index": 0}})"));
@@ -90,36 +76,41 @@ TEST(PsCluster, DataParallelResolverGivesPsJobsNoRank) {
 }
 
 TEST(PsCluster, BadTfConfigIsOneClearError) {
-  auto err = [](const std::string& json) { return error_of([&] { resolve_ps_cluster(tf_config(json)); }); };
-  expect_has(error_of([] { resolve_ps_cluster([](const std::string&) { return std::nullopt; }); }),
-             {"TF_CONFIG", "\"ps\"", "docs/DISTRIBUTED.md"});
-  expect_has(err("{oops"), {"TF_CONFIG", "JSON"});
-  expect_has(err(R"({"cluster": {"worker": ["a:1"]}})"), {"TF_CONFIG", "\"task\""});
-  expect_has(err(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}})"),
-             {"TF_CONFIG", "\"ps\"", "resolve_cluster"});
-  expect_has(err(R"({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 0}})"), {"\"worker\""});
-  expect_has(err(R"({"cluster": {"chief": ["a:1", "a:2"], "worker": ["a:3"], "ps": ["a:4"]},
+  auto err = [](const std::string& json) { return [json] { resolve_ps_cluster(tf_config(json)); }; };
+  expect_error<ValueError>([] { resolve_ps_cluster([](const std::string&) { return std::nullopt; }); },
+                           {"TF_CONFIG", "\"ps\"", "docs/DISTRIBUTED.md"});
+  expect_error<ValueError>(err("{oops"), {"TF_CONFIG", "JSON"});
+  expect_error<ValueError>(err(R"({"cluster": {"worker": ["a:1"]}})"), {"TF_CONFIG", "\"task\""});
+  expect_error<ValueError>(err(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}})"),
+                           {"TF_CONFIG", "\"ps\"", "resolve_cluster"});
+  expect_error<ValueError>(err(R"({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 0}})"), {"\"worker\""});
+  expect_error<ValueError>(err(R"({"cluster": {"chief": ["a:1", "a:2"], "worker": ["a:3"], "ps": ["a:4"]},
                      "task": {"type": "ps", "index": 0}})"),
-             {"cluster.chief", "at most one", "2"});
-  expect_has(err(R"({"cluster": {"worker": ["a:1"], "ps": ["a:2"], "master": ["a:3"]},
+                           {"cluster.chief", "at most one", "2"});
+  expect_error<ValueError>(err(R"({"cluster": {"worker": ["a:1"], "ps": ["a:2"], "master": ["a:3"]},
                      "task": {"type": "ps", "index": 0}})"),
-             {"'master'", "\"ps\""});
-  expect_has(err(R"({"cluster": {"worker": ["a:1"], "ps": ["a"]}, "task": {"type": "ps", "index": 0}})"),
-             {"cluster.ps[0]", "host:port"});
-  expect_has(err(R"({"cluster": {"worker": ["a:1"], "ps": ["a:x"]}, "task": {"type": "ps", "index": 0}})"),
-             {"cluster.ps[0] port", "'x'"});
-  expect_has(err(R"({"cluster": {"worker": ["a:1"], "ps": ["a:2", "a:1"]}, "task": {"type": "ps", "index": 0}})"),
-             {"cluster.ps[1]", "cluster.worker[0]", "a:1", "own port"});
-  expect_has(err(R"({"cluster": {"worker": ["a:1"], "ps": ["a:2"]}, "task": {"type": "ps", "index": 1}})"),
-             {"'ps'", "index 1", "not in the cluster", "lists 1"});
-  expect_has(err(R"({"cluster": {"worker": ["a:1"], "ps": ["a:2"]}, "task": {"type": "ps", "index": -1}})"),
-             {"index -1", "not in the cluster"});
-  expect_has(err(R"({"cluster": {"worker": ["a:1"], "ps": ["a:2"]}, "task": {"type": "master", "index": 0}})"),
-             {"'master'", "\"evaluator\""});
-  expect_has(err(R"({"cluster": {"worker": ["a:1"], "ps": ["a:2"]}, "task": {"type": "ps"}})"),
-             {"task must be", "\"index\""});
-  expect_has(err(R"({"cluster": {"worker": "a:1", "ps": ["a:2"]}, "task": {"type": "ps", "index": 0}})"),
-             {"cluster.worker", "list"});
+                           {"'master'", "\"ps\""});
+  expect_error<ValueError>(err(R"({"cluster": {"worker": ["a:1"], "ps": ["a"]}, "task": {"type": "ps", "index": 0}})"),
+                           {"cluster.ps[0]", "host:port"});
+  expect_error<ValueError>(
+      err(R"({"cluster": {"worker": ["a:1"], "ps": ["a:x"]}, "task": {"type": "ps", "index": 0}})"),
+      {"cluster.ps[0] port", "'x'"});
+  expect_error<ValueError>(
+      err(R"({"cluster": {"worker": ["a:1"], "ps": ["a:2", "a:1"]}, "task": {"type": "ps", "index": 0}})"),
+      {"cluster.ps[1]", "cluster.worker[0]", "a:1", "own port"});
+  expect_error<ValueError>(
+      err(R"({"cluster": {"worker": ["a:1"], "ps": ["a:2"]}, "task": {"type": "ps", "index": 1}})"),
+      {"'ps'", "index 1", "not in the cluster", "lists 1"});
+  expect_error<ValueError>(
+      err(R"({"cluster": {"worker": ["a:1"], "ps": ["a:2"]}, "task": {"type": "ps", "index": -1}})"),
+      {"index -1", "not in the cluster"});
+  expect_error<ValueError>(
+      err(R"({"cluster": {"worker": ["a:1"], "ps": ["a:2"]}, "task": {"type": "master", "index": 0}})"),
+      {"'master'", "\"evaluator\""});
+  expect_error<ValueError>(err(R"({"cluster": {"worker": ["a:1"], "ps": ["a:2"]}, "task": {"type": "ps"}})"),
+                           {"task must be", "\"index\""});
+  expect_error<ValueError>(err(R"({"cluster": {"worker": "a:1", "ps": ["a:2"]}, "task": {"type": "ps", "index": 0}})"),
+                           {"cluster.worker", "list"});
 }
 
 // --- partitioners and placement ---------------------------------------------------------
@@ -156,11 +147,12 @@ TEST(Partitioner, FixedAndMaxSizeAsTensorFlow) {
 }
 
 TEST(Partitioner, OptionsAreValidated) {
-  expect_has(error_of([] { MinSizePartitioner({.min_shard_bytes = 0}); }), {"min_shard_bytes", "min_shard_bytes=0"});
-  expect_has(error_of([] { MinSizePartitioner({.max_shards = 0}); }), {"max_shards", "max_shards=0"});
-  expect_has(error_of([] { FixedShardsPartitioner({.num_shards = -1}); }), {"num_shards=-1"});
-  expect_has(error_of([] { MaxSizePartitioner({.max_shard_bytes = 0}); }), {"max_shard_bytes=0"});
-  expect_has(error_of([] { MaxSizePartitioner({.max_shard_bytes = 1, .max_shards = -2}); }), {"max_shards=-2"});
+  expect_error<ValueError>([] { MinSizePartitioner({.min_shard_bytes = 0}); },
+                           {"min_shard_bytes", "min_shard_bytes=0"});
+  expect_error<ValueError>([] { MinSizePartitioner({.max_shards = 0}); }, {"max_shards", "max_shards=0"});
+  expect_error<ValueError>([] { FixedShardsPartitioner({.num_shards = -1}); }, {"num_shards=-1"});
+  expect_error<ValueError>([] { MaxSizePartitioner({.max_shard_bytes = 0}); }, {"max_shard_bytes=0"});
+  expect_error<ValueError>([] { MaxSizePartitioner({.max_shard_bytes = 1, .max_shards = -2}); }, {"max_shards=-2"});
 }
 
 TEST(Partitioner, ShardRowsPutTheRemainderFirst) {
@@ -218,9 +210,9 @@ TEST(Placement, LargeVariablesAreShardedRoundRobin) {
 }
 
 TEST(Placement, BadInputsAreOneClearError) {
-  expect_has(error_of([] { place_variables({{"a", {2}}}, 0); }), {"num_ps=0"});
-  expect_has(error_of([] { place_variables({{"a", {2}}, {"a", {3}}}, 2); }), {"'a'", "share"});
-  expect_has(error_of([] { place_variables({{"a", {-1, 2}}}, 2); }), {"'a'", "(None, 2)", "known"});
+  expect_error<ValueError>([] { place_variables({{"a", {2}}}, 0); }, {"num_ps=0"});
+  expect_error<ValueError>([] { place_variables({{"a", {2}}, {"a", {3}}}, 2); }, {"'a'", "share"});
+  expect_error<ValueError>([] { place_variables({{"a", {-1, 2}}}, 2); }, {"'a'", "(None, 2)", "known"});
 }
 
 }  // namespace ps_foundation_test
