@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <functional>
+#include <random>
 #include <set>
 
 #include "kiln/core/dtype.h"
@@ -102,8 +104,21 @@ class ParameterServiceImpl final : public pb::ParameterServerService::Service {
           throw ValueError("PushGradients: the path " + text_excerpt(g.path()) + " appears twice");
         grads.push_back(wire::tensor_of(g.gradient(), "PushGradients: gradient of " + text_excerpt(g.path())));
       }
+      std::vector<at::Tensor> assigned;
+      for (const auto& a : q->assign())
+        assigned.push_back(wire::tensor_of(a.value(), "PushGradients: value of " + text_excerpt(a.path())));
+      if (q->sync() && q->replicas_to_aggregate() < 1)
+        throw ValueError("PushGradients: a synchronous push needs replicas_to_aggregate >= 1. Received: " +
+                         std::to_string(q->replicas_to_aggregate()));
       std::lock_guard<std::mutex> l(mu_);
-      std::vector<VariablePtr> vars;
+      if (q->request_id() != 0) {  // a retry of an applied push: the same answer, no second update
+        auto it = last_push_.find(q->worker());
+        if (it != last_push_.end() && it->second.first == q->request_id()) {
+          *r = it->second.second;
+          return grpc::Status::OK;
+        }
+      }
+      std::vector<Slot*> slots;
       std::vector<int64_t> staleness;
       for (int i = 0; i < q->gradients_size(); ++i) {
         const auto& g = q->gradients(i);
@@ -121,21 +136,103 @@ class ParameterServiceImpl final : public pb::ParameterServerService::Service {
                            shape_to_string(sizes_of(grads[i])) + "; the variable's is " +
                            shape_to_string(s.var->shape()));
         grads[i] = grads[i].to(s.var->dtype());
-        vars.push_back(s.var);
+        slots.push_back(&s);
         staleness.push_back(s.version - g.pulled_version());
       }
-      if (vars.empty()) return grpc::Status::OK;
-      optimizer_->apply_gradients(grads, vars);
-      for (int i = 0; i < q->gradients_size(); ++i) {
-        Slot& s = vars_.at(q->gradients(i).path());
-        ++s.version;
-        r->add_staleness(staleness[i]);
-        r->add_version(s.version);
-        max_staleness_ = std::max(max_staleness_, staleness[i]);
+      std::vector<Slot*> assign_slots;
+      for (int i = 0; i < q->assign_size(); ++i) {
+        Slot& s = find(q->assign(i).path(), "PushGradients");
+        if (sizes_of(assigned[i]) != s.var->shape())
+          throw ShapeError("PushGradients: the value of " + text_excerpt(q->assign(i).path()) + " has shape " +
+                           shape_to_string(sizes_of(assigned[i])) + "; the variable's is " +
+                           shape_to_string(s.var->shape()));
+        assign_slots.push_back(&s);
       }
-      ++pushes_;
+      if (q->sync() && q->sync_step() > sync_step_)
+        throw StateError("PushGradients: a push for step " + std::to_string(q->sync_step()) + " reached ps " +
+                         std::to_string(task_index_) + ", which is at step " + std::to_string(sync_step_) +
+                         " (it restarted without its checkpoint?)");
+      {
+        at::NoGradGuard ng;
+        for (size_t i = 0; i < assign_slots.size(); ++i) {
+          assign_slots[i]->var->value().copy_(assigned[i]);
+          ++assign_slots[i]->version;
+        }
+      }
+      const bool dropped = q->sync() && q->sync_step() < sync_step_;
+      if (!dropped && (q->sync() || !slots.empty())) {  // a synchronous push counts even without gradients here
+        if (!q->sync()) {
+          std::vector<VariablePtr> vars;
+          for (Slot* s : slots) vars.push_back(s->var);
+          optimizer_->apply_gradients(grads, vars);
+          for (Slot* s : slots) ++s->version;
+        } else {
+          for (size_t i = 0; i < slots.size(); ++i) {
+            auto& acc = accumulated_[q->gradients(i).path()];
+            acc.sum = acc.sum.defined() ? acc.sum.add_(grads[i]) : grads[i].clone();
+            ++acc.count;
+          }
+          if (++sync_pushes_ >= q->replicas_to_aggregate()) apply_accumulated();
+        }
+        ++pushes_;
+      }
+      for (size_t i = 0; i < slots.size(); ++i) {
+        r->add_staleness(staleness[i]);
+        r->add_version(slots[i]->version);
+        if (!dropped) max_staleness_ = std::max(max_staleness_, staleness[i]);
+      }
+      r->set_dropped(dropped);
+      r->set_sync_step(sync_step_);
+      if (q->request_id() != 0) last_push_[q->worker()] = {q->request_id(), *r};
       return grpc::Status::OK;
     });
+  }
+
+  grpc::Status GetState(grpc::ServerContext*, const pb::GetStateRequest*, pb::PsState* r) override {
+    return guard([&] {
+      std::lock_guard<std::mutex> l(mu_);
+      for (auto& [path, s] : vars_) {
+        pb::VariableValue* v = r->add_variables();
+        v->set_path(path);
+        v->set_version(s.version);
+        wire::fill(v->mutable_value(), s.var->value());
+      }
+      for (auto& [name, t] : optimizer_->state_dict()) {
+        pb::NamedTensor* n = r->add_optimizer_state();
+        n->set_name(name);
+        wire::fill(n->mutable_value(), t);
+      }
+      r->set_sync_step(sync_step_);
+      return grpc::Status::OK;
+    });
+  }
+
+  grpc::Status SetState(grpc::ServerContext*, const pb::PsState* q, pb::SetStateResponse*) override {
+    return guard([&] {
+      std::map<std::string, Slot> vars;
+      for (const auto& v : q->variables()) {
+        if (v.path().empty()) throw ValueError("SetState: a variable has an empty path");
+        at::Tensor value = wire::tensor_of(v.value(), "SetState: variable " + text_excerpt(v.path()));
+        if (!vars.emplace(v.path(), Slot{std::make_shared<Variable>(v.path(), value, true), v.version()}).second)
+          throw ValueError("SetState: the path " + text_excerpt(v.path()) + " appears twice");
+      }
+      std::map<std::string, at::Tensor> state;
+      for (const auto& n : q->optimizer_state())
+        state[n.name()] = wire::tensor_of(n.value(), "SetState: optimizer state " + text_excerpt(n.name()));
+      std::lock_guard<std::mutex> l(mu_);
+      optimizer_->load_state_dict(state);
+      vars_ = std::move(vars);
+      sync_step_ = q->sync_step();
+      accumulated_.clear();
+      sync_pushes_ = 0;
+      last_push_.clear();
+      return grpc::Status::OK;
+    });
+  }
+
+  grpc::Status Shutdown(grpc::ServerContext*, const pb::ShutdownRequest*, pb::ShutdownResponse*) override {
+    if (on_shutdown_) on_shutdown_();
+    return grpc::Status::OK;
   }
 
   grpc::Status GetStatus(grpc::ServerContext*, const pb::GetStatusRequest*, pb::GetStatusResponse* r) override {
@@ -148,6 +245,8 @@ class ParameterServiceImpl final : public pb::ParameterServerService::Service {
       r->set_max_staleness(max_staleness_);
       r->set_optimizer_json(optimizer_->to_json().dump());
       r->set_optimizer_iterations(optimizer_->iterations());
+      r->set_incarnation(incarnation_);
+      r->set_sync_step(sync_step_);
       return grpc::Status::OK;
     });
   }
@@ -165,6 +264,12 @@ class ParameterServiceImpl final : public pb::ParameterServerService::Service {
     return out;
   }
   void set_stopping() { stopping_ = true; }
+  void set_on_shutdown(std::function<void()> f) { on_shutdown_ = std::move(f); }
+  uint64_t incarnation() const { return incarnation_; }
+  int64_t sync_step() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return sync_step_;
+  }
 
  private:
   struct Slot {
@@ -180,8 +285,36 @@ class ParameterServiceImpl final : public pb::ParameterServerService::Service {
     return it->second;
   }
 
+  struct Accumulated {
+    at::Tensor sum;
+    int64_t count = 0;
+  };
+  // mu_ held: the mean of each variable's accumulated gradients as one
+  // optimizer step, then the next synchronous step.
+  void apply_accumulated() {
+    std::vector<at::Tensor> grads;
+    std::vector<VariablePtr> vars;
+    for (auto& [path, acc] : accumulated_) {
+      Slot& s = vars_.at(path);
+      grads.push_back(acc.sum.div_(static_cast<double>(acc.count)));
+      vars.push_back(s.var);
+    }
+    if (!vars.empty()) optimizer_->apply_gradients(grads, vars);
+    for (auto& [path, acc] : accumulated_) ++vars_.at(path).version;
+    accumulated_.clear();
+    sync_pushes_ = 0;
+    ++sync_step_;
+  }
+
   OptimizerPtr optimizer_;
   const int task_index_;
+  const uint64_t incarnation_ = std::random_device{}() * 0x100000000ull + std::random_device{}();
+  std::function<void()> on_shutdown_;
+  int64_t sync_step_ = 0;
+  int64_t sync_pushes_ = 0;
+  std::map<std::string, Accumulated> accumulated_;
+  // Per worker: its last push's request id and answer (retries).
+  std::map<std::string, std::pair<uint64_t, pb::PushGradientsResponse>> last_push_;
   std::atomic<bool> stopping_{false};
   mutable std::mutex mu_;  // guards vars_, pushes_, max_staleness_ and every optimizer_ call
   std::map<std::string, Slot> vars_;
@@ -219,6 +352,11 @@ ParameterServer::ParameterServer(ParameterServerOptions options) : options_(std:
   // Variables and gradients travel whole: no message size limit.
   b.SetMaxReceiveMessageSize(INT32_MAX);
   b.SetMaxSendMessageSize(INT32_MAX);
+  service_->set_on_shutdown([this] {
+    std::lock_guard<std::mutex> l(mu_);
+    shutdown_requested_ = true;
+    stopped_.notify_all();
+  });
   b.RegisterService(service_.get());
   server_ = b.BuildAndStart();
   if (!server_ || port_ == 0) {
@@ -259,9 +397,18 @@ void ParameterServer::shutdown() {
 }
 
 void ParameterServer::wait() {
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    stopped_.wait(l, [&] { return state_ == State::kStopped || shutdown_requested_; });
+    if (state_ == State::kStopped) return;
+  }
+  shutdown();  // asked for by a Shutdown call
   std::unique_lock<std::mutex> l(mu_);
   stopped_.wait(l, [&] { return state_ == State::kStopped; });
 }
+
+uint64_t ParameterServer::incarnation() const { return service_->incarnation(); }
+int64_t ParameterServer::sync_step() const { return service_->sync_step(); }
 
 std::map<std::string, at::Tensor> ParameterServer::values() const { return service_->values(); }
 std::map<std::string, int64_t> ParameterServer::versions() const { return service_->versions(); }

@@ -14,15 +14,28 @@
 // version before the update minus the version the worker pulled (0: the
 // gradient was computed from the current values).
 //
+// Synchronous updates (the seeds' SyncReplicasOptimizer with backup
+// workers): a push names its global step and how many pushes a step takes
+// (N); the task sums the gradients of the first N pushes of its current step,
+// applies their mean as one optimizer step and moves to the next step; a
+// push for an earlier step comes from a straggler and is dropped (reported
+// as such). Pushes carry a request id per worker: a retried push is
+// answered again, never applied twice.
+//
+// Checkpoints: GetState returns everything the task holds (variables,
+// versions, optimizer state, synchronous step) and SetState puts it back,
+// into this task or a restarted one. Shutdown (the chief's, at the end of
+// the job) makes wait() stop the server and return.
+//
 // Variables are created by CreateVariables (idempotent by path: an existing
 // variable keeps its value, so a restarted worker may call it again). A ps
 // task keeps its variables in memory only; checkpoints are the chief's job
-// (not yet written).
+// (kiln/ps/ps_strategy.h).
 //
 // Lifecycle: kServing -> kStopping -> kStopped. The constructor starts
 // serving; shutdown() (or the destructor) stops taking calls, lets running
 // ones finish (up to 2 s) and stops. shutdown() is idempotent; wait() blocks
-// until it has run.
+// until it has run (or runs it when a Shutdown call asked for it).
 //
 // Thread safety: every public method may be called from any thread; the
 // service's handlers run on gRPC's threads.
@@ -84,6 +97,11 @@ class ParameterServer {
   // and, later, checkpoints).
   std::map<std::string, at::Tensor> values() const;
   std::map<std::string, int64_t> versions() const;
+  // Random per ParameterServer: what GetStatus reports, so clients notice a
+  // restarted task.
+  uint64_t incarnation() const;
+  // Synchronous training: the step this task is aggregating.
+  int64_t sync_step() const;
 
  private:
   ParameterServerOptions options_;
@@ -93,6 +111,7 @@ class ParameterServer {
   mutable std::mutex mu_;  // guards state_ and server_ during shutdown
   std::condition_variable stopped_;
   State state_ = State::kServing;
+  bool shutdown_requested_ = false;  // a Shutdown call came; wait() stops the server
 };
 
 std::string state_name(ParameterServer::State s);  // "SERVING", "STOPPING", "STOPPED"

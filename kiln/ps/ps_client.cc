@@ -197,9 +197,25 @@ std::map<std::string, at::Tensor> ParameterServerClient::pull(const std::vector<
   return out;
 }
 
-PushResult ParameterServerClient::push_gradients(const std::map<std::string, at::Tensor>& grads) {
+PushResult ParameterServerClient::push_gradients(const std::map<std::string, at::Tensor>& grads,
+                                                 const PushOptions& options) {
   std::map<std::string, int64_t> pulled = pulled_versions();
   std::map<int, pb::PushGradientsRequest> requests;
+  if (options.sync)  // every ps task takes part in each step, with or without gradients for it
+    for (int t = 0; t < static_cast<int>(options_.ps_addresses.size()); ++t) requests[t];
+  for (const auto& [path, value] : options.assign) {
+    const auto& v = placed(path);
+    if (sizes_of(value) != v.shape)
+      throw ShapeError("ParameterServerClient::push_gradients: the value of " + text_excerpt(path) +
+                       " has shape " + shape_to_string(sizes_of(value)) + "; the variable's is " +
+                       shape_to_string(v.shape));
+    const at::Tensor cpu = value.detach().to(at::kCPU);
+    for (const auto& s : v.shards) {
+      pb::VariableValue* out = requests[s.ps].add_assign();
+      out->set_path(s.path);
+      wire::fill(out->mutable_value(), v.sharded() ? cpu.narrow(0, s.row_offset, s.shape[0]) : cpu);
+    }
+  }
   for (const auto& [path, g] : grads) {
     if (!g.defined()) continue;
     const auto& v = placed(path);
@@ -208,9 +224,7 @@ PushResult ParameterServerClient::push_gradients(const std::map<std::string, at:
                        shape_to_string(sizes_of(g)) + "; the variable's is " + shape_to_string(v.shape));
     const at::Tensor cpu = g.detach().to(at::kCPU);
     for (const auto& s : v.shards) {
-      auto& q = requests[s.ps];
-      q.set_worker(options_.worker_name);
-      pb::Gradient* out = q.add_gradients();
+      pb::Gradient* out = requests[s.ps].add_gradients();
       out->set_path(s.path);
       auto it = pulled.find(s.path);
       out->set_pulled_version(it == pulled.end() ? 0 : it->second);
@@ -218,7 +232,14 @@ PushResult ParameterServerClient::push_gradients(const std::map<std::string, at:
     }
   }
   std::vector<int> tasks;
-  for (auto& [t, q] : requests) tasks.push_back(t);
+  for (auto& [t, q] : requests) {
+    tasks.push_back(t);
+    q.set_worker(options_.worker_name);
+    q.set_request_id(next_request_id_++);
+    q.set_sync(options.sync);
+    q.set_sync_step(options.sync_step);
+    q.set_replicas_to_aggregate(options.replicas_to_aggregate);
+  }
   std::map<int, pb::PushGradientsResponse> responses;
   for (int t : tasks) responses[t];
   for_each_task(tasks, [&](int t) {
@@ -236,8 +257,71 @@ PushResult ParameterServerClient::push_gradients(const std::map<std::string, at:
       result.staleness[q.gradients(i).path()] = r.staleness(i);
       result.max_staleness = std::max(result.max_staleness, r.staleness(i));
     }
+    result.dropped = result.dropped || r.dropped();
   }
   return result;
+}
+
+std::vector<PsTaskState> ParameterServerClient::get_state() {
+  std::vector<PsTaskState> out(options_.ps_addresses.size());
+  std::vector<int> tasks;
+  for (size_t t = 0; t < out.size(); ++t) tasks.push_back(static_cast<int>(t));
+  for_each_task(tasks, [&](int t) {
+    pb::GetStateRequest q;
+    pb::PsState r;
+    stubs_->call(t, "GetState",
+                 [&](pb::ParameterServerService::Stub& s, grpc::ClientContext& c) { return s.GetState(&c, q, &r); });
+    const std::string where = "GetState from ps " + std::to_string(t) + ": ";
+    PsTaskState& st = out[t];
+    for (const auto& v : r.variables()) {
+      st.values[v.path()] = wire::tensor_of(v.value(), where + text_excerpt(v.path()));
+      st.versions[v.path()] = v.version();
+    }
+    for (const auto& n : r.optimizer_state())
+      st.optimizer_state[n.name()] = wire::tensor_of(n.value(), where + text_excerpt(n.name()));
+    st.sync_step = r.sync_step();
+  });
+  return out;
+}
+
+void ParameterServerClient::set_state(const std::vector<PsTaskState>& state) {
+  if (state.size() != options_.ps_addresses.size())
+    throw ValueError("ParameterServerClient::set_state: the state has " + std::to_string(state.size()) +
+                     " ps tasks; the cluster has " + std::to_string(options_.ps_addresses.size()));
+  std::vector<int> tasks;
+  for (size_t t = 0; t < state.size(); ++t) tasks.push_back(static_cast<int>(t));
+  for_each_task(tasks, [&](int t) {
+    pb::PsState q;
+    const PsTaskState& st = state[t];
+    for (const auto& [path, value] : st.values) {
+      pb::VariableValue* v = q.add_variables();
+      v->set_path(path);
+      auto it = st.versions.find(path);
+      v->set_version(it == st.versions.end() ? 0 : it->second);
+      wire::fill(v->mutable_value(), value);
+    }
+    for (const auto& [name, value] : st.optimizer_state) {
+      pb::NamedTensor* n = q.add_optimizer_state();
+      n->set_name(name);
+      wire::fill(n->mutable_value(), value);
+    }
+    q.set_sync_step(st.sync_step);
+    pb::SetStateResponse r;
+    stubs_->call(t, "SetState",
+                 [&](pb::ParameterServerService::Stub& s, grpc::ClientContext& c) { return s.SetState(&c, q, &r); });
+  });
+  std::lock_guard<std::mutex> l(mu_);
+  versions_.clear();
+}
+
+void ParameterServerClient::shutdown_servers() {
+  for (size_t t = 0; t < stubs_->stubs.size(); ++t) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    pb::ShutdownRequest q;
+    pb::ShutdownResponse r;
+    (void)stubs_->stubs[t]->Shutdown(&ctx, q, &r);  // a task already gone has nothing to stop
+  }
 }
 
 std::map<std::string, int64_t> ParameterServerClient::pulled_versions() const {
@@ -263,6 +347,8 @@ std::vector<PsTaskStatus> ParameterServerClient::status() {
     st.max_staleness = r.max_staleness();
     st.optimizer_json = r.optimizer_json();
     st.optimizer_iterations = r.optimizer_iterations();
+    st.incarnation = r.incarnation();
+    st.sync_step = r.sync_step();
   });
   return out;
 }

@@ -27,9 +27,8 @@
 // version than the one pulled (it restarted), IOError when a ps cannot be
 // reached within connect_timeout_seconds (retrying meanwhile) or a call
 // outlives rpc_timeout_seconds. Each message names the ps task and address.
-// Known gap: a call that fails UNAVAILABLE is retried, so a push whose
-// connection broke after the ps applied it could be applied twice (pushes
-// carry no request id yet).
+// A call that fails UNAVAILABLE is retried; pushes carry a request id, so a
+// retried push the ps applied already is not applied again.
 //
 // Thread safety: all methods may be called from several threads (the
 // remembered versions are guarded), though staleness is meaningful per worker.
@@ -37,6 +36,7 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -65,6 +65,26 @@ struct PsTaskStatus {
   int64_t max_staleness = 0;
   std::string optimizer_json;
   int64_t optimizer_iterations = 0;
+  uint64_t incarnation = 0;  // random per ps process: a change means it restarted
+  int64_t sync_step = 0;
+};
+
+// How a push is applied (see parameter_server.h).
+struct PushOptions {
+  bool sync = false;              // false: applied at once (asynchronous)
+  int64_t sync_step = 0;          // sync: the global step the gradients belong to
+  int replicas_to_aggregate = 1;  // sync: pushes averaged into one update
+  // Non-trainable variables to overwrite on their ps (moving statistics),
+  // whole values by path.
+  std::map<std::string, at::Tensor> assign;
+};
+
+// One ps task's whole state (GetState/SetState), for checkpoints.
+struct PsTaskState {
+  std::map<std::string, at::Tensor> values;  // by stored path
+  std::map<std::string, int64_t> versions;
+  std::map<std::string, at::Tensor> optimizer_state;  // Optimizer::state_dict()
+  int64_t sync_step = 0;
 };
 
 struct PushResult {
@@ -72,6 +92,9 @@ struct PushResult {
   // version before the update minus the version this client pulled.
   std::map<std::string, int64_t> staleness;
   int64_t max_staleness = 0;
+  // Synchronous: some ps task dropped the push (its step was already
+  // applied: this worker was a straggler).
+  bool dropped = false;
 };
 
 class ParameterServerClient {
@@ -97,7 +120,9 @@ class ParameterServerClient {
   // Pushes whole gradients by path (each with its variable's shape; the
   // variable's dtype or any floating dtype). Each ps task applies its part
   // as one optimizer step. Undefined gradients are skipped.
-  PushResult push_gradients(const std::map<std::string, at::Tensor>& grads);
+  // Each push carries a fresh request id, so a retry after a broken
+  // connection is never applied twice.
+  PushResult push_gradients(const std::map<std::string, at::Tensor>& grads, const PushOptions& options = {});
 
   // The versions this client last pulled, by stored path.
   std::map<std::string, int64_t> pulled_versions() const;
@@ -105,6 +130,13 @@ class ParameterServerClient {
   // Every ps task's status, in task order (a task that does not answer is an
   // IOError).
   std::vector<PsTaskStatus> status();
+
+  // Every ps task's state, in task order (the chief's checkpoint), and back.
+  std::vector<PsTaskState> get_state();
+  void set_state(const std::vector<PsTaskState>& state);
+  // Asks every ps task to stop serving (the job is over); tasks that cannot
+  // be reached are skipped.
+  void shutdown_servers();
 
  private:
   struct Stubs;
@@ -116,6 +148,7 @@ class ParameterServerClient {
   std::unique_ptr<Stubs> stubs_;
   mutable std::mutex mu_;  // guards versions_
   std::map<std::string, int64_t> versions_;
+  std::atomic<uint64_t> next_request_id_{1};
 };
 
 }  // namespace kiln::ps

@@ -12,6 +12,7 @@
 #include "kiln/training/callback.h"
 #include "kiln/training/checkpoint.h"
 #include "kiln/training/data_adapter.h"
+#include "kiln/training/fit_runner.h"
 #include "kiln/training/gradient_sync.h"
 #include "kiln/training/progbar.h"
 #include "kiln/training/train_state.h"
@@ -161,6 +162,8 @@ History Model::fit(const FitArgs& a) {
   if (a.validation_freq < 1)
     throw ValueError("fit: `validation_freq` must be >= 1. Received: validation_freq=" +
                      std::to_string(a.validation_freq));
+  // Parameter-server training and the like run fit() their own way.
+  if (auto runner = std::dynamic_pointer_cast<FitRunner>(distribution())) return runner->run_fit(*this, a);
 
   // --- data ---
   std::unique_ptr<DataAdapter> train, val;

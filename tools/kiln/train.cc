@@ -18,6 +18,7 @@
 #include "kiln/core/random.h"
 #include "kiln/distribute/data_parallel.h"
 #include "kiln/models/model.h"
+#include "kiln/ps/ps_strategy.h"
 #include "kiln/saving/model_io.h"
 #include "kiln/spec/spec.h"
 #include "kiln/training/backup_and_restore.h"
@@ -58,7 +59,11 @@ Prepared prepare(const Json& spec, int epochs) {
   // Data parallel: from the spec's "distribution", or because the job was
   // started with several ranks (kiln launch, torchrun, TF_CONFIG, srun).
   // Set before the model is built, as Keras's set_distribution.
-  set_distribution(distribute::distribution_from_config(spec.value("distribution", Json())));
+  const Json& dist = spec.value("distribution", Json());
+  if (dist.is_object() && dist.value("type", Json()) == "parameter_server")
+    set_distribution(ps::parameter_server_from_config(dist));  // chief, worker or ps: TF_CONFIG says which
+  else
+    set_distribution(distribute::distribution_from_config(dist));
 
   p.data = load_data(spec["data"]);
   if (!p.data.y_train.defined())
@@ -121,8 +126,10 @@ void run_train(const TrainOptions& o) {
   if (base.empty()) throw ValueError("no output directory: set `output.base_dir` in the spec or pass --output BASE");
 
   // Staging copies that killed runs left under the output base.
-  // (Data parallel: the chief's job, as publishing is.)
-  if (distribute::resolve_cluster().rank == 0)
+  // (Data parallel and parameter servers: the chief's job, as publishing is.)
+  const bool chief_task = distribute::is_ps_cluster() ? distribute::resolve_ps_cluster().is_chief()
+                                                      : distribute::resolve_cluster().rank == 0;
+  if (chief_task)
     for (const std::string& gone : remove_stale_staging(base))
       std::cout << "Removed " << gone << " (left by a killed run)\n";
 
@@ -138,6 +145,9 @@ void run_train(const TrainOptions& o) {
       backups_to_delete.push_back(b->backup_dir());
     }
   p.model->fit(p.fit);
+  // Parameter servers: the workers' and ps tasks' fit() ends with the job;
+  // the chief alone evaluates and publishes.
+  if (std::dynamic_pointer_cast<ps::ParameterServerStrategy>(distribution()) && !is_chief()) return;
   for (auto& cb : p.fit.callbacks)
     if (auto b = std::dynamic_pointer_cast<BackupAndRestore>(cb); b && b->restored() && is_chief())
       std::cout << "Resumed from the backup in " << b->backup_dir() << " at epoch " << b->restored_epoch() + 1
