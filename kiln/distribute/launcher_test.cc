@@ -1,5 +1,6 @@
-// kiln launch: the launcher run in-process (ranks are `sh -c` scripts whose
-// output goes to temp files) and through the built CLI.
+// kiln launch: the launcher run in-process (ranks, or a parameter-server
+// job's tasks, are `sh -c` scripts whose output goes to temp files) and
+// through the built CLI.
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <regex>
