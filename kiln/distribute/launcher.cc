@@ -1,10 +1,13 @@
 #include "kiln/distribute/launcher.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json.h"
 
 extern char** environ;
 
@@ -36,11 +40,13 @@ constexpr int kMaxNprocPerNode = 1024;
 constexpr int kMaxNnodes = 65536;
 constexpr int kMaxRestarts = 1000000;
 constexpr int kMaxThreadsPerRank = 65536;
+constexpr int kMaxNumPs = 64;
+constexpr int kMaxNumWorkers = 1024;
 constexpr double kMaxGraceSeconds = 86400;
 // A line longer than this is passed on in pieces of this size.
 constexpr size_t kMaxLine = 64 * 1024;
-// How long output is still read after the last rank exited (only processes
-// that left their rank's process group can still hold a pipe then).
+// How long output is still read after the last task exited (only processes
+// that left their task's process group can still hold a pipe then).
 constexpr auto kDrainAfterExit = std::chrono::seconds(2);
 
 // Signals the launcher handles while launch() runs: the forwarded ones and
@@ -144,8 +150,8 @@ class BlockSignals {
   sigset_t old_;
 };
 
-// One of a rank's pipes (stdout or stderr): reads what it has, passes whole
-// lines on with the rank's prefix.
+// One of a task's pipes (stdout or stderr): reads what it has, passes whole
+// lines on with the task's prefix.
 class LineForwarder {
  public:
   LineForwarder(int fd, int dest, std::string prefix) : fd_(fd), dest_(dest), prefix_(std::move(prefix)) {}
@@ -217,23 +223,49 @@ class LineForwarder {
   std::string pending_;
 };
 
-struct Rank {
-  int rank = 0;
-  pid_t pid = -1;  // also its process group
+// What the launcher does when a task exits; the mode decides it per task.
+enum class OnExit {
+  // A rank: a failure stops every task (launch() may then start the whole
+  // group again).
+  kFailureStopsJob,
+  // The chief of a parameter-server job: any exit ends the job.
+  kEndsJob,
+  // A worker or ps task: a failure restarts it alone while it has restarts
+  // left; the others go on.
+  kRestartAlone,
+};
+
+// One process of the job, as its mode defines it.
+struct TaskSpec {
+  std::string name;              // in the launcher's lines: "rank 1", "worker 0"
+  std::string prefix;            // of its output lines: "[rank1] ", "[worker0] "
+  std::vector<std::string> env;  // "K=V" set for it, besides the restart count
+  OnExit on_exit = OnExit::kFailureStopsJob;
+};
+
+// Everything a start of a task needs, built before any fork (only
+// async-signal-safe calls between fork and exec).
+struct Prepared {
+  std::string file;  // what execvp gets
+  std::vector<std::string> argv;
+  std::vector<std::string> base_env;           // the launcher's, less the variables set per task
+  std::vector<std::string> restart_variables;  // set to the task's restart count
+  std::vector<TaskSpec> tasks;
+  std::string unit;        // "rank" or "task", in the launcher's lines
+  int group_restarts = 0;  // restarts of the whole group (rank mode)
+};
+
+// A running (or exited) task.
+struct Task {
+  const TaskSpec* spec = nullptr;
+  int restarts = 0;  // its own restarts (kRestartAlone)
+  pid_t pid = -1;    // also its process group
   bool alive = false;
   int exec_errno = 0;  // why exec failed, 0 if it did not
   std::unique_ptr<LineForwarder> out, err;
 };
 
-// What a child needs, built before fork (only async-signal-safe calls
-// between fork and exec).
-struct Prepared {
-  std::string file;  // what execvp gets
-  std::vector<std::string> argv;
-  std::vector<std::string> base_env;  // the launcher's, less the variables set per rank
-  int threads = 1;
-};
-
+// The variables the launcher sets, removed from what the tasks inherit.
 const char* const kRankVariables[] = {"RANK",
                                       "WORLD_SIZE",
                                       "LOCAL_RANK",
@@ -251,7 +283,98 @@ const char* const kRankVariables[] = {"RANK",
                                       "OPENBLAS_NUM_THREADS",
                                       "MKL_NUM_THREADS"};
 
+std::string variable(const char* k, const std::string& v) { return std::string(k) + "=" + v; }
+
+void add_thread_variables(std::vector<std::string>& env, int threads) {
+  for (const char* k : {"KILN_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"})
+    env.push_back(variable(k, std::to_string(threads)));
+}
+
+// The ranks of this host, with torchrun's variables.
+std::vector<TaskSpec> rank_tasks(const LaunchOptions& o) {
+  const int threads = threads_per_rank(o);
+  std::vector<TaskSpec> tasks(o.nproc_per_node);
+  for (int local = 0; local < o.nproc_per_node; ++local) {
+    const int rank = o.node_rank * o.nproc_per_node + local;
+    TaskSpec& t = tasks[local];
+    t.name = "rank " + std::to_string(rank);
+    t.prefix = "[rank" + std::to_string(rank) + "] ";
+    t.env = {variable("RANK", std::to_string(rank)),
+             variable("WORLD_SIZE", std::to_string(o.nnodes * o.nproc_per_node)),
+             variable("LOCAL_RANK", std::to_string(local)),
+             variable("LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)),
+             variable("GROUP_RANK", std::to_string(o.node_rank)),
+             variable("NODE_RANK", std::to_string(o.node_rank)),
+             variable("GROUP_WORLD_SIZE", std::to_string(o.nnodes)),
+             variable("MASTER_ADDR", o.master_addr),
+             variable("MASTER_PORT", std::to_string(o.master_port)),
+             variable("TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts))};
+    add_thread_variables(t.env, threads);
+  }
+  return tasks;
+}
+
+// `n` distinct free ports of 127.0.0.1: each stays bound (to port 0: the
+// kernel picks) until all are chosen, so no two are the same.
+std::vector<int> free_loopback_ports(int n) {
+  std::vector<int> fds, ports;
+  auto close_all = [&fds] {
+    for (int fd : fds) close(fd);
+  };
+  for (int i = 0; i < n; ++i) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0) fds.push_back(fd);
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      const int e = errno;
+      close_all();
+      throw IOError(std::string("kiln launch: cannot pick a free port on 127.0.0.1: ") + std::strerror(e));
+    }
+    ports.push_back(ntohs(a.sin_port));
+  }
+  close_all();
+  return ports;
+}
+
+// 1 chief, num_workers workers and num_ps ps tasks, each with TF_CONFIG
+// (tf.distribute's format) naming a port of its own on 127.0.0.1.
+std::vector<TaskSpec> ps_tasks(const LaunchOptions& o) {
+  const std::vector<std::pair<const char*, int>> roles = {{"chief", 1}, {"worker", o.num_workers}, {"ps", o.num_ps}};
+  const std::vector<int> ports = free_loopback_ports(1 + o.num_workers + o.num_ps);
+  Json cluster = Json::object();
+  size_t next = 0;
+  for (auto& [role, count] : roles) {
+    Json& list = cluster[role] = Json::array();
+    for (int i = 0; i < count; ++i) list.push_back("127.0.0.1:" + std::to_string(ports[next++]));
+  }
+  std::vector<TaskSpec> tasks;
+  for (auto& [role, count] : roles)
+    for (int i = 0; i < count; ++i) {
+      const std::string type = role;
+      Json config = Json::object();
+      config["cluster"] = cluster;
+      config["task"] = Json::object();
+      config["task"]["type"] = type;
+      config["task"]["index"] = i;
+      TaskSpec t;
+      t.name = type + " " + std::to_string(i);
+      t.prefix = "[" + type + std::to_string(i) + "] ";
+      t.env = {variable("TF_CONFIG", config.dump())};
+      // A ps task serves variables: one thread; the chief and the workers
+      // compute.
+      add_thread_variables(t.env, type == "ps" ? 1 : threads_per_rank(o));
+      t.on_exit = type == "chief" ? OnExit::kEndsJob : OnExit::kRestartAlone;
+      tasks.push_back(std::move(t));
+    }
+  return tasks;
+}
+
 Prepared prepare(const LaunchOptions& o) {
+  const bool ps = o.num_ps > 0;
   Prepared p;
   p.argv = o.command;
   p.file = o.command[0];
@@ -261,16 +384,29 @@ Prepared prepare(const LaunchOptions& o) {
     if (n <= 0) throw IOError("kiln launch: cannot find the kiln executable (/proc/self/exe)");
     p.file.assign(buf, static_cast<size_t>(n));
   }
+  // A parameter-server task inherits none of torchrun's variables either:
+  // kiln's resolvers would take it for a data-parallel rank.
+  std::vector<const char*> set_here(std::begin(kRankVariables), std::end(kRankVariables));
+  if (ps) set_here.push_back("TF_CONFIG");
   for (char** e = environ; e && *e; ++e) {
     std::string s = *e;
     bool ours = false;
-    for (const char* k : kRankVariables) {
+    for (const char* k : set_here) {
       size_t len = std::strlen(k);
       if (s.size() > len && s.compare(0, len, k) == 0 && s[len] == '=') ours = true;
     }
     if (!ours) p.base_env.push_back(std::move(s));
   }
-  p.threads = threads_per_rank(o);
+  if (ps) {
+    p.restart_variables = {"KILN_RESTART_COUNT"};
+    p.tasks = ps_tasks(o);
+    p.unit = "task";
+  } else {
+    p.restart_variables = {"TORCHELASTIC_RESTART_COUNT", "KILN_RESTART_COUNT"};
+    p.tasks = rank_tasks(o);
+    p.unit = "rank";
+    p.group_restarts = o.max_restarts;
+  }
   return p;
 }
 
@@ -282,25 +418,12 @@ void move_fd(int from, int to) {
     dup2(from, to);
 }
 
-// Starts one rank. Returns false (errno set) when no process could be started.
-bool spawn(const LaunchOptions& o, const Prepared& p, int restart, Rank& r, int local) {
-  const int world = o.nnodes * o.nproc_per_node;
+// Starts one task as its `restart`th start. Returns false (errno set) when
+// no process could be started.
+bool spawn(const LaunchOptions& o, const Prepared& p, int restart, Task& t) {
   std::vector<std::string> env = p.base_env;
-  auto set = [&env](const char* k, const std::string& v) { env.push_back(std::string(k) + "=" + v); };
-  set("RANK", std::to_string(r.rank));
-  set("WORLD_SIZE", std::to_string(world));
-  set("LOCAL_RANK", std::to_string(local));
-  set("LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node));
-  set("GROUP_RANK", std::to_string(o.node_rank));
-  set("NODE_RANK", std::to_string(o.node_rank));
-  set("GROUP_WORLD_SIZE", std::to_string(o.nnodes));
-  set("MASTER_ADDR", o.master_addr);
-  set("MASTER_PORT", std::to_string(o.master_port));
-  set("TORCHELASTIC_RESTART_COUNT", std::to_string(restart));
-  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts));
-  set("KILN_RESTART_COUNT", std::to_string(restart));
-  for (const char* k : {"KILN_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"})
-    set(k, std::to_string(p.threads));
+  env.insert(env.end(), t.spec->env.begin(), t.spec->env.end());
+  for (const std::string& k : p.restart_variables) env.push_back(variable(k.c_str(), std::to_string(restart)));
   std::vector<char*> cargv, cenv;
   for (auto& a : p.argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
@@ -338,7 +461,7 @@ bool spawn(const LaunchOptions& o, const Prepared& p, int restart, Rank& r, int 
       move_fd(devnull, 0);
       move_fd(out[1], 1);
       move_fd(err[1], 2);
-      // No descriptor of the launcher's reaches the program (a rank holding
+      // No descriptor of the launcher's reaches the program (a task holding
       // a pipe of the caller's would keep its reader waiting for EOF).
       if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)  // kernels before 5.11
         for (int fd = 3; fd < 4096; ++fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
@@ -365,14 +488,13 @@ bool spawn(const LaunchOptions& o, const Prepared& p, int restart, Rank& r, int 
   while ((n = read(status[0], &e, sizeof e)) < 0 && errno == EINTR) {
   }
   close(status[0]);
-  r.pid = pid;
-  r.alive = true;
-  r.exec_errno = n == static_cast<ssize_t>(sizeof e) ? e : 0;
+  t.pid = pid;
+  t.alive = true;
+  t.exec_errno = n == static_cast<ssize_t>(sizeof e) ? e : 0;
   fcntl(out[0], F_SETFL, O_NONBLOCK);
   fcntl(err[0], F_SETFL, O_NONBLOCK);
-  const std::string prefix = "[rank" + std::to_string(r.rank) + "] ";
-  r.out = std::make_unique<LineForwarder>(out[0], o.out_fd, prefix);
-  r.err = std::make_unique<LineForwarder>(err[0], o.err_fd, prefix);
+  t.out = std::make_unique<LineForwarder>(out[0], o.out_fd, t.spec->prefix);
+  t.err = std::make_unique<LineForwarder>(err[0], o.err_fd, t.spec->prefix);
   return true;
 }
 
@@ -383,41 +505,39 @@ int exit_code(int status) {
 }
 
 struct Outcome {
-  int status = 0;       // 0: every rank exited 0
+  int status = 0;       // 0: every rank exited 0 (or the chief did)
   int interrupted = 0;  // the signal that stopped the launcher, 0 if none
 };
 
-// One start of the whole group, until every rank has exited.
-class Round {
+// One start of the whole group, until every task has exited.
+class Group {
  public:
-  Round(const LaunchOptions& o, const Prepared& p, int restart, SignalScope& signals)
+  Group(const LaunchOptions& o, const Prepared& p, int restart, SignalScope& signals)
       : o_(o), p_(p), restart_(restart), signals_(signals) {}
-  // Only reached with ranks alive when an exception ends the round early.
-  ~Round() {
+  // Only reached with tasks alive when an exception ends the group early.
+  ~Group() {
     kill_all(SIGKILL);
-    for (auto& r : ranks_)
-      if (r.alive) waitpid(r.pid, nullptr, 0);
+    for (auto& t : tasks_)
+      if (t.alive) waitpid(t.pid, nullptr, 0);
   }
-  Round(const Round&) = delete;
-  Round& operator=(const Round&) = delete;
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
 
   Outcome run() {
-    ranks_.resize(o_.nproc_per_node);
-    for (int local = 0; local < o_.nproc_per_node && !stopping_; ++local) {
-      Rank& r = ranks_[local];
-      r.rank = o_.node_rank * o_.nproc_per_node + local;
-      if (!spawn(o_, p_, restart_, r, local)) {
+    tasks_.resize(p_.tasks.size());
+    for (size_t i = 0; i < tasks_.size(); ++i) tasks_[i].spec = &p_.tasks[i];
+    for (size_t i = 0; i < tasks_.size() && !stopping_; ++i)
+      if (!spawn(o_, p_, restart_, tasks_[i])) {
         const int e = errno;
-        fail("cannot start rank " + std::to_string(r.rank) + ": " + std::strerror(e), 1);
+        fail("cannot start " + tasks_[i].spec->name + ": " + std::strerror(e), 1);
       }
-    }
     loop();
     return outcome_;
   }
 
  private:
   bool any_alive() const {
-    return std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.alive; });
+    return std::any_of(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.alive; });
   }
 
   void loop() {
@@ -428,16 +548,16 @@ class Round {
       fds.clear();
       streams.clear();
       fds.push_back({signals_.read_fd(), POLLIN, 0});
-      for (auto& r : ranks_)
-        for (LineForwarder* s : {r.out.get(), r.err.get()})
-          if (s && s->open()) {
-            fds.push_back({s->fd(), POLLIN, 0});
-            streams.push_back(s);
-          }
+      for (auto& t : tasks_)
+        for (LineForwarder* s : {t.out.get(), t.err.get()})
+          if (s && s->open()) streams.push_back(s);
+      for (auto& s : retired_)
+        if (s->open()) streams.push_back(s.get());
+      for (LineForwarder* s : streams) fds.push_back({s->fd(), POLLIN, 0});
       if (!alive && streams.empty()) return;
       const auto now = Clock::now();
       if (!alive && now >= drain_deadline_) {
-        // Only a process that left its rank's group can hold these now.
+        // Only a process that left its task's group can hold these now.
         for (LineForwarder* s : streams) {
           s->read_available(true);
           s->finish();
@@ -477,47 +597,82 @@ class Round {
     return static_cast<int>(std::clamp<long long>(ms, 0, 1 << 30));
   }
 
-  // Collects the ranks that exited.
+  // Collects the tasks that exited and does what their OnExit says.
   void reap() {
-    for (auto& r : ranks_) {
-      if (!r.alive) continue;
+    bool reaped = false;
+    for (auto& t : tasks_) {
+      if (!t.alive) continue;
       siginfo_t info{};
       // WNOWAIT: the zombie keeps its pid (= the group's id) reserved until
       // what is left of its group has been killed.
-      if (waitid(P_PID, r.pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != r.pid) continue;
-      kill(-r.pid, SIGKILL);
+      if (waitid(P_PID, t.pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != t.pid) continue;
+      kill(-t.pid, SIGKILL);
       int status = 0;
-      while (waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
+      while (waitpid(t.pid, &status, 0) < 0 && errno == EINTR) {
       }
-      r.alive = false;
-      if (!any_alive()) drain_deadline_ = Clock::now() + kDrainAfterExit;
+      t.alive = false;
+      reaped = true;
       // Its last words come before the launcher's line about it.
-      r.out->read_available(true);
-      r.err->read_available(true);
-      const int code = exit_code(status);
-      if (code == 0 || stopping_) continue;
-      std::string cause;
-      if (r.exec_errno != 0)
-        cause = "could not run `" + o_.command[0] + "`: " + std::strerror(r.exec_errno) + " (exit status " +
-                std::to_string(code) + ")";
-      else if (WIFSIGNALED(status))
-        cause = "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" + signal_name(WTERMSIG(status)) + ")";
-      else
-        cause = "exited with status " + std::to_string(code);
-      fail("rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ") " + cause, code);
+      t.out->read_available(true);
+      t.err->read_available(true);
+      if (!stopping_) exited(t, status);
+    }
+    if (reaped && !any_alive()) drain_deadline_ = Clock::now() + kDrainAfterExit;
+  }
+
+  void exited(Task& t, int status) {
+    const int code = exit_code(status);
+    std::string what = t.spec->name + " (pid " + std::to_string(t.pid) + ") ";
+    if (t.exec_errno != 0)
+      what += "could not run `" + o_.command[0] + "`: " + std::strerror(t.exec_errno) + " (exit status " +
+              std::to_string(code) + ")";
+    else if (WIFSIGNALED(status))
+      what += "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" + signal_name(WTERMSIG(status)) + ")";
+    else
+      what += "exited with status " + std::to_string(code);
+    switch (t.spec->on_exit) {
+      case OnExit::kFailureStopsJob:
+        if (code != 0) fail(what, code);
+        return;
+      case OnExit::kEndsJob:
+        fail(what, code);
+        return;
+      case OnExit::kRestartAlone:
+        if (code != 0) restart_alone(t, what);
+        return;
     }
   }
 
-  // Records the group's failure, says why and stops the other ranks.
+  // A failed task starts again by itself while it has restarts left.
+  void restart_alone(Task& t, const std::string& what) {
+    const std::string of = std::to_string(o_.max_restarts);
+    if (t.restarts >= o_.max_restarts) {
+      say(o_.err_fd, what + "; no restart left (--max_restarts " + of + "); the job goes on without it");
+      return;
+    }
+    ++t.restarts;
+    say(o_.err_fd, what + "; restarting it (restart " + std::to_string(t.restarts) + " of " + of + ")");
+    // Whatever escaped its group may still write to the old pipes.
+    retired_.push_back(std::move(t.out));
+    retired_.push_back(std::move(t.err));
+    if (!spawn(o_, p_, restart_ + t.restarts, t)) {
+      const int e = errno;
+      say(o_.err_fd, "cannot restart " + t.spec->name + ": " + std::strerror(e) + "; the job goes on without it");
+    }
+  }
+
+  // Ends the group with `code`: says why (a zero exit that stops nothing
+  // needs no line) and stops the other tasks.
   void fail(const std::string& what, int code) {
     outcome_.status = code;
-    say(o_.err_fd, what + (any_alive() ? "; stopping the other ranks" : ""));
+    const bool others = any_alive();
+    if (code != 0 || others) say(o_.err_fd, what + (others ? "; stopping the other " + p_.unit + "s" : ""));
     kill_all(SIGTERM);
     start_stopping();
   }
 
   void forward(int sig) {
-    say(o_.err_fd, "got " + signal_name(sig) + "; passing it to every rank");
+    say(o_.err_fd, "got " + signal_name(sig) + "; passing it to every " + p_.unit);
     if (outcome_.interrupted == 0) {
       outcome_.interrupted = sig;
       if (outcome_.status == 0) outcome_.status = 128 + sig;
@@ -538,18 +693,20 @@ class Round {
   }
 
   void kill_all(int sig) {
-    for (auto& r : ranks_)
-      if (r.alive) kill(-r.pid, sig);
+    for (auto& t : tasks_)
+      if (t.alive) kill(-t.pid, sig);
   }
 
   const LaunchOptions& o_;
   const Prepared& p_;
   const int restart_;
   SignalScope& signals_;
-  std::vector<Rank> ranks_;
+  std::vector<Task> tasks_;
+  // The pipes of restarted tasks' earlier processes.
+  std::vector<std::unique_ptr<LineForwarder>> retired_;
   Outcome outcome_;
-  bool stopping_ = false;  // a rank failed or the launcher was interrupted
-  bool killed_ = false;    // SIGKILL sent to every live rank
+  bool stopping_ = false;  // the job is ending: a task failed, the chief exited or the launcher was interrupted
+  bool killed_ = false;    // SIGKILL sent to every live task
   Clock::time_point kill_deadline_{};
   Clock::time_point drain_deadline_{};
 };
@@ -571,7 +728,28 @@ void validate(const LaunchOptions& o) {
   check_range("node_rank", o.node_rank, 0, o.nnodes - 1, " (this host's index, below --nnodes)");
   check_range("master_port", o.master_port, 1, 65535);
   check_range("max_restarts", o.max_restarts, 0, kMaxRestarts);
-  check_range("threads_per_rank", o.threads_per_rank, 0, kMaxThreadsPerRank, " (0: the host's cores / nproc_per_node)");
+  check_range("threads_per_rank", o.threads_per_rank, 0, kMaxThreadsPerRank,
+              " (0: the host's cores / nproc_per_node, or / (1 + num_workers) with --num_ps)");
+  check_range("num_ps", o.num_ps, 0, kMaxNumPs, " (parameter-server tasks; 0: no parameter-server mode)");
+  check_range("num_workers", o.num_workers, 0, kMaxNumWorkers, " (workers besides the chief, with --num_ps)");
+  if (o.num_ps > 0) {
+    check_range("num_workers", o.num_workers, 1, kMaxNumWorkers,
+                " with --num_ps (a parameter-server job needs at least one worker)");
+    // The parameter-server mode starts its own tasks, on this host only.
+    using Field = std::pair<const char*, int>;
+    for (auto [name, value] : {Field{"nproc_per_node", o.nproc_per_node}, Field{"nnodes", o.nnodes}})
+      if (value != 1)
+        throw ValueError(std::string("kiln launch: --num_ps and --") + name +
+                         " do not go together: with --num_ps the launcher starts 1 chief, --num_workers workers "
+                         "and --num_ps ps tasks on this host itself; drop --" +
+                         name + ". Received: num_ps=" + std::to_string(o.num_ps) + ", " + name + "=" +
+                         std::to_string(value));
+  } else if (o.num_workers != 0) {
+    throw ValueError(
+        "kiln launch: --num_workers needs --num_ps (the parameter-server mode); for data-parallel ranks use "
+        "--nproc_per_node. Received: num_workers=" +
+        std::to_string(o.num_workers) + ", num_ps=0");
+  }
   if (!(o.grace_seconds >= 0 && o.grace_seconds <= kMaxGraceSeconds))
     throw ValueError(
         "kiln launch: received an invalid value for --grace_seconds, expected a number of seconds in [0, " +
@@ -607,7 +785,8 @@ int available_cores() {
 
 int threads_per_rank(const LaunchOptions& o) {
   if (o.threads_per_rank > 0) return o.threads_per_rank;
-  return std::max(1, available_cores() / std::max(1, o.nproc_per_node));
+  const int share = o.num_ps > 0 ? 1 + o.num_workers : o.nproc_per_node;
+  return std::max(1, available_cores() / std::max(1, share));
 }
 
 int launch(const LaunchOptions& o) {
@@ -623,8 +802,10 @@ int launch(const LaunchOptions& o) {
   const Prepared p = prepare(o);
   SignalScope signals;
   for (int restart = 0;; ++restart) {
-    Outcome r = Round(o, p, restart, signals).run();
-    if (r.status == 0 || r.interrupted != 0 || restart >= o.max_restarts) return r.status;
+    Outcome r = Group(o, p, restart, signals).run();
+    // (A parameter-server job restarts its tasks one by one, never the
+    // whole group.)
+    if (r.status == 0 || r.interrupted != 0 || restart >= p.group_restarts) return r.status;
     // A signal that came while the group was being stopped ends the job.
     for (int sig : signals.take())
       if (sig != SIGCHLD) {

@@ -1,5 +1,6 @@
-// kiln launch: the launcher run in-process (ranks are `sh -c` scripts whose
-// output goes to temp files) and through the built CLI.
+// kiln launch: the launcher run in-process (ranks, or a parameter-server
+// job's tasks, are `sh -c` scripts whose output goes to temp files) and
+// through the built CLI.
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -13,7 +14,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json.h"
 #include "kiln/distribute/launcher.h"
 #include "kiln/testing/expect_error.h"
 #include "kiln/testing/testing.h"
@@ -341,6 +345,217 @@ TEST_F(Launcher, RejectsASecondLaunchWhileOneRuns) {
   EXPECT_EQ(status, 0);
 }
 
+// --- parameter-server mode ---------------------------------------------------------------------
+
+// Sets T (chief, worker or ps) and I (its index) from the task's TF_CONFIG.
+const std::string kTaskOfTfConfig = R"sh(T=$(echo "$TF_CONFIG" | sed 's/.*"type": *"\([a-z]*\)".*/\1/'); )sh"
+                                    R"sh(I=$(echo "$TF_CONFIG" | sed 's/.*"index": *\([0-9]*\).*/\1/'); )sh";
+
+// Sets (or unsets) a variable of this process for the scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_.c_str(), old_->c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+LaunchOptions ps_options(int num_ps, int num_workers) {
+  LaunchOptions o;
+  o.num_ps = num_ps;
+  o.num_workers = num_workers;
+  o.grace_seconds = 30;  // SIGTERM ends `sleep` at once; SIGKILL would come too late for the bounds
+  return o;
+}
+
+TEST_F(Launcher, PsModeGivesEachTaskItsTfConfig) {
+  // The launcher's own torchrun variables and TF_CONFIG reach no task.
+  ScopedEnv rank("RANK", "5"), world("WORLD_SIZE", "9"), master("MASTER_ADDR", "10.1.1.1"),
+      tf("TF_CONFIG", "{\"stale\": true}");
+  ASSERT_EQ(mkfifo(path("done").c_str(), 0600), 0);
+  const int workers = 2, ps = 2;
+  LaunchOptions o = ps_options(ps, workers);
+  // The chief waits for a line from every other task (it holds the FIFO open
+  // both ways, so its reads block instead of seeing EOF between writers);
+  // its exit would stop them.
+  LaunchResult r = run(o, kTaskOfTfConfig +
+                              "echo \"$TF_CONFIG\"; echo \"env ${RANK-unset} ${WORLD_SIZE-unset} ${MASTER_ADDR-unset} "
+                              "$KILN_RESTART_COUNT $KILN_NUM_THREADS $OMP_NUM_THREADS\"; if [ $T = chief ]; then "
+                              "exec 3<> " +
+                              path("done") + "; n=0; while [ $n -lt " + std::to_string(workers + ps) +
+                              " ]; do read x <&3; n=$((n+1)); done; else echo $T$I > " + path("done") + "; fi");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err.find("restart"), std::string::npos) << r.err;
+  const std::string threads = std::to_string(std::max(1, available_cores() / (1 + workers)));
+  EXPECT_EQ(threads_per_rank(o), std::max(1, available_cores() / (1 + workers)));
+  const std::vector<std::pair<std::string, int>> roles = {{"chief", 1}, {"worker", workers}, {"ps", ps}};
+  std::optional<Json> cluster;
+  std::vector<int> ports;
+  for (auto& [type, count] : roles)
+    for (int i = 0; i < count; ++i) {
+      const std::string prefix = "[" + type + std::to_string(i) + "] ";
+      std::vector<std::string> got = with_prefix(r.out, prefix);
+      ASSERT_EQ(got.size(), 2u) << prefix << "\n" << r.out;
+      const std::string t = type == "ps" ? "1" : threads;
+      EXPECT_EQ(got[1], "env unset unset unset 0 " + t + " " + t) << prefix;
+      const Json config = parse_json(got[0], prefix + "TF_CONFIG");
+      ASSERT_TRUE(config.is_object()) << got[0];
+      EXPECT_EQ(config.size(), 2u) << got[0];
+      EXPECT_EQ(config["task"].size(), 2u) << got[0];
+      EXPECT_EQ(config["task"]["type"], type) << got[0];
+      EXPECT_EQ(config["task"]["index"], i) << got[0];
+      if (!cluster) cluster = config["cluster"];
+      EXPECT_EQ(config["cluster"], *cluster) << "every task sees the same cluster";
+    }
+  ASSERT_TRUE(cluster && cluster->is_object());
+  EXPECT_EQ(cluster->size(), 3u) << cluster->dump();
+  for (auto& [type, count] : roles) {
+    ASSERT_TRUE(cluster->contains(type)) << cluster->dump();
+    const Json& list = (*cluster)[type];
+    ASSERT_EQ(list.size(), static_cast<size_t>(count)) << cluster->dump();
+    for (const Json& address : list) {
+      std::smatch m;
+      const std::string a = address.get<std::string>();
+      ASSERT_TRUE(std::regex_match(a, m, std::regex(R"(127\.0\.0\.1:(\d+))"))) << a;
+      ports.push_back(std::stoi(m[1]));
+      EXPECT_GT(ports.back(), 0);
+      EXPECT_LT(ports.back(), 65536);
+    }
+  }
+  std::sort(ports.begin(), ports.end());
+  EXPECT_EQ(std::adjacent_find(ports.begin(), ports.end()), ports.end()) << cluster->dump();
+}
+
+TEST_F(Launcher, PsModeRestartsAKilledWorkerAlone) {
+  ASSERT_EQ(mkfifo(path("back").c_str(), 0600), 0);
+  LaunchOptions o = ps_options(1, 2);
+  o.max_restarts = 3;
+  // Worker 1 kills itself on its first start; started again, it tells the
+  // chief through the FIFO (whose open blocks until both ends are there)
+  // and finishes. The others run until the chief is done.
+  LaunchResult r = run(
+      o, kTaskOfTfConfig + "echo \"start $KILN_RESTART_COUNT $TF_CONFIG\"; case $T in chief) read x < " + path("back") +
+             "; echo \"chief got $x\";; worker) if [ $I = 1 ]; then "
+             "if [ $KILN_RESTART_COUNT = 0 ]; then kill -9 $$; fi; echo back > " +
+             path("back") + "; exit 0; fi; exec sleep 1000;; *) exec sleep 1000;; esac");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_LT(r.seconds, 20);
+  std::vector<std::string> chief = with_prefix(r.out, "[chief0] ");
+  ASSERT_EQ(chief.size(), 2u) << r.out;  // started once
+  EXPECT_EQ(chief[0].rfind("start 0 {", 0), 0u) << chief[0];
+  EXPECT_EQ(chief[1], "chief got back");
+  std::vector<std::string> worker1 = with_prefix(r.out, "[worker1] ");
+  ASSERT_EQ(worker1.size(), 2u) << r.out;
+  EXPECT_EQ(worker1[0].rfind("start 0 {", 0), 0u) << worker1[0];
+  EXPECT_EQ(worker1[1], "start 1 " + worker1[0].substr(std::string("start 0 ").size())) << "the same TF_CONFIG";
+  EXPECT_EQ(with_prefix(r.out, "[worker0] ").size(), 1u) << r.out;  // untouched
+  EXPECT_EQ(with_prefix(r.out, "[ps0] ").size(), 1u) << r.out;
+  std::vector<std::string> err = lines_of(r.err);
+  ASSERT_EQ(err.size(), 2u) << r.err;
+  EXPECT_TRUE(std::regex_match(err[0], std::regex(R"(kiln launch: worker 1 \(pid \d+\) was killed by signal 9 )"
+                                                  R"(\(SIGKILL\); restarting it \(restart 1 of 3\))")))
+      << err[0];
+  EXPECT_TRUE(std::regex_match(
+      err[1], std::regex(R"(kiln launch: chief 0 \(pid \d+\) exited with status 0; stopping the other tasks)")))
+      << err[1];
+}
+
+TEST_F(Launcher, PsModeGoesOnWithoutATaskThatHasNoRestartLeft) {
+  LaunchOptions o = ps_options(1, 1);
+  o.max_restarts = 1;
+  // The ps task always fails; the chief finishes once the launcher said it
+  // gave up on it (its line in the launcher's stderr file; 60 s at most).
+  LaunchResult r =
+      run(o, kTaskOfTfConfig +
+                 "case $T in ps) echo \"try $KILN_RESTART_COUNT\"; exit 4;; worker) exec sleep 1000;; "
+                 "chief) i=0; until grep -q 'no restart left' " +
+                 path("err.txt") + "; do i=$((i+1)); if [ $i -gt 600 ]; then exit 9; fi; sleep 0.1; done;; esac");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(with_prefix(r.out, "[ps0] "), (std::vector<std::string>{"try 0", "try 1"}));
+  std::vector<std::string> err = lines_of(r.err);
+  ASSERT_EQ(err.size(), 3u) << r.err;
+  EXPECT_TRUE(std::regex_match(err[0], std::regex(R"(kiln launch: ps 0 \(pid \d+\) exited with status 4; )"
+                                                  R"(restarting it \(restart 1 of 1\))")))
+      << err[0];
+  EXPECT_TRUE(
+      std::regex_match(err[1], std::regex(R"(kiln launch: ps 0 \(pid \d+\) exited with status 4; )"
+                                          R"(no restart left \(--max_restarts 1\); the job goes on without it)")))
+      << err[1];
+  EXPECT_TRUE(std::regex_match(
+      err[2], std::regex(R"(kiln launch: chief 0 \(pid \d+\) exited with status 0; stopping the other tasks)")))
+      << err[2];
+}
+
+TEST_F(Launcher, PsModeEndsWithTheChiefsStatusAndStopsTheRest) {
+  ASSERT_EQ(mkfifo(path("ready").c_str(), 0600), 0);
+  LaunchOptions o = ps_options(1, 1);
+  o.grace_seconds = 0.5;
+  o.max_restarts = 5;
+  // The ps task ignores SIGTERM (and runs forever): SIGKILL after the grace
+  // period. The chief fails once the ps task is set (the FIFO's open blocks
+  // until both ends are there), and is not restarted.
+  LaunchResult r = run(o, kTaskOfTfConfig + "case $T in ps) trap '' TERM; echo > " + path("ready") +
+                              "; exec sleep 1000;; worker) exec sleep 1000;; chief) echo \"chief "
+                              "$KILN_RESTART_COUNT\"; read x < " +
+                              path("ready") + "; exit 3;; esac");
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_GE(r.seconds, 0.5);
+  EXPECT_LT(r.seconds, 20);
+  EXPECT_EQ(with_prefix(r.out, "[chief0] "), std::vector<std::string>{"chief 0"});
+  std::vector<std::string> err = lines_of(r.err);
+  ASSERT_EQ(err.size(), 1u) << r.err;
+  EXPECT_TRUE(std::regex_match(
+      err[0], std::regex(R"(kiln launch: chief 0 \(pid \d+\) exited with status 3; stopping the other tasks)")))
+      << err[0];
+
+  // A chief killed by a signal: 128 + the signal.
+  o.grace_seconds = 30;
+  r = run(o, kTaskOfTfConfig + "case $T in ps) echo > " + path("ready") +
+                 "; exec sleep 1000;; worker) exec sleep 1000;; chief) read x < " + path("ready") +
+                 "; kill -9 $$;; esac");
+  EXPECT_EQ(r.status, 128 + 9) << r.err;
+  EXPECT_LT(r.seconds, 20);
+  err = lines_of(r.err);
+  ASSERT_EQ(err.size(), 1u) << r.err;
+  EXPECT_TRUE(std::regex_match(err[0], std::regex(R"(kiln launch: chief 0 \(pid \d+\) was killed by signal 9 )"
+                                                  R"(\(SIGKILL\); stopping the other tasks)")))
+      << err[0];
+}
+
+TEST_F(Launcher, RejectsParameterServerOptionsThatDoNotGoTogether) {
+  auto bad = [](auto change, const std::vector<std::string>& parts) {
+    LaunchOptions o;
+    o.command = {"true"};
+    o.num_ps = 1;
+    o.num_workers = 1;
+    change(o);
+    expect_error<ValueError>([&] { launch(o); }, parts);
+  };
+  bad([](LaunchOptions& o) { o.nproc_per_node = 2; },
+      {"--num_ps and --nproc_per_node do not go together", "drop --nproc_per_node", "num_ps=1", "nproc_per_node=2"});
+  bad([](LaunchOptions& o) { o.nnodes = 2; }, {"--num_ps and --nnodes", "nnodes=2"});
+  bad([](LaunchOptions& o) { o.num_workers = 0; }, {"--num_workers", "[1, 1024]", "num_workers=0"});
+  bad([](LaunchOptions& o) { o.num_workers = 1025; }, {"--num_workers", "[0, 1024]", "num_workers=1025"});
+  bad([](LaunchOptions& o) { o.num_ps = 65; }, {"--num_ps", "[0, 64]", "num_ps=65"});
+  bad([](LaunchOptions& o) { o.num_ps = -1; }, {"--num_ps", "num_ps=-1"});
+  bad([](LaunchOptions& o) { o.num_ps = 0; }, {"--num_workers needs --num_ps", "num_workers=1"});
+}
+
 // --- through the CLI ----------------------------------------------------------------------------
 
 TEST_F(Launcher, CliRunsTheRanks) {
@@ -374,7 +589,9 @@ TEST_F(Launcher, CliReportsBadArgumentsOnOneLine) {
   for (const std::string& args :
        {std::string("launch --nproc_per_node 0 -- true"), std::string("launch --nproc_per_node 2"),
         std::string("launch --nproc_per_node 2 --"), std::string("launch --nproc_per_node 2 true"),
-        std::string("launch --nproc_per_node two -- true"), std::string("launch --master_port 0 -- true")}) {
+        std::string("launch --nproc_per_node two -- true"), std::string("launch --master_port 0 -- true"),
+        std::string("launch --num_ps 1 --num_workers 1 --nproc_per_node 2 -- true"),
+        std::string("launch --num_workers 2 -- true"), std::string("launch --num_ps 1 -- true")}) {
     CommandResult r = kiln::run_command(cli_path() + " " + args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
     std::vector<std::string> lines = lines_of(r.output);
@@ -388,6 +605,26 @@ TEST_F(Launcher, CliReportsBadArgumentsOnOneLine) {
   EXPECT_NE(r.output.find("no program to run; put it after `--`"), std::string::npos) << r.output;
   r = kiln::run_command(cli_path() + " launch --nproc_per_node 2 true");
   EXPECT_NE(r.output.find("put the program after `--`"), std::string::npos) << r.output;
+  r = kiln::run_command(cli_path() + " launch --num-ps 1 --num-workers 1 --nproc_per_node 2 -- true");
+  EXPECT_NE(r.output.find("--num_ps and --nproc_per_node do not go together"), std::string::npos) << r.output;
+}
+
+TEST_F(Launcher, CliRunsAParameterServerJob) {
+  KILN_SKIP_WITHOUT_CLI();
+  ASSERT_EQ(mkfifo(path("done").c_str(), 0600), 0);
+  // The chief waits for a line from the worker and the ps task.
+  {
+    std::ofstream script(path("task.sh"));
+    script << kTaskOfTfConfig << "echo \"$T $I $KILN_RESTART_COUNT\"\n"
+           << "if [ $T = chief ]; then exec 3<> " << path("done") << "; read x <&3; read x <&3; else echo $T > "
+           << path("done") << "; fi\n";
+  }
+  CommandResult r =
+      kiln::run_command(cli_path() + " launch --num_ps 1 --num_workers 1 --max_restarts 2 -- sh " + path("task.sh"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(with_prefix(r.output, "[chief0] "), std::vector<std::string>{"chief 0 0"}) << r.output;
+  EXPECT_EQ(with_prefix(r.output, "[worker0] "), std::vector<std::string>{"worker 0 0"}) << r.output;
+  EXPECT_EQ(with_prefix(r.output, "[ps0] "), std::vector<std::string>{"ps 0 0"}) << r.output;
 }
 
 TEST_F(Launcher, CliExitsWithTheFailingRanksStatus) {

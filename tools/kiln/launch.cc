@@ -4,11 +4,14 @@
 //   kiln launch --nproc_per_node N [--nnodes M --node_rank R --master_addr A
 //               --master_port P] [--max_restarts K] [--threads_per_rank T]
 //               [--grace_seconds S] -- PROGRAM ARGS...
+//   kiln launch --num_ps P --num_workers W [--max_restarts K]
+//               [--threads_per_rank T] [--grace_seconds S] -- PROGRAM ARGS...
 //
 // Everything after `--` is the program and its arguments, passed on
 // verbatim (kiln parses none of it). The exit status is the launcher's:
 // 0 when every rank exited 0, else the failing rank's (128+signal if it was
-// killed), 128+signal when the launcher was interrupted, 2 for bad options.
+// killed); with --num_ps the chief's; 128+signal when the launcher was
+// interrupted, 2 for bad options.
 #include <algorithm>
 #include <memory>
 
@@ -24,7 +27,8 @@ Command add_launch_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "launch",
       "Start the ranks of a distributed job on this host (torchrun): kiln launch --nproc_per_node 2 -- kiln "
-      "train spec.json");
+      "train spec.json; or a parameter-server job: kiln launch --num_ps 1 --num_workers 2 -- kiln train "
+      "spec.json");
   // torchrun spells them both ways.
   sub->add_option("--nproc_per_node,--nproc-per-node", o->nproc_per_node, "Ranks on this host (1..1024)")
       ->capture_default_str();
@@ -38,13 +42,21 @@ Command add_launch_command(CLI::App& app) {
   sub->add_option("--master_port,--master-port", o->master_port, "Port of the rendezvous on it (MASTER_PORT)")
       ->capture_default_str();
   sub->add_option("--max_restarts,--max-restarts", o->max_restarts,
-                  "Restarts of the whole group after a rank fails (KILN_RESTART_COUNT tells the ranks)")
+                  "Restarts of the whole group after a rank fails (with --num_ps: of each failed worker or ps "
+                  "task alone; KILN_RESTART_COUNT tells them)")
       ->capture_default_str();
   sub->add_option("--threads_per_rank,--threads-per-rank", o->threads_per_rank,
                   "Intra-op and BLAS threads per rank (0: this host's cores / nproc_per_node)")
       ->capture_default_str();
   sub->add_option("--grace_seconds,--grace-seconds", o->grace_seconds,
                   "Seconds a rank has to exit after SIGTERM before SIGKILL")
+      ->capture_default_str();
+  sub->add_option("--num_ps,--num-ps", o->num_ps,
+                  "Parameter-server mode: ps tasks to start, with 1 chief and --num_workers workers, each given "
+                  "TF_CONFIG (0..64; 0: ranks)")
+      ->capture_default_str();
+  sub->add_option("--num_workers,--num-workers", o->num_workers,
+                  "Workers besides the chief, with --num_ps (1..1024); a failed worker or ps task restarts alone")
       ->capture_default_str();
   sub->add_option("program", o->command, "After `--`: PROGRAM ARGS... (PROGRAM \"kiln\" is this kiln)");
 
