@@ -30,8 +30,8 @@ void SchedulerOptions::validate() const {
                      std::to_string(num_workers));
   if (sync && (replicas_to_aggregate < 1 || replicas_to_aggregate > num_workers))
     throw ValueError("synchronous training aggregates between 1 and num_workers (" + std::to_string(num_workers) +
-                     ") gradients per step. Received: replicas_to_aggregate=" +
-                     std::to_string(replicas_to_aggregate) + " (backup_workers must be < num_workers)");
+                     ") gradients per step. Received: replicas_to_aggregate=" + std::to_string(replicas_to_aggregate) +
+                     " (backup_workers must be < num_workers)");
   if (!(worker_timeout_seconds > 0))
     throw ValueError("`worker_timeout_seconds` must be positive. Received: " + std::to_string(worker_timeout_seconds));
 }
@@ -120,15 +120,15 @@ Work StepScheduler::next_work(const std::string& worker, uint64_t incarnation, S
   return {};
 }
 
-StepScheduler::Outcome StepScheduler::report(const std::string& worker, uint64_t incarnation, int64_t step_id,
-                                             bool ok, bool dropped, int64_t max_staleness, SteadyTime now) {
+StepScheduler::Outcome StepScheduler::report(const std::string& worker, uint64_t incarnation, int64_t step_id, bool ok,
+                                             bool dropped, int64_t max_staleness, SteadyTime now) {
   seen(worker, incarnation, now);
   Outcome out;
+  if (!ok) ++stats_.failed;
   auto it = items_.find(step_id);
   if (it == items_.end() || it->second.done) return out;  // forgotten (paused) or finished by another worker
   Item& item = it->second;
   if (!ok) {
-    ++stats_.failed;
     item.holder.clear();  // again, to anyone
     return out;
   }
@@ -169,8 +169,8 @@ void StepScheduler::heartbeat(const std::string& worker, uint64_t incarnation, S
 
 std::vector<std::string> StepScheduler::expire(SteadyTime now) {
   std::vector<std::string> lost;
-  const auto timeout = std::chrono::duration_cast<SteadyTime::duration>(
-      std::chrono::duration<double>(options_.worker_timeout_seconds));
+  const auto timeout =
+      std::chrono::duration_cast<SteadyTime::duration>(std::chrono::duration<double>(options_.worker_timeout_seconds));
   for (auto& [name, w] : workers_) {
     if (w.lost || w.told_done || now - w.last_seen <= timeout) continue;
     w.lost = true;
@@ -215,8 +215,8 @@ class CoordinatorServiceImpl final : public pb::CoordinatorService::Service {
       auto out = c_.scheduler_.report(q->worker(), q->incarnation(), q->step_id(), q->ok(), q->dropped(),
                                       q->max_staleness(), std::chrono::steady_clock::now());
       if (!q->ok() && !q->error().empty())
-        std::cout << "Parameter servers: " << q->worker() << " failed a step (scheduled again): "
-                  << text_excerpt(q->error(), 300) << std::endl;
+        std::cout << "Parameter servers: " << q->worker()
+                  << " failed a step (scheduled again): " << text_excerpt(q->error(), 300) << std::endl;
       if (out.counted || out.completed) {
         e.completed = out.completed;
         if (!out.counted) e.metric_state.clear();
@@ -240,9 +240,10 @@ class CoordinatorServiceImpl final : public pb::CoordinatorService::Service {
     std::unique_lock<std::mutex> l(c_.mu_);
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     Work w;
-    while (true) {
+    for (bool first = true;; first = false) {
       w = c_.scheduler_.next_work(worker, incarnation, std::chrono::steady_clock::now());
       if (w.kind != Work::Kind::kWait || ctx->IsCancelled()) break;
+      if (first) c_.changed_.notify_all();  // the chief may be waiting for every worker to call in
       if (c_.changed_.wait_until(l, until) == std::cv_status::timeout) break;
     }
     r->set_kind(w.kind == Work::Kind::kStep   ? pb::WorkResponse::STEP
@@ -338,6 +339,12 @@ int64_t Coordinator::sync_step() const {
 SchedulerStats Coordinator::stats() const {
   std::lock_guard<std::mutex> l(mu_);
   return scheduler_.stats();
+}
+
+int Coordinator::wait_workers_joined(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  changed_.wait_for(l, timeout, [&] { return scheduler_.workers_seen() >= scheduler_.options().num_workers; });
+  return scheduler_.workers_seen();
 }
 
 void Coordinator::wait_workers_done(std::chrono::milliseconds timeout) {

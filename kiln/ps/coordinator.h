@@ -120,7 +120,9 @@ class StepScheduler {
   // Whether every worker of the job has been told DONE or is lost (one that
   // never called in is neither).
   bool all_workers_done() const;
+  int workers_seen() const { return static_cast<int>(workers_.size()); }
   const SchedulerStats& stats() const { return stats_; }
+  const SchedulerOptions& options() const { return options_; }
 
  private:
   struct Item {
@@ -183,6 +185,9 @@ class Coordinator {
   int64_t run_completed() const;
   int64_t sync_step() const;
   SchedulerStats stats() const;
+  // Waits up to `timeout` until every worker of the job has called in;
+  // returns how many have.
+  int wait_workers_joined(std::chrono::milliseconds timeout);
   // Waits up to `timeout` until every worker has been told DONE (or is lost).
   void wait_workers_done(std::chrono::milliseconds timeout);
 

@@ -86,6 +86,7 @@ class ParameterServiceImpl final : public pb::ParameterServerService::Service {
         v->set_path(path);
         v->set_version(s.version);
         wire::fill(v->mutable_value(), s.var->value());
+        bytes_pulled_ += static_cast<int64_t>(v->value().data().size());
       };
       if (q->paths().empty())
         for (auto& [path, s] : vars_) add(path, s);
@@ -111,6 +112,8 @@ class ParameterServiceImpl final : public pb::ParameterServerService::Service {
         throw ValueError("PushGradients: a synchronous push needs replicas_to_aggregate >= 1. Received: " +
                          std::to_string(q->replicas_to_aggregate()));
       std::lock_guard<std::mutex> l(mu_);
+      for (const auto& g : q->gradients()) bytes_pushed_ += static_cast<int64_t>(g.gradient().data().size());
+      for (const auto& a : q->assign()) bytes_pushed_ += static_cast<int64_t>(a.value().data().size());
       if (q->request_id() != 0) {  // a retry of an applied push: the same answer, no second update
         auto it = last_push_.find(q->worker());
         if (it != last_push_.end() && it->second.first == q->request_id()) {
@@ -247,6 +250,8 @@ class ParameterServiceImpl final : public pb::ParameterServerService::Service {
       r->set_optimizer_iterations(optimizer_->iterations());
       r->set_incarnation(incarnation_);
       r->set_sync_step(sync_step_);
+      r->set_bytes_pulled(bytes_pulled_);
+      r->set_bytes_pushed(bytes_pushed_);
       return grpc::Status::OK;
     });
   }
@@ -312,6 +317,7 @@ class ParameterServiceImpl final : public pb::ParameterServerService::Service {
   std::function<void()> on_shutdown_;
   int64_t sync_step_ = 0;
   int64_t sync_pushes_ = 0;
+  int64_t bytes_pulled_ = 0, bytes_pushed_ = 0;
   std::map<std::string, Accumulated> accumulated_;
   // Per worker: its last push's request id and answer (retries).
   std::map<std::string, std::pair<uint64_t, pb::PushGradientsResponse>> last_push_;

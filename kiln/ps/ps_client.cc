@@ -5,6 +5,8 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <random>
+#include <sstream>
 #include <thread>
 
 #include "kiln/core/dtype.h"
@@ -33,6 +35,12 @@ void for_each_task(const std::vector<int>& tasks, const std::function<void(int)>
     }
   }
   if (first) std::rethrow_exception(first);
+}
+
+std::string fmt_seconds(double s) {
+  std::ostringstream o;
+  o << s;  // 0.5, 30
+  return o.str();
 }
 
 }  // namespace
@@ -66,8 +74,8 @@ struct ParameterServerClient::Stubs {
         case grpc::StatusCode::FAILED_PRECONDITION:
           throw StateError(m);
         case grpc::StatusCode::UNAVAILABLE:
-          throw IOError(what + ": cannot reach " + where + " within " +
-                        std::to_string(options.connect_timeout_seconds) + " s: " + s.error_message());
+          throw IOError(what + ": cannot reach " + where + " within " + fmt_seconds(options.connect_timeout_seconds) +
+                        " s: " + s.error_message());
         default:
           throw IOError(m);
       }
@@ -95,6 +103,8 @@ void PsClientOptions::validate() const {
 ParameterServerClient::ParameterServerClient(std::vector<distribute::PlacedVariable> placement, PsClientOptions options)
     : placement_(std::move(placement)), options_(std::move(options)), stubs_(std::make_unique<Stubs>()) {
   options_.validate();
+  std::random_device rd;
+  next_request_id_ = (static_cast<uint64_t>(rd()) << 32 | rd()) | 1;  // never 0 (0: no id)
   for (size_t i = 0; i < placement_.size(); ++i) {
     const auto& v = placement_[i];
     if (!index_.emplace(v.path, i).second)
@@ -206,9 +216,8 @@ PushResult ParameterServerClient::push_gradients(const std::map<std::string, at:
   for (const auto& [path, value] : options.assign) {
     const auto& v = placed(path);
     if (sizes_of(value) != v.shape)
-      throw ShapeError("ParameterServerClient::push_gradients: the value of " + text_excerpt(path) +
-                       " has shape " + shape_to_string(sizes_of(value)) + "; the variable's is " +
-                       shape_to_string(v.shape));
+      throw ShapeError("ParameterServerClient::push_gradients: the value of " + text_excerpt(path) + " has shape " +
+                       shape_to_string(sizes_of(value)) + "; the variable's is " + shape_to_string(v.shape));
     const at::Tensor cpu = value.detach().to(at::kCPU);
     for (const auto& s : v.shards) {
       pb::VariableValue* out = requests[s.ps].add_assign();
@@ -349,6 +358,8 @@ std::vector<PsTaskStatus> ParameterServerClient::status() {
     st.optimizer_iterations = r.optimizer_iterations();
     st.incarnation = r.incarnation();
     st.sync_step = r.sync_step();
+    st.bytes_pulled = r.bytes_pulled();
+    st.bytes_pushed = r.bytes_pushed();
   });
   return out;
 }

@@ -67,6 +67,8 @@ struct PsTaskStatus {
   int64_t optimizer_iterations = 0;
   uint64_t incarnation = 0;  // random per ps process: a change means it restarted
   int64_t sync_step = 0;
+  int64_t bytes_pulled = 0;  // tensor bytes served by Pull since the task started
+  int64_t bytes_pushed = 0;  // tensor bytes received by PushGradients
 };
 
 // How a push is applied (see parameter_server.h).
@@ -148,7 +150,9 @@ class ParameterServerClient {
   std::unique_ptr<Stubs> stubs_;
   mutable std::mutex mu_;  // guards versions_
   std::map<std::string, int64_t> versions_;
-  std::atomic<uint64_t> next_request_id_{1};
+  // Random start: a restarted worker (same name, new client) must not
+  // reuse the ids of its previous life.
+  std::atomic<uint64_t> next_request_id_;
 };
 
 }  // namespace kiln::ps

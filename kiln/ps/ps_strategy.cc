@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <iomanip>
 #include <iostream>
 #include <random>
 #include <thread>
@@ -39,9 +40,10 @@ std::string port_of(const std::string& address) { return address.substr(address.
 std::unique_ptr<distribute::Partitioner> make_partitioner(const Json& cfg) {
   if (cfg.is_null()) return nullptr;
   if (!cfg.is_object() || !cfg.contains("type"))
-    throw ValueError("spec: distribution `partitioner` must be an object with a \"type\" (\"min_size\", \"max_size\" "
-                     "or \"fixed\"). Received: " +
-                     text_excerpt(cfg.dump()));
+    throw ValueError(
+        "spec: distribution `partitioner` must be an object with a \"type\" (\"min_size\", \"max_size\" "
+        "or \"fixed\"). Received: " +
+        text_excerpt(cfg.dump()));
   const std::string type = get_or<std::string>(cfg, "type", "");
   if (type == "min_size") {
     check_config_keys(cfg, {"type", "min_shard_bytes", "max_shards"}, "distribution.partitioner");
@@ -212,8 +214,9 @@ void ParameterServerStrategyOptions::validate() const {
   if (backup_workers < 0)
     throw ValueError("parameter_server: `backup_workers` must be >= 0. Received: " + std::to_string(backup_workers));
   if (backup_workers > 0 && mode != "sync")
-    throw ValueError("parameter_server: `backup_workers` applies to mode \"sync\" only (async never waits for "
-                     "stragglers); set \"mode\": \"sync\" or drop backup_workers");
+    throw ValueError(
+        "parameter_server: `backup_workers` applies to mode \"sync\" only (async never waits for "
+        "stragglers); set \"mode\": \"sync\" or drop backup_workers");
   if (!(worker_timeout_seconds > 0))
     throw ValueError("parameter_server: `worker_timeout_seconds` must be positive. Received: " +
                      std::to_string(worker_timeout_seconds));
@@ -231,8 +234,9 @@ ParameterServerStrategy::ParameterServerStrategy(ParameterServerStrategyOptions 
   options_.validate();
   cluster_ = options_.cluster ? *options_.cluster : distribute::resolve_ps_cluster();
   if (cluster_.chief.empty())
-    throw ValueError("parameter_server: TF_CONFIG's cluster has no \"chief\"; the chief coordinates the workers, so "
-                     "add one (\"chief\": [\"host:port\"])");
+    throw ValueError(
+        "parameter_server: TF_CONFIG's cluster has no \"chief\"; the chief coordinates the workers, so "
+        "add one (\"chief\": [\"host:port\"])");
   if (cluster_.worker.empty())
     throw ValueError("parameter_server: TF_CONFIG's cluster has no \"worker\" tasks; add at least one");
   if (options_.mode == "sync" && options_.backup_workers >= cluster_.num_workers())
@@ -258,8 +262,9 @@ History ParameterServerStrategy::run_fit(Model& model, const FitArgs& a) {
     return {};
   }
   if (cluster_.is_evaluator())
-    throw ValueError("parameter_server: this task is the evaluator; it does not train. Run `kiln evaluate` on the "
-                     "chief's saved models instead");
+    throw ValueError(
+        "parameter_server: this task is the evaluator; it does not train. Run `kiln evaluate` on the "
+        "chief's saved models instead");
   return run_chief(model, a);
 }
 
@@ -419,20 +424,20 @@ History ParameterServerStrategy::run_chief(Model& model, const FitArgs& a) {
   int64_t steps = a.steps_per_epoch;
   if (steps <= 0) {
     if (card < 0)
-      throw ValueError("fit: parameter-server training needs to know an epoch's steps; pass steps_per_epoch "
-                       "(the dataset's length is unknown)");
+      throw ValueError(
+          "fit: parameter-server training needs to know an epoch's steps; pass steps_per_epoch "
+          "(the dataset's length is unknown)");
     steps = std::max<int64_t>(1, (card + aggregate - 1) / aggregate);
   }
 
   const auto placement = place(model, cluster_.num_ps(), options_.partitioner);
-  ParameterServerClient client(placement, {.ps_addresses = cluster_.ps,
-                                           .worker_name = "chief",
-                                           .connect_timeout_seconds = options_.ps_timeout_seconds});
+  ParameterServerClient client(
+      placement,
+      {.ps_addresses = cluster_.ps, .worker_name = "chief", .connect_timeout_seconds = options_.ps_timeout_seconds});
   // A separate client with short deadlines watches the ps tasks.
-  ParameterServerClient watch(placement, {.ps_addresses = cluster_.ps,
-                                          .worker_name = "chief",
-                                          .connect_timeout_seconds = 0.5,
-                                          .rpc_timeout_seconds = 2});
+  ParameterServerClient watch(
+      placement,
+      {.ps_addresses = cluster_.ps, .worker_name = "chief", .connect_timeout_seconds = 0.5, .rpc_timeout_seconds = 2});
   std::map<std::string, at::Tensor> initial;
   for (auto& v : ps_variables(model)) initial[v->path()] = v->value().detach();
   client.create_variables(initial);  // a restarted chief finds them there and keeps them
@@ -444,6 +449,12 @@ History ParameterServerStrategy::run_chief(Model& model, const FitArgs& a) {
                       .replicas_to_aggregate = aggregate,
                       .worker_timeout_seconds = options_.worker_timeout_seconds};
   Coordinator coordinator("0.0.0.0:" + port_of(cluster_.chief[0]), so);
+  // The first steps wait for every worker (each loads its data first), so
+  // no early one takes all of them; after a minute, those there start.
+  const int joined = coordinator.wait_workers_joined(60s);
+  if (joined < cluster_.num_workers())
+    std::cout << "Parameter servers: " << joined << " of " << cluster_.num_workers()
+              << " workers called in within 60 s; starting with them" << std::endl;
   std::cout << "Parameter servers: " << options_.mode << " training, " << cluster_.num_workers() << " workers, "
             << cluster_.num_ps() << " ps, " << steps << " steps per epoch"
             << (sync ? ", " + std::to_string(aggregate) + " gradients per step" : std::string()) << std::endl;
@@ -486,8 +497,9 @@ History ParameterServerStrategy::run_chief(Model& model, const FitArgs& a) {
     coordinator.pause();
     std::cout << "Parameter servers: " << why << "; restoring the checkpoint of epoch " << checkpoint.epoch + 1
               << ", step " << checkpoint.batch << std::endl;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                              std::chrono::duration<double>(options_.ps_timeout_seconds));
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::milliseconds>(
+                                               std::chrono::duration<double>(options_.ps_timeout_seconds));
     while (true) {
       try {
         auto st = watch.status();
@@ -510,6 +522,7 @@ History ParameterServerStrategy::run_chief(Model& model, const FitArgs& a) {
   };
 
   Logs epoch_logs;
+  const auto train_start = std::chrono::steady_clock::now();
   for (int epoch = a.initial_epoch; epoch < a.epochs; ++epoch) {
     int64_t b = 0;
     ts.reset_metrics();
@@ -550,11 +563,29 @@ History ParameterServerStrategy::run_chief(Model& model, const FitArgs& a) {
     cbs.on_epoch_end(epoch, epoch_logs);
     if (model.stop_training) break;
   }
+  stats_.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
   coordinator.finish();
   coordinator.wait_workers_done(std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::duration<double>(options_.worker_timeout_seconds + 2)));
   stats_.scheduler = coordinator.stats();
   assign_values(model, client.pull());
+  {
+    // Worker steps since the ps tasks started (the chief's own pulls are few).
+    const auto& sc = stats_.scheduler;
+    const double worker_steps = static_cast<double>(
+        std::max<int64_t>(1, (sync ? sc.steps_done * aggregate + sc.dropped : sc.steps_done) + sc.failed));
+    double pulled = 0, pushed = 0;
+    try {
+      for (auto& st : watch.status()) {
+        pulled += st.bytes_pulled;
+        pushed += st.bytes_pushed;
+      }
+    } catch (const Error&) {  // figures only
+    }
+    stats_.bytes_pulled_per_step = pulled / worker_steps;
+    stats_.bytes_pushed_per_step = pushed / worker_steps;
+    stats_.worker_steps = static_cast<int64_t>(worker_steps);
+  }
   client.shutdown_servers();
   const auto& s = stats_.scheduler;
   std::cout << "Parameter servers: " << options_.mode << ", " << cluster_.num_workers() << " workers, "
@@ -563,6 +594,10 @@ History ParameterServerStrategy::run_chief(Model& model, const FitArgs& a) {
             << " restart" << (s.worker_restarts == 1 ? "" : "s") << "), " << stats_.ps_restores << " ps restore"
             << (stats_.ps_restores == 1 ? "" : "s") << ", " << s.failed << " failed, " << s.dropped
             << " dropped, max staleness " << s.max_staleness << std::endl;
+  std::cout << "Parameter servers: per worker step: " << std::fixed << std::setprecision(1)
+            << stats_.bytes_pulled_per_step / 1024 << " KB pulled, " << stats_.bytes_pushed_per_step / 1024
+            << " KB pushed; " << stats_.worker_steps << " worker steps in " << stats_.train_seconds << " s"
+            << std::defaultfloat << std::endl;
   prog.in_fit = false;
   prog.callbacks = nullptr;
   cbs.on_train_end(epoch_logs);

@@ -58,7 +58,9 @@
 //   BackupAndRestore for the model's weights).
 // At the end the chief prints one summary line:
 //   "Parameter servers: async, 3 workers, 2 ps: 240 steps, 3 rescheduled,
-//    1 worker lost (1 restart), 0 ps restores, 0 dropped, max staleness 4"
+//    1 worker lost (1 restart), 0 ps restores, 0 failed, 0 dropped, max staleness 4"
+// and the tensor bytes moved per worker step:
+//   "Parameter servers: per worker step: 203.5 KB pulled, 198.8 KB pushed; 768 worker steps in 4.2 s"
 //
 // Thread safety: as fit().
 #pragma once
@@ -94,6 +96,12 @@ struct ParameterServerTrainingStats {
   SchedulerStats scheduler;
   int64_t ps_restores = 0;
   int64_t checkpoints = 0;
+  // Tensor bytes the workers pulled from and pushed to the ps tasks, per
+  // step (sync: per worker step), since the last ps restart.
+  double bytes_pulled_per_step = 0;
+  double bytes_pushed_per_step = 0;
+  int64_t worker_steps = 0;  // steps the workers ran (sync: stragglers' and failed ones included)
+  double train_seconds = 0;  // from the first epoch's start to the last one's end
 };
 
 class ParameterServerStrategy : public Distribution, public FitRunner {

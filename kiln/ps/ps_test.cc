@@ -8,6 +8,8 @@
 #include <iostream>
 #include <thread>
 
+#include <grpcpp/grpcpp.h>
+
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/core/random.h"
@@ -15,9 +17,12 @@
 #include "kiln/layers/dense.h"
 #include "kiln/models/sequential.h"
 #include "kiln/optimizers/optimizer.h"
+#include "kiln/ps/parameter_server.grpc.pb.h"
 #include "kiln/ps/parameter_server.h"
 #include "kiln/ps/ps_client.h"
 #include "kiln/ps/tensor_bytes.h"
+#include "kiln/ps/wire.h"
+#include "kiln/testing/expect_error.h"
 
 namespace kiln {
 namespace {
@@ -311,6 +316,110 @@ TEST(ParameterServer, TaskOptionsFromTheCluster) {
   spec.task_type = "worker";
   spec.task_index = 0;
   expect_has(error_of<ValueError>([&] { ps::ps_task_options(spec, "sgd"); }), {"worker 0", "not a ps task"});
+}
+
+// --- synchronous steps, retries, checkpoints, shutdown ----------------------------------------------
+
+TEST(ParameterServer, SyncStepAveragesTheFirstNPushesAndDropsTheStragglers) {
+  TwoPs cluster(sgd(1.0));
+  const auto placement = distribute::place_variables({{"w", {2}}, {"b", {1}}}, 2);  // w on ps 0, b on ps 1
+  ParameterServerClient a(placement, options(cluster.addresses(), "worker:0"));
+  ParameterServerClient b(placement, options(cluster.addresses(), "worker:1"));
+  ParameterServerClient c(placement, options(cluster.addresses(), "worker:2"));
+  a.create_variables({{"w", at::zeros({2})}, {"b", at::zeros({1})}});
+  for (auto* w : {&a, &b, &c}) w->pull();
+  const ps::PushOptions step0{.sync = true, .sync_step = 0, .replicas_to_aggregate = 2};
+  // The first push of step 0 is held, not applied.
+  EXPECT_FALSE(a.push_gradients({{"w", at::tensor({1.0f, 0.0f})}, {"b", at::tensor({4.0f})}}, step0).dropped);
+  EXPECT_TRUE(at::equal(c.pull().at("w"), at::zeros({2})));
+  EXPECT_EQ(cluster.servers[0]->sync_step(), 0);
+  // A push with no gradient for ps 1 still counts there: every task takes part in each step.
+  EXPECT_FALSE(b.push_gradients({{"w", at::tensor({3.0f, 2.0f})}}, step0).dropped);
+  auto v = c.pull();
+  EXPECT_TRUE(at::equal(v.at("w"), at::tensor({-2.0f, -1.0f})));  // the mean of the two, lr 1
+  EXPECT_TRUE(at::equal(v.at("b"), at::tensor({-4.0f})));         // b's only gradient, over its one push
+  EXPECT_EQ(cluster.servers[0]->sync_step(), 1);
+  EXPECT_EQ(cluster.servers[1]->sync_step(), 1);
+  // The third worker of step 0 is a straggler: dropped, nothing changes.
+  auto late = c.push_gradients({{"w", at::tensor({100.0f, 100.0f})}, {"b", at::tensor({100.0f})}}, step0);
+  EXPECT_TRUE(late.dropped);
+  EXPECT_TRUE(at::equal(a.pull().at("w"), at::tensor({-2.0f, -1.0f})));
+  EXPECT_EQ(a.status()[0].sync_step, 1);
+  // A push for a step the task has not reached: it lost its state.
+  expect_error<StateError>(
+      [&] {
+        a.push_gradients({{"w", at::ones({2})}}, {.sync = true, .sync_step = 5, .replicas_to_aggregate = 2});
+      },
+      {"step 5", "ps 0", "at step 1"});
+}
+
+TEST(ParameterServer, ARetriedPushIsAnsweredAgainAndNotAppliedTwice) {
+  TwoPs cluster(sgd(1.0));
+  ParameterServerClient client(distribute::place_variables({{"w", {2}}}, 1), options({cluster.addresses()[0]}));
+  client.create_variables({{"w", at::zeros({2})}});
+  auto stub = ps::ParameterServerService::NewStub(
+      grpc::CreateChannel(cluster.addresses()[0], grpc::InsecureChannelCredentials()));
+  ps::PushGradientsRequest q;
+  q.set_worker("worker:0");
+  q.set_request_id(7);
+  auto* g = q.add_gradients();
+  g->set_path("w");
+  ps::wire::fill(g->mutable_gradient(), at::ones({2}));
+  std::vector<int64_t> versions;
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the second is a retry after a lost answer
+    grpc::ClientContext ctx;
+    ps::PushGradientsResponse r;
+    ASSERT_TRUE(stub->PushGradients(&ctx, q, &r).ok());
+    versions.push_back(r.version(0));
+  }
+  EXPECT_EQ(versions, (std::vector<int64_t>{1, 1}));
+  EXPECT_TRUE(at::equal(client.pull().at("w"), at::full({2}, -1.0f)));  // applied once
+  q.set_request_id(8);                                                  // a new push from the same worker is applied
+  grpc::ClientContext ctx;
+  ps::PushGradientsResponse r;
+  ASSERT_TRUE(stub->PushGradients(&ctx, q, &r).ok());
+  EXPECT_TRUE(at::equal(client.pull().at("w"), at::full({2}, -2.0f)));
+}
+
+TEST(ParameterServer, StateGoesBackIntoARestartedTaskAndTrainingContinuesAlike) {
+  const Json adam = Json{{"class_name", "Adam"}, {"config", {{"learning_rate", 0.1}}}};
+  const auto placement = distribute::place_variables({{"w", {3}}, {"b", {2}}}, 2);
+  TwoPs first(adam);
+  ParameterServerClient a(placement, options(first.addresses()));
+  a.create_variables({{"w", at::ones({3})}, {"b", at::zeros({2})}});
+  const std::map<std::string, at::Tensor> g1 = {{"w", at::tensor({1.0f, -2.0f, 0.5f})}, {"b", at::ones({2})}};
+  const std::map<std::string, at::Tensor> g2 = {{"w", at::tensor({-1.0f, 0.25f, 3.0f})}, {"b", at::zeros({2})}};
+  a.pull();
+  a.push_gradients(g1);
+  a.push_gradients({{"w", at::ones({3})}}, {.assign = {{"b", at::full({2}, 7.0f)}}});  // moving statistics
+  const auto state = a.get_state();
+  ASSERT_EQ(state.size(), 2u);
+  EXPECT_EQ(state[0].optimizer_state.at("iterations").item<int64_t>(), 2);
+  // Fresh tasks (a ps that restarted): the state goes in, and the next push lands alike.
+  TwoPs second(adam);
+  ParameterServerClient b(placement, options(second.addresses()));
+  b.set_state(state);
+  EXPECT_EQ(b.status()[1].num_variables, 1);
+  a.pull();
+  b.pull();
+  a.push_gradients(g2);
+  b.push_gradients(g2);
+  auto va = a.pull(), vb = b.pull();
+  for (const char* p : {"w", "b"}) EXPECT_TRUE(at::equal(va.at(p), vb.at(p))) << p;
+  EXPECT_EQ(b.pulled_versions(), a.pulled_versions());
+  EXPECT_NE(first.servers[0]->incarnation(), second.servers[0]->incarnation());
+  EXPECT_EQ(b.status()[0].incarnation, second.servers[0]->incarnation());
+}
+
+TEST(ParameterServer, AShutdownCallEndsWait) {
+  TwoPs cluster(sgd(0.1));
+  ParameterServerClient client(distribute::place_variables({{"w", {1}}}, 2), options(cluster.addresses()));
+  std::thread waiter([&] { cluster.servers[1]->wait(); });
+  client.shutdown_servers();
+  waiter.join();  // returns: the call asked ps 1 to stop
+  EXPECT_EQ(cluster.servers[1]->state(), ParameterServer::State::kStopped);
+  cluster.servers[0]->wait();
+  EXPECT_EQ(cluster.servers[0]->state(), ParameterServer::State::kStopped);
 }
 
 }  // namespace
