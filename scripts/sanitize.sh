@@ -35,8 +35,12 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # hang and restart; TwoHosts.*: network namespaces) also run in the plain
 # build only, to keep .ci/run under 30 minutes: the same trainer, gradient
 # sync and collectives run under the sanitizers in MultiProcess.* (2-rank
-# jobs) and the launcher in Launcher.*.
-GTEST_FILTER=${KILN_SANITIZE_GTEST_FILTER:--ScaleOut.ReplicaKilledAndRestartedBehindNginxLosesNoRequest:LaunchedJob.*:TwoHosts.*} \
+# jobs) and the launcher in Launcher.*. The parameter-server jobs (six
+# `kiln train` processes each, SIGKILLed workers and ps tasks:
+# *ParameterServerJob.*, ParameterServerLaunch.*) likewise: the ps service,
+# its client and the coordinator's bookkeeping run under the sanitizers in
+# ParameterServer.* and StepScheduler.*.
+GTEST_FILTER=${KILN_SANITIZE_GTEST_FILTER:--ScaleOut.ReplicaKilledAndRestartedBehindNginxLosesNoRequest:LaunchedJob.*:TwoHosts.*:*ParameterServerJob.*:ParameterServerLaunch.*} \
   ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 --timeout 1500 ${KILN_SANITIZE_CTEST_ARGS:-}
 
 WORK=$(mktemp -d)

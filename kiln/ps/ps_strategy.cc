@@ -254,7 +254,7 @@ int ParameterServerStrategy::process_index() const {
 
 History ParameterServerStrategy::run_fit(Model& model, const FitArgs& a) {
   if (cluster_.is_ps()) {
-    run_ps(model);
+    serve(model.train_state().optimizer());
     return {};
   }
   if (cluster_.is_worker()) {
@@ -270,8 +270,8 @@ History ParameterServerStrategy::run_fit(Model& model, const FitArgs& a) {
 
 // --- ps --------------------------------------------------------------------------------------------
 
-void ParameterServerStrategy::run_ps(Model& model) {
-  ParameterServer server(ps_task_options(cluster_, model.train_state().optimizer().to_json()));
+void ParameterServerStrategy::serve(const Optimizer& optimizer) {
+  ParameterServer server(ps_task_options(cluster_, optimizer.to_json()));
   std::cout << "Parameter servers: ps " << cluster_.task_index << " serving on port " << server.port() << std::endl;
   server.wait();
 }

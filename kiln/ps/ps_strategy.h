@@ -74,6 +74,10 @@
 #include "kiln/ps/coordinator.h"
 #include "kiln/training/fit_runner.h"
 
+namespace kiln {
+class Optimizer;
+}  // namespace kiln
+
 namespace kiln::ps {
 
 struct ParameterServerStrategyOptions {
@@ -121,10 +125,14 @@ class ParameterServerStrategy : public Distribution, public FitRunner {
 
   History run_fit(Model& model, const FitArgs& args) override;
 
+  // A ps task's whole job (what fit() does on one): serve with `optimizer`
+  // until the chief ends the job. `kiln train` calls it without building the
+  // model or reading the data.
+  void serve(const Optimizer& optimizer);
+
  private:
   History run_chief(Model& model, const FitArgs& args);
   void run_worker(Model& model, const FitArgs& args);
-  void run_ps(Model& model);
 
   ParameterServerStrategyOptions options_;
   distribute::PsClusterSpec cluster_;

@@ -134,6 +134,14 @@ void run_train(const TrainOptions& o) {
       std::cout << "Removed " << gone << " (left by a killed run)\n";
 
   if (!o.dtype_policy.empty()) spec["dtype_policy"] = o.dtype_policy;
+  // A parameter-server job's ps task needs only the optimizer: no data, no model.
+  const Json& dist = spec.value("distribution", Json());
+  if (dist.is_object() && dist.value("type", Json()) == "parameter_server" &&
+      distribute::resolve_ps_cluster().is_ps()) {
+    auto strategy = ps::parameter_server_from_config(dist);
+    strategy->serve(*compile_args_from_spec(spec.value("compile", Json::object())).optimizer);
+    return;
+  }
   Prepared p = prepare(spec, o.epochs);
   // The backup goes only once the model is published: a kill between the
   // end of fit() and the publish resumes from the last checkpoint instead
