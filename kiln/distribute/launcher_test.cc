@@ -448,11 +448,18 @@ TEST_F(Launcher, PsModeRestartsAKilledWorkerAlone) {
   // Worker 1 kills itself on its first start; started again, it tells the
   // chief through the FIFO (whose open blocks until both ends are there)
   // and finishes. The others run until the chief is done.
-  LaunchResult r = run(
-      o, kTaskOfTfConfig + "echo \"start $KILN_RESTART_COUNT $TF_CONFIG\"; case $T in chief) read x < " + path("back") +
-             "; echo \"chief got $x\";; worker) if [ $I = 1 ]; then "
-             "if [ $KILN_RESTART_COUNT = 0 ]; then kill -9 $$; fi; echo back > " +
-             path("back") + "; exit 0; fi; exec sleep 1000;; *) exec sleep 1000;; esac");
+  // Worker 0 and ps 0 leave a file once their line is out, and the chief
+  // waits for both (60 s at most), so it cannot end the job before they
+  // have spoken.
+  const std::string started = path("started-");
+  LaunchResult r =
+      run(o, kTaskOfTfConfig + "echo \"start $KILN_RESTART_COUNT $TF_CONFIG\"; case $T in chief) i=0; until [ -e " +
+                 started + "worker0 ] && [ -e " + started +
+                 "ps0 ]; do i=$((i+1)); if [ $i -gt 600 ]; then exit 9; fi; sleep 0.1; done; read x < " + path("back") +
+                 "; echo \"chief got $x\";; worker) if [ $I = 1 ]; then "
+                 "if [ $KILN_RESTART_COUNT = 0 ]; then kill -9 $$; fi; echo back > " +
+                 path("back") + "; exit 0; fi; touch " + started + "$T$I; exec sleep 1000;; *) touch " + started +
+                 "$T$I; exec sleep 1000;; esac");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_LT(r.seconds, 20);
   std::vector<std::string> chief = with_prefix(r.out, "[chief0] ");
