@@ -85,6 +85,7 @@ void StepScheduler::seen(const std::string& worker, uint64_t incarnation, Steady
   w.incarnation = incarnation;
   w.last_seen = now;
   w.lost = false;
+  last_contact_ = now;
 }
 
 void StepScheduler::reclaim(const std::string& worker, uint64_t incarnation) {
@@ -334,6 +335,12 @@ int64_t Coordinator::run_completed() const {
 int64_t Coordinator::sync_step() const {
   std::lock_guard<std::mutex> l(mu_);
   return scheduler_.sync_step();
+}
+
+double Coordinator::seconds_without_workers() const {
+  std::lock_guard<std::mutex> l(mu_);
+  const SteadyTime since = scheduler_.last_contact().value_or(created_);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
 SchedulerStats Coordinator::stats() const {

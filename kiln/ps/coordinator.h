@@ -120,6 +120,8 @@ class StepScheduler {
   // Whether every worker of the job has been told DONE or is lost (one that
   // never called in is neither).
   bool all_workers_done() const;
+  // When any worker last called in (heartbeats included); nullopt: none yet.
+  std::optional<SteadyTime> last_contact() const { return last_contact_; }
   int workers_seen() const { return static_cast<int>(workers_.size()); }
   const SchedulerStats& stats() const { return stats_; }
   const SchedulerOptions& options() const { return options_; }
@@ -151,6 +153,7 @@ class StepScheduler {
   std::map<std::string, WorkerInfo> workers_;
   std::vector<std::string> messages_;
   SchedulerStats stats_;
+  std::optional<SteadyTime> last_contact_;
 };
 
 // A step a worker finished, for the chief's loop.
@@ -185,6 +188,8 @@ class Coordinator {
   int64_t run_completed() const;
   int64_t sync_step() const;
   SchedulerStats stats() const;
+  // Seconds since any worker called in (since construction when none has).
+  double seconds_without_workers() const;
   // Waits up to `timeout` until every worker of the job has called in;
   // returns how many have.
   int wait_workers_joined(std::chrono::milliseconds timeout);
@@ -200,6 +205,7 @@ class Coordinator {
   std::unique_ptr<CoordinatorServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  SteadyTime created_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace kiln::ps

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <exception>
 #include <iomanip>
 #include <iostream>
 #include <random>
@@ -521,6 +522,16 @@ History ParameterServerStrategy::run_chief(Model& model, const FitArgs& a) {
     coordinator.start(steps - batch, checkpoint.sync_step);
   };
 
+  // Workers heartbeat twice a second: this long without any means none is left.
+  const double no_worker_limit = std::max(120.0, 6 * options_.worker_timeout_seconds);
+  // On failure the ps tasks are told to stop too (those that can be reached).
+  struct ShutdownOnError {
+    ParameterServerClient& client;
+    int uncaught = std::uncaught_exceptions();
+    ~ShutdownOnError() {
+      if (std::uncaught_exceptions() > uncaught) client.shutdown_servers();
+    }
+  } shutdown_on_error{client};
   Logs epoch_logs;
   const auto train_start = std::chrono::steady_clock::now();
   for (int epoch = a.initial_epoch; epoch < a.epochs; ++epoch) {
@@ -550,6 +561,9 @@ History ParameterServerStrategy::run_chief(Model& model, const FitArgs& a) {
       if (std::chrono::steady_clock::now() >= next_watch) {
         next_watch = std::chrono::steady_clock::now() + 500ms;
         if (std::string why = ps_lost(); !why.empty()) restore(why, b);
+        if (const double silent = coordinator.seconds_without_workers(); silent > no_worker_limit)
+          throw IOError("parameter-server training: no worker has called in for " + std::to_string((int)silent) +
+                        " s (all lost?); restart the workers (kiln launch --max_restarts does), then the chief");
       }
     }
     assign_values(model, client.pull());
