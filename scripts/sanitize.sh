@@ -18,7 +18,7 @@ export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_fi
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-    -DKILN_SANITIZE=ON -DKILN_FUZZ=ON -DKILN_DOC_SNIPPETS=OFF >/dev/null
+    -DKILN_SANITIZE=ON -DKILN_FUZZ=ON -DKILN_DOC_SNIPPETS=OFF -DKILN_BENCH_AND_EXAMPLES=OFF >/dev/null
 fi
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 

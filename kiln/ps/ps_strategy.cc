@@ -358,6 +358,7 @@ void ParameterServerStrategy::run_worker(Model& model, const FitArgs& a) {
     return stub->GetWork(&c, q, r);
   });
   int epoch = 0;
+  int64_t ran = 0, failed = 0;
   auto it = data->begin_epoch(epoch);
   std::vector<VariablePtr> variables = model.trainable_weights();
   while (work.kind() != pb::WorkResponse::DONE) {
@@ -395,6 +396,7 @@ void ParameterServerStrategy::run_worker(Model& model, const FitArgs& a) {
       ts.train_step(s);
       if (variables.empty()) variables = s.variables;
       report.set_ok(true);
+      ++ran;
       report.set_dropped(pushed.dropped);
       report.set_max_staleness(pushed.max_staleness);
       for (auto& [k, v] : metric_state(ts)) {
@@ -404,11 +406,14 @@ void ParameterServerStrategy::run_worker(Model& model, const FitArgs& a) {
       }
     } catch (const Error& e) {  // a ps task is down or restarting: the chief schedules the step again
       report.set_ok(false);
+      ++failed;
       report.set_error(e.what());
       std::this_thread::sleep_for(100ms);  // do not spin while the chief restores
     }
     work = ask([&](grpc::ClientContext& c, pb::WorkResponse* r) { return stub->ReportStep(&c, report, r); });
   }
+  std::cout << "Parameter servers: " << name << " ran " << ran << " steps (" << failed << " failed) over " << epoch + 1
+            << " pass" << (epoch ? "es" : "") << " of its data" << std::endl;
 }
 
 // --- chief -----------------------------------------------------------------------------------------
