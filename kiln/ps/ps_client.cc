@@ -45,6 +45,19 @@ std::string fmt_seconds(double s) {
 
 }  // namespace
 
+grpc::ChannelArguments job_channel_arguments() {
+  grpc::ChannelArguments args;
+  // gRPC backs off up to 2 minutes between connection attempts to a peer
+  // that refused one; the tasks of a job start in any order and restart
+  // within seconds, so try again every 100 ms, at most a second apart.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // A failed connection re-resolves the name, at most this often (30 s by default).
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 100);
+  return args;
+}
+
 struct ParameterServerClient::Stubs {
   std::vector<std::unique_ptr<pb::ParameterServerService::Stub>> stubs;
   PsClientOptions options;
@@ -116,7 +129,7 @@ ParameterServerClient::ParameterServerClient(std::vector<distribute::PlacedVaria
                          " ps tasks; place the variables with the cluster's num_ps()");
   }
   stubs_->options = options_;
-  grpc::ChannelArguments args;
+  grpc::ChannelArguments args = job_channel_arguments();
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
   for (const auto& a : options_.ps_addresses)

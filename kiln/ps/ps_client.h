@@ -45,7 +45,15 @@
 
 #include "kiln/distribute/partitioner.h"
 
+namespace grpc {
+class ChannelArguments;
+}  // namespace grpc
+
 namespace kiln::ps {
+
+// Channel settings for the calls between a job's tasks (quick reconnects:
+// tasks start in any order and restart within seconds).
+grpc::ChannelArguments job_channel_arguments();
 
 struct PsClientOptions {
   std::vector<std::string> ps_addresses;  // "host:port" of ps task i (PsClusterSpec::ps)

@@ -288,7 +288,8 @@ void ParameterServerStrategy::run_worker(Model& model, const FitArgs& a) {
                                 .worker_name = name,
                                 .connect_timeout_seconds = std::min(5.0, options_.ps_timeout_seconds)});
   const uint64_t incarnation = random_incarnation();
-  auto channel = grpc::CreateChannel(cluster_.chief[0], grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateCustomChannel(cluster_.chief[0], grpc::InsecureChannelCredentials(), job_channel_arguments());
   auto stub = pb::CoordinatorService::NewStub(channel);
 
   std::atomic<bool> stop{false};
