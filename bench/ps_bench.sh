@@ -113,7 +113,7 @@ done
 
 echo
 echo "MLP 784-${HIDDEN//,/-}-10 (big: 784-${BIG_HIDDEN//,/-}-10), batch 64 per worker step; 'vs 1': examples/s against"
-echo "the group's first row; KB/step: pulled + pushed per worker step; ps MB/s: that x worker steps/s; cores:"
+echo "the group's first row; KiB/step: pulled + pushed per worker step; ps MB/s: that x worker steps/s (10^6 B); cores:"
 echo "CPU seconds the job's tasks used per second of training (chief + workers or ranks / ps tasks); machine:"
 echo "busy cores of the whole machine then; loss<$TARGET: seconds of training to the first such epoch (its number)"
 $PY "$REPORT" table "$TMP/results.txt" "$TARGET"

@@ -34,7 +34,7 @@ BYTES = re.compile(
     r"^\[chief0\] Parameter servers: per worker step: ([0-9.]+) (B|KB|MB|GB) pulled, ([0-9.]+) (B|KB|MB|GB) "
     r"pushed; (\d+) worker steps in ([0-9.]+) s"
 )
-UNIT = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+UNIT = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30}  # the chief's "KB" are 1024 bytes
 
 
 def spec(argv):
@@ -212,7 +212,7 @@ def table(argv):
     rows = [json.loads(line) for line in open(argv[0]) if line.startswith("{")]
     target = argv[1] if len(argv) > 1 else "?"
     print(
-        f"{'configuration':<34} {'train s':>7} {'examples/s':>10} {'vs 1':>5} {'KB/step':>8} {'ps MB/s':>8} "
+        f"{'configuration':<34} {'train s':>7} {'examples/s':>10} {'vs 1':>5} {'KiB/step':>8} {'ps MB/s':>8} "
         f"{'cores (chief+workers/ps)':>24} {'machine':>7} {'loss<' + target:>12} {'final':>6} {'start s':>7}"
     )
     base = {}
@@ -227,12 +227,15 @@ def table(argv):
         comp = (cpu.get("chief", 0) + cpu.get("worker", 0) + cpu.get("rank", 0)) / wall
         ps = cpu.get("ps", 0) / wall
         cores = f"{comp:.2f}/{ps:.2f}" if "ps" in cpu else f"{comp:.2f}"
-        kb = f"{(r['pulled'] + r['pushed']) / 1e3:.0f}" if "pulled" in r else "-"
+        kb = f"{(r['pulled'] + r['pushed']) / 2**10:.0f}" if "pulled" in r else "-"
         mbps = f"{r['ps_MBps']:.0f}" if "ps_MBps" in r else "-"
         tt = f"{r['target_s']:.1f}s e{r['target_epoch']}" if "target_s" in r else "not reached"
         extra = ""
         if r.get("lost") or r.get("failed") or r.get("rescheduled"):
             extra = f"  ({r['lost']} lost, {r['rescheduled']} rescheduled, {r['failed']} failed)"
+        if r.get("dropped"):  # sync with backup workers: the stragglers' gradients
+            applied = (r["worker_steps"] - r["dropped"]) * r["examples"] / r["worker_steps"] / r["train_s"]
+            extra += f"  ({r['dropped']} of {r['worker_steps']} worker steps dropped: {applied:.0f} applied examples/s)"
         if "progbar_ex_per_s" in r:
             extra += f"  (progbar ms/step: {r['progbar_ex_per_s']:.0f}/s)"
         if "staleness" in r and r["mode"] == "async":
