@@ -21,7 +21,8 @@
 # Usage: bench/ps_bench.sh [build dir]
 #   env: LIMIT=20000 EPOCHS=8 TARGET=0.5 LR=0.1 HIDDEN=256,256
 #        BIG_HIDDEN=2048,2048 BIG_LIMIT=4800 BIG_WORKERS="1 4" DP_RANKS="1 2 4"
-#        WORKERS="1 2 3 4" JOB_TIMEOUT=240 KEEP=0 (KEEP=1: keep the logs)
+#        WORKERS="1 2 3 4" JOB_TIMEOUT=240 KEEP=0 (KEEP=1: keep the logs; an empty
+#        WORKERS, DP_RANKS or BIG_WORKERS skips those jobs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -32,9 +33,9 @@ LR=${LR:-0.1}
 HIDDEN=${HIDDEN:-256,256}
 BIG_HIDDEN=${BIG_HIDDEN:-2048,2048}
 BIG_LIMIT=${BIG_LIMIT:-4800}
-BIG_WORKERS=${BIG_WORKERS:-1 4}
-DP_RANKS=${DP_RANKS:-1 2 4}
-WORKERS=${WORKERS:-1 2 3 4}
+BIG_WORKERS=${BIG_WORKERS-1 4}
+DP_RANKS=${DP_RANKS-1 2 4}
+WORKERS=${WORKERS-1 2 3 4}
 JOB_TIMEOUT=${JOB_TIMEOUT:-240}
 KEEP=${KEEP:-0}
 PY=/usr/bin/python3

@@ -184,6 +184,8 @@ def result(argv):
                 train_s=float(m.group(6)),
             )
     e = r["epochs"]
+    if start is None:
+        r["why"] = "no training start line (DataParallel prints no 'Epoch 1/1': run 2 epochs or more)"
     if e:
         r["stamped_s"] = e[-1]["t"]
         if "worker_steps" in r:  # parameter servers: the chief's figures
@@ -218,7 +220,7 @@ def table(argv):
     base = {}
     for r in rows:
         if not r.get("ok"):
-            print(f"{r['name']:<34} (failed: no result)")
+            print(f"{r['name']:<34} (failed: no result{': ' + r['why'] if 'why' in r else ''})")
             continue
         group = r["name"].split()[0] + (" big" if "big" in r["name"] else "")
         base.setdefault(group, r["ex_per_s"])
