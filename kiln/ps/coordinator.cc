@@ -13,13 +13,6 @@ namespace {
 
 namespace pb = ::kiln::ps;
 
-std::string seconds_text(double s) {
-  std::string t = std::to_string(s);
-  t.erase(t.find_last_not_of('0') + 1);
-  if (!t.empty() && t.back() == '.') t.pop_back();
-  return t;
-}
-
 }  // namespace
 
 // --- StepScheduler -----------------------------------------------------------------------------

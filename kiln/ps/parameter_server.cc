@@ -313,7 +313,7 @@ class ParameterServiceImpl final : public pb::ParameterServerService::Service {
 
   OptimizerPtr optimizer_;
   const int task_index_;
-  const uint64_t incarnation_ = std::random_device{}() * 0x100000000ull + std::random_device{}();
+  const uint64_t incarnation_ = random_id();
   std::function<void()> on_shutdown_;
   int64_t sync_step_ = 0;
   int64_t sync_pushes_ = 0;

@@ -37,10 +37,11 @@ void for_each_task(const std::vector<int>& tasks, const std::function<void(int)>
   if (first) std::rethrow_exception(first);
 }
 
-std::string fmt_seconds(double s) {
-  std::ostringstream o;
-  o << s;  // 0.5, 30
-  return o.str();
+// 0 .. n-1: every ps task.
+std::vector<int> every_task(size_t n) {
+  std::vector<int> tasks(n);
+  for (size_t t = 0; t < n; ++t) tasks[t] = static_cast<int>(t);
+  return tasks;
 }
 
 }  // namespace
@@ -87,7 +88,7 @@ struct ParameterServerClient::Stubs {
         case grpc::StatusCode::FAILED_PRECONDITION:
           throw StateError(m);
         case grpc::StatusCode::UNAVAILABLE:
-          throw IOError(what + ": cannot reach " + where + " within " + fmt_seconds(options.connect_timeout_seconds) +
+          throw IOError(what + ": cannot reach " + where + " within " + seconds_text(options.connect_timeout_seconds) +
                         " s: " + s.error_message());
         default:
           throw IOError(m);
@@ -116,8 +117,7 @@ void PsClientOptions::validate() const {
 ParameterServerClient::ParameterServerClient(std::vector<distribute::PlacedVariable> placement, PsClientOptions options)
     : placement_(std::move(placement)), options_(std::move(options)), stubs_(std::make_unique<Stubs>()) {
   options_.validate();
-  std::random_device rd;
-  next_request_id_ = (static_cast<uint64_t>(rd()) << 32 | rd()) | 1;  // never 0 (0: no id)
+  next_request_id_ = random_id();  // 0 means "no id"
   for (size_t i = 0; i < placement_.size(); ++i) {
     const auto& v = placement_[i];
     if (!index_.emplace(v.path, i).second)
@@ -286,9 +286,7 @@ PushResult ParameterServerClient::push_gradients(const std::map<std::string, at:
 
 std::vector<PsTaskState> ParameterServerClient::get_state() {
   std::vector<PsTaskState> out(options_.ps_addresses.size());
-  std::vector<int> tasks;
-  for (size_t t = 0; t < out.size(); ++t) tasks.push_back(static_cast<int>(t));
-  for_each_task(tasks, [&](int t) {
+  for_each_task(every_task(out.size()), [&](int t) {
     pb::GetStateRequest q;
     pb::PsState r;
     stubs_->call(t, "GetState",
@@ -310,9 +308,7 @@ void ParameterServerClient::set_state(const std::vector<PsTaskState>& state) {
   if (state.size() != options_.ps_addresses.size())
     throw ValueError("ParameterServerClient::set_state: the state has " + std::to_string(state.size()) +
                      " ps tasks; the cluster has " + std::to_string(options_.ps_addresses.size()));
-  std::vector<int> tasks;
-  for (size_t t = 0; t < state.size(); ++t) tasks.push_back(static_cast<int>(t));
-  for_each_task(tasks, [&](int t) {
+  for_each_task(every_task(state.size()), [&](int t) {
     pb::PsState q;
     const PsTaskState& st = state[t];
     for (const auto& [path, value] : st.values) {
@@ -353,9 +349,7 @@ std::map<std::string, int64_t> ParameterServerClient::pulled_versions() const {
 
 std::vector<PsTaskStatus> ParameterServerClient::status() {
   std::vector<PsTaskStatus> out(options_.ps_addresses.size());
-  std::vector<int> tasks;
-  for (size_t t = 0; t < out.size(); ++t) tasks.push_back(static_cast<int>(t));
-  for_each_task(tasks, [&](int t) {
+  for_each_task(every_task(options_.ps_addresses.size()), [&](int t) {
     pb::GetStatusRequest q;
     pb::GetStatusResponse r;
     stubs_->call(t, "GetStatus",

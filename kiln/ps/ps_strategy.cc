@@ -31,11 +31,6 @@ namespace {
 namespace pb = ::kiln::ps;
 using namespace std::chrono_literals;
 
-uint64_t random_incarnation() {
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32 | rd()) | 1;  // never 0
-}
-
 std::string port_of(const std::string& address) { return address.substr(address.rfind(':') + 1); }
 
 std::unique_ptr<distribute::Partitioner> make_partitioner(const Json& cfg) {
@@ -115,14 +110,7 @@ std::unique_ptr<DataAdapter> training_data(Model& model, const FitArgs& a, std::
     if (!a.x.empty() || !a.y.empty()) throw ValueError("fit: pass either x/y tensors or a dataset, not both");
     Dataset ds = shard ? a.dataset->shard(shard->first, shard->second) : *a.dataset;
     auto probe = make_dataset_adapter(ds, model.num_inputs(), 0);
-    size_t n_out;
-    {
-      at::NoGradGuard ng;
-      Tensors one;
-      for (auto& t : probe->sample_inputs()) one.push_back(t.dim() > 0 && t.size(0) > 1 ? t.narrow(0, 0, 1) : t);
-      n_out = model(one, false).size();
-    }
-    (void)n_out;
+    const size_t n_out = build_with_probe(model, probe->sample_inputs(), /*force_probe=*/true);
     return make_dataset_adapter(ds, model.num_inputs(), n_out, a.class_weight);
   }
   if (a.x.empty()) throw ValueError("fit: no training data; pass x and y tensors or a dataset");
@@ -131,22 +119,18 @@ std::unique_ptr<DataAdapter> training_data(Model& model, const FitArgs& a, std::
   Tensors x = a.x, y = a.y;
   at::Tensor sw = a.sample_weight;
   if (a.validation_split > 0) {
-    const int64_t n = x[0].size(0);
-    const int64_t split_at = (int64_t)std::ceil((double)n * (1.0 - a.validation_split));
-    if (split_at <= 0 || split_at >= n)
-      throw ValueError("fit: validation_split=" + std::to_string(a.validation_split) + " leaves no training or no " +
-                       "validation samples out of " + std::to_string(n));
+    ValidationSplit v = split_validation(x, y, sw, a.validation_split);
     if (validation) {
       if (*validation) throw ValueError("fit: pass either validation_split or validation data, not both");
       EvaluateArgs ev;
-      ev.x = slice_rows(x, split_at, n);
-      ev.y = slice_rows(y, split_at, n);
-      if (sw.defined()) ev.sample_weight = sw.narrow(0, split_at, n - split_at);
+      ev.x = v.val_x;
+      ev.y = v.val_y;
+      ev.sample_weight = v.val_sample_weight;
       *validation = ev;
     }
-    x = slice_rows(x, 0, split_at);
-    y = slice_rows(y, 0, split_at);
-    if (sw.defined()) sw = sw.narrow(0, 0, split_at);
+    x = std::move(v.x);
+    y = std::move(v.y);
+    sw = v.sample_weight;
   }
   if (shard) {  // every num_shards-th example from index
     const int64_t n = x[0].size(0);
@@ -159,12 +143,7 @@ std::unique_ptr<DataAdapter> training_data(Model& model, const FitArgs& a, std::
     if (sw.defined()) sw = sw.index_select(0, rows);
   }
   auto adapter = make_tensor_adapter(x, y, sw, a.batch_size, a.shuffle, a.class_weight);
-  if (!model.built()) {
-    at::NoGradGuard ng;
-    Tensors one;
-    for (auto& t : adapter->sample_inputs()) one.push_back(t.dim() > 0 && t.size(0) > 1 ? t.narrow(0, 0, 1) : t);
-    model(one, false);
-  }
+  build_with_probe(model, adapter->sample_inputs(), /*force_probe=*/false);
   return adapter;
 }
 
@@ -192,10 +171,6 @@ void add_metric_state(TrainState& ts, const std::map<std::string, at::Tensor>& s
         vars[j].add_(it->second.to(vars[j].scalar_type()));
     }
   }
-}
-
-Json params_json(int verbose, int epochs, int64_t steps, bool do_validation) {
-  return Json{{"verbose", verbose}, {"epochs", epochs}, {"steps", steps}, {"do_validation", do_validation}};
 }
 
 template <class Rpc>
@@ -287,7 +262,7 @@ void ParameterServerStrategy::run_worker(Model& model, const FitArgs& a) {
                                {.ps_addresses = cluster_.ps,
                                 .worker_name = name,
                                 .connect_timeout_seconds = std::min(5.0, options_.ps_timeout_seconds)});
-  const uint64_t incarnation = random_incarnation();
+  const uint64_t incarnation = random_id();
   auto channel =
       grpc::CreateCustomChannel(cluster_.chief[0], grpc::InsecureChannelCredentials(), job_channel_arguments());
   auto stub = pb::CoordinatorService::NewStub(channel);
@@ -352,24 +327,20 @@ void ParameterServerStrategy::run_worker(Model& model, const FitArgs& a) {
       std::this_thread::sleep_for(200ms);  // back off before asking again
     }
   };
-  pb::WorkResponse work = ask([&](grpc::ClientContext& c, pb::WorkResponse* r) {
+  auto get_work = [&] {
     pb::GetWorkRequest q;
     q.set_worker(name);
     q.set_incarnation(incarnation);
-    return stub->GetWork(&c, q, r);
-  });
+    return ask([&](grpc::ClientContext& c, pb::WorkResponse* r) { return stub->GetWork(&c, q, r); });
+  };
+  pb::WorkResponse work = get_work();
   int epoch = 0;
   int64_t ran = 0, failed = 0;
   auto it = data->begin_epoch(epoch);
   std::vector<VariablePtr> variables = model.trainable_weights();
   while (work.kind() != pb::WorkResponse::DONE) {
     if (work.kind() == pb::WorkResponse::WAIT) {
-      work = ask([&](grpc::ClientContext& c, pb::WorkResponse* r) {
-        pb::GetWorkRequest q;
-        q.set_worker(name);
-        q.set_incarnation(incarnation);
-        return stub->GetWork(&c, q, r);
-      });
+      work = get_work();
       continue;
     }
     pb::ReportStepRequest report;
@@ -479,7 +450,7 @@ History ParameterServerStrategy::run_chief(Model& model, const FitArgs& a) {
   };
   const int verbose = a.verbose < 0 ? 2 : a.verbose;
   CallbackList cbs(a.callbacks, /*add_history=*/true, verbose != 0, &model,
-                   params_json(verbose, a.epochs, steps, val.has_value()));
+                   fit_params_json(verbose, a.epochs, steps, val.has_value()));
   FitProgress& prog = ts.progress();
   prog = FitProgress();
   prog.in_fit = true;

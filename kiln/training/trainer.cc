@@ -25,27 +25,6 @@ int resolve_verbose(int verbose) {
   return verbose;
 }
 
-// Builds the model (creating its variables) with a one-row probe when it is
-// not built yet; returns its number of outputs. fit() does this before
-// on_train_begin so checkpoint callbacks can restore into built variables,
-// as Keras's symbolic build does.
-size_t build_and_count_outputs(Model& model, const Tensors& sample, bool force_probe) {
-  if (model.built() && !force_probe) return 0;
-  Tensors probe;
-  for (auto& t : sample) probe.push_back(t.dim() > 0 && t.size(0) > 1 ? t.narrow(0, 0, 1) : t);
-  at::NoGradGuard ng;
-  return model(probe, false).size();
-}
-
-Json params_json(int verbose, int epochs, int64_t steps, bool do_validation) {
-  Json p;
-  p["verbose"] = verbose;
-  p["epochs"] = epochs;
-  p["steps"] = steps >= 0 ? Json(steps) : Json(nullptr);
-  p["do_validation"] = do_validation;
-  return p;
-}
-
 // The loop evaluate() and fit()'s validation share.
 Logs run_test_loop(Model& model, TrainState& ts, DataAdapter& data, int64_t steps, Callback& cbs) {
   ts.reset_metrics();
@@ -76,11 +55,11 @@ std::unique_ptr<DataAdapter> eval_adapter(Model& model, const Tensors& x, const 
   if (ds) {
     if (!x.empty() || !y.empty()) throw ValueError("pass either x/y tensors or a dataset, not both");
     auto probe = make_dataset_adapter(*ds, model.num_inputs(), 0);
-    size_t n_out = build_and_count_outputs(model, probe->sample_inputs(), true);
+    size_t n_out = build_with_probe(model, probe->sample_inputs(), true);
     return make_dataset_adapter(*ds, model.num_inputs(), n_out);
   }
   auto a = make_tensor_adapter(x, y, sw, batch_size, /*shuffle=*/false);
-  build_and_count_outputs(model, a->sample_inputs(), false);
+  build_with_probe(model, a->sample_inputs(), false);
   return a;
 }
 
@@ -109,6 +88,44 @@ void broadcast_weights(Model& model, Distribution& d) {
 }
 
 }  // namespace
+
+// fit() does this before on_train_begin so checkpoint callbacks can restore
+// into built variables, as Keras's symbolic build does.
+size_t build_with_probe(Model& model, const Tensors& sample, bool force_probe) {
+  if (model.built() && !force_probe) return 0;
+  Tensors probe;
+  for (auto& t : sample) probe.push_back(t.dim() > 0 && t.size(0) > 1 ? t.narrow(0, 0, 1) : t);
+  at::NoGradGuard ng;
+  return model(probe, false).size();
+}
+
+ValidationSplit split_validation(const Tensors& x, const Tensors& y, const at::Tensor& sw, double fraction) {
+  const int64_t n = x[0].size(0);
+  const int64_t split_at = (int64_t)std::ceil((double)n * (1.0 - fraction));
+  if (split_at <= 0 || split_at >= n)
+    throw ValueError("fit: validation_split=" + std::to_string(fraction) + " leaves " + std::to_string(split_at) +
+                     " training and " + std::to_string(n - split_at) + " validation samples out of " +
+                     std::to_string(n) + "; both must be non-empty");
+  ValidationSplit out;
+  out.x = slice_rows(x, 0, split_at);
+  out.y = slice_rows(y, 0, split_at);
+  out.val_x = slice_rows(x, split_at, n);
+  out.val_y = slice_rows(y, split_at, n);
+  if (sw.defined()) {
+    out.sample_weight = sw.narrow(0, 0, split_at);
+    out.val_sample_weight = sw.narrow(0, split_at, n - split_at);
+  }
+  return out;
+}
+
+Json fit_params_json(int verbose, int epochs, int64_t steps, bool do_validation) {
+  Json p;
+  p["verbose"] = verbose;
+  p["epochs"] = epochs;
+  p["steps"] = steps >= 0 ? Json(steps) : Json(nullptr);
+  p["do_validation"] = do_validation;
+  return p;
+}
 
 // --- compile -------------------------------------------------------------------
 
@@ -173,7 +190,7 @@ History Model::fit(const FitArgs& a) {
     if (a.validation_split > 0)
       throw ValueError("fit: validation_split is only supported for tensor inputs; pass validation_dataset instead");
     auto probe = make_dataset_adapter(*a.dataset, num_inputs(), 0);
-    size_t n_out = build_and_count_outputs(*this, probe->sample_inputs(), true);
+    size_t n_out = build_with_probe(*this, probe->sample_inputs(), true);
     train = make_dataset_adapter(*a.dataset, num_inputs(), n_out, a.class_weight);
   } else {
     if (a.x.empty()) throw ValueError("fit: no training data; pass x and y tensors or a dataset");
@@ -183,21 +200,14 @@ History Model::fit(const FitArgs& a) {
     Tensors x = a.x, y = a.y;
     at::Tensor sw = a.sample_weight;
     if (a.validation_split > 0) {
-      // Keras: the last fraction of the samples, taken before shuffling.
-      const int64_t n = x[0].size(0);
-      const int64_t split_at = (int64_t)std::ceil((double)n * (1.0 - a.validation_split));
-      if (split_at <= 0 || split_at >= n)
-        throw ValueError("fit: validation_split=" + std::to_string(a.validation_split) + " leaves " +
-                         std::to_string(split_at) + " training and " + std::to_string(n - split_at) +
-                         " validation samples out of " + std::to_string(n) + "; both must be non-empty");
-      val = make_tensor_adapter(slice_rows(x, split_at, n), slice_rows(y, split_at, n),
-                                sw.defined() ? sw.narrow(0, split_at, n - split_at) : at::Tensor(), val_batch, false);
-      x = slice_rows(x, 0, split_at);
-      y = slice_rows(y, 0, split_at);
-      if (sw.defined()) sw = sw.narrow(0, 0, split_at);
+      ValidationSplit v = split_validation(x, y, sw, a.validation_split);
+      val = make_tensor_adapter(v.val_x, v.val_y, v.val_sample_weight, val_batch, false);
+      x = std::move(v.x);
+      y = std::move(v.y);
+      sw = v.sample_weight;
     }
     train = make_tensor_adapter(x, y, sw, a.batch_size, a.shuffle, a.class_weight);
-    build_and_count_outputs(*this, train->sample_inputs(), false);
+    build_with_probe(*this, train->sample_inputs(), false);
   }
   if (a.validation_dataset) {
     if (val) throw ValueError("fit: pass either validation_split or validation data, not both");
@@ -224,7 +234,7 @@ History Model::fit(const FitArgs& a) {
   // --- callbacks ---
   const int verbose = resolve_verbose(a.verbose);
   CallbackList cbs(a.callbacks, /*add_history=*/true, /*add_progbar=*/verbose != 0 && is_chief(), this,
-                   params_json(verbose, a.epochs, steps, val != nullptr));
+                   fit_params_json(verbose, a.epochs, steps, val != nullptr));
   std::vector<VariablePtr> variables = trainable_weights();
 
   FitProgress& prog = ts.progress();
@@ -357,7 +367,7 @@ std::map<std::string, double> Model::evaluate(const EvaluateArgs& a) {
   if (card == kInfiniteCardinality && a.steps <= 0) throw ValueError("evaluate: the dataset is infinite; pass `steps`");
   int64_t steps = a.steps > 0 ? (card >= 0 ? std::min(a.steps, card) : a.steps) : (card >= 0 ? card : -1);
   const int verbose = resolve_verbose(a.verbose);
-  CallbackList cbs(a.callbacks, false, verbose != 0 && is_chief(), this, params_json(verbose, 1, steps, false));
+  CallbackList cbs(a.callbacks, false, verbose != 0 && is_chief(), this, fit_params_json(verbose, 1, steps, false));
   return run_test_loop(*this, ts, *data, a.steps, cbs);
 }
 
@@ -367,7 +377,7 @@ Tensors predict_loop(Model& model, DataAdapter& data, int verbose) {
   const int v = resolve_verbose(verbose);
   const int64_t card = data.num_batches();
   if (card == kInfiniteCardinality) throw ValueError("predict: the dataset is infinite");
-  CallbackList cbs({}, false, v != 0 && is_chief(), &model, params_json(v, 1, card >= 0 ? card : -1, false));
+  CallbackList cbs({}, false, v != 0 && is_chief(), &model, fit_params_json(v, 1, card >= 0 ? card : -1, false));
   cbs.on_predict_begin({});
   std::vector<Tensors> parts;
   auto it = data.begin_epoch(0);
