@@ -11,6 +11,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/serving/example_input.h"
+#include "kiln/serving/inference.h"
 #include "kiln/serving/server_core.h"
 #include "kiln/serving/status.h"
 #include "kiln/serving/tensor_proto.h"
@@ -165,21 +166,17 @@ class PredictionServiceImpl final : public tfs::PredictionService::Service {
   grpc::Status Classify(grpc::ServerContext* ctx, const tfs::ClassificationRequest* req,
                         tfs::ClassificationResponse* resp) override {
     return handle(core_, o_, ctx, "grpc", "classify", [&](RequestTiming& t, std::string& model, int64_t& version) {
-      at::Tensor y = run_examples(ctx, req->model_spec(), req->input(), t, model, version, resp->mutable_model_spec());
-      // One class per output column, labelled by its index ("0", "1", ...).
-      if (y.dim() == 1) y = y.unsqueeze(1);
-      if (y.dim() != 2)
-        throw ServingError(Code::kInvalidArgument,
-                           "Classify needs an output of shape (batch, classes); the model's is " +
-                               shape_to_string(Shape(y.sizes().begin(), y.sizes().end())));
-      auto scores = y.to(at::kFloat).contiguous();
+      TensorMap out;
+      auto sig = run_examples(ctx, req->model_spec(), req->input(), InferenceApi::kClassify, t, model, version,
+                              resp->mutable_model_spec(), out);
+      Classifications c = classifications_of(sig, out);
       auto* result = resp->mutable_result();
-      for (int64_t i = 0; i < scores.size(0); ++i) {
-        auto* c = result->add_classifications();
-        for (int64_t k = 0; k < scores.size(1); ++k) {
-          auto* cls = c->add_classes();
-          cls->set_label(std::to_string(k));
-          cls->set_score(scores[i][k].item<float>());
+      for (int64_t i = 0; i < c.examples; ++i) {
+        auto* row = result->add_classifications();
+        for (int64_t k = 0; k < c.classes; ++k) {
+          auto* cls = row->add_classes();
+          cls->set_label(c.label(i, k));
+          cls->set_score(c.score(i, k));
         }
       }
     });
@@ -188,14 +185,10 @@ class PredictionServiceImpl final : public tfs::PredictionService::Service {
   grpc::Status Regress(grpc::ServerContext* ctx, const tfs::RegressionRequest* req,
                        tfs::RegressionResponse* resp) override {
     return handle(core_, o_, ctx, "grpc", "regress", [&](RequestTiming& t, std::string& model, int64_t& version) {
-      at::Tensor y = run_examples(ctx, req->model_spec(), req->input(), t, model, version, resp->mutable_model_spec());
-      if (y.dim() == 0 || y.numel() != y.size(0))
-        throw ServingError(Code::kInvalidArgument,
-                           "Regress needs one value per example (an output of shape (batch,) or (batch, 1)); the "
-                           "model's is " +
-                               shape_to_string(Shape(y.sizes().begin(), y.sizes().end())));
-      auto v = y.reshape({-1}).to(at::kFloat).contiguous();
-      for (int64_t i = 0; i < v.size(0); ++i) resp->mutable_result()->add_regressions()->set_value(v[i].item<float>());
+      TensorMap out;
+      auto sig = run_examples(ctx, req->model_spec(), req->input(), InferenceApi::kRegress, t, model, version,
+                              resp->mutable_model_spec(), out);
+      for (float v : regressions_of(sig, out)) resp->mutable_result()->add_regressions()->set_value(v);
     });
   }
 
@@ -238,31 +231,24 @@ class PredictionServiceImpl final : public tfs::PredictionService::Service {
 
  private:
   // Classify/Regress: Examples -> the signature's inputs -> its first output.
-  at::Tensor run_examples(grpc::ServerContext* ctx, const tfs::ModelSpec& ms, const tfs::Input& input, RequestTiming& t,
-                          std::string& model, int64_t& version, tfs::ModelSpec* out_spec) {
+  InferenceSignature run_examples(grpc::ServerContext* ctx, const tfs::ModelSpec& ms, const tfs::Input& input,
+                                  InferenceApi api, RequestTiming& t, std::string& model, int64_t& version,
+                                  tfs::ModelSpec* out_spec, TensorMap& out) {
     auto start = SteadyClock::now();
     auto spec = spec_of(ms);
     model = spec.name;
     auto h = core_.get(spec);
     version = h->version;
-    const std::string sig = signature_of(ms);
-    const Json& sj = signature_json(*h, sig);
+    InferenceSignature sig = inference_signature(h->signatures(), signature_of(ms), api);
     std::vector<ExampleInputSpec> specs;
-    for (auto& [name, info] : sj.at("inputs").items()) {
-      Shape s = shape_of(info.value("shape", Json::array()));
-      if (!s.empty()) s.erase(s.begin());  // the batch dimension
-      specs.push_back({name, dtype_from_string(info.value("dtype", std::string("float32"))), s});
-    }
+    for (auto& in : sig.inputs) specs.push_back({in.name, dtype_from_string(in.dtype), in.shape});
     auto tensors = examples_to_tensors(input, specs);
     TensorMap inputs;
     for (size_t i = 0; i < specs.size(); ++i) inputs[specs[i].name] = tensors[i];
     t.parse_us = micros_since(start);
-    TensorMap out = core_.predict(*h, sig, inputs, deadline_of(ctx), &t);
-    if (out.empty()) throw ServingError(Code::kInternal, "the model returned no outputs");
-    // The signature's first output (signature order, not name order).
-    std::string first = sj.contains("outputs") && !sj["outputs"].empty() ? sj["outputs"].begin().key() : "";
-    fill_spec(*h, sig, out_spec);
-    return out.count(first) ? out.at(first) : out.begin()->second;
+    out = core_.predict(*h, sig.name, inputs, deadline_of(ctx), &t);
+    fill_spec(*h, sig.name, out_spec);
+    return sig;
   }
 
   ServerCore& core_;

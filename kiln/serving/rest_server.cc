@@ -17,6 +17,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/serving/httplib.h"
+#include "kiln/serving/inference.h"
 #include "kiln/serving/rest_codec.h"
 #include "kiln/serving/tensor_proto.h"
 #include "kiln/serving/tls.h"
@@ -317,19 +318,8 @@ struct RestServer::Impl {
                            RequestTiming& t, Res& res) {
     auto t0 = Clock::now();
     if (!body.is_object()) throw ServingError(Code::kInvalidArgument, "the request body must be a JSON object");
-    std::string sig = body.value("signature_name", std::string(kDefaultSignature));
-    if (sig.empty()) sig = kDefaultSignature;
-    const Json& sigs = h.signatures();
-    if (!sigs.contains(sig))
-      throw ServingError(Code::kInvalidArgument, "Serving signature name: \"" + sig + "\" not found in signature def");
-    std::string method = sigs[sig].value("method_name", "predict");
-    if (method.rfind("tensorflow/serving/", 0) == 0) method = method.substr(19);
-    std::string want = api == "classify" ? "classify" : "regress";
-    if (method != want)
-      throw ServingError(Code::kInvalidArgument, "Expected " +
-                                                     std::string(api == "classify" ? "classification" : "regression") +
-                                                     " signature method_name to be tensorflow/serving/" + want +
-                                                     ". Was: tensorflow/serving/" + method);
+    InferenceSignature sig = inference_signature(h.signatures(), body.value("signature_name", std::string()),
+                                                 api == "classify" ? InferenceApi::kClassify : InferenceApi::kRegress);
     if (!body.contains("examples") || !body["examples"].is_array() || body["examples"].empty())
       throw ServingError(Code::kInvalidArgument, "\"examples\" must be a non-empty list of {feature: value} objects");
     Json instances = Json::array();
@@ -339,27 +329,21 @@ struct RestServer::Impl {
       for (auto& [k, v] : ex.items()) merged[k] = v;
       instances.push_back(merged);
     }
-    PredictCall call = decode_predict_request(Json{{"signature_name", sig}, {"instances", instances}}, sigs);
+    PredictCall call =
+        decode_predict_request(Json{{"signature_name", sig.name}, {"instances", instances}}, h.signatures());
     t.parse_us = micros(t0);
-    TensorMap out = core.predict(h, sig, call.inputs, deadline, &t);
+    TensorMap out = core.predict(h, sig.name, call.inputs, deadline, &t);
     auto t1 = Clock::now();
     Json results = Json::array();
-    if (api == "classify") {
-      at::Tensor scores = out.count("scores") ? out["scores"] : out.begin()->second;
-      scores = scores.reshape({scores.size(0), -1}).to(at::kDouble);
-      at::Tensor classes = out.count("classes") ? out["classes"] : at::Tensor();
-      for (int64_t i = 0; i < scores.size(0); ++i) {
+    if (sig.api == InferenceApi::kClassify) {
+      Classifications c = classifications_of(sig, out);
+      for (int64_t i = 0; i < c.examples; ++i) {
         Json row = Json::array();
-        for (int64_t k = 0; k < scores.size(1); ++k) {
-          std::string label = classes.defined() ? std::to_string(classes[i][k].item<int64_t>()) : std::to_string(k);
-          row.push_back(Json::array({label, scores[i][k].item<double>()}));
-        }
+        for (int64_t k = 0; k < c.classes; ++k) row.push_back(Json::array({c.label(i, k), c.score(i, k)}));
         results.push_back(row);
       }
     } else {
-      at::Tensor v = out.count("outputs") ? out["outputs"] : out.begin()->second;
-      v = v.reshape({v.size(0), -1}).to(at::kDouble);
-      for (int64_t i = 0; i < v.size(0); ++i) results.push_back(v[i][0].item<double>());
+      for (float v : regressions_of(sig, out)) results.push_back(v);
     }
     reply(res, 200, Json{{"results", results}});
     t.serialize_us = micros(t1);

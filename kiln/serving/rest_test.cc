@@ -148,8 +148,8 @@ TEST_F(Rest, MalformedRequestsGetA400AndNeverWedgeTheServer) {
   expect_400("/v1/models/m:predict", R"({"instances": [[1,2,3,4]], "signature_name": "nope"})", "nope");
   expect_400("/v1/models/m:predict", R"([1,2])", "JSON object");
   expect_400("/v1/models/m:predict", std::string(100000, '[') + std::string(100000, ']'), "nesting");
-  expect_400("/v1/models/m:classify", R"({"examples": [{"x": [1,2,3,4]}]})", "tensorflow/serving/classify");
-  expect_400("/v1/models/m:regress", R"({"examples": [{"x": [1,2,3,4]}]})", "tensorflow/serving/regress");
+  expect_400("/v1/models/m:classify", R"({"examples": [{"x": [1,2,3,4]}], "signature_name": "nope"})", "nope");
+  expect_400("/v1/models/m:classify", R"({"examples": []})", "non-empty list");
   int st = 0;
   post("/v1/models/nope:predict", R"({"instances": [[1,2,3,4]]})", &st);
   EXPECT_EQ(st, 404);
@@ -246,6 +246,28 @@ TEST_F(Rest, ASecondServerOnTheSamePortFailsToBind) {
 // An open keep-alive connection holds a REST thread. With a fixed pool of
 // num_threads, a client beyond that waited for an idle connection to time
 // out (5 s); the pool now grows, so it is answered at once.
+// Classify/Regress share one implementation with gRPC (kiln/serving/inference.h):
+// a predict-method signature is classified by its output columns.
+TEST_F(Rest, ClassifyScoresArePredictOutputsAndRegressNeedsOneValue) {
+  int st = 0;
+  std::string ex = R"({"examples": [{")" + in_ + R"(": [1,2,3,4]}, {")" + in_ + R"(": [0,1,0,1]}]})";
+  Json c = post("/v1/models/m:classify", ex, &st);
+  ASSERT_EQ(st, 200) << c.dump();
+  Json p = post("/v1/models/m:predict", R"({"instances": [[1,2,3,4], [0,1,0,1]]})", &st);
+  ASSERT_EQ(st, 200) << p.dump();
+  ASSERT_EQ(c["results"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    Json row = p["predictions"][i].is_array() ? p["predictions"][i] : Json::array({p["predictions"][i]});
+    ASSERT_EQ(c["results"][i].size(), row.size());
+    for (size_t k = 0; k < row.size(); ++k) {
+      EXPECT_EQ(c["results"][i][k][0], std::to_string(k));
+      EXPECT_NEAR(c["results"][i][k][1].get<double>(), row[k].get<double>(), 1e-6);
+    }
+  }
+  if (p["predictions"][0].is_array() && p["predictions"][0].size() > 1)
+    expect_400("/v1/models/m:regress", ex, "one value per example");
+}
+
 TEST(RestThreads, MoreOpenConnectionsThanThreadsAllGetAnswers) {
   TempDir dir;
   save_tiny_model(dir.path() + "/m/1", 1.0f);

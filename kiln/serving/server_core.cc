@@ -506,6 +506,19 @@ TensorMap ServerCore::predict(const ServableHandle& handle, const std::string& s
   return out;
 }
 
+void ServerCore::predict_async(ServableHandlePtr handle, std::string signature, TensorMap inputs, Deadline deadline,
+                               PredictDone done) {
+  RequestTiming t;
+  TensorMap out;
+  std::exception_ptr err;
+  try {
+    out = predict(*handle, signature, inputs, deadline, &t);
+  } catch (...) {
+    err = std::current_exception();
+  }
+  done(err, std::move(out), t);
+}
+
 void ServerCore::record_request(const std::string& model, int64_t version, const std::string& protocol,
                                 const std::string& api, const Status& status, const RequestTiming& t) {
   std::string ver = version > 0 ? std::to_string(version) : "";

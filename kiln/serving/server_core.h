@@ -26,6 +26,8 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -109,6 +111,19 @@ class ServerCore {
   // is enabled). Throws ServingError with its code.
   TensorMap predict(const ServableHandle& handle, const std::string& signature, const TensorMap& inputs,
                     Deadline deadline = std::nullopt, RequestTiming* timing = nullptr);
+  // What predict_async hands back: the outputs, or the error (a ServingError
+  // with its code, or whatever the model threw) with empty outputs.
+  using PredictDone = std::function<void(std::exception_ptr error, TensorMap outputs, const RequestTiming& timing)>;
+  // predict() without blocking the caller on the batch queue: `done` runs
+  // exactly once, either on the batch thread that ran the request's batch
+  // (batching on), or on the calling thread before predict_async returns
+  // (batching off: the compute runs on the caller; or an error found at
+  // once, such as a full queue). The handle is kept alive until `done`
+  // returns. `done` must not throw and should not block: front ends
+  // serialize the reply and hand it to their I/O loop from it. `timing`
+  // carries queue/compute/batch_size; its parse/serialize stay 0.
+  void predict_async(ServableHandlePtr handle, std::string signature, TensorMap inputs, Deadline deadline,
+                     PredictDone done);
   // Counts one finished request into the metrics (protocol: "rest", "grpc",
   // "kserve_rest", ...; api: "predict", "classify", "metadata", ...).
   void record_request(const std::string& model, int64_t version, const std::string& protocol, const std::string& api,
