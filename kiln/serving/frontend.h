@@ -46,8 +46,29 @@ struct FrontendOptions {
   // orchestrators' probes call without credentials.
   std::string bearer_token;
   TlsOptions tls;
-  bool enable_admin = true;  // REST :load / :unload / :reload_config
+  // Admin calls: REST POST /v1/models/NAME:load, :unload and /v1/config:reload
+  // (kiln's), gRPC ModelService/HandleReloadConfigRequest. Off by default
+  // (REST 403, gRPC PERMISSION_DENIED, each naming --enable_admin_routes);
+  // when on, each needs "Authorization: Bearer <admin_token>" (gRPC metadata
+  // "authorization"). check_admin() below decides; validate() refuses
+  // enable_admin without a token.
+  bool enable_admin = false;
+  std::string admin_token;  // empty with enable_admin: bearer_token is the admin token
+  // ValueError naming the field: enable_admin with neither token.
+  void validate() const;
+  const std::string& effective_admin_token() const { return admin_token.empty() ? bearer_token : admin_token; }
 };
+
+// May this admin call run? OK, or PERMISSION_DENIED (admin calls off; the
+// message names --enable_admin_routes) / UNAUTHENTICATED (wrong or missing
+// token). `authorization` is the request's Authorization header (gRPC: the
+// "authorization" metadata), "" when absent.
+struct AdminCheck {
+  bool allowed = false;
+  bool unauthenticated = false;  // false with !allowed: admin calls are off
+  std::string message;
+};
+AdminCheck check_admin(const FrontendOptions& options, const std::string& authorization);
 
 class Frontend {
  public:

@@ -102,6 +102,14 @@ void check_token(const FrontendOptions& o, const grpc::ServerContext* ctx) {
                        "wrong bearer token; send the server's token as metadata 'authorization: Bearer <token>'");
 }
 
+// Admin RPCs check their own token instead (kiln/serving/frontend.h).
+void check_admin_call(const FrontendOptions& o, const grpc::ServerContext* ctx) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  AdminCheck c = check_admin(o, it == md.end() ? std::string() : std::string(it->second.data(), it->second.size()));
+  if (!c.allowed) throw ServingError(c.unauthenticated ? Code::kUnauthenticated : Code::kPermissionDenied, c.message);
+}
+
 // Health checks (KServe ServerLive/ServerReady) answer without a token, as
 // the REST /v2/health routes do: probes carry no credentials.
 enum class Auth { kRequired, kOpen };
@@ -320,23 +328,28 @@ class ModelServiceImpl final : public tfs::ModelService::Service {
 
   grpc::Status HandleReloadConfigRequest(grpc::ServerContext* ctx, const tfs::ReloadConfigRequest* req,
                                          tfs::ReloadConfigResponse* resp) override {
-    grpc::Status s = handle(core_, o_, ctx, "grpc", "reload_config", [&](RequestTiming&, std::string&, int64_t&) {
-      const auto& c = req->config();
-      if (c.config_case() != tfs::ModelServerConfig::kModelConfigList)
-        throw ServingError(Code::kInvalidArgument,
-                           "ModelServerConfig must hold a model_config_list (custom_model_config is not supported)");
-      ModelServerConfig config;
-      for (auto& m : c.model_config_list().config()) {
-        ModelConfig mc;
-        mc.name = m.name();
-        mc.base_path = m.base_path();
-        if (!m.model_platform().empty()) mc.model_platform = m.model_platform();
-        if (m.has_model_version_policy()) mc.version_policy = policy_of(m.model_version_policy());
-        for (auto& [label, v] : m.version_labels()) mc.version_labels[label] = v;
-        config.models.push_back(std::move(mc));
-      }
-      core_.reload_config(config);
-    });
+    grpc::Status s = handle(
+        core_, o_, ctx, "grpc", "reload_config",
+        [&](RequestTiming&, std::string&, int64_t&) {
+          check_admin_call(o_, ctx);
+          const auto& c = req->config();
+          if (c.config_case() != tfs::ModelServerConfig::kModelConfigList)
+            throw ServingError(
+                Code::kInvalidArgument,
+                "ModelServerConfig must hold a model_config_list (custom_model_config is not supported)");
+          ModelServerConfig config;
+          for (auto& m : c.model_config_list().config()) {
+            ModelConfig mc;
+            mc.name = m.name();
+            mc.base_path = m.base_path();
+            if (!m.model_platform().empty()) mc.model_platform = m.model_platform();
+            if (m.has_model_version_policy()) mc.version_policy = policy_of(m.model_version_policy());
+            for (auto& [label, v] : m.version_labels()) mc.version_labels[label] = v;
+            config.models.push_back(std::move(mc));
+          }
+          core_.reload_config(config);
+        },
+        Auth::kOpen);
     resp->mutable_status()->set_error_code(static_cast<tensorflow::error::Code>(static_cast<int>(s.error_code())));
     resp->mutable_status()->set_error_message(s.error_message());
     return s;
@@ -478,6 +491,7 @@ GrpcServer::~GrpcServer() { stop(); }
 
 int GrpcServer::start() {
   if (server_) return port_;
+  options_.validate();
   prediction_ = std::make_unique<PredictionServiceImpl>(core_, options_);
   model_ = std::make_unique<ModelServiceImpl>(core_, options_);
   inference_ = std::make_unique<InferenceServiceImpl>(core_, options_);

@@ -45,6 +45,8 @@ class GrpcServerTest : public ::testing::Test {
     core_->start();
     FrontendOptions fo;
     fo.port = 0;
+    fo.enable_admin = true;
+    fo.admin_token = "adm1n";
     server_ = std::make_unique<GrpcServer>(*core_, fo);
     int port = server_->start();
     ASSERT_GT(port, 0);
@@ -233,6 +235,12 @@ TEST_F(GrpcServerTest, MetadataStatusAndReloadConfig) {
   }
 
   // Reload: keep clf, add a regression model; then regress on it.
+  {  // admin calls need the admin token (FrontendOptions::admin_token)
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer wrong");
+    tfs::ReloadConfigResponse r;
+    EXPECT_EQ(models_->HandleReloadConfigRequest(&ctx, {}, &r).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
   auto reg = save_model(dir_.path() + "/reg/3", 2, 1, "linear");
   tfs::ReloadConfigRequest rreq;
   auto* list = rreq.mutable_config()->mutable_model_config_list();
@@ -246,6 +254,7 @@ TEST_F(GrpcServerTest, MetadataStatusAndReloadConfig) {
   tfs::ReloadConfigResponse rresp;
   {
     grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer adm1n");
     auto s = models_->HandleReloadConfigRequest(&ctx, rreq, &rresp);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
@@ -271,6 +280,7 @@ TEST_F(GrpcServerTest, MetadataStatusAndReloadConfig) {
   c2->set_name("bad name!");
   {
     grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer adm1n");
     auto s = models_->HandleReloadConfigRequest(&ctx, rreq, &rresp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     // gRPC sends no response body with a non-OK status; the message names the problem.

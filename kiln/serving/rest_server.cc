@@ -269,6 +269,11 @@ struct RestServer::Impl {
     return false;
   }
 
+  void admin(const Req& req) {
+    AdminCheck c = check_admin(o, req.get_header_value("Authorization"));
+    if (!c.allowed) throw ServingError(c.unauthenticated ? Code::kUnauthenticated : Code::kPermissionDenied, c.message);
+  }
+
   // Wraps a handler: auth (unless `open`: the health checks), error mapping,
   // never lets an exception escape.
   template <class F>
@@ -445,26 +450,38 @@ struct RestServer::Impl {
             }));
     svr.Post("/v1/models/" + m + sel + ":(predict|classify|regress)",
              wrap([this](const Req& req, Res& res) { tfs_predict(req, res); }));
-    if (o.enable_admin) {
-      svr.Post("/v1/models/" + m + ":load", wrap([this](const Req& req, Res& res) {
-                 std::string name = req.matches[1];
-                 Json body = req.body.empty() ? Json::object() : parse_request_json(req.body, o.max_json_depth);
-                 body["name"] = name;
-                 ModelServerConfig c = parse_model_config_json(Json{{"model_config_list", Json::array({body})}});
-                 core.load_model(c.models[0]);
-                 reply(res, 200, Json{{"status", "loading"}, {"model", name}});
-               }));
-      svr.Post("/v1/models/" + m + ":unload", wrap([this](const Req& req, Res& res) {
-                 std::string name = req.matches[1];
-                 core.unload_model(name);
-                 reply(res, 200, Json{{"status", "unloading"}, {"model", name}});
-               }));
-      svr.Post("/v1/config:reload", wrap([this](const Req& req, Res& res) {
-                 if (json_depth(req.body, o.max_json_depth) > o.max_json_depth)
-                   throw ServingError(Code::kInvalidArgument, "config nesting too deep");
-                 core.reload_config(parse_model_config(req.body));
-                 reply(res, 200, core.config().to_json());
-               }));
+    // Admin routes: always routed, so a call while they are off gets a 403
+    // naming the flag; their own token (check_admin) instead of the bearer one.
+    {
+      svr.Post("/v1/models/" + m + ":load",
+               wrap(
+                   [this](const Req& req, Res& res) {
+                     admin(req);
+                     std::string name = req.matches[1];
+                     Json body = req.body.empty() ? Json::object() : parse_request_json(req.body, o.max_json_depth);
+                     body["name"] = name;
+                     ModelServerConfig c = parse_model_config_json(Json{{"model_config_list", Json::array({body})}});
+                     core.load_model(c.models[0]);
+                     reply(res, 200, Json{{"status", "loading"}, {"model", name}});
+                   },
+                   true));
+      svr.Post("/v1/models/" + m + ":unload", wrap(
+                                                  [this](const Req& req, Res& res) {
+                                                    admin(req);
+                                                    std::string name = req.matches[1];
+                                                    core.unload_model(name);
+                                                    reply(res, 200, Json{{"status", "unloading"}, {"model", name}});
+                                                  },
+                                                  true));
+      svr.Post("/v1/config:reload", wrap(
+                                        [this](const Req& req, Res& res) {
+                                          admin(req);
+                                          if (json_depth(req.body, o.max_json_depth) > o.max_json_depth)
+                                            throw ServingError(Code::kInvalidArgument, "config nesting too deep");
+                                          core.reload_config(parse_model_config(req.body));
+                                          reply(res, 200, core.config().to_json());
+                                        },
+                                        true));
     }
     // --- KServe v2 ---
     // Health checks answer without a token: Kubernetes probes and load
@@ -572,6 +589,7 @@ RestServer::~RestServer() { stop(); }
 
 int RestServer::start() {
   if (impl_->port >= 0) return impl_->port;
+  impl_->o.validate();
   // A client that disconnects while its answer is written must not kill the
   // server: OpenSSL writes with write(), and on a reset connection that
   // raises SIGPIPE, whose default ends the process (plain HTTP sends with

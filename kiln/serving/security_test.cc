@@ -78,6 +78,35 @@ TEST(BearerToken, MatchesOnlyTheExactTokenWithTheBearerScheme) {
   EXPECT_FALSE(bearer_token_matches("Bearer ", ""));  // an empty token never matches
 }
 
+// Enabled admin routes need the admin token, and only it: the ordinary bearer
+// token does not unload a model.
+TEST(RestAuth, AdminRoutesNeedTheAdminToken) {
+  TempDir dir;
+  FrontendOptions f;
+  f.bearer_token = "s3cret";
+  f.enable_admin = true;
+  f.admin_token = "adm1n";
+  Served s(tiny_core(dir), f);
+  auto c = s.client();
+  for (const char* auth : {"", "Bearer s3cret", "Bearer adm1m"}) {
+    httplib::Headers h;
+    if (*auth) h.emplace("Authorization", auth);
+    auto r = c->Post("/v1/models/m:unload", h, "", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401) << auth;
+    EXPECT_TRUE(s.core->is_ready({"m"})) << auth;
+  }
+  auto r = c->Post("/v1/models/m:unload", {{"Authorization", "Bearer adm1n"}}, "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_TRUE(s.core->wait_until_idle(10));
+  EXPECT_FALSE(s.core->is_ready({"m"}));
+  // Enabled without any token is refused at start.
+  FrontendOptions bad;
+  bad.enable_admin = true;
+  EXPECT_THROW(bad.validate(), ValueError);
+}
+
 TEST(RestAuth, PredictNeedsTheTokenHealthChecksDoNot) {
   TempDir dir;
   FrontendOptions f;
@@ -112,10 +141,12 @@ TEST(RestAuth, PredictNeedsTheTokenHealthChecksDoNot) {
     ASSERT_TRUE(g) << path;
     EXPECT_EQ(g->status, 200) << path << ": " << g->body;
   }
-  r = c->Post("/v1/models/m:unload", "", "application/json");
+  // Admin routes are off unless enabled: 403 naming the flag, even with the token.
+  r = c->Post("/v1/models/m:unload", {{"Authorization", "Bearer s3cret"}}, "", "application/json");
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 401);
-  EXPECT_TRUE(s.core->is_ready({"m"})) << "an unauthenticated unload must not unload";
+  EXPECT_EQ(r->status, 403);
+  EXPECT_NE(r->body.find("--enable_admin_routes"), std::string::npos) << r->body;
+  EXPECT_TRUE(s.core->is_ready({"m"})) << "an unload while admin routes are off must not unload";
 
   // Health checks answer without a token (Kubernetes probes send none).
   for (const char* path : {"/v2/health/live", "/v2/health/ready"}) {

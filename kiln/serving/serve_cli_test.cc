@@ -96,6 +96,15 @@ CommandResult kiln_err(const std::string& args) {
   return run_command("( " + q(cli_path()) + " " + args + " 2>&1 1>/dev/null )");
 }
 
+TEST(KilnServe, AdminRoutesNeedATokenWhenEnabled) {
+  TempDir dir;
+  save_tiny_model(dir.path() + "/m/1", 0.5f);
+  const std::string base = "serve --model_base_path " + q(dir.path() + "/m") + " --port=-1 --rest_api_port=-1 ";
+  expect_one_line_error(kiln_err(base + "--enable_admin_routes"), "--admin_token_file");
+  write_text(dir.path() + "/adm.txt", "adm1n\n");
+  expect_one_line_error(kiln_err(base + "--admin_token_file " + q(dir.path() + "/adm.txt")), "--enable_admin_routes");
+}
+
 TEST(KilnPredictGrpc, QueriesAServedModelAndWritesWhatLocalPredictWrites) {
   TempDir dir;
   save_tiny_model(dir.path() + "/m/1", 0.5f);

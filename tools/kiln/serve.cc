@@ -7,6 +7,7 @@
 //              [--ssl_cert server.crt --ssl_key server.key [--ssl_client_ca ca.crt]]
 //              [--ssl_config_file ssl.config]
 //              [--bearer_token_file token.txt]
+//              [--enable_admin_routes [--admin_token_file admin.txt]]
 //
 // When every front end is listening it prints one line on stdout:
 //   kiln serve: ready rest_port=8501 grpc_port=-1
@@ -51,6 +52,8 @@ struct ServeOptions {
   bool enable_model_warmup = true;
   bool resource_preserving = false;
   std::string bearer_token_file;
+  bool enable_admin_routes = false;
+  std::string admin_token_file;
   std::string ssl_cert, ssl_key;  // kiln's: HTTPS and gRPC TLS
   std::string ssl_client_ca;      // kiln's: mutual TLS wherever ssl_cert applies
   std::string ssl_config_file;    // TF Serving's: gRPC TLS (SSLConfig text proto)
@@ -88,6 +91,16 @@ void tls_from_flags(const ServeOptions& o, serving::TlsOptions* rest, serving::T
   }
 }
 
+// One token on one line (trailing white space dropped); ValueError naming the flag otherwise.
+std::string read_token_file(const std::string& path, const std::string& flag) {
+  std::string token = read_option_file(path, flag);
+  while (!token.empty() && std::isspace((unsigned char)token.back())) token.pop_back();
+  if (token.empty()) throw ValueError(flag + " " + path + " is empty; put the token clients must send in it");
+  if (token.find_first_of(" \t\r\n") != std::string::npos)
+    throw ValueError(flag + " " + path + ": the token contains white space; put one token on one line");
+  return token;
+}
+
 void run_serve(const ServeOptions& o) {
   using namespace kiln::serving;
   ServerCoreOptions co;
@@ -113,16 +126,7 @@ void run_serve(const ServeOptions& o) {
   TlsOptions rest_tls, grpc_tls;
   tls_from_flags(o, &rest_tls, &grpc_tls);
   std::string bearer_token;
-  if (!o.bearer_token_file.empty()) {
-    bearer_token = read_option_file(o.bearer_token_file, "--bearer_token_file");
-    while (!bearer_token.empty() && std::isspace((unsigned char)bearer_token.back())) bearer_token.pop_back();
-    if (bearer_token.empty())
-      throw ValueError("--bearer_token_file " + o.bearer_token_file +
-                       " is empty; put the token clients must send in it");
-    if (bearer_token.find_first_of(" \t\r\n") != std::string::npos)
-      throw ValueError("--bearer_token_file " + o.bearer_token_file +
-                       ": the token contains white space; put one token on one line");
-  }
+  if (!o.bearer_token_file.empty()) bearer_token = read_token_file(o.bearer_token_file, "--bearer_token_file");
 
   // Signals go to sigwait below, never to the server's threads.
   sigset_t set;
@@ -140,6 +144,13 @@ void run_serve(const ServeOptions& o) {
   fo.max_rest_threads = o.rest_api_max_threads;
   fo.max_body_bytes = (size_t)o.max_body_bytes;
   fo.bearer_token = bearer_token;
+  fo.enable_admin = o.enable_admin_routes;
+  if (!o.admin_token_file.empty()) {
+    if (!o.enable_admin_routes)
+      throw ValueError("--admin_token_file needs --enable_admin_routes (admin routes are off without it)");
+    fo.admin_token = read_token_file(o.admin_token_file, "--admin_token_file");
+  }
+  fo.validate();
   fo.tls = rest_tls;
   std::unique_ptr<Frontend> rest, grpc;
   int rest_port = -1, grpc_port = -1;
@@ -227,6 +238,12 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_flag("--resource_preserving", o->resource_preserving, "Unload the old version before loading the new one");
   cmd->add_option("--bearer_token_file", o->bearer_token_file,
                   "Require Authorization: Bearer <token in this file> (health checks excepted)");
+  cmd->add_flag("--enable_admin_routes", o->enable_admin_routes,
+                "Serve the admin calls (REST :load, :unload, /v1/config:reload; gRPC HandleReloadConfigRequest), "
+                "which then need the admin token");
+  cmd->add_option("--admin_token_file", o->admin_token_file,
+                  "Admin calls need Authorization: Bearer <token in this file> (default: the --bearer_token_file "
+                  "token)");
   cmd->add_option("--ssl_cert", o->ssl_cert, "PEM certificate (chain): serve HTTPS and gRPC over TLS (with --ssl_key)");
   cmd->add_option("--ssl_key", o->ssl_key, "PEM private key of --ssl_cert");
   cmd->add_option("--ssl_client_ca", o->ssl_client_ca,
