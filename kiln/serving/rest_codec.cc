@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "kiln/core/dtype.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/core/tensor_json.h"
 #include "kiln/serving/status.h"
 
@@ -261,6 +262,75 @@ bool kserve_to_scalar_type(const std::string& d, at::ScalarType* out) {
   if (it == m.end()) return false;
   *out = it->second;
   return true;
+}
+
+Json parse_request_json(const std::string& body, int max_depth) {
+  if (json_depth(body, max_depth) > max_depth)
+    throw ServingError(Code::kInvalidArgument,
+                       "JSON nesting deeper than " + std::to_string(max_depth) + " levels is not accepted");
+  // TF Serving accepts bare NaN / Infinity / -Infinity: turn them into the
+  // strings the tensor codec reads as numbers (outside strings no valid JSON
+  // token starts with N or I, so this cannot change a valid document).
+  std::string text;
+  bool rewritten = false, in_str = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    char c = body[i];
+    if (in_str) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_str = false;
+      continue;
+    }
+    if (c == '"')
+      in_str = true;
+    else if (c == 'N' || c == 'I' || (c == '-' && i + 1 < body.size() && body[i + 1] == 'I')) {
+      rewritten = true;
+      break;
+    }
+  }
+  if (rewritten) {
+    text.reserve(body.size() + 16);
+    bool s = false;
+    for (size_t i = 0; i < body.size(); ++i) {
+      char c = body[i];
+      if (s) {
+        text += c;
+        if (c == '\\' && i + 1 < body.size())
+          text += body[++i];
+        else if (c == '"')
+          s = false;
+        continue;
+      }
+      if (c == '"') {
+        s = true;
+        text += c;
+        continue;
+      }
+      auto at = [&](const char* w) { return body.compare(i, std::strlen(w), w) == 0; };
+      if (c == 'N' && at("NaN"))
+        text += "\"NaN\"", i += 2;
+      else if (c == 'I' && at("Infinity"))
+        text += "\"Infinity\"", i += 7;
+      else if (c == '-' && at("-Infinity"))
+        text += "\"-Infinity\"", i += 8;
+      else
+        text += c;
+    }
+  }
+  const std::string* src = rewritten ? &text : &body;
+  Json j = Json::parse(*src, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    // Re-parse with exceptions for the position in the message.
+    try {
+      Json again = Json::parse(*src);
+      (void)again;
+    } catch (const nlohmann::json::exception& e) {
+      throw ServingError(Code::kInvalidArgument, std::string("JSON Parse error: ") + e.what());
+    }
+    throw ServingError(Code::kInvalidArgument, "JSON Parse error");
+  }
+  return j;
 }
 
 }  // namespace kiln::serving

@@ -95,4 +95,11 @@ std::string base64_decode(const std::string& in);
 // kserve_datatype(): kiln/serving/tensor_proto.h (one mapping for REST and gRPC).
 bool kserve_to_scalar_type(const std::string& datatype, at::ScalarType* out);
 
+// Request JSON helpers shared with other front ends and tests. The depth
+// scan is kiln::json_depth (kiln/core/json_limits.h), shared with every
+// reader of untrusted JSON.
+// Parses a request body: accepts NaN, Infinity, -Infinity as numbers (TF
+// Serving does); ServingError INVALID_ARGUMENT on bad JSON or too deep.
+Json parse_request_json(const std::string& body, int max_depth);
+
 }  // namespace kiln::serving

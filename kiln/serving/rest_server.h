@@ -35,11 +35,6 @@ class RestServer : public Frontend {
   std::unique_ptr<Impl> impl_;
 };
 
-// Request JSON helpers shared with other front ends and tests. The depth
-// scan is kiln::json_depth (kiln/core/json_limits.h), shared with every
-// reader of untrusted JSON.
-// Parses a request body: accepts NaN, Infinity, -Infinity as numbers (TF
-// Serving does); ServingError INVALID_ARGUMENT on bad JSON or too deep.
-Json parse_request_json(const std::string& body, int max_depth);
+// parse_request_json (the request body parser) lives in rest_codec.h.
 
 }  // namespace kiln::serving

@@ -1,9 +1,7 @@
 #include "kiln/serving/server_core.h"
 
-#include <dirent.h>
 #include <malloc.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,44 +15,15 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/thread_pool.h"
-#include "kiln/serving/rest_codec.h"
-#include "kiln/serving/rest_server.h"
+#include "kiln/serving/source.h"
+#include "kiln/serving/version_manager.h"
+#include "kiln/serving/warmup.h"
 
 namespace kiln::serving {
 namespace {
 
 int64_t micros_since(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count();
-}
-
-bool is_dir(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-int64_t mtime_ns(const std::string& p) {
-  struct stat st;
-  if (::stat(p.c_str(), &st) != 0) return -1;
-  return (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-}
-
-// Complete version directories under base: positive integer names holding
-// model.json. Anything else (".tmp-3", "3.partial", a file) is ignored.
-std::map<int64_t, std::string> scan_versions(const std::string& base) {
-  std::map<int64_t, std::string> out;
-  DIR* d = ::opendir(base.c_str());
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    std::string n = e->d_name;
-    if (n.empty() || n.size() > 18 || !std::all_of(n.begin(), n.end(), ::isdigit)) continue;
-    int64_t v = std::stoll(n);
-    if (v < 1) continue;
-    std::string dir = base + "/" + n;
-    if (!is_dir(dir) || mtime_ns(dir + "/model.json") < 0) continue;
-    out[v] = dir;
-  }
-  ::closedir(d);
-  return out;
 }
 
 std::string spec_str(const ModelSpec& s) {
@@ -144,23 +113,8 @@ struct ServerCore::Impl {
   }
 
   void warmup(VersionEntry& v) {
-    std::string path = v.dir + "/assets/extra/warmup_requests.jsonl";
-    std::ifstream in(path);
-    if (!in) return;
-    std::string line;
-    int n = 0, lineno = 0;
-    while (std::getline(in, line)) {
-      ++lineno;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      try {
-        Json body = parse_request_json(line, 64);
-        PredictCall call = decode_predict_request(body, v.servable->signatures());
-        v.servable->predict(call.inputs, call.signature_name);
-      } catch (const std::exception& e) {
-        throw FormatError("warmup request " + path + ":" + std::to_string(lineno) + " failed: " + e.what());
-      }
-      ++n;
-    }
+    int n = replay_warmup(*v.servable, v.dir);
+    if (n == 0) return;
     metrics.counter("kiln_warmup_requests_total", "Warmup requests replayed", {{"model", v.model}}).inc(n);
     spdlog::info("serving: {} version {}: replayed {} warmup requests", v.model, v.version, n);
   }
@@ -233,8 +187,8 @@ struct ServerCore::Impl {
 
   // Brings one model's versions toward what its policy aspires to.
   void reconcile_model(const std::shared_ptr<ModelEntry>& m, bool removed) {
-    std::map<int64_t, std::string> on_disk =
-        removed ? std::map<int64_t, std::string>{} : scan_versions(m->config.base_path);
+    std::map<int64_t, VersionDir> on_disk =
+        removed ? std::map<int64_t, VersionDir>{} : scan_versions(m->config.base_path);
     std::vector<int64_t> avail;
     for (auto& [v, d] : on_disk) avail.push_back(v);
     std::vector<int64_t> aspired_list = m->config.version_policy.select(avail);
@@ -243,62 +197,30 @@ struct ServerCore::Impl {
     std::vector<std::shared_ptr<VersionEntry>> to_load, to_unload;
     {
       std::unique_lock<std::shared_mutex> l(mu_);
-      bool any_aspired_ready = false, any_aspired_pending = false;  // pending: for the log only
-      (void)any_aspired_pending;
-      for (int64_t v : aspired) {
-        auto it = m->versions.find(v);
-        if (it == m->versions.end()) {
-          any_aspired_pending = true;
-          continue;
-        }
-        VersionState s = it->second->life.state();
-        if (s == VersionState::kReady) any_aspired_ready = true;
-        if (s == VersionState::kNew || s == VersionState::kLoading) any_aspired_pending = true;
-        if (s == VersionState::kDisabled) any_aspired_pending = true;  // will be reloaded
-        if (s == VersionState::kError && mtime_ns(on_disk[v] + "/model.json") != it->second->model_json_mtime)
-          any_aspired_pending = true;  // changed on disk: retried below
-      }
-      // Unload versions no longer aspired.
-      bool others_live = false;
+      std::vector<KnownVersion> known;
       for (auto& [v, e] : m->versions) {
-        if (aspired.count(v)) continue;
-        VersionState s = e->life.state();
-        if (s == VersionState::kNew) {
-          to_unload.push_back(e);
-        } else if (s == VersionState::kReady && !e->unload_scheduled) {
-          // Availability-preserving: keep it until an aspired version serves.
-          // If every aspired version failed, it keeps serving (a failed load
-          // never replaces a working version).
-          bool go = removed || o.resource_preserving || any_aspired_ready || aspired.empty();
-          if (go) {
-            e->unload_scheduled = true;
-            to_unload.push_back(e);
-          } else {
-            others_live = true;
-          }
-        }
-        if (s == VersionState::kLoading || s == VersionState::kQuiescing || s == VersionState::kUnloading ||
-            (s == VersionState::kReady))
-          others_live = true;
+        KnownVersion k{v, e->life.state(), e->unload_scheduled, false};
+        auto d = on_disk.find(v);
+        k.changed_on_disk = d != on_disk.end() && d->second.model_json_mtime != e->model_json_mtime;
+        known.push_back(k);
       }
-      // Load newly aspired versions (resource-preserving: only once the old ones are gone).
-      if (!(o.resource_preserving && others_live)) {
-        for (int64_t v : aspired) {
-          auto it = m->versions.find(v);
-          bool fresh = it == m->versions.end() || it->second->life.state() == VersionState::kDisabled ||
-                       (it->second->life.state() == VersionState::kError &&
-                        mtime_ns(on_disk[v] + "/model.json") != it->second->model_json_mtime);
-          if (!fresh) continue;
-          auto e = std::make_shared<VersionEntry>();
-          e->model = m->config.name;
-          e->version = v;
-          e->dir = on_disk[v];
-          e->platform = m->config.model_platform;
-          e->model_json_mtime = mtime_ns(e->dir + "/model.json");
-          m->versions[v] = e;
-          to_load.push_back(e);
-          spdlog::info("serving: {} version {}: found at {}", e->model, v, e->dir);
-        }
+      TransitionPlan plan =
+          plan_transitions(aspired, known, {.removed = removed, .resource_preserving = o.resource_preserving});
+      for (int64_t v : plan.unload) {
+        auto& e = m->versions.at(v);
+        if (e->life.state() == VersionState::kReady) e->unload_scheduled = true;
+        to_unload.push_back(e);
+      }
+      for (int64_t v : plan.load) {
+        auto e = std::make_shared<VersionEntry>();
+        e->model = m->config.name;
+        e->version = v;
+        e->dir = on_disk.at(v).dir;
+        e->platform = m->config.model_platform;
+        e->model_json_mtime = on_disk.at(v).model_json_mtime;
+        m->versions[v] = e;
+        to_load.push_back(e);
+        spdlog::info("serving: {} version {}: found at {}", e->model, v, e->dir);
       }
     }
     std::weak_ptr<ModelEntry> weak = m;
