@@ -18,9 +18,12 @@
 # `kiln train`) and a larger MLP (784-2048-2048-2048-10, random weights).
 #
 # Usage: [CONNECTIONS=32] [LARGE_CONNECTIONS=64] [BUILD_DIR=build] [KILN=BUILD_DIR/kiln] [MODEL_CACHE=DIR]
-#        bash bench/serving_bench.sh [--seconds 8] [--out DIR] [--no-build]
+#        [REST_THREADS=auto|default|N] bash bench/serving_bench.sh [--seconds 8] [--out DIR] [--no-build]
 # BUILD_DIR holds kiln and bench/serving_bench (configured with
 # KILN_BENCH_AND_EXAMPLES=ON); --no-build uses them as they are.
+# REST_THREADS: --rest_api_num_threads. auto: clients + 16 for a server with
+# a thread per connection, the server's own default for an event-driven one
+# (whose --help calls them I/O threads); default: never pass the flag.
 # Needs wrk, h2load, nginx, gunicorn, python3-flask, python3-torch (scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -176,6 +179,19 @@ EOF
 measure_nginx start
 
 # --- kiln serve ------------------------------------------------------------------
+REST_THREADS=${REST_THREADS:-auto}
+if [ "$REST_THREADS" = auto ]; then
+  REST_THREADS=per_connection
+  help=$("$KILN" serve --help 2>&1 || true)
+  grep -q 'I/O threads' <<<"$help" && REST_THREADS=default
+fi
+rest_threads() {  # the --rest_api_num_threads flag for C clients, if any
+  case "$REST_THREADS" in
+    default) ;;
+    per_connection) echo "--rest_api_num_threads $((C + 16))" ;;
+    *) echo "--rest_api_num_threads $REST_THREADS" ;;
+  esac
+}
 REST=""; GRPC=""; SERVER_PID=""
 start_kiln() {  # start_kiln LABEL [extra flags]
   local label=$1; shift
@@ -185,7 +201,7 @@ start_kiln() {  # start_kiln LABEL [extra flags]
     REST=127.0.0.1:${ports[0]}
     GRPC=127.0.0.1:${ports[1]}
     "$KILN" serve --model_config_file "$OUT/models.config" --rest_api_port "${ports[0]}" --port "${ports[1]}" \
-      --rest_api_num_threads $((C + 16)) --file_system_poll_wait_seconds 0.05 "$@" \
+      $(rest_threads) --file_system_poll_wait_seconds 0.05 "$@" \
       >"$OUT/logs/$label.out" 2>"$OUT/logs/$label.err" &
     SERVER_PID=$!
     PIDS+=("$SERVER_PID")
@@ -240,7 +256,7 @@ json_get() { "$PY" -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2
 
 for m in mnist large; do
   C=$([ $m = large ] && echo "$LARGE_CONNECTIONS" || echo "$CONNECTIONS")
-  record $m clients "{\"connections\": $C}"
+  record $m clients "{\"connections\": $C, \"rest_api_num_threads\": \"$(rest_threads | cut -s -d' ' -f2)\"}"
   in=$(input_name "$OUT/repo/$m/1")
   echo "== $m: in-process bound"
   record $m bound_b1 "$("$SB" bound --model_dir "$OUT/repo/$m/1" --body "$OUT/body.json" --batch 1 --seconds 3)"

@@ -103,7 +103,9 @@ print("goals (issue #4):")
 for model in ("mnist", "large"):
     m = R.get(model, {})
     if m.get("clients"):
-        print(f"  {model}: closed-loop clients (wrk connections, gRPC clients) = {m['clients']['connections']}")
+        threads = m["clients"].get("rest_api_num_threads")
+        threads = "" if threads is None else f"; --rest_api_num_threads {threads or 'not passed (server default)'}"
+        print(f"  {model}: closed-loop clients (wrk connections, gRPC clients) = {m['clients']['connections']}{threads}")
     rb, b32, fl = m.get("rest_batched"), m.get("bound_b32"), m.get("flask")
     if b32 and m.get("bound_b32_after"):
         after = m["bound_b32_after"]["rows_per_s"]
