@@ -96,7 +96,7 @@ transport = field(out, r"(\d+) failed") + field(out, r"(\d+) errored") + field(o
 ok_delta, bad_delta = ok1 - ok0, bad1 - bad0
 # An HTTP 200 the server did not count as OK failed in gRPC terms; requests
 # still in flight when h2load stops may add up to `clients` to ok_delta.
-grpc_failed = max(http_ok - ok_delta, bad_delta, 0)
+grpc_failed = min(max(http_ok - ok_delta, bad_delta, 0), http_ok)
 ok = http_ok - grpc_failed
 print(json.dumps({
     "generator": f"h2load -t{a.threads} -c{a.clients} -m1",
