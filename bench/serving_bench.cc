@@ -22,7 +22,8 @@
 //       when the last one answered) or, with --rate, fixed rate: request k
 //       is due at start + k/R, whichever client is free takes it, and its
 //       latency counts from when it was due (so a stalled server is not
-//       hidden by the generator waiting for it, as wrk2 does).
+//       hidden by the generator waiting for it, as wrk2 does). Reports the
+//       generator's own CPU time (all threads) per request too.
 //   serving_bench swap --rest HOST:PORT --model NAME --body FILE --base DIR
 //                 --source DIR [--swaps 50] [--concurrency 8]
 //       Closed-loop REST load while `swaps` new versions are copied into
@@ -34,6 +35,7 @@
 //       reloaded (new versions copied in) back to back: A's latency both ways.
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -89,6 +91,14 @@ struct Args {
     }
   }
 };
+
+// CPU seconds this process used so far, all threads (user + system).
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return (double)t.tv_sec + (double)t.tv_usec / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -410,10 +420,15 @@ int load(const Args& a) {
   if (warmup > 0) drive(make, c, warmup, rate);
   double seconds = a.num("seconds", 8);
   auto t0 = Clock::now();
+  double cpu0 = process_cpu_seconds();
   Tally t = drive(make, c, seconds, rate);
+  double cpu = process_cpu_seconds() - cpu0;
   Json j = summary(t, seconds_since(t0));
   j["concurrency"] = c;
   j["rate"] = rate;
+  // The generator's own cost: it shares the cores with the server.
+  j["generator_cpu_s"] = cpu;
+  j["generator_cpu_us_per_request"] = t.ok + t.failed > 0 ? cpu * 1e6 / (double)(t.ok + t.failed) : 0.0;
   std::cout << j.dump() << std::endl;
   return 0;
 }

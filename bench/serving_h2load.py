@@ -15,6 +15,7 @@ read before and after the measured run, split into code="OK" and the rest.
 import argparse
 import json
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -79,9 +80,16 @@ def percentile_ms(sorted_us, q):
 if a.warmup > 0:
     h2load(a.warmup)
 ok0, bad0 = grpc_counts()
+def children_cpu_seconds():
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
+
+
 with tempfile.NamedTemporaryFile(suffix=".h2load.log") as tmp:
     log = a.log or tmp.name
+    cpu0 = children_cpu_seconds()
     out = h2load(a.seconds, log)
+    cpu = children_cpu_seconds() - cpu0  # h2load's own, all its threads
     latencies = []
     for line in open(log):
         cols = line.split("\t")
@@ -108,6 +116,8 @@ print(json.dumps({
     "grpc_errors_counted": int(bad_delta),
     "qps": ok / a.seconds,
     "h2load_req_per_s": field(out, r"finished in [\d.]+\w+, ([\d.]+) req/s"),
+    "generator_cpu_s": cpu,
+    "generator_cpu_us_per_request": cpu * 1e6 / done if done else 0.0,
     "p50_ms": percentile_ms(latencies, 50),
     "p90_ms": percentile_ms(latencies, 90),
     "p99_ms": percentile_ms(latencies, 99),

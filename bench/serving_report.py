@@ -196,14 +196,16 @@ if ceiling:
     print()
     print("gRPC load generators on the same server, back to back (closed loop, same number of clients):")
     print("| model | batching | serving_bench (sync C++ clients) QPS | h2load QPS | h2load / serving_bench "
-          "| p50 ms serving_bench / h2load |")
-    print("|---|---|---|---|---|---|")
+          "| p50 ms serving_bench / h2load | generator CPU us per request serving_bench / h2load |")
+    print("|---|---|---|---|---|---|---|")
     for model in ("mnist", "large"):
         for mode in ("plain", "batched"):
             sb, h2 = R.get(model, {}).get(f"grpc_{mode}"), R.get(model, {}).get(f"grpc_h2load_{mode}")
             if sb and h2 and sb["qps"] > 0:
                 print(f"| {model} | {'yes' if mode == 'batched' else 'no'} | {fmt(sb['qps'])} | {fmt(h2['qps'])} "
-                      f"| {h2['qps'] / sb['qps']:.2f}x | {fmt(sb['p50_ms'], 2)} / {fmt(h2['p50_ms'], 2)} |")
+                      f"| {h2['qps'] / sb['qps']:.2f}x | {fmt(sb['p50_ms'], 2)} / {fmt(h2['p50_ms'], 2)} "
+                      f"| {fmt(sb.get('generator_cpu_us_per_request'))} / "
+                      f"{fmt(h2.get('generator_cpu_us_per_request'))} |")
 
     print()
     print("| goal (issue 15 §4) | measured | |")
