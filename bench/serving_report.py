@@ -65,7 +65,7 @@ LABELS = [
     ("grpc_batched", "kiln gRPC, batching"),
     ("grpc_h2load_plain", "kiln gRPC, no batching (h2load)"),
     ("grpc_h2load_batched", "kiln gRPC, batching (h2load)"),
-    ("ceil_health", "GET /v2/health/live (wrk -t2 -c32)"),
+    ("ceil_health", "kiln GET /v2/health/live (wrk -t2 -c32)"),
     ("ceil_rest_batched", "kiln REST, batching (wrk -t2 -c32)"),
     ("flask", "Flask + PyTorch, gunicorn 2 workers (wrk)"),
     ("rest_gen_peak", "kiln REST, batching, closed loop with the fixed-rate generator (serving_bench load)"),
