@@ -8,6 +8,10 @@
 //       kiln model directory (accuracy is irrelevant for throughput).
 //   serving_bench make_request --out FILE [--index 0]
 //       {"instances": [[784 floats]]}: one Fashion-MNIST test image / 255.
+//   serving_bench make_grpc_body --out FILE --model NAME --body FILE [--input_name X] [--check HOST:PORT]
+//       The request of `load --grpc` as a gRPC length-prefixed message, for
+//       h2load to POST as raw HTTP/2; --check sends it once through the gRPC
+//       client first and fails unless the answer is OK.
 //   serving_bench bound --model_dir DIR --batch 32 [--seconds 5]
 //       ModelServable::predict (what the server's batch threads call) on
 //       batches of `batch` rows, one caller: rows per second is the QPS a
@@ -18,7 +22,8 @@
 //       when the last one answered) or, with --rate, fixed rate: request k
 //       is due at start + k/R, whichever client is free takes it, and its
 //       latency counts from when it was due (so a stalled server is not
-//       hidden by the generator waiting for it, as wrk2 does).
+//       hidden by the generator waiting for it, as wrk2 does). Reports the
+//       generator's own CPU time (all threads) per request too.
 //   serving_bench swap --rest HOST:PORT --model NAME --body FILE --base DIR
 //                 --source DIR [--swaps 50] [--concurrency 8]
 //       Closed-loop REST load while `swaps` new versions are copied into
@@ -30,6 +35,7 @@
 //       reloaded (new versions copied in) back to back: A's latency both ways.
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -85,6 +91,14 @@ struct Args {
     }
   }
 };
+
+// CPU seconds this process used so far, all threads (user + system).
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return (double)t.tv_sec + (double)t.tv_usec / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -163,20 +177,29 @@ class RestClient : public Client {
   std::string path_, body_;
 };
 
+// One row as a PredictRequest (tensor_content): what GrpcClient sends and
+// what make_grpc_body frames for h2load.
+tensorflow::serving::PredictRequest predict_request(const std::string& model, const std::vector<float>& row,
+                                                    const std::string& input_name) {
+  tensorflow::serving::PredictRequest req;
+  req.mutable_model_spec()->set_name(model);
+  auto& t = (*req.mutable_inputs())[input_name];
+  t.set_dtype(tensorflow::DT_FLOAT);
+  t.mutable_tensor_shape()->add_dim()->set_size(1);
+  t.mutable_tensor_shape()->add_dim()->set_size((int64_t)row.size());
+  t.set_tensor_content(std::string(reinterpret_cast<const char*>(row.data()), row.size() * sizeof(float)));
+  return req;
+}
+
 class GrpcClient : public Client {
  public:
   GrpcClient(const std::string& target, const std::string& model, const std::vector<float>& row,
-             const std::string& input_name, int channel_id) {
+             const std::string& input_name, int channel_id)
+      : req_(predict_request(model, row, input_name)) {
     grpc::ChannelArguments a;
     a.SetInt("kiln.bench.channel", channel_id);  // distinct args: a connection per client
     stub_ = tensorflow::serving::PredictionService::NewStub(
         grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), a));
-    req_.mutable_model_spec()->set_name(model);
-    auto& t = (*req_.mutable_inputs())[input_name];
-    t.set_dtype(tensorflow::DT_FLOAT);
-    t.mutable_tensor_shape()->add_dim()->set_size(1);
-    t.mutable_tensor_shape()->add_dim()->set_size((int64_t)row.size());
-    t.set_tensor_content(std::string(reinterpret_cast<const char*>(row.data()), row.size() * sizeof(float)));
   }
   std::string send() override {
     grpc::ClientContext ctx;
@@ -332,6 +355,33 @@ int make_request(const Args& a) {
   return 0;
 }
 
+// Writes the body of one gRPC Predict call as it goes on the wire (the
+// length-prefixed message: 1 byte "not compressed", 4 bytes big-endian
+// length, the serialized PredictRequest) for h2load to POST as raw HTTP/2.
+// With --check HOST:PORT it first sends the same request through the gRPC
+// client and fails unless the answer is OK, so the bytes are known good.
+int make_grpc_body(const Args& a) {
+  Body body = read_body(a.need("body"));
+  auto req = predict_request(a.need("model"), body.row, a.get("input_name", "inputs"));
+  if (!a.get("check").empty()) {
+    auto stub = tensorflow::serving::PredictionService::NewStub(
+        grpc::CreateChannel(a.get("check"), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    tensorflow::serving::PredictResponse resp;
+    grpc::Status s = stub->Predict(&ctx, req, &resp);
+    if (!s.ok())
+      throw IOError("gRPC Predict on " + a.get("check") + " failed: code " + std::to_string((int)s.error_code()) +
+                    ": " + s.error_message());
+  }
+  std::string msg = req.SerializeAsString();
+  std::string frame(5, '\0');
+  for (int i = 0; i < 4; ++i) frame[1 + i] = (char)((msg.size() >> (8 * (3 - i))) & 0xff);
+  atomic_write_file(a.need("out"), frame + msg);
+  std::cout << Json{{"out", a.need("out")}, {"message_bytes", msg.size()}}.dump() << std::endl;
+  return 0;
+}
+
 int bound(const Args& a) {
   serving::ModelServable servable(a.need("model_dir"));
   int64_t batch = (int64_t)a.num("batch", 32);
@@ -370,10 +420,15 @@ int load(const Args& a) {
   if (warmup > 0) drive(make, c, warmup, rate);
   double seconds = a.num("seconds", 8);
   auto t0 = Clock::now();
+  double cpu0 = process_cpu_seconds();
   Tally t = drive(make, c, seconds, rate);
+  double cpu = process_cpu_seconds() - cpu0;
   Json j = summary(t, seconds_since(t0));
   j["concurrency"] = c;
   j["rate"] = rate;
+  // The generator's own cost: it shares the cores with the server.
+  j["generator_cpu_s"] = cpu;
+  j["generator_cpu_us_per_request"] = t.ok + t.failed > 0 ? cpu * 1e6 / (double)(t.ok + t.failed) : 0.0;
   std::cout << j.dump() << std::endl;
   return 0;
 }
@@ -463,7 +518,8 @@ int isolation(const Args& a) {
 int main(int argc, char** argv) {
   prepare_thread_environment(argv);
   if (argc < 2) {
-    std::cerr << "usage: serving_bench make_model|make_request|bound|load|swap|isolation --flag value ...\n";
+    std::cerr
+        << "usage: serving_bench make_model|make_request|make_grpc_body|bound|load|swap|isolation --flag value ...\n";
     return 2;
   }
   std::string cmd = argv[1];
@@ -487,6 +543,7 @@ int main(int argc, char** argv) {
     configure_threads(ThreadConfig{cmd == "bound" || cmd == "make_model" ? 0 : 1});
     if (cmd == "make_model") return make_model(a);
     if (cmd == "make_request") return make_request(a);
+    if (cmd == "make_grpc_body") return make_grpc_body(a);
     if (cmd == "bound") return bound(a);
     if (cmd == "load") return load(a);
     if (cmd == "swap") return swap(a);

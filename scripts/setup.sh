@@ -20,7 +20,7 @@ PACKAGES=(
   dataset-fashion-mnist
   # peers for golden data and benchmarks
   python3 python3-torch python3-numpy python3-optuna
-  python3-flask gunicorn wrk nginx curl
+  python3-flask gunicorn wrk nginx curl nghttp2-client   # nghttp2-client: h2load (bench/serving_bench.sh)
   # multi-host tests: network namespaces and veth pairs
   iproute2
   # export: the browser page (web/classifier) in headless Chromium
