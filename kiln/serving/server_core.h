@@ -124,7 +124,8 @@ class ServerCore {
   // SharedBatchScheduler (batching.h): num_batch_threads threads shared by
   // a queue per loaded version. The handle is kept alive until `done`
   // returns, so a version stays Quiescing until the requests waiting in its
-  // queue are answered. `done` must not throw and should not block: front ends
+  // queue are answered (the core's destructor answers those still waiting
+  // UNAVAILABLE, on its thread). `done` must not throw and should not block: front ends
   // serialize the reply and hand it to their I/O loop from it. `timing`
   // carries queue/compute/batch_size; its parse/serialize stay 0.
   void predict_async(ServableHandlePtr handle, std::string signature, TensorMap inputs, Deadline deadline,
