@@ -1,8 +1,11 @@
 #include "kiln/serving/batching.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <list>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -74,16 +77,16 @@ BatchingOptions parse_batching_parameters(const std::string& text) {
   return o;
 }
 
-namespace {
+namespace batch_detail {
 
+// One schedule() call; its pieces (max_batch_size rows each) are tasks.
 struct Request {
   std::mutex mu;
-  std::condition_variable cv;
-  int remaining = 0;               // guarded by mu
-  std::vector<TensorMap> outputs;  // guarded by mu; one per piece
-  std::exception_ptr error;        // guarded by mu
-  bool abandoned = false;          // guarded by mu; the caller gave up (deadline)
-  BatchTiming timing;              // guarded by mu; max over pieces
+  int remaining = 0;                  // guarded by mu; pieces not finished yet
+  std::vector<TensorMap> outputs;     // guarded by mu; one per piece
+  std::exception_ptr error;           // guarded by mu; the first piece's error
+  BatchTiming timing;                 // guarded by mu; max over pieces
+  SharedBatchScheduler::DoneFn done;  // guarded by mu; moved out by the last piece
 };
 
 struct Task {
@@ -95,116 +98,214 @@ struct Task {
   Deadline deadline;
 };
 
-struct Queue {
+// The tasks of one queue with one signature and input shapes: only these can
+// be concatenated into one batch.
+struct Lane {
+  BatchQueuePtr queue;
+  std::string key;
   std::string signature;
   std::deque<Task> tasks;
   int64_t rows = 0;
 };
 
-void finish(Task& t, TensorMap out, std::exception_ptr err, const BatchTiming& timing) {
-  std::lock_guard<std::mutex> l(t.request->mu);
-  if (err && !t.request->error) t.request->error = err;
-  if (!err) t.request->outputs[t.piece] = std::move(out);
-  t.request->timing.queue_us = std::max(t.request->timing.queue_us, timing.queue_us);
-  t.request->timing.compute_us = std::max(t.request->timing.compute_us, timing.compute_us);
-  t.request->timing.batch_size = std::max(t.request->timing.batch_size, timing.batch_size);
-  if (--t.request->remaining == 0) t.request->cv.notify_all();
+// What a batch gave one task.
+struct Outcome {
+  TensorMap outputs;
+  std::exception_ptr error;
+  BatchTiming timing;
+};
+
+}  // namespace batch_detail
+
+using batch_detail::Lane;
+using batch_detail::Outcome;
+using batch_detail::Request;
+using batch_detail::Task;
+
+// Everything but `o` (fixed at add_queue) is guarded by the scheduler's mutex.
+struct BatchQueue {
+  BatchingOptions o;
+  SharedBatchScheduler::BatchFn fn;
+  std::map<std::string, std::list<Lane>::iterator> lanes;  // key -> its lane in the ring
+  int64_t enqueued_batches = 0;                            // sum of batches_for(lane.rows)
+  int64_t running = 0;                                     // batches on the threads now
+  bool removed = false;
+
+  int64_t batches_for(int64_t rows) const { return (rows + o.max_batch_size - 1) / o.max_batch_size; }
+};
+
+namespace {
+
+int64_t batch_micros(Clock::duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); }
+
+std::exception_ptr batch_error(Code code, const std::string& message) {
+  return std::make_exception_ptr(ServingError(code, message));
 }
 
-int64_t micros(Clock::duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); }
+void call_done(SharedBatchScheduler::DoneFn& done, std::exception_ptr error, TensorMap outputs,
+               const BatchTiming& timing) {
+  try {
+    done(error, std::move(outputs), timing);
+  } catch (const std::exception& e) {
+    spdlog::error("serving: a batch request's callback threw (dropped): {}", e.what());
+  } catch (...) {
+    spdlog::error("serving: a batch request's callback threw (dropped)");
+  }
+  done = nullptr;  // release what it holds (a servable handle) now, not when the task goes
+}
+
+// Records one piece's outcome; the last piece joins the outputs and calls done.
+void finish_task(Task& t, Outcome outcome) {
+  Request& r = *t.request;
+  SharedBatchScheduler::DoneFn done;
+  std::vector<TensorMap> outputs;
+  std::exception_ptr error;
+  BatchTiming timing;
+  {
+    std::lock_guard<std::mutex> l(r.mu);
+    if (outcome.error && !r.error) r.error = outcome.error;
+    if (!outcome.error) r.outputs[t.piece] = std::move(outcome.outputs);
+    r.timing.queue_us = std::max(r.timing.queue_us, outcome.timing.queue_us);
+    r.timing.compute_us = std::max(r.timing.compute_us, outcome.timing.compute_us);
+    r.timing.batch_size = std::max(r.timing.batch_size, outcome.timing.batch_size);
+    if (--r.remaining > 0) return;
+    done = std::move(r.done);
+    outputs = std::move(r.outputs);
+    error = r.error;
+    timing = r.timing;
+  }
+  TensorMap joined;
+  if (!error) {
+    try {
+      if (outputs.size() == 1) {
+        joined = std::move(outputs[0]);
+      } else {
+        for (auto& [name, first] : outputs[0]) {
+          std::vector<at::Tensor> parts;
+          for (auto& o : outputs) parts.push_back(o.at(name));
+          joined[name] = at::cat(parts, 0);
+        }
+      }
+    } catch (...) {
+      error = std::current_exception();
+      joined.clear();
+    }
+  }
+  call_done(done, error, std::move(joined), timing);
+}
+
+class SteadyBatchClock final : public BatchClock {
+ public:
+  Clock::time_point now() const override { return Clock::now(); }
+  void wait_until(std::unique_lock<std::mutex>& lock, std::condition_variable& cv, Clock::time_point until) override {
+    if (until == Clock::time_point::max())
+      cv.wait(lock);
+    else
+      cv.wait_until(lock, until);
+  }
+};
 
 }  // namespace
 
-struct BatchScheduler::Impl {
-  BatchingOptions o;
-  BatchFn fn;
+BatchClock& steady_batch_clock() {
+  static auto* clock = new SteadyBatchClock;  // never destroyed: schedulers may outlive static destruction
+  return *clock;
+}
+
+struct SharedBatchScheduler::Impl {
+  BatchClock* clock = nullptr;
   std::mutex mu;
-  std::condition_variable cv;
-  std::map<std::string, Queue> queues;  // guarded by mu; key: signature + input shapes
-  int64_t queued_rows = 0;              // guarded by mu
-  bool stopping = false;                // guarded by mu
+  std::condition_variable cv;          // idle batch threads wait on it (through the clock)
+  std::condition_variable drained_cv;  // remove_queue waits on it for running batches
+  std::list<Lane> ring;                // guarded by mu; every non-empty lane, in round-robin order
+  std::list<Lane>::iterator next;      // guarded by mu; where the next search starts (end: begin)
+  bool stopping = false;               // guarded by mu
   std::vector<std::thread> threads;
 
-  int64_t batches_for(int64_t rows) const { return (rows + o.max_batch_size - 1) / o.max_batch_size; }
+  Impl() : next(ring.end()) {}
 
-  int64_t enqueued_batches_locked() const {
-    int64_t n = 0;
-    for (auto& [k, q] : queues) n += batches_for(q.rows);
-    return n;
+  void erase_lane(std::list<Lane>::iterator it) {  // under mu
+    it->queue->lanes.erase(it->key);
+    if (next == it)
+      next = ring.erase(it);
+    else
+      ring.erase(it);
   }
 
-  // A queue whose batch may close now, or nullptr and the time to look again.
-  Queue* ready(Clock::time_point now, Clock::time_point* wake) {
-    Queue* best = nullptr;
-    for (auto& [k, q] : queues) {
-      if (q.tasks.empty()) continue;
-      auto due = q.tasks.front().enqueued + std::chrono::microseconds(o.batch_timeout_micros);
-      if (q.rows >= o.max_batch_size || due <= now) {
-        if (!best || q.tasks.front().enqueued < best->tasks.front().enqueued) best = &q;
-      } else if (due < *wake) {
-        *wake = due;
-      }
+  // The first lane from `next` on whose batch may close now (full, or its
+  // oldest task waited the timeout), or end() and the time to look again.
+  std::list<Lane>::iterator ready(Clock::time_point now, Clock::time_point* wake) {  // under mu
+    auto it = next == ring.end() ? ring.begin() : next;
+    for (size_t i = 0, n = ring.size(); i < n; ++i) {
+      const BatchingOptions& o = it->queue->o;
+      auto due = it->tasks.front().enqueued + std::chrono::microseconds(o.batch_timeout_micros);
+      if (it->rows >= o.max_batch_size || due <= now) return it;
+      *wake = std::min(*wake, due);
+      if (++it == ring.end()) it = ring.begin();
     }
-    return best;
+    return ring.end();
   }
 
   void loop() {
     std::unique_lock<std::mutex> l(mu);
-    for (;;) {
-      if (stopping) return;
-      auto now = Clock::now();
+    while (!stopping) {
       auto wake = Clock::time_point::max();
-      Queue* q = ready(now, &wake);
-      if (!q) {
-        if (wake == Clock::time_point::max())
-          cv.wait(l);
-        else
-          cv.wait_until(l, wake);
+      auto it = ready(clock->now(), &wake);
+      if (it == ring.end()) {
+        clock->wait_until(l, cv, wake);
         continue;
       }
+      BatchQueuePtr q = it->queue;
+      std::string signature = it->signature;
       std::vector<Task> batch;
-      int64_t rows = 0;
-      while (!q->tasks.empty() && rows + q->tasks.front().rows <= o.max_batch_size) {
-        Task t = std::move(q->tasks.front());
-        q->tasks.pop_front();
-        q->rows -= t.rows;
-        queued_rows -= t.rows;
-        rows += t.rows;
-        batch.push_back(std::move(t));
+      int64_t rows = 0, before = it->rows;
+      while (!it->tasks.empty() && rows + it->tasks.front().rows <= q->o.max_batch_size) {
+        rows += it->tasks.front().rows;
+        batch.push_back(std::move(it->tasks.front()));
+        it->tasks.pop_front();
       }
-      std::string signature = q->signature;
+      it->rows -= rows;
+      q->enqueued_batches += q->batches_for(it->rows) - q->batches_for(before);
+      next = std::next(it);  // round-robin: the next search starts after this lane
+      if (it->tasks.empty()) erase_lane(it);
+      ++q->running;
+      bool more = !ring.empty();
       l.unlock();
-      cv.notify_all();  // another thread may take the next batch
-      run_batch(signature, batch);
+      if (more) cv.notify_one();  // an idle thread may take the next batch
+      std::vector<Outcome> outcomes = run_batch(*q, signature, batch);
+      l.lock();
+      if (--q->running == 0 && q->removed) drained_cv.notify_all();
+      l.unlock();
+      for (size_t i = 0; i < batch.size(); ++i) finish_task(batch[i], std::move(outcomes[i]));
+      batch.clear();
+      q.reset();
       l.lock();
     }
   }
 
-  void run_batch(const std::string& signature, std::vector<Task>& batch) {
-    auto start = Clock::now();
-    std::vector<Task*> live;
-    for (auto& t : batch) {
-      bool abandoned;
+  std::vector<Outcome> run_batch(BatchQueue& q, const std::string& signature, std::vector<Task>& batch) {
+    std::vector<Outcome> outcomes(batch.size());
+    const BatchingOptions& o = q.o;
+    auto start = clock->now();
+    std::vector<size_t> live;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      Task& t = batch[i];
+      bool failed;
       {
         std::lock_guard<std::mutex> rl(t.request->mu);
-        abandoned = t.request->abandoned || t.request->error != nullptr;
+        failed = t.request->error != nullptr;  // another piece failed: the request has its answer
       }
-      if (abandoned) {
-        finish(t, {}, nullptr, {});
-        continue;
-      }
+      if (failed) continue;
       if (t.deadline && *t.deadline <= start) {
-        finish(t, {},
-               std::make_exception_ptr(
-                   ServingError(Code::kDeadlineExceeded, "deadline exceeded while the request waited for a batch")),
-               {});
+        outcomes[i].error =
+            batch_error(Code::kDeadlineExceeded, "deadline exceeded while the request waited for a batch");
         continue;
       }
-      live.push_back(&t);
+      live.push_back(i);
     }
-    if (live.empty()) return;
+    if (live.empty()) return outcomes;
     int64_t rows = 0;
-    for (auto* t : live) rows += t->rows;
+    for (size_t i : live) rows += batch[i].rows;
     int64_t padded = rows;
     for (auto s : o.allowed_batch_sizes)
       if (s >= rows) {
@@ -215,9 +316,9 @@ struct BatchScheduler::Impl {
     std::exception_ptr err;
     try {
       TensorMap in;
-      for (auto& [name, first] : live[0]->inputs) {
+      for (auto& [name, first] : batch[live[0]].inputs) {
         std::vector<at::Tensor> parts;
-        for (auto* t : live) parts.push_back(t->inputs.at(name));
+        for (size_t i : live) parts.push_back(batch[i].inputs.at(name));
         at::Tensor cat = parts.size() == 1 ? parts[0] : at::cat(parts, 0);
         if (padded > rows) {
           std::vector<int64_t> reps(cat.dim(), 1);
@@ -226,7 +327,7 @@ struct BatchScheduler::Impl {
         }
         in[name] = cat;
       }
-      out = fn(signature, in);
+      out = q.fn(signature, in);
       for (auto& [name, t] : out)
         if (t.dim() == 0 || t.size(0) != padded)
           throw ServingError(Code::kInternal, "batched output '" + name + "' does not have the batch size " +
@@ -235,119 +336,214 @@ struct BatchScheduler::Impl {
       err = std::current_exception();
     }
     BatchTiming timing;
-    timing.compute_us = micros(Clock::now() - start);
+    timing.compute_us = batch_micros(clock->now() - start);
     timing.batch_size = padded;
     int64_t offset = 0;
-    for (auto* t : live) {
-      timing.queue_us = micros(start - t->enqueued);
-      TensorMap piece;
+    for (size_t i : live) {
+      Outcome& oc = outcomes[i];
+      oc.timing = timing;
+      oc.timing.queue_us = batch_micros(start - batch[i].enqueued);
+      oc.error = err;
       if (!err)
-        for (auto& [name, v] : out) piece[name] = v.narrow(0, offset, t->rows);
-      offset += t->rows;
-      finish(*t, std::move(piece), err, timing);
+        for (auto& [name, v] : out) oc.outputs[name] = v.narrow(0, offset, batch[i].rows);
+      offset += batch[i].rows;
     }
+    return outcomes;
   }
 };
 
-BatchScheduler::BatchScheduler(BatchingOptions options, BatchFn fn)
+SharedBatchScheduler::SharedBatchScheduler(BatchingOptions options, BatchClock* clock)
     : options_(std::move(options)), impl_(std::make_unique<Impl>()) {
   options_.validate();
-  impl_->o = options_;
-  impl_->fn = std::move(fn);
+  impl_->clock = clock ? clock : &steady_batch_clock();
   for (int64_t i = 0; i < options_.num_batch_threads; ++i) impl_->threads.emplace_back([this] { impl_->loop(); });
 }
 
-BatchScheduler::~BatchScheduler() {
+SharedBatchScheduler::~SharedBatchScheduler() {
   {
     std::lock_guard<std::mutex> l(impl_->mu);
     impl_->stopping = true;
   }
   impl_->cv.notify_all();
   for (auto& t : impl_->threads) t.join();
-  for (auto& [k, q] : impl_->queues)
-    for (auto& t : q.tasks)
-      finish(t, {}, std::make_exception_ptr(ServingError(Code::kUnavailable, "the batch scheduler is shutting down")),
-             {});
+  std::vector<Task> waiting;
+  for (auto& lane : impl_->ring) {
+    lane.queue->lanes.clear();
+    lane.queue->enqueued_batches = 0;
+    for (auto& t : lane.tasks) waiting.push_back(std::move(t));
+  }
+  impl_->ring.clear();
+  for (auto& t : waiting)
+    finish_task(t, {{}, batch_error(Code::kUnavailable, "the batch scheduler is shutting down"), {}});
 }
 
-int64_t BatchScheduler::enqueued_batches() const {
-  std::lock_guard<std::mutex> l(impl_->mu);
-  return impl_->enqueued_batches_locked();
+BatchQueuePtr SharedBatchScheduler::add_queue(BatchFn fn) { return add_queue(options_, std::move(fn)); }
+
+BatchQueuePtr SharedBatchScheduler::add_queue(BatchingOptions queue_options, BatchFn fn) {
+  queue_options.validate();
+  if (!fn) throw ValueError("batching: add_queue needs a batch function");
+  auto q = std::make_shared<BatchQueue>();
+  q->o = std::move(queue_options);
+  q->fn = std::move(fn);
+  return q;
 }
 
-TensorMap BatchScheduler::run(const std::string& signature, const TensorMap& inputs, Deadline deadline,
-                              BatchTiming* timing) {
-  if (inputs.empty()) throw ServingError(Code::kInvalidArgument, "a request needs at least one input tensor");
+void SharedBatchScheduler::remove_queue(const BatchQueuePtr& q) {
+  if (!q) return;
+  std::vector<Task> waiting;
+  BatchFn fn;
+  {
+    std::unique_lock<std::mutex> l(impl_->mu);
+    q->removed = true;
+    std::vector<std::list<Lane>::iterator> lanes;
+    for (auto& [key, it] : q->lanes) lanes.push_back(it);
+    for (auto it : lanes) {
+      for (auto& t : it->tasks) waiting.push_back(std::move(t));
+      impl_->erase_lane(it);
+    }
+    q->enqueued_batches = 0;
+    impl_->drained_cv.wait(l, [&] { return q->running == 0; });
+    fn = std::move(q->fn);
+    q->fn = nullptr;
+  }
+  fn = nullptr;  // destroyed here, outside the lock
+  for (auto& t : waiting)
+    finish_task(
+        t, {{}, batch_error(Code::kUnavailable, "the model version is unloading: its batch queue was removed"), {}});
+}
+
+void SharedBatchScheduler::schedule(const BatchQueuePtr& queue, const std::string& signature, TensorMap inputs,
+                                    Deadline deadline, DoneFn done) {
+  auto fail = [&](Code code, const std::string& message) { call_done(done, batch_error(code, message), {}, {}); };
+  if (!queue) return fail(Code::kInternal, "batching: schedule() got no queue");
+  if (inputs.empty()) return fail(Code::kInvalidArgument, "a request needs at least one input tensor");
   int64_t rows = -1;
   std::string key = signature;
   for (auto& [name, t] : inputs) {
     if (!t.defined() || t.dim() == 0)
-      throw ServingError(Code::kInvalidArgument, "batching needs a batch dimension: input '" + name + "' is a scalar");
+      return fail(Code::kInvalidArgument, "batching needs a batch dimension: input '" + name + "' is a scalar");
     if (rows >= 0 && t.size(0) != rows)
-      throw ServingError(Code::kInvalidArgument, "inputs disagree on the batch size (dim 0): " + std::to_string(rows) +
-                                                     " vs " + std::to_string(t.size(0)) + " for '" + name + "'");
+      return fail(Code::kInvalidArgument, "inputs disagree on the batch size (dim 0): " + std::to_string(rows) +
+                                              " vs " + std::to_string(t.size(0)) + " for '" + name + "'");
     rows = t.size(0);
     key += "|" + name + ":" + std::to_string((int)t.scalar_type());
     for (int64_t d = 1; d < t.dim(); ++d) key += "," + std::to_string(t.size(d));
   }
-  if (rows == 0) throw ServingError(Code::kInvalidArgument, "a request needs at least one row (dim 0 is 0)");
-  auto req = std::make_shared<Request>();
-  int64_t m = options_.max_batch_size;
+  if (rows == 0) return fail(Code::kInvalidArgument, "a request needs at least one row (dim 0 is 0)");
+  const BatchingOptions& o = queue->o;
+  auto now = impl_->clock->now();
+  if (deadline && *deadline <= now)
+    return fail(Code::kDeadlineExceeded, "deadline exceeded before the request was queued");
+  int64_t m = o.max_batch_size;
   int64_t pieces = (rows + m - 1) / m;
+  auto req = std::make_shared<Request>();
   req->remaining = (int)pieces;
   req->outputs.resize(pieces);
-  auto now = Clock::now();
-  if (deadline && *deadline <= now)
-    throw ServingError(Code::kDeadlineExceeded, "deadline exceeded before the request was queued");
-  bool wake = true;
+  req->done = std::move(done);
+  std::vector<Task> tasks;
+  for (int64_t p = 0; p < pieces; ++p) {
+    Task t;
+    t.request = req;
+    t.piece = p;
+    t.rows = std::min(m, rows - p * m);
+    for (auto& [name, v] : inputs) t.inputs[name] = pieces == 1 ? v : v.narrow(0, p * m, t.rows);
+    t.enqueued = now;
+    t.deadline = deadline;
+    tasks.push_back(std::move(t));
+  }
+  inputs.clear();
+  std::exception_ptr refused;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> l(impl_->mu);
-    if (impl_->stopping) throw ServingError(Code::kUnavailable, "the batch scheduler is shutting down");
-    auto& q = impl_->queues[key];
-    int64_t after = impl_->enqueued_batches_locked() - impl_->batches_for(q.rows) + impl_->batches_for(q.rows + rows);
-    if (after > options_.max_enqueued_batches)
-      throw ServingError(Code::kResourceExhausted, "the batch queue is full (max_enqueued_batches=" +
-                                                       std::to_string(options_.max_enqueued_batches) +
-                                                       "); retry later");
-    q.signature = signature;
-    // Wake the batch threads only when this can change what they do: the
-    // queue was empty (a new timeout to wait for) or a batch is now full.
-    // Requests in between join the batch without a wake-up each (a thread
-    // busy running a batch re-checks the queues under the lock when it ends).
-    wake = q.rows == 0 || q.rows + rows >= m;
-    for (int64_t p = 0; p < pieces; ++p) {
-      Task t;
-      t.request = req;
-      t.piece = p;
-      t.rows = std::min(m, rows - p * m);
-      for (auto& [name, v] : inputs) t.inputs[name] = pieces == 1 ? v : v.narrow(0, p * m, t.rows);
-      t.enqueued = now;
-      t.deadline = deadline;
-      q.tasks.push_back(std::move(t));
+    auto found = queue->lanes.find(key);
+    int64_t before = found == queue->lanes.end() ? 0 : found->second->rows;
+    int64_t after = queue->enqueued_batches - queue->batches_for(before) + queue->batches_for(before + rows);
+    if (impl_->stopping) {
+      refused = batch_error(Code::kUnavailable, "the batch scheduler is shutting down");
+    } else if (queue->removed) {
+      refused = batch_error(Code::kUnavailable, "the model version is unloading: its batch queue was removed");
+    } else if (after > o.max_enqueued_batches) {
+      refused = batch_error(Code::kResourceExhausted, "the batch queue is full (max_enqueued_batches=" +
+                                                          std::to_string(o.max_enqueued_batches) + "); retry later");
+    } else {
+      std::list<Lane>::iterator lane;
+      if (found != queue->lanes.end()) {
+        lane = found->second;
+      } else {
+        // A new lane goes last in the current round (just before the cursor).
+        lane = impl_->ring.insert(impl_->next, Lane{queue, key, signature, {}, 0});
+        queue->lanes[key] = lane;
+      }
+      for (auto& t : tasks) lane->tasks.push_back(std::move(t));
+      lane->rows += rows;
+      queue->enqueued_batches = after;
+      // Wake a batch thread only when this can change what it does: the lane
+      // was empty (a new timeout to wait for) or a batch is now full.
+      // Requests in between join the batch without a wake-up each (a thread
+      // busy running a batch re-checks the lanes when it ends).
+      wake = before == 0 || before + rows >= m;
     }
-    q.rows += rows;
-    impl_->queued_rows += rows;
   }
-  if (wake) impl_->cv.notify_all();
-  std::unique_lock<std::mutex> rl(req->mu);
-  if (deadline) {
-    if (!req->cv.wait_until(rl, *deadline, [&] { return req->remaining == 0; })) {
-      req->abandoned = true;
-      throw ServingError(Code::kDeadlineExceeded, "deadline exceeded while waiting for the batch");
-    }
-  } else {
-    req->cv.wait(rl, [&] { return req->remaining == 0; });
+  if (refused) {
+    // Nothing was queued: the one request's callback answers now.
+    call_done(req->done, refused, {}, {});
+    return;
   }
-  if (req->error) std::rethrow_exception(req->error);
-  if (timing) *timing = req->timing;
-  if (pieces == 1) return std::move(req->outputs[0]);
-  TensorMap out;
-  for (auto& [name, first] : req->outputs[0]) {
-    std::vector<at::Tensor> parts;
-    for (auto& o : req->outputs) parts.push_back(o.at(name));
-    out[name] = at::cat(parts, 0);
-  }
-  return out;
+  if (wake) impl_->cv.notify_one();
 }
+
+TensorMap SharedBatchScheduler::run(const BatchQueuePtr& queue, const std::string& signature, const TensorMap& inputs,
+                                    Deadline deadline, BatchTiming* timing) {
+  struct Result {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;         // guarded by mu
+    std::exception_ptr error;  // guarded by mu
+    TensorMap outputs;         // guarded by mu
+    BatchTiming timing;        // guarded by mu
+  };
+  auto r = std::make_shared<Result>();
+  schedule(queue, signature, inputs, deadline, [r](std::exception_ptr error, TensorMap outputs, const BatchTiming& t) {
+    std::lock_guard<std::mutex> l(r->mu);
+    r->error = error;
+    r->outputs = std::move(outputs);
+    r->timing = t;
+    r->done = true;
+    r->cv.notify_all();
+  });
+  std::unique_lock<std::mutex> l(r->mu);
+  while (!r->done) {
+    // Past the deadline the caller gives up; the request stays queued and
+    // is dropped (not computed) when its batch forms.
+    if (deadline && impl_->clock->now() >= *deadline)
+      throw ServingError(Code::kDeadlineExceeded, "deadline exceeded while waiting for the batch");
+    impl_->clock->wait_until(l, r->cv, deadline.value_or(Clock::time_point::max()));
+  }
+  if (r->error) std::rethrow_exception(r->error);
+  if (timing) *timing = r->timing;
+  return std::move(r->outputs);
+}
+
+int64_t SharedBatchScheduler::enqueued_batches(const BatchQueuePtr& queue) const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return queue ? queue->enqueued_batches : 0;
+}
+
+BatchScheduler::BatchScheduler(BatchingOptions options, BatchFn fn, BatchClock* clock)
+    : scheduler_(std::move(options), clock), queue_(scheduler_.add_queue(std::move(fn))) {}
+
+BatchScheduler::~BatchScheduler() = default;
+
+TensorMap BatchScheduler::run(const std::string& signature, const TensorMap& inputs, Deadline deadline,
+                              BatchTiming* timing) {
+  return scheduler_.run(queue_, signature, inputs, deadline, timing);
+}
+
+void BatchScheduler::schedule(const std::string& signature, TensorMap inputs, Deadline deadline, DoneFn done) {
+  scheduler_.schedule(queue_, signature, std::move(inputs), deadline, std::move(done));
+}
+
+int64_t BatchScheduler::enqueued_batches() const { return scheduler_.enqueued_batches(queue_); }
 
 }  // namespace kiln::serving

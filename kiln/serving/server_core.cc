@@ -51,9 +51,9 @@ struct VersionEntry {
   std::string platform;
   int64_t model_json_mtime = 0;
   VersionLifecycle life;
-  std::shared_ptr<Servable> servable;       // set in Loading, reset in Unloading
-  std::unique_ptr<BatchScheduler> batcher;  // idem
-  std::mutex mu;                            // guards in_flight with cv
+  std::shared_ptr<Servable> servable;  // set in Loading, reset in Unloading
+  BatchQueuePtr batch_queue;           // idem; a queue of Impl::batcher_ when batching
+  std::mutex mu;                       // guards in_flight with cv
   std::condition_variable cv;
   int64_t in_flight = 0;          // guarded by mu
   bool unload_scheduled = false;  // guarded by Impl::mu_
@@ -81,7 +81,26 @@ struct ServerCore::Impl {
   std::condition_variable poll_cv_;
   bool poll_stop_ = false;  // guarded by poll_mu_
 
-  Impl(ServerCore* s, ServerCoreOptions& opts, MetricsRegistry& m) : self(s), o(opts), metrics(m) {}
+  // One scheduler (num_batch_threads threads) for every version's queue;
+  // null without batching. Last member: destroyed first, so its threads are
+  // joined before the versions (and servables) they compute go.
+  std::unique_ptr<SharedBatchScheduler> batcher_;
+
+  Impl(ServerCore* s, ServerCoreOptions& opts, MetricsRegistry& m) : self(s), o(opts), metrics(m) {
+    if (o.enable_batching) batcher_ = std::make_unique<SharedBatchScheduler>(o.batching);
+  }
+
+  // The batch queue of the version `h` leases; null with batching off (or
+  // for a handle this core did not make).
+  BatchQueuePtr batch_queue_of(const ServableHandle& h) const {
+    if (!batcher_) return nullptr;
+    std::shared_lock<std::shared_mutex> l(mu_);
+    auto it = models_.find(h.model_name);
+    if (it == models_.end()) return nullptr;
+    auto vit = it->second->versions.find(h.version);
+    if (vit == it->second->versions.end() || vit->second->servable != h.servable) return nullptr;
+    return vit->second->batch_queue;
+  }
 
   // Fire and forget: a job logs its own failure (nobody waits on its future).
   void submit(std::function<void()> job) {
@@ -125,14 +144,15 @@ struct ServerCore::Impl {
     auto start = Clock::now();
     try {
       v->servable = make_servable(v->platform, v->dir);
-      if (o.enable_batching) {
-        Servable* raw = v->servable.get();
-        v->batcher = std::make_unique<BatchScheduler>(
-            o.batching, [raw](const std::string& sig, const TensorMap& batch) { return raw->predict(batch, sig); });
+      if (batcher_) {
+        Servable* raw = v->servable.get();  // removed with the queue (in unload()) before the servable goes
+        v->batch_queue = batcher_->add_queue(
+            [raw](const std::string& sig, const TensorMap& batch) { return raw->predict(batch, sig); });
       }
       if (o.enable_warmup) warmup(*v);
     } catch (const std::exception& e) {
-      v->batcher.reset();
+      if (v->batch_queue) batcher_->remove_queue(v->batch_queue);
+      v->batch_queue.reset();
       v->servable.reset();
       std::string msg = e.what();
       v->life.fail(msg);
@@ -170,7 +190,11 @@ struct ServerCore::Impl {
       v->cv.wait(l, [&] { return v->in_flight == 0; });
     }
     transition(*v, VersionState::kUnloading);
-    v->batcher.reset();
+    // Every request in the queue holds a handle, so it drained before
+    // in_flight reached 0; one left (its blocking caller gave up at its
+    // deadline) gets UNAVAILABLE. Waits for a batch still running.
+    if (v->batch_queue) batcher_->remove_queue(v->batch_queue);
+    v->batch_queue.reset();
     v->servable.reset();
     // Give the freed pages back to the system. glibc keeps freed memory in
     // its heaps (weights below its dynamic mmap threshold land there), so
@@ -393,50 +417,78 @@ ServableHandlePtr ServerCore::get(const ModelSpec& spec) const {
 
 TensorMap ServerCore::predict(const ServableHandle& handle, const std::string& signature, const TensorMap& inputs,
                               Deadline deadline, RequestTiming* timing) {
-  std::shared_ptr<VersionEntry> v;
-  {
-    std::shared_lock<std::shared_mutex> l(impl_->mu_);
-    auto it = impl_->models_.find(handle.model_name);
-    if (it != impl_->models_.end()) {
-      auto vit = it->second->versions.find(handle.version);
-      if (vit != it->second->versions.end() && vit->second->servable == handle.servable) v = vit->second;
-    }
+  struct Result {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;         // guarded by mu
+    std::exception_ptr error;  // guarded by mu
+    TensorMap outputs;         // guarded by mu
+    RequestTiming timing;      // guarded by mu
+  };
+  auto r = std::make_shared<Result>();
+  // With batching the callback may outlive this call (the caller gives up
+  // at its deadline), so it gets its own copy of the handle; without, it
+  // runs before predict_async returns and borrowing is enough.
+  ServableHandlePtr h = impl_->batcher_ ? std::make_shared<const ServableHandle>(handle)
+                                        : ServableHandlePtr(std::shared_ptr<void>(), &handle);
+  predict_async(std::move(h), signature, inputs, deadline,
+                [r](std::exception_ptr error, TensorMap outputs, const RequestTiming& t) {
+                  std::lock_guard<std::mutex> l(r->mu);
+                  r->error = error;
+                  r->outputs = std::move(outputs);
+                  r->timing = t;
+                  r->done = true;
+                  r->cv.notify_all();
+                });
+  std::unique_lock<std::mutex> l(r->mu);
+  if (!deadline) {
+    r->cv.wait(l, [&] { return r->done; });
+  } else if (!r->cv.wait_until(l, *deadline, [&] { return r->done; })) {
+    // The request stays queued; its batch drops it (not computed) as expired.
+    throw ServingError(Code::kDeadlineExceeded, "deadline exceeded while waiting for the batch");
   }
-  const std::string& sig = signature.empty() ? std::string(kDefaultSignature) : signature;
-  if (v && v->batcher) {
-    BatchTiming bt;
-    TensorMap out = v->batcher->run(sig, inputs, deadline, &bt);
-    if (timing) {
-      timing->queue_us = bt.queue_us;
-      timing->compute_us = bt.compute_us;
-      timing->batch_size = bt.batch_size;
-    }
-    metrics_
-        ->histogram("kiln_batch_size", "Rows per executed batch (with padding)", {{"model", handle.model_name}},
-                    batch_size_buckets())
-        .observe((double)bt.batch_size);
-    return out;
-  }
-  if (deadline && Clock::now() >= *deadline)
-    throw ServingError(Code::kDeadlineExceeded, "deadline exceeded before compute");
-  auto start = Clock::now();
-  TensorMap out = handle.servable->predict(inputs, sig);
+  if (r->error) std::rethrow_exception(r->error);
   if (timing) {
-    timing->compute_us = micros_since(start);
-    timing->batch_size = inputs.empty() || inputs.begin()->second.dim() == 0 ? 1 : inputs.begin()->second.size(0);
+    timing->queue_us = r->timing.queue_us;
+    timing->compute_us = r->timing.compute_us;
+    timing->batch_size = r->timing.batch_size;
   }
-  return out;
+  return std::move(r->outputs);
 }
 
 void ServerCore::predict_async(ServableHandlePtr handle, std::string signature, TensorMap inputs, Deadline deadline,
                                PredictDone done) {
+  if (signature.empty()) signature = kDefaultSignature;
+  if (BatchQueuePtr queue = impl_->batch_queue_of(*handle)) {
+    impl_->batcher_->schedule(queue, signature, std::move(inputs), deadline,
+                              [this, handle = std::move(handle), done = std::move(done)](
+                                  std::exception_ptr error, TensorMap outputs, const BatchTiming& bt) {
+                                RequestTiming t;
+                                t.queue_us = bt.queue_us;
+                                t.compute_us = bt.compute_us;
+                                t.batch_size = bt.batch_size;
+                                if (!error)
+                                  metrics_
+                                      ->histogram("kiln_batch_size", "Rows per executed batch (with padding)",
+                                                  {{"model", handle->model_name}}, batch_size_buckets())
+                                      .observe((double)bt.batch_size);
+                                done(error, std::move(outputs), t);
+                              });  // the scheduler drops this callback (and the handle) right after it runs
+    return;
+  }
   RequestTiming t;
   TensorMap out;
   std::exception_ptr err;
   try {
-    out = predict(*handle, signature, inputs, deadline, &t);
+    if (deadline && Clock::now() >= *deadline)
+      throw ServingError(Code::kDeadlineExceeded, "deadline exceeded before compute");
+    auto start = Clock::now();
+    out = handle->servable->predict(inputs, signature);
+    t.compute_us = micros_since(start);
+    t.batch_size = inputs.empty() || inputs.begin()->second.dim() == 0 ? 1 : inputs.begin()->second.size(0);
   } catch (...) {
     err = std::current_exception();
+    out.clear();
   }
   done(err, std::move(out), t);
 }

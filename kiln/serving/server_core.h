@@ -107,8 +107,10 @@ class ServerCore {
   // NOT_FOUND: unknown model, version or label ("Servable not found for
   // request: Specific(mnist, 7)"); UNAVAILABLE: the model has no Ready version yet.
   ServableHandlePtr get(const ModelSpec& spec) const;
-  // Runs the signature (through the model's batch scheduler when batching
-  // is enabled). Throws ServingError with its code.
+  // Runs the signature and waits for it: predict_async() and a wait for
+  // `done` (up to the deadline: then DEADLINE_EXCEEDED, and the queued
+  // request is dropped uncomputed when its batch forms). Throws ServingError
+  // with its code, or what the model threw.
   TensorMap predict(const ServableHandle& handle, const std::string& signature, const TensorMap& inputs,
                     Deadline deadline = std::nullopt, RequestTiming* timing = nullptr);
   // What predict_async hands back: the outputs, or the error (a ServingError
@@ -118,8 +120,12 @@ class ServerCore {
   // exactly once, either on the batch thread that ran the request's batch
   // (batching on), or on the calling thread before predict_async returns
   // (batching off: the compute runs on the caller; or an error found at
-  // once, such as a full queue). The handle is kept alive until `done`
-  // returns. `done` must not throw and should not block: front ends
+  // once, such as a full queue). With batching, the core has one
+  // SharedBatchScheduler (batching.h): num_batch_threads threads shared by
+  // a queue per loaded version. The handle is kept alive until `done`
+  // returns, so a version stays Quiescing until the requests waiting in its
+  // queue are answered (the core's destructor answers those still waiting
+  // UNAVAILABLE, on its thread). `done` must not throw and should not block: front ends
   // serialize the reply and hand it to their I/O loop from it. `timing`
   // carries queue/compute/batch_size; its parse/serialize stay 0.
   void predict_async(ServableHandlePtr handle, std::string signature, TensorMap inputs, Deadline deadline,

@@ -3,8 +3,10 @@
 #include <malloc.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -310,6 +312,165 @@ TEST(ServerCore, BatchingThroughTheRestApiSplitsOversizeRequestsAndHonoursDeadli
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 504);
   EXPECT_NE(s.core->metrics().expose().find("kiln_batch_size_bucket"), std::string::npos);
+}
+
+// One predict_async answer: how often and on which thread `done` ran.
+struct AsyncAnswer {
+  std::mutex mu;
+  std::condition_variable cv;
+  int calls = 0;  // guarded by mu (and the rest)
+  std::thread::id thread;
+  std::exception_ptr error;
+  TensorMap outputs;
+  RequestTiming timing;
+  ServerCore::PredictDone fn() {
+    return [this](std::exception_ptr e, TensorMap out, const RequestTiming& t) {
+      std::lock_guard<std::mutex> l(mu);
+      ++calls;
+      thread = std::this_thread::get_id();
+      error = e;
+      outputs = std::move(out);
+      timing = t;
+      cv.notify_all();
+    };
+  }
+  bool wait() {  // a guard against a hang, not a timing
+    std::unique_lock<std::mutex> l(mu);
+    return cv.wait_for(l, std::chrono::seconds(30), [&] { return calls > 0; });
+  }
+  int count() {
+    std::lock_guard<std::mutex> l(mu);
+    return calls;
+  }
+  Code code() {
+    std::lock_guard<std::mutex> l(mu);
+    if (!error) return Code::kOk;
+    try {
+      std::rethrow_exception(error);
+    } catch (...) {
+      return status_of_current_exception().code;
+    }
+  }
+  float first_output() {
+    std::lock_guard<std::mutex> l(mu);
+    return outputs.begin()->second[0][0].item<float>();
+  }
+};
+
+TEST(ServerCore, PredictAsyncAnswersExactlyOnceOnABatchThreadOrInlineForImmediateErrors) {
+  TempDir dir;
+  std::string base = dir.path() + "/m";
+  save_tiny_model(base + "/1", 1.0f);
+  ServerCoreOptions o;
+  o.config.models = {model_config("m", base)};
+  o.file_system_poll_wait_seconds = 0;
+  o.enable_batching = true;
+  o.batching.max_batch_size = 4;
+  o.batching.batch_timeout_micros = 0;
+  o.batching.num_batch_threads = 1;
+  auto ok = std::make_unique<AsyncAnswer>(), model_error = std::make_unique<AsyncAnswer>(),
+       bad = std::make_unique<AsyncAnswer>();
+  {
+    ServerCore core(o);
+    core.start();
+    auto h = core.get({"m"});
+    const std::string in = input_name(*h);
+    core.predict_async(h, "", {{in, at::ones({2, 4})}}, std::nullopt, ok->fn());
+    core.predict_async(h, "serving_default", {{in, at::ones({1, 5})}}, std::nullopt, model_error->fn());
+    core.predict_async(h, "", {{in, at::ones({2, 4})}, {"other", at::ones({3, 4})}}, std::nullopt, bad->fn());
+    // Inputs that disagree on dim 0: answered before predict_async returns, here.
+    EXPECT_EQ(bad->count(), 1);
+    EXPECT_EQ(bad->thread, std::this_thread::get_id());
+    EXPECT_EQ(bad->code(), Code::kInvalidArgument);
+    ASSERT_TRUE(ok->wait());
+    ASSERT_TRUE(model_error->wait());
+    EXPECT_EQ(ok->code(), Code::kOk);
+    EXPECT_NE(ok->thread, std::this_thread::get_id());
+    EXPECT_FLOAT_EQ(ok->first_output(), tiny_output(1.0f, {1, 1, 1, 1}));
+    EXPECT_EQ(ok->timing.batch_size, 2);
+    EXPECT_GE(ok->timing.queue_us, 0);
+    EXPECT_NE(model_error->code(), Code::kOk);  // the model's error (4 features expected, 5 given)
+    EXPECT_NE(model_error->thread, std::this_thread::get_id());
+    EXPECT_EQ(model_error->thread, ok->thread);  // the one batch thread
+    EXPECT_NE(core.metrics().expose().find("kiln_batch_size_bucket"), std::string::npos);
+    // The blocking predict() runs on top and still throws the codes.
+    try {
+      core.predict(*h, "", {{in, at::ones({2, 4})}, {"other", at::ones({3, 4})}});
+      ADD_FAILURE();
+    } catch (const ServingError& e) {
+      EXPECT_EQ(e.code(), Code::kInvalidArgument);
+    }
+  }
+  // The core is gone (its batch threads joined): nobody answered twice.
+  EXPECT_EQ(ok->count(), 1);
+  EXPECT_EQ(model_error->count(), 1);
+  EXPECT_EQ(bad->count(), 1);
+
+  // Without batching, the compute and `done` run on the caller.
+  o.enable_batching = false;
+  ServerCore plain(o);
+  plain.start();
+  auto h = plain.get({"m"});
+  AsyncAnswer inline_answer;
+  plain.predict_async(h, "", {{input_name(*h), at::ones({3, 4})}}, std::nullopt, inline_answer.fn());
+  EXPECT_EQ(inline_answer.count(), 1);
+  EXPECT_EQ(inline_answer.thread, std::this_thread::get_id());
+  EXPECT_EQ(inline_answer.code(), Code::kOk);
+  EXPECT_EQ(inline_answer.timing.batch_size, 3);
+}
+
+TEST(ServerCore, ModelsShareOneBatchSchedulerAndAQuiescingVersionDrainsItsQueue) {
+  TempDir dir;
+  std::string base_m = dir.path() + "/m", base_n = dir.path() + "/n";
+  save_tiny_model(base_m + "/1", 1.0f);
+  save_tiny_model(base_n + "/1", 0.5f);
+  ServerCoreOptions o;
+  o.config.models = {model_config("m", base_m), model_config("n", base_n)};
+  o.file_system_poll_wait_seconds = 0;
+  o.enable_batching = true;
+  o.batching.max_batch_size = 8;
+  o.batching.batch_timeout_micros = 60000000;  // 60 s: in this test batches close when full
+  o.batching.num_batch_threads = 1;
+  ServerCore core(o);
+  core.start();
+  auto hm = core.get({"m"}), hn = core.get({"n"});
+  const std::string in = input_name(*hm);
+  // Full batches of both models run on the core's one batch thread.
+  AsyncAnswer am, an;
+  core.predict_async(hm, "", {{in, at::ones({8, 4})}}, std::nullopt, am.fn());
+  core.predict_async(hn, "", {{input_name(*hn), at::ones({8, 4})}}, std::nullopt, an.fn());
+  ASSERT_TRUE(am.wait());
+  ASSERT_TRUE(an.wait());
+  EXPECT_EQ(am.code(), Code::kOk);
+  EXPECT_EQ(an.code(), Code::kOk);
+  EXPECT_FLOAT_EQ(am.first_output(), tiny_output(1.0f, {1, 1, 1, 1}));
+  EXPECT_FLOAT_EQ(an.first_output(), tiny_output(0.5f, {1, 1, 1, 1}));
+  EXPECT_EQ(am.thread, an.thread);
+  EXPECT_NE(am.thread, std::this_thread::get_id());
+  hn.reset();
+
+  // One row waits in version 1's queue (the batch is not full); only the
+  // request holds the version now.
+  auto filler = core.get({"m"});
+  AsyncAnswer pending, fill;
+  core.predict_async(hm, "", {{in, at::ones({1, 4})}}, std::nullopt, pending.fn());
+  hm.reset();
+  save_tiny_model(base_m + "/2", 2.0f);
+  core.poll_now();
+  ASSERT_TRUE(core.wait_until_ready({"m", 2, std::nullopt}, 30));
+  ASSERT_TRUE(wait_for([&] { return state_of(core, "m", 1) == VersionState::kQuiescing; }));
+  EXPECT_EQ(pending.count(), 0);  // still queued: version 1 quiesces, its queue is not removed
+  // Filling the batch runs it on version 1; then version 1 unloads.
+  core.predict_async(filler, "", {{in, at::ones({7, 4})}}, std::nullopt, fill.fn());
+  filler.reset();
+  ASSERT_TRUE(pending.wait());
+  ASSERT_TRUE(fill.wait());
+  EXPECT_EQ(pending.code(), Code::kOk);
+  EXPECT_FLOAT_EQ(pending.first_output(), tiny_output(1.0f, {1, 1, 1, 1}));  // version 1's weights
+  EXPECT_EQ(pending.timing.batch_size, 8);
+  ASSERT_TRUE(wait_for([&] { return state_of(core, "m", 1) == VersionState::kDisabled; }));
+  auto h2 = core.get({"m"});
+  EXPECT_EQ(h2->version, 2);
 }
 
 }  // namespace
