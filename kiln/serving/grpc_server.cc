@@ -2,9 +2,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
-#include <fstream>
-#include <sstream>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
 
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "kiln/core/dtype.h"
@@ -87,8 +92,6 @@ std::string kserve_dtype_name(const std::string& kiln_dtype) {
   }
 }
 
-// Runs `body`, turns whatever it throws into a gRPC status, and records the
-// request in the core's metrics.
 // With a bearer token configured, checks the call's "authorization"
 // metadata (UNAUTHENTICATED otherwise).
 void check_token(const FrontendOptions& o, const grpc::ServerContext* ctx) {
@@ -114,156 +117,6 @@ void check_admin_call(const FrontendOptions& o, const grpc::ServerContext* ctx) 
 // the REST /v2/health routes do: probes carry no credentials.
 enum class Auth { kRequired, kOpen };
 
-template <typename F>
-grpc::Status handle(ServerCore& core, const FrontendOptions& o, grpc::ServerContext* ctx, const char* protocol,
-                    const char* api, F body, Auth auth = Auth::kRequired) {
-  RequestTiming timing;
-  std::string model;
-  int64_t version = 0;
-  Status status;
-  try {
-    if (auth == Auth::kRequired) check_token(o, ctx);
-    body(timing, model, version);
-  } catch (...) {
-    status = status_of_current_exception();
-  }
-  if (!model.empty()) core.record_request(model, version, protocol, api, status, timing);
-  return to_grpc(status);
-}
-
-// --- tensorflow.serving.PredictionService -----------------------------------
-class PredictionServiceImpl final : public tfs::PredictionService::Service {
- public:
-  PredictionServiceImpl(ServerCore& core, const FrontendOptions& o) : core_(core), o_(o) {}
-
-  grpc::Status Predict(grpc::ServerContext* ctx, const tfs::PredictRequest* req, tfs::PredictResponse* resp) override {
-    return handle(core_, o_, ctx, "grpc", "predict", [&](RequestTiming& t, std::string& model, int64_t& version) {
-      auto start = SteadyClock::now();
-      auto spec = spec_of(req->model_spec());
-      model = spec.name;
-      auto h = core_.get(spec);
-      version = h->version;
-      const std::string sig = signature_of(req->model_spec());
-      TensorMap inputs;
-      for (auto& [name, proto] : req->inputs()) {
-        WireTensor w = from_tensor_proto(proto, "inputs['" + name + "']");
-        if (w.is_string())
-          throw ServingError(Code::kInvalidArgument,
-                             "inputs['" + name + "'] is DT_STRING; kiln models take numeric tensors");
-        inputs[name] = w.tensor;
-      }
-      t.parse_us = micros_since(start);
-      TensorMap out = core_.predict(*h, sig, inputs, deadline_of(ctx), &t);
-      start = SteadyClock::now();
-      std::vector<std::string> names;
-      if (req->output_filter_size() == 0) {
-        for (auto& [k, v] : out) names.push_back(k);
-      } else {
-        for (auto& f : req->output_filter()) {
-          if (!out.count(f))
-            throw ServingError(Code::kInvalidArgument, "output tensor alias not found in signature: " + f);
-          names.push_back(f);
-        }
-      }
-      for (auto& n : names) to_tensor_proto(out.at(n), &(*resp->mutable_outputs())[n]);
-      fill_spec(*h, sig, resp->mutable_model_spec());
-      t.serialize_us = micros_since(start);
-    });
-  }
-
-  grpc::Status Classify(grpc::ServerContext* ctx, const tfs::ClassificationRequest* req,
-                        tfs::ClassificationResponse* resp) override {
-    return handle(core_, o_, ctx, "grpc", "classify", [&](RequestTiming& t, std::string& model, int64_t& version) {
-      TensorMap out;
-      auto sig = run_examples(ctx, req->model_spec(), req->input(), InferenceApi::kClassify, t, model, version,
-                              resp->mutable_model_spec(), out);
-      Classifications c = classifications_of(sig, out);
-      auto* result = resp->mutable_result();
-      for (int64_t i = 0; i < c.examples; ++i) {
-        auto* row = result->add_classifications();
-        for (int64_t k = 0; k < c.classes; ++k) {
-          auto* cls = row->add_classes();
-          cls->set_label(c.label(i, k));
-          cls->set_score(c.score(i, k));
-        }
-      }
-    });
-  }
-
-  grpc::Status Regress(grpc::ServerContext* ctx, const tfs::RegressionRequest* req,
-                       tfs::RegressionResponse* resp) override {
-    return handle(core_, o_, ctx, "grpc", "regress", [&](RequestTiming& t, std::string& model, int64_t& version) {
-      TensorMap out;
-      auto sig = run_examples(ctx, req->model_spec(), req->input(), InferenceApi::kRegress, t, model, version,
-                              resp->mutable_model_spec(), out);
-      for (float v : regressions_of(sig, out)) resp->mutable_result()->add_regressions()->set_value(v);
-    });
-  }
-
-  grpc::Status GetModelMetadata(grpc::ServerContext* ctx, const tfs::GetModelMetadataRequest* req,
-                                tfs::GetModelMetadataResponse* resp) override {
-    return handle(core_, o_, ctx, "grpc", "metadata", [&](RequestTiming&, std::string& model, int64_t& version) {
-      auto spec = spec_of(req->model_spec());
-      model = spec.name;
-      if (req->metadata_field_size() == 0)
-        throw ServingError(Code::kInvalidArgument,
-                           "GetModelMetadataRequest must specify at least one metadata_field (\"signature_def\")");
-      for (auto& f : req->metadata_field())
-        if (f != "signature_def")
-          throw ServingError(Code::kInvalidArgument,
-                             "Metadata field " + f + " is not supported; use \"signature_def\"");
-      auto h = core_.get(spec);
-      version = h->version;
-      tfs::SignatureDefMap map;
-      for (auto& [sig_name, sig] : h->signatures().items()) {
-        tensorflow::SignatureDef& def = (*map.mutable_signature_def())[sig_name];
-        def.set_method_name("tensorflow/serving/" + sig.value("method_name", std::string("predict")));
-        for (const char* side : {"inputs", "outputs"}) {
-          if (!sig.contains(side)) continue;
-          auto* m = std::string(side) == "inputs" ? def.mutable_inputs() : def.mutable_outputs();
-          for (auto& [name, info] : sig[side].items()) {
-            tensorflow::TensorInfo& ti = (*m)[name];
-            ti.set_name(name + ":0");
-            tensorflow::DataType dt = tensorflow::DT_INVALID;
-            tensorflow::DataType_Parse(tf_dtype_name(info.value("dtype", std::string("float32"))), &dt);
-            ti.set_dtype(dt);
-            shape_to_proto(shape_of(info.value("shape", Json::array())), ti.mutable_tensor_shape());
-          }
-        }
-      }
-      (*resp->mutable_metadata())["signature_def"].PackFrom(map);
-      resp->mutable_model_spec()->set_name(h->model_name);
-      resp->mutable_model_spec()->mutable_version()->set_value(h->version);
-    });
-  }
-
- private:
-  // Classify/Regress: Examples -> the signature's inputs -> its first output.
-  InferenceSignature run_examples(grpc::ServerContext* ctx, const tfs::ModelSpec& ms, const tfs::Input& input,
-                                  InferenceApi api, RequestTiming& t, std::string& model, int64_t& version,
-                                  tfs::ModelSpec* out_spec, TensorMap& out) {
-    auto start = SteadyClock::now();
-    auto spec = spec_of(ms);
-    model = spec.name;
-    auto h = core_.get(spec);
-    version = h->version;
-    InferenceSignature sig = inference_signature(h->signatures(), signature_of(ms), api);
-    std::vector<ExampleInputSpec> specs;
-    for (auto& in : sig.inputs) specs.push_back({in.name, dtype_from_string(in.dtype), in.shape});
-    auto tensors = examples_to_tensors(input, specs);
-    TensorMap inputs;
-    for (size_t i = 0; i < specs.size(); ++i) inputs[specs[i].name] = tensors[i];
-    t.parse_us = micros_since(start);
-    out = core_.predict(*h, sig.name, inputs, deadline_of(ctx), &t);
-    fill_spec(*h, sig.name, out_spec);
-    return sig;
-  }
-
-  ServerCore& core_;
-  const FrontendOptions& o_;
-};
-
-// --- tensorflow.serving.ModelService ------------------------------------------
 tfs::ModelVersionStatus::State tfs_state(VersionState s) {
   switch (s) {
     case VersionState::kNew:
@@ -302,65 +155,6 @@ VersionPolicy policy_of(const tfs::FileSystemStoragePathSourceConfig::ServableVe
   return v;
 }
 
-class ModelServiceImpl final : public tfs::ModelService::Service {
- public:
-  ModelServiceImpl(ServerCore& core, const FrontendOptions& o) : core_(core), o_(o) {}
-
-  grpc::Status GetModelStatus(grpc::ServerContext* ctx, const tfs::GetModelStatusRequest* req,
-                              tfs::GetModelStatusResponse* resp) override {
-    return handle(core_, o_, ctx, "grpc", "status", [&](RequestTiming&, std::string& model, int64_t&) {
-      auto spec = spec_of(req->model_spec());
-      model = spec.name;
-      for (auto& v : core_.model_status(spec)) {
-        auto* s = resp->add_model_version_status();
-        s->set_version(v.version);
-        s->set_state(tfs_state(v.state));
-        auto* st = s->mutable_status();
-        if (v.state == VersionState::kError) {
-          st->set_error_code(tensorflow::error::UNKNOWN);
-          st->set_error_message(v.error);
-        } else {
-          st->set_error_code(tensorflow::error::OK);
-        }
-      }
-    });
-  }
-
-  grpc::Status HandleReloadConfigRequest(grpc::ServerContext* ctx, const tfs::ReloadConfigRequest* req,
-                                         tfs::ReloadConfigResponse* resp) override {
-    grpc::Status s = handle(
-        core_, o_, ctx, "grpc", "reload_config",
-        [&](RequestTiming&, std::string&, int64_t&) {
-          check_admin_call(o_, ctx);
-          const auto& c = req->config();
-          if (c.config_case() != tfs::ModelServerConfig::kModelConfigList)
-            throw ServingError(
-                Code::kInvalidArgument,
-                "ModelServerConfig must hold a model_config_list (custom_model_config is not supported)");
-          ModelServerConfig config;
-          for (auto& m : c.model_config_list().config()) {
-            ModelConfig mc;
-            mc.name = m.name();
-            mc.base_path = m.base_path();
-            if (!m.model_platform().empty()) mc.model_platform = m.model_platform();
-            if (m.has_model_version_policy()) mc.version_policy = policy_of(m.model_version_policy());
-            for (auto& [label, v] : m.version_labels()) mc.version_labels[label] = v;
-            config.models.push_back(std::move(mc));
-          }
-          core_.reload_config(config);
-        },
-        Auth::kOpen);
-    resp->mutable_status()->set_error_code(static_cast<tensorflow::error::Code>(static_cast<int>(s.error_code())));
-    resp->mutable_status()->set_error_message(s.error_message());
-    return s;
-  }
-
- private:
-  ServerCore& core_;
-  const FrontendOptions& o_;
-};
-
-// --- inference.GRPCInferenceService (KServe v2) ---------------------------------
 ModelSpec kserve_spec(const std::string& name, const std::string& version) {
   if (name.empty()) throw ServingError(Code::kInvalidArgument, "the model name is empty");
   ModelSpec spec;
@@ -375,126 +169,269 @@ ModelSpec kserve_spec(const std::string& name, const std::string& version) {
   return spec;
 }
 
-class InferenceServiceImpl final : public inference::GRPCInferenceService::Service {
+// --- call data ------------------------------------------------------------------
+class AsyncServer;
+
+// A completion-queue tag: what proceed() does when the queue returns it.
+class Tag {
  public:
-  InferenceServiceImpl(ServerCore& core, const FrontendOptions& o) : core_(core), o_(o) {}
-
-  grpc::Status ServerLive(grpc::ServerContext* ctx, const inference::ServerLiveRequest*,
-                          inference::ServerLiveResponse* resp) override {
-    return handle(
-        core_, o_, ctx, "kserve_grpc", "live", [&](RequestTiming&, std::string&, int64_t&) { resp->set_live(true); },
-        Auth::kOpen);
-  }
-  grpc::Status ServerReady(grpc::ServerContext* ctx, const inference::ServerReadyRequest*,
-                           inference::ServerReadyResponse* resp) override {
-    return handle(
-        core_, o_, ctx, "kserve_grpc", "ready",
-        [&](RequestTiming&, std::string&, int64_t&) { resp->set_ready(core_.ready()); }, Auth::kOpen);
-  }
-  grpc::Status ModelReady(grpc::ServerContext* ctx, const inference::ModelReadyRequest* req,
-                          inference::ModelReadyResponse* resp) override {
-    return handle(core_, o_, ctx, "kserve_grpc", "model_ready", [&](RequestTiming&, std::string&, int64_t&) {
-      resp->set_ready(core_.is_ready(kserve_spec(req->name(), req->version())));
-    });
-  }
-  grpc::Status ServerMetadata(grpc::ServerContext* ctx, const inference::ServerMetadataRequest*,
-                              inference::ServerMetadataResponse* resp) override {
-    return handle(core_, o_, ctx, "kserve_grpc", "server_metadata", [&](RequestTiming&, std::string&, int64_t&) {
-      resp->set_name("kiln");
-      resp->set_version("1");
-    });
-  }
-  grpc::Status ModelMetadata(grpc::ServerContext* ctx, const inference::ModelMetadataRequest* req,
-                             inference::ModelMetadataResponse* resp) override {
-    return handle(core_, o_, ctx, "kserve_grpc", "metadata", [&](RequestTiming&, std::string& model, int64_t& version) {
-      auto spec = kserve_spec(req->name(), req->version());
-      model = spec.name;
-      auto h = core_.get(spec);
-      version = h->version;
-      resp->set_name(h->model_name);
-      resp->add_versions(std::to_string(h->version));
-      resp->set_platform("kiln");
-      const Json& sig = signature_json(*h, kDefaultSignature);
-      for (const char* side : {"inputs", "outputs"}) {
-        if (!sig.contains(side)) continue;
-        for (auto& [name, info] : sig[side].items()) {
-          auto* t = std::string(side) == "inputs" ? resp->add_inputs() : resp->add_outputs();
-          t->set_name(name);
-          t->set_datatype(kserve_dtype_name(info.value("dtype", std::string("float32"))));
-          for (auto d : shape_of(info.value("shape", Json::array()))) t->add_shape(d);
-        }
-      }
-    });
-  }
-  grpc::Status ModelInfer(grpc::ServerContext* ctx, const inference::ModelInferRequest* req,
-                          inference::ModelInferResponse* resp) override {
-    return handle(core_, o_, ctx, "kserve_grpc", "infer", [&](RequestTiming& t, std::string& model, int64_t& version) {
-      auto start = SteadyClock::now();
-      auto spec = kserve_spec(req->model_name(), req->model_version());
-      model = spec.name;
-      auto h = core_.get(spec);
-      version = h->version;
-      const bool raw = req->raw_input_contents_size() > 0;
-      if (raw && req->raw_input_contents_size() != req->inputs_size())
-        throw ServingError(Code::kInvalidArgument,
-                           "raw_input_contents has " + std::to_string(req->raw_input_contents_size()) +
-                               " entries but the request has " + std::to_string(req->inputs_size()) +
-                               " inputs; send one per input or use contents");
-      TensorMap inputs;
-      for (int i = 0; i < req->inputs_size(); ++i) {
-        const auto& in = req->inputs(i);
-        WireTensor w = from_infer_input(in, raw ? &req->raw_input_contents(i) : nullptr);
-        if (w.is_string())
-          throw ServingError(Code::kInvalidArgument,
-                             "input '" + in.name() + "' is BYTES; kiln models take numeric tensors");
-        inputs[in.name()] = w.tensor;
-      }
-      t.parse_us = micros_since(start);
-      TensorMap out = core_.predict(*h, kDefaultSignature, inputs, deadline_of(ctx), &t);
-      start = SteadyClock::now();
-      std::vector<std::string> names;
-      if (req->outputs_size() == 0) {
-        for (auto& [k, v] : out) names.push_back(k);
-      } else {
-        for (auto& o : req->outputs()) {
-          if (!out.count(o.name()))
-            throw ServingError(Code::kInvalidArgument, "unknown output '" + o.name() + "' requested");
-          names.push_back(o.name());
-        }
-      }
-      resp->set_model_name(h->model_name);
-      resp->set_model_version(std::to_string(h->version));
-      resp->set_id(req->id());
-      for (auto& n : names)
-        to_infer_output(n, out.at(n), resp->add_outputs(), raw ? resp->add_raw_output_contents() : nullptr);
-      t.serialize_us = micros_since(start);
-    });
-  }
-
- private:
-  ServerCore& core_;
-  const FrontendOptions& o_;
+  virtual ~Tag() = default;
+  virtual void proceed(bool ok) = 0;
 };
 
-const bool registered = (register_grpc_frontend([](ServerCore& core, const FrontendOptions& o) {
-                           return std::unique_ptr<Frontend>(new GrpcServer(core, o));
-                         }),
-                         true);
+template <class Req, class Resp>
+class Call;
 
-}  // namespace
+// One RPC method: how to ask gRPC for its next call, and how to answer one.
+class Method {
+ public:
+  virtual ~Method() = default;
+  // Leaves one call of this method waiting on `cq` (none once stopping).
+  virtual void request_on(grpc::ServerCompletionQueue* cq) const = 0;
+};
 
-GrpcServer::GrpcServer(ServerCore& core, FrontendOptions options) : core_(core), options_(std::move(options)) {
-  check_tls_options(options_.tls, "gRPC TLS");
+template <class Req, class Resp>
+class MethodOf final : public Method {
+ public:
+  using Request = std::function<void(grpc::ServerContext*, Req*, grpc::ServerAsyncResponseWriter<Resp>*,
+                                     grpc::ServerCompletionQueue*, void*)>;
+  using Handler = std::function<void(Call<Req, Resp>&)>;
+  MethodOf(AsyncServer& server, const char* protocol, const char* api, Auth auth, Request request, Handler handle)
+      : server(server),
+        protocol(protocol),
+        api(api),
+        auth(auth),
+        request(std::move(request)),
+        handle(std::move(handle)) {}
+  void request_on(grpc::ServerCompletionQueue* cq) const override;
+
+  AsyncServer& server;
+  const char* protocol;  // metrics labels
+  const char* api;
+  Auth auth;
+  Request request;
+  Handler handle;
+};
+
+// The call data of one RPC, and its tag. Lifecycle:
+//   kWaiting --(a call arrives)--> kRunning --finish()--> kFinishing --(tag back)--> deleted
+//   kWaiting --(tag back not ok: the server is shutting down)--> deleted
+// While kRunning the call belongs to whoever runs it: the queue's thread,
+// then (Predict and friends) the core's batch thread in predict_async's
+// `done`, or the reload thread. finish() hands it back to the queue; nobody
+// may touch it after that.
+template <class Req, class Resp>
+class Call final : public Tag {
+ public:
+  Call(const MethodOf<Req, Resp>& method, grpc::ServerCompletionQueue* cq);
+  ~Call() override;
+  void proceed(bool ok) override;
+  // Counts the request into the metrics (once `model` is known) and sends
+  // `status`, with `response` when it is OK. Exactly once; the last touch.
+  void finish(const Status& status);
+
+  grpc::ServerContext ctx;
+  Req request;
+  Resp response;
+  RequestTiming timing;
+  std::string model;  // metrics: set once known
+  int64_t version = 0;
+
+ private:
+  enum class State { kWaiting, kRunning };  // kFinishing: any tag after kRunning
+  const MethodOf<Req, Resp>& method_;
+  grpc::ServerCompletionQueue* cq_;
+  grpc::ServerAsyncResponseWriter<Resp> writer_{&ctx};
+  State state_ = State::kWaiting;  // touched on the queue's thread only
+};
+
+using PredictCall = Call<tfs::PredictRequest, tfs::PredictResponse>;
+using ClassifyCall = Call<tfs::ClassificationRequest, tfs::ClassificationResponse>;
+using RegressCall = Call<tfs::RegressionRequest, tfs::RegressionResponse>;
+using MetadataCall = Call<tfs::GetModelMetadataRequest, tfs::GetModelMetadataResponse>;
+using StatusCall = Call<tfs::GetModelStatusRequest, tfs::GetModelStatusResponse>;
+using ReloadCall = Call<tfs::ReloadConfigRequest, tfs::ReloadConfigResponse>;
+using LiveCall = Call<inference::ServerLiveRequest, inference::ServerLiveResponse>;
+using ReadyCall = Call<inference::ServerReadyRequest, inference::ServerReadyResponse>;
+using ModelReadyCall = Call<inference::ModelReadyRequest, inference::ModelReadyResponse>;
+using ServerMetadataCall = Call<inference::ServerMetadataRequest, inference::ServerMetadataResponse>;
+using ModelMetadataCall = Call<inference::ModelMetadataRequest, inference::ModelMetadataResponse>;
+using InferCall = Call<inference::ModelInferRequest, inference::ModelInferResponse>;
+
+// What Classify/Regress decode from their examples.
+struct ExamplesInput {
+  ServableHandlePtr handle;
+  InferenceSignature signature;
+  TensorMap inputs;
+};
+
+// --- the server ---------------------------------------------------------------------
+class AsyncServer {
+ public:
+  AsyncServer(ServerCore& core, const FrontendOptions& options) : core_(core), options_(options) {}
+  ~AsyncServer() { stop(); }
+  int start();  // the bound port
+  void stop();
+
+  ServerCore& core() { return core_; }
+  const FrontendOptions& options() const { return options_; }
+  bool stopping() const { return stopping_.load(); }
+  void call_created();
+  void call_deleted();
+
+ private:
+  // One line per RPC: every method of an AsyncService must be requested, or
+  // its calls hang. `request` is the AsyncService's RequestXxx.
+  template <class Service, class Base, class Req, class Resp>
+  void add(Service& service,
+           void (Base::*request)(grpc::ServerContext*, Req*, grpc::ServerAsyncResponseWriter<Resp>*,
+                                 grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*),
+           const char* protocol, const char* api, std::type_identity_t<void (AsyncServer::*)(Call<Req, Resp>&)> handle,
+           Auth auth = Auth::kRequired) {
+    methods_.push_back(std::make_unique<MethodOf<Req, Resp>>(
+        *this, protocol, api, auth,
+        [&service, request](grpc::ServerContext* ctx, Req* req, grpc::ServerAsyncResponseWriter<Resp>* w,
+                            grpc::ServerCompletionQueue* cq,
+                            void* tag) { (service.*request)(ctx, req, w, cq, cq, tag); },
+        [this, handle](Call<Req, Resp>& c) { (this->*handle)(c); }));
+  }
+  void add_methods();
+  void poll(grpc::ServerCompletionQueue* cq);
+
+  // Hands the parsed request to the core; `encode(outputs)` fills the
+  // response on the thread that runs `done` (it may throw), then the call
+  // finishes there.
+  template <class C, class Encode>
+  void infer(C& c, ServableHandlePtr handle, std::string signature, TensorMap inputs, Encode encode);
+  ExamplesInput examples(const tfs::ModelSpec& spec, const tfs::Input& input, InferenceApi api, RequestTiming& t,
+                         std::string& model, int64_t& version);
+
+  void predict(PredictCall& c);
+  void classify(ClassifyCall& c);
+  void regress(RegressCall& c);
+  void metadata(MetadataCall& c);
+  void model_status(StatusCall& c);
+  void reload_config(ReloadCall& c);
+  void live(LiveCall& c);
+  void ready(ReadyCall& c);
+  void model_ready(ModelReadyCall& c);
+  void server_metadata(ServerMetadataCall& c);
+  void model_metadata(ModelMetadataCall& c);
+  void model_infer(InferCall& c);
+
+  ServerCore& core_;
+  const FrontendOptions& options_;
+  tfs::PredictionService::AsyncService prediction_;
+  tfs::ModelService::AsyncService model_;
+  inference::GRPCInferenceService::AsyncService inference_;
+  std::vector<std::unique_ptr<Method>> methods_;
+  std::unique_ptr<grpc::Server> server_;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs_;
+  std::vector<std::thread> pollers_;
+  std::atomic<bool> stopping_{false};
+  std::mutex mu_;
+  std::condition_variable all_deleted_;
+  int64_t live_calls_ = 0;                  // guarded by mu_: Calls not yet deleted
+  std::vector<std::thread> admin_threads_;  // guarded by mu_: reloads; joined by stop()
+};
+
+template <class Req, class Resp>
+void MethodOf<Req, Resp>::request_on(grpc::ServerCompletionQueue* cq) const {
+  if (!server.stopping()) new Call<Req, Resp>(*this, cq);  // deletes itself
 }
 
-GrpcServer::~GrpcServer() { stop(); }
+template <class Req, class Resp>
+Call<Req, Resp>::Call(const MethodOf<Req, Resp>& method, grpc::ServerCompletionQueue* cq) : method_(method), cq_(cq) {
+  method_.server.call_created();
+  method_.request(&ctx, &request, &writer_, cq_, this);
+}
 
-int GrpcServer::start() {
-  if (server_) return port_;
-  options_.validate();
-  prediction_ = std::make_unique<PredictionServiceImpl>(core_, options_);
-  model_ = std::make_unique<ModelServiceImpl>(core_, options_);
-  inference_ = std::make_unique<InferenceServiceImpl>(core_, options_);
+template <class Req, class Resp>
+Call<Req, Resp>::~Call() {
+  method_.server.call_deleted();
+}
+
+template <class Req, class Resp>
+void Call<Req, Resp>::proceed(bool ok) {
+  if (state_ == State::kRunning || !ok) {  // the reply is out (or the call was cancelled); or no call came
+    delete this;
+    return;
+  }
+  state_ = State::kRunning;
+  method_.request_on(cq_);  // the next call of this method
+  if (method_.auth == Auth::kRequired) {
+    try {
+      check_token(method_.server.options(), &ctx);
+    } catch (...) {
+      finish(status_of_current_exception());
+      return;
+    }
+  }
+  method_.handle(*this);
+}
+
+template <class Req, class Resp>
+void Call<Req, Resp>::finish(const Status& status) {
+  if (!model.empty())
+    method_.server.core().record_request(model, version, method_.protocol, method_.api, status, timing);
+  writer_.Finish(response, to_grpc(status), this);
+}
+
+// Runs `body` on the calling thread and finishes the call with what it threw (OK if nothing).
+template <class C, class F>
+void answer(C& c, F body) {
+  Status status;
+  try {
+    body();
+  } catch (...) {
+    status = status_of_current_exception();
+  }
+  c.finish(status);
+}
+
+// Runs `parse`; false (and the call finished with the error) if it threw.
+template <class C, class F>
+bool parsed(C& c, F parse) {
+  try {
+    parse();
+    return true;
+  } catch (...) {
+    c.finish(status_of_current_exception());
+    return false;
+  }
+}
+
+void AsyncServer::call_created() {
+  std::lock_guard<std::mutex> l(mu_);
+  ++live_calls_;
+}
+
+void AsyncServer::call_deleted() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (--live_calls_ == 0) all_deleted_.notify_all();
+}
+
+void AsyncServer::add_methods() {
+  using PS = tfs::PredictionService::AsyncService;
+  using MS = tfs::ModelService::AsyncService;
+  using IS = inference::GRPCInferenceService::AsyncService;
+  add(prediction_, &PS::RequestPredict, "grpc", "predict", &AsyncServer::predict);
+  add(prediction_, &PS::RequestClassify, "grpc", "classify", &AsyncServer::classify);
+  add(prediction_, &PS::RequestRegress, "grpc", "regress", &AsyncServer::regress);
+  add(prediction_, &PS::RequestGetModelMetadata, "grpc", "metadata", &AsyncServer::metadata);
+  add(model_, &MS::RequestGetModelStatus, "grpc", "status", &AsyncServer::model_status);
+  // Admin: checks the admin token itself (check_admin_call).
+  add(model_, &MS::RequestHandleReloadConfigRequest, "grpc", "reload_config", &AsyncServer::reload_config, Auth::kOpen);
+  add(inference_, &IS::RequestServerLive, "kserve_grpc", "live", &AsyncServer::live, Auth::kOpen);
+  add(inference_, &IS::RequestServerReady, "kserve_grpc", "ready", &AsyncServer::ready, Auth::kOpen);
+  add(inference_, &IS::RequestModelReady, "kserve_grpc", "model_ready", &AsyncServer::model_ready);
+  add(inference_, &IS::RequestServerMetadata, "kserve_grpc", "server_metadata", &AsyncServer::server_metadata);
+  add(inference_, &IS::RequestModelMetadata, "kserve_grpc", "metadata", &AsyncServer::model_metadata);
+  add(inference_, &IS::RequestModelInfer, "kserve_grpc", "infer", &AsyncServer::model_infer);
+}
+
+int AsyncServer::start() {
+  add_methods();
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (options_.tls.enabled()) {
     // As TF Serving: custom_ca + client_verify = mutual TLS; otherwise no
@@ -515,32 +452,387 @@ int GrpcServer::start() {
   b.AddListeningPort(address, creds, &selected);
   b.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(options_.max_body_bytes, INT32_MAX)));
   b.SetMaxSendMessageSize(INT32_MAX);
-  // The sync server's defaults (1 to 2 polling threads) make it start a
-  // thread for nearly every concurrent call and end it afterwards; each new
-  // thread that runs a model also builds its own OpenMP team. Under 8
-  // concurrent clients that churn cost ~2 ms of CPU per request and held
-  // throughput at ~400 QPS where REST did 6,000 (bench/serving_bench.sh).
-  // Keep up to num_threads threads polling instead (idle ones block).
-  const int threads = std::max(2, options_.num_threads);
-  b.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, std::min(threads, 4));
-  b.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, threads);
-  b.RegisterService(prediction_.get());
-  b.RegisterService(model_.get());
-  b.RegisterService(inference_.get());
+  b.RegisterService(&prediction_);
+  b.RegisterService(&model_);
+  b.RegisterService(&inference_);
+  const int threads =
+      options_.num_threads > 0 ? options_.num_threads : std::max(1u, std::thread::hardware_concurrency());
+  for (int i = 0; i < threads; ++i) cqs_.push_back(b.AddCompletionQueue());
   server_ = b.BuildAndStart();
   if (!server_ || selected == 0) {
     server_.reset();
+    for (auto& cq : cqs_) {
+      cq->Shutdown();
+      void* tag;
+      bool ok;
+      while (cq->Next(&tag, &ok)) {
+      }
+    }
+    cqs_.clear();
     throw IOError("gRPC: cannot listen on " + address + " (in use, or not a local address)");
   }
-  port_ = selected;
+  for (auto& cq : cqs_) {
+    for (auto& m : methods_) m->request_on(cq.get());
+    pollers_.emplace_back([this, q = cq.get()] { poll(q); });
+  }
+  return selected;
+}
+
+void AsyncServer::poll(grpc::ServerCompletionQueue* cq) {
+  void* tag;
+  bool ok;
+  while (cq->Next(&tag, &ok)) static_cast<Tag*>(tag)->proceed(ok);
+}
+
+void AsyncServer::stop() {
+  if (!server_) return;
+  // 1. No new calls: requests still waiting come back not ok; calls in
+  //    flight get 5 s to finish, then gRPC cancels them. The queues keep
+  //    polling meanwhile, so replies (and cancellations) still go out.
+  stopping_ = true;
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // 2. Every call still alive ends by itself: its predict_async `done` or
+  //    reload thread finishes it, the queue returns its tag, it deletes
+  //    itself. Wait for that before shutting the queues, which a late
+  //    Finish would otherwise hit after they are gone.
+  std::vector<std::thread> admin;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    all_deleted_.wait(l, [&] { return live_calls_ == 0; });
+    admin.swap(admin_threads_);
+  }
+  for (auto& t : admin) t.join();
+  // 3. Drain and end the queues, then the pollers.
+  for (auto& cq : cqs_) cq->Shutdown();
+  for (auto& t : pollers_) t.join();
+  pollers_.clear();
+  server_->Wait();
+  server_.reset();
+  cqs_.clear();
+}
+
+// --- inference: parse here, answer from predict_async's done --------------------------------
+template <class C, class Encode>
+void AsyncServer::infer(C& c, ServableHandlePtr handle, std::string signature, TensorMap inputs, Encode encode) {
+  Deadline deadline = deadline_of(&c.ctx);
+  core_.predict_async(std::move(handle), std::move(signature), std::move(inputs), deadline,
+                      [&c, encode](std::exception_ptr error, TensorMap outputs, const RequestTiming& t) {
+                        c.timing.queue_us = t.queue_us;
+                        c.timing.compute_us = t.compute_us;
+                        c.timing.batch_size = t.batch_size;
+                        answer(c, [&] {
+                          if (error) std::rethrow_exception(error);
+                          auto start = SteadyClock::now();
+                          encode(outputs);
+                          c.timing.serialize_us = micros_since(start);
+                        });
+                      });
+}
+
+void AsyncServer::predict(PredictCall& c) {
+  auto start = SteadyClock::now();
+  ServableHandlePtr h;
+  std::string sig;
+  TensorMap inputs;
+  if (!parsed(c, [&] {
+        auto spec = spec_of(c.request.model_spec());
+        c.model = spec.name;
+        h = core_.get(spec);
+        c.version = h->version;
+        sig = signature_of(c.request.model_spec());
+        for (auto& [name, proto] : c.request.inputs()) {
+          WireTensor w = from_tensor_proto(proto, "inputs['" + name + "']");
+          if (w.is_string())
+            throw ServingError(Code::kInvalidArgument,
+                               "inputs['" + name + "'] is DT_STRING; kiln models take numeric tensors");
+          inputs[name] = w.tensor;
+        }
+      }))
+    return;
+  c.timing.parse_us = micros_since(start);
+  infer(c, h, sig, std::move(inputs), [&c, h, sig](TensorMap& out) {
+    std::vector<std::string> names;
+    if (c.request.output_filter_size() == 0) {
+      for (auto& [k, v] : out) names.push_back(k);
+    } else {
+      for (auto& f : c.request.output_filter()) {
+        if (!out.count(f))
+          throw ServingError(Code::kInvalidArgument, "output tensor alias not found in signature: " + f);
+        names.push_back(f);
+      }
+    }
+    for (auto& n : names) to_tensor_proto(out.at(n), &(*c.response.mutable_outputs())[n]);
+    fill_spec(*h, sig, c.response.mutable_model_spec());
+  });
+}
+
+// Classify/Regress: Examples -> the signature's inputs (its first output answers).
+ExamplesInput AsyncServer::examples(const tfs::ModelSpec& ms, const tfs::Input& input, InferenceApi api,
+                                    RequestTiming& t, std::string& model, int64_t& version) {
+  auto start = SteadyClock::now();
+  auto spec = spec_of(ms);
+  model = spec.name;
+  ExamplesInput e;
+  e.handle = core_.get(spec);
+  version = e.handle->version;
+  e.signature = inference_signature(e.handle->signatures(), signature_of(ms), api);
+  std::vector<ExampleInputSpec> specs;
+  for (auto& in : e.signature.inputs) specs.push_back({in.name, dtype_from_string(in.dtype), in.shape});
+  auto tensors = examples_to_tensors(input, specs);
+  for (size_t i = 0; i < specs.size(); ++i) e.inputs[specs[i].name] = tensors[i];
+  t.parse_us = micros_since(start);
+  return e;
+}
+
+void AsyncServer::classify(ClassifyCall& c) {
+  ExamplesInput e;
+  if (!parsed(c, [&] {
+        e = examples(c.request.model_spec(), c.request.input(), InferenceApi::kClassify, c.timing, c.model, c.version);
+      }))
+    return;
+  infer(c, e.handle, e.signature.name, std::move(e.inputs), [&c, h = e.handle, sig = e.signature](TensorMap& out) {
+    fill_spec(*h, sig.name, c.response.mutable_model_spec());
+    Classifications cl = classifications_of(sig, out);
+    auto* result = c.response.mutable_result();
+    for (int64_t i = 0; i < cl.examples; ++i) {
+      auto* row = result->add_classifications();
+      for (int64_t k = 0; k < cl.classes; ++k) {
+        auto* cls = row->add_classes();
+        cls->set_label(cl.label(i, k));
+        cls->set_score(cl.score(i, k));
+      }
+    }
+  });
+}
+
+void AsyncServer::regress(RegressCall& c) {
+  ExamplesInput e;
+  if (!parsed(c, [&] {
+        e = examples(c.request.model_spec(), c.request.input(), InferenceApi::kRegress, c.timing, c.model, c.version);
+      }))
+    return;
+  infer(c, e.handle, e.signature.name, std::move(e.inputs), [&c, h = e.handle, sig = e.signature](TensorMap& out) {
+    fill_spec(*h, sig.name, c.response.mutable_model_spec());
+    for (float v : regressions_of(sig, out)) c.response.mutable_result()->add_regressions()->set_value(v);
+  });
+}
+
+void AsyncServer::model_infer(InferCall& c) {
+  auto start = SteadyClock::now();
+  const auto& req = c.request;
+  ServableHandlePtr h;
+  TensorMap inputs;
+  const bool raw = req.raw_input_contents_size() > 0;
+  if (!parsed(c, [&] {
+        auto spec = kserve_spec(req.model_name(), req.model_version());
+        c.model = spec.name;
+        h = core_.get(spec);
+        c.version = h->version;
+        if (raw && req.raw_input_contents_size() != req.inputs_size())
+          throw ServingError(Code::kInvalidArgument,
+                             "raw_input_contents has " + std::to_string(req.raw_input_contents_size()) +
+                                 " entries but the request has " + std::to_string(req.inputs_size()) +
+                                 " inputs; send one per input or use contents");
+        for (int i = 0; i < req.inputs_size(); ++i) {
+          const auto& in = req.inputs(i);
+          WireTensor w = from_infer_input(in, raw ? &req.raw_input_contents(i) : nullptr);
+          if (w.is_string())
+            throw ServingError(Code::kInvalidArgument,
+                               "input '" + in.name() + "' is BYTES; kiln models take numeric tensors");
+          inputs[in.name()] = w.tensor;
+        }
+      }))
+    return;
+  c.timing.parse_us = micros_since(start);
+  infer(c, h, kDefaultSignature, std::move(inputs), [&c, h, raw](TensorMap& out) {
+    const auto& req = c.request;
+    std::vector<std::string> names;
+    if (req.outputs_size() == 0) {
+      for (auto& [k, v] : out) names.push_back(k);
+    } else {
+      for (auto& o : req.outputs()) {
+        if (!out.count(o.name()))
+          throw ServingError(Code::kInvalidArgument, "unknown output '" + o.name() + "' requested");
+        names.push_back(o.name());
+      }
+    }
+    auto& resp = c.response;
+    resp.set_model_name(h->model_name);
+    resp.set_model_version(std::to_string(h->version));
+    resp.set_id(req.id());
+    for (auto& n : names)
+      to_infer_output(n, out.at(n), resp.add_outputs(), raw ? resp.add_raw_output_contents() : nullptr);
+  });
+}
+
+// --- cheap RPCs: answered on the queue's thread --------------------------------------------
+void AsyncServer::metadata(MetadataCall& c) {
+  answer(c, [&] {
+    const auto& req = c.request;
+    auto spec = spec_of(req.model_spec());
+    c.model = spec.name;
+    if (req.metadata_field_size() == 0)
+      throw ServingError(Code::kInvalidArgument,
+                         "GetModelMetadataRequest must specify at least one metadata_field (\"signature_def\")");
+    for (auto& f : req.metadata_field())
+      if (f != "signature_def")
+        throw ServingError(Code::kInvalidArgument, "Metadata field " + f + " is not supported; use \"signature_def\"");
+    auto h = core_.get(spec);
+    c.version = h->version;
+    tfs::SignatureDefMap map;
+    for (auto& [sig_name, sig] : h->signatures().items()) {
+      tensorflow::SignatureDef& def = (*map.mutable_signature_def())[sig_name];
+      def.set_method_name("tensorflow/serving/" + sig.value("method_name", std::string("predict")));
+      for (const char* side : {"inputs", "outputs"}) {
+        if (!sig.contains(side)) continue;
+        auto* m = std::string(side) == "inputs" ? def.mutable_inputs() : def.mutable_outputs();
+        for (auto& [name, info] : sig[side].items()) {
+          tensorflow::TensorInfo& ti = (*m)[name];
+          ti.set_name(name + ":0");
+          tensorflow::DataType dt = tensorflow::DT_INVALID;
+          tensorflow::DataType_Parse(tf_dtype_name(info.value("dtype", std::string("float32"))), &dt);
+          ti.set_dtype(dt);
+          shape_to_proto(shape_of(info.value("shape", Json::array())), ti.mutable_tensor_shape());
+        }
+      }
+    }
+    (*c.response.mutable_metadata())["signature_def"].PackFrom(map);
+    c.response.mutable_model_spec()->set_name(h->model_name);
+    c.response.mutable_model_spec()->mutable_version()->set_value(h->version);
+  });
+}
+
+void AsyncServer::model_status(StatusCall& c) {
+  answer(c, [&] {
+    auto spec = spec_of(c.request.model_spec());
+    c.model = spec.name;
+    for (auto& v : core_.model_status(spec)) {
+      auto* s = c.response.add_model_version_status();
+      s->set_version(v.version);
+      s->set_state(tfs_state(v.state));
+      auto* st = s->mutable_status();
+      if (v.state == VersionState::kError) {
+        st->set_error_code(tensorflow::error::UNKNOWN);
+        st->set_error_message(v.error);
+      } else {
+        st->set_error_code(tensorflow::error::OK);
+      }
+    }
+  });
+}
+
+// A reload loads models and may take long: it runs on a thread of its own
+// (joined by stop()), not on a polling thread.
+void AsyncServer::reload_config(ReloadCall& c) {
+  ModelServerConfig config;
+  auto done = [&c](const Status& s) {
+    c.response.mutable_status()->set_error_code(static_cast<tensorflow::error::Code>(static_cast<int>(s.code)));
+    c.response.mutable_status()->set_error_message(s.message);
+    c.finish(s);
+  };
+  try {
+    check_admin_call(options_, &c.ctx);
+    const auto& cfg = c.request.config();
+    if (cfg.config_case() != tfs::ModelServerConfig::kModelConfigList)
+      throw ServingError(Code::kInvalidArgument,
+                         "ModelServerConfig must hold a model_config_list (custom_model_config is not supported)");
+    for (auto& m : cfg.model_config_list().config()) {
+      ModelConfig mc;
+      mc.name = m.name();
+      mc.base_path = m.base_path();
+      if (!m.model_platform().empty()) mc.model_platform = m.model_platform();
+      if (m.has_model_version_policy()) mc.version_policy = policy_of(m.model_version_policy());
+      for (auto& [label, v] : m.version_labels()) mc.version_labels[label] = v;
+      config.models.push_back(std::move(mc));
+    }
+  } catch (...) {
+    done(status_of_current_exception());
+    return;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  admin_threads_.emplace_back([this, done, config = std::move(config)] {
+    Status s;
+    try {
+      core_.reload_config(config);
+    } catch (...) {
+      s = status_of_current_exception();
+    }
+    done(s);
+  });
+}
+
+void AsyncServer::live(LiveCall& c) {
+  answer(c, [&] { c.response.set_live(true); });
+}
+
+void AsyncServer::ready(ReadyCall& c) {
+  answer(c, [&] { c.response.set_ready(core_.ready()); });
+}
+
+void AsyncServer::model_ready(ModelReadyCall& c) {
+  answer(c, [&] { c.response.set_ready(core_.is_ready(kserve_spec(c.request.name(), c.request.version()))); });
+}
+
+void AsyncServer::server_metadata(ServerMetadataCall& c) {
+  answer(c, [&] {
+    c.response.set_name("kiln");
+    c.response.set_version("1");
+  });
+}
+
+void AsyncServer::model_metadata(ModelMetadataCall& c) {
+  answer(c, [&] {
+    auto spec = kserve_spec(c.request.name(), c.request.version());
+    c.model = spec.name;
+    auto h = core_.get(spec);
+    c.version = h->version;
+    auto& resp = c.response;
+    resp.set_name(h->model_name);
+    resp.add_versions(std::to_string(h->version));
+    resp.set_platform("kiln");
+    const Json& sig = signature_json(*h, kDefaultSignature);
+    for (const char* side : {"inputs", "outputs"}) {
+      if (!sig.contains(side)) continue;
+      for (auto& [name, info] : sig[side].items()) {
+        auto* t = std::string(side) == "inputs" ? resp.add_inputs() : resp.add_outputs();
+        t->set_name(name);
+        t->set_datatype(kserve_dtype_name(info.value("dtype", std::string("float32"))));
+        for (auto d : shape_of(info.value("shape", Json::array()))) t->add_shape(d);
+      }
+    }
+  });
+}
+
+const bool registered = (register_grpc_frontend([](ServerCore& core, const FrontendOptions& o) {
+                           return std::unique_ptr<Frontend>(new GrpcServer(core, o));
+                         }),
+                         true);
+
+}  // namespace
+
+struct GrpcServer::Impl : AsyncServer {
+  using AsyncServer::AsyncServer;
+};
+
+GrpcServer::GrpcServer(ServerCore& core, FrontendOptions options) : core_(core), options_(std::move(options)) {
+  check_tls_options(options_.tls, "gRPC TLS");
+}
+
+GrpcServer::~GrpcServer() { stop(); }
+
+int GrpcServer::start() {
+  if (impl_) return port_;
+  options_.validate();
+  auto impl = std::make_unique<Impl>(core_, options_);
+  port_ = impl->start();
+  impl_ = std::move(impl);
   return port_;
 }
 
 void GrpcServer::stop() {
-  if (!server_) return;
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  server_->Wait();
-  server_.reset();
+  if (!impl_) return;
+  impl_->stop();
+  impl_.reset();
 }
 
 }  // namespace kiln::serving

@@ -10,6 +10,13 @@
 //   ...
 //   server.stop();                      // waits for in-flight RPCs
 //
+// Threading (docs/SERVING_GRPC.md): gRPC's async API, one completion queue
+// per polling thread (FrontendOptions::num_threads; 0 = hardware
+// concurrency). Predict/Classify/Regress/ModelInfer parse on the queue's
+// thread and hand the request to ServerCore::predict_async; its `done`
+// answers the call, so no thread waits for a batch. Cheap RPCs answer on
+// the queue's thread; HandleReloadConfigRequest runs on a thread of its own.
+//
 // Errors: every RPC classifies what it caught with status_of (status.h),
 // the same mapping the REST front end uses, so a request fails with the same
 // code on both (INVALID_ARGUMENT for bad tensors, NOT_FOUND for unknown
@@ -23,18 +30,14 @@
 //
 // Linking this file registers it through register_grpc_frontend(), which is
 // how `kiln serve --port N` finds it. Thread safety: start/stop from
-// one thread; RPCs run on gRPC's threads.
+// one thread; RPCs run on the server's polling threads and the core's batch
+// threads.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "kiln/serving/frontend.h"
-
-namespace grpc {
-class Server;
-class Service;
-}  // namespace grpc
 
 namespace kiln::serving {
 
@@ -50,10 +53,10 @@ class GrpcServer : public Frontend {
   int port() const { return port_; }
 
  private:
+  struct Impl;  // the async server; exists between start() and stop()
   ServerCore& core_;
   FrontendOptions options_;
-  std::unique_ptr<grpc::Service> prediction_, model_, inference_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Impl> impl_;
   int port_ = 0;
 };
 

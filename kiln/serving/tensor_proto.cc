@@ -1,6 +1,8 @@
 #include "kiln/serving/tensor_proto.h"
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "kiln/core/error.h"
 
@@ -53,10 +55,25 @@ void check_fill(int64_t n, const Shape& shape, const std::string& what, const ch
                      ", send every value or tensor_content");
 }
 
-// n values from a typed field into a tensor of `shape` (one value broadcasts).
-template <typename Field, typename Cast>
+// Copies a repeated field's n values into `dst`, converting each to T: one
+// memcpy when the types match, else one pass over contiguous memory.
+template <typename T, typename Field>
+void copy_values(const Field& values, T* dst, int64_t n) {
+  using V = std::remove_cv_t<std::remove_reference_t<decltype(*values.data())>>;
+  if (n == 0) return;
+  if constexpr (std::is_same_v<T, V>) {
+    std::memcpy(dst, values.data(), n * sizeof(T));
+  } else {
+    const V* src = values.data();
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
+  }
+}
+
+// n values from a typed field into a tensor of `shape` (one value
+// broadcasts). T is the element as stored (uint16_t: half/bfloat16 bits).
+template <typename T, typename Field>
 at::Tensor from_values(const Field& values, const Shape& shape, at::ScalarType type, const std::string& what,
-                       const char* field, Cast cast) {
+                       const char* field) {
   const int64_t n = numel_of(shape, what);
   const int64_t got = values.size();
   if (got != n && got != 1)
@@ -64,13 +81,13 @@ at::Tensor from_values(const Field& values, const Shape& shape, at::ScalarType t
                      shape_to_string(shape) + " needs " + count_str(n) + " (or exactly 1, which fills the shape)");
   if (got != n) check_fill(n, shape, what, field);
   auto t = at::empty(shape, at::TensorOptions().dtype(type));
-  for (int64_t i = 0; i < n; ++i) cast(t, i, values.Get(got == n ? i : 0));
+  T* dst = static_cast<T*>(t.data_ptr());
+  if (got == n) {
+    copy_values(values, dst, n);
+  } else {
+    std::fill(dst, dst + n, static_cast<T>(values.Get(0)));
+  }
   return t;
-}
-
-template <typename T>
-auto setter() {
-  return [](at::Tensor& t, int64_t i, auto v) { t.data_ptr<T>()[i] = static_cast<T>(v); };
 }
 
 at::Tensor from_bytes(const std::string& bytes, const Shape& shape, at::ScalarType type, const std::string& what,
@@ -189,40 +206,34 @@ WireTensor from_tensor_proto(const tensorflow::TensorProto& p, const std::string
   }
   switch (p.dtype()) {
     case tensorflow::DT_FLOAT:
-      w.tensor = from_values(p.float_val(), w.shape, type, what, "float_val", setter<float>());
+      w.tensor = from_values<float>(p.float_val(), w.shape, type, what, "float_val");
       break;
     case tensorflow::DT_DOUBLE:
-      w.tensor = from_values(p.double_val(), w.shape, type, what, "double_val", setter<double>());
+      w.tensor = from_values<double>(p.double_val(), w.shape, type, what, "double_val");
       break;
     case tensorflow::DT_INT32:
-      w.tensor = from_values(p.int_val(), w.shape, type, what, "int_val", setter<int32_t>());
+      w.tensor = from_values<int32_t>(p.int_val(), w.shape, type, what, "int_val");
       break;
     case tensorflow::DT_INT16:
-      w.tensor = from_values(p.int_val(), w.shape, type, what, "int_val", setter<int16_t>());
+      w.tensor = from_values<int16_t>(p.int_val(), w.shape, type, what, "int_val");
       break;
     case tensorflow::DT_INT8:
-      w.tensor = from_values(p.int_val(), w.shape, type, what, "int_val", setter<int8_t>());
+      w.tensor = from_values<int8_t>(p.int_val(), w.shape, type, what, "int_val");
       break;
     case tensorflow::DT_UINT8:
-      w.tensor = from_values(p.int_val(), w.shape, type, what, "int_val", setter<uint8_t>());
+      w.tensor = from_values<uint8_t>(p.int_val(), w.shape, type, what, "int_val");
       break;
     case tensorflow::DT_INT64:
-      w.tensor = from_values(p.int64_val(), w.shape, type, what, "int64_val", setter<int64_t>());
+      w.tensor = from_values<int64_t>(p.int64_val(), w.shape, type, what, "int64_val");
       break;
     case tensorflow::DT_BOOL:
-      w.tensor = from_values(p.bool_val(), w.shape, type, what, "bool_val", setter<bool>());
+      w.tensor = from_values<bool>(p.bool_val(), w.shape, type, what, "bool_val");
       break;
     case tensorflow::DT_HALF:
-    case tensorflow::DT_BFLOAT16: {
-      // half_val carries the 16-bit patterns; fill int16 then reinterpret.
-      auto bits =
-          from_values(p.half_val(), w.shape, at::kShort, what, "half_val", [](at::Tensor& t, int64_t i, int32_t v) {
-            t.data_ptr<int16_t>()[i] = static_cast<int16_t>(static_cast<uint16_t>(v));
-          });
-      w.tensor = at::empty(w.shape, at::TensorOptions().dtype(type));
-      if (n) std::memcpy(w.tensor.data_ptr(), bits.data_ptr(), n * 2);
+    case tensorflow::DT_BFLOAT16:
+      // half_val carries the 16-bit patterns in int32s.
+      w.tensor = from_values<uint16_t>(p.half_val(), w.shape, type, what, "half_val");
       break;
-    }
     default:
       break;
   }
@@ -250,20 +261,24 @@ void to_tensor_proto(const at::Tensor& tensor, tensorflow::TensorProto* out, Ten
       out->mutable_int64_val()->Add(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
       break;
     case at::kBool:
-      for (int64_t i = 0; i < n; ++i) out->add_bool_val(t.data_ptr<bool>()[i]);
+      out->mutable_bool_val()->Add(t.data_ptr<bool>(), t.data_ptr<bool>() + n);
       break;
     case at::kInt:
-    case at::kShort:
-    case at::kChar:
-    case at::kByte: {
-      auto v = t.to(at::kInt);
-      out->mutable_int_val()->Add(v.data_ptr<int32_t>(), v.data_ptr<int32_t>() + n);
+      out->mutable_int_val()->Add(t.data_ptr<int32_t>(), t.data_ptr<int32_t>() + n);
       break;
-    }
+    case at::kShort:
+      out->mutable_int_val()->Add(t.data_ptr<int16_t>(), t.data_ptr<int16_t>() + n);
+      break;
+    case at::kChar:
+      out->mutable_int_val()->Add(t.data_ptr<int8_t>(), t.data_ptr<int8_t>() + n);
+      break;
+    case at::kByte:
+      out->mutable_int_val()->Add(t.data_ptr<uint8_t>(), t.data_ptr<uint8_t>() + n);
+      break;
     case at::kHalf:
     case at::kBFloat16: {
       const uint16_t* bits = static_cast<const uint16_t*>(t.data_ptr());
-      for (int64_t i = 0; i < n; ++i) out->add_half_val(bits[i]);
+      out->mutable_half_val()->Add(bits, bits + n);
       break;
     }
     default:
@@ -363,35 +378,35 @@ WireTensor from_infer_input(const inference::ModelInferRequest::InferInputTensor
       throw ValueError(what + ": contents." + field + " holds " + count_str(got) + " values but shape " +
                        shape_to_string(w.shape) + " needs " + count_str(n));
   };
-  auto fill = [&](const auto& field, const char* name, auto set) {
+  auto fill = [&]<typename T>(const auto& field, const char* name, T*) {
     check(field.size(), name);
     w.tensor = at::empty(w.shape, at::TensorOptions().dtype(type));
-    for (int64_t i = 0; i < n; ++i) set(w.tensor, i, field.Get(i));
+    copy_values(field, static_cast<T*>(w.tensor.data_ptr()), n);
   };
   switch (type) {
     case at::kFloat:
-      fill(c.fp32_contents(), "fp32_contents", setter<float>());
+      fill(c.fp32_contents(), "fp32_contents", (float*)nullptr);
       break;
     case at::kDouble:
-      fill(c.fp64_contents(), "fp64_contents", setter<double>());
+      fill(c.fp64_contents(), "fp64_contents", (double*)nullptr);
       break;
     case at::kInt:
-      fill(c.int_contents(), "int_contents", setter<int32_t>());
+      fill(c.int_contents(), "int_contents", (int32_t*)nullptr);
       break;
     case at::kShort:
-      fill(c.int_contents(), "int_contents", setter<int16_t>());
+      fill(c.int_contents(), "int_contents", (int16_t*)nullptr);
       break;
     case at::kChar:
-      fill(c.int_contents(), "int_contents", setter<int8_t>());
+      fill(c.int_contents(), "int_contents", (int8_t*)nullptr);
       break;
     case at::kByte:
-      fill(c.uint_contents(), "uint_contents", setter<uint8_t>());
+      fill(c.uint_contents(), "uint_contents", (uint8_t*)nullptr);
       break;
     case at::kLong:
-      fill(c.int64_contents(), "int64_contents", setter<int64_t>());
+      fill(c.int64_contents(), "int64_contents", (int64_t*)nullptr);
       break;
     case at::kBool:
-      fill(c.bool_contents(), "bool_contents", setter<bool>());
+      fill(c.bool_contents(), "bool_contents", (bool*)nullptr);
       break;
     default:
       throw ValueError(what + ": datatype " + in.datatype() +
@@ -426,17 +441,19 @@ void to_infer_output(const std::string& name, const at::Tensor& tensor,
       c->mutable_int64_contents()->Add(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
       break;
     case at::kBool:
-      for (int64_t i = 0; i < n; ++i) c->add_bool_contents(t.data_ptr<bool>()[i]);
+      c->mutable_bool_contents()->Add(t.data_ptr<bool>(), t.data_ptr<bool>() + n);
       break;
-    case at::kByte: {
-      auto v = t.to(at::kInt);
-      for (int64_t i = 0; i < n; ++i) c->add_uint_contents(static_cast<uint32_t>(v.data_ptr<int32_t>()[i]));
+    case at::kByte:
+      c->mutable_uint_contents()->Add(t.data_ptr<uint8_t>(), t.data_ptr<uint8_t>() + n);
       break;
-    }
-    default: {  // int32, int16, int8
-      auto v = t.to(at::kInt);
-      c->mutable_int_contents()->Add(v.data_ptr<int32_t>(), v.data_ptr<int32_t>() + n);
-    }
+    case at::kShort:
+      c->mutable_int_contents()->Add(t.data_ptr<int16_t>(), t.data_ptr<int16_t>() + n);
+      break;
+    case at::kChar:
+      c->mutable_int_contents()->Add(t.data_ptr<int8_t>(), t.data_ptr<int8_t>() + n);
+      break;
+    default:  // int32
+      c->mutable_int_contents()->Add(t.data_ptr<int32_t>(), t.data_ptr<int32_t>() + n);
   }
 }
 
