@@ -101,8 +101,8 @@ input_name() { "$PY" -c "import json,sys; print(next(iter(json.load(open(sys.arg
 REST=""; GRPC=""; SERVER_PID=""
 start_kiln() {  # start_kiln LABEL [extra flags]
   local label=$1; shift
-  "$KILN" serve --model_config_file "$OUT/models.config" --rest_api_port 0 --port 0 \
-    --rest_api_num_threads $((C + 16)) --file_system_poll_wait_seconds 0.05 "$@" \
+  "$KILN" serve --model_config_file "$OUT/models.config" --rest_api_port auto --port auto \
+    --file_system_poll_wait_seconds 0.05 "$@" \
     >"$OUT/logs/$label.out" 2>"$OUT/logs/$label.err" &
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
