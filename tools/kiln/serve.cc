@@ -15,8 +15,10 @@
 // `auto` lets the kernel pick a free port). Runs until SIGINT or SIGTERM. docs/SERVING.md has the rest.
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <fstream>
 #include <iostream>
@@ -33,6 +35,19 @@
 
 namespace kiln::cli {
 namespace {
+
+// SIGINT/SIGTERM -> a byte on this pipe, which run_serve waits on. Threads
+// that libraries started before run_serve (OpenBLAS, gRPC) do not block
+// the signals, and one of them could take a signal meant for sigwait: the
+// default action then ended the process mid-shutdown (exit status -15 about
+// one time in three when SIGTERM came right after the ready line). A handler
+// runs on whichever thread gets it.
+int stop_pipe[2] = {-1, -1};
+extern "C" void on_stop_signal(int sig) {
+  char c = static_cast<char>(sig);
+  ssize_t n = ::write(stop_pipe[1], &c, 1);
+  (void)n;
+}
 
 struct ServeOptions {
   std::string model_name = "default";
@@ -150,7 +165,14 @@ void run_serve(const ServeOptions& o) {
   std::string bearer_token;
   if (!o.bearer_token_file.empty()) bearer_token = read_token_file(o.bearer_token_file, "--bearer_token_file");
 
-  // Signals go to sigwait below, never to the server's threads.
+  // Signals go to on_stop_signal; the server's threads block them, the
+  // waiting thread unblocks them below.
+  if (stop_pipe[0] < 0 && ::pipe(stop_pipe) != 0) throw IOError("kiln serve: cannot create a pipe for signals");
+  struct sigaction sa = {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -223,7 +245,11 @@ void run_serve(const ServeOptions& o) {
     });
   }
   int sig = 0;
-  sigwait(&set, &sig);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  char got = 0;
+  while (::read(stop_pipe[0], &got, 1) < 0 && errno == EINTR) {
+  }
+  sig = got;
   spdlog::info("serving: signal {}, shutting down", sig);
   done = true;
   if (config_poller.joinable()) config_poller.join();  // wakes within one poll interval
