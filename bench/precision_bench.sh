@@ -81,7 +81,7 @@ batch_timeout_micros { value: 2000 }
 num_batch_threads { value: 1 }
 max_enqueued_batches { value: 1000 }
 EOF2
-"$KILN" serve --model_config_file "$OUT/models.config" --rest_api_port 0 --port=-1 --rest_api_num_threads 80 \
+"$KILN" serve --model_config_file "$OUT/models.config" --rest_api_port auto --port=-1 \
   --enable_batching --batching_parameters_file "$OUT/batching.config" >"$OUT/logs/serve.out" 2>"$OUT/logs/serve.err" &
 PIDS+=($!)
 for _ in $(seq 1 600); do grep -q 'kiln serve: ready' "$OUT/logs/serve.out" 2>/dev/null && break; sleep 0.1; done

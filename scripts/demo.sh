@@ -89,7 +89,7 @@ echo
 echo "== serving: build/kiln serve --model_name fashion_mnist --model_base_path models/fashion_mnist"
 base="$PWD/models/fashion_mnist"
 slog=$(mktemp)
-"$KILN" serve --model_name fashion_mnist --model_base_path "$base" --port 0 --rest_api_port 0 \
+"$KILN" serve --model_name fashion_mnist --model_base_path "$base" --port auto --rest_api_port auto \
   --file_system_poll_wait_seconds 1 >"$slog" 2>&1 &
 spid=$!
 jsonl=$(mktemp)
@@ -146,7 +146,7 @@ if ! awk -v a="$float_acc" -v b="$int8_acc" 'BEGIN { d = a - b; exit !(d < 0.005
 fi
 printf 'model_config_list {\n  config { name: "float32" base_path: "%s" }\n  config { name: "int8" base_path: "%s" }\n}\n' \
   "$base" "$PWD/models/fashion_mnist_int8" >"$jsonl.config"
-"$KILN" serve --model_config_file "$jsonl.config" --port=-1 --rest_api_port 0 >"$slog" 2>&1 &
+"$KILN" serve --model_config_file "$jsonl.config" --port=-1 --rest_api_port auto >"$slog" 2>&1 &
 spid=$!
 for _ in $(seq 1 100); do grep -q 'kiln serve: ready' "$slog" && break; sleep 0.2; done
 grep -q 'kiln serve: ready' "$slog" || { echo "demo: FAILED: kiln serve did not start" >&2; cat "$slog" >&2; exit 1; }

@@ -15,6 +15,7 @@ PACKAGES=(
   libsqlite3-dev libnlopt-cxx-dev libxgboost-dev
   # serving
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libboost-dev   # Boost.Beast/Asio (headers only): the REST server
   libcpp-httplib-dev libsimdjson-dev libssl-dev openssl   # openssl: the CLI the TLS tests make certificates with
   # real data
   dataset-fashion-mnist

@@ -8,9 +8,11 @@
 //   // kiln serve --port N: starts it when one is registered, else says so.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "kiln/core/json_limits.h"
 
@@ -31,15 +33,17 @@ struct TlsOptions {
 
 struct FrontendOptions {
   std::string host = "127.0.0.1";      // loopback unless told otherwise
-  int port = 0;                        // 0 = ephemeral; start() returns the bound one
+  int port = 0;                        // 0 = ephemeral; start() returns the bound one (CLI: "auto")
   size_t max_body_bytes = 64 << 20;    // larger requests: 413 / RESOURCE_EXHAUSTED
   int max_json_depth = kMaxJsonDepth;  // deeper JSON: 400 before parsing (kiln/core/json_limits.h)
-  int num_threads = 16;                // REST: threads kept ready (gRPC: pollers and workers)
-  // REST: cpp-httplib serves an open (keep-alive) connection on one thread
-  // until it closes, so the pool grows past num_threads, one thread per
-  // extra open connection, up to this many; threads above num_threads end
-  // after 30 s idle. Connections beyond it wait for a thread.
-  int max_rest_threads = 1024;
+  // REST: the I/O threads (Boost.Beast/Asio event loops); each serves many
+  // connections, parses requests and writes answers; computing runs on the
+  // batch threads (or on the I/O thread when batching is off). gRPC: pollers
+  // and workers.
+  int num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // REST stop(): how long requests in flight may take to finish before their
+  // connections are closed (their answers are then dropped).
+  double drain_seconds = 10;
   // Non-empty: every call needs "Authorization: Bearer <token>" (gRPC:
   // metadata "authorization"), except the health checks (REST
   // /v2/health/live|ready, KServe gRPC ServerLive/ServerReady), which

@@ -1,15 +1,25 @@
-// The REST front end (cpp-httplib): TF Serving's REST API v1, KServe v2
-// (Open Inference Protocol) and Prometheus metrics over one port. Routes,
+// The REST front end (Boost.Beast on Asio): TF Serving's REST API v1, KServe
+// v2 (Open Inference Protocol) and Prometheus metrics over one port. Routes,
 // formats and error codes: docs/SERVING.md.
 //
 //   RestServer rest(core, {.host = "127.0.0.1", .port = 0});
 //   int port = rest.start();
 //
+// Event-driven: options.num_threads I/O threads, one listening socket whose
+// connections are dealt round robin to them; a connection stays on its
+// thread (keep-alive, pipelined requests answered in order). Predict,
+// classify, regress and infer are parsed on the I/O thread and handed to
+// ServerCore::predict_async; the answer is written back from `done`.
 // Every error answers {"error": "..."} with http_status(code). Bodies are
-// size-limited and their JSON nesting depth is checked before parsing.
-// Thread-safe; stop() waits for the listener thread. start() sets SIGPIPE
-// to ignored for the process: with HTTPS, a client that disconnects while
-// its answer is written would otherwise end the server.
+// size-limited (413 from Content-Length before the body is read; chunked
+// bodies counted as they arrive) and their JSON nesting depth is checked
+// before parsing; the body is JSON whatever its Content-Type (as TF Serving).
+// start()/stop() are not meant to race each other. stop() stops accepting,
+// closes idle connections, lets requests in flight finish
+// (options.drain_seconds), then closes the rest and joins the I/O threads; an answer that arrives
+// later from a batch thread is dropped. start() sets SIGPIPE to ignored for
+// the process: with HTTPS, a client that disconnects while its answer is
+// written would otherwise end the server.
 #pragma once
 
 #include <memory>

@@ -1,4 +1,12 @@
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
 
 #include "kiln/serving/rest_codec.h"
 #include "kiln/serving/serving_test_util.h"
@@ -268,6 +276,9 @@ TEST_F(Rest, ClassifyScoresArePredictOutputsAndRegressNeedsOneValue) {
     expect_400("/v1/models/m:regress", ex, "one value per example");
 }
 
+// The server is event-driven: a few I/O threads serve every connection, so
+// many more open keep-alive connections than threads are all answered, at
+// once and again later on the same connections.
 TEST(RestThreads, MoreOpenConnectionsThanThreadsAllGetAnswers) {
   TempDir dir;
   save_tiny_model(dir.path() + "/m/1", 1.0f);
@@ -278,21 +289,165 @@ TEST(RestThreads, MoreOpenConnectionsThanThreadsAllGetAnswers) {
   f.num_threads = 2;
   Served served(o, f);
   std::vector<std::unique_ptr<httplib::Client>> clients;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 48; ++i) {
     auto c = served.client();
     c->set_keep_alive(true);
-    c->set_read_timeout(3, 0);  // below httplib's 5 s keep-alive timeout: a wait for a thread fails
+    c->set_read_timeout(3, 0);
     auto r = c->Post("/v1/models/m:predict", R"({"instances": [[1, 2, 3, 4]]})", "application/json");
     ASSERT_TRUE(r) << "client " << i << " got no answer while " << i << " idle connections were open";
     EXPECT_EQ(r->status, 200) << r->body;
     clients.push_back(std::move(c));  // its connection stays open
   }
-  for (auto& c : clients) {  // and each still answers on its own connection
-    auto r = c->Get("/v1/models/m");
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 200);
-  }
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (auto& c : clients)  // and each still answers on its own connection, all at once
+    threads.emplace_back([&c, &ok] {
+      auto r = c->Get("/v1/models/m");
+      if (r && r->status == 200) ++ok;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 48);
   for (auto& c : clients) c->stop();
+}
+
+// A raw HTTP/1.1 exchange on one connection: sends `request`, reads until
+// `answers` responses' status lines arrived (or the server closed / 10 s).
+std::string raw_exchange(int port, const std::string& request, int answers = 1) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string got;
+  char buf[4096];
+  auto count = [&] {
+    int n = 0;
+    for (size_t at = got.find("HTTP/1.1 "); at != std::string::npos; at = got.find("HTTP/1.1 ", at + 1)) ++n;
+    return n;
+  };
+  while (count() < answers || got.find("\r\n\r\n", got.rfind("HTTP/1.1 ")) == std::string::npos) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return got;
+}
+
+// Bodies are JSON whatever the Content-Type says (as TF Serving): a large
+// body sent as a form (curl -d) is a predict request like any other, and the
+// default limit is 64 MiB, refused from the Content-Length before any of the
+// body is sent.
+TEST(RestBody, FormContentTypeIsJsonAndTheDefaultLimitIs64MiB) {
+  TempDir dir;
+  save_tiny_model(dir.path() + "/m/1", 1.0f);
+  ServerCoreOptions o;
+  o.config.models = {model_config("m", dir.path() + "/m")};
+  o.file_system_poll_wait_seconds = 0;
+  Served served(o);
+  EXPECT_EQ(FrontendOptions{}.max_body_bytes, size_t{64} << 20);
+  std::string body = R"({"instances": [)";
+  const int rows = 12000;
+  for (int i = 0; i < rows; ++i) body += std::string(i ? ", " : "") + "[1, 2, 3, 4]";
+  body += "]}";
+  ASSERT_GT(body.size(), 100u << 10);
+  auto c = served.client();
+  auto r = c->Post("/v1/models/m:predict", body, "application/x-www-form-urlencoded");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body.substr(0, 300);
+  EXPECT_EQ(Json::parse(r->body)["predictions"].size(), static_cast<size_t>(rows));
+  std::string at_limit = raw_exchange(served.port,
+                                      "POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                      "application/json\r\nContent-Length: " +
+                                          std::to_string((64 << 20) + 1) + "\r\n\r\n");
+  EXPECT_EQ(at_limit.rfind("HTTP/1.1 413", 0), 0u) << at_limit;
+  EXPECT_NE(at_limit.find("request body too large"), std::string::npos) << at_limit;
+}
+
+// Requests sent back to back on one connection are answered in order; a
+// chunked body is counted against the limit as it arrives.
+TEST_F(Rest, PipelinedRequestsAndChunkedBodies) {
+  std::string got = raw_exchange(served_->port,
+                                 "GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+                                 "GET /v1/nothing HTTP/1.1\r\nHost: x\r\n\r\n"
+                                 "GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n",
+                                 3);
+  size_t a = got.find("HTTP/1.1 200"), b = got.find("HTTP/1.1 404"), c = got.find("HTTP/1.1 200", a + 1);
+  ASSERT_NE(a, std::string::npos) << got;
+  ASSERT_NE(b, std::string::npos) << got;
+  ASSERT_NE(c, std::string::npos) << got;
+  EXPECT_LT(a, b);
+  EXPECT_LT(b, c);
+  EXPECT_NE(got.find("\"live\":true"), std::string::npos) << got;
+  EXPECT_NE(got.find("\"ready\":true"), std::string::npos) << got;
+  // 1 MiB limit (the fixture): two 600 KB chunks exceed it.
+  std::string chunk(600 << 10, ' ');
+  std::string chunked = "POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  char size[32];
+  std::snprintf(size, sizeof(size), "%zx\r\n", chunk.size());
+  for (int i = 0; i < 2; ++i) chunked += size + chunk + "\r\n";
+  chunked += "0\r\n\r\n";
+  got = raw_exchange(served_->port, chunked);
+  EXPECT_EQ(got.rfind("HTTP/1.1 413", 0), 0u) << got.substr(0, 200);
+  // A small chunked body is a request like any other.
+  std::string req = R"({"instances": [[1, 2, 3, 4]]})";
+  std::snprintf(size, sizeof(size), "%zx\r\n", req.size());
+  got = raw_exchange(served_->port,
+                     "POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                         std::string(size) + req + "\r\n0\r\n\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+}
+
+// stop() while batched requests wait for their batch: it returns within its
+// bound, every client gets an answer or a closed connection (never a hang),
+// and an answer computed after the server is gone is dropped safely (run
+// under KILN_SANITIZE to check the last part).
+TEST(RestStop, StopWhileBatchedRequestsAreInFlight) {
+  TempDir dir;
+  save_tiny_model(dir.path() + "/m/1", 1.0f);
+  ServerCoreOptions o;
+  o.config.models = {model_config("m", dir.path() + "/m")};
+  o.file_system_poll_wait_seconds = 0;
+  o.enable_batching = true;
+  o.batching.max_batch_size = 64;
+  o.batching.batch_timeout_micros = 400000;  // requests wait 0.4 s for their batch
+  o.batching.num_batch_threads = 1;
+  for (double drain : {10.0, 0.05}) {  // requests finish; the server gives up before they do
+    FrontendOptions f;
+    f.num_threads = 2;
+    f.drain_seconds = drain;
+    Served served(o, f);
+    std::atomic<int> ok{0}, dropped{0};
+    std::vector<std::thread> clients;
+    for (int i = 0; i < 6; ++i)
+      clients.emplace_back([&] {
+        auto c = served.client();
+        c->set_read_timeout(15, 0);
+        auto r = c->Post("/v1/models/m:predict", R"({"instances": [[1, 2, 3, 4]]})", "application/json");
+        if (r && r->status == 200)
+          ++ok;
+        else if (!r)
+          ++dropped;
+      });
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    auto t0 = std::chrono::steady_clock::now();
+    served.rest->stop();
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(took, drain + 5) << "drain " << drain;
+    served.rest.reset();  // the batch may finish after this
+    for (auto& t : clients) t.join();
+    EXPECT_EQ(ok + dropped, 6) << "drain " << drain;
+    if (drain > 1) EXPECT_GT(ok.load(), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // late answers land here
+    served.rest = std::make_unique<RestServer>(*served.core, f);  // ~Served stops it
+  }
 }
 
 TEST(RestJson, DepthScanAndNaN) {

@@ -78,11 +78,13 @@ class Replica {
     start(rest_port, grpc_port);
   }
 
-  // Starts `kiln serve` (port 0 = ephemeral) and waits for its ready line.
+  // Starts `kiln serve` (port 0: a free one, --rest_api_port/--port auto;
+  // -1: off) and waits for its ready line.
   void start(int rest_port, int grpc_port = -1) {
+    auto flag = [](int port) { return port == 0 ? std::string("auto") : std::to_string(port); };
     proc_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir_ + "/m",
-                                 "--rest_api_port", std::to_string(rest_port), "--port=" + std::to_string(grpc_port),
+                                 "--rest_api_port=" + flag(rest_port), "--port=" + flag(grpc_port),
                                  "--file_system_poll_wait_seconds", "0", "--rest_api_num_threads", "8"},
         dir_ + "/replica" + std::to_string(index_) + ".log");
     ASSERT_TRUE(proc_->started());

@@ -37,7 +37,7 @@ TEST(KilnServe, StartsOnAnEphemeralPortAndServesTheModel) {
     std::ofstream f(dir.path() + "/models.config");
     f << "model_config_list { config { name: \"tiny\" base_path: \"" << dir.path() << "/m\" } }\n";
   }
-  ChildProcess p({cli_path(), "serve", "--model_config_file", dir.path() + "/models.config", "--rest_api_port", "0",
+  ChildProcess p({cli_path(), "serve", "--model_config_file", dir.path() + "/models.config", "--rest_api_port", "auto",
                   "--port=-1", "--enable_batching", "--batching_parameters_file", dir.path() + "/batching.config",
                   "--file_system_poll_wait_seconds", "0"});
   std::string ready = p.wait_for_line("kiln serve: ready", 60);
@@ -96,6 +96,51 @@ CommandResult kiln_err(const std::string& args) {
   return run_command("( " + q(cli_path()) + " " + args + " 2>&1 1>/dev/null )");
 }
 
+// --rest_api_port / --port: 0 (or -1) turns the front end off, as TF
+// Serving's --rest_api_port 0 does; `auto` asks the kernel for a free port,
+// which the ready line reports. Anything else: one line, exit 2.
+TEST(KilnServe, PortZeroIsOffAndAutoPicksAFreePort) {
+  TempDir dir;
+  save_tiny_model(dir.path() + "/m/1", 0.5f);
+  const std::vector<std::string> base = {cli_path(),
+                                         "serve",
+                                         "--model_name",
+                                         "tiny",
+                                         "--model_base_path",
+                                         dir.path() + "/m",
+                                         "--file_system_poll_wait_seconds",
+                                         "0"};
+  auto with = [&](std::vector<std::string> more) {
+    auto v = base;
+    v.insert(v.end(), more.begin(), more.end());
+    return v;
+  };
+  {
+    ChildProcess p(with({"--rest_api_port", "0", "--port", "auto"}));
+    std::string ready = p.wait_for_line("kiln serve: ready", 60);
+    EXPECT_EQ(port_of(ready, "rest_port="), -1) << ready;
+    EXPECT_GT(port_of(ready, "grpc_port="), 0) << ready;
+    EXPECT_EQ(p.stop(), 0);
+  }
+  {
+    ChildProcess p(with({"--rest_api_port", "auto", "--port", "0"}));
+    std::string ready = p.wait_for_line("kiln serve: ready", 60);
+    const int rest = port_of(ready, "rest_port=");
+    ASSERT_GT(rest, 0) << ready;
+    EXPECT_EQ(port_of(ready, "grpc_port="), -1) << ready;
+    httplib::Client c("127.0.0.1", rest);
+    auto r = c.Get("/v2/health/live");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    c.stop();
+    EXPECT_EQ(p.stop(), 0);
+  }
+  const std::string serve = "serve --model_base_path " + q(dir.path() + "/m") + " ";
+  expect_one_line_error(kiln_err(serve + "--rest_api_port 80x"), "--rest_api_port=80x");
+  expect_one_line_error(kiln_err(serve + "--rest_api_port -2"), "--rest_api_port");
+  expect_one_line_error(kiln_err(serve + "--port 70000"), "--port=70000");
+}
+
 TEST(KilnServe, AdminRoutesNeedATokenWhenEnabled) {
   TempDir dir;
   save_tiny_model(dir.path() + "/m/1", 0.5f);
@@ -108,7 +153,7 @@ TEST(KilnServe, AdminRoutesNeedATokenWhenEnabled) {
 TEST(KilnPredictGrpc, QueriesAServedModelAndWritesWhatLocalPredictWrites) {
   TempDir dir;
   save_tiny_model(dir.path() + "/m/1", 0.5f);
-  ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
+  ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "auto",
                   "--rest_api_port=-1", "--file_system_poll_wait_seconds", "0"});
   std::string ready = p.wait_for_line("kiln serve: ready", 60);
   const int port = port_of(ready, "grpc_port=");
@@ -166,8 +211,8 @@ TEST(KilnServe, TlsAndBearerTokenFromTheCommandLine) {
   save_tiny_model(dir.path() + "/m/1", 0.5f);
   auto cert = make_test_cert(dir.path(), "server");
   write_text(dir.path() + "/token", "s3cret\n");
-  ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
-                  "--rest_api_port", "0", "--file_system_poll_wait_seconds", "0", "--ssl_cert", cert.cert_path,
+  ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "auto",
+                  "--rest_api_port", "auto", "--file_system_poll_wait_seconds", "0", "--ssl_cert", cert.cert_path,
                   "--ssl_key", cert.key_path, "--bearer_token_file", dir.path() + "/token"});
   std::string ready = p.wait_for_line("kiln serve: ready", 60);
   const int rest = port_of(ready, "rest_port="), grpc = port_of(ready, "grpc_port=");
@@ -215,8 +260,8 @@ TEST(KilnServe, SslConfigFileSecuresGrpcAsTfServingDoes) {
   // PEM pasted over several lines, as TF Serving's examples write it.
   write_text(dir.path() + "/ssl.config",
              "server_key: '" + cert.key_pem + "'\nserver_cert: '" + cert.cert_pem + "'\nclient_verify: false\n");
-  ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
-                  "--rest_api_port", "0", "--file_system_poll_wait_seconds", "0", "--ssl_config_file",
+  ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "auto",
+                  "--rest_api_port", "auto", "--file_system_poll_wait_seconds", "0", "--ssl_config_file",
                   dir.path() + "/ssl.config"});
   std::string ready = p.wait_for_line("kiln serve: ready", 60);
   const int rest = port_of(ready, "rest_port="), grpc = port_of(ready, "grpc_port=");
@@ -268,7 +313,7 @@ TEST(KilnServe, HttpsClientsThatHangUpDoNotEndTheServer) {
   save_tiny_model(dir.path() + "/m/1", 0.5f);
   auto cert = make_test_cert(dir.path(), "server");
   ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port=-1",
-                  "--rest_api_port", "0", "--file_system_poll_wait_seconds", "0", "--ssl_cert", cert.cert_path,
+                  "--rest_api_port", "auto", "--file_system_poll_wait_seconds", "0", "--ssl_cert", cert.cert_path,
                   "--ssl_key", cert.key_path});
   std::string ready = p.wait_for_line("kiln serve: ready", 60);
   const int port = port_of(ready, "rest_port=");
@@ -299,8 +344,8 @@ TEST(KilnServe, SslClientCaRequiresClientCertificatesOnRestAndGrpc) {
   auto server = make_test_cert(dir.path(), "server");
   auto ca = make_test_ca(dir.path(), "ca");
   auto client = make_client_cert(dir.path(), "client", ca);
-  ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "0",
-                  "--rest_api_port", "0", "--file_system_poll_wait_seconds", "0", "--ssl_cert", server.cert_path,
+  ChildProcess p({cli_path(), "serve", "--model_name", "tiny", "--model_base_path", dir.path() + "/m", "--port", "auto",
+                  "--rest_api_port", "auto", "--file_system_poll_wait_seconds", "0", "--ssl_cert", server.cert_path,
                   "--ssl_key", server.key_path, "--ssl_client_ca", ca.cert_path});
   std::string ready = p.wait_for_line("kiln serve: ready", 60);
   const int rest = port_of(ready, "rest_port="), grpc_port = port_of(ready, "grpc_port=");
@@ -372,7 +417,7 @@ TEST(KilnServe, BadTlsAndTokenFilesAreOneLineAndExitCode2) {
   auto b = make_test_cert(dir.path(), "b");
   write_text(dir.path() + "/garbage.pem", "not a certificate\n");
   write_text(dir.path() + "/empty", "\n");
-  const std::string serve = "serve --model_base_path " + q(dir.path() + "/m") + " --rest_api_port 0 --port 0 ";
+  const std::string serve = "serve --model_base_path " + q(dir.path() + "/m") + " --rest_api_port auto --port auto ";
   expect_one_line_error(
       kiln_err(serve + "--ssl_cert " + q(dir.path() + "/garbage.pem") + " --ssl_key " + q(a.key_path)),
       "not a PEM certificate");
@@ -445,7 +490,7 @@ TEST(KilnQuantize, PublishesAnInt8VersionThatShowPredictAndServeRun) {
   EXPECT_EQ(rows, 5);
 
   ChildProcess s({cli_path(), "serve", "--model_base_path", dir.path() + "/m", "--model_name", "q", "--rest_api_port",
-                  "0", "--port=-1", "--file_system_poll_wait_seconds", "0"});
+                  "auto", "--port=-1", "--file_system_poll_wait_seconds", "0"});
   std::string ready = s.wait_for_line("kiln serve: ready", 60);
   ASSERT_FALSE(ready.empty());
   int port = 0;

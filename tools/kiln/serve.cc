@@ -1,6 +1,6 @@
 // kiln serve: the model server (TF Serving-like flags).
 //
-//   kiln serve --model_name mnist --model_base_path models/mnist [--rest_api_port 8501]
+//   kiln serve --model_name mnist --model_base_path models/mnist [--rest_api_port 8501|auto|0]
 //   kiln serve --model_config_file models.config [--model_config_file_poll_wait_seconds 30]
 //              [--enable_batching --batching_parameters_file batching.config]
 //              [--file_system_poll_wait_seconds 1] [--rest_api_bind 127.0.0.1] [--port 8500]
@@ -11,11 +11,14 @@
 //
 // When every front end is listening it prints one line on stdout:
 //   kiln serve: ready rest_port=8501 grpc_port=-1
-// (-1: not started). Runs until SIGINT or SIGTERM. docs/SERVING.md has the rest.
+// (-1: not started; --rest_api_port/--port 0 or -1 turn a front end off,
+// `auto` lets the kernel pick a free port). Runs until SIGINT or SIGTERM. docs/SERVING.md has the rest.
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <fstream>
 #include <iostream>
@@ -33,18 +36,31 @@
 namespace kiln::cli {
 namespace {
 
+// SIGINT/SIGTERM -> a byte on this pipe, which run_serve waits on. Threads
+// that libraries started before run_serve (OpenBLAS, gRPC) do not block
+// the signals, and one of them could take a signal meant for sigwait: the
+// default action then ended the process mid-shutdown (exit status -15 about
+// one time in three when SIGTERM came right after the ready line). A handler
+// runs on whichever thread gets it.
+int stop_pipe[2] = {-1, -1};
+extern "C" void on_stop_signal(int sig) {
+  char c = static_cast<char>(sig);
+  ssize_t n = ::write(stop_pipe[1], &c, 1);
+  (void)n;
+}
+
 struct ServeOptions {
   std::string model_name = "default";
   std::string model_base_path;
   std::string model_platform = "kiln";
   std::string model_config_file;
   double model_config_file_poll_wait_seconds = 0;
-  int port = 8500;
-  int rest_api_port = 8501;
+  std::string port = "8500";           // gRPC: N, auto, or 0/-1 (off)
+  std::string rest_api_port = "8501";  // REST: N, auto, or 0/-1 (off)
   std::string rest_api_bind = "127.0.0.1";
   std::string grpc_bind = "127.0.0.1";
-  int rest_api_num_threads = 16;
-  int rest_api_max_threads = 1024;
+  int rest_api_num_threads = 0;  // 0: FrontendOptions' default (the CPU count)
+  int rest_api_max_threads = 0;  // accepted and ignored (the thread-per-connection server's cap)
   int64_t max_body_bytes = 64 << 20;
   bool enable_batching = false;
   std::string batching_parameters_file;
@@ -91,6 +107,25 @@ void tls_from_flags(const ServeOptions& o, serving::TlsOptions* rest, serving::T
   }
 }
 
+// --port / --rest_api_port: a port number; `auto` (the kernel picks a free
+// one: FrontendOptions::port 0); 0 or -1: off (-1 as kiln always took; 0 as
+// TF Serving's --rest_api_port). ValueError naming the flag otherwise.
+int parse_port(const std::string& value, const std::string& flag) {
+  if (value == "auto") return 0;
+  size_t used = 0;
+  long n = -2;
+  try {
+    n = std::stol(value, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used == value.size() && (n == 0 || n == -1)) return -1;
+  if (used != value.size() || n < 1 || n > 65535)
+    throw ValueError(flag + " must be a port number (1-65535), `auto` (a free port) or 0 (off). Received: " + flag +
+                     "=" + value);
+  return static_cast<int>(n);
+}
+
 // One token on one line (trailing white space dropped); ValueError naming the flag otherwise.
 std::string read_token_file(const std::string& path, const std::string& flag) {
   std::string token = read_option_file(path, flag);
@@ -103,6 +138,8 @@ std::string read_token_file(const std::string& path, const std::string& flag) {
 
 void run_serve(const ServeOptions& o) {
   using namespace kiln::serving;
+  const int rest_port_flag = parse_port(o.rest_api_port, "--rest_api_port");
+  const int grpc_port_flag = parse_port(o.port, "--port");
   ServerCoreOptions co;
   if (!o.model_config_file.empty()) {
     if (!o.model_base_path.empty()) throw ValueError("give either --model_config_file or --model_base_path, not both");
@@ -128,7 +165,14 @@ void run_serve(const ServeOptions& o) {
   std::string bearer_token;
   if (!o.bearer_token_file.empty()) bearer_token = read_token_file(o.bearer_token_file, "--bearer_token_file");
 
-  // Signals go to sigwait below, never to the server's threads.
+  // Signals go to on_stop_signal; the server's threads block them, the
+  // waiting thread unblocks them below.
+  if (stop_pipe[0] < 0 && ::pipe(stop_pipe) != 0) throw IOError("kiln serve: cannot create a pipe for signals");
+  struct sigaction sa = {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -139,9 +183,8 @@ void run_serve(const ServeOptions& o) {
   core.start();
   FrontendOptions fo;
   fo.host = o.rest_api_bind;
-  fo.port = o.rest_api_port;
-  fo.num_threads = o.rest_api_num_threads;
-  fo.max_rest_threads = o.rest_api_max_threads;
+  fo.port = rest_port_flag;
+  if (o.rest_api_num_threads > 0) fo.num_threads = o.rest_api_num_threads;
   fo.max_body_bytes = (size_t)o.max_body_bytes;
   fo.bearer_token = bearer_token;
   fo.enable_admin = o.enable_admin_routes;
@@ -154,15 +197,18 @@ void run_serve(const ServeOptions& o) {
   fo.tls = rest_tls;
   std::unique_ptr<Frontend> rest, grpc;
   int rest_port = -1, grpc_port = -1;
-  if (o.rest_api_port >= 0) {
+  if (rest_port_flag >= 0) {
     rest = std::make_unique<RestServer>(core, fo);
     rest_port = rest->start();
   }
-  if (o.port >= 0) {
+  if (grpc_port_flag >= 0) {
     if (const FrontendFactory* f = grpc_frontend_factory()) {
       FrontendOptions go = fo;
       go.host = o.grpc_bind;
-      go.port = o.port;
+      go.port = grpc_port_flag;
+      // gRPC's pollers and workers: 16 as before, or what
+      // --rest_api_num_threads says (it always set both).
+      go.num_threads = o.rest_api_num_threads > 0 ? o.rest_api_num_threads : 16;
       go.tls = grpc_tls;
       grpc = (*f)(core, go);
       grpc_port = grpc->start();
@@ -199,7 +245,11 @@ void run_serve(const ServeOptions& o) {
     });
   }
   int sig = 0;
-  sigwait(&set, &sig);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  char got = 0;
+  while (::read(stop_pipe[0], &got, 1) < 0 && errno == EINTR) {
+  }
+  sig = got;
   spdlog::info("serving: signal {}, shutting down", sig);
   done = true;
   if (config_poller.joinable()) config_poller.join();  // wakes within one poll interval
@@ -219,14 +269,17 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--model_config_file", o->model_config_file, "model_config_list (protobuf text or JSON)");
   cmd->add_option("--model_config_file_poll_wait_seconds", o->model_config_file_poll_wait_seconds,
                   "Re-read the config file this often (0: never)");
-  cmd->add_option("--port", o->port, "gRPC port (0: ephemeral, -1: off)");
+  cmd->add_option("--port", o->port, "gRPC port; auto: a free port (printed on the ready line); 0 or -1: off");
   cmd->add_option("--grpc_bind", o->grpc_bind, "gRPC listen address (default loopback)");
-  cmd->add_option("--rest_api_port", o->rest_api_port, "REST port (0: ephemeral, -1: off)");
+  cmd->add_option("--rest_api_port", o->rest_api_port,
+                  "REST port; auto: a free port (printed on the ready line); 0 or -1: off");
   cmd->add_option("--rest_api_bind", o->rest_api_bind, "REST listen address (default loopback)");
-  cmd->add_option("--rest_api_num_threads", o->rest_api_num_threads, "REST worker threads kept ready")
+  cmd->add_option("--rest_api_num_threads", o->rest_api_num_threads,
+                  "REST I/O threads, each serving many connections (default: the number of CPUs); also gRPC's "
+                  "thread count (default 16)")
       ->check(positive_integer());
   cmd->add_option("--rest_api_max_threads", o->rest_api_max_threads,
-                  "Most REST threads: an open connection holds one, so the pool grows to this (default 1024)")
+                  "Ignored (accepted for old scripts): the REST server no longer needs a thread per connection")
       ->check(positive_integer());
   cmd->add_option("--max_body_bytes", o->max_body_bytes, "Largest request body accepted (413 beyond)");
   cmd->add_flag("--enable_batching", o->enable_batching, "Batch requests per model version");
