@@ -206,9 +206,9 @@ void run_serve(const ServeOptions& o) {
       FrontendOptions go = fo;
       go.host = o.grpc_bind;
       go.port = grpc_port_flag;
-      // gRPC's pollers and workers: 16 as before, or what
-      // --rest_api_num_threads says (it always set both).
-      go.num_threads = o.rest_api_num_threads > 0 ? o.rest_api_num_threads : 16;
+      // gRPC's polling threads (one completion queue each): as many as REST's
+      // I/O threads. Both front ends are asynchronous, so no thread waits for
+      // a batch and the CPU count is enough.
       go.tls = grpc_tls;
       grpc = (*f)(core, go);
       grpc_port = grpc->start();
