@@ -80,11 +80,45 @@ at::Tensor checked_numbers_to_tensor(const std::vector<double>& data, const std:
   return as_invalid_argument([&] { return kiln::checked_numbers_to_tensor(data, shape, dtype, where); });
 }
 
+namespace {
+
+// The Open Inference Protocol's "parameters": an object when present. The
+// binary tensor data extension (Triton's, which KServe clients use) is
+// refused by name: kiln reads and writes tensor data as JSON only, and
+// answering JSON to a client that asked for binary would be misread.
+const Json* kserve_parameters(const Json& owner, const std::string& where) {
+  if (!owner.contains("parameters")) return nullptr;
+  const Json& p = owner["parameters"];
+  if (!p.is_object()) bad(where + ": \"parameters\" must be an object");
+  return &p;
+}
+
+void refuse_binary(const Json* params, const char* key, const std::string& where) {
+  if (!params || !params->contains(key)) return;
+  const Json& v = (*params)[key];
+  if (v.is_boolean() && !v.get<bool>()) return;  // "binary_data": false asks for JSON
+  bad(where + ": parameter \"" + key +
+      "\" asks for the binary tensor data extension, which kiln does not support; send and request tensor data "
+      "as JSON \"data\"");
+}
+
+}  // namespace
+
 KServeInferBody decode_kserve_infer(const Json& body) {
   if (!body.is_object() || !body.contains("inputs") || !body["inputs"].is_array())
     bad("the infer request must be an object with an \"inputs\" list");
   KServeInferBody b;
+  if (body.contains("id")) {
+    if (!body["id"].is_string()) bad("\"id\" must be a string");
+    b.id = body["id"];
+  }
+  const Json* params = kserve_parameters(body, "the infer request");
+  refuse_binary(params, "binary_data_output", "the infer request");
   for (auto& in : body["inputs"]) {
+    if (in.is_object() && in.contains("name") && in["name"].is_string()) {
+      const std::string where = "input \"" + in["name"].get<std::string>() + "\"";
+      refuse_binary(kserve_parameters(in, where), "binary_data_size", where);
+    }
     if (!in.is_object() || !in.contains("name") || !in["name"].is_string() || !in.contains("shape") ||
         !in["shape"].is_array() || !in.contains("datatype") || !in["datatype"].is_string() || !in.contains("data"))
       bad("each input needs \"name\", \"shape\", \"datatype\" and \"data\"");
@@ -99,11 +133,21 @@ KServeInferBody decode_kserve_infer(const Json& body) {
     x.data = in["data"];
     b.inputs.push_back(std::move(x));
   }
-  if (body.contains("outputs") && body["outputs"].is_array())
-    for (auto& o : body["outputs"])
-      if (o.is_object() && o.contains("name") && o["name"].is_string())
-        b.outputs.push_back(o["name"].get<std::string>());
-  if (body.contains("id")) b.id = body["id"];
+  if (body.contains("outputs")) {
+    if (!body["outputs"].is_array()) bad("\"outputs\" must be a list of {\"name\": ...} objects");
+    for (auto& o : body["outputs"]) {
+      if (!o.is_object() || !o.contains("name") || !o["name"].is_string())
+        bad("each entry of \"outputs\" must be an object with a string \"name\"");
+      const std::string where = "output \"" + o["name"].get<std::string>() + "\"";
+      const Json* op = kserve_parameters(o, where);
+      refuse_binary(op, "binary_data", where);
+      if (op && op->contains("classification"))
+        bad(where +
+            ": parameter \"classification\" (the classification extension) is not supported; request the "
+            "output's scores and rank them in the client");
+      b.outputs.push_back(o["name"].get<std::string>());
+    }
+  }
   return b;
 }
 

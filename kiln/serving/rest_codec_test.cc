@@ -243,5 +243,49 @@ TEST(RestFastPath, ResponseTextParsesBackToTheSameValues) {
     EXPECT_EQ(Json::parse(predict_response_text(out, true)), encode_predict_response(out, true));
 }
 
+// Open Inference Protocol bodies: "parameters" must be objects, and the
+// binary tensor data extension is refused by name (kiln answers JSON data,
+// which a client that asked for binary would misread); "id" is a string and
+// "outputs" a list of {"name"} objects, as the protocol defines them.
+std::string kserve_error(const std::string& body) {
+  try {
+    decode_kserve_infer(parse_request_json(body, 64));
+  } catch (const ServingError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RestCodec, KServeInferFollowsTheProtocolsShapes) {
+  const std::string x = R"({"name": "x", "shape": [1], "datatype": "FP32", "data": [1]})";
+  EXPECT_EQ(kserve_error(R"({"id": "r", "parameters": {"priority": 1}, "inputs": [)" + x +
+                         R"(], "outputs": [{"name": "p", "parameters": {"binary_data": false}}]})"),
+            "");
+  EXPECT_EQ(decode_kserve_infer(parse_request_json(R"({"id": "r", "inputs": [)" + x + "]}", 64)).id, Json("r"));
+  EXPECT_EQ(kserve_error(R"({"id": 7, "inputs": [)" + x + "]}"), "\"id\" must be a string");
+  EXPECT_EQ(kserve_error(R"({"parameters": [], "inputs": [)" + x + "]}"),
+            "the infer request: \"parameters\" must be an object");
+  EXPECT_EQ(kserve_error(R"({"inputs": [)" + x + R"(], "outputs": "p"})"),
+            "\"outputs\" must be a list of {\"name\": ...} objects");
+  EXPECT_EQ(kserve_error(R"({"inputs": [)" + x + R"(], "outputs": [{"nam": "p"}]})"),
+            "each entry of \"outputs\" must be an object with a string \"name\"");
+  EXPECT_NE(
+      kserve_error(R"({"inputs": [)" + x + R"(], "outputs": [{"name": "p", "parameters": {"binary_data": true}}]})")
+          .find("output \"p\": parameter \"binary_data\" asks for the binary tensor data extension"),
+      std::string::npos);
+  EXPECT_NE(kserve_error(R"({"parameters": {"binary_data_output": true}, "inputs": [)" + x + "]}")
+                .find("parameter \"binary_data_output\""),
+            std::string::npos);
+  EXPECT_NE(
+      kserve_error(
+          R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "parameters": {"binary_data_size": 4}}]})")
+          .find("input \"x\": parameter \"binary_data_size\""),
+      std::string::npos);
+  EXPECT_NE(
+      kserve_error(R"({"inputs": [)" + x + R"(], "outputs": [{"name": "p", "parameters": {"classification": 3}}]})")
+          .find("\"classification\" (the classification extension) is not supported"),
+      std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln::serving

@@ -136,10 +136,22 @@ at::ScalarType to_scalar_type(DataType dtype, const std::string& what) {
       return at::kHalf;
     case tensorflow::DT_BFLOAT16:
       return at::kBFloat16;
-    default:
-      throw ValueError(what + ": dtype " + data_type_name(dtype) +
-                       " is not supported; use DT_FLOAT, DT_DOUBLE, DT_INT32, DT_INT64, DT_INT16, DT_INT8, "
+    default: {
+      // Say why for the types a current TensorFlow client can name but kiln
+      // cannot hold (types.proto: *_REF are value + 100).
+      std::string why;
+      if (dtype > 100)
+        why = " (a reference dtype: TF1 graph variables, never a value on the wire)";
+      else if (dtype == tensorflow::DT_FLOAT8_E5M2 || dtype == tensorflow::DT_FLOAT8_E4M3FN)
+        why = " (LibTorch 1.13 has no float8 type; send DT_HALF, DT_BFLOAT16 or DT_FLOAT)";
+      else if (dtype == tensorflow::DT_INT4 || dtype == tensorflow::DT_UINT4)
+        why = " (no 4-bit integer type in LibTorch 1.13; send DT_INT8 or DT_UINT8)";
+      else if (dtype == tensorflow::DT_RESOURCE || dtype == tensorflow::DT_VARIANT)
+        why = " (handles and variants only mean something inside one TensorFlow process)";
+      throw ValueError(what + ": dtype " + data_type_name(dtype) + " is not supported" + why +
+                       "; use DT_FLOAT, DT_DOUBLE, DT_INT32, DT_INT64, DT_INT16, DT_INT8, "
                        "DT_UINT8, DT_BOOL, DT_HALF, DT_BFLOAT16 or DT_STRING");
+    }
   }
 }
 

@@ -240,5 +240,41 @@ TEST(KServeTensor, MismatchesAreClearErrors) {
             std::string::npos);
 }
 
+// The dtypes a current TensorFlow client can name but kiln cannot hold are
+// refused by name with the reason, whatever field carries the values
+// (float8_val, resource_handle_val, variant_val: predict.proto's newer fields).
+TEST(TensorProto, NewerUpstreamDtypesAreRefusedWithTheReason) {
+  auto f8 = proto_with_shape(tensorflow::DT_FLOAT8_E4M3FN, {2});
+  f8.set_float8_val(std::string(2, '\x38'));
+  EXPECT_NE(error_of([&] {
+              from_tensor_proto(f8, "inputs['x']");
+            }).find("inputs['x']: dtype DT_FLOAT8_E4M3FN is not supported (LibTorch 1.13 has no float8 type"),
+            std::string::npos);
+  auto i4 = proto_with_shape(tensorflow::DT_UINT4, {1});
+  EXPECT_NE(error_of([&] { from_tensor_proto(i4, "x"); }).find("DT_UINT4 is not supported (no 4-bit"),
+            std::string::npos);
+  auto ref = proto_with_shape(tensorflow::DT_FLOAT_REF, {1});
+  ref.add_float_val(1);
+  EXPECT_NE(error_of([&] { from_tensor_proto(ref, "x"); }).find("DT_FLOAT_REF is not supported (a reference dtype"),
+            std::string::npos);
+  auto res = proto_with_shape(tensorflow::DT_RESOURCE, {1});
+  res.add_resource_handle_val()->set_name("v");
+  EXPECT_NE(error_of([&] { from_tensor_proto(res, "x"); }).find("DT_RESOURCE is not supported (handles"),
+            std::string::npos);
+  auto var = proto_with_shape(tensorflow::DT_VARIANT, {1});
+  var.add_variant_val()->set_type_name("tensorflow::Tensor");
+  EXPECT_NE(error_of([&] { from_tensor_proto(var, "x"); }).find("DT_VARIANT is not supported"), std::string::npos);
+}
+
+// Upstream's numbers for the values added with issue 15 (types.proto).
+TEST(TensorProto, NewerDataTypeNumbersAreTensorFlows) {
+  EXPECT_EQ(tensorflow::DT_FLOAT8_E5M2, 24);
+  EXPECT_EQ(tensorflow::DT_FLOAT8_E4M3FN, 25);
+  EXPECT_EQ(tensorflow::DT_INT4, 29);
+  EXPECT_EQ(tensorflow::DT_UINT4, 30);
+  EXPECT_EQ(tensorflow::DT_FLOAT_REF, 101);
+  EXPECT_EQ(tensorflow::DT_UINT4_REF, 130);
+}
+
 }  // namespace
 }  // namespace kiln::serving
