@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "kiln/core/io.h"
 #include "kiln/serving/example_input.h"
 #include "kiln/serving/inference.h"
+#include "kiln/serving/predict_options.h"
 #include "kiln/serving/server_core.h"
 #include "kiln/serving/status.h"
 #include "kiln/serving/tensor_proto.h"
@@ -257,6 +259,7 @@ using ModelReadyCall = Call<inference::ModelReadyRequest, inference::ModelReadyR
 using ServerMetadataCall = Call<inference::ServerMetadataRequest, inference::ServerMetadataResponse>;
 using ModelMetadataCall = Call<inference::ModelMetadataRequest, inference::ModelMetadataResponse>;
 using InferCall = Call<inference::ModelInferRequest, inference::ModelInferResponse>;
+using MultiInferenceCall = Call<tfs::MultiInferenceRequest, tfs::MultiInferenceResponse>;
 
 // What Classify/Regress decode from their examples.
 struct ExamplesInput {
@@ -305,10 +308,13 @@ class AsyncServer {
   void infer(C& c, ServableHandlePtr handle, std::string signature, TensorMap inputs, Encode encode);
   ExamplesInput examples(const tfs::ModelSpec& spec, const tfs::Input& input, InferenceApi api, RequestTiming& t,
                          std::string& model, int64_t& version);
+  // Decodes `input` for one signature of an already leased version.
+  TensorMap example_tensors(const InferenceSignature& signature, const tfs::Input& input);
 
   void predict(PredictCall& c);
   void classify(ClassifyCall& c);
   void regress(RegressCall& c);
+  void multi_inference(MultiInferenceCall& c);
   void metadata(MetadataCall& c);
   void model_status(StatusCall& c);
   void reload_config(ReloadCall& c);
@@ -418,6 +424,7 @@ void AsyncServer::add_methods() {
   add(prediction_, &PS::RequestPredict, "grpc", "predict", &AsyncServer::predict);
   add(prediction_, &PS::RequestClassify, "grpc", "classify", &AsyncServer::classify);
   add(prediction_, &PS::RequestRegress, "grpc", "regress", &AsyncServer::regress);
+  add(prediction_, &PS::RequestMultiInference, "grpc", "multi_inference", &AsyncServer::multi_inference);
   add(prediction_, &PS::RequestGetModelMetadata, "grpc", "metadata", &AsyncServer::metadata);
   add(model_, &MS::RequestGetModelStatus, "grpc", "status", &AsyncServer::model_status);
   // Admin: checks the admin token itself (check_admin_call).
@@ -537,6 +544,7 @@ void AsyncServer::predict(PredictCall& c) {
   if (!parsed(c, [&] {
         auto spec = spec_of(c.request.model_spec());
         c.model = spec.name;
+        check_predict_request_options(c.request);
         h = core_.get(spec);
         c.version = h->version;
         sig = signature_of(c.request.model_spec());
@@ -576,12 +584,123 @@ ExamplesInput AsyncServer::examples(const tfs::ModelSpec& ms, const tfs::Input& 
   e.handle = core_.get(spec);
   version = e.handle->version;
   e.signature = inference_signature(e.handle->signatures(), signature_of(ms), api);
-  std::vector<ExampleInputSpec> specs;
-  for (auto& in : e.signature.inputs) specs.push_back({in.name, dtype_from_string(in.dtype), in.shape});
-  auto tensors = examples_to_tensors(input, specs);
-  for (size_t i = 0; i < specs.size(); ++i) e.inputs[specs[i].name] = tensors[i];
+  e.inputs = example_tensors(e.signature, input);
   t.parse_us = micros_since(start);
   return e;
+}
+
+TensorMap AsyncServer::example_tensors(const InferenceSignature& signature, const tfs::Input& input) {
+  std::vector<ExampleInputSpec> specs;
+  for (auto& in : signature.inputs) specs.push_back({in.name, dtype_from_string(in.dtype), in.shape});
+  auto tensors = examples_to_tensors(input, specs);
+  TensorMap inputs;
+  for (size_t i = 0; i < specs.size(); ++i) inputs[specs[i].name] = tensors[i];
+  return inputs;
+}
+
+// MultiInference (TF Serving's rules): every task names the same model and
+// version, no signature twice, each a classify or regress method; the shared
+// input is decoded per task's signature; the tasks run concurrently through
+// the core and the call finishes when the last one is back, with one result
+// per task in task order.
+void AsyncServer::multi_inference(MultiInferenceCall& c) {
+  auto start = SteadyClock::now();
+  struct Task {
+    tfs::ModelSpec spec;
+    InferenceSignature signature;
+    TensorMap inputs;
+  };
+  auto tasks = std::make_shared<std::vector<Task>>();
+  ServableHandlePtr h;
+  if (!parsed(c, [&] {
+        const auto& req = c.request;
+        if (req.tasks_size() == 0)
+          throw ServingError(Code::kInvalidArgument, "MultiInference needs at least one task (tasks is empty)");
+        const ModelSpec first = spec_of(req.tasks(0).model_spec());
+        c.model = first.name;
+        std::set<std::string> seen;
+        std::vector<InferenceApi> apis;
+        for (const auto& t : req.tasks()) {
+          ModelSpec s = spec_of(t.model_spec());
+          if (s.name != first.name || s.version != first.version || s.label != first.label)
+            throw ServingError(Code::kInvalidArgument,
+                               "All tasks of a MultiInference request must name the same model and version; task "
+                               "model '" + s.name + "' differs from '" + first.name + "'");
+          if (t.method_name() == "tensorflow/serving/classify")
+            apis.push_back(InferenceApi::kClassify);
+          else if (t.method_name() == "tensorflow/serving/regress")
+            apis.push_back(InferenceApi::kRegress);
+          else
+            throw ServingError(Code::kInvalidArgument,
+                               "Unsupported signature method_name: '" + t.method_name() +
+                                   "'; MultiInference runs tensorflow/serving/classify and tensorflow/serving/regress");
+          if (!seen.insert(signature_of(t.model_spec())).second)
+            throw ServingError(Code::kInvalidArgument,
+                               "Duplicate evaluation of signature: " + signature_of(t.model_spec()));
+        }
+        h = core_.get(first);
+        c.version = h->version;
+        for (int i = 0; i < req.tasks_size(); ++i) {
+          Task t;
+          t.spec = req.tasks(i).model_spec();
+          t.signature = inference_signature(h->signatures(), signature_of(t.spec), apis[i]);
+          t.inputs = example_tensors(t.signature, req.input());
+          tasks->push_back(std::move(t));
+        }
+      }))
+    return;
+  c.timing.parse_us = micros_since(start);
+  struct Pending {
+    std::mutex mu;
+    size_t remaining = 0;
+    std::vector<TensorMap> outputs;
+    std::exception_ptr error;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->remaining = tasks->size();
+  pending->outputs.resize(tasks->size());
+  const Deadline deadline = deadline_of(&c.ctx);
+  for (size_t i = 0; i < tasks->size(); ++i) {
+    Task& task = (*tasks)[i];
+    core_.predict_async(
+        h, task.signature.name, std::move(task.inputs), deadline,
+        [&c, h, tasks, pending, i](std::exception_ptr error, TensorMap outputs, const RequestTiming& t) {
+          {
+            std::lock_guard<std::mutex> l(pending->mu);
+            if (error && !pending->error) pending->error = error;
+            pending->outputs[i] = std::move(outputs);
+            c.timing.queue_us = std::max(c.timing.queue_us, t.queue_us);
+            c.timing.compute_us = std::max(c.timing.compute_us, t.compute_us);
+            c.timing.batch_size = std::max(c.timing.batch_size, t.batch_size);
+            if (--pending->remaining > 0) return;
+          }
+          answer(c, [&] {
+            if (pending->error) std::rethrow_exception(pending->error);
+            auto start = SteadyClock::now();
+            for (size_t k = 0; k < tasks->size(); ++k) {
+              const Task& task = (*tasks)[k];
+              auto* r = c.response.add_results();
+              fill_spec(*h, task.signature.name, r->mutable_model_spec());
+              if (task.signature.api == InferenceApi::kClassify) {
+                Classifications cl = classifications_of(task.signature, pending->outputs[k]);
+                auto* result = r->mutable_classification_result();
+                for (int64_t e = 0; e < cl.examples; ++e) {
+                  auto* row = result->add_classifications();
+                  for (int64_t j = 0; j < cl.classes; ++j) {
+                    auto* cls = row->add_classes();
+                    cls->set_label(cl.label(e, j));
+                    cls->set_score(cl.score(e, j));
+                  }
+                }
+              } else {
+                for (float v : regressions_of(task.signature, pending->outputs[k]))
+                  r->mutable_regression_result()->add_regressions()->set_value(v);
+              }
+            }
+            c.timing.serialize_us = micros_since(start);
+          });
+        });
+  }
 }
 
 void AsyncServer::classify(ClassifyCall& c) {
