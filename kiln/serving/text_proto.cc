@@ -91,7 +91,8 @@ const pb::FieldDescriptor* find_message_field(const pb::Descriptor* root, const 
 
 // The identifier before `name:` that ends just before (line, column), both
 // 0-based; TextFormat's columns count a tab up to the next multiple of 8.
-std::string field_before(const std::string& text, int line, int column) {
+// `back`: how many characters before (line, column) it starts.
+std::string field_before(const std::string& text, int line, int column, size_t* back = nullptr) {
   size_t pos = 0;
   for (int l = 0; l < line && pos != std::string::npos; ++l) {
     pos = text.find('\n', pos);
@@ -106,12 +107,15 @@ std::string field_before(const std::string& text, int line, int column) {
   while (end > 0 && std::isspace((unsigned char)text[end - 1])) --end;
   size_t begin = end;
   while (begin > 0 && (std::isalnum((unsigned char)text[begin - 1]) || text[begin - 1] == '_')) --begin;
+  if (back) *back = pos - begin;
   return text.substr(begin, end - begin);
 }
 
 // TextFormat's message, reworded where kiln can say more (the fields a type
 // has, how a message field is written); otherwise as TextFormat wrote it.
-std::string describe(const FirstError& e, const std::string& text, const pb::Descriptor* root,
+// An unknown field's error moves back to the field's name (TextFormat reports
+// the token after it).
+std::string describe(FirstError& e, const std::string& text, const pb::Descriptor* root,
                      const TextProtoOptions& options) {
   static const std::regex unknown_field(R"re(Message type "([\w.]+)" has no field named "(\w+)"\.)re");
   static const std::regex expected_brace(R"re(Expected "\{", found "(.*)"\.)re");
@@ -122,6 +126,8 @@ std::string describe(const FirstError& e, const std::string& text, const pb::Des
     std::string out = noun != options.field_nouns.end() ? "unknown " + noun->second + " `" + m[2].str() + "`"
                                                         : "unknown field `" + m[2].str() + "` in " + short_name(m[1]);
     if (d) out += "; expected one of: " + field_list(d);
+    size_t back = 0;
+    if (field_before(text, e.line, e.column, &back) == m[2].str() && back <= (size_t)e.column) e.column -= (int)back;
     return out;
   }
   if (std::regex_match(e.message, m, expected_brace)) {
@@ -156,8 +162,8 @@ void parse_text_proto(const std::string& text, const std::string& source, pb::Me
   if (info) parser.WriteLocationsTo(info);
   if (parser.ParseFromString(input, message)) return;
   if (!errors.has_error) throw ValueError(source + ": not a valid " + message->GetDescriptor()->name());
-  throw ValueError(text_proto_location(source, {errors.line, errors.column}) + ": " +
-                   describe(errors, input, message->GetDescriptor(), options));
+  const std::string problem = describe(errors, input, message->GetDescriptor(), options);
+  throw ValueError(text_proto_location(source, {errors.line, errors.column}) + ": " + problem);
 }
 
 }  // namespace kiln::serving
