@@ -12,7 +12,8 @@
 
 #include "kiln/core/error.h"
 #include "kiln/serving/status.h"
-#include "kiln/serving/text_format.h"
+#include "kiln/serving/text_proto.h"
+#include "tensorflow_serving/servables/tensorflow/session_bundle_config.pb.h"
 
 namespace kiln::serving {
 
@@ -46,33 +47,18 @@ Json BatchingOptions::to_json() const {
               {"allowed_batch_sizes", allowed_batch_sizes}, {"pad_variable_length_inputs", pad_variable_length_inputs}};
 }
 
-BatchingOptions parse_batching_parameters(const std::string& text) {
-  const std::string what = "batching parameters";
+BatchingOptions parse_batching_parameters(const std::string& text, const std::string& source) {
+  tensorflow::serving::BatchingParameters p;
+  parse_text_proto(text, source, &p);
   BatchingOptions o;
-  for (auto& f : parse_text_format(text, what)) {
-    auto wrapped = [&]() -> const TextField& {  // `name { value: N }`
-      if (!f.is_message || f.fields.size() != 1 || f.fields[0].name != "value")
-        throw ValueError(what + ": line " + std::to_string(f.line) + ": expected `" + f.name + " { value: ... }`");
-      return f.fields[0];
-    };
-    if (f.name == "max_batch_size")
-      o.max_batch_size = wrapped().as_int(what);
-    else if (f.name == "batch_timeout_micros")
-      o.batch_timeout_micros = wrapped().as_int(what);
-    else if (f.name == "num_batch_threads")
-      o.num_batch_threads = wrapped().as_int(what);
-    else if (f.name == "max_enqueued_batches")
-      o.max_enqueued_batches = wrapped().as_int(what);
-    else if (f.name == "pad_variable_length_inputs")
-      o.pad_variable_length_inputs = wrapped().as_bool(what);
-    else if (f.name == "allowed_batch_sizes")
-      o.allowed_batch_sizes.push_back(f.as_int(what));
-    else if (f.name == "thread_pool_name" || f.name == "enable_large_batch_splitting" ||
-             f.name == "max_execution_batch_size")
-      continue;  // accepted for compatibility; splitting is always on
-    else
-      throw ValueError(what + ": line " + std::to_string(f.line) + ": unknown field `" + f.name + "`");
-  }
+  if (p.has_max_batch_size()) o.max_batch_size = p.max_batch_size().value();
+  if (p.has_batch_timeout_micros()) o.batch_timeout_micros = p.batch_timeout_micros().value();
+  if (p.has_num_batch_threads()) o.num_batch_threads = p.num_batch_threads().value();
+  if (p.has_max_enqueued_batches()) o.max_enqueued_batches = p.max_enqueued_batches().value();
+  o.allowed_batch_sizes.assign(p.allowed_batch_sizes().begin(), p.allowed_batch_sizes().end());
+  o.pad_variable_length_inputs = p.pad_variable_length_inputs();
+  // thread_pool_name, enable_large_batch_splitting, max_execution_batch_size:
+  // accepted for compatibility; kiln always splits large requests.
   o.validate();
   return o;
 }

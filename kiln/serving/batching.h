@@ -68,7 +68,10 @@ struct BatchingOptions {
 //   max_batch_size { value: 128 }  batch_timeout_micros { value: 0 }
 //   num_batch_threads { value: 8 } max_enqueued_batches { value: 100 }
 //   allowed_batch_sizes: 32 allowed_batch_sizes: 128
-BatchingOptions parse_batching_parameters(const std::string& text);
+// (a tensorflow.serving.BatchingParameters message, read by libprotobuf's
+// TextFormat). ValueError "<source>: line L, column C: ..." on bad syntax or
+// unknown fields; validate()'s errors on bad values.
+BatchingOptions parse_batching_parameters(const std::string& text, const std::string& source = "batching parameters");
 
 // Per-request times the scheduler measured (for metrics), microseconds.
 struct BatchTiming {

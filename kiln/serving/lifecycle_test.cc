@@ -2,11 +2,13 @@
 
 #include <set>
 
+#include "kiln/core/io.h"
 #include "kiln/serving/batching.h"
 #include "kiln/serving/lifecycle.h"
 #include "kiln/serving/model_config.h"
 #include "kiln/serving/status.h"
 #include "kiln/testing/expect_error.h"
+#include "kiln/testing/testing.h"
 
 namespace kiln::serving {
 namespace {
@@ -128,6 +130,40 @@ TEST(ModelConfig, ErrorsNameTheLineAndTheFix) {
       {"unknown version policy `newest`"});
 }
 
+TEST(ModelConfig, TextFormatThroughLibprotobuf) {
+  // latest {} serves one version (TF Serving's default); a written 0 is refused.
+  auto c = parse_model_config(
+      "model_config_list { config { name: 'a' base_path: '/p' model_type: TENSORFLOW\n"
+      "  model_version_policy { latest {} } } }");
+  EXPECT_EQ(c.models.at(0).version_policy.num_versions, 1);
+  EXPECT_EQ(c.models.at(0).model_platform, "kiln");
+  expect_error<ValueError>(
+      [] {
+        parse_model_config(
+            "model_config_list { config { name: 'a' base_path: '/p' "
+            "model_version_policy { latest { num_versions: 0 } } } }");
+      },
+      {"num_versions", ">= 1", "Received: 0"});
+  expect_error<ValueError>(
+      [] { parse_model_config("model_config_list { config { name: 'a' base_path: '/p' model_version_policy {} } }"); },
+      {"line 1, column 56", "exactly one of latest"});
+  expect_error<ValueError>(
+      [] {
+        parse_model_config(
+            "model_config_list { config { name: 'a' base_path: '/p' "
+            "model_version_policy { latest {} all {} } } }");
+      },
+      {"line 1", "oneof"});
+  // One error naming the file, the line, the column and the fields there are.
+  TempDir dir;
+  atomic_write_file(dir.path() + "/models.config", "model_config_list {\n  config {\n    nme: \"a\"\n  }\n}\n");
+  expect_error<ValueError>([&] { read_model_config_file(dir.path() + "/models.config"); },
+                           {dir.path() + "/models.config: line 3, column 5: unknown field `nme` in ModelConfig",
+                            "expected one of: name, base_path"});
+  expect_error<ValueError>([] { parse_model_config("model_config_list { config { name: 7 } }"); },
+                           {"line 1, column 36", "expected string"});
+}
+
 TEST(Batching, ParsesTfServingBatchingParameters) {
   auto o = parse_batching_parameters(R"(
     max_batch_size { value: 128 }
@@ -146,6 +182,17 @@ TEST(Batching, ParsesTfServingBatchingParameters) {
   expect_error<ValueError>([] { parse_batching_parameters("max_batch_size { value: 8 } allowed_batch_sizes: 4"); },
                            {"must equal max_batch_size"});
   expect_error<ValueError>([] { parse_batching_parameters("max_batch_size: 8"); }, {"max_batch_size { value: ... }"});
+  // TF Serving's other fields are accepted; an unknown one names the file and line.
+  o = parse_batching_parameters(
+      "max_batch_size { value: 64 } thread_pool_name { value: 'b' }\n"
+      "enable_large_batch_splitting { value: true } max_execution_batch_size { value: 16 }");
+  EXPECT_EQ(o.max_batch_size, 64);
+  expect_error<ValueError>(
+      [] {
+        parse_batching_parameters("max_batch_size { value: 8 }\nmax_batch { value: 8 }",
+                                  "--batching_parameters_file b.config");
+      },
+      {"--batching_parameters_file b.config: line 2, column 1: unknown field `max_batch`"});
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
-#include "kiln/serving/text_format.h"
+#include "kiln/serving/text_proto.h"
+#include "tensorflow_serving/config/model_server_config.pb.h"
 
 namespace kiln::serving {
 
@@ -102,89 +103,67 @@ Json ModelServerConfig::to_json() const {
 
 namespace {
 
-const char* kWhat = "model config";
+namespace pb = google::protobuf;
+using ParseInfoTree = pb::TextFormat::ParseInfoTree;
+using PolicyProto = tensorflow::serving::FileSystemStoragePathSourceConfig::ServableVersionPolicy;
 
-VersionPolicy policy_from_text(const TextField& f) {
-  VersionPolicy p;
-  if (f.fields.size() != 1 || !f.fields[0].is_message)
-    throw ValueError(std::string(kWhat) + ": line " + std::to_string(f.line) +
-                     ": model_version_policy holds exactly one of latest {...}, all {}, specific {...}");
-  const TextField& k = f.fields[0];
-  if (k.name == "latest") {
-    p.kind = VersionPolicy::Kind::kLatest;
-    for (auto& g : k.fields)
-      if (g.name == "num_versions")
-        p.num_versions = g.as_int(kWhat);
-      else
-        throw ValueError(std::string(kWhat) + ": line " + std::to_string(g.line) + ": unknown field `" + g.name +
-                         "` in latest");
-  } else if (k.name == "all") {
-    p.kind = VersionPolicy::Kind::kAll;
-  } else if (k.name == "specific") {
-    p.kind = VersionPolicy::Kind::kSpecific;
-    for (auto& g : k.fields)
-      if (g.name == "versions")
-        p.versions.push_back(g.as_int(kWhat));
-      else
-        throw ValueError(std::string(kWhat) + ": line " + std::to_string(g.line) + ": unknown field `" + g.name +
-                         "` in specific");
-  } else {
-    throw ValueError(std::string(kWhat) + ": line " + std::to_string(k.line) + ": unknown version policy `" + k.name +
-                     "`; expected latest, all or specific");
+VersionPolicy policy_from_proto(const PolicyProto& p, ParseInfoTree* where, const std::string& source) {
+  VersionPolicy out;
+  switch (p.policy_choice_case()) {
+    case PolicyProto::kLatest: {
+      out.kind = VersionPolicy::Kind::kLatest;
+      // proto3 has no presence: an absent num_versions means 1 (TF Serving's
+      // default), a written 0 is an error (validate()).
+      const auto* latest = where->GetTreeForNested(PolicyProto::descriptor()->FindFieldByName("latest"), -1);
+      const auto* n = PolicyProto::Latest::descriptor()->FindFieldByName("num_versions");
+      bool written = latest && latest->GetLocation(n, -1).line >= 0;
+      out.num_versions = written ? p.latest().num_versions() : 1;
+      break;
+    }
+    case PolicyProto::kAll:
+      out.kind = VersionPolicy::Kind::kAll;
+      break;
+    case PolicyProto::kSpecific:
+      out.kind = VersionPolicy::Kind::kSpecific;
+      out.versions.assign(p.specific().versions().begin(), p.specific().versions().end());
+      break;
+    case PolicyProto::POLICY_CHOICE_NOT_SET:
+      throw ValueError(source + ": model_version_policy holds exactly one of latest {...}, all {}, specific {...}");
   }
-  return p;
-}
-
-ModelConfig model_from_text(const TextField& c) {
-  ModelConfig m;
-  for (auto& f : c.fields) {
-    if (f.name == "name")
-      m.name = f.as_string(kWhat);
-    else if (f.name == "base_path")
-      m.base_path = f.as_string(kWhat);
-    else if (f.name == "model_platform")
-      m.model_platform = f.as_string(kWhat);
-    else if (f.name == "model_type")
-      continue;  // deprecated in TF Serving; ignored
-    else if (f.name == "model_version_policy")
-      m.version_policy = policy_from_text(f);
-    else if (f.name == "version_labels") {
-      std::string key;
-      int64_t value = 0;
-      bool has_key = false, has_value = false;
-      for (auto& g : f.fields) {
-        if (g.name == "key")
-          key = g.as_string(kWhat), has_key = true;
-        else if (g.name == "value")
-          value = g.as_int(kWhat), has_value = true;
-      }
-      if (!has_key || !has_value)
-        throw ValueError(std::string(kWhat) + ": line " + std::to_string(f.line) +
-                         ": version_labels needs key and value");
-      m.version_labels[key] = value;
-    } else if (f.name == "logging_config")
-      continue;
-    else
-      throw ValueError(std::string(kWhat) + ": line " + std::to_string(f.line) + ": unknown field `" + f.name +
-                       "` in config");
-  }
-  return m;
+  return out;
 }
 
 }  // namespace
 
-ModelServerConfig parse_model_config_text(const std::string& text) {
+ModelServerConfig parse_model_config_text(const std::string& text, const std::string& source) {
+  tensorflow::serving::ModelServerConfig proto;
+  ParseInfoTree info;
+  TextProtoOptions options;
+  options.field_nouns[PolicyProto::descriptor()->full_name()] = "version policy";
+  parse_text_proto(text, source, &proto, &info, options);
+  if (proto.has_custom_model_config())
+    throw ValueError(source + ": custom_model_config is not supported; list the models in model_config_list");
+  const auto* list_field = proto.GetDescriptor()->FindFieldByName("model_config_list");
+  const auto* config_field = proto.model_config_list().GetDescriptor()->FindFieldByName("config");
+  const auto* policy_field = tensorflow::serving::ModelConfig::descriptor()->FindFieldByName("model_version_policy");
+  ParseInfoTree* list_info = info.GetTreeForNested(list_field, -1);
   ModelServerConfig out;
-  for (auto& top : parse_text_format(text, kWhat)) {
-    if (top.name != "model_config_list" || !top.is_message)
-      throw ValueError(std::string(kWhat) + ": line " + std::to_string(top.line) +
-                       ": expected `model_config_list { ... }`, found `" + top.name + "`");
-    for (auto& c : top.fields) {
-      if (c.name != "config" || !c.is_message)
-        throw ValueError(std::string(kWhat) + ": line " + std::to_string(c.line) +
-                         ": expected `config { ... }`, found `" + c.name + "`");
-      out.models.push_back(model_from_text(c));
+  for (int i = 0; i < proto.model_config_list().config_size(); ++i) {
+    const auto& c = proto.model_config_list().config(i);
+    ModelConfig m;
+    m.name = c.name();
+    m.base_path = c.base_path();
+    if (!c.model_platform().empty()) m.model_platform = c.model_platform();
+    if (c.has_model_version_policy()) {
+      ParseInfoTree* config_info = list_info ? list_info->GetTreeForNested(config_field, i) : nullptr;
+      ParseInfoTree* policy_info = config_info ? config_info->GetTreeForNested(policy_field, -1) : nullptr;
+      ParseInfoTree empty;
+      m.version_policy = policy_from_proto(
+          c.model_version_policy(), policy_info ? policy_info : &empty,
+          config_info ? text_proto_location(source, config_info->GetLocation(policy_field, -1)) : source);
     }
+    for (auto& [label, version] : c.version_labels()) m.version_labels[label] = version;
+    out.models.push_back(std::move(m));
   }
   out.validate();
   return out;
@@ -232,10 +211,10 @@ ModelServerConfig parse_model_config_json(const Json& j) {
   return out;
 }
 
-ModelServerConfig parse_model_config(const std::string& content) {
+ModelServerConfig parse_model_config(const std::string& content, const std::string& source) {
   size_t i = content.find_first_not_of(" \t\r\n");
-  if (i != std::string::npos && content[i] == '{') return parse_model_config_json(parse_json(content, "model config"));
-  return parse_model_config_text(content);
+  if (i != std::string::npos && content[i] == '{') return parse_model_config_json(parse_json(content, source));
+  return parse_model_config_text(content, source);
 }
 
 ModelServerConfig read_model_config_file(const std::string& path) {
@@ -243,7 +222,7 @@ ModelServerConfig read_model_config_file(const std::string& path) {
   if (!in) throw NotFoundError("model config file not found: " + path);
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_model_config(ss.str());
+  return parse_model_config(ss.str(), path);
 }
 
 }  // namespace kiln::serving

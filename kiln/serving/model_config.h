@@ -1,5 +1,6 @@
 // Which models the server serves: TF Serving's ModelServerConfig, read from
-// its protobuf text format (the model_config_list subset) or from JSON.
+// its protobuf text format (read by libprotobuf's TextFormat into the
+// generated tensorflow.serving.ModelServerConfig, then converted) or from JSON.
 //
 //   model_config_list {
 //     config {
@@ -15,7 +16,8 @@
 //     "model_platform": "kiln", "model_version_policy": {"latest": {"num_versions": 2}},
 //     "version_labels": {"stable": 1, "canary": 2}}]}
 //
-// Parsers throw ValueError naming the line/key and what was expected.
+// Parsers throw ValueError naming the file, line and column (text) or key
+// (JSON) and what was expected; unknown fields are errors.
 #pragma once
 
 #include <cstdint>
@@ -56,10 +58,11 @@ struct ModelServerConfig {
 
 bool is_valid_model_name(const std::string& name);
 
-ModelServerConfig parse_model_config_text(const std::string& text);
+// `source` names the text in errors ("<source>: line L, column C: ...").
+ModelServerConfig parse_model_config_text(const std::string& text, const std::string& source = "model config");
 ModelServerConfig parse_model_config_json(const Json& j);
 // By content: JSON if it starts with '{', else protobuf text format.
-ModelServerConfig parse_model_config(const std::string& content);
+ModelServerConfig parse_model_config(const std::string& content, const std::string& source = "model config");
 ModelServerConfig read_model_config_file(const std::string& path);
 
 }  // namespace kiln::serving

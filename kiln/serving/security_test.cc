@@ -281,7 +281,9 @@ TEST(TlsOptions, SslConfigTextFormatAsTfServingWritesIt) {
     parse_ssl_config("server_cert: 'x'\nserver_crt: 'y'\n", "ssl.config");
     ADD_FAILURE() << "an unknown field was accepted";
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("line 2: unknown field `server_crt`"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("line 2, column 1: unknown field `server_crt` in SSLConfig"),
+              std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(parse_ssl_config("server_key: 'k'\n", "ssl.config"), ValueError);  // no certificate
   EXPECT_THROW(parse_ssl_config("client_verify: maybe\n", "ssl.config"), ValueError);

@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "kiln/core/error.h"
-#include "kiln/serving/text_format.h"
+#include "kiln/serving/text_proto.h"
+#include "tensorflow_serving/config/ssl_config.pb.h"
 
 namespace kiln::serving {
 namespace {
@@ -85,20 +86,15 @@ void check_client_ca(const std::string& ca_pem, const std::string& source) {
 }
 
 TlsOptions parse_ssl_config(const std::string& text, const std::string& source) {
+  tensorflow::serving::SSLConfig c;
+  TextProtoOptions options;
+  options.allow_multiline_strings = true;
+  parse_text_proto(text, source, &c, nullptr, options);
   TlsOptions t;
-  for (auto& f : parse_text_format(text, source, /*allow_multiline_strings=*/true)) {
-    if (f.name == "server_key")
-      t.key_pem = f.as_string(source);
-    else if (f.name == "server_cert")
-      t.cert_pem = f.as_string(source);
-    else if (f.name == "custom_ca")
-      t.client_ca_pem = f.as_string(source);
-    else if (f.name == "client_verify")
-      t.client_verify = f.as_bool(source);
-    else
-      throw ValueError(source + ": line " + std::to_string(f.line) + ": unknown field `" + f.name +
-                       "`; SSLConfig has server_key, server_cert, custom_ca and client_verify");
-  }
+  t.key_pem = c.server_key();
+  t.cert_pem = c.server_cert();
+  t.client_ca_pem = c.custom_ca();
+  t.client_verify = c.client_verify();
   if (!t.enabled())
     throw ValueError(source + ": server_cert is missing; an SSLConfig needs server_cert and server_key (PEM text)");
   return t;

@@ -34,8 +34,9 @@ void check_client_ca(const std::string& ca_pem, const std::string& source);
 
 // SSLConfig { server_key, server_cert, custom_ca, client_verify } in text
 // format (field names as TF Serving's ssl_config.proto; strings hold the PEM
-// text, with \n escapes). ValueError naming the line on unknown fields or
-// bad syntax. The result is not checked yet: call check_tls_options.
+// text, with \n escapes or raw line breaks), read by libprotobuf's TextFormat
+// into tensorflow.serving.SSLConfig. ValueError "<source>: line L, column C:
+// ..." on unknown fields or bad syntax. The result is not checked yet: call check_tls_options.
 TlsOptions parse_ssl_config(const std::string& text, const std::string& source);
 
 // Loads a checked TlsOptions into `ctx` (TLS 1.2 or newer, the certificate

@@ -8,14 +8,17 @@
 #include <limits>
 #include <regex>
 #include <sstream>
+#include <tuple>
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/saving/safetensors.h"
 #include "kiln/testing/testing.h"
 #include "kiln/training/path_format.h"
+#include "kiln/training/tfevents.h"
 #include "kiln/training/train_state.h"
 #include "kiln/training/training_test_util.h"
+#include "tensorflow/core/util/event.pb.h"
 
 namespace kiln {
 namespace {
@@ -345,6 +348,73 @@ TEST(TensorBoard, WritesEventFilesTensorBoardCanRead) {
   ASSERT_EQ(val_loss.size(), 3u);
   for (int e = 0; e < 3; ++e) EXPECT_EQ(val_loss[e], (float)h.history["val_loss"][e]);
   EXPECT_EQ(evaluations, 3);
+}
+
+// The same records through the generated tensorflow.Event message, as
+// TensorBoard parses them.
+std::vector<tensorflow::Event> read_event_protos(const std::string& path) {
+  std::string data = read_file(path);
+  std::vector<tensorflow::Event> out;
+  size_t pos = 0;
+  while (pos + 12 <= data.size()) {
+    uint64_t len = le(data, pos, 8);
+    EXPECT_EQ(le(data, pos + 12 + len, 4), masked(crc32c_bitwise(data.substr(pos + 12, len)))) << "data CRC";
+    tensorflow::Event ev;
+    EXPECT_TRUE(ev.ParseFromString(data.substr(pos + 12, len))) << "record at byte " << pos;
+    out.push_back(ev);
+    pos += 12 + len + 4;
+  }
+  EXPECT_EQ(pos, data.size());
+  return out;
+}
+
+TEST(TensorBoard, RecordsParseAsTensorflowEvents) {
+  TempDir tmp;
+  std::string path;
+  {
+    EventFileWriter w(tmp.path() + "/logs");
+    path = w.path();
+    w.add_scalar("epoch_loss", 0.25, 0);
+    w.add_scalar("epoch_loss", -1.5, 7);
+    w.add_scalar("batch_accuracy", 0.75, int64_t{1} << 40);
+    // A plugin summary with a tensor value, as the hparams writer builds it.
+    tensorflow::Event ev;
+    ev.set_wall_time(1.7e9);
+    ev.set_step(3);
+    auto* v = ev.mutable_summary()->add_value();
+    v->set_tag("t");
+    v->mutable_metadata()->mutable_plugin_data()->set_plugin_name("hparams");
+    v->mutable_tensor()->set_dtype(tensorflow::DT_FLOAT);
+    v->mutable_tensor()->add_float_val(2.5f);
+    w.add_event(ev.SerializeAsString());
+    w.flush();
+  }
+  auto events = read_event_protos(path);
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[0].file_version(), "brain.Event:2");
+  EXPECT_GT(events[0].wall_time(), 1.6e9);
+  const std::vector<std::tuple<std::string, float, int64_t>> want = {
+      {"epoch_loss", 0.25f, 0}, {"epoch_loss", -1.5f, 7}, {"batch_accuracy", 0.75f, int64_t{1} << 40}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto& ev = events[i + 1];
+    ASSERT_TRUE(ev.has_summary()) << i;
+    ASSERT_EQ(ev.summary().value_size(), 1) << i;
+    EXPECT_EQ(ev.summary().value(0).tag(), std::get<0>(want[i]));
+    EXPECT_EQ(ev.summary().value(0).simple_value(), std::get<1>(want[i]));
+    EXPECT_EQ(ev.step(), std::get<2>(want[i]));
+    EXPECT_GE(ev.wall_time(), events[0].wall_time());
+  }
+  const auto& t = events[4].summary().value(0);
+  EXPECT_EQ(events[4].step(), 3);
+  EXPECT_EQ(events[4].wall_time(), 1.7e9);
+  EXPECT_EQ(t.metadata().plugin_data().plugin_name(), "hparams");
+  ASSERT_EQ(t.tensor().float_val_size(), 1);
+  EXPECT_EQ(t.tensor().float_val(0), 2.5f);
+  // The independent decoder above reads the same scalars.
+  auto plain = read_events(path);
+  ASSERT_EQ(plain.size(), 5u);
+  EXPECT_EQ(plain[2].step, 7);
+  EXPECT_EQ(plain[2].value, -1.5f);
 }
 
 // --- progress output -------------------------------------------------------------

@@ -9,6 +9,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "tensorflow/core/util/event.pb.h"
 
 namespace kiln {
 namespace {
@@ -24,37 +25,12 @@ struct Crc32cTable {
   }
 };
 
-// --- a minimal protobuf writer ---
-void put_varint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-void put_tag(std::string& out, uint32_t field, uint32_t wire_type) { put_varint(out, (field << 3) | wire_type); }
+// TFRecord framing: little-endian fixed-width integers.
 void put_fixed64(std::string& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 void put_fixed32(std::string& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void put_double(std::string& out, uint32_t field, double d) {
-  uint64_t bits;
-  std::memcpy(&bits, &d, 8);
-  put_tag(out, field, 1);
-  put_fixed64(out, bits);
-}
-void put_float(std::string& out, uint32_t field, float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  put_tag(out, field, 5);
-  put_fixed32(out, bits);
-}
-void put_bytes(std::string& out, uint32_t field, const std::string& bytes) {
-  put_tag(out, field, 2);
-  put_varint(out, bytes.size());
-  out += bytes;
 }
 
 std::string hostname() {
@@ -94,24 +70,20 @@ std::string tfrecord_frame(const std::string& data) {
 }
 
 std::string encode_file_version_event(double wall_time, const std::string& version) {
-  std::string ev;
-  put_double(ev, 1, wall_time);
-  put_bytes(ev, 3, version);
-  return ev;
+  tensorflow::Event ev;
+  ev.set_wall_time(wall_time);
+  ev.set_file_version(version);
+  return ev.SerializeAsString();
 }
 
 std::string encode_scalar_event(double wall_time, int64_t step, const std::string& tag, float value) {
-  std::string v;  // Summary.Value
-  put_bytes(v, 1, tag);
-  put_float(v, 2, value);
-  std::string summary;
-  put_bytes(summary, 1, v);
-  std::string ev;
-  put_double(ev, 1, wall_time);
-  put_tag(ev, 2, 0);
-  put_varint(ev, static_cast<uint64_t>(step));
-  put_bytes(ev, 5, summary);
-  return ev;
+  tensorflow::Event ev;
+  ev.set_wall_time(wall_time);
+  ev.set_step(step);
+  auto* v = ev.mutable_summary()->add_value();
+  v->set_tag(tag);
+  v->set_simple_value(value);
+  return ev.SerializeAsString();
 }
 
 EventFileWriter::EventFileWriter(const std::string& log_dir) {

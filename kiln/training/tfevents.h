@@ -5,11 +5,10 @@
 //   | data[length] | uint32 masked_crc32c(data)
 // where masked_crc32c(x) = ((c >> 15) | (c << 17)) + 0xa282ead8 with c the
 // CRC-32C (Castagnoli) of x. Each record's data is a tensorflow.Event
-// protobuf: wall_time = 1 (double), step = 2 (int64), file_version = 3
-// (string, "brain.Event:2" in the first record), summary = 5 (Summary:
-// repeated Value value = 1; Value: tag = 1 (string), simple_value = 2
-// (float)). These field numbers are TensorFlow's; the encoding below is a
-// minimal protobuf writer for exactly these messages.
+// protobuf (proto/tensorflow/core/util/event.proto, TensorFlow's field
+// numbers), serialized by libprotobuf's generated code: file_version
+// "brain.Event:2" in the first record, then Summary values (tag,
+// simple_value). The framing and its CRC are written here.
 //
 //   EventFileWriter w("logs/train");          // creates the directory
 //   w.add_scalar("epoch_loss", 0.51f, 0);     // step 0
@@ -33,7 +32,7 @@ double unix_seconds();
 // A TFRecord around `data`.
 std::string tfrecord_frame(const std::string& data);
 
-// Serialized Event messages.
+// Serialized tensorflow.Event messages (the header stays protobuf-free).
 std::string encode_file_version_event(double wall_time, const std::string& version = "brain.Event:2");
 std::string encode_scalar_event(double wall_time, int64_t step, const std::string& tag, float value);
 

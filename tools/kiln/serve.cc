@@ -156,7 +156,8 @@ void run_serve(const ServeOptions& o) {
   co.file_system_poll_wait_seconds = o.file_system_poll_wait_seconds;
   co.enable_batching = o.enable_batching || !o.batching_parameters_file.empty();
   if (!o.batching_parameters_file.empty())
-    co.batching = parse_batching_parameters(read_option_file(o.batching_parameters_file, "--batching_parameters_file"));
+    co.batching = parse_batching_parameters(read_option_file(o.batching_parameters_file, "--batching_parameters_file"),
+                                            "--batching_parameters_file " + o.batching_parameters_file);
   co.enable_warmup = o.enable_model_warmup;
   co.resource_preserving = o.resource_preserving;
   co.validate();
@@ -234,7 +235,7 @@ void run_serve(const ServeOptions& o) {
         try {
           std::string now = read_option_file(o.model_config_file, "--model_config_file");
           if (now != last) {
-            core.reload_config(parse_model_config(now));
+            core.reload_config(parse_model_config(now, o.model_config_file));
             spdlog::info("serving: reloaded {}", o.model_config_file);
             last = now;
           }
