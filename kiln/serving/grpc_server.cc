@@ -625,7 +625,8 @@ void AsyncServer::multi_inference(MultiInferenceCall& c) {
           if (s.name != first.name || s.version != first.version || s.label != first.label)
             throw ServingError(Code::kInvalidArgument,
                                "All tasks of a MultiInference request must name the same model and version; task "
-                               "model '" + s.name + "' differs from '" + first.name + "'");
+                               "model '" +
+                                   s.name + "' differs from '" + first.name + "'");
           if (t.method_name() == "tensorflow/serving/classify")
             apis.push_back(InferenceApi::kClassify);
           else if (t.method_name() == "tensorflow/serving/regress")

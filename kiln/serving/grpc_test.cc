@@ -152,6 +152,55 @@ TEST_F(GrpcServerTest, PredictErrorsCarryTheRightCodes) {
   EXPECT_EQ(call(r).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// MultiInference: tasks over one shared input, each answered as its own
+// Classify would be; TF Serving's refusals for mixed models and repeats.
+TEST_F(GrpcServerTest, MultiInferenceAnswersEachTaskAsClassifyWould) {
+  tfs::MultiInferenceRequest req;
+  auto x = at::randn({2, 4});
+  for (int i = 0; i < 2; ++i) {
+    auto* f = req.mutable_input()->mutable_example_list()->add_examples()->mutable_features();
+    auto* fl = (*f->mutable_feature())["inputs"].mutable_float_list();
+    for (int k = 0; k < 4; ++k) fl->add_value(x[i][k].item<float>());
+  }
+  auto* task = req.add_tasks();
+  task->mutable_model_spec()->set_name("clf");
+  task->set_method_name("tensorflow/serving/classify");
+  tfs::MultiInferenceResponse resp;
+  {
+    grpc::ClientContext ctx;
+    auto s = predict_->MultiInference(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  auto want = clf_->predict(x);
+  ASSERT_EQ(resp.results_size(), 1);
+  EXPECT_EQ(resp.results(0).model_spec().name(), "clf");
+  EXPECT_EQ(resp.results(0).model_spec().version().value(), 1);
+  const auto& cr = resp.results(0).classification_result();
+  ASSERT_EQ(cr.classifications_size(), 2);
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 3; ++k) EXPECT_NEAR(cr.classifications(i).classes(k).score(), want[i][k].item<float>(), 1e-6);
+
+  auto expect_invalid = [&](const tfs::MultiInferenceRequest& r, const std::string& part) {
+    grpc::ClientContext ctx;
+    tfs::MultiInferenceResponse out;
+    auto s = predict_->MultiInference(&ctx, r, &out);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_NE(s.error_message().find(part), std::string::npos) << s.error_message();
+  };
+  tfs::MultiInferenceRequest twice = req;
+  *twice.add_tasks() = req.tasks(0);
+  expect_invalid(twice, "Duplicate evaluation of signature");
+  tfs::MultiInferenceRequest other = req;
+  auto* t2 = other.add_tasks();
+  t2->mutable_model_spec()->set_name("reg");
+  t2->set_method_name("tensorflow/serving/regress");
+  expect_invalid(other, "same model");
+  tfs::MultiInferenceRequest bad_method = req;
+  bad_method.mutable_tasks(0)->set_method_name("tensorflow/serving/predict");
+  expect_invalid(bad_method, "Unsupported signature method_name");
+  expect_invalid(tfs::MultiInferenceRequest(), "at least one task");
+}
+
 TEST_F(GrpcServerTest, ClassifyAndRegressFromExamples) {
   tfs::ClassificationRequest req;
   req.mutable_model_spec()->set_name("clf");

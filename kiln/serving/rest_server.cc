@@ -582,7 +582,7 @@ std::optional<Reply> RestEngine::tfs_predict(Call& c) {
                    } else {
                      for (float v : regressions_of(sig, out)) results.push_back(v);
                    }
-                   return json_reply(200, Json{{"results", results}});
+                   return json_reply(200, Json{{"result", results}});  // TF Serving's key
                  });
     return std::nullopt;
   } catch (...) {

@@ -263,13 +263,13 @@ TEST_F(Rest, ClassifyScoresArePredictOutputsAndRegressNeedsOneValue) {
   ASSERT_EQ(st, 200) << c.dump();
   Json p = post("/v1/models/m:predict", R"({"instances": [[1,2,3,4], [0,1,0,1]]})", &st);
   ASSERT_EQ(st, 200) << p.dump();
-  ASSERT_EQ(c["results"].size(), 2u);
+  ASSERT_EQ(c["result"].size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     Json row = p["predictions"][i].is_array() ? p["predictions"][i] : Json::array({p["predictions"][i]});
-    ASSERT_EQ(c["results"][i].size(), row.size());
+    ASSERT_EQ(c["result"][i].size(), row.size());
     for (size_t k = 0; k < row.size(); ++k) {
-      EXPECT_EQ(c["results"][i][k][0], std::to_string(k));
-      EXPECT_NEAR(c["results"][i][k][1].get<double>(), row[k].get<double>(), 1e-6);
+      EXPECT_EQ(c["result"][i][k][0], std::to_string(k));
+      EXPECT_NEAR(c["result"][i][k][1].get<double>(), row[k].get<double>(), 1e-6);
     }
   }
   if (p["predictions"][0].is_array() && p["predictions"][0].size() > 1)
