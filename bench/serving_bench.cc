@@ -57,8 +57,8 @@
 #include "kiln/data/datasets.h"
 #include "kiln/layers/dense.h"
 #include "kiln/models/sequential.h"
-#include "kiln/serving/httplib.h"
-#include "kiln/serving/servable.h"
+#include "kiln/serving/core/servable.h"
+#include "kiln/serving/rest/httplib.h"
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
 
 using namespace kiln;

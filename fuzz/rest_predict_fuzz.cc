@@ -1,4 +1,4 @@
-// Fuzzes TF Serving REST predict bodies (kiln/serving/rest_codec.cc and
+// Fuzzes TF Serving REST predict bodies (kiln/serving/codec/rest_codec.cc and
 // rest_fast_path.cc) and KServe v2 infer bodies. Both paths run on every
 // input: where the simdjson fast path accepts a body, the DOM path
 // (parse_request_json + decode_predict_request) must accept it too and make
@@ -6,8 +6,8 @@
 #include <cstdlib>
 
 #include "fuzz/fuzz_util.h"
-#include "kiln/serving/rest_codec.h"
-#include "kiln/serving/rest_server.h"
+#include "kiln/serving/codec/rest_codec.h"
+#include "kiln/serving/rest/rest_server.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Fuzzes TensorProto decoding (kiln/serving/tensor_proto.cc), the gRPC
+// Fuzzes TensorProto decoding (kiln/serving/codec/tensor_proto.cc), the gRPC
 // Predict input: dtype, shape, tensor_content and the typed repeated fields
 // (including TF's one-value broadcast), and KServe v2's InferInputTensor with
 // and without raw_input_contents. A decoded tensor must encode back to a
@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "fuzz/fuzz_util.h"
-#include "kiln/serving/tensor_proto.h"
+#include "kiln/serving/codec/tensor_proto.h"
 
 // protobuf logs every string field with invalid UTF-8 it parses; the fuzzer
 // makes millions.

@@ -21,7 +21,7 @@
 #include <regex>
 #include <thread>
 
-#include "kiln/serving/grpc_client.h"
+#include "kiln/serving/grpc/grpc_client.h"
 #include "kiln/serving/serving_test_util.h"
 #include "kiln/serving/status.h"
 #include "kiln/serving/test_process.h"

@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 
 #include "inference/grpc_predict_v2.grpc.pb.h"
-#include "kiln/serving/grpc_server.h"
+#include "kiln/serving/codec/tensor_proto.h"
+#include "kiln/serving/grpc/grpc_server.h"
 #include "kiln/serving/serving_test_util.h"
-#include "kiln/serving/tensor_proto.h"
 #include "kiln/serving/tls.h"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"

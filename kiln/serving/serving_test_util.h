@@ -13,9 +13,9 @@
 #include "kiln/layers/dense.h"
 #include "kiln/models/sequential.h"
 #include "kiln/saving/model_io.h"
-#include "kiln/serving/httplib.h"
-#include "kiln/serving/rest_server.h"
-#include "kiln/serving/server_core.h"
+#include "kiln/serving/core/server_core.h"
+#include "kiln/serving/rest/httplib.h"
+#include "kiln/serving/rest/rest_server.h"
 #include "kiln/testing/testing.h"
 
 namespace kiln::serving::testing {

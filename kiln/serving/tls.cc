@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
-#include "kiln/serving/text_proto.h"
+#include "kiln/serving/codec/text_proto.h"
 #include "tensorflow_serving/config/ssl_config.pb.h"
 
 namespace kiln::serving {

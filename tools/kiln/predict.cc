@@ -35,7 +35,7 @@
 #include "kiln/core/tensor_json.h"
 #include "kiln/models/model.h"
 #include "kiln/saving/model_io.h"
-#include "kiln/serving/grpc_client.h"
+#include "kiln/serving/grpc/grpc_client.h"
 #include "kiln/serving/status.h"
 #include "kiln/serving/tls.h"
 #include "tools/kiln/cli.h"

@@ -27,9 +27,9 @@
 #include <thread>
 
 #include "kiln/core/error.h"
+#include "kiln/serving/core/server_core.h"
 #include "kiln/serving/frontend.h"
-#include "kiln/serving/rest_server.h"
-#include "kiln/serving/server_core.h"
+#include "kiln/serving/rest/rest_server.h"
 #include "kiln/serving/tls.h"
 #include "tools/kiln/cli.h"
 

@@ -1,0 +1,125 @@
+#include "kiln/serving/core/servable.h"
+
+#include <mutex>
+#include <sstream>
+
+#include "kiln/core/dtype.h"
+#include "kiln/core/registry.h"
+#include "kiln/models/model.h"
+#include "kiln/saving/model_io.h"
+#include "kiln/serving/status.h"
+
+namespace kiln::serving {
+namespace {
+
+using ServableRegistry = Registry<std::unique_ptr<Servable>, const std::string&>;
+
+ServableRegistry& registry() {
+  static auto* r = new ServableRegistry(  // never destroyed
+      "platform", {{"kiln", [](const std::string& dir) { return std::make_unique<ModelServable>(dir); }}});
+  return *r;
+}
+
+std::string shape_str(at::IntArrayRef s) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << "]";
+  return o.str();
+}
+
+// The layer and everything below it are built (no lazy build left to race).
+bool fully_built(const Layer& layer) {
+  if (!layer.built()) return false;
+  for (auto& s : layer.sublayers())
+    if (!fully_built(*s)) return false;
+  return true;
+}
+
+}  // namespace
+
+void register_servable_factory(const std::string& platform, ServableFactory factory) {
+  registry().add(platform, std::move(factory));
+}
+
+bool has_servable_platform(const std::string& platform) { return registry().contains(platform); }
+
+std::unique_ptr<Servable> make_servable(const std::string& platform, const std::string& dir) {
+  ServableFactory f = registry().find(platform);
+  if (!f) {
+    throw ServingError(Code::kInvalidArgument,
+                       "unknown model_platform \"" + platform + "\"; known platforms: " + registry().joined_names());
+  }
+  return f(dir);
+}
+
+ModelServable::ModelServable(const std::string& dir) {
+  model_ = load_model(dir);
+  signatures_ = model_signatures(*model_);
+  input_names_ = model_->input_names();
+  output_names_ = model_->output_names();
+  const Json& sig = signatures_[kDefaultSignature];
+  if (input_names_.size() != sig["inputs"].size()) {
+    input_names_.clear();
+    for (auto& [k, v] : sig["inputs"].items()) input_names_.push_back(k);
+  }
+  output_names_.clear();
+  for (auto& [k, v] : sig["outputs"].items()) output_names_.push_back(k);
+  for (auto& [name, t] : named_weights(*model_)) memory_bytes_ += t.numel() * (int64_t)t.element_size();
+  built_ = fully_built(*model_);
+}
+
+TensorMap ModelServable::predict(const TensorMap& inputs, const std::string& signature) {
+  const std::string& sig_name = signature.empty() ? std::string(kDefaultSignature) : signature;
+  if (!signatures_.contains(sig_name)) {
+    std::string known;
+    for (auto& [k, v] : signatures_.items()) known += (known.empty() ? "" : ", ") + k;
+    throw ServingError(Code::kInvalidArgument,
+                       "Serving signature name: \"" + sig_name + "\" not found in signature def. Known: " + known);
+  }
+  const Json& sig = signatures_[sig_name];
+  Tensors xs;
+  int64_t batch = -1;
+  for (auto& name : input_names_) {
+    auto it = inputs.find(name);
+    if (it == inputs.end())
+      throw ServingError(Code::kInvalidArgument, "missing input '" + name + "' of signature " + sig_name);
+    const at::Tensor& t = it->second;
+    const Json& spec = sig["inputs"][name];
+    auto want_dtype = dtype_from_string(spec["dtype"].get<std::string>());
+    if (t.scalar_type() != want_dtype)
+      throw ServingError(Code::kInvalidArgument, "input '" + name + "' expects dtype " +
+                                                     spec["dtype"].get<std::string>() +
+                                                     ". Received: " + dtype_to_string(t.scalar_type()));
+    const Json& shape = spec["shape"];
+    bool ok = (int64_t)shape.size() == t.dim();
+    for (size_t d = 0; ok && d < shape.size(); ++d)
+      if (!shape[d].is_null() && shape[d].get<int64_t>() >= 0 && shape[d].get<int64_t>() != t.size(d)) ok = false;
+    if (!ok)
+      throw ServingError(Code::kInvalidArgument, "input '" + name + "' expects shape " + shape.dump() +
+                                                     " (null: any size). Received: " + shape_str(t.sizes()));
+    if (batch >= 0 && t.dim() > 0 && t.size(0) != batch)
+      throw ServingError(Code::kInvalidArgument, "inputs disagree on the batch size (dim 0): " + std::to_string(batch) +
+                                                     " vs " + std::to_string(t.size(0)) + " for '" + name + "'");
+    if (t.dim() > 0) batch = t.size(0);
+    xs.push_back(t);
+  }
+  if (inputs.size() != input_names_.size())
+    for (auto& [k, v] : inputs)
+      if (std::find(input_names_.begin(), input_names_.end(), k) == input_names_.end())
+        throw ServingError(Code::kInvalidArgument, "unknown input '" + k + "' for signature " + sig_name);
+  Tensors ys;
+  if (built_.load(std::memory_order_acquire)) {
+    ys = model_->predict_on_batch(xs);  // read-only: concurrent calls are safe
+  } else {
+    std::lock_guard<std::mutex> l(build_mu_);  // a lazy build must not race
+    ys = model_->predict_on_batch(xs);
+    if (fully_built(*model_)) built_.store(true, std::memory_order_release);
+  }
+  TensorMap out;
+  for (size_t i = 0; i < ys.size(); ++i)
+    out[i < output_names_.size() ? output_names_[i] : "output_" + std::to_string(i)] = ys[i];
+  return out;
+}
+
+}  // namespace kiln::serving

@@ -1,0 +1,655 @@
+#include "kiln/serving/core/server_core.h"
+
+#include <malloc.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <set>
+#include <shared_mutex>
+#include <thread>
+
+#include "kiln/core/error.h"
+#include "kiln/core/thread_pool.h"
+#include "kiln/serving/core/source.h"
+#include "kiln/serving/core/version_manager.h"
+#include "kiln/serving/core/warmup.h"
+
+namespace kiln::serving {
+namespace {
+
+int64_t micros_since(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count();
+}
+
+std::string spec_str(const ModelSpec& s) {
+  if (s.version) return "Specific(" + s.name + ", " + std::to_string(*s.version) + ")";
+  if (s.label) return "Label(" + s.name + ", " + *s.label + ")";
+  return "Latest(" + s.name + ")";
+}
+
+}  // namespace
+
+void ServerCoreOptions::validate() const {
+  config.validate();
+  if (file_system_poll_wait_seconds < 0)
+    throw ValueError("file_system_poll_wait_seconds must be >= 0. Received: " +
+                     std::to_string(file_system_poll_wait_seconds));
+  if (num_load_threads < 1)
+    throw ValueError("num_load_threads must be a positive integer. Received: " + std::to_string(num_load_threads));
+  if (enable_batching) batching.validate();
+}
+
+struct VersionEntry {
+  std::string model;
+  int64_t version = 0;
+  std::string dir;
+  std::string platform;
+  int64_t model_json_mtime = 0;
+  VersionLifecycle life;
+  std::shared_ptr<Servable> servable;  // set in Loading, reset in Unloading
+  BatchQueuePtr batch_queue;           // idem; a queue of Impl::batcher_ when batching
+  std::mutex mu;                       // guards in_flight with cv
+  std::condition_variable cv;
+  int64_t in_flight = 0;          // guarded by mu
+  bool unload_scheduled = false;  // guarded by Impl::mu_
+};
+
+struct ModelEntry {
+  ModelConfig config;
+  std::map<int64_t, std::shared_ptr<VersionEntry>> versions;  // every version seen, for status
+};
+
+struct ServerCore::Impl {
+  ServerCore* self;
+  ServerCoreOptions& o;
+  MetricsRegistry& metrics;
+
+  mutable std::shared_mutex mu_;                               // routing: models_ and entries' maps
+  std::map<std::string, std::shared_ptr<ModelEntry>> models_;  // guarded by mu_
+
+  std::mutex reconcile_mu_;  // one reconcile at a time
+
+  std::unique_ptr<ThreadPool> loaders_;  // load and unload jobs
+
+  std::thread poller_;
+  std::mutex poll_mu_;
+  std::condition_variable poll_cv_;
+  bool poll_stop_ = false;  // guarded by poll_mu_
+
+  // One scheduler (num_batch_threads threads) for every version's queue;
+  // null without batching. Last member: destroyed first, so its threads are
+  // joined before the versions (and servables) they compute go.
+  std::unique_ptr<SharedBatchScheduler> batcher_;
+
+  Impl(ServerCore* s, ServerCoreOptions& opts, MetricsRegistry& m) : self(s), o(opts), metrics(m) {
+    if (o.enable_batching) batcher_ = std::make_unique<SharedBatchScheduler>(o.batching);
+  }
+
+  // The batch queue of the version `h` leases; null with batching off (or
+  // for a handle this core did not make).
+  BatchQueuePtr batch_queue_of(const ServableHandle& h) const {
+    if (!batcher_) return nullptr;
+    std::shared_lock<std::shared_mutex> l(mu_);
+    auto it = models_.find(h.model_name);
+    if (it == models_.end()) return nullptr;
+    auto vit = it->second->versions.find(h.version);
+    if (vit == it->second->versions.end() || vit->second->servable != h.servable) return nullptr;
+    return vit->second->batch_queue;
+  }
+
+  // Fire and forget: a job logs its own failure (nobody waits on its future).
+  void submit(std::function<void()> job) {
+    try {
+      loaders_->submit([job = std::move(job)] {
+        try {
+          job();
+        } catch (const std::exception& e) {
+          spdlog::error("serving: loader job failed: {}", e.what());
+        }
+      });
+    } catch (const StateError&) {
+      // Shutting down: dropped, as the jobs still queued then are.
+    }
+  }
+
+  void set_state_gauge(const VersionEntry& v) {
+    metrics
+        .gauge("kiln_model_version_available", "1 while the version is AVAILABLE",
+               {{"model", v.model}, {"version", std::to_string(v.version)}})
+        .set(v.life.state() == VersionState::kReady ? 1 : 0);
+  }
+
+  void transition(VersionEntry& v, VersionState to) {
+    VersionState from = v.life.state();
+    v.life.transition(to);
+    spdlog::info("serving: {} version {}: {} -> {}", v.model, v.version, state_name(from), state_name(to));
+    set_state_gauge(v);
+  }
+
+  void warmup(VersionEntry& v) {
+    int n = replay_warmup(*v.servable, v.dir);
+    if (n == 0) return;
+    metrics.counter("kiln_warmup_requests_total", "Warmup requests replayed", {{"model", v.model}}).inc(n);
+    spdlog::info("serving: {} version {}: replayed {} warmup requests", v.model, v.version, n);
+  }
+
+  void load(std::shared_ptr<VersionEntry> v) {
+    if (v->life.state() != VersionState::kNew) return;
+    transition(*v, VersionState::kLoading);
+    auto start = Clock::now();
+    try {
+      v->servable = make_servable(v->platform, v->dir);
+      if (batcher_) {
+        Servable* raw = v->servable.get();  // removed with the queue (in unload()) before the servable goes
+        v->batch_queue = batcher_->add_queue(
+            [raw](const std::string& sig, const TensorMap& batch) { return raw->predict(batch, sig); });
+      }
+      if (o.enable_warmup) warmup(*v);
+    } catch (const std::exception& e) {
+      if (v->batch_queue) batcher_->remove_queue(v->batch_queue);
+      v->batch_queue.reset();
+      v->servable.reset();
+      std::string msg = e.what();
+      v->life.fail(msg);
+      spdlog::error("serving: {} version {}: Loading -> Error: {}", v->model, v->version, msg);
+      set_state_gauge(*v);
+      metrics.counter("kiln_model_load_failures_total", "Failed version loads", {{"model", v->model}}).inc();
+      return;
+    }
+    double secs = micros_since(start) / 1e6;
+    metrics.histogram("kiln_model_load_seconds", "Time to load and warm up a version", {{"model", v->model}})
+        .observe(secs);
+    metrics
+        .gauge("kiln_model_memory_bytes", "Bytes held by the version's servable",
+               {{"model", v->model}, {"version", std::to_string(v->version)}})
+        .set((double)v->servable->memory_bytes());
+    {
+      std::unique_lock<std::shared_mutex> l(mu_);  // routing sees it from now on
+      transition(*v, VersionState::kReady);
+    }
+  }
+
+  void unload(std::shared_ptr<VersionEntry> v) {
+    {
+      std::unique_lock<std::shared_mutex> l(mu_);  // no get() between the check and the lease
+      VersionState s = v->life.state();
+      if (s == VersionState::kNew) {
+        transition(*v, VersionState::kDisabled);
+        return;
+      }
+      if (s != VersionState::kReady) return;
+      transition(*v, VersionState::kQuiescing);
+    }
+    {
+      std::unique_lock<std::mutex> l(v->mu);
+      v->cv.wait(l, [&] { return v->in_flight == 0; });
+    }
+    transition(*v, VersionState::kUnloading);
+    // Every request in the queue holds a handle, so it drained before
+    // in_flight reached 0; one left (its blocking caller gave up at its
+    // deadline) gets UNAVAILABLE. Waits for a batch still running.
+    if (v->batch_queue) batcher_->remove_queue(v->batch_queue);
+    v->batch_queue.reset();
+    v->servable.reset();
+    // Give the freed pages back to the system. glibc keeps freed memory in
+    // its heaps (weights below its dynamic mmap threshold land there), so
+    // without this the resident size only grew as versions came and went:
+    // 255 -> 487 MB after four swaps of a 40 MB model (TF Serving's
+    // "memory kept after unload").
+    ::malloc_trim(0);
+    metrics
+        .gauge("kiln_model_memory_bytes", "Bytes held by the version's servable",
+               {{"model", v->model}, {"version", std::to_string(v->version)}})
+        .set(0);
+    transition(*v, VersionState::kDisabled);
+  }
+
+  // Brings one model's versions toward what its policy aspires to.
+  void reconcile_model(const std::shared_ptr<ModelEntry>& m, bool removed) {
+    std::map<int64_t, VersionDir> on_disk =
+        removed ? std::map<int64_t, VersionDir>{} : scan_versions(m->config.base_path);
+    std::vector<int64_t> avail;
+    for (auto& [v, d] : on_disk) avail.push_back(v);
+    std::vector<int64_t> aspired_list = m->config.version_policy.select(avail);
+    std::set<int64_t> aspired(aspired_list.begin(), aspired_list.end());
+
+    std::vector<std::shared_ptr<VersionEntry>> to_load, to_unload;
+    {
+      std::unique_lock<std::shared_mutex> l(mu_);
+      std::vector<KnownVersion> known;
+      for (auto& [v, e] : m->versions) {
+        KnownVersion k{v, e->life.state(), e->unload_scheduled, false};
+        auto d = on_disk.find(v);
+        k.changed_on_disk = d != on_disk.end() && d->second.model_json_mtime != e->model_json_mtime;
+        known.push_back(k);
+      }
+      TransitionPlan plan =
+          plan_transitions(aspired, known, {.removed = removed, .resource_preserving = o.resource_preserving});
+      for (int64_t v : plan.unload) {
+        auto& e = m->versions.at(v);
+        if (e->life.state() == VersionState::kReady) e->unload_scheduled = true;
+        to_unload.push_back(e);
+      }
+      for (int64_t v : plan.load) {
+        auto e = std::make_shared<VersionEntry>();
+        e->model = m->config.name;
+        e->version = v;
+        e->dir = on_disk.at(v).dir;
+        e->platform = m->config.model_platform;
+        e->model_json_mtime = on_disk.at(v).model_json_mtime;
+        m->versions[v] = e;
+        to_load.push_back(e);
+        spdlog::info("serving: {} version {}: found at {}", e->model, v, e->dir);
+      }
+    }
+    std::weak_ptr<ModelEntry> weak = m;
+    for (auto& e : to_load)
+      submit([this, e, weak, removed] {
+        load(e);
+        if (auto mm = weak.lock()) reconcile_later(mm, removed);
+      });
+    for (auto& e : to_unload)
+      submit([this, e, weak, removed] {
+        unload(e);
+        if (auto mm = weak.lock()) reconcile_later(mm, removed);
+      });
+  }
+
+  void reconcile_later(const std::shared_ptr<ModelEntry>& m, bool removed) {
+    std::lock_guard<std::mutex> l(reconcile_mu_);
+    bool still = false;
+    {
+      std::shared_lock<std::shared_mutex> rl(mu_);
+      auto it = models_.find(m->config.name);
+      still = it != models_.end() && it->second == m;
+    }
+    reconcile_model(m, removed || !still);
+  }
+
+  void poll() {
+    std::lock_guard<std::mutex> l(reconcile_mu_);
+    std::vector<std::shared_ptr<ModelEntry>> ms;
+    {
+      std::shared_lock<std::shared_mutex> rl(mu_);
+      for (auto& [n, m] : models_) ms.push_back(m);
+    }
+    for (auto& m : ms) reconcile_model(m, false);
+  }
+
+  void apply_config(const ModelServerConfig& cfg) {
+    std::lock_guard<std::mutex> l(reconcile_mu_);
+    std::vector<std::shared_ptr<ModelEntry>> removed, kept;
+    {
+      std::unique_lock<std::shared_mutex> wl(mu_);
+      std::map<std::string, std::shared_ptr<ModelEntry>> next;
+      for (auto& mc : cfg.models) {
+        auto it = models_.find(mc.name);
+        std::shared_ptr<ModelEntry> m;
+        if (it != models_.end() && it->second->config.base_path == mc.base_path &&
+            it->second->config.model_platform == mc.model_platform) {
+          m = it->second;
+          m->config = mc;  // policy and labels apply on this reconcile
+        } else {
+          if (it != models_.end()) removed.push_back(it->second);
+          m = std::make_shared<ModelEntry>();
+          m->config = mc;
+          spdlog::info("serving: model {} added (base_path {})", mc.name, mc.base_path);
+        }
+        next[mc.name] = m;
+        kept.push_back(m);
+      }
+      for (auto& [n, m] : models_)
+        if (!next.count(n)) {
+          removed.push_back(m);
+          spdlog::info("serving: model {} removed", n);
+        }
+      models_ = std::move(next);
+    }
+    for (auto& m : removed) reconcile_model(m, true);
+    for (auto& m : kept) reconcile_model(m, false);
+  }
+
+  std::shared_ptr<ModelEntry> find_model(const std::string& name) const {
+    auto it = models_.find(name);
+    if (it == models_.end())
+      throw ServingError(Code::kNotFound,
+                         "Servable not found for request: Latest(" + name + "): unknown model '" + name + "'");
+    return it->second;
+  }
+
+  // Resolves spec to a version number (label -> version). Under mu_.
+  std::optional<int64_t> resolve(const ModelEntry& m, const ModelSpec& spec) const {
+    if (spec.version && spec.label) throw ServingError(Code::kInvalidArgument, "give a version or a label, not both");
+    if (spec.label) {
+      auto it = m.config.version_labels.find(*spec.label);
+      if (it == m.config.version_labels.end())
+        throw ServingError(Code::kNotFound, "Unrecognized servable version label: " + *spec.label);
+      return it->second;
+    }
+    return spec.version;
+  }
+};
+
+ServerCore::ServerCore(ServerCoreOptions options)
+    : options_(std::move(options)), metrics_(std::make_unique<MetricsRegistry>()) {
+  options_.validate();
+  impl_ = std::make_unique<Impl>(this, options_, *metrics_);
+  impl_->loaders_ =
+      std::make_unique<ThreadPool>(ThreadPoolOptions{.num_threads = static_cast<int>(options_.num_load_threads)});
+}
+
+ServerCore::~ServerCore() {
+  stop();
+  impl_->loaders_->shutdown(ThreadPool::QueuedWork::kDiscard);
+}
+
+void ServerCore::start() {
+  impl_->apply_config(options_.config);
+  // Wait for the first aspired versions (they may also fail; then status says so).
+  wait_until_idle(options_.initial_load_timeout_seconds);
+  if (options_.file_system_poll_wait_seconds > 0 && !impl_->poller_.joinable()) {
+    impl_->poller_ = std::thread([this] {
+      std::unique_lock<std::mutex> l(impl_->poll_mu_);
+      while (!impl_->poll_stop_) {
+        impl_->poll_cv_.wait_for(l, std::chrono::duration<double>(options_.file_system_poll_wait_seconds),
+                                 [&] { return impl_->poll_stop_; });
+        if (impl_->poll_stop_) break;
+        l.unlock();
+        try {
+          impl_->poll();
+        } catch (const std::exception& e) {
+          spdlog::error("serving: file system poll failed: {}", e.what());
+        }
+        l.lock();
+      }
+    });
+  }
+}
+
+void ServerCore::stop() {
+  {
+    std::lock_guard<std::mutex> l(impl_->poll_mu_);
+    impl_->poll_stop_ = true;
+  }
+  impl_->poll_cv_.notify_all();
+  if (impl_->poller_.joinable()) impl_->poller_.join();
+}
+
+ServableHandlePtr ServerCore::get(const ModelSpec& spec) const {
+  std::shared_lock<std::shared_mutex> l(impl_->mu_);
+  auto m = impl_->find_model(spec.name);
+  auto want = impl_->resolve(*m, spec);
+  std::shared_ptr<VersionEntry> v;
+  if (want) {
+    auto it = m->versions.find(*want);
+    if (it == m->versions.end() || it->second->life.state() != VersionState::kReady)
+      throw ServingError(Code::kNotFound, "Servable not found for request: " + spec_str(spec));
+    v = it->second;
+  } else {
+    for (auto it = m->versions.rbegin(); it != m->versions.rend(); ++it)
+      if (it->second->life.state() == VersionState::kReady) {
+        v = it->second;
+        break;
+      }
+    if (!v)
+      throw ServingError(Code::kUnavailable, "Servable not found for request: " + spec_str(spec) + ": no version of '" +
+                                                 spec.name + "' is available yet");
+  }
+  {
+    std::lock_guard<std::mutex> g(v->mu);
+    ++v->in_flight;
+  }
+  auto h = std::make_shared<ServableHandle>();
+  h->model_name = spec.name;
+  h->version = v->version;
+  h->servable = v->servable;
+  h->lease = std::shared_ptr<void>(nullptr, [v](void*) {
+    std::lock_guard<std::mutex> g(v->mu);
+    if (--v->in_flight == 0) v->cv.notify_all();
+  });
+  return h;
+}
+
+TensorMap ServerCore::predict(const ServableHandle& handle, const std::string& signature, const TensorMap& inputs,
+                              Deadline deadline, RequestTiming* timing) {
+  struct Result {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;         // guarded by mu
+    std::exception_ptr error;  // guarded by mu
+    TensorMap outputs;         // guarded by mu
+    RequestTiming timing;      // guarded by mu
+  };
+  auto r = std::make_shared<Result>();
+  // With batching the callback may outlive this call (the caller gives up
+  // at its deadline), so it gets its own copy of the handle; without, it
+  // runs before predict_async returns and borrowing is enough.
+  ServableHandlePtr h = impl_->batcher_ ? std::make_shared<const ServableHandle>(handle)
+                                        : ServableHandlePtr(std::shared_ptr<void>(), &handle);
+  predict_async(std::move(h), signature, inputs, deadline,
+                [r](std::exception_ptr error, TensorMap outputs, const RequestTiming& t) {
+                  std::lock_guard<std::mutex> l(r->mu);
+                  r->error = error;
+                  r->outputs = std::move(outputs);
+                  r->timing = t;
+                  r->done = true;
+                  r->cv.notify_all();
+                });
+  std::unique_lock<std::mutex> l(r->mu);
+  if (!deadline) {
+    r->cv.wait(l, [&] { return r->done; });
+  } else if (!r->cv.wait_until(l, *deadline, [&] { return r->done; })) {
+    // The request stays queued; its batch drops it (not computed) as expired.
+    throw ServingError(Code::kDeadlineExceeded, "deadline exceeded while waiting for the batch");
+  }
+  if (r->error) std::rethrow_exception(r->error);
+  if (timing) {
+    timing->queue_us = r->timing.queue_us;
+    timing->compute_us = r->timing.compute_us;
+    timing->batch_size = r->timing.batch_size;
+  }
+  return std::move(r->outputs);
+}
+
+void ServerCore::predict_async(ServableHandlePtr handle, std::string signature, TensorMap inputs, Deadline deadline,
+                               PredictDone done) {
+  if (signature.empty()) signature = kDefaultSignature;
+  if (BatchQueuePtr queue = impl_->batch_queue_of(*handle)) {
+    impl_->batcher_->schedule(queue, signature, std::move(inputs), deadline,
+                              [this, handle = std::move(handle), done = std::move(done)](
+                                  std::exception_ptr error, TensorMap outputs, const BatchTiming& bt) {
+                                RequestTiming t;
+                                t.queue_us = bt.queue_us;
+                                t.compute_us = bt.compute_us;
+                                t.batch_size = bt.batch_size;
+                                if (!error)
+                                  metrics_
+                                      ->histogram("kiln_batch_size", "Rows per executed batch (with padding)",
+                                                  {{"model", handle->model_name}}, batch_size_buckets())
+                                      .observe((double)bt.batch_size);
+                                done(error, std::move(outputs), t);
+                              });  // the scheduler drops this callback (and the handle) right after it runs
+    return;
+  }
+  RequestTiming t;
+  TensorMap out;
+  std::exception_ptr err;
+  try {
+    if (deadline && Clock::now() >= *deadline)
+      throw ServingError(Code::kDeadlineExceeded, "deadline exceeded before compute");
+    auto start = Clock::now();
+    out = handle->servable->predict(inputs, signature);
+    t.compute_us = micros_since(start);
+    t.batch_size = inputs.empty() || inputs.begin()->second.dim() == 0 ? 1 : inputs.begin()->second.size(0);
+  } catch (...) {
+    err = std::current_exception();
+    out.clear();
+  }
+  done(err, std::move(out), t);
+}
+
+void ServerCore::record_request(const std::string& model, int64_t version, const std::string& protocol,
+                                const std::string& api, const Status& status, const RequestTiming& t) {
+  std::string ver = version > 0 ? std::to_string(version) : "";
+  metrics_
+      ->counter(
+          "kiln_requests_total", "Requests by model, version, protocol, api and status code",
+          {{"model", model}, {"version", ver}, {"protocol", protocol}, {"api", api}, {"code", code_name(status.code)}})
+      .inc();
+  if (!status.ok()) return;
+  auto phase = [&](const char* p, int64_t us) {
+    metrics_
+        ->histogram("kiln_request_latency_seconds",
+                    "Request latency by phase (parse, queue, compute, serialize, total)",
+                    {{"model", model}, {"version", ver}, {"protocol", protocol}, {"phase", p}})
+        .observe(us / 1e6);
+  };
+  phase("parse", t.parse_us);
+  phase("queue", t.queue_us);
+  phase("compute", t.compute_us);
+  phase("serialize", t.serialize_us);
+  phase("total", t.parse_us + t.queue_us + t.compute_us + t.serialize_us);
+}
+
+std::vector<VersionStatus> ServerCore::model_status(const ModelSpec& spec) const {
+  std::shared_lock<std::shared_mutex> l(impl_->mu_);
+  auto m = impl_->find_model(spec.name);
+  auto want = impl_->resolve(*m, spec);
+  std::vector<VersionStatus> out;
+  for (auto it = m->versions.rbegin(); it != m->versions.rend(); ++it) {
+    if (want && it->first != *want) continue;
+    out.push_back({it->first, it->second->life.state(), it->second->life.error()});
+  }
+  if (want && out.empty()) throw ServingError(Code::kNotFound, "Servable not found for request: " + spec_str(spec));
+  return out;
+}
+
+Json ServerCore::model_status_json(const ModelSpec& spec) const {
+  Json list = Json::array();
+  for (auto& s : model_status(spec)) {
+    bool err = s.state == VersionState::kError;
+    list.push_back(Json{{"version", std::to_string(s.version)},
+                        {"state", tfs_state_name(s.state)},
+                        {"status", {{"error_code", err ? "UNKNOWN" : "OK"}, {"error_message", s.error}}}});
+  }
+  return Json{{"model_version_status", list}};
+}
+
+std::vector<std::string> ServerCore::model_names() const {
+  std::shared_lock<std::shared_mutex> l(impl_->mu_);
+  std::vector<std::string> out;
+  for (auto& [n, m] : impl_->models_) out.push_back(n);
+  return out;
+}
+
+bool ServerCore::ready() const {
+  std::shared_lock<std::shared_mutex> l(impl_->mu_);
+  for (auto& [n, m] : impl_->models_) {
+    bool any = false;
+    for (auto& [v, e] : m->versions) any = any || e->life.state() == VersionState::kReady;
+    if (!any) return false;
+  }
+  return true;
+}
+
+bool ServerCore::is_ready(const ModelSpec& spec) const {
+  try {
+    get(spec);
+    return true;
+  } catch (const ServingError&) {
+    return false;
+  }
+}
+
+ModelServerConfig ServerCore::config() const {
+  std::shared_lock<std::shared_mutex> l(impl_->mu_);
+  ModelServerConfig c;
+  for (auto& [n, m] : impl_->models_) c.models.push_back(m->config);
+  return c;
+}
+
+void ServerCore::reload_config(const ModelServerConfig& config) {
+  config.validate();
+  impl_->apply_config(config);
+}
+
+void ServerCore::load_model(const ModelConfig& model) {
+  model.validate();
+  ModelServerConfig c = config();
+  bool replaced = false;
+  for (auto& m : c.models)
+    if (m.name == model.name) m = model, replaced = true;
+  if (!replaced) c.models.push_back(model);
+  reload_config(c);
+}
+
+void ServerCore::unload_model(const std::string& name) {
+  ModelServerConfig c = config();
+  auto it = std::find_if(c.models.begin(), c.models.end(), [&](const ModelConfig& m) { return m.name == name; });
+  if (it == c.models.end()) throw ServingError(Code::kNotFound, "unknown model '" + name + "'");
+  c.models.erase(it);
+  reload_config(c);
+}
+
+void ServerCore::poll_now() { impl_->poll(); }
+
+bool ServerCore::wait_until_ready(const ModelSpec& spec, double timeout_seconds) const {
+  auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
+  for (;;) {
+    const bool was_idle = impl_->loaders_->wait_until_idle(Clock::now());
+    if (is_ready(spec)) return true;
+    const auto now = Clock::now();
+    if (now >= end) return false;
+    // Look again when the loaders go idle, or every 20 ms (a load may be
+    // queued by a poll at any time).
+    const auto step = std::min(end, now + std::chrono::milliseconds(20));
+    if (was_idle)
+      std::this_thread::sleep_until(step);
+    else
+      impl_->loaders_->wait_until_idle(step);
+  }
+}
+
+bool ServerCore::wait_until_idle(double timeout_seconds) const {
+  auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
+  return impl_->loaders_->wait_until_idle(end);
+}
+
+std::string tf_dtype_name(const std::string& d) {
+  static const std::map<std::string, std::string> m{
+      {"float32", "DT_FLOAT"}, {"float64", "DT_DOUBLE"},    {"int32", "DT_INT32"},  {"int64", "DT_INT64"},
+      {"uint8", "DT_UINT8"},   {"int8", "DT_INT8"},         {"int16", "DT_INT16"},  {"bool", "DT_BOOL"},
+      {"float16", "DT_HALF"},  {"bfloat16", "DT_BFLOAT16"}, {"string", "DT_STRING"}};
+  auto it = m.find(d);
+  return it == m.end() ? "DT_INVALID" : it->second;
+}
+
+Json tfs_metadata_json(const ServableHandle& h) {
+  auto tensors = [](const Json& specs) {
+    Json out = Json::object();
+    for (auto& [name, spec] : specs.items()) {
+      Json dims = Json::array();
+      for (auto& d : spec["shape"])
+        dims.push_back(Json{{"size", std::to_string(d.is_null() ? -1 : d.get<int64_t>())}, {"name", ""}});
+      out[name] = Json{{"dtype", tf_dtype_name(spec.value("dtype", "float32"))},
+                       {"tensor_shape", {{"dim", dims}, {"unknown_rank", false}}},
+                       {"name", name + ":0"}};
+    }
+    return out;
+  };
+  Json defs = Json::object();
+  for (auto& [sig, s] : h.signatures().items()) {
+    std::string method = s.value("method_name", "predict");
+    if (method.find('/') == std::string::npos) method = "tensorflow/serving/" + method;
+    defs[sig] = Json{{"inputs", tensors(s["inputs"])}, {"outputs", tensors(s["outputs"])}, {"method_name", method}};
+  }
+  return Json{{"model_spec", {{"name", h.model_name}, {"signature_name", ""}, {"version", std::to_string(h.version)}}},
+              {"metadata", {{"signature_def", {{"signature_def", defs}}}}}};
+}
+
+}  // namespace kiln::serving
