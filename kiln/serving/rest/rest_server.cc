@@ -602,6 +602,13 @@ std::optional<Reply> RestEngine::kserve_infer(Call& c) {
     version = h->version;
     auto t0 = Clock::now();
     const std::string& text = c.req.body();
+    // The binary tensor data extension (Triton's; KServe clients send it
+    // with this header) puts raw bytes after the JSON: name it instead of
+    // failing on the JSON parse.
+    if (has_header(c.req, "Inference-Header-Content-Length"))
+      throw ServingError(Code::kInvalidArgument,
+                         "Inference-Header-Content-Length asks for the binary tensor data extension, which kiln does "
+                         "not support; send the tensors as JSON \"data\" arrays");
     KServeInferBody body;
     if (!decode_kserve_infer_fast(text, &body)) body = decode_kserve_infer(parse_request_json(text, o_.max_json_depth));
     const Json& sig = h->signatures()[kDefaultSignature];

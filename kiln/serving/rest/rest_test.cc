@@ -279,6 +279,18 @@ TEST_F(Rest, ClassifyScoresArePredictOutputsAndRegressNeedsOneValue) {
 // The server is event-driven: a few I/O threads serve every connection, so
 // many more open keep-alive connections than threads are all answered, at
 // once and again later on the same connections.
+// KServe's binary tensor data extension is refused by name, before the JSON
+// parse would fail on the raw bytes after the header.
+TEST_F(Rest, KServeBinaryExtensionIsRefusedByName) {
+  std::string json = R"({"inputs": [{"name": ")" + in_ + R"(", "shape": [1, 4], "datatype": "FP32"}]})";
+  std::string body = json + std::string(16, '\0');
+  httplib::Headers h{{"Inference-Header-Content-Length", std::to_string(json.size())}};
+  auto r = cli_->Post("/v2/models/m/infer", h, body, "application/octet-stream");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("binary tensor data extension"), std::string::npos) << r->body;
+}
+
 TEST(RestThreads, MoreOpenConnectionsThanThreadsAllGetAnswers) {
   TempDir dir;
   save_tiny_model(dir.path() + "/m/1", 1.0f);
