@@ -268,6 +268,15 @@ struct ExamplesInput {
   TensorMap inputs;
 };
 
+// std::type_identity_t without C++20 (the sanitizer build is C++17): keeps
+// the handler argument out of template argument deduction.
+template <class T>
+struct NoDeduceOf {
+  using type = T;
+};
+template <class T>
+using NoDeduce = typename NoDeduceOf<T>::type;
+
 // --- the server ---------------------------------------------------------------------
 class AsyncServer {
  public:
@@ -289,7 +298,7 @@ class AsyncServer {
   void add(Service& service,
            void (Base::*request)(grpc::ServerContext*, Req*, grpc::ServerAsyncResponseWriter<Resp>*,
                                  grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*),
-           const char* protocol, const char* api, std::type_identity_t<void (AsyncServer::*)(Call<Req, Resp>&)> handle,
+           const char* protocol, const char* api, NoDeduce<void (AsyncServer::*)(Call<Req, Resp>&)> handle,
            Auth auth = Auth::kRequired) {
     methods_.push_back(std::make_unique<MethodOf<Req, Resp>>(
         *this, protocol, api, auth,
