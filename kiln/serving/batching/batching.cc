@@ -481,22 +481,9 @@ void SharedBatchScheduler::schedule(const BatchQueuePtr& queue, const std::strin
 
 TensorMap SharedBatchScheduler::run(const BatchQueuePtr& queue, const std::string& signature, const TensorMap& inputs,
                                     Deadline deadline, BatchTiming* timing) {
-  struct Result {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;         // guarded by mu
-    std::exception_ptr error;  // guarded by mu
-    TensorMap outputs;         // guarded by mu
-    BatchTiming timing;        // guarded by mu
-  };
-  auto r = std::make_shared<Result>();
+  auto r = std::make_shared<AwaitedOutputs<BatchTiming>>();
   schedule(queue, signature, inputs, deadline, [r](std::exception_ptr error, TensorMap outputs, const BatchTiming& t) {
-    std::lock_guard<std::mutex> l(r->mu);
-    r->error = error;
-    r->outputs = std::move(outputs);
-    r->timing = t;
-    r->done = true;
-    r->cv.notify_all();
+    r->set(error, std::move(outputs), t);
   });
   std::unique_lock<std::mutex> l(r->mu);
   while (!r->done) {

@@ -80,6 +80,26 @@ struct BatchTiming {
   int64_t batch_size = 0;  // rows in the batch that ran (with padding)
 };
 
+// What a blocking wrapper over an asynchronous call waits for: the callback
+// (on another thread) set()s it once; the caller waits on cv until done.
+template <class Timing>
+struct AwaitedOutputs {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;         // guarded by mu
+  std::exception_ptr error;  // guarded by mu
+  TensorMap outputs;         // guarded by mu
+  Timing timing;             // guarded by mu
+  void set(std::exception_ptr e, TensorMap o, const Timing& t) {
+    std::lock_guard<std::mutex> l(mu);
+    error = e;
+    outputs = std::move(o);
+    timing = t;
+    done = true;
+    cv.notify_all();
+  }
+};
+
 // The time source of a scheduler: what "now" is, and how a thread sleeps
 // until a time passes or it is notified. Tests inject a FakeBatchClock
 // (kiln/serving/batching/fake_clock.h) to move time by hand.

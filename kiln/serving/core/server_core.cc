@@ -417,15 +417,7 @@ ServableHandlePtr ServerCore::get(const ModelSpec& spec) const {
 
 TensorMap ServerCore::predict(const ServableHandle& handle, const std::string& signature, const TensorMap& inputs,
                               Deadline deadline, RequestTiming* timing) {
-  struct Result {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;         // guarded by mu
-    std::exception_ptr error;  // guarded by mu
-    TensorMap outputs;         // guarded by mu
-    RequestTiming timing;      // guarded by mu
-  };
-  auto r = std::make_shared<Result>();
+  auto r = std::make_shared<AwaitedOutputs<RequestTiming>>();
   // With batching the callback may outlive this call (the caller gives up
   // at its deadline), so it gets its own copy of the handle; without, it
   // runs before predict_async returns and borrowing is enough.
@@ -433,12 +425,7 @@ TensorMap ServerCore::predict(const ServableHandle& handle, const std::string& s
                                         : ServableHandlePtr(std::shared_ptr<void>(), &handle);
   predict_async(std::move(h), signature, inputs, deadline,
                 [r](std::exception_ptr error, TensorMap outputs, const RequestTiming& t) {
-                  std::lock_guard<std::mutex> l(r->mu);
-                  r->error = error;
-                  r->outputs = std::move(outputs);
-                  r->timing = t;
-                  r->done = true;
-                  r->cv.notify_all();
+                  r->set(error, std::move(outputs), t);
                 });
   std::unique_lock<std::mutex> l(r->mu);
   if (!deadline) {
