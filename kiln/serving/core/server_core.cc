@@ -1,6 +1,5 @@
 #include "kiln/serving/core/server_core.h"
 
-#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -15,9 +14,9 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/thread_pool.h"
+#include "kiln/serving/core/loader.h"
 #include "kiln/serving/core/source.h"
 #include "kiln/serving/core/version_manager.h"
-#include "kiln/serving/core/warmup.h"
 
 namespace kiln::serving {
 namespace {
@@ -47,9 +46,8 @@ void ServerCoreOptions::validate() const {
 struct VersionEntry {
   std::string model;
   int64_t version = 0;
-  std::string dir;
-  std::string platform;
   int64_t model_json_mtime = 0;
+  std::unique_ptr<VersionLoader> loader;  // the version directory's; set when the entry is made
   VersionLifecycle life;
   std::shared_ptr<Servable> servable;  // set in Loading, reset in Unloading
   BatchQueuePtr batch_queue;           // idem; a queue of Impl::batcher_ when batching
@@ -131,43 +129,23 @@ struct ServerCore::Impl {
     set_state_gauge(v);
   }
 
-  void warmup(VersionEntry& v) {
-    int n = replay_warmup(*v.servable, v.dir);
-    if (n == 0) return;
-    metrics.counter("kiln_warmup_requests_total", "Warmup requests replayed", {{"model", v.model}}).inc(n);
-    spdlog::info("serving: {} version {}: replayed {} warmup requests", v.model, v.version, n);
-  }
-
   void load(std::shared_ptr<VersionEntry> v) {
     if (v->life.state() != VersionState::kNew) return;
     transition(*v, VersionState::kLoading);
-    auto start = Clock::now();
     try {
-      v->servable = make_servable(v->platform, v->dir);
-      if (batcher_) {
-        Servable* raw = v->servable.get();  // removed with the queue (in unload()) before the servable goes
-        v->batch_queue = batcher_->add_queue(
-            [raw](const std::string& sig, const TensorMap& batch) { return raw->predict(batch, sig); });
-      }
-      if (o.enable_warmup) warmup(*v);
+      v->servable = v->loader->load();  // warmed up; metrics recorded
     } catch (const std::exception& e) {
-      if (v->batch_queue) batcher_->remove_queue(v->batch_queue);
-      v->batch_queue.reset();
-      v->servable.reset();
       std::string msg = e.what();
       v->life.fail(msg);
       spdlog::error("serving: {} version {}: Loading -> Error: {}", v->model, v->version, msg);
       set_state_gauge(*v);
-      metrics.counter("kiln_model_load_failures_total", "Failed version loads", {{"model", v->model}}).inc();
       return;
     }
-    double secs = micros_since(start) / 1e6;
-    metrics.histogram("kiln_model_load_seconds", "Time to load and warm up a version", {{"model", v->model}})
-        .observe(secs);
-    metrics
-        .gauge("kiln_model_memory_bytes", "Bytes held by the version's servable",
-               {{"model", v->model}, {"version", std::to_string(v->version)}})
-        .set((double)v->servable->memory_bytes());
+    if (batcher_) {
+      Servable* raw = v->servable.get();  // removed with the queue (in unload()) before the servable goes
+      v->batch_queue = batcher_->add_queue(
+          [raw](const std::string& sig, const TensorMap& batch) { return raw->predict(batch, sig); });
+    }
     {
       std::unique_lock<std::shared_mutex> l(mu_);  // routing sees it from now on
       transition(*v, VersionState::kReady);
@@ -195,17 +173,7 @@ struct ServerCore::Impl {
     // deadline) gets UNAVAILABLE. Waits for a batch still running.
     if (v->batch_queue) batcher_->remove_queue(v->batch_queue);
     v->batch_queue.reset();
-    v->servable.reset();
-    // Give the freed pages back to the system. glibc keeps freed memory in
-    // its heaps (weights below its dynamic mmap threshold land there), so
-    // without this the resident size only grew as versions came and went:
-    // 255 -> 487 MB after four swaps of a 40 MB model (TF Serving's
-    // "memory kept after unload").
-    ::malloc_trim(0);
-    metrics
-        .gauge("kiln_model_memory_bytes", "Bytes held by the version's servable",
-               {{"model", v->model}, {"version", std::to_string(v->version)}})
-        .set(0);
+    v->loader->unload(std::move(v->servable));  // frees it and trims the heap
     transition(*v, VersionState::kDisabled);
   }
 
@@ -213,10 +181,7 @@ struct ServerCore::Impl {
   void reconcile_model(const std::shared_ptr<ModelEntry>& m, bool removed) {
     std::map<int64_t, VersionDir> on_disk =
         removed ? std::map<int64_t, VersionDir>{} : scan_versions(m->config.base_path);
-    std::vector<int64_t> avail;
-    for (auto& [v, d] : on_disk) avail.push_back(v);
-    std::vector<int64_t> aspired_list = m->config.version_policy.select(avail);
-    std::set<int64_t> aspired(aspired_list.begin(), aspired_list.end());
+    const std::set<int64_t> aspired = aspired_versions(m->config.version_policy, on_disk, removed);
 
     std::vector<std::shared_ptr<VersionEntry>> to_load, to_unload;
     {
@@ -239,12 +204,16 @@ struct ServerCore::Impl {
         auto e = std::make_shared<VersionEntry>();
         e->model = m->config.name;
         e->version = v;
-        e->dir = on_disk.at(v).dir;
-        e->platform = m->config.model_platform;
         e->model_json_mtime = on_disk.at(v).model_json_mtime;
+        e->loader = std::make_unique<VersionLoader>(LoaderOptions{.model = e->model,
+                                                                  .version = v,
+                                                                  .platform = m->config.model_platform,
+                                                                  .dir = on_disk.at(v).dir,
+                                                                  .enable_warmup = o.enable_warmup},
+                                                    metrics);
         m->versions[v] = e;
         to_load.push_back(e);
-        spdlog::info("serving: {} version {}: found at {}", e->model, v, e->dir);
+        spdlog::info("serving: {} version {}: found at {}", e->model, v, e->loader->options().dir);
       }
     }
     std::weak_ptr<ModelEntry> weak = m;

@@ -2,7 +2,10 @@
 // It owns the models of a ModelServerConfig, polls their base paths for
 // version directories, runs each version through its lifecycle
 // (kiln/serving/core/lifecycle.h) on loader threads, and answers lookups with
-// handles that keep a version alive while a request uses it.
+// handles that keep a version alive while a request uses it. Its parts:
+// source.h (which versions are on disk), version_manager.h (which to load
+// and unload next), loader.h (load or unload one version, warmup.h inside);
+// the core keeps the routing table, the leases and the batch queues.
 //
 //   ServerCoreOptions o;
 //   o.config = read_model_config_file("models.config");

@@ -4,6 +4,15 @@
 
 namespace kiln::serving {
 
+std::set<int64_t> aspired_versions(const VersionPolicy& policy, const std::map<int64_t, VersionDir>& on_disk,
+                                   bool removed) {
+  if (removed) return {};
+  std::vector<int64_t> available;
+  for (auto& [v, d] : on_disk) available.push_back(v);
+  std::vector<int64_t> selected = policy.select(available);
+  return std::set<int64_t>(selected.begin(), selected.end());
+}
+
 TransitionPlan plan_transitions(const std::set<int64_t>& aspired, const std::vector<KnownVersion>& known,
                                 const TransitionOptions& o) {
   std::map<int64_t, const KnownVersion*> by_version;

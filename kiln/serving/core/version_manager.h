@@ -14,17 +14,28 @@
 // preserving: aspired versions load only once no other version is live.
 // A version is (re)loaded when it is unknown, Disabled, or in Error and its
 // model.json changed on disk since the failed load.
-// Thread safety: pure function.
+// The aspired set itself is aspired_versions(): the model's version policy
+// applied to what the source (source.h) found on disk.
+// Thread safety: pure functions.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <vector>
 
 #include "kiln/serving/core/lifecycle.h"
+#include "kiln/serving/core/model_config.h"
+#include "kiln/serving/core/source.h"
 
 namespace kiln::serving {
 
+// The versions `policy` aspires to among those on disk; none for a model
+// that left the config (`removed`).
+std::set<int64_t> aspired_versions(const VersionPolicy& policy, const std::map<int64_t, VersionDir>& on_disk,
+                                   bool removed);
+
+// The manager's view of one version the core knows.
 struct KnownVersion {
   int64_t version = 0;
   VersionState state = VersionState::kNew;

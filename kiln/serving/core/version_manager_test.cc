@@ -55,5 +55,15 @@ TEST(VersionManager, RemovedModelsAndEmptyBasePathsUnloadEverything) {
   EXPECT_EQ(p.load, (V{1, 2}));
 }
 
+TEST(VersionManager, AspiredVersionsApplyThePolicyToWhatIsOnDisk) {
+  std::map<int64_t, VersionDir> on_disk{{1, {"/b/1", 0}}, {2, {"/b/2", 0}}, {5, {"/b/5", 0}}};
+  VersionPolicy latest2;
+  latest2.kind = VersionPolicy::Kind::kLatest;
+  latest2.num_versions = 2;
+  EXPECT_EQ(aspired_versions(latest2, on_disk, false), (std::set<int64_t>{2, 5}));
+  EXPECT_EQ(aspired_versions(latest2, on_disk, true), (std::set<int64_t>{})) << "a removed model aspires to none";
+  EXPECT_EQ(aspired_versions(latest2, {}, false), (std::set<int64_t>{}));
+}
+
 }  // namespace
 }  // namespace kiln::serving
