@@ -16,6 +16,7 @@
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/core/thread_pool.h"
 #include "kiln/serving/codec/example_input.h"
 #include "kiln/serving/codec/inference.h"
 #include "kiln/serving/codec/predict_options.h"
@@ -220,7 +221,7 @@ class MethodOf final : public Method {
 //   kWaiting --(tag back not ok: the server is shutting down)--> deleted
 // While kRunning the call belongs to whoever runs it: the queue's thread,
 // then (Predict and friends) the core's batch thread in predict_async's
-// `done`, or the reload thread. finish() hands it back to the queue; nobody
+// `done`, or the admin worker (reloads). finish() hands it back to the queue; nobody
 // may touch it after that.
 template <class Req, class Resp>
 class Call final : public Tag {
@@ -346,8 +347,11 @@ class AsyncServer {
   std::atomic<bool> stopping_{false};
   std::mutex mu_;
   std::condition_variable all_deleted_;
-  int64_t live_calls_ = 0;                  // guarded by mu_: Calls not yet deleted
-  std::vector<std::thread> admin_threads_;  // guarded by mu_: reloads; joined by stop()
+  int64_t live_calls_ = 0;  // guarded by mu_: Calls not yet deleted
+  // Reloads, one at a time (the core applies configs one at a time anyway):
+  // one worker for the server's life, so a long-lived server does not keep a
+  // finished thread per reload. Made by start(), shut down by stop().
+  std::unique_ptr<ThreadPool> admin_;
 };
 
 template <class Req, class Resp>
@@ -487,6 +491,7 @@ int AsyncServer::start() {
     cqs_.clear();
     throw IOError("gRPC: cannot listen on " + address + " (in use, or not a local address)");
   }
+  admin_ = std::make_unique<ThreadPool>(ThreadPoolOptions{});
   for (auto& cq : cqs_) {
     for (auto& m : methods_) m->request_on(cq.get());
     pollers_.emplace_back([this, q = cq.get()] { poll(q); });
@@ -508,16 +513,16 @@ void AsyncServer::stop() {
   stopping_ = true;
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   // 2. Every call still alive ends by itself: its predict_async `done` or
-  //    reload thread finishes it, the queue returns its tag, it deletes
+  //    the admin worker finishes it, the queue returns its tag, it deletes
   //    itself. Wait for that before shutting the queues, which a late
   //    Finish would otherwise hit after they are gone.
-  std::vector<std::thread> admin;
   {
     std::unique_lock<std::mutex> l(mu_);
     all_deleted_.wait(l, [&] { return live_calls_ == 0; });
-    admin.swap(admin_threads_);
   }
-  for (auto& t : admin) t.join();
+  // Every reload finished its call above, so nothing is queued or running.
+  if (admin_) admin_->shutdown(ThreadPool::QueuedWork::kRun);
+  admin_.reset();
   // 3. Drain and end the queues, then the pollers.
   for (auto& cq : cqs_) cq->Shutdown();
   for (auto& t : pollers_) t.join();
@@ -850,8 +855,8 @@ void AsyncServer::model_status(StatusCall& c) {
   });
 }
 
-// A reload loads models and may take long: it runs on a thread of its own
-// (joined by stop()), not on a polling thread.
+// A reload scans the model directories and may take long: it runs on the
+// admin worker, not on a polling thread.
 void AsyncServer::reload_config(ReloadCall& c) {
   ModelServerConfig config;
   auto done = [&c](const Status& s) {
@@ -878,8 +883,8 @@ void AsyncServer::reload_config(ReloadCall& c) {
     done(status_of_current_exception());
     return;
   }
-  std::lock_guard<std::mutex> l(mu_);
-  admin_threads_.emplace_back([this, done, config = std::move(config)] {
+  // The call stays live until done(), so stop() keeps the worker until then.
+  admin_->submit([this, done, config = std::move(config)] {
     Status s;
     try {
       core_.reload_config(config);

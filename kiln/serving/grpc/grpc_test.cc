@@ -3,8 +3,10 @@
 // tensor encodings, error codes, metadata, status and config reload.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <chrono>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -608,6 +610,50 @@ TEST_F(GrpcServerTest, RegisteredAsTheGrpcFrontend) {
   EXPECT_EQ(fe->name(), "grpc");
   EXPECT_GT(fe->start(), 0);
   fe->stop();
+}
+
+// This process's virtual size (VmSize), KiB.
+int64_t grpc_test_vm_size_kib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmSize:", 0) == 0) return std::stoll(line.substr(7));
+  return -1;
+}
+
+// Reloads run on one admin worker for the server's life. A thread per
+// reload that is joined only at stop() keeps its stack mapped after it
+// finished (glibc frees an exited thread's stack at join), so a long-lived
+// server grew by a stack per reload: 32 reloads were 32 stacks (256 MiB).
+TEST_F(GrpcServerTest, ReloadsDoNotKeepAFinishedThreadEach) {
+  tfs::ReloadConfigRequest rreq;
+  auto* c = rreq.mutable_config()->mutable_model_config_list()->add_config();
+  c->set_name("clf");
+  c->set_base_path(dir_.path() + "/clf");
+  (*c->mutable_version_labels())["stable"] = 1;
+  auto reload = [&] {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer adm1n");
+    tfs::ReloadConfigResponse r;
+    auto s = models_->HandleReloadConfigRequest(&ctx, rreq, &r);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(r.status().error_code(), tensorflow::error::OK);
+  };
+  reload();  // the worker has run (and has its malloc arena) from here on
+  pthread_attr_t attr;
+  size_t stack = 0;
+  ASSERT_EQ(pthread_getattr_default_np(&attr), 0);
+  ASSERT_EQ(pthread_attr_getstacksize(&attr, &stack), 0);
+  pthread_attr_destroy(&attr);
+  const int kReloads = 32;
+  const int64_t before = grpc_test_vm_size_kib();
+  ASSERT_GT(before, 0);
+  for (int i = 0; i < kReloads; ++i) reload();
+  const int64_t grown = grpc_test_vm_size_kib() - before;
+  EXPECT_LT(grown, kReloads * static_cast<int64_t>(stack / 1024) / 2)
+      << "VmSize grew by " << grown << " KiB over " << kReloads << " reloads (thread stack: " << stack / 1024
+      << " KiB)";
+  EXPECT_TRUE(core_->wait_until_ready({.name = "clf", .label = "stable"}, 5));
 }
 
 }  // namespace
