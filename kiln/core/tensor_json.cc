@@ -51,10 +51,12 @@ void flatten(const Json& v, const Shape& shape, std::vector<int64_t>& path, std:
 }
 
 template <class T>
-void append_lists(std::string& out, const T* p, at::IntArrayRef shape, size_t depth, int64_t& i) {
+void append_lists(std::string& out, const T* p, at::IntArrayRef shape, size_t depth, int64_t& i, JsonWriteOptions o) {
   if (depth == shape.size()) {
     if constexpr (std::is_same_v<T, bool>)
       out += p[i++] ? "true" : "false";
+    else if constexpr (std::is_floating_point_v<T>)
+      append_json_number(out, p[i++], o);
     else
       append_json_number(out, p[i++]);
     return;
@@ -62,7 +64,7 @@ void append_lists(std::string& out, const T* p, at::IntArrayRef shape, size_t de
   out += '[';
   for (int64_t k = 0; k < shape[depth]; ++k) {
     if (k) out += ',';
-    append_lists(out, p, shape, depth + 1, i);
+    append_lists(out, p, shape, depth + 1, i, o);
   }
   out += ']';
 }
@@ -168,11 +170,17 @@ at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::st
 
 namespace {
 
-// Shortest round-trip text of `v` in its own precision; null for NaN/Inf.
+// Shortest round-trip text of `v` in its own precision; null for NaN/Inf
+// (or the literals).
 template <class Float>
-void append_float_json(std::string& out, Float v) {
+void append_float_json(std::string& out, Float v, JsonWriteOptions o) {
   if (!std::isfinite(v)) {
-    out += "null";
+    if (!o.non_finite_literals)
+      out += "null";
+    else if (std::isnan(v))
+      out += "NaN";
+    else
+      out += std::signbit(v) ? "-Infinity" : "Infinity";
     return;
   }
   char buf[32];
@@ -182,9 +190,9 @@ void append_float_json(std::string& out, Float v) {
 
 }  // namespace
 
-void append_json_number(std::string& out, float v) { append_float_json(out, v); }
+void append_json_number(std::string& out, float v, JsonWriteOptions o) { append_float_json(out, v, o); }
 
-void append_json_number(std::string& out, double v) { append_float_json(out, v); }
+void append_json_number(std::string& out, double v, JsonWriteOptions o) { append_float_json(out, v, o); }
 
 void append_json_number(std::string& out, int64_t v) {
   char buf[24];
@@ -192,10 +200,10 @@ void append_json_number(std::string& out, int64_t v) {
   out.append(buf, r.ptr);
 }
 
-void append_tensor_json(std::string& out, const at::Tensor& t) {
+void append_tensor_json(std::string& out, const at::Tensor& t, JsonWriteOptions o) {
   with_elements(t, [&](const auto* p, at::IntArrayRef shape) {
     int64_t i = 0;
-    append_lists(out, p, shape, 0, i);
+    append_lists(out, p, shape, 0, i, o);
   });
 }
 

@@ -16,6 +16,9 @@
 // 0.1f is "0.1"), integers as integers, bools as true/false, NaN and
 // infinities as null (as nlohmann writes them). append_tensor_json() writes
 // text; tensor_to_json() builds the DOM whose dump() is the same text.
+// JsonWriteOptions::non_finite_literals writes NaN, Infinity and -Infinity
+// instead of null (text only: not JSON, but what TF Serving's REST API
+// writes and its clients read).
 //
 // Stateless and thread-safe.
 #pragma once
@@ -34,6 +37,11 @@ struct JsonNumberOptions {
   // Also read the strings "NaN", "Infinity" and "-Infinity" (TF Serving's
   // REST API writes non-finite numbers so).
   bool special_float_strings = false;
+};
+
+struct JsonWriteOptions {
+  // NaN, Infinity, -Infinity as bare tokens instead of null.
+  bool non_finite_literals = false;
 };
 
 // Row-major values of nested lists and their shape ({} for a scalar).
@@ -61,13 +69,14 @@ at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::st
 // A finite whole number (what an integral dtype accepts).
 bool is_whole_number(double d);
 
-// One number as JSON text (shortest round trip; null when not finite).
-void append_json_number(std::string& out, float v);
-void append_json_number(std::string& out, double v);
+// One number as JSON text (shortest round trip; null when not finite,
+// unless options say otherwise).
+void append_json_number(std::string& out, float v, JsonWriteOptions options = {});
+void append_json_number(std::string& out, double v, JsonWriteOptions options = {});
 void append_json_number(std::string& out, int64_t v);
 
 // Nested lists of `t` (any dtype, any device) appended to `out`.
-void append_tensor_json(std::string& out, const at::Tensor& t);
+void append_tensor_json(std::string& out, const at::Tensor& t, JsonWriteOptions options = {});
 // The same as a DOM value: tensor_to_json(t).dump() == append_tensor_json's text.
 Json tensor_to_json(const at::Tensor& t);
 

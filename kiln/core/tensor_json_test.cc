@@ -89,6 +89,9 @@ TEST(TensorJson, WritesShortestNumbersPerDtype) {
   EXPECT_EQ(text_of(at::tensor({0.5f}).to(at::kHalf)), "[0.5]");
   at::Tensor special = at::tensor({std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()});
   EXPECT_EQ(text_of(special), "[null,null]");
+  std::string literals;
+  append_tensor_json(literals, at::cat({special, -special}), {.non_finite_literals = true});
+  EXPECT_EQ(literals, "[NaN,Infinity,NaN,-Infinity]");
   EXPECT_EQ(text_of(at::scalar_tensor(3.0f)), "3");
   EXPECT_EQ(text_of(at::zeros({2, 0})), "[[],[]]");
   EXPECT_EQ(text_of(at::arange(6, at::kLong).reshape({3, 2}).t()), "[[0,2,4],[1,3,5]]");  // not contiguous

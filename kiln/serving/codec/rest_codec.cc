@@ -258,12 +258,45 @@ Json encode_predict_response(const TensorMap& outputs, bool row_format) {
 }
 
 std::string predict_response_text(const TensorMap& outputs, bool row_format) {
-  if (outputs.size() != 1)
-    return encode_predict_response(outputs, row_format).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  const at::Tensor& t = outputs.begin()->second;
+  // TF Serving writes non-finite floats as bare NaN / Infinity / -Infinity
+  // (json_tensor.cc's WriteDecimal), not as null.
+  const JsonWriteOptions o{.non_finite_literals = true};
   std::string out = row_format ? "{\"predictions\":" : "{\"outputs\":";
-  out.reserve(out.size() + 16 * (size_t)t.numel() + 8);
-  append_tensor_json(out, t);
+  size_t numel = 0;
+  for (auto& [k, v] : outputs) numel += (size_t)v.numel();
+  out.reserve(out.size() + 16 * numel + 8);
+  auto key = [&](const std::string& name) {
+    out += Json(name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    out += ':';
+  };
+  if (outputs.size() == 1) {
+    append_tensor_json(out, outputs.begin()->second, o);
+  } else if (!row_format) {
+    out += '{';
+    for (auto it = outputs.begin(); it != outputs.end(); ++it) {
+      if (it != outputs.begin()) out += ',';
+      key(it->first);
+      append_tensor_json(out, it->second, o);
+    }
+    out += '}';
+  } else {
+    // One object per example: {name: that output's row i}, as
+    // encode_predict_response (an output without row i is written whole).
+    const int64_t n = outputs.begin()->second.dim() ? outputs.begin()->second.size(0) : 1;
+    out += '[';
+    for (int64_t i = 0; i < n; ++i) {
+      if (i) out += ',';
+      out += '{';
+      for (auto it = outputs.begin(); it != outputs.end(); ++it) {
+        if (it != outputs.begin()) out += ',';
+        key(it->first);
+        const at::Tensor& t = it->second;
+        append_tensor_json(out, t.dim() && i < t.size(0) ? t[i] : t, o);
+      }
+      out += '}';
+    }
+    out += ']';
+  }
   out += '}';
   return out;
 }
@@ -312,9 +345,10 @@ Json parse_request_json(const std::string& body, int max_depth) {
   if (json_depth(body, max_depth) > max_depth)
     throw ServingError(Code::kInvalidArgument,
                        "JSON nesting deeper than " + std::to_string(max_depth) + " levels is not accepted");
-  // TF Serving accepts bare NaN / Infinity / -Infinity: turn them into the
-  // strings the tensor codec reads as numbers (outside strings no valid JSON
-  // token starts with N or I, so this cannot change a valid document).
+  // TF Serving parses with rapidjson's kParseNanAndInfFlag, which takes bare
+  // NaN, Inf and Infinity, each optionally signed with '-': turn them into
+  // the strings the tensor codec reads as numbers (outside strings no valid
+  // JSON token starts with N or I, so this cannot change a valid document).
   std::string text;
   bool rewritten = false, in_str = false;
   for (size_t i = 0; i < body.size(); ++i) {
@@ -328,7 +362,7 @@ Json parse_request_json(const std::string& body, int max_depth) {
     }
     if (c == '"')
       in_str = true;
-    else if (c == 'N' || c == 'I' || (c == '-' && i + 1 < body.size() && body[i + 1] == 'I')) {
+    else if (c == 'N' || c == 'I' || (c == '-' && i + 1 < body.size() && (body[i + 1] == 'I' || body[i + 1] == 'N'))) {
       rewritten = true;
       break;
     }
@@ -356,8 +390,14 @@ Json parse_request_json(const std::string& body, int max_depth) {
         text += "\"NaN\"", i += 2;
       else if (c == 'I' && at("Infinity"))
         text += "\"Infinity\"", i += 7;
+      else if (c == 'I' && at("Inf"))
+        text += "\"Infinity\"", i += 2;
       else if (c == '-' && at("-Infinity"))
         text += "\"-Infinity\"", i += 8;
+      else if (c == '-' && at("-Inf"))
+        text += "\"-Infinity\"", i += 3;
+      else if (c == '-' && at("-NaN"))  // rapidjson drops the sign of a NaN
+        text += "\"NaN\"", i += 3;
       else
         text += c;
     }

@@ -5,8 +5,8 @@
 // one entry per example; with several inputs each entry is {name: value})
 // or {"inputs": value | {name: value}} (columnar, batch dim included).
 // Values are nested lists of numbers (also true/false and the strings "NaN",
-// "Infinity", "-Infinity", which parse_request_json makes of bare NaN and
-// Infinity), or {"b64": "..."}: the base64 bytes as the little-endian raw
+// "Infinity", "-Infinity", which parse_request_json makes of bare NaN, Inf
+// and Infinity), or {"b64": "..."}: the base64 bytes as the little-endian raw
 // buffer of one example of that input (e.g. 784 uint8 pixels, or 784*4
 // bytes for float32). Errors: ServingError INVALID_ARGUMENT naming the input.
 #pragma once
@@ -30,7 +30,9 @@ struct PredictCall {
 
 // `signatures`: Servable::signatures().
 PredictCall decode_predict_request(const Json& body, const Json& signatures);
-// {"predictions": [...]} or {"outputs": ...}.
+// {"predictions": [...]} or {"outputs": ...}. Its dump() writes NaN and
+// infinities as null (JSON has no such numbers); the REST reply is
+// predict_response_text.
 Json encode_predict_response(const TensorMap& outputs, bool row_format);
 
 // The fast path for the body nearly every client sends: an object holding
@@ -44,8 +46,9 @@ Json encode_predict_response(const TensorMap& outputs, bool row_format);
 bool decode_predict_fast(std::string_view body, const Json& signatures, PredictCall* call);
 
 // The response body as text: encode_predict_response(...).dump(), written
-// directly for a single output (floats in their shortest round-trip form,
-// NaN/Infinity as null like nlohmann).
+// directly (floats in their shortest round-trip form), except that NaN and
+// infinities are bare NaN, Infinity, -Infinity as TF Serving writes them
+// (not JSON; TF Serving's clients read them, e.g. Python's json module).
 std::string predict_response_text(const TensorMap& outputs, bool row_format);
 
 // The dtype of one input of a signature (its "dtype", float32 if absent).
@@ -98,8 +101,9 @@ bool kserve_to_scalar_type(const std::string& datatype, at::ScalarType* out);
 // Request JSON helpers shared with other front ends and tests. The depth
 // scan is kiln::json_depth (kiln/core/json_limits.h), shared with every
 // reader of untrusted JSON.
-// Parses a request body: accepts NaN, Infinity, -Infinity as numbers (TF
-// Serving does); ServingError INVALID_ARGUMENT on bad JSON or too deep.
+// Parses a request body: accepts NaN, Inf, Infinity (optionally with a
+// leading '-') as numbers, as TF Serving's rapidjson kParseNanAndInfFlag
+// does; ServingError INVALID_ARGUMENT on bad JSON or too deep.
 Json parse_request_json(const std::string& body, int max_depth);
 
 }  // namespace kiln::serving

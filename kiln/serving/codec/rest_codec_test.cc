@@ -222,14 +222,18 @@ TEST(RestFastPath, ResponseTextParsesBackToTheSameValues) {
   probs[2][0] = std::numeric_limits<float>::infinity();
   probs[0][1] = 1e-40f;  // subnormal
   for (bool rows : {true, false}) {
-    Json j = Json::parse(predict_response_text({{"p", probs}}, rows));
+    // Bare NaN / Infinity are not JSON: read back as a TF Serving client
+    // (or kiln's request parser) does.
+    Json j = parse_request_json(predict_response_text({{"p", probs}}, rows), 64);
     const Json& v = j[rows ? "predictions" : "outputs"];
     ASSERT_EQ(v.size(), 3u);
     for (int64_t i = 0; i < 3; ++i)
       for (int64_t k = 0; k < 4; ++k) {
         float want = probs[i][k].item<float>();
-        if (!std::isfinite(want))
-          EXPECT_TRUE(v[i][k].is_null());  // as nlohmann writes them
+        if (std::isnan(want))
+          EXPECT_EQ(v[i][k], "NaN");
+        else if (std::isinf(want))
+          EXPECT_EQ(v[i][k], "Infinity");
         else
           EXPECT_EQ(v[i][k].get<float>(), want) << i << "," << k;  // shortest form, same float
       }
@@ -238,9 +242,44 @@ TEST(RestFastPath, ResponseTextParsesBackToTheSameValues) {
   at::Tensor classes = at::arange(6, at::kLong).reshape({3, 2}) - 2;
   at::Tensor d = at::rand({2}, at::kDouble);
   at::Tensor finite = at::rand({3, 4});
-  for (const TensorMap& out :
-       {TensorMap{{"c", classes}}, TensorMap{{"d", d}}, TensorMap{{"c", classes}, {"p", finite}}})
-    EXPECT_EQ(Json::parse(predict_response_text(out, true)), encode_predict_response(out, true));
+  at::Tensor scalar = at::scalar_tensor(7.0f);
+  at::Tensor short_batch = at::rand({2, 2});  // fewer rows than the others: written whole
+  for (const TensorMap& out : {TensorMap{{"c", classes}}, TensorMap{{"d", d}}, TensorMap{{"c", classes}, {"p", finite}},
+                               TensorMap{{"c", classes}, {"s", scalar}}, TensorMap{{"c", classes}, {"q", short_batch}},
+                               TensorMap{{"s", scalar}, {"z", at::scalar_tensor(2, at::kLong)}}})
+    for (bool rows : {true, false})
+      EXPECT_EQ(Json::parse(predict_response_text(out, rows)), encode_predict_response(out, rows)) << rows;
+}
+
+// TF Serving's REST API writes non-finite floats as the bare tokens NaN,
+// Infinity and -Infinity (tensorflow_serving/util/json_tensor.cc,
+// WriteDecimal), with one output or several, in either format.
+TEST(RestCodec, NonFiniteOutputsAreWrittenAsTfServingWritesThem) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  at::Tensor p = at::tensor({nan, -inf, 1.5f, inf}).reshape({2, 2});
+  EXPECT_EQ(predict_response_text({{"p", p}}, true), R"({"predictions":[[NaN,-Infinity],[1.5,Infinity]]})");
+  EXPECT_EQ(predict_response_text({{"p", p}}, false), R"({"outputs":[[NaN,-Infinity],[1.5,Infinity]]})");
+  at::Tensor a = at::tensor({1, 2}, at::kLong);
+  at::Tensor b = at::tensor({std::numeric_limits<double>::quiet_NaN(), 0.5}, at::kDouble).reshape({2, 1});
+  EXPECT_EQ(predict_response_text({{"a", a}, {"b", b}}, true),
+            R"({"predictions":[{"a":1,"b":[NaN]},{"a":2,"b":[0.5]}]})");
+  EXPECT_EQ(predict_response_text({{"a", a}, {"b", b}}, false), R"({"outputs":{"a":[1,2],"b":[[NaN],[0.5]]}})");
+  // The DOM form stays JSON: its dump() writes null.
+  EXPECT_EQ(encode_predict_response({{"p", p}}, true).dump(), R"({"predictions":[[null,null],[1.5,null]]})");
+}
+
+// The request side accepts what rapidjson's kParseNanAndInfFlag accepts (TF
+// Serving's parser): NaN, Inf, Infinity, each optionally with '-'.
+TEST(RestCodec, RequestsAcceptTfServingsNonFiniteTokens) {
+  Json j = parse_request_json(R"({"v": [NaN, -NaN, Inf, -Inf, Infinity, -Infinity, -1], "s": "Inf NaN"})", 64);
+  EXPECT_EQ(j["v"], Json::parse(R"(["NaN", "NaN", "Infinity", "-Infinity", "Infinity", "-Infinity", -1])"));
+  EXPECT_EQ(j["s"], "Inf NaN");
+  at::Tensor t = json_to_tensor(j["v"], at::kFloat, "input 'x'");
+  EXPECT_TRUE(std::isnan(t[0].item<float>()) && std::isnan(t[1].item<float>()));
+  EXPECT_EQ(t[2].item<float>(), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(t[3].item<float>(), -std::numeric_limits<float>::infinity());
+  for (const char* bad : {R"({"v": [Infx]})", R"({"v": [Infinit]})", R"({"v": [nan]})", R"({"v": [+Inf]})"})
+    EXPECT_THROW(parse_request_json(bad, 64), ServingError) << bad;
 }
 
 // Open Inference Protocol bodies: "parameters" must be objects, and the
