@@ -51,7 +51,7 @@ TEST(PredictOptions, DecodingOptionsAreRefusedByName) {
   a.mutable_request_options()->set_return_additional_arrays_from_prefill(true);
   EXPECT_NE(predict_options_error(a).find("return_additional_arrays_from_prefill is true"), std::string::npos);
   PredictRequest b;
-  b.mutable_request_options()->add_return_stoptokens("</s>");
+  b.mutable_request_options()->add_return_stoptokens(2);  // a token id
   EXPECT_NE(predict_options_error(b).find("return_stoptokens names 1 stop token(s)"), std::string::npos);
   PredictRequest c;
   c.mutable_request_options()->set_return_all_stoptokens(true);

@@ -23,6 +23,8 @@
 #include "tensorflow_serving/apis/model_management.pb.h"
 #include "tensorflow_serving/apis/prediction_service.pb.h"
 #include "tensorflow_serving/config/model_server_config.pb.h"
+#include "tensorflow_serving/config/ssl_config.pb.h"
+#include "tensorflow_serving/servables/tensorflow/session_bundle_config.pb.h"
 
 namespace kiln::serving::wire_compat_test {
 
@@ -58,6 +60,8 @@ const pb::DescriptorPool* pool() {
     (void)tensorflow::serving::GetModelStatusRequest::descriptor();
     (void)tensorflow::serving::ReloadConfigRequest::descriptor();
     (void)tensorflow::serving::ModelServerConfig::descriptor();
+    (void)tensorflow::serving::SSLConfig::descriptor();
+    (void)tensorflow::serving::BatchingParameters::descriptor();
     return pb::DescriptorPool::generated_pool();
   }();
   return p;
