@@ -17,7 +17,8 @@ double nice_step(double range, int target) {
   const double raw = range / std::max(1, target);
   const double p = std::pow(10.0, std::floor(std::log10(raw)));
   const double f = raw / p;  // in [1, 10)
-  const double nice = f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10;
+  // The smallest nice step >= raw: at most target + 1 ticks, never crowded.
+  const double nice = f <= 1 + 1e-9 ? 1 : f <= 2 + 1e-9 ? 2 : f <= 5 + 1e-9 ? 5 : 10;
   return nice * p;
 }
 

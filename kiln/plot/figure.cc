@@ -10,7 +10,7 @@ namespace kiln::plot {
 namespace {
 
 // Inside a panel: room for the title, the tick labels and the axis titles.
-constexpr double kLeft = 64, kRight = 16, kTop = 34, kBottom = 48;
+constexpr double kLeft = 64, kRight = 16, kTop = 30, kBottom = 48, kLegend = 18;
 constexpr double kFigureTitle = 34, kSubtitle = 20;
 constexpr const char* kFont = "font-family=\"DejaVu Sans, Verdana, sans-serif\"";
 
@@ -47,8 +47,20 @@ Axis fit_axis(const Panel& p, bool x_axis) {
     lo = scale == Scale::kLog ? 1 : 0;
     hi = scale == Scale::kLog ? 10 : 1;
   }
-  if (scale == Scale::kLog) return log_axis(lo, hi);
-  if (!(x_axis && p.integer_x)) return linear_axis(lo, hi);
+  if (!(x_axis && p.integer_x)) {
+    // Ticks on the nice bounds, the domain 3% wider so no point sits on the frame.
+    Axis a = scale == Scale::kLog ? log_axis(lo, hi) : linear_axis(lo, hi);
+    if (scale == Scale::kLog) {
+      const double pad = (std::log10(a.hi) - std::log10(a.lo)) * 0.03;
+      a.lo /= std::pow(10.0, pad);
+      a.hi *= std::pow(10.0, pad);
+    } else {
+      const double pad = (a.hi - a.lo) * 0.03;
+      a.lo -= pad;
+      a.hi += pad;
+    }
+    return a;
+  }
   // Whole numbers (epochs, trial numbers): ticks on multiples of a nice
   // integer step, the domain padded so that the end points sit inside.
   Axis a;
@@ -84,9 +96,13 @@ void marker_svg(std::ostream& os, Marker m, double x, double y, const std::strin
   }
 }
 
-void panel_svg(std::ostream& os, const Panel& p, double ox, double oy, double w, double h) {
+void panel_svg(std::ostream& os, const Panel& p, size_t index, double ox, double oy, double w, double h) {
   const Axis ax = fit_axis(p, true), ay = fit_axis(p, false);
-  const double x0 = kLeft, x1 = w - kRight, y0 = h - kBottom, y1 = kTop;  // y grows downwards
+  std::vector<size_t> named;  // series in the legend
+  for (size_t si = 0; si < p.series.size(); ++si)
+    if (!p.series[si].name.empty()) named.push_back(si);
+  // The legend is a row under the title, outside the data.
+  const double x0 = kLeft, x1 = w - kRight, y0 = h - kBottom, y1 = kTop + (named.empty() ? 0 : kLegend);
   auto px = [&](double v) { return x0 + ax.position(v) * (x1 - x0); };
   auto py = [&](double v) { return y0 - ay.position(v) * (y0 - y1); };
 
@@ -117,6 +133,10 @@ void panel_svg(std::ostream& os, const Panel& p, double ox, double oy, double w,
        << ") rotate(-90)\" text-anchor=\"middle\" font-size=\"12\" " << kFont << ">" << xml_escape(p.y_title)
        << "</text>\n";
 
+  // Lines are clipped to the plot area (markers are inside it by construction).
+  const std::string clip = "clip" + std::to_string(index);
+  os << "<clipPath id=\"" << clip << "\"><rect x=\"" << num(x0) << "\" y=\"" << num(y1) << "\" width=\"" << num(x1 - x0)
+     << "\" height=\"" << num(y0 - y1) << "\"/></clipPath>\n";
   for (size_t si = 0; si < p.series.size(); ++si) {
     const Series& s = p.series[si];
     const std::string& color = s.color.empty() ? palette_color(si) : s.color;
@@ -129,7 +149,8 @@ void panel_svg(std::ostream& os, const Panel& p, double ox, double oy, double w,
       auto flush = [&] {
         if (!d.str().empty())
           os << "<path class=\"line\" d=\"" << d.str() << "\" fill=\"none\" stroke=\"" << color
-             << "\" stroke-width=\"2\"" << (s.dashed ? " stroke-dasharray=\"6,4\"" : "") << "/>\n";
+             << "\" stroke-width=\"2\"" << (s.dashed ? " stroke-dasharray=\"6,4\"" : "") << " clip-path=\"url(#" << clip
+             << ")\"/>\n";
         d.str("");
         open = false;
       };
@@ -158,34 +179,31 @@ void panel_svg(std::ostream& os, const Panel& p, double ox, double oy, double w,
     os << "</g>\n";
   }
 
-  // The legend: top right inside the plot area, one row per named series.
-  std::vector<size_t> named;
-  for (size_t si = 0; si < p.series.size(); ++si)
-    if (!p.series[si].name.empty()) named.push_back(si);
+  // The legend row: symbol and name per named series, centred under the title.
   if (!named.empty()) {
-    size_t longest = 0;
-    for (size_t si : named) longest = std::max(longest, p.series[si].name.size());
-    const double lw = 34 + 6.5 * longest, lh = 16.0 * named.size() + 6;
-    const double lx = x1 - lw - 6, ly = y1 + 6;
-    os << "<g class=\"legend\">\n<rect x=\"" << num(lx) << "\" y=\"" << num(ly) << "\" width=\"" << num(lw)
-       << "\" height=\"" << num(lh) << "\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#bbb\"/>\n";
-    for (size_t k = 0; k < named.size(); ++k) {
-      const Series& s = p.series[named[k]];
-      const std::string& color = s.color.empty() ? palette_color(named[k]) : s.color;
-      const double y = ly + 14 + 16.0 * k;
+    auto item_width = [&](size_t si) { return 34 + 6.5 * p.series[si].name.size(); };
+    double total = 0;
+    for (size_t si : named) total += item_width(si);
+    double lx = std::max(x0, (x0 + x1 - total) / 2);
+    const double y = kTop + 10;
+    os << "<g class=\"legend\">\n";
+    for (size_t si : named) {
+      const Series& s = p.series[si];
+      const std::string& color = s.color.empty() ? palette_color(si) : s.color;
       if (s.line != Line::kNone)
-        os << "<line x1=\"" << num(lx + 6) << "\" y1=\"" << num(y - 4) << "\" x2=\"" << num(lx + 26) << "\" y2=\""
+        os << "<line x1=\"" << num(lx) << "\" y1=\"" << num(y - 4) << "\" x2=\"" << num(lx + 20) << "\" y2=\""
            << num(y - 4) << "\" stroke=\"" << color << "\" stroke-width=\"2\""
            << (s.dashed ? " stroke-dasharray=\"6,4\"" : "") << "/>\n";
       if (s.marker != Marker::kNone) {
         std::ostringstream m;
-        marker_svg(m, s.marker, lx + 16, y - 4, color, "");
+        marker_svg(m, s.marker, lx + 10, y - 4, color, "");
         std::string text = m.str();  // a legend symbol, not a data point
         text.replace(text.find("class=\"marker\""), 14, "class=\"legend-marker\"");
         os << text;
       }
-      os << "<text class=\"legend-label\" x=\"" << num(lx + 30) << "\" y=\"" << num(y) << "\" font-size=\"11\" "
+      os << "<text class=\"legend-label\" x=\"" << num(lx + 25) << "\" y=\"" << num(y) << "\" font-size=\"11\" "
          << kFont << ">" << xml_escape(s.name) << "</text>\n";
+      lx += item_width(si);
     }
     os << "</g>\n";
   }
@@ -256,7 +274,7 @@ std::string to_svg(const Figure& fig) {
        << "</text>\n";
   const double top = header_height(fig);
   for (size_t i = 0; i < fig.panels.size(); ++i)
-    panel_svg(os, fig.panels[i], (double)(i % cols) * fig.panel_width, top + (double)(i / cols) * fig.panel_height,
+    panel_svg(os, fig.panels[i], i, (double)(i % cols) * fig.panel_width, top + (double)(i / cols) * fig.panel_height,
               fig.panel_width, fig.panel_height);
   os << "</svg>\n";
   return os.str();
