@@ -43,6 +43,12 @@ Axis fit_axis(const Panel& p, bool x_axis) {
       lo = std::min(lo, v);
       hi = std::max(hi, v);
     }
+  if (x_axis)
+    for (double v : p.x_include)
+      if (usable(v, scale)) {
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
   if (lo > hi) {  // nothing to show
     lo = scale == Scale::kLog ? 1 : 0;
     hi = scale == Scale::kLog ? 10 : 1;

@@ -48,6 +48,8 @@ struct Panel {
   // kCategory: the names, at x = 0, 1, ... in the series.
   std::vector<std::string> x_categories;
   bool integer_x = false;  // ticks on whole numbers only (epochs, trial numbers)
+  // Values the x axis spans even without data there (a search space's bounds).
+  std::vector<double> x_include;
   std::vector<Series> series;
 };
 

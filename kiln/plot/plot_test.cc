@@ -135,6 +135,15 @@ TEST(Figure, SvgParsesBackWithPanelsPointsLinesAndEscapedNames) {
   }
 }
 
+TEST(Figure, XIncludeWidensTheAxisBeyondTheData) {
+  Figure fig;
+  Panel& p = fig.panels.emplace_back();
+  p.x_include = {0, 10};  // e.g. a search space's bounds
+  p.series.push_back({.x = {2, 3}, .y = {1, 2}, .line = Line::kNone, .marker = Marker::kCircle});
+  auto root = parse_xml(to_svg(fig));
+  EXPECT_EQ(texts(root->find_all("text", "xtick")), (std::vector<std::string>{"0", "2", "4", "6", "8", "10"}));
+}
+
 TEST(Figure, XmlEscapeCoversTheFiveEntitiesAndDropsControlCharacters) {
   EXPECT_EQ(xml_escape("a<b&c>\"d'\x01"), "a&lt;b&amp;c&gt;&quot;d&apos; ");
   // The test reader itself refuses what is not well-formed.
