@@ -13,6 +13,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   # tuning and ensembling
   libsqlite3-dev libnlopt-cxx-dev libxgboost-dev
+  # plots: kiln/plot draws SVG itself; librsvg renders that SVG as PNG (--plot FILE.png)
+  librsvg2-dev
   # serving
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libboost-dev   # Boost.Beast/Asio (headers only): the REST server

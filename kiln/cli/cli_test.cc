@@ -21,8 +21,10 @@
 #include "kiln/layers/dense.h"
 #include "kiln/models/functional.h"
 #include "kiln/models/model.h"
+#include "kiln/plot/render.h"
 #include "kiln/saving/safetensors.h"
 #include "kiln/testing/testing.h"
+#include "kiln/testing/xml.h"
 namespace kiln {
 namespace {
 
@@ -208,6 +210,41 @@ TEST_F(Cli, PredictNamesTheOutputsOfATwoOutputModel) {
     for (int k = 0; k < 3; ++k) EXPECT_NEAR(p["digit"][k].get<double>(), want[0][i][k].item<double>(), 1e-6);
     EXPECT_NEAR(p["sign"][0].get<double>(), want[1][i][0].item<double>(), 1e-6);
   }
+}
+
+TEST_F(Cli, TrainPlotWritesTheHistoryWithTrainAndValidationCurves) {
+  Json spec = csv_spec(csv_, base_);
+  spec["fit"]["validation_split"] = 0.2;
+  // EarlyStopping ends the run early; the plot is still written, with the epochs that ran.
+  spec["callbacks"] = Json::parse(R"([{"class_name": "EarlyStopping",
+                                       "config": {"monitor": "loss", "patience": 0, "min_delta": 100}}])");
+  const std::string path = write_spec("plotted.json", spec);
+  const std::string svg = dir_.path() + "/history.svg";
+  auto r = kiln("--threads 1 train " + q(path) + " --plot " + q(svg));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Wrote " + svg), std::string::npos) << r.output;
+  auto root = parse_xml(read_file(svg));
+  auto panels = root->find_all("g", "panel");
+  ASSERT_EQ(panels.size(), 2u);  // loss, accuracy
+  std::vector<std::string> titles, legend;
+  for (auto* p : panels) titles.push_back(p->find_all("text", "panel-title")[0]->text);
+  EXPECT_EQ(titles, (std::vector<std::string>{"loss", "accuracy"}));
+  for (auto* t : panels[0]->find_all("text", "legend-label")) legend.push_back(t->text);
+  EXPECT_EQ(legend, (std::vector<std::string>{"train", "validation"}));
+  // patience 0 with an unreachable min_delta: the second epoch stops the run, 2 of 3 epochs.
+  EXPECT_EQ(panels[0]->find_all("circle", "marker").size(), 4u);
+  EXPECT_EQ(root->find_all("text", "figure-title")[0]->text, "kiln train: plotted");
+
+  if (plot::png_supported()) {
+    const std::string png = dir_.path() + "/history.png";
+    auto p = kiln("--threads 1 train " + q(spec_) + " --epochs 1 --plot " + q(png));
+    ASSERT_EQ(p.exit_code, 0) << p.output;
+    EXPECT_EQ(read_file(png).substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  }
+  // A name that is neither .svg nor .png fails before training, with the fix.
+  expect_user_error("train " + q(spec_) + " --plot " + q(dir_.path() + "/history.jpg"),
+                    {".svg or .png", "history.jpg"});
+  EXPECT_FALSE(path_exists(base_ + "/3"));
 }
 
 TEST_F(Cli, EvaluatePrintsMetrics) {

@@ -288,6 +288,8 @@ std::string project_store_path(const std::string& project_dir) {
   return db;
 }
 
+std::optional<Json> stored_tune_spec(const TrialStore& store) { return store.get_state(kSpecStateKey); }
+
 void print_tuning_summary(const std::string& project_dir, int n, std::ostream& os) {
   TrialStore store(project_store_path(project_dir), /*read_only=*/true);
   auto spec_json = store.get_state(kSpecStateKey);

@@ -30,6 +30,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,8 @@
 #include "kiln/tuning/trial_runner.h"
 
 namespace kiln::tuning {
+
+class TrialStore;
 
 struct TuneSpec {
   std::string project_name = "untitled_project";
@@ -90,6 +93,10 @@ std::shared_ptr<Oracle> open_tuning_project(const TuneSpec& spec, bool resume, b
 // <project_dir>/trials.db; NotFoundError saying what a project directory is
 // when it does not exist.
 std::string project_store_path(const std::string& project_dir);
+
+// The tune spec a project was started with (as given), kept in its store;
+// nullopt for a store written by a library search (no spec).
+std::optional<Json> stored_tune_spec(const TrialStore& store);
 
 // KerasTuner's results_summary for a project directory (reads trials.db
 // read-only): the best `n` trials, their hyperparameters and scores, and

@@ -1,4 +1,4 @@
-// kiln train SPEC.json [--output BASE] [--epochs N]
+// kiln train SPEC.json [--output BASE] [--epochs N] [--plot FILE.svg|FILE.png]
 // kiln tune-trial SPEC.json --name=value ...   (hidden: one trial of `kiln tune`
 //   over a `train` spec; placeholders {"hp": NAME} take the values, each epoch
 //   prints a kiln-metric line, the best epoch is saved in $KILN_TRIAL_DIR/best,
@@ -8,6 +8,7 @@
 // (Keras-style progress), evaluates on the test split when there is one,
 // then saves the next integer version under the output base directory.
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -18,6 +19,8 @@
 #include "kiln/core/random.h"
 #include "kiln/distribute/data_parallel.h"
 #include "kiln/models/model.h"
+#include "kiln/plot/history_plot.h"
+#include "kiln/plot/render.h"
 #include "kiln/ps/ps_strategy.h"
 #include "kiln/saving/model_io.h"
 #include "kiln/spec/spec.h"
@@ -36,6 +39,7 @@ struct TrainOptions {
   std::string output;
   int epochs = 0;
   std::string dtype_policy;
+  std::string plot;  // the history as FILE.svg / FILE.png
 };
 
 // A spec read and checked, its data loaded and its model built and compiled,
@@ -113,6 +117,7 @@ void refuse_non_finite_weights(const Model& model) {
 }
 
 void run_train(const TrainOptions& o) {
+  if (!o.plot.empty()) plot::check_plot_path(o.plot);  // before training, not after
   Json spec = read_spec(o.spec);
 
   std::string base;
@@ -152,7 +157,12 @@ void run_train(const TrainOptions& o) {
       b->set_delete_checkpoint(false);
       backups_to_delete.push_back(b->backup_dir());
     }
-  p.model->fit(p.fit);
+  History history = p.model->fit(p.fit);
+  if (!o.plot.empty() && is_chief()) {
+    const std::string name = std::filesystem::path(o.spec).stem().string();
+    plot::write_figure(plot::history_figure(history.history, history.epoch, "kiln train: " + name), o.plot);
+    std::cout << "Wrote " << o.plot << "\n";
+  }
   // Parameter servers: the workers' and ps tasks' fit() ends with the job;
   // the chief alone evaluates and publishes.
   if (std::dynamic_pointer_cast<ps::ParameterServerStrategy>(distribution()) && !is_chief()) return;
@@ -250,6 +260,9 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--epochs", o->epochs, "Number of epochs (overrides fit.epochs)")->check(positive_integer());
   sub->add_option("--dtype_policy", o->dtype_policy,
                   "float32, mixed_bfloat16, mixed_float16, bfloat16, float16 (overrides the spec's dtype_policy)");
+  sub->add_option("--plot", o->plot,
+                  "Write the training history to FILE.svg or FILE.png: one panel per metric, train and validation "
+                  "per epoch");
   return {sub, [o] { run_train(*o); }};
 }
 

@@ -3,6 +3,7 @@
 //
 //   kiln tune SPEC.json [--parallel N] [--resume | --overwrite] [--max_trials N]
 //   kiln tune --summary PROJECT_DIR [--num_trials N] [--export FILE.jsonl|FILE.csv]
+//   kiln tune --summary PROJECT_DIR --plot FILE.svg|FILE.png   draw the search (tuning_plot.h)
 //   kiln tune SPEC.json --chief [--address HOST:PORT]     serve the oracle (port 0: any;
 //                                                         prints "chief listening on PORT")
 //   kiln tune SPEC.json --worker [--oracle HOST:PORT] [--tuner_id ID]
@@ -22,10 +23,12 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/plot/render.h"
 #include "kiln/tuning/oracle_service.h"
 #include "kiln/tuning/trial_store.h"
 #include "kiln/tuning/tune_spec.h"
 #include "kiln/tuning/tuner.h"
+#include "kiln/tuning/tuning_plot.h"
 #include "tools/kiln/cli.h"
 
 namespace kiln::cli {
@@ -46,6 +49,7 @@ struct TuneOptions {
   std::string spec;
   std::string summary;
   std::string export_path;
+  std::string plot_path;
   int num_trials = 10;
   int parallel = 0;
   int max_trials = -1;
@@ -57,6 +61,12 @@ struct TuneOptions {
 };
 
 void run_tune(const TuneOptions& o) {
+  if (!o.summary.empty() && !o.plot_path.empty()) {
+    tuning::write_tuning_plot(o.summary, o.plot_path);
+    std::cout << "Wrote " << o.plot_path << "\n";
+    if (o.export_path.empty()) return;
+  }
+  if (!o.plot_path.empty()) plot::check_plot_path(o.plot_path);  // a search's plot: bad names fail first
   if (!o.summary.empty()) {
     if (!o.export_path.empty()) {
       const size_t dot = o.export_path.rfind('.');
@@ -142,6 +152,10 @@ void run_tune(const TuneOptions& o) {
   if (g_cancel.load()) throw StateError("interrupted; run the same command with --resume to continue");
   std::cout << "\n";
   tuning::print_tuning_summary(spec.project_dir(), 3);
+  if (!o.plot_path.empty()) {
+    tuning::write_tuning_plot(spec.project_dir(), o.plot_path);
+    std::cout << "Wrote " << o.plot_path << "\n";
+  }
 }
 
 }  // namespace
@@ -155,6 +169,9 @@ Command add_tune_command(CLI::App& app) {
   sub->add_option("--num_trials", o->num_trials, "Trials shown by --summary")->check(positive_integer());
   sub->add_option("--export", o->export_path,
                   "With --summary: write every trial's per-epoch metrics to FILE.jsonl or FILE.csv");
+  sub->add_option("--plot", o->plot_path,
+                  "Draw the search to FILE.svg or FILE.png: objective per trial, best so far, one panel per "
+                  "hyperparameter (with --summary, or after a search)");
   sub->add_option("--parallel", o->parallel, "Trials run at once (overrides the spec)")->check(positive_integer());
   sub->add_option("--max_trials", o->max_trials, "Trial budget (overrides the spec)")->check(CLI::NonNegativeNumber);
   sub->add_flag("--resume", o->resume, "Continue an interrupted search (completed trials are kept)");
