@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -75,10 +77,12 @@ Json retrain_spec(const Json& train, const tuning::Trial& trial, int epochs, std
 // Runs `kiln train SPEC --output OUT`, passing its output through; returns
 // the exit status and collects its "test_<metric>: <value>" lines.
 int run_kiln_train(const std::string& kiln, const std::string& spec_path, const std::string& out,
-                   std::map<std::string, double>* test_metrics) {
+                   const std::atomic<bool>* cancel, std::map<std::string, double>* test_metrics) {
   int pipefd[2];
   if (pipe(pipefd) != 0) throw IOError(std::string("pipe: ") + std::strerror(errno));
-  std::vector<std::string> argv = {kiln, "train", spec_path, "--output", out};
+  // The retrain uses the threads this process was given (--threads, KILN_NUM_THREADS).
+  std::vector<std::string> argv = {
+      kiln, "--threads", std::to_string(std::max(1, at::get_num_threads())), "train", spec_path, "--output", out};
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
@@ -113,6 +117,9 @@ int run_kiln_train(const std::string& kiln, const std::string& spec_path, const 
       }
     }
   }
+  // The read ends at the child's exit or, interrupted by SIGINT/SIGTERM, at
+  // once: then the retrain is stopped too (its staging copy is removed).
+  if (cancel && cancel->load()) ::kill(pid, SIGTERM);
   if (in) fclose(in);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -246,7 +253,7 @@ void retrain_top_trials(const tuning::TuneSpec& spec, const RetrainOptions& o) {
     make_dirs(staging);
     const std::string spec_path = join_path(staging, "train_spec.json");
     atomic_write_file(spec_path, s.dump(2));
-    const int rc = run_kiln_train(o.kiln_executable, spec_path, join_path(staging, "out"), &row.test);
+    const int rc = run_kiln_train(o.kiln_executable, spec_path, join_path(staging, "out"), o.cancel, &row.test);
     const bool interrupted = o.cancel && o.cancel->load();
     const std::string model = join_path(staging, "out/1");
     if (rc != 0 || !path_exists(model)) {
