@@ -11,6 +11,7 @@
 #include "kiln/ensemble/gradient_boosted_trees.h"
 #include "kiln/layers/dense.h"
 #include "kiln/models/sequential.h"
+#include "kiln/saving/model_io.h"
 #include "kiln/testing/expect_error.h"
 #include "kiln/testing/testing.h"
 
@@ -171,6 +172,17 @@ TEST(Ensemble, KilnModelsAndTreesSaveLoadAndPredictIdentically) {
   EXPECT_TRUE(at::equal(loaded->predict({xv})[0], e.predict({xv})[0]));
   Json sig = loaded->signatures();
   EXPECT_EQ(sig["serving_default"]["outputs"]["probabilities"]["shape"], Json::parse("[null, 2]"));
+  // load_model takes it as a model (what show, predict, batch-predict and
+  // the server load): the same predictions, the ensemble's signature.
+  ModelPtr as_model = load_model(dir.path() + "/ens/1");
+  EXPECT_EQ(as_model->class_name(), "Ensemble");
+  EXPECT_TRUE(at::allclose(as_model->predict(xv, 64), e.predict({xv})[0], 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(as_model->predict_on_batch({xv})[0], e.predict({xv})[0], 1e-5, 1e-6));
+  EXPECT_EQ(model_signatures(*as_model), sig);
+  EXPECT_EQ(as_model->input_shapes(), (std::vector<Shape>{{kNone, 6}}));
+  // The trees alone load as a model too.
+  gbt->save_to(dir.path() + "/trees/1");
+  EXPECT_TRUE(at::allclose(load_model(dir.path() + "/trees/1")->predict(xv), gbt->predict_proba(xv), 1e-5, 1e-6));
   // A damaged ensemble directory names the broken file.
   std::filesystem::remove(dir.path() + "/ens/1/members/1/weights.safetensors");
   try {

@@ -337,6 +337,25 @@ void Model::save_weights(const std::string& path) {
 
 void Model::load_weights(const std::string& path) { assign_named_weights(*this, load_safetensors(path), path); }
 
+namespace {
+
+std::map<std::string, ModelDirectoryLoader>& directory_loaders() {
+  static std::map<std::string, ModelDirectoryLoader> loaders;
+  return loaders;
+}
+
+ModelDirectoryLoader directory_loader(const std::string& class_name) {
+  auto it = directory_loaders().find(class_name);
+  return it == directory_loaders().end() ? ModelDirectoryLoader() : it->second;
+}
+
+}  // namespace
+
+bool register_model_directory_loader(const std::string& class_name, ModelDirectoryLoader loader) {
+  directory_loaders()[class_name] = std::move(loader);
+  return true;
+}
+
 Json read_model_json(const std::string& dir) {
   if (!is_directory(dir)) throw NotFoundError("model directory not found: " + dir);
   const std::string p = dir + "/model.json";
@@ -347,13 +366,18 @@ Json read_model_json(const std::string& dir) {
   if (mj.value("format_version", 0) > kModelFormatVersion)
     throw FormatError(p + " has format_version " + std::to_string(mj.value("format_version", 0)) +
                       "; this kiln reads up to " + std::to_string(kModelFormatVersion) + " (upgrade kiln)");
-  for (const char* key : {"class_name", "config", "weights"})
+  for (const char* key : {"class_name", "config"})
     if (!mj.contains(key)) throw FormatError(p + " lacks \"" + std::string(key) + "\"");
+  if (!mj.contains("weights") &&
+      !(mj["class_name"].is_string() && directory_loader(mj["class_name"].get<std::string>())))
+    throw FormatError(p + " lacks \"weights\"");
   return mj;
 }
 
 ModelPtr load_model(const std::string& dir) {
   Json mj = read_model_json(dir);
+  if (mj["class_name"].is_string())
+    if (auto loader = directory_loader(mj["class_name"].get<std::string>())) return loader(dir);
   Json arch{{"class_name", mj["class_name"]}, {"config", mj["config"]}};
   for (const char* key : {"module", "registered_name", "build_config"})
     if (mj.contains(key)) arch[key] = mj[key];

@@ -16,6 +16,7 @@
 // kiln/models/model.h) are implemented in model_io.cc.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,17 @@ std::vector<std::string> remove_stale_staging(const std::string& dir);
 // (".<what>.tmp-<host>-<pid>-<hex>"), for writers that stage by hand and
 // rename into place (kiln train's publish).
 std::string staging_path(const std::string& dir, const std::string& what);
+
+// Model directories that are not one kiln Model (an Ensemble, gradient-
+// boosted trees) load through a loader that a higher folder registers for
+// model.json's class_name (kiln/ensemble registers "Ensemble" and
+// "GradientBoostedTrees"), so load_model(), and with it `kiln show`,
+// `predict`, `batch-predict` and the server, take them like any model.
+// Such a model.json needs no "weights" key. Registering a class_name twice
+// replaces the loader. Thread safety: register during static
+// initialization only.
+using ModelDirectoryLoader = std::function<ModelPtr(const std::string& dir)>;
+bool register_model_directory_loader(const std::string& class_name, ModelDirectoryLoader loader);
 
 // Variables keyed by path, in model order, as this process holds them (a
 // shard of each sharded variable under ModelParallel). Error on duplicate

@@ -47,6 +47,7 @@ Command add_export_command(CLI::App& app);         // export.cc
 Command add_serve_command(CLI::App& app);          // serve.cc: the model server
 Command add_launch_command(CLI::App& app);         // launch.cc: the ranks of a distributed job
 Command add_quantize_command(CLI::App& app);       // quantize.cc: int8 / float8 versions of a saved model
+Command add_ensemble_command(CLI::App& app);       // ensemble.cc: ensembles of saved models
 
 // CLI11 validator: a positive integer ("--epochs: must be a positive
 // integer. Received: 0").

@@ -4,7 +4,9 @@
 //   kiln [--threads N] evaluate MODEL_DIR (--data DATA | --spec SPEC.json)
 //   kiln [--threads N] predict MODEL_DIR [--input FILE|-] [--output FILE|-]
 //   kiln [--threads N] show MODEL_DIR
-//   kiln tune SPEC.json [--parallel N] [--resume] | --summary DIR | --chief | --worker
+//   kiln tune SPEC.json [--parallel N] [--resume] [--retrain_top K] | --summary DIR | --chief | --worker
+//   kiln [--threads N] ensemble --members DIR... [--xgboost SPEC] --weights average|nelder_mead|caruana
+//                               --validation DATA --output BASE [--test DATA]
 //   kiln [--threads N] batch-predict --model DIR --input FILES... --output DIR [--workers N]
 //   kiln [--threads N] export --format onnx --model DIR --output model.onnx
 //   kiln [--threads N] serve (--model_base_path DIR | --model_config_file F) [flags]
@@ -112,7 +114,7 @@ int main(int argc, char** argv) {
       kiln::cli::add_show_command(app),          kiln::cli::add_tune_command(app),
       kiln::cli::add_batch_predict_command(app), kiln::cli::add_export_command(app),
       kiln::cli::add_serve_command(app),         kiln::cli::add_launch_command(app),
-      kiln::cli::add_quantize_command(app)};
+      kiln::cli::add_quantize_command(app),      kiln::cli::add_ensemble_command(app)};
 
   try {
     app.parse(argc, argv);
@@ -128,8 +130,8 @@ int main(int argc, char** argv) {
       std::string word = command_word(argc, argv);
       if (!word.empty())
         return fail(2, "unknown command '" + word +
-                           "'; the commands are train, evaluate, predict, show, tune, serve, batch-predict, export, "
-                           "launch (kiln --help)");
+                           "'; the commands are train, evaluate, predict, show, tune, ensemble, serve, batch-predict, "
+                           "export, launch (kiln --help)");
     }
     return fail(2, joined(e.what()) + "; run 'kiln" + cmd + " --help' for usage");
   }

@@ -89,6 +89,19 @@ void print_tensor_infos(const Json& infos, const char* kind) {
   }
 }
 
+void print_files(const std::string& model_dir) {
+  std::cout << "\nFiles:\n";
+  for (auto& name : list_directory(model_dir)) {
+    struct stat st {};
+    const std::string p = join_path(model_dir, name);
+    if (::stat(p.c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode))
+      std::cout << "  " << name << "/\n";
+    else
+      std::cout << "  " << name << "  " << st.st_size << " bytes\n";
+  }
+}
+
 void run_show(const ShowOptions& o) {
   if (o.system) {
     print_system();
@@ -114,6 +127,20 @@ void run_show(const ShowOptions& o) {
     std::cout << "  Method name is: " << sig.value("method_name", "predict") << "\n";
   }
 
+  if (mj.value("class_name", "") == "Ensemble") {
+    // An ensemble has no layers of its own: list its members instead.
+    const Json members = mj["config"].value("members", Json::array());
+    std::cout << "\nEnsemble of " << members.size() << " members (kiln show " << o.model_dir
+              << "/members/<i> shows each):\n";
+    for (auto& m : members)
+      std::cout << "  " << m.value("path", "") << "  " << m.value("kind", "") << "  weight "
+                << format_metric(m.value("weight", 0.0)) << "  " << m.value("name", "") << "\n";
+  }
+  if (mj.value("class_name", "") == "Ensemble") {
+    // Its members' layers are theirs: `kiln show <dir>/members/<i>`.
+    print_files(o.model_dir);
+    return;
+  }
   std::cout << "\n" << model->summary_string();
   int64_t total = model->count_params(), trainable = 0;
   for (auto& v : model->trainable_weights()) trainable += v->value().numel();
@@ -139,16 +166,7 @@ void run_show(const ShowOptions& o) {
     std::cout << "\nNot compiled (no loss or optimizer saved).\n";
   }
 
-  std::cout << "\nFiles:\n";
-  for (auto& name : list_directory(o.model_dir)) {
-    struct stat st {};
-    const std::string p = join_path(o.model_dir, name);
-    if (::stat(p.c_str(), &st) != 0) continue;
-    if (S_ISDIR(st.st_mode))
-      std::cout << "  " << name << "/\n";
-    else
-      std::cout << "  " << name << "  " << st.st_size << " bytes\n";
-  }
+  print_files(o.model_dir);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // "CLI, parallel and distributed").
 //
 //   kiln tune SPEC.json [--parallel N] [--resume | --overwrite] [--max_trials N]
+//             [--retrain_top K [--retrain_factor 1.2] [--retrain_output BASE]]   (tools/kiln/retrain.h)
 //   kiln tune --summary PROJECT_DIR [--num_trials N] [--export FILE.jsonl|FILE.csv]
 //   kiln tune --summary PROJECT_DIR --plot FILE.svg|FILE.png   draw the search (tuning_plot.h)
 //   kiln tune SPEC.json --chief [--address HOST:PORT]     serve the oracle (port 0: any;
@@ -30,6 +31,7 @@
 #include "kiln/tuning/tuner.h"
 #include "kiln/tuning/tuning_plot.h"
 #include "tools/kiln/cli.h"
+#include "tools/kiln/retrain.h"
 
 namespace kiln::cli {
 namespace {
@@ -58,6 +60,9 @@ struct TuneOptions {
   std::string address = "0.0.0.0:0";
   std::string oracle;
   std::string tuner_id;
+  int retrain_top = 0;
+  double retrain_factor = 1.2;
+  std::string retrain_output;
 };
 
 void run_tune(const TuneOptions& o) {
@@ -87,6 +92,7 @@ void run_tune(const TuneOptions& o) {
   if (o.parallel > 0) j["parallel"] = o.parallel;
   tuning::TuneSpec spec = tuning::TuneSpec::from_json(j);
   spec.kiln_executable = self_executable();
+  if (o.retrain_top > 0) check_retrain_spec(spec);  // before the search, not after it
 
   bool chief = o.chief, worker = o.worker;
   std::string oracle_target = o.oracle, tuner_id = o.tuner_id;
@@ -102,6 +108,9 @@ void run_tune(const TuneOptions& o) {
     }
   }
   if (chief && worker) throw ValueError("--chief and --worker exclude each other; choose one");
+  if (worker && o.retrain_top > 0)
+    throw ValueError(
+        "--retrain_top is for the chief or a local search, not a --worker (it retrains the project's best)");
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -156,6 +165,12 @@ void run_tune(const TuneOptions& o) {
     tuning::write_tuning_plot(spec.project_dir(), o.plot_path);
     std::cout << "Wrote " << o.plot_path << "\n";
   }
+  if (o.retrain_top > 0)
+    retrain_top_trials(spec, {.top = o.retrain_top,
+                              .factor = o.retrain_factor,
+                              .output = o.retrain_output,
+                              .kiln_executable = spec.kiln_executable,
+                              .cancel = &g_cancel});
 }
 
 }  // namespace
@@ -182,6 +197,14 @@ Command add_tune_command(CLI::App& app) {
   sub->add_option("--oracle", o->oracle,
                   "The chief's HOST:PORT (default: $KERASTUNER_ORACLE_IP:$KERASTUNER_ORACLE_PORT)");
   sub->add_option("--tuner_id", o->tuner_id, "This worker's id (default: $KERASTUNER_TUNER_ID)");
+  sub->add_option("--retrain_top", o->retrain_top,
+                  "After the search: retrain the best K completed trials on train + validation data for "
+                  "round(best epoch x --retrain_factor) epochs, saved as versions 1..K (docs/TUNING_CLI.md)")
+      ->check(positive_integer());
+  sub->add_option("--retrain_factor", o->retrain_factor, "Epochs of a retrain per best epoch of its trial (1.2)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--retrain_output", o->retrain_output,
+                  "Base directory of the retrained versions (default: <project>/retrained)");
   return {sub, [o] { run_tune(*o); }};
 }
 

@@ -41,13 +41,17 @@ int64_t next_version(const std::string& base) {
 }
 
 std::string publish_next_version(Model& model, const std::string& base, bool include_optimizer) {
+  return publish_next_version([&](const std::string& dir) { model.save(dir, include_optimizer); }, base);
+}
+
+std::string publish_next_version(const std::function<void(const std::string& dir)>& write, const std::string& base) {
   if (path_exists(base) && !is_directory(base))
     throw ValueError("the output base " + base + " exists and is not a directory; choose another --output");
   make_dirs(base);
   // Owned by this process by name, so a later run removes it if this one
   // is killed before the rename (remove_stale_staging).
   const std::string staging = staging_path(base, "staging");
-  model.save(staging, include_optimizer);
+  write(staging);
   for (int attempt = 0; attempt < 1000; ++attempt) {
     const std::string target = join_path(base, std::to_string(next_version(base)));
     // rename() onto a non-empty directory fails: a version published by

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,5 +25,8 @@ int64_t next_version(const std::string& base);
 // free version; the rename fails if another process published it first, and
 // the next number is tried.
 std::string publish_next_version(Model& model, const std::string& base, bool include_optimizer = true);
+// The same for any writer of a model directory (an Ensemble's save_to):
+// `write(dir)` fills the staging directory `dir`.
+std::string publish_next_version(const std::function<void(const std::string& dir)>& write, const std::string& base);
 
 }  // namespace kiln::cli

@@ -1,0 +1,42 @@
+// kiln tune ... --retrain_top K [--retrain_factor 1.2] [--retrain_output BASE]
+//
+// Deep Learning with Python's final-training recipe (18.1.1) for a tuning
+// project over a `train` spec: the best K completed trials by the
+// objective, each retrained from scratch with its hyperparameters on the
+// training data *including* the validation part (fit.validation_split
+// dropped, no validation during the retrain) for round(best_epoch x factor)
+// epochs, where best_epoch is the 1-based epoch at which the trial's
+// objective was best. Rank r is saved as version r under BASE (default
+// <project>/retrained), a model directory like any `kiln train` output, with
+// assets/retrain.json saying which trial, values and epochs it came from.
+//
+// Each retrain runs `kiln train` in its own process (as trials do). A
+// version that already exists is kept (a rerun after an interrupt resumes
+// with the next rank); a retrain that is killed leaves only a staging
+// directory under a hidden name that the next run removes.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include "kiln/tuning/tune_spec.h"
+
+namespace kiln::cli {
+
+struct RetrainOptions {
+  int top = 0;  // K
+  double factor = 1.2;
+  std::string output;                         // "" = <project>/retrained
+  std::string kiln_executable;                // runs `kiln train`
+  const std::atomic<bool>* cancel = nullptr;  // SIGINT/SIGTERM seen
+};
+
+// ValueError unless `spec` can be retrained (it has a `train` spec).
+void check_retrain_spec(const tuning::TuneSpec& spec);
+
+// Retrains and prints a table (rank, trial, values, epochs, search score,
+// test metrics). ValueError when the spec has no `train` or the project no
+// completed trial; StateError when interrupted.
+void retrain_top_trials(const tuning::TuneSpec& spec, const RetrainOptions& options);
+
+}  // namespace kiln::cli
