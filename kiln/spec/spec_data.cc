@@ -16,8 +16,22 @@ namespace {
 
 const std::vector<std::string> kSources = {"fashion_mnist", "csv", "jsonl", "npy", "idx", "brackets"};
 // Keys every source accepts.
-const std::vector<std::string> kCommonKeys = {"source",     "scale",      "flatten", "reshape",         "limit",
+const std::vector<std::string> kCommonKeys = {"source",     "scale",      "flatten", "reshape", "skip", "limit",
                                               "test_limit", "test_split", "dtype",   "allow_non_finite"};
+
+// `skip`: how many leading training rows to drop (before `limit`), so one
+// data section can name the rows another one leaves out (an ensemble's
+// validation rows after a search that used `limit`). `n` is the row count.
+int64_t skip_rows(const Json& d, int64_t n) {
+  if (!d.contains("skip") || d["skip"].is_null()) return 0;
+  if (!d["skip"].is_number_integer() || d["skip"].get<int64_t>() < 0)
+    throw ValueError("`data.skip` must be a non-negative integer. Received: " + json_excerpt(d["skip"]));
+  const int64_t k = d["skip"].get<int64_t>();
+  if (k >= n)
+    throw ValueError("`data.skip`=" + std::to_string(k) + " leaves no training rows of " + std::to_string(n) +
+                     "; skip fewer");
+  return k;
+}
 
 std::vector<std::string> with_common(std::vector<std::string> own) {
   own.insert(own.end(), kCommonKeys.begin(), kCommonKeys.end());
@@ -222,6 +236,9 @@ DataSplits load_named_csv(const Json& d, const std::string& source) {
         t = narrow_rows(t, 0, n - n_test);
       }
   }
+  if (const int64_t k = skip_rows(d, s.xs_train[0].size(0)); k > 0)
+    for (auto* list : {&s.xs_train, &s.ys_train})
+      for (auto& t : *list) t = narrow_rows(t, k, t.size(0) - k);
   for (auto [key, is_test] : {std::pair{"limit", false}, std::pair{"test_limit", true}}) {
     int64_t n = get_or<int64_t>(d, key, 0);
     if (d.contains(key) && !d[key].is_null() && n < 1)
@@ -376,6 +393,10 @@ DataSplits load_data(const Json& d) {
     s.y_test = s.y_train.defined() ? s.y_train.narrow(0, n - n_test, n_test) : at::Tensor();
     s.x_train = s.x_train.narrow(0, 0, n - n_test);
     if (s.y_train.defined()) s.y_train = s.y_train.narrow(0, 0, n - n_test);
+  }
+  if (const int64_t k = skip_rows(d, s.x_train.size(0)); k > 0) {
+    s.x_train = s.x_train.narrow(0, k, s.x_train.size(0) - k);
+    if (s.y_train.defined()) s.y_train = s.y_train.narrow(0, k, s.y_train.size(0) - k);
   }
   auto take = [](at::Tensor& t, int64_t n) {
     if (t.defined() && t.size(0) > n) t = t.narrow(0, 0, n);

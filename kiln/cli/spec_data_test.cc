@@ -1,0 +1,79 @@
+// The data section's `skip` key (docs/SPEC.md, "data"): it drops leading
+// training rows before `limit`, so `"skip": N` names exactly the rows that
+// `"limit": N` leaves out (an ensemble's validation rows after a search).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "kiln/core/error.h"
+#include "kiln/core/json.h"
+#include "kiln/spec/spec.h"
+#include "kiln/testing/testing.h"
+
+namespace kiln {
+namespace {
+
+class SpecDataSkip : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Ten rows: feature f = 10 * row, label = row.
+    std::ofstream out(csv_);
+    out << "f,e,label\n";
+    for (int i = 0; i < 10; ++i) out << 10 * i << "," << -i << "," << i << "\n";
+  }
+  Json data(Json extra) const {
+    Json d = {{"source", "csv"}, {"path", csv_}, {"label", "label"}};
+    for (auto& [k, v] : extra.items()) d[k] = v;
+    return d;
+  }
+  static std::vector<int64_t> labels(const at::Tensor& y) {
+    auto c = y.contiguous().to(at::kLong);
+    return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+  }
+  TempDir dir_;
+  std::string csv_ = dir_.path() + "/rows.csv";
+};
+
+TEST_F(SpecDataSkip, SkipNamesTheRowsLimitLeavesOut) {
+  auto head = load_data(data({{"limit", 7}}));
+  auto tail = load_data(data({{"skip", 7}}));
+  EXPECT_EQ(labels(head.y_train), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(labels(tail.y_train), (std::vector<int64_t>{7, 8, 9}));
+  EXPECT_EQ(tail.x_train.size(0), 3);
+  EXPECT_FLOAT_EQ(tail.x_train[0][0].item<float>(), 70.0f);  // features move with their labels
+}
+
+TEST_F(SpecDataSkip, SkipComesBeforeLimit) {
+  auto d = load_data(data({{"skip", 2}, {"limit", 3}}));
+  EXPECT_EQ(labels(d.y_train), (std::vector<int64_t>{2, 3, 4}));
+}
+
+TEST_F(SpecDataSkip, NamedInputsAndOutputsAreSkippedAlike) {
+  Json d = {{"source", "csv"},
+            {"path", csv_},
+            {"inputs", {{"f", "f"}, {"e", "e"}}},
+            {"outputs", {{"label", "label"}}},
+            {"skip", 8}};
+  auto s = load_data(d);
+  ASSERT_EQ(s.xs_train.size(), 2u);
+  EXPECT_EQ(s.xs_train[0].size(0), 2);
+  EXPECT_EQ(s.xs_train[1].size(0), 2);
+  EXPECT_FLOAT_EQ(s.xs_train[1][0][0].item<float>(), -8.0f);
+  EXPECT_EQ(labels(s.ys_train[0]), (std::vector<int64_t>{8, 9}));
+}
+
+TEST_F(SpecDataSkip, BadSkipsAreOneClearError) {
+  try {
+    load_data(data({{"skip", 10}}));
+    FAIL() << "skipping every row must be refused";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("`data.skip`=10 leaves no training rows of 10"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(load_data(data({{"skip", -1}})), ValueError);
+  EXPECT_THROW(load_data(data({{"skip", "3"}})), ValueError);
+}
+
+}  // namespace
+}  // namespace kiln
