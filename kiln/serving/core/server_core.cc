@@ -15,6 +15,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/thread_pool.h"
+#include "kiln/serving/core/compute_pool.h"
 #include "kiln/serving/core/source.h"
 #include "kiln/serving/core/version_manager.h"
 #include "kiln/serving/core/warmup.h"
@@ -42,6 +43,13 @@ void ServerCoreOptions::validate() const {
   if (num_load_threads < 1)
     throw ValueError("num_load_threads must be a positive integer. Received: " + std::to_string(num_load_threads));
   if (enable_batching) batching.validate();
+  if (num_compute_threads < 0)
+    throw ValueError(
+        "num_compute_threads must be >= 0 (0: compute on the calling thread; N: N compute threads). Received: " +
+        std::to_string(num_compute_threads));
+  if (max_queued_computes < 1)
+    throw ValueError("max_queued_computes must be a positive integer. Received: " +
+                     std::to_string(max_queued_computes));
 }
 
 struct VersionEntry {
@@ -85,9 +93,20 @@ struct ServerCore::Impl {
   // null without batching. Last member: destroyed first, so its threads are
   // joined before the versions (and servables) they compute go.
   std::unique_ptr<SharedBatchScheduler> batcher_;
+  // Batching off: the compute threads (null with batching or
+  // num_compute_threads 0). Destroyed before the versions too: its
+  // destructor runs what is queued, then joins.
+  std::unique_ptr<ComputePool> compute_;
 
   Impl(ServerCore* s, ServerCoreOptions& opts, MetricsRegistry& m) : self(s), o(opts), metrics(m) {
-    if (o.enable_batching) batcher_ = std::make_unique<SharedBatchScheduler>(o.batching);
+    if (o.enable_batching) {
+      batcher_ = std::make_unique<SharedBatchScheduler>(o.batching);
+    } else if (o.num_compute_threads > 0) {
+      ComputePoolOptions c;
+      c.num_threads = static_cast<int>(o.num_compute_threads);
+      c.max_queued = o.max_queued_computes;
+      compute_ = std::make_unique<ComputePool>(c);
+    }
   }
 
   // The batch queue of the version `h` leases; null with batching off (or
@@ -421,8 +440,8 @@ TensorMap ServerCore::predict(const ServableHandle& handle, const std::string& s
   // With batching the callback may outlive this call (the caller gives up
   // at its deadline), so it gets its own copy of the handle; without, it
   // runs before predict_async returns and borrowing is enough.
-  ServableHandlePtr h = impl_->batcher_ ? std::make_shared<const ServableHandle>(handle)
-                                        : ServableHandlePtr(std::shared_ptr<void>(), &handle);
+  ServableHandlePtr h = impl_->batcher_ || impl_->compute_ ? std::make_shared<const ServableHandle>(handle)
+                                                           : ServableHandlePtr(std::shared_ptr<void>(), &handle);
   predict_async(std::move(h), signature, inputs, deadline,
                 [r](std::exception_ptr error, TensorMap outputs, const RequestTiming& t) {
                   r->set(error, std::move(outputs), t);
@@ -442,6 +461,39 @@ TensorMap ServerCore::predict(const ServableHandle& handle, const std::string& s
   }
   return std::move(r->outputs);
 }
+
+namespace {
+
+// A request with batching off: run on a compute thread (or the caller's).
+struct UnbatchedRequest {
+  ServableHandlePtr handle;
+  std::string signature;
+  TensorMap inputs;
+  Deadline deadline;
+  ServerCore::PredictDone done;
+  Clock::time_point queued;
+
+  void run() {
+    RequestTiming t;
+    TensorMap out;
+    std::exception_ptr err;
+    try {
+      auto start = Clock::now();
+      t.queue_us = std::chrono::duration_cast<std::chrono::microseconds>(start - queued).count();
+      if (deadline && start >= *deadline)
+        throw ServingError(Code::kDeadlineExceeded, "deadline exceeded before compute");
+      out = handle->servable->predict(inputs, signature);
+      t.compute_us = micros_since(start);
+      t.batch_size = inputs.empty() || inputs.begin()->second.dim() == 0 ? 1 : inputs.begin()->second.size(0);
+    } catch (...) {
+      err = std::current_exception();
+      out.clear();
+    }
+    done(err, std::move(out), t);
+  }
+};
+
+}  // namespace
 
 void ServerCore::predict_async(ServableHandlePtr handle, std::string signature, TensorMap inputs, Deadline deadline,
                                PredictDone done) {
@@ -463,21 +515,18 @@ void ServerCore::predict_async(ServableHandlePtr handle, std::string signature, 
                               });  // the scheduler drops this callback (and the handle) right after it runs
     return;
   }
-  RequestTiming t;
-  TensorMap out;
-  std::exception_ptr err;
-  try {
-    if (deadline && Clock::now() >= *deadline)
-      throw ServingError(Code::kDeadlineExceeded, "deadline exceeded before compute");
-    auto start = Clock::now();
-    out = handle->servable->predict(inputs, signature);
-    t.compute_us = micros_since(start);
-    t.batch_size = inputs.empty() || inputs.begin()->second.dim() == 0 ? 1 : inputs.begin()->second.size(0);
-  } catch (...) {
-    err = std::current_exception();
-    out.clear();
-  }
-  done(err, std::move(out), t);
+  auto req = std::make_shared<UnbatchedRequest>(UnbatchedRequest{
+      std::move(handle), std::move(signature), std::move(inputs), deadline, std::move(done), Clock::now()});
+  if (!impl_->compute_) return req->run();
+  const ComputePool::Submit s = impl_->compute_->submit([req] { req->run(); });
+  if (s == ComputePool::Submit::kQueued) return;
+  const bool full = s == ComputePool::Submit::kFull;
+  req->done(std::make_exception_ptr(
+                ServingError(full ? Code::kResourceExhausted : Code::kUnavailable,
+                             full ? "the compute queue is full (" + std::to_string(options_.max_queued_computes) +
+                                        " requests waiting); retry later, or raise max_queued_computes"
+                                  : "the server is stopping")),
+            TensorMap{}, RequestTiming{});
 }
 
 void ServerCore::record_request(const std::string& model, int64_t version, const std::string& protocol,

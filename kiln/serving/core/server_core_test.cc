@@ -406,7 +406,7 @@ TEST(ServerCore, PredictAsyncAnswersExactlyOnceOnABatchThreadOrInlineForImmediat
   EXPECT_EQ(model_error->count(), 1);
   EXPECT_EQ(bad->count(), 1);
 
-  // Without batching, the compute and `done` run on the caller.
+  // Without batching (and no compute threads: the default), the compute and `done` run on the caller.
   o.enable_batching = false;
   ServerCore plain(o);
   plain.start();
@@ -417,6 +417,54 @@ TEST(ServerCore, PredictAsyncAnswersExactlyOnceOnABatchThreadOrInlineForImmediat
   EXPECT_EQ(inline_answer.thread, std::this_thread::get_id());
   EXPECT_EQ(inline_answer.code(), Code::kOk);
   EXPECT_EQ(inline_answer.timing.batch_size, 3);
+}
+
+TEST(ServerCore, WithoutBatchingPredictAsyncComputesOnTheComputeThreadsAndAnswersOnce) {
+  TempDir dir;
+  std::string base = dir.path() + "/m";
+  save_tiny_model(base + "/1", 1.0f);
+  ServerCoreOptions o;
+  o.config.models = {model_config("m", base)};
+  o.file_system_poll_wait_seconds = 0;
+  o.num_compute_threads = 1;
+  auto ok = std::make_unique<AsyncAnswer>(), model_error = std::make_unique<AsyncAnswer>(),
+       expired = std::make_unique<AsyncAnswer>();
+  {
+    ServerCore core(o);
+    core.start();
+    auto h = core.get({"m"});
+    const std::string in = input_name(*h);
+    core.predict_async(h, "", {{in, at::ones({2, 4})}}, std::nullopt, ok->fn());
+    core.predict_async(h, "", {{in, at::ones({1, 5})}}, std::nullopt, model_error->fn());
+    core.predict_async(h, "", {{in, at::ones({1, 4})}}, Clock::now() - std::chrono::seconds(1), expired->fn());
+    ASSERT_TRUE(ok->wait());
+    ASSERT_TRUE(model_error->wait());
+    ASSERT_TRUE(expired->wait());
+    EXPECT_EQ(ok->code(), Code::kOk);
+    EXPECT_NE(ok->thread, std::this_thread::get_id());
+    EXPECT_FLOAT_EQ(ok->first_output(), tiny_output(1.0f, {1, 1, 1, 1}));
+    EXPECT_EQ(ok->timing.batch_size, 2);
+    EXPECT_GE(ok->timing.queue_us, 0);
+    // The model's error (4 features expected, 5 given) reaches `done` on the compute thread.
+    EXPECT_NE(model_error->code(), Code::kOk);
+    EXPECT_EQ(model_error->thread, ok->thread);  // the one compute thread
+    EXPECT_EQ(expired->code(), Code::kDeadlineExceeded);
+    // The blocking predict() runs on top, with its own copy of the handle.
+    auto out = core.predict(*h, "", {{in, at::ones({1, 4})}});
+    EXPECT_FLOAT_EQ(out.begin()->second[0][0].item<float>(), tiny_output(1.0f, {1, 1, 1, 1}));
+  }
+  EXPECT_EQ(ok->count(), 1);
+  EXPECT_EQ(model_error->count(), 1);
+  EXPECT_EQ(expired->count(), 1);
+}
+
+TEST(ServerCore, RejectsInvalidComputeThreadOptions) {
+  ServerCoreOptions o;
+  o.num_compute_threads = -1;
+  EXPECT_THROW(o.validate(), ValueError);
+  o.num_compute_threads = 0;
+  o.max_queued_computes = 0;
+  EXPECT_THROW(o.validate(), ValueError);
 }
 
 TEST(ServerCore, ModelsShareOneBatchSchedulerAndAQuiescingVersionDrainsItsQueue) {
