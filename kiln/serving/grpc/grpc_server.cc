@@ -1,5 +1,6 @@
 #include "kiln/serving/grpc/grpc_server.h"
 
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -463,6 +464,11 @@ int AsyncServer::start() {
   }
   const std::string host = options_.host.find(':') != std::string::npos ? "[" + options_.host + "]" : options_.host;
   const std::string address = host + ":" + std::to_string(options_.port);
+  // Debian's Abseil is built without NDEBUG, so each absl::Mutex lock in
+  // gRPC runs Abseil's deadlock detector (a lock-order graph, with stack
+  // traces): 4.5% of the server's CPU under h2load. A debugging aid; off
+  // for the process, as it already is where Abseil is built with NDEBUG.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   grpc::ServerBuilder b;
   int selected = 0;
   b.AddListeningPort(address, creds, &selected);
