@@ -1,6 +1,7 @@
 #include "kiln/serving/grpc/grpc_server.h"
 
 #include <absl/synchronization/mutex.h>
+#include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -233,9 +234,15 @@ class Call final : public Tag {
   // `status`, with `response` when it is OK. Exactly once; the last touch.
   void finish(const Status& status);
 
+  // The request and the response live in the call's arena: parsing a
+  // PredictRequest (a map of TensorProtos, 784 floats for one image) and
+  // filling the response then cost a few block allocations instead of one
+  // malloc per message, string and repeated field. Declared first: it
+  // outlives both.
+  google::protobuf::Arena arena;
   grpc::ServerContext ctx;
-  Req request;
-  Resp response;
+  Req& request;
+  Resp& response;
   RequestTiming timing;
   std::string model;  // metrics: set once known
   int64_t version = 0;
@@ -357,7 +364,11 @@ void MethodOf<Req, Resp>::request_on(grpc::ServerCompletionQueue* cq) const {
 }
 
 template <class Req, class Resp>
-Call<Req, Resp>::Call(const MethodOf<Req, Resp>& method, grpc::ServerCompletionQueue* cq) : method_(method), cq_(cq) {
+Call<Req, Resp>::Call(const MethodOf<Req, Resp>& method, grpc::ServerCompletionQueue* cq)
+    : request(*google::protobuf::Arena::CreateMessage<Req>(&arena)),
+      response(*google::protobuf::Arena::CreateMessage<Resp>(&arena)),
+      method_(method),
+      cq_(cq) {
   method_.server.call_created();
   method_.request(&ctx, &request, &writer_, cq_, this);
 }
