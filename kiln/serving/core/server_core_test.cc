@@ -458,6 +458,35 @@ TEST(ServerCore, WithoutBatchingPredictAsyncComputesOnTheComputeThreadsAndAnswer
   EXPECT_EQ(expired->count(), 1);
 }
 
+TEST(ServerCore, RecordRequestCountsEachLabelSetInItsOwnSeries) {
+  ServerCoreOptions o;
+  o.file_system_poll_wait_seconds = 0;
+  ServerCore core(o);
+  RequestTiming t;
+  t.parse_us = 250000;  // seconds exact in binary: the sums below print exactly
+  t.compute_us = 500000;
+  // Twice the same labels (the second finds the cached series), then ones
+  // that differ in one label each: each counts in its own series.
+  core.record_request("m", 1, "rest", "predict", Status{}, t);
+  core.record_request("m", 1, "rest", "predict", Status{}, t);
+  core.record_request("m", 1, "grpc", "predict", Status{}, t);
+  core.record_request("m", 2, "rest", "predict", Status{}, t);
+  core.record_request("m", 1, "rest", "predict", Status{Code::kInvalidArgument, "bad"}, t);
+  core.record_request("mm", 1, "rest", "predict", Status{}, t);
+  const std::string text = core.metrics().expose();
+  auto has = [&](const std::string& line) { return text.find(line + "\n") != std::string::npos; };
+  EXPECT_TRUE(has(R"(kiln_requests_total{api="predict",code="OK",model="m",protocol="rest",version="1"} 2)")) << text;
+  EXPECT_TRUE(has(R"(kiln_requests_total{api="predict",code="OK",model="m",protocol="grpc",version="1"} 1)"));
+  EXPECT_TRUE(has(R"(kiln_requests_total{api="predict",code="OK",model="m",protocol="rest",version="2"} 1)"));
+  EXPECT_TRUE(
+      has(R"(kiln_requests_total{api="predict",code="INVALID_ARGUMENT",model="m",protocol="rest",version="1"} 1)"));
+  EXPECT_TRUE(has(R"(kiln_requests_total{api="predict",code="OK",model="mm",protocol="rest",version="1"} 1)"));
+  // Latency: only OK requests, one series per phase.
+  EXPECT_TRUE(has(R"(kiln_request_latency_seconds_count{model="m",phase="total",protocol="rest",version="1"} 2)"));
+  EXPECT_TRUE(has(R"(kiln_request_latency_seconds_sum{model="m",phase="compute",protocol="rest",version="1"} 1)"));
+  EXPECT_TRUE(has(R"(kiln_request_latency_seconds_sum{model="m",phase="total",protocol="grpc",version="1"} 0.75)"));
+}
+
 TEST(ServerCore, RejectsInvalidComputeThreadOptions) {
   ServerCoreOptions o;
   o.num_compute_threads = -1;
