@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <shared_mutex>
@@ -102,6 +103,7 @@ struct ServerCore::Impl {
   mutable std::shared_mutex series_mu_;
   std::unordered_map<std::string, Counter*> requests_;                 // guarded by series_mu_
   std::unordered_map<std::string, std::array<Histogram*, 5>> phases_;  // guarded by series_mu_
+  std::unordered_map<std::string, Histogram*> batch_sizes_;            // guarded by series_mu_: by model
 
   // Batching off: the compute threads (null with batching or
   // num_compute_threads 0). Destroyed before the versions too: its
@@ -474,6 +476,30 @@ TensorMap ServerCore::predict(const ServableHandle& handle, const std::string& s
 
 namespace {
 
+// "part\0part\0...": a key for the series caches, built in `key` (a
+// thread's reused buffer: no allocation once it has grown).
+void series_key(std::string& key, std::initializer_list<std::string_view> parts) {
+  key.clear();
+  for (std::string_view p : parts) {
+    key.append(p.data(), p.size());
+    key.push_back('\0');
+  }
+}
+
+// The cached value for `key`, made by make() (outside the lock; the
+// registry has its own) on first use.
+template <class V, class Make>
+V cached_series(std::shared_mutex& mu, std::unordered_map<std::string, V>& cache, const std::string& key, Make make) {
+  {
+    std::shared_lock<std::shared_mutex> l(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  V v = make();
+  std::unique_lock<std::shared_mutex> l(mu);
+  return cache.emplace(key, v).first->second;
+}
+
 // A request with batching off: run on a compute thread (or the caller's).
 struct UnbatchedRequest {
   ServableHandlePtr handle;
@@ -516,11 +542,15 @@ void ServerCore::predict_async(ServableHandlePtr handle, std::string signature, 
                                 t.queue_us = bt.queue_us;
                                 t.compute_us = bt.compute_us;
                                 t.batch_size = bt.batch_size;
-                                if (!error)
-                                  metrics_
-                                      ->histogram("kiln_batch_size", "Rows per executed batch (with padding)",
-                                                  {{"model", handle->model_name}}, batch_size_buckets())
-                                      .observe((double)bt.batch_size);
+                                if (!error) {
+                                  thread_local std::string key;
+                                  series_key(key, {handle->model_name});
+                                  cached_series(impl_->series_mu_, impl_->batch_sizes_, key, [&] {
+                                    return &metrics_->histogram("kiln_batch_size",
+                                                                "Rows per executed batch (with padding)",
+                                                                {{"model", handle->model_name}}, batch_size_buckets());
+                                  })->observe((double)bt.batch_size);
+                                }
                                 done(error, std::move(outputs), t);
                               });  // the scheduler drops this callback (and the handle) right after it runs
     return;
@@ -538,34 +568,6 @@ void ServerCore::predict_async(ServableHandlePtr handle, std::string signature, 
                                   : "the server is stopping")),
             TensorMap{}, RequestTiming{});
 }
-
-namespace {
-
-// "part\0part\0...": a key for the series caches, built in `key` (a
-// thread's reused buffer: no allocation once it has grown).
-void series_key(std::string& key, std::initializer_list<std::string_view> parts) {
-  key.clear();
-  for (std::string_view p : parts) {
-    key.append(p.data(), p.size());
-    key.push_back('\0');
-  }
-}
-
-// The cached value for `key`, made by make() (outside the lock; the
-// registry has its own) on first use.
-template <class V, class Make>
-V cached_series(std::shared_mutex& mu, std::unordered_map<std::string, V>& cache, const std::string& key, Make make) {
-  {
-    std::shared_lock<std::shared_mutex> l(mu);
-    auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-  }
-  V v = make();
-  std::unique_lock<std::shared_mutex> l(mu);
-  return cache.emplace(key, v).first->second;
-}
-
-}  // namespace
 
 void ServerCore::record_request(const std::string& model, int64_t version, const std::string& protocol,
                                 const std::string& api, const Status& status, const RequestTiming& t) {
