@@ -64,6 +64,7 @@ struct ServeOptions {
   int64_t max_body_bytes = 64 << 20;
   bool enable_batching = false;
   std::string batching_parameters_file;
+  int num_compute_threads = 0;  // without batching: 0 = on the I/O threads, N = N compute threads
   double file_system_poll_wait_seconds = 1;
   bool enable_model_warmup = true;
   bool resource_preserving = false;
@@ -158,6 +159,7 @@ void run_serve(const ServeOptions& o) {
   if (!o.batching_parameters_file.empty())
     co.batching = parse_batching_parameters(read_option_file(o.batching_parameters_file, "--batching_parameters_file"),
                                             "--batching_parameters_file " + o.batching_parameters_file);
+  co.num_compute_threads = o.num_compute_threads;
   co.enable_warmup = o.enable_model_warmup;
   co.resource_preserving = o.resource_preserving;
   co.validate();
@@ -285,6 +287,10 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--max_body_bytes", o->max_body_bytes, "Largest request body accepted (413 beyond)");
   cmd->add_flag("--enable_batching", o->enable_batching, "Batch requests per model version");
   cmd->add_option("--batching_parameters_file", o->batching_parameters_file, "TF Serving batching parameters (text)");
+  cmd->add_option("--num_compute_threads", o->num_compute_threads,
+                  "Without batching: run predictions on this many compute threads (one intra-op thread each) "
+                  "instead of the I/O threads (default 0: on the I/O threads)")
+      ->check(CLI::Range(0, 4096));
   cmd->add_option("--file_system_poll_wait_seconds", o->file_system_poll_wait_seconds,
                   "Scan base paths for new versions this often (0: only at start)");
   cmd->add_option("--enable_model_warmup", o->enable_model_warmup,

@@ -3,17 +3,22 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <shared_mutex>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 
 #include "kiln/core/error.h"
 #include "kiln/core/thread_pool.h"
+#include "kiln/serving/core/compute_pool.h"
 #include "kiln/serving/core/loader.h"
 #include "kiln/serving/core/source.h"
 #include "kiln/serving/core/version_manager.h"
@@ -41,6 +46,13 @@ void ServerCoreOptions::validate() const {
   if (num_load_threads < 1)
     throw ValueError("num_load_threads must be a positive integer. Received: " + std::to_string(num_load_threads));
   if (enable_batching) batching.validate();
+  if (num_compute_threads < 0)
+    throw ValueError(
+        "num_compute_threads must be >= 0 (0: compute on the calling thread; N: N compute threads). Received: " +
+        std::to_string(num_compute_threads));
+  if (max_queued_computes < 1)
+    throw ValueError("max_queued_computes must be a positive integer. Received: " +
+                     std::to_string(max_queued_computes));
 }
 
 struct VersionEntry {
@@ -83,9 +95,28 @@ struct ServerCore::Impl {
   // null without batching. Last member: destroyed first, so its threads are
   // joined before the versions (and servables) they compute go.
   std::unique_ptr<SharedBatchScheduler> batcher_;
+  // record_request's series by a flat key (see series_key), so that a
+  // request does not rebuild label maps to find them: that was ~40
+  // mallocs per request, a third of the server's, on the batch thread.
+  mutable std::shared_mutex series_mu_;
+  std::unordered_map<std::string, Counter*> requests_;                 // guarded by series_mu_
+  std::unordered_map<std::string, std::array<Histogram*, 5>> phases_;  // guarded by series_mu_
+  std::unordered_map<std::string, Histogram*> batch_sizes_;            // guarded by series_mu_: by model
+
+  // Batching off: the compute threads (null with batching or
+  // num_compute_threads 0). Destroyed before the versions too: its
+  // destructor runs what is queued, then joins.
+  std::unique_ptr<ComputePool> compute_;
 
   Impl(ServerCore* s, ServerCoreOptions& opts, MetricsRegistry& m) : self(s), o(opts), metrics(m) {
-    if (o.enable_batching) batcher_ = std::make_unique<SharedBatchScheduler>(o.batching);
+    if (o.enable_batching) {
+      batcher_ = std::make_unique<SharedBatchScheduler>(o.batching);
+    } else if (o.num_compute_threads > 0) {
+      ComputePoolOptions c;
+      c.num_threads = static_cast<int>(o.num_compute_threads);
+      c.max_queued = o.max_queued_computes;
+      compute_ = std::make_unique<ComputePool>(c);
+    }
   }
 
   // The batch queue of the version `h` leases; null with batching off (or
@@ -390,8 +421,8 @@ TensorMap ServerCore::predict(const ServableHandle& handle, const std::string& s
   // With batching the callback may outlive this call (the caller gives up
   // at its deadline), so it gets its own copy of the handle; without, it
   // runs before predict_async returns and borrowing is enough.
-  ServableHandlePtr h = impl_->batcher_ ? std::make_shared<const ServableHandle>(handle)
-                                        : ServableHandlePtr(std::shared_ptr<void>(), &handle);
+  ServableHandlePtr h = impl_->batcher_ || impl_->compute_ ? std::make_shared<const ServableHandle>(handle)
+                                                           : ServableHandlePtr(std::shared_ptr<void>(), &handle);
   predict_async(std::move(h), signature, inputs, deadline,
                 [r](std::exception_ptr error, TensorMap outputs, const RequestTiming& t) {
                   r->set(error, std::move(outputs), t);
@@ -412,6 +443,63 @@ TensorMap ServerCore::predict(const ServableHandle& handle, const std::string& s
   return std::move(r->outputs);
 }
 
+namespace {
+
+// "part\0part\0...": a key for the series caches, built in `key` (a
+// thread's reused buffer: no allocation once it has grown).
+void series_key(std::string& key, std::initializer_list<std::string_view> parts) {
+  key.clear();
+  for (std::string_view p : parts) {
+    key.append(p.data(), p.size());
+    key.push_back('\0');
+  }
+}
+
+// The cached value for `key`, made by make() (outside the lock; the
+// registry has its own) on first use.
+template <class V, class Make>
+V cached_series(std::shared_mutex& mu, std::unordered_map<std::string, V>& cache, const std::string& key, Make make) {
+  {
+    std::shared_lock<std::shared_mutex> l(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  V v = make();
+  std::unique_lock<std::shared_mutex> l(mu);
+  return cache.emplace(key, v).first->second;
+}
+
+// A request with batching off: run on a compute thread (or the caller's).
+struct UnbatchedRequest {
+  ServableHandlePtr handle;
+  std::string signature;
+  TensorMap inputs;
+  Deadline deadline;
+  ServerCore::PredictDone done;
+  Clock::time_point queued;
+
+  void run() {
+    RequestTiming t;
+    TensorMap out;
+    std::exception_ptr err;
+    try {
+      auto start = Clock::now();
+      t.queue_us = std::chrono::duration_cast<std::chrono::microseconds>(start - queued).count();
+      if (deadline && start >= *deadline)
+        throw ServingError(Code::kDeadlineExceeded, "deadline exceeded before compute");
+      out = handle->servable->predict(inputs, signature);
+      t.compute_us = micros_since(start);
+      t.batch_size = inputs.empty() || inputs.begin()->second.dim() == 0 ? 1 : inputs.begin()->second.size(0);
+    } catch (...) {
+      err = std::current_exception();
+      out.clear();
+    }
+    done(err, std::move(out), t);
+  }
+};
+
+}  // namespace
+
 void ServerCore::predict_async(ServableHandlePtr handle, std::string signature, TensorMap inputs, Deadline deadline,
                                PredictDone done) {
   if (signature.empty()) signature = kDefaultSignature;
@@ -423,53 +511,58 @@ void ServerCore::predict_async(ServableHandlePtr handle, std::string signature, 
                                 t.queue_us = bt.queue_us;
                                 t.compute_us = bt.compute_us;
                                 t.batch_size = bt.batch_size;
-                                if (!error)
-                                  metrics_
-                                      ->histogram("kiln_batch_size", "Rows per executed batch (with padding)",
-                                                  {{"model", handle->model_name}}, batch_size_buckets())
-                                      .observe((double)bt.batch_size);
+                                if (!error) {
+                                  thread_local std::string key;
+                                  series_key(key, {handle->model_name});
+                                  cached_series(impl_->series_mu_, impl_->batch_sizes_, key, [&] {
+                                    return &metrics_->histogram("kiln_batch_size",
+                                                                "Rows per executed batch (with padding)",
+                                                                {{"model", handle->model_name}}, batch_size_buckets());
+                                  })->observe((double)bt.batch_size);
+                                }
                                 done(error, std::move(outputs), t);
                               });  // the scheduler drops this callback (and the handle) right after it runs
     return;
   }
-  RequestTiming t;
-  TensorMap out;
-  std::exception_ptr err;
-  try {
-    if (deadline && Clock::now() >= *deadline)
-      throw ServingError(Code::kDeadlineExceeded, "deadline exceeded before compute");
-    auto start = Clock::now();
-    out = handle->servable->predict(inputs, signature);
-    t.compute_us = micros_since(start);
-    t.batch_size = inputs.empty() || inputs.begin()->second.dim() == 0 ? 1 : inputs.begin()->second.size(0);
-  } catch (...) {
-    err = std::current_exception();
-    out.clear();
-  }
-  done(err, std::move(out), t);
+  auto req = std::make_shared<UnbatchedRequest>(UnbatchedRequest{
+      std::move(handle), std::move(signature), std::move(inputs), deadline, std::move(done), Clock::now()});
+  if (!impl_->compute_) return req->run();
+  const ComputePool::Submit s = impl_->compute_->submit([req] { req->run(); });
+  if (s == ComputePool::Submit::kQueued) return;
+  const bool full = s == ComputePool::Submit::kFull;
+  req->done(std::make_exception_ptr(
+                ServingError(full ? Code::kResourceExhausted : Code::kUnavailable,
+                             full ? "the compute queue is full (" + std::to_string(options_.max_queued_computes) +
+                                        " requests waiting); retry later, or raise max_queued_computes"
+                                  : "the server is stopping")),
+            TensorMap{}, RequestTiming{});
 }
 
 void ServerCore::record_request(const std::string& model, int64_t version, const std::string& protocol,
                                 const std::string& api, const Status& status, const RequestTiming& t) {
-  std::string ver = version > 0 ? std::to_string(version) : "";
-  metrics_
-      ->counter(
-          "kiln_requests_total", "Requests by model, version, protocol, api and status code",
-          {{"model", model}, {"version", ver}, {"protocol", protocol}, {"api", api}, {"code", code_name(status.code)}})
-      .inc();
+  thread_local std::string key;
+  const std::string ver = version > 0 ? std::to_string(version) : "";
+  const char* code = code_name(status.code);
+  series_key(key, {model, ver, protocol, api, code});
+  cached_series(impl_->series_mu_, impl_->requests_, key, [&] {
+    return &metrics_->counter(
+        "kiln_requests_total", "Requests by model, version, protocol, api and status code",
+        {{"model", model}, {"version", ver}, {"protocol", protocol}, {"api", api}, {"code", code}});
+  })->inc();
   if (!status.ok()) return;
-  auto phase = [&](const char* p, int64_t us) {
-    metrics_
-        ->histogram("kiln_request_latency_seconds",
-                    "Request latency by phase (parse, queue, compute, serialize, total)",
-                    {{"model", model}, {"version", ver}, {"protocol", protocol}, {"phase", p}})
-        .observe(us / 1e6);
-  };
-  phase("parse", t.parse_us);
-  phase("queue", t.queue_us);
-  phase("compute", t.compute_us);
-  phase("serialize", t.serialize_us);
-  phase("total", t.parse_us + t.queue_us + t.compute_us + t.serialize_us);
+  static const char* const kPhases[5] = {"parse", "queue", "compute", "serialize", "total"};
+  series_key(key, {model, ver, protocol});
+  const std::array<Histogram*, 5> h = cached_series(impl_->series_mu_, impl_->phases_, key, [&] {
+    std::array<Histogram*, 5> made{};
+    for (int i = 0; i < 5; ++i)
+      made[i] = &metrics_->histogram(
+          "kiln_request_latency_seconds", "Request latency by phase (parse, queue, compute, serialize, total)",
+          {{"model", model}, {"version", ver}, {"protocol", protocol}, {"phase", kPhases[i]}});
+    return made;
+  });
+  const int64_t us[5] = {t.parse_us, t.queue_us, t.compute_us, t.serialize_us,
+                         t.parse_us + t.queue_us + t.compute_us + t.serialize_us};
+  for (int i = 0; i < 5; ++i) h[i]->observe(us[i] / 1e6);
 }
 
 std::vector<VersionStatus> ServerCore::model_status(const ModelSpec& spec) const {

@@ -85,6 +85,16 @@ struct ServerCoreOptions {
   double file_system_poll_wait_seconds = 1.0;
   bool enable_batching = false;
   BatchingOptions batching;
+  // Batching off: 0 runs each prediction on the calling thread (the front
+  // end's I/O or polling thread); N > 0 runs them on N compute threads (a
+  // ComputePool, compute_pool.h; one intra-op thread each) instead. Unused
+  // with batching (the batch threads compute). Default 0: on the 2-core
+  // bench the pool cost ~20% more server CPU per request and did not lower
+  // p99/p50 (docs/PERFORMANCE.md, issue 15 §4).
+  int64_t num_compute_threads = 0;
+  // Batching off: requests waiting for a compute thread beyond this are
+  // refused with RESOURCE_EXHAUSTED (HTTP 429).
+  int64_t max_queued_computes = 1024;
   int64_t num_load_threads = 2;
   bool resource_preserving = false;  // default: availability-preserving
   bool enable_warmup = true;
@@ -120,15 +130,17 @@ class ServerCore {
   // with its code, or whatever the model threw) with empty outputs.
   using PredictDone = std::function<void(std::exception_ptr error, TensorMap outputs, const RequestTiming& timing)>;
   // predict() without blocking the caller on the batch queue: `done` runs
-  // exactly once, either on the batch thread that ran the request's batch
-  // (batching on), or on the calling thread before predict_async returns
-  // (batching off: the compute runs on the caller; or an error found at
-  // once, such as a full queue). With batching, the core has one
+  // exactly once, on the batch thread that ran the request's batch
+  // (batching on), on the compute thread that ran it (batching off,
+  // num_compute_threads > 0), or on the calling thread before
+  // predict_async returns (batching off and num_compute_threads 0: the
+  // compute runs on the caller; or an error found at once, such as a full
+  // queue). With batching, the core has one
   // SharedBatchScheduler (batching.h): num_batch_threads threads shared by
   // a queue per loaded version. The handle is kept alive until `done`
   // returns, so a version stays Quiescing until the requests waiting in its
   // queue are answered (the core's destructor answers those still waiting
-  // UNAVAILABLE, on its thread). `done` must not throw and should not block: front ends
+  // UNAVAILABLE, on its thread; queued computes still run). `done` must not throw and should not block: front ends
   // serialize the reply and hand it to their I/O loop from it. `timing`
   // carries queue/compute/batch_size; its parse/serialize stay 0.
   void predict_async(ServableHandlePtr handle, std::string signature, TensorMap inputs, Deadline deadline,

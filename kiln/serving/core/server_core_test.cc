@@ -406,7 +406,7 @@ TEST(ServerCore, PredictAsyncAnswersExactlyOnceOnABatchThreadOrInlineForImmediat
   EXPECT_EQ(model_error->count(), 1);
   EXPECT_EQ(bad->count(), 1);
 
-  // Without batching, the compute and `done` run on the caller.
+  // Without batching (and no compute threads: the default), the compute and `done` run on the caller.
   o.enable_batching = false;
   ServerCore plain(o);
   plain.start();
@@ -417,6 +417,83 @@ TEST(ServerCore, PredictAsyncAnswersExactlyOnceOnABatchThreadOrInlineForImmediat
   EXPECT_EQ(inline_answer.thread, std::this_thread::get_id());
   EXPECT_EQ(inline_answer.code(), Code::kOk);
   EXPECT_EQ(inline_answer.timing.batch_size, 3);
+}
+
+TEST(ServerCore, WithoutBatchingPredictAsyncComputesOnTheComputeThreadsAndAnswersOnce) {
+  TempDir dir;
+  std::string base = dir.path() + "/m";
+  save_tiny_model(base + "/1", 1.0f);
+  ServerCoreOptions o;
+  o.config.models = {model_config("m", base)};
+  o.file_system_poll_wait_seconds = 0;
+  o.num_compute_threads = 1;
+  auto ok = std::make_unique<AsyncAnswer>(), model_error = std::make_unique<AsyncAnswer>(),
+       expired = std::make_unique<AsyncAnswer>();
+  {
+    ServerCore core(o);
+    core.start();
+    auto h = core.get({"m"});
+    const std::string in = input_name(*h);
+    core.predict_async(h, "", {{in, at::ones({2, 4})}}, std::nullopt, ok->fn());
+    core.predict_async(h, "", {{in, at::ones({1, 5})}}, std::nullopt, model_error->fn());
+    core.predict_async(h, "", {{in, at::ones({1, 4})}}, Clock::now() - std::chrono::seconds(1), expired->fn());
+    ASSERT_TRUE(ok->wait());
+    ASSERT_TRUE(model_error->wait());
+    ASSERT_TRUE(expired->wait());
+    EXPECT_EQ(ok->code(), Code::kOk);
+    EXPECT_NE(ok->thread, std::this_thread::get_id());
+    EXPECT_FLOAT_EQ(ok->first_output(), tiny_output(1.0f, {1, 1, 1, 1}));
+    EXPECT_EQ(ok->timing.batch_size, 2);
+    EXPECT_GE(ok->timing.queue_us, 0);
+    // The model's error (4 features expected, 5 given) reaches `done` on the compute thread.
+    EXPECT_NE(model_error->code(), Code::kOk);
+    EXPECT_EQ(model_error->thread, ok->thread);  // the one compute thread
+    EXPECT_EQ(expired->code(), Code::kDeadlineExceeded);
+    // The blocking predict() runs on top, with its own copy of the handle.
+    auto out = core.predict(*h, "", {{in, at::ones({1, 4})}});
+    EXPECT_FLOAT_EQ(out.begin()->second[0][0].item<float>(), tiny_output(1.0f, {1, 1, 1, 1}));
+  }
+  EXPECT_EQ(ok->count(), 1);
+  EXPECT_EQ(model_error->count(), 1);
+  EXPECT_EQ(expired->count(), 1);
+}
+
+TEST(ServerCore, RecordRequestCountsEachLabelSetInItsOwnSeries) {
+  ServerCoreOptions o;
+  o.file_system_poll_wait_seconds = 0;
+  ServerCore core(o);
+  RequestTiming t;
+  t.parse_us = 250000;  // seconds exact in binary: the sums below print exactly
+  t.compute_us = 500000;
+  // Twice the same labels (the second finds the cached series), then ones
+  // that differ in one label each: each counts in its own series.
+  core.record_request("m", 1, "rest", "predict", Status{}, t);
+  core.record_request("m", 1, "rest", "predict", Status{}, t);
+  core.record_request("m", 1, "grpc", "predict", Status{}, t);
+  core.record_request("m", 2, "rest", "predict", Status{}, t);
+  core.record_request("m", 1, "rest", "predict", Status{Code::kInvalidArgument, "bad"}, t);
+  core.record_request("mm", 1, "rest", "predict", Status{}, t);
+  const std::string text = core.metrics().expose();
+  auto has = [&](const std::string& line) { return text.find(line + "\n") != std::string::npos; };
+  EXPECT_TRUE(has(R"(kiln_requests_total{api="predict",code="OK",model="m",protocol="rest",version="1"} 2)")) << text;
+  EXPECT_TRUE(has(R"(kiln_requests_total{api="predict",code="OK",model="m",protocol="grpc",version="1"} 1)"));
+  EXPECT_TRUE(has(R"(kiln_requests_total{api="predict",code="OK",model="m",protocol="rest",version="2"} 1)"));
+  EXPECT_TRUE(
+      has(R"(kiln_requests_total{api="predict",code="INVALID_ARGUMENT",model="m",protocol="rest",version="1"} 1)"));
+  EXPECT_TRUE(has(R"(kiln_requests_total{api="predict",code="OK",model="mm",protocol="rest",version="1"} 1)"));
+  // Latency: only OK requests, one series per phase.
+  EXPECT_TRUE(has(R"(kiln_request_latency_seconds_count{model="m",phase="total",protocol="rest",version="1"} 2)"));
+  EXPECT_TRUE(has(R"(kiln_request_latency_seconds_sum{model="m",phase="compute",protocol="rest",version="1"} 1)"));
+  EXPECT_TRUE(has(R"(kiln_request_latency_seconds_sum{model="m",phase="total",protocol="grpc",version="1"} 0.75)"));
+}
+
+TEST(ServerCore, RejectsInvalidComputeThreadOptions) {
+  ServerCoreOptions o;
+  o.num_compute_threads = -1;
+  EXPECT_THROW(o.validate(), ValueError);
+  o.num_compute_threads = 0;
+  o.max_queued_computes = 0;
+  EXPECT_THROW(o.validate(), ValueError);
 }
 
 TEST(ServerCore, ModelsShareOneBatchSchedulerAndAQuiescingVersionDrainsItsQueue) {

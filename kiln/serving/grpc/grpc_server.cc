@@ -1,5 +1,7 @@
 #include "kiln/serving/grpc/grpc_server.h"
 
+#include <absl/synchronization/mutex.h>
+#include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -233,9 +235,15 @@ class Call final : public Tag {
   // `status`, with `response` when it is OK. Exactly once; the last touch.
   void finish(const Status& status);
 
+  // The request and the response live in the call's arena: parsing a
+  // PredictRequest (a map of TensorProtos, 784 floats for one image) and
+  // filling the response then cost a few block allocations instead of one
+  // malloc per message, string and repeated field. Declared first: it
+  // outlives both.
+  google::protobuf::Arena arena;
   grpc::ServerContext ctx;
-  Req request;
-  Resp response;
+  Req& request;
+  Resp& response;
   RequestTiming timing;
   std::string model;  // metrics: set once known
   int64_t version = 0;
@@ -360,7 +368,11 @@ void MethodOf<Req, Resp>::request_on(grpc::ServerCompletionQueue* cq) const {
 }
 
 template <class Req, class Resp>
-Call<Req, Resp>::Call(const MethodOf<Req, Resp>& method, grpc::ServerCompletionQueue* cq) : method_(method), cq_(cq) {
+Call<Req, Resp>::Call(const MethodOf<Req, Resp>& method, grpc::ServerCompletionQueue* cq)
+    : request(*google::protobuf::Arena::CreateMessage<Req>(&arena)),
+      response(*google::protobuf::Arena::CreateMessage<Resp>(&arena)),
+      method_(method),
+      cq_(cq) {
   method_.server.call_created();
   method_.request(&ctx, &request, &writer_, cq_, this);
 }
@@ -467,6 +479,11 @@ int AsyncServer::start() {
   }
   const std::string host = options_.host.find(':') != std::string::npos ? "[" + options_.host + "]" : options_.host;
   const std::string address = host + ":" + std::to_string(options_.port);
+  // Debian's Abseil is built without NDEBUG, so each absl::Mutex lock in
+  // gRPC runs Abseil's deadlock detector (a lock-order graph, with stack
+  // traces): 4.5% of the server's CPU under h2load. A debugging aid; off
+  // for the process, as it already is where Abseil is built with NDEBUG.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   grpc::ServerBuilder b;
   int selected = 0;
   b.AddListeningPort(address, creds, &selected);
