@@ -11,7 +11,7 @@
 #include "kiln/spec/spec.h"
 #include "kiln/testing/testing.h"
 
-namespace kiln {
+namespace kiln::spec {
 namespace {
 
 class SpecDataSkip : public ::testing::Test {
@@ -76,4 +76,4 @@ TEST_F(SpecDataSkip, BadSkipsAreOneClearError) {
 }
 
 }  // namespace
-}  // namespace kiln
+}  // namespace kiln::spec

@@ -16,8 +16,8 @@ namespace {
 
 const std::vector<std::string> kSources = {"fashion_mnist", "csv", "jsonl", "npy", "idx", "brackets"};
 // Keys every source accepts.
-const std::vector<std::string> kCommonKeys = {"source",     "scale",      "flatten", "reshape", "skip", "limit",
-                                              "test_limit", "test_split", "dtype",   "allow_non_finite"};
+const std::vector<std::string> kCommonKeys = {"source", "scale",      "flatten",    "reshape", "skip",
+                                              "limit",  "test_limit", "test_split", "dtype",   "allow_non_finite"};
 
 // `skip`: how many leading training rows to drop (before `limit`), so one
 // data section can name the rows another one leaves out (an ensemble's

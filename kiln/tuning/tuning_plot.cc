@@ -82,7 +82,7 @@ plot::Figure tuning_figure(const std::vector<Trial>& trials, const Objective& ob
   for (size_t i = 0; i < trials.size(); ++i) {
     const Trial& t = trials[i];
     if (!plotted(t)) continue;
-    const double x = (double)(i + 1);
+    const double x = (double)i;  // trials are numbered from 0, as their ids (KerasTuner's "00", "01", ...)
     plot::Series& s = t.status == TrialStatus::kStopped ? pruned : done;
     s.x.push_back(x);
     s.y.push_back(*t.score);
@@ -92,7 +92,7 @@ plot::Figure tuning_figure(const std::vector<Trial>& trials, const Objective& ob
     best_so_far.y.push_back(*running_best);
   }
   if (!best_so_far.x.empty()) {  // the curve runs on to the last trial
-    best_so_far.x.push_back((double)trials.size());
+    best_so_far.x.push_back((double)trials.size() - 1);
     best_so_far.y.push_back(*running_best);
   }
   history.series.push_back(std::move(best_so_far));

@@ -63,10 +63,11 @@ TEST(TuningFigure, BestSoFarFollowsTheDirectionAndFailedTrialsAreLeftOutAndCount
   ASSERT_EQ(max.panels.size(), 5u);
   const plot::Panel& h = max.panels[0];
   ASSERT_NE(named(h, "best so far"), nullptr);
-  EXPECT_EQ(named(h, "completed")->x, (std::vector<double>{1, 2, 5}));
-  EXPECT_EQ(named(h, "pruned")->x, (std::vector<double>{4}));
-  EXPECT_EQ(named(h, "best so far")->y, (std::vector<double>{0.5, 0.7, 0.7, 0.7, 0.7}));  // ... to trial 6
-  EXPECT_EQ(named(h, "best so far")->x.back(), 6);
+  // x is the trial's place from 0, as its id ("00", "01", ...).
+  EXPECT_EQ(named(h, "completed")->x, (std::vector<double>{0, 1, 4}));
+  EXPECT_EQ(named(h, "pruned")->x, (std::vector<double>{3}));
+  EXPECT_EQ(named(h, "best so far")->y, (std::vector<double>{0.5, 0.7, 0.7, 0.7, 0.7}));  // ... to trial 05
+  EXPECT_EQ(named(h, "best so far")->x.back(), 5);
   EXPECT_NE(max.subtitle.find("best 0.7 (trial 01)"), std::string::npos) << max.subtitle;
   EXPECT_NE(max.subtitle.find("FAILED=1 RUNNING=1"), std::string::npos) << max.subtitle;
   EXPECT_NE(h.y_title.find("(max)"), std::string::npos);
