@@ -52,7 +52,8 @@ Json retrain_spec(const Json& train, const tuning::Trial& trial, int epochs, std
   std::map<std::string, Json> values;
   for (auto& [name, v] : trial.hyperparameters.values()) {
     if (name.rfind("tuner/", 0) == 0) continue;  // Hyperband's bookkeeping
-    std::visit([&](const auto& x) { values[name] = Json(x); }, v);
+    Json& slot = values[name];  // no structured binding in the lambda: C++17 (the sanitizer build) forbids it
+    std::visit([&slot](const auto& x) { slot = Json(x); }, v);
   }
   Json s = tuning::substitute_hyperparameters(train, values);
   Json fit = s.value("fit", Json::object());
@@ -271,8 +272,10 @@ void retrain_top_trials(const tuning::TuneSpec& spec, const RetrainOptions& o) {
               {"epochs", row.epochs},
               {"hyperparameters", Json::object()},
               {"test_metrics", row.test}};
-    for (auto& [name, v] : t.hyperparameters.values())
-      std::visit([&](const auto& x) { info["hyperparameters"][name] = x; }, v);
+    for (auto& [name, v] : t.hyperparameters.values()) {
+      Json& slot = info["hyperparameters"][name];
+      std::visit([&slot](const auto& x) { slot = x; }, v);
+    }
     make_dirs(join_path(model, "assets"));
     atomic_write_file(join_path(model, "assets/retrain.json"), info.dump(2));
     atomic_write_file(join_path(model, "assets/train_spec.json"), s.dump(2));
