@@ -59,6 +59,9 @@ std::string read_option_file(const std::string& path, const std::string& option)
 
 // A JSON argument given inline ("{...}") or as a file path.
 Json json_argument(const std::string& value, const std::string& option);
+// A data section (docs/SPEC.md) given as json_argument takes it, or a whole
+// spec, whose data section is used.
+Json data_argument(const std::string& value, const std::string& option);
 
 // "0.8812" with four decimals, as Keras's progress bar prints metrics.
 std::string format_metric(double v);

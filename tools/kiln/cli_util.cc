@@ -19,6 +19,12 @@ Json json_argument(const std::string& value, const std::string& option) {
   return read_json_file(value);
 }
 
+Json data_argument(const std::string& value, const std::string& option) {
+  Json j = json_argument(value, option);
+  if (j.is_object() && j.contains("data") && !j.contains("source")) return j["data"];
+  return j;
+}
+
 std::string read_option_file(const std::string& path, const std::string& option) {
   std::ifstream in(path);
   if (!in) throw NotFoundError(option + ": file not found: " + path);

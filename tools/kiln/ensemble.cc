@@ -46,9 +46,7 @@ struct LabeledData {
 // (its data section). `from`: "test" / "train"; "" = the test split when
 // the data has one, else the training rows (kiln evaluate's rule).
 LabeledData ensemble_data(const std::string& value, const std::string& from, const std::string& option) {
-  Json j = json_argument(value, option);
-  if (j.is_object() && j.contains("data") && !j.contains("source")) j = j["data"];
-  DataSplits d = load_data(j);
+  DataSplits d = load_data(data_argument(value, option));
   const std::string part = from.empty() ? (d.has_test() ? "test" : "train") : from;
   if (part == "test" && !d.has_test())
     throw ValueError(option + ": the data has no test split; use " + option + "_from train or add `test_split`");

@@ -34,10 +34,7 @@ void run_evaluate(const EvaluateOptions& o) {
   if (!o.spec.empty()) {
     data_spec = read_spec(o.spec)["data"];
   } else {
-    data_spec = json_argument(o.data, "--data");
-    // A whole spec is fine too: use its data section.
-    if (data_spec.is_object() && data_spec.contains("data") && !data_spec.contains("source"))
-      data_spec = data_spec["data"];
+    data_spec = data_argument(o.data, "--data");
   }
 
   ModelPtr model = load_model(o.model_dir);

@@ -56,10 +56,7 @@ void run_quantize(const QuantizeOptions& o) {
   model->quantize(o.mode);
   std::string scheme = o.mode == "int8" ? "dynamic per-row input scales" : "delayed scaling";
   if (!o.calibration.empty()) {
-    Json data_spec = json_argument(o.calibration, "--calibration");
-    if (data_spec.is_object() && data_spec.contains("data") && !data_spec.contains("source"))
-      data_spec = data_spec["data"];
-    DataSplits data = load_data(data_spec);
+    DataSplits data = load_data(data_argument(o.calibration, "--calibration"));
     Tensors x, y;
     model_data(data, *model, /*test=*/false, &x, &y);
     const int64_t n = std::min<int64_t>(o.examples, x.at(0).size(0));
