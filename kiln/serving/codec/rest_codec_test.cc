@@ -66,6 +66,26 @@ TEST(RestFastPath, CommonBodiesAgreeWithTheDomPath) {
   expect_fast(R"({"instances": [[0.1, 0.2]]})", one_input_signatures("float64"));
 }
 
+// simdjson 3.0.1 misreads a number whose integer part is 0 and whose
+// fraction has more than 19 digits (0.111111111111111111110 as 4.3e-4);
+// fuzz/rest_predict_fuzz found it. The fast path reads long tokens again.
+TEST(RestFastPath, LongFractionsAreReadCorrectlyRounded) {
+  Json f32 = one_input_signatures("float32");
+  Json f64 = one_input_signatures("float64");
+  const std::string long_fraction = "0.111111111111111111111111111111111111111111111111111110";
+  for (const Json* sigs : {&f32, &f64}) {
+    expect_fast(R"({"instances": [[-)" + long_fraction + R"(, 1e-1539]]})", *sigs);
+    expect_fast(R"({"instances": [[0.111111111111111111110, -0.95000000000000000000]]})", *sigs);
+    expect_fast(R"({"instances": [[)" + long_fraction + " \n\t, 2]]}", *sigs);  // blanks after the token
+    expect_fast(R"({"inputs": [)" + long_fraction + "]}", *sigs);                     // columnar
+  }
+  PredictCall fast;
+  ASSERT_TRUE(decode_predict_fast(R"({"instances": [[0.123456789012345678901]]})", f64, &fast));
+  EXPECT_EQ(fast.inputs.begin()->second.item<double>(), 0.12345678901234567890);
+  // Out of range for from_chars: the DOM path reads it (as strtod does).
+  expect_fallback(R"({"instances": [[1.00000000000000000000000e-400]]})", f32);
+}
+
 TEST(RestFastPath, EverythingElseIsLeftToTheDomPath) {
   Json f32 = one_input_signatures("float32");
   for (const char* body : {

@@ -9,6 +9,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,26 @@ struct Numbers {
   std::vector<double> data;
 };
 
+// Reads one JSON number as a double, correctly rounded. simdjson 3.0.1
+// (Debian's) overflows its digit count on a number whose integer part is 0
+// and whose fraction has more than 19 digits: it reads
+// 0.111111111111111111110 as 4.3e-4 (simdjson issue #2093, fixed upstream
+// in 3.6.3; found here by fuzz/rest_predict_fuzz). No shorter token can
+// have that many digits, so a token longer than 20 characters is read again
+// with std::from_chars (libstdc++'s is correctly rounded). A number that
+// from_chars calls out of range (1e-400, 1e400) goes to the DOM path, which
+// reads it as strtod does.
+bool read_double(od::value& v, double& d) {
+  std::string_view token = v.raw_json_token();  // before get_double moves past it
+  if (v.get_double().get(d)) return false;
+  if (token.size() <= 20) return true;
+  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  while (!token.empty() && blank(token.back())) token.remove_suffix(1);  // a raw token keeps the blanks after it
+  const char* end = token.data() + token.size();
+  auto [ptr, ec] = std::from_chars(token.data(), end, d);
+  return ec == std::errc() && ptr == end;
+}
+
 bool collect(od::value v, size_t depth, Numbers& n) {
   od::json_type type;
   if (v.type().get(type)) return false;
@@ -38,7 +59,7 @@ bool collect(od::value v, size_t depth, Numbers& n) {
     if (n.leaf_depth == SIZE_MAX) n.leaf_depth = depth;
     if (depth != n.leaf_depth) return false;
     double d;
-    if (v.get_double().get(d)) return false;
+    if (!read_double(v, d)) return false;
     n.data.push_back(d);
     return true;
   }
@@ -51,8 +72,9 @@ bool collect(od::value v, size_t depth, Numbers& n) {
     // A list of numbers (the shape below is known): read them straight;
     // anything but a number is a type error, and the DOM path takes over.
     for (auto element : a) {
+      od::value e;
       double d;
-      if (element.get_double().get(d)) return false;
+      if (element.get(e) || !read_double(e, d)) return false;
       n.data.push_back(d);
       ++count;
     }
