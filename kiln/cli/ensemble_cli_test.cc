@@ -275,6 +275,57 @@ TEST_F(EnsembleCli, RetrainTopRetrainsTheBestTrialsOnAllTrainingDataAndResumes) 
   EXPECT_EQ(e.exit_code, 0) << e.output;
 }
 
+// --retrain_patch: the search runs on a subset for one epoch; the retrains
+// take all the rows, a fixed epoch count and another learning rate.
+TEST_F(EnsembleCli, RetrainPatchMergesIntoEachRetrainsSpec) {
+  Json train = train_spec(4, 1);
+  train["model"]["layers"][0]["config"]["units"] = Json{{"hp", "units"}};
+  train["data"]["limit"] = 80;
+  train["fit"]["epochs"] = 1;
+  train["fit"]["validation_split"] = 0.25;
+  Json tune{{"project_name", "p"},
+            {"directory", dir_.path() + "/tuning"},
+            {"tuner", "grid_search"},
+            {"objective", "val_accuracy"},
+            {"max_trials", 2},
+            {"hyperparameters", Json::array({Json{{"type", "Choice"}, {"name", "units"}, {"values", {2, 8}}},
+                                             Json{{"type", "Fixed"}, {"name", "lr"}, {"value", 0.01}}})},
+            {"train", train}};
+  const std::string spec = dir_.path() + "/tune.json";
+  write_file(spec, tune.dump());
+  // The patch may use the trial's values ({"hp": "lr"}), put in after it.
+  const std::string patch = dir_.path() + "/patch.json";
+  write_file(patch, R"({"data": {"limit": null}, "fit": {"epochs": 4},
+                        "compile": {"optimizer": {"config": {"learning_rate": {"hp": "lr"}}}}})");
+  const std::string out = dir_.path() + "/retrained";
+  auto r = kiln_run("--threads 1 tune " + q(spec) + " --retrain_top 2 --retrain_patch " + q(patch) +
+                    " --retrain_output " + q(out));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("retraining for 4 epochs"), std::string::npos) << r.output;
+  for (int rank = 1; rank <= 2; ++rank) {
+    const std::string v = out + "/" + std::to_string(rank);
+    Json info = read_json_file(v + "/assets/retrain.json");
+    EXPECT_EQ(info["epochs"].get<int>(), 4);
+    Json used = read_json_file(v + "/assets/train_spec.json");
+    EXPECT_EQ(used["fit"]["epochs"], 4) << used.dump();
+    EXPECT_FALSE(used["data"].contains("limit")) << used.dump();  // null removes a key (RFC 7386)
+    EXPECT_EQ(used["data"]["label"], "label") << used.dump();      // the rest of an object stays
+    EXPECT_EQ(used["compile"]["optimizer"]["config"]["learning_rate"], 0.01) << used.dump();
+    EXPECT_EQ(used["compile"]["optimizer"]["class_name"], "Adam") << used.dump();
+    EXPECT_EQ(used["model"]["layers"][0]["config"]["units"], info["hyperparameters"]["units"]);
+  }
+  // Bad patches fail before the search, one line, exit 2.
+  for (const auto& [arg, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--retrain_top 1 --retrain_patch '[1]'", "--retrain_patch must be a JSON object"},
+           {"--retrain_top 1 --retrain_patch '{\"fit\": {\"epochs\": 0}}'", "fit.epochs must be a positive integer"},
+           {"--retrain_patch '{}'", "--retrain_patch needs --retrain_top"},
+       }) {
+    auto bad = run_command("( " + q(cli_path()) + " tune " + q(spec) + " " + arg + " 2>&1 1>/dev/null )");
+    EXPECT_EQ(bad.exit_code, 2) << arg << ": " << bad.output;
+    EXPECT_NE(bad.output.find(want), std::string::npos) << arg << ": " << bad.output;
+  }
+}
+
 TEST_F(EnsembleCli, RetrainTopNeedsATrainSpec) {
   Json tune{{"project_name", "c"},
             {"directory", dir_.path() + "/tuning"},

@@ -20,6 +20,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/core/json_limits.h"
 #include "kiln/saving/model_io.h"
 #include "kiln/tuning/trial_store.h"
 #include "tools/kiln/cli.h"
@@ -182,6 +183,18 @@ void print_retrain_table(const std::vector<RetrainRow>& rows, const std::string&
 
 }  // namespace
 
+void check_retrain_patch(const Json& patch) {
+  if (patch.is_null()) return;
+  if (!patch.is_object())
+    throw ValueError("--retrain_patch must be a JSON object merged into each retrain's train spec (RFC 7386), "
+                     "for example '{\"fit\": {\"epochs\": 12}}'. Received: " + json_excerpt(patch));
+  if (patch.contains("fit") && patch["fit"].is_object() && patch["fit"].contains("epochs")) {
+    const Json& e = patch["fit"]["epochs"];
+    if (!e.is_number_integer() || e.get<int64_t>() < 1)
+      throw ValueError("--retrain_patch: fit.epochs must be a positive integer. Received: " + json_excerpt(e));
+  }
+}
+
 void check_retrain_spec(const tuning::TuneSpec& spec) {
   if (spec.train.is_null())
     throw ValueError(
@@ -193,6 +206,7 @@ void retrain_top_trials(const tuning::TuneSpec& spec, const RetrainOptions& o) {
   check_retrain_spec(spec);
   if (!(o.factor > 0) || !std::isfinite(o.factor))
     throw ValueError("--retrain_factor must be a positive number. Received: " + std::to_string(o.factor));
+  check_retrain_patch(o.patch);
   const std::string project = spec.project_dir();
   tuning::TrialStore store(tuning::project_store_path(project), /*read_only=*/true);
   tuning::Objective objective = tuning::Objective::from_json(spec.objective);
@@ -239,7 +253,13 @@ void retrain_top_trials(const tuning::TuneSpec& spec, const RetrainOptions& o) {
       continue;
     }
     std::vector<std::string> dropped;
-    Json s = retrain_spec(spec.train, t, row.epochs, &dropped);
+    Json train = spec.train;
+    if (!o.patch.is_null()) {
+      train.merge_patch(o.patch);  // before the values: a patch may say {"hp": "learning_rate"}
+      if (o.patch.contains("fit") && o.patch["fit"].is_object() && o.patch["fit"].contains("epochs"))
+        row.epochs = o.patch["fit"]["epochs"].get<int>();
+    }
+    Json s = retrain_spec(train, t, row.epochs, &dropped);
     std::cout << "\n[" << r << "/" << k << "] trial " << t.trial_id << " (" << row.values << "): best "
               << objective.name() << " " << format_metric(row.score) << " at epoch " << row.best_epoch
               << "; retraining for " << row.epochs << " epochs\n";

@@ -9,6 +9,9 @@
 // objective was best. Rank r is saved as version r under BASE (default
 // <project>/retrained), a model directory like any `kiln train` output, with
 // assets/retrain.json saying which trial, values and epochs it came from.
+// --retrain_patch JSON (inline or a file) merges into each retrain's spec
+// (RFC 7386): the search can run on a subset with a short schedule and the
+// retrains on all the data with a long one.
 //
 // Each retrain runs `kiln train` in its own process (as trials do). A
 // version that already exists is kept (a rerun after an interrupt resumes
@@ -27,9 +30,20 @@ struct RetrainOptions {
   int top = 0;  // K
   double factor = 1.2;
   std::string output;                         // "" = <project>/retrained
+  // RFC 7386 JSON merge patch applied to the tune spec's `train` before
+  // each trial's values are put in (null = none), so it may hold {"hp": ...}
+  // placeholders: a longer schedule, more data than the search used. A
+  // patch that sets fit.epochs fixes the epoch count for every rank instead
+  // of round(best_epoch x factor); the validation keys of fit are dropped
+  // from a retrain whatever the patch says.
+  Json patch;
   std::string kiln_executable;                // runs `kiln train`
   const std::atomic<bool>* cancel = nullptr;  // SIGINT/SIGTERM seen
 };
+
+// ValueError unless `patch` is null or an object (with a positive integer
+// fit.epochs where it sets one).
+void check_retrain_patch(const Json& patch);
 
 // ValueError unless `spec` can be retrained (it has a `train` spec).
 void check_retrain_spec(const tuning::TuneSpec& spec);

@@ -2,7 +2,8 @@
 // "CLI, parallel and distributed").
 //
 //   kiln tune SPEC.json [--parallel N] [--resume | --overwrite] [--max_trials N]
-//             [--retrain_top K [--retrain_factor 1.2] [--retrain_output BASE]]   (tools/kiln/retrain.h)
+//             [--retrain_top K [--retrain_factor 1.2] [--retrain_output BASE]
+//              [--retrain_patch JSON]]   (tools/kiln/retrain.h)
 //   kiln tune --summary PROJECT_DIR [--num_trials N] [--export FILE.jsonl|FILE.csv]
 //   kiln tune --summary PROJECT_DIR --plot FILE.svg|FILE.png   draw the search (tuning_plot.h)
 //   kiln tune SPEC.json --chief [--address HOST:PORT]     serve the oracle (port 0: any;
@@ -63,6 +64,7 @@ struct TuneOptions {
   int retrain_top = 0;
   double retrain_factor = 1.2;
   std::string retrain_output;
+  std::string retrain_patch;
 };
 
 void run_tune(const TuneOptions& o) {
@@ -93,6 +95,12 @@ void run_tune(const TuneOptions& o) {
   tuning::TuneSpec spec = tuning::TuneSpec::from_json(j);
   spec.kiln_executable = self_executable();
   if (o.retrain_top > 0) check_retrain_spec(spec);  // before the search, not after it
+  Json retrain_patch;
+  if (!o.retrain_patch.empty()) {
+    if (o.retrain_top == 0) throw ValueError("--retrain_patch needs --retrain_top K (it changes the retrains)");
+    retrain_patch = json_argument(o.retrain_patch, "--retrain_patch");
+    check_retrain_patch(retrain_patch);
+  }
 
   bool chief = o.chief, worker = o.worker;
   std::string oracle_target = o.oracle, tuner_id = o.tuner_id;
@@ -169,6 +177,7 @@ void run_tune(const TuneOptions& o) {
     retrain_top_trials(spec, {.top = o.retrain_top,
                               .factor = o.retrain_factor,
                               .output = o.retrain_output,
+                              .patch = retrain_patch,
                               .kiln_executable = spec.kiln_executable,
                               .cancel = &g_cancel});
 }
@@ -205,6 +214,9 @@ Command add_tune_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--retrain_output", o->retrain_output,
                   "Base directory of the retrained versions (default: <project>/retrained)");
+  sub->add_option("--retrain_patch", o->retrain_patch,
+                  "JSON merged into each retrain's train spec (RFC 7386; inline or a file), e.g. more data or "
+                  "'{\"fit\": {\"epochs\": 12}}' (fixes the epochs)");
   return {sub, [o] { run_tune(*o); }};
 }
 
