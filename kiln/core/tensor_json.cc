@@ -183,9 +183,21 @@ void append_float_json(std::string& out, Float v, JsonWriteOptions o) {
       out += std::signbit(v) ? "-Infinity" : "Infinity";
     return;
   }
-  char buf[32];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, r.ptr);
+  char buf[40];
+  if (!o.tf_serving_decimals) {
+    auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out.append(buf, r.ptr);
+    return;
+  }
+  // std::to_chars(general, precision) is printf's %.<precision>g.
+  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 6);
+  Float back = 0;
+  std::from_chars(buf, r.ptr, back);
+  if (back != v) r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general,
+                                   std::numeric_limits<Float>::max_digits10);
+  const std::string_view text(buf, r.ptr - buf);
+  out += text;
+  if (text.find('.') == std::string_view::npos && text.find('e') == std::string_view::npos) out += ".0";
 }
 
 }  // namespace

@@ -18,7 +18,8 @@
 // text; tensor_to_json() builds the DOM whose dump() is the same text.
 // JsonWriteOptions::non_finite_literals writes NaN, Infinity and -Infinity
 // instead of null (text only: not JSON, but what TF Serving's REST API
-// writes and its clients read).
+// writes and its clients read); tf_serving_decimals writes finite floats
+// digit for digit as TF Serving does ("1.0", not "1").
 //
 // Stateless and thread-safe.
 #pragma once
@@ -42,6 +43,13 @@ struct JsonNumberOptions {
 struct JsonWriteOptions {
   // NaN, Infinity, -Infinity as bare tokens instead of null.
   bool non_finite_literals = false;
+  // Finite floats as TF Serving's REST API writes them (json_tensor.cc,
+  // WriteDecimal): printf's %g (6 significant digits) when that reads back
+  // to the same value, else max_digits10 digits (9 for float32, 17 for
+  // float64); then ".0" after a whole number not in exponent form. So 1 is
+  // "1.0", 0.1f "0.1", 1e6 "1e+06", 0.123456789f "0.123456791". Off: the
+  // shortest text that reads back ("1", "0.12345679").
+  bool tf_serving_decimals = false;
 };
 
 // Row-major values of nested lists and their shape ({} for a scalar).

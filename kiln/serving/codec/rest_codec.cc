@@ -257,10 +257,33 @@ Json encode_predict_response(const TensorMap& outputs, bool row_format) {
   return Json{{"predictions", preds}};
 }
 
+std::string classify_result_text(const Classifications& c) {
+  std::string out = "{\"result\":[";
+  for (int64_t i = 0; i < c.examples; ++i) {
+    out += i ? ",[" : "[";
+    for (int64_t k = 0; k < c.classes; ++k) {
+      out += k ? ",[" : "[";
+      out += Json(c.label(i, k)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      out += ',';
+      append_json_number(out, c.score(i, k), kTfServingDecimals);
+      out += ']';
+    }
+    out += ']';
+  }
+  return out + "]}";
+}
+
+std::string regress_result_text(const std::vector<float>& values) {
+  std::string out = "{\"result\":[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ',';
+    append_json_number(out, values[i], kTfServingDecimals);
+  }
+  return out + "]}";
+}
+
 std::string predict_response_text(const TensorMap& outputs, bool row_format) {
-  // TF Serving writes non-finite floats as bare NaN / Infinity / -Infinity
-  // (json_tensor.cc's WriteDecimal), not as null.
-  const JsonWriteOptions o{.non_finite_literals = true};
+  const JsonWriteOptions o = kTfServingDecimals;
   std::string out = row_format ? "{\"predictions\":" : "{\"outputs\":";
   size_t numel = 0;
   for (auto& [k, v] : outputs) numel += (size_t)v.numel();

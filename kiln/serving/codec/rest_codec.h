@@ -18,6 +18,7 @@
 
 #include "kiln/core/json.h"
 #include "kiln/core/tensor_json.h"
+#include "kiln/serving/codec/inference.h"
 #include "kiln/serving/core/servable.h"
 
 namespace kiln::serving {
@@ -45,11 +46,20 @@ Json encode_predict_response(const TensorMap& outputs, bool row_format);
 // Where it returns true, `call` equals what decode_predict_request makes.
 bool decode_predict_fast(std::string_view body, const Json& signatures, PredictCall* call);
 
-// The response body as text: encode_predict_response(...).dump(), written
-// directly (floats in their shortest round-trip form), except that NaN and
-// infinities are bare NaN, Infinity, -Infinity as TF Serving writes them
-// (not JSON; TF Serving's clients read them, e.g. Python's json module).
+// The response body as text: the values of encode_predict_response(...),
+// written directly, with floats as TF Serving writes them
+// (kTfServingDecimals: "1.0", "0.1", "1e+06"; NaN and infinities as bare
+// NaN, Infinity, -Infinity, which are not JSON but TF Serving's clients read
+// them, e.g. Python's json module).
 std::string predict_response_text(const TensorMap& outputs, bool row_format);
+
+// TF Serving's float text in REST replies (json_tensor.cc, WriteDecimal).
+inline constexpr JsonWriteOptions kTfServingDecimals{.non_finite_literals = true, .tf_serving_decimals = true};
+
+// The REST classify and regress replies: {"result": [[[label, score], ...],
+// ...]} and {"result": [value, ...]}, floats as kTfServingDecimals.
+std::string classify_result_text(const Classifications& c);
+std::string regress_result_text(const std::vector<float>& values);
 
 // The dtype of one input of a signature (its "dtype", float32 if absent).
 at::ScalarType input_dtype(const Json& spec);

@@ -258,7 +258,24 @@ TEST(RestFastPath, ResponseTextParsesBackToTheSameValues) {
           EXPECT_EQ(v[i][k].get<float>(), want) << i << "," << k;  // shortest form, same float
       }
   }
-  // Integers, doubles, and several outputs (the DOM writer) say the same as encode_predict_response.
+  // Integers, doubles, and several outputs say the same as encode_predict_response
+  // (float32 values in other digits: the same float).
+  std::function<bool(const Json&, const Json&)> same = [&](const Json& a, const Json& b) {
+    if (a.is_number() && b.is_number())
+      return a.get<double>() == b.get<double>() || a.get<float>() == b.get<float>();
+    if (a.type() != b.type() || a.size() != b.size()) return false;
+    if (a.is_array()) {
+      for (size_t i = 0; i < a.size(); ++i)
+        if (!same(a[i], b[i])) return false;
+      return true;
+    }
+    if (a.is_object()) {
+      for (auto& [k, v] : a.items())
+        if (!b.contains(k) || !same(v, b[k])) return false;
+      return true;
+    }
+    return a == b;
+  };
   at::Tensor classes = at::arange(6, at::kLong).reshape({3, 2}) - 2;
   at::Tensor d = at::rand({2}, at::kDouble);
   at::Tensor finite = at::rand({3, 4});
@@ -268,7 +285,40 @@ TEST(RestFastPath, ResponseTextParsesBackToTheSameValues) {
                                TensorMap{{"c", classes}, {"s", scalar}}, TensorMap{{"c", classes}, {"q", short_batch}},
                                TensorMap{{"s", scalar}, {"z", at::scalar_tensor(2, at::kLong)}}})
     for (bool rows : {true, false})
-      EXPECT_EQ(Json::parse(predict_response_text(out, rows)), encode_predict_response(out, rows)) << rows;
+      EXPECT_TRUE(same(Json::parse(predict_response_text(out, rows)), encode_predict_response(out, rows)))
+          << predict_response_text(out, rows);
+}
+
+// Finite floats digit for digit as TF Serving's WriteDecimal writes them
+// (json_tensor.cc): %g, else max_digits10 digits, then ".0" on a whole
+// number without an exponent. The expected strings are what that
+// algorithm prints (checked with numpy's float32/float64 and printf).
+TEST(RestCodec, FloatsAreWrittenDigitForDigitAsTfServingWritesThem) {
+  at::Tensor f = at::tensor({1.0f, 0.1f, 1e6f, 0.123456789f, 9000000.0f, 3e-5f, -2.0f, 100000.0f, 1234567.0f,
+                             1.0f / 3.0f, 0.0f});
+  EXPECT_EQ(predict_response_text({{"p", f}}, true),
+            R"({"predictions":[1.0,0.1,1e+06,0.123456791,9e+06,3e-05,-2.0,100000.0,1234567.0,0.333333343,0.0]})");
+  at::Tensor d = at::tensor({1.0, 0.1, 1.0 / 3.0, 1e22, -0.0}, at::kDouble);
+  EXPECT_EQ(predict_response_text({{"p", d}}, false), R"({"outputs":[1.0,0.1,0.33333333333333331,1e+22,-0.0]})");
+  // Integers stay integers; kiln's own JSON (kiln predict) keeps the shortest form.
+  EXPECT_EQ(predict_response_text({{"c", at::tensor({1, -2}, at::kLong)}}, true), R"({"predictions":[1,-2]})");
+  std::string shortest;
+  append_tensor_json(shortest, f.slice(0, 0, 4));
+  EXPECT_EQ(shortest, "[1,0.1,1e+06,0.12345679]");
+}
+
+// Classify and regress replies write their scores as predict does, NaN included.
+TEST(RestCodec, ClassifyAndRegressRepliesWriteFloatsAsTfServing) {
+  Classifications c;
+  c.examples = 2;
+  c.classes = 2;
+  c.labels = {"cat", "dog", "cat", "dog"};
+  c.scores = {0.75f, 0.25f, 1.0f, std::numeric_limits<float>::quiet_NaN()};
+  EXPECT_EQ(classify_result_text(c), R"({"result":[[["cat",0.75],["dog",0.25]],[["cat",1.0],["dog",NaN]]]})");
+  c.labels.clear();  // the class index is the label
+  EXPECT_EQ(classify_result_text(c), R"({"result":[[["0",0.75],["1",0.25]],[["0",1.0],["1",NaN]]]})");
+  EXPECT_EQ(regress_result_text({2.0f, -std::numeric_limits<float>::infinity(), 0.1f}),
+            R"({"result":[2.0,-Infinity,0.1]})");
 }
 
 // TF Serving's REST API writes non-finite floats as the bare tokens NaN,

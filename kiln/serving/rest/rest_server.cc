@@ -570,19 +570,10 @@ std::optional<Reply> RestEngine::tfs_predict(Call& c) {
     t.parse_us = micros(t0);
     predict_then(c.conn, std::move(h), sig.name, std::move(call.inputs), deadline, spec.name, "rest", api, t.parse_us,
                  [sig](const TensorMap& out) {
-                   Json results = Json::array();
-                   if (sig.api == InferenceApi::kClassify) {
-                     Classifications cl = classifications_of(sig, out);
-                     for (int64_t i = 0; i < cl.examples; ++i) {
-                       Json row = Json::array();
-                       for (int64_t k = 0; k < cl.classes; ++k)
-                         row.push_back(Json::array({cl.label(i, k), cl.score(i, k)}));
-                       results.push_back(row);
-                     }
-                   } else {
-                     for (float v : regressions_of(sig, out)) results.push_back(v);
-                   }
-                   return json_reply(200, Json{{"result", results}});  // TF Serving's key
+                   // TF Serving's key "result"; floats as its predict replies write them
+                   if (sig.api == InferenceApi::kClassify)
+                     return Reply{200, classify_result_text(classifications_of(sig, out))};
+                   return Reply{200, regress_result_text(regressions_of(sig, out))};
                  });
     return std::nullopt;
   } catch (...) {
