@@ -5,7 +5,7 @@
 #      flips, small shifts), 6 trials of 3 epochs on 12,000 of the first
 #      55,000 training images, two trials at a time on one thread each;
 #   2. kiln tune --resume --retrain_top 3 --retrain_patch: the best 3
-#      retrained on all of the first 55,000 images for 10 epochs with a cosine
+#      retrained on all of the first 55,000 images for 16 epochs with a cosine
 #      learning-rate schedule from the trial's rate (both stated by the patch),
 #      on every core;
 #   3. kiln ensemble: the three, weights learned by Nelder-Mead on the last

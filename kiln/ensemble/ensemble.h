@@ -14,7 +14,8 @@
 // Members output class probabilities; a member whose outputs are not
 // probabilities (logits) is passed through a softmax: detected on the
 // validation data when weights are fitted (any negative value or rows not
-// summing to 1), or set explicitly with add(..., apply_softmax).
+// summing to 1 within the rounding of the output's dtype: 1e-3 for
+// float32, 3e-2 for bfloat16), or set explicitly with add(..., apply_softmax).
 //
 // Weighted averaging minimizes the validation log loss over weights on the
 // simplex (w = softmax(theta), NLopt's Nelder-Mead): log loss is smooth in
@@ -87,7 +88,9 @@ class Ensemble : public Predictor {
   // Member i's probabilities for x (softmax applied when needed).
   at::Tensor member_proba(size_t i, const at::Tensor& x, int64_t batch_size);
   std::vector<at::Tensor> member_probas(const at::Tensor& x, int64_t batch_size);
-  void detect_softmax(const std::vector<at::Tensor>& raw);
+  // `dtypes`: each member's output dtype before widening (its rounding sets
+  // how close to 1 a row of probabilities sums).
+  void detect_softmax(const std::vector<at::Tensor>& raw, const std::vector<at::ScalarType>& dtypes);
 
   std::vector<Member> members_;
   std::vector<double> weights_;

@@ -100,6 +100,25 @@ TEST(Ensemble, AveragingAndLogitsDetection) {
   expect_error<ValueError>([&] { e.add("probs", std::make_shared<Fixed>(probs)); }, {"already named 'probs'"});
 }
 
+// A mixed_bfloat16 model's softmax rows sum to 1 only within bfloat16's
+// rounding: they are probabilities all the same, and a second softmax would
+// flatten them (Nelder-Mead then gave all the weight to one member).
+TEST(Ensemble, BFloat16ProbabilitiesAreNotTakenForLogits) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  at::Tensor probs = random_probs(64, 10, gen);
+  at::Tensor bf = probs.to(at::kBFloat16);
+  ASSERT_GT((bf.to(at::kDouble).sum(1) - 1).abs().max().item<double>(), 1e-3);  // what float32's tolerance refused
+  at::Tensor logits = at::randn({64, 10}, gen, at::kDouble).to(at::kBFloat16);
+  Ensemble e;
+  e.add("bf16_probs", std::make_shared<Fixed>(bf));
+  e.add("bf16_logits", std::make_shared<Fixed>(logits));
+  e.set_weights({1.0, 0.0});
+  at::Tensor ids = at::arange(64);
+  EXPECT_TRUE(at::allclose(e.predict_proba(ids).to(at::kDouble), bf.to(at::kDouble), 1e-6, 1e-6));
+  e.set_weights({0.0, 1.0});
+  EXPECT_TRUE(at::allclose(e.predict_proba(ids).to(at::kDouble), at::softmax(logits.to(at::kDouble), 1), 1e-6, 1e-6));
+}
+
 at::Tensor two_moons_like(int64_t n, at::Tensor* y, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   at::Tensor x = at::rand({n, 6}, gen) * 2 - 1;
