@@ -309,7 +309,7 @@ TEST_F(EnsembleCli, RetrainPatchMergesIntoEachRetrainsSpec) {
     Json used = read_json_file(v + "/assets/train_spec.json");
     EXPECT_EQ(used["fit"]["epochs"], 4) << used.dump();
     EXPECT_FALSE(used["data"].contains("limit")) << used.dump();  // null removes a key (RFC 7386)
-    EXPECT_EQ(used["data"]["label"], "label") << used.dump();      // the rest of an object stays
+    EXPECT_EQ(used["data"]["label"], "label") << used.dump();     // the rest of an object stays
     EXPECT_EQ(used["compile"]["optimizer"]["config"]["learning_rate"], 0.01) << used.dump();
     EXPECT_EQ(used["compile"]["optimizer"]["class_name"], "Adam") << used.dump();
     EXPECT_EQ(used["model"]["layers"][0]["config"]["units"], info["hyperparameters"]["units"]);

@@ -193,8 +193,8 @@ void append_float_json(std::string& out, Float v, JsonWriteOptions o) {
   auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 6);
   Float back = 0;
   std::from_chars(buf, r.ptr, back);
-  if (back != v) r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general,
-                                   std::numeric_limits<Float>::max_digits10);
+  if (back != v)
+    r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, std::numeric_limits<Float>::max_digits10);
   const std::string_view text(buf, r.ptr - buf);
   out += text;
   if (text.find('.') == std::string_view::npos && text.find('e') == std::string_view::npos) out += ".0";

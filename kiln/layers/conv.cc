@@ -22,8 +22,8 @@ class FloatConv : public KernelImpl {
       std::vector<std::pair<int64_t, int64_t>> pads;
       bool even = true;
       for (int64_t i = 0; i < rank; ++i) {
-        pads.push_back(conv_utils::padding_amounts(t.size(2 + i), g_.kernel_size[i], g_.strides[i],
-                                                   g_.dilation_rate[i], g_.padding));
+        pads.push_back(conv_utils::padding_amounts(t.size(2 + i), g_.kernel_size[i], g_.strides[i], g_.dilation_rate[i],
+                                                   g_.padding));
         even = even && pads.back().first == pads.back().second;
         symmetric[i] = pads.back().first;
       }

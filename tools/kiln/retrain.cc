@@ -186,8 +186,10 @@ void print_retrain_table(const std::vector<RetrainRow>& rows, const std::string&
 void check_retrain_patch(const Json& patch) {
   if (patch.is_null()) return;
   if (!patch.is_object())
-    throw ValueError("--retrain_patch must be a JSON object merged into each retrain's train spec (RFC 7386), "
-                     "for example '{\"fit\": {\"epochs\": 12}}'. Received: " + json_excerpt(patch));
+    throw ValueError(
+        "--retrain_patch must be a JSON object merged into each retrain's train spec (RFC 7386), "
+        "for example '{\"fit\": {\"epochs\": 12}}'. Received: " +
+        json_excerpt(patch));
   if (patch.contains("fit") && patch["fit"].is_object() && patch["fit"].contains("epochs")) {
     const Json& e = patch["fit"]["epochs"];
     if (!e.is_number_integer() || e.get<int64_t>() < 1)

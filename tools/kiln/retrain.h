@@ -29,7 +29,7 @@ namespace kiln::cli {
 struct RetrainOptions {
   int top = 0;  // K
   double factor = 1.2;
-  std::string output;                         // "" = <project>/retrained
+  std::string output;  // "" = <project>/retrained
   // RFC 7386 JSON merge patch applied to the tune spec's `train` before
   // each trial's values are put in (null = none), so it may hold {"hp": ...}
   // placeholders: a longer schedule, more data than the search used. A

@@ -77,7 +77,7 @@ TEST(RestFastPath, LongFractionsAreReadCorrectlyRounded) {
     expect_fast(R"({"instances": [[-)" + long_fraction + R"(, 1e-1539]]})", *sigs);
     expect_fast(R"({"instances": [[0.111111111111111111110, -0.95000000000000000000]]})", *sigs);
     expect_fast(R"({"instances": [[)" + long_fraction + " \n\t, 2]]}", *sigs);  // blanks after the token
-    expect_fast(R"({"inputs": [)" + long_fraction + "]}", *sigs);                     // columnar
+    expect_fast(R"({"inputs": [)" + long_fraction + "]}", *sigs);               // columnar
   }
   PredictCall fast;
   ASSERT_TRUE(decode_predict_fast(R"({"instances": [[0.123456789012345678901]]})", f64, &fast));
@@ -261,8 +261,7 @@ TEST(RestFastPath, ResponseTextParsesBackToTheSameValues) {
   // Integers, doubles, and several outputs say the same as encode_predict_response
   // (float32 values in other digits: the same float).
   std::function<bool(const Json&, const Json&)> same = [&](const Json& a, const Json& b) {
-    if (a.is_number() && b.is_number())
-      return a.get<double>() == b.get<double>() || a.get<float>() == b.get<float>();
+    if (a.is_number() && b.is_number()) return a.get<double>() == b.get<double>() || a.get<float>() == b.get<float>();
     if (a.type() != b.type() || a.size() != b.size()) return false;
     if (a.is_array()) {
       for (size_t i = 0; i < a.size(); ++i)
@@ -294,8 +293,8 @@ TEST(RestFastPath, ResponseTextParsesBackToTheSameValues) {
 // number without an exponent. The expected strings are what that
 // algorithm prints (checked with numpy's float32/float64 and printf).
 TEST(RestCodec, FloatsAreWrittenDigitForDigitAsTfServingWritesThem) {
-  at::Tensor f = at::tensor({1.0f, 0.1f, 1e6f, 0.123456789f, 9000000.0f, 3e-5f, -2.0f, 100000.0f, 1234567.0f,
-                             1.0f / 3.0f, 0.0f});
+  at::Tensor f =
+      at::tensor({1.0f, 0.1f, 1e6f, 0.123456789f, 9000000.0f, 3e-5f, -2.0f, 100000.0f, 1234567.0f, 1.0f / 3.0f, 0.0f});
   EXPECT_EQ(predict_response_text({{"p", f}}, true),
             R"({"predictions":[1.0,0.1,1e+06,0.123456791,9e+06,3e-05,-2.0,100000.0,1234567.0,0.333333343,0.0]})");
   at::Tensor d = at::tensor({1.0, 0.1, 1.0 / 3.0, 1e22, -0.0}, at::kDouble);
