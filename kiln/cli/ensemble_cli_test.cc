@@ -1,7 +1,7 @@
 // The final-training workflow as commands (Deep Learning with Python 18.1):
 // `kiln tune --retrain_top K` retrains the best trials on train +
 // validation data, `kiln ensemble` pools saved models with learned weights,
-// and the saved ensemble runs in show, predict, batch-predict and serve.
+// and the saved ensemble runs in evaluate, show, predict, batch-predict and serve.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -151,7 +151,7 @@ TEST_F(EnsembleCli, MembersWithDifferentInputsAreRefusedInOneLine) {
   EXPECT_FALSE(path_exists(dir_.path() + "/ens/1"));
 }
 
-TEST_F(EnsembleCli, TheSavedEnsembleRunsInShowPredictBatchPredictAndServe) {
+TEST_F(EnsembleCli, TheSavedEnsembleRunsInEvaluateShowPredictBatchPredictAndServe) {
   train_members();
   const std::string base = dir_.path() + "/ens";
   auto r = kiln_run("--threads 1 ensemble --members " + q(m1_) + " " + q(m2_) + " --validation " + data_arg() +
@@ -173,6 +173,29 @@ TEST_F(EnsembleCli, TheSavedEnsembleRunsInShowPredictBatchPredictAndServe) {
     rows.push_back(row);
   }
   write_file(dir_.path() + "/in.jsonl", instances);
+
+  // kiln evaluate scores it as kiln ensemble scored it (its table's test columns).
+  auto scored = kiln_run("--threads 1 ensemble --members " + q(m1_) + " " + q(m2_) + " --validation " + data_arg() +
+                         " --test " + data_arg() + " --output " + q(dir_.path() + "/ens_scored"));
+  ASSERT_EQ(scored.exit_code, 0) << scored.output;
+  std::istringstream table(scored.output);
+  std::string row_line;
+  double test_accuracy = -1, test_loss = -1;
+  while (std::getline(table, row_line)) {
+    std::istringstream cols(row_line);
+    std::string name, kind;
+    double weight, val_accuracy, val_loss;
+    if (cols >> name >> kind >> weight >> val_accuracy >> val_loss >> test_accuracy >> test_loss && name == "ensemble")
+      break;
+    test_accuracy = test_loss = -1;
+  }
+  ASSERT_GE(test_accuracy, 0) << scored.output;
+  auto ev = kiln_run("--threads 1 evaluate " + q(ens) + " --data " + data_arg() + " --json");
+  ASSERT_EQ(ev.exit_code, 0) << ev.output;
+  Json metrics = Json::parse(ev.output.substr(ev.output.rfind('{')));
+  EXPECT_EQ(metrics["split"], "test");
+  EXPECT_NEAR(metrics["accuracy"].get<double>(), test_accuracy, 5e-5) << ev.output << scored.output;
+  EXPECT_NEAR(metrics["loss"].get<double>(), test_loss, 5e-5) << ev.output << scored.output;
 
   auto show = kiln_run("show " + q(ens));
   ASSERT_EQ(show.exit_code, 0) << show.output;

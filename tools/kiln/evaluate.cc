@@ -3,12 +3,18 @@
 //
 // Loads a saved model (with the loss and metrics it was compiled with) and
 // prints its metrics on a data section: the test split when the source has
-// one, else the training data.
+// one, else the training data. An ensemble or gradient-boosted trees
+// (kiln ensemble; compiled with nothing, their outputs are class
+// probabilities) print loss, the sparse categorical cross-entropy of those
+// probabilities, and accuracy, as `kiln ensemble` scores its members.
 #include <iostream>
+#include <map>
 #include <memory>
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/ensemble/ensemble.h"
+#include "kiln/ensemble/predictor_model.h"
 #include "kiln/models/model.h"
 #include "kiln/spec/spec.h"
 #include "tools/kiln/cli.h"
@@ -38,7 +44,8 @@ void run_evaluate(const EvaluateOptions& o) {
   }
 
   ModelPtr model = load_model(o.model_dir);
-  if (!model->compiled())
+  const bool predictor = dynamic_cast<ensemble::PredictorModel*>(model.get()) != nullptr;
+  if (!model->compiled() && !predictor)
     throw ValueError(o.model_dir +
                      " was saved without a loss (no compile config); train it with `kiln train` or "
                      "compile before save");
@@ -50,7 +57,20 @@ void run_evaluate(const EvaluateOptions& o) {
   model_data(data, *model, split == "test", &ev.x, &ev.y);
   if (!ev.y[0].defined()) throw ValueError("the " + split + " data has no labels to evaluate against");
   ev.batch_size = o.batch_size;
-  auto metrics = model->evaluate(ev);
+  std::map<std::string, double> metrics;
+  if (predictor && !model->compiled()) {
+    const at::Tensor p = model->predict(ev.x, o.batch_size).at(0);
+    const at::Tensor y = ev.y[0].reshape({-1}).to(at::kLong);
+    if (p.dim() != 2 || y.size(0) != p.size(0))
+      throw ValueError(o.model_dir + " gives (batch, classes) probabilities, which need one class label per " +
+                       "example; the " + split + " labels have shape " + shape_to_string(ev.y[0].sizes().vec()));
+    if (y.numel() && (y.min().item<int64_t>() < 0 || y.max().item<int64_t>() >= p.size(1)))
+      throw ValueError("the " + split + " labels must be class indices in [0, " + std::to_string(p.size(1)) +
+                       ") for the " + std::to_string(p.size(1)) + " classes of " + o.model_dir);
+    metrics = {{"loss", ensemble::Ensemble::log_loss(p, y)}, {"accuracy", ensemble::Ensemble::accuracy(p, y)}};
+  } else {
+    metrics = model->evaluate(ev);
+  }
   if (o.json) {
     Json j = Json::object();
     j["split"] = split;
