@@ -17,29 +17,29 @@ class FloatConv : public KernelImpl {
     // memory format (no copy), and its output permutes back to a
     // contiguous channels_last tensor.
     at::Tensor t = g_.channels_last ? conv_utils::channels_last_to_first(x) : x;
-    std::vector<int64_t> zeros(rank, 0), symmetric(rank, 0);
+    std::vector<int64_t> zeros(rank, 0), conv_padding(rank, 0);
     if (g_.padding != "valid") {
       std::vector<std::pair<int64_t, int64_t>> pads;
-      bool even = true;
+      bool even = true;  // every axis pads as much before as after
       for (int64_t i = 0; i < rank; ++i) {
         pads.push_back(conv_utils::padding_amounts(t.size(2 + i), g_.kernel_size[i], g_.strides[i], g_.dilation_rate[i],
                                                    g_.padding));
         even = even && pads.back().first == pads.back().second;
-        symmetric[i] = pads.back().first;
+        conv_padding[i] = pads.back().first;
       }
       // The same zeros either way; the convolution's own padding (every
       // "same" convolution of an odd kernel at stride 1) saves copying the
       // padded input forward and slicing its gradient backward.
       if (!even) {
         t = at::constant_pad_nd(t, conv_utils::pad_arg(pads), 0.0);
-        symmetric = zeros;
+        conv_padding = zeros;
       }
     }
     // (k..., in/groups, out) -> (out, in/groups, k...).
     std::vector<int64_t> perm = {rank + 1, rank};
     for (int64_t i = 0; i < rank; ++i) perm.push_back(i);
     at::Tensor w = kernel.permute(perm);
-    at::Tensor y = at::convolution(t, w, /*bias=*/{}, g_.strides, symmetric, g_.dilation_rate,
+    at::Tensor y = at::convolution(t, w, /*bias=*/{}, g_.strides, conv_padding, g_.dilation_rate,
                                    /*transposed=*/false, /*output_padding=*/zeros, g_.groups);
     return g_.channels_last ? conv_utils::channels_first_to_last(y) : y;
   }

@@ -58,7 +58,7 @@ void run_evaluate(const EvaluateOptions& o) {
   if (!ev.y[0].defined()) throw ValueError("the " + split + " data has no labels to evaluate against");
   ev.batch_size = o.batch_size;
   std::map<std::string, double> metrics;
-  if (predictor && !model->compiled()) {
+  if (predictor) {  // never compiled: scored as kiln ensemble scores members
     const at::Tensor p = model->predict(ev.x, o.batch_size).at(0);
     const at::Tensor y = ev.y[0].reshape({-1}).to(at::kLong);
     if (p.dim() != 2 || y.size(0) != p.size(0))

@@ -183,6 +183,15 @@ void print_retrain_table(const std::vector<RetrainRow>& rows, const std::string&
 
 }  // namespace
 
+namespace {
+// The patch's fit.epochs (null when it sets none).
+const Json* patch_epochs(const Json& patch) {
+  if (!patch.is_object() || !patch.contains("fit") || !patch["fit"].is_object() || !patch["fit"].contains("epochs"))
+    return nullptr;
+  return &patch["fit"]["epochs"];
+}
+}  // namespace
+
 void check_retrain_patch(const Json& patch) {
   if (patch.is_null()) return;
   if (!patch.is_object())
@@ -190,11 +199,8 @@ void check_retrain_patch(const Json& patch) {
         "--retrain_patch must be a JSON object merged into each retrain's train spec (RFC 7386), "
         "for example '{\"fit\": {\"epochs\": 12}}'. Received: " +
         json_excerpt(patch));
-  if (patch.contains("fit") && patch["fit"].is_object() && patch["fit"].contains("epochs")) {
-    const Json& e = patch["fit"]["epochs"];
-    if (!e.is_number_integer() || e.get<int64_t>() < 1)
-      throw ValueError("--retrain_patch: fit.epochs must be a positive integer. Received: " + json_excerpt(e));
-  }
+  if (const Json* e = patch_epochs(patch); e && (!e->is_number_integer() || e->get<int64_t>() < 1))
+    throw ValueError("--retrain_patch: fit.epochs must be a positive integer. Received: " + json_excerpt(*e));
 }
 
 void check_retrain_spec(const tuning::TuneSpec& spec) {
@@ -209,6 +215,11 @@ void retrain_top_trials(const tuning::TuneSpec& spec, const RetrainOptions& o) {
   if (!(o.factor > 0) || !std::isfinite(o.factor))
     throw ValueError("--retrain_factor must be a positive number. Received: " + std::to_string(o.factor));
   check_retrain_patch(o.patch);
+  // The template every rank fills in: the patch goes in before the values,
+  // so it may say {"hp": "learning_rate"}.
+  Json train = spec.train;
+  if (!o.patch.is_null()) train.merge_patch(o.patch);
+  const Json* fixed_epochs = patch_epochs(o.patch);
   const std::string project = spec.project_dir();
   tuning::TrialStore store(tuning::project_store_path(project), /*read_only=*/true);
   tuning::Objective objective = tuning::Objective::from_json(spec.objective);
@@ -238,7 +249,7 @@ void retrain_top_trials(const tuning::TuneSpec& spec, const RetrainOptions& o) {
     row.values = values_text(t);
     row.path = join_path(base, std::to_string(r));
     row.best_epoch = t.best_step + 1;  // steps are 0-based epochs; Keras counts from 1
-    row.epochs = std::max(1, (int)std::lround(row.best_epoch * o.factor));
+    row.epochs = fixed_epochs ? fixed_epochs->get<int>() : std::max(1, (int)std::lround(row.best_epoch * o.factor));
     row.score = *t.score;
     const std::string info_path = join_path(row.path, "assets/retrain.json");
     if (path_exists(row.path)) {
@@ -246,6 +257,7 @@ void retrain_top_trials(const tuning::TuneSpec& spec, const RetrainOptions& o) {
       if (path_exists(info_path)) {
         Json info = read_json_file(info_path);
         row.test = info.value("test_metrics", Json::object()).get<std::map<std::string, double>>();
+        row.epochs = info.value("epochs", row.epochs);  // what it was trained for, whatever this run says
         if (info.value("trial_id", "") != t.trial_id)
           std::cout << "Note: " << row.path << " holds trial " << info.value("trial_id", "?") << ", now rank " << r
                     << " is trial " << t.trial_id << "; remove " << base << " to retrain from the current ranking\n";
@@ -255,12 +267,6 @@ void retrain_top_trials(const tuning::TuneSpec& spec, const RetrainOptions& o) {
       continue;
     }
     std::vector<std::string> dropped;
-    Json train = spec.train;
-    if (!o.patch.is_null()) {
-      train.merge_patch(o.patch);  // before the values: a patch may say {"hp": "learning_rate"}
-      if (o.patch.contains("fit") && o.patch["fit"].is_object() && o.patch["fit"].contains("epochs"))
-        row.epochs = o.patch["fit"]["epochs"].get<int>();
-    }
     Json s = retrain_spec(train, t, row.epochs, &dropped);
     std::cout << "\n[" << r << "/" << k << "] trial " << t.trial_id << " (" << row.values << "): best "
               << objective.name() << " " << format_metric(row.score) << " at epoch " << row.best_epoch

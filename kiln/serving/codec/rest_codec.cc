@@ -257,13 +257,20 @@ Json encode_predict_response(const TensorMap& outputs, bool row_format) {
   return Json{{"predictions", preds}};
 }
 
+namespace {
+// A JSON string (invalid UTF-8 replaced, as every kiln reply does).
+void append_json_string(std::string& out, const std::string& s) {
+  out += Json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+}  // namespace
+
 std::string classify_result_text(const Classifications& c) {
   std::string out = "{\"result\":[";
   for (int64_t i = 0; i < c.examples; ++i) {
     out += i ? ",[" : "[";
     for (int64_t k = 0; k < c.classes; ++k) {
       out += k ? ",[" : "[";
-      out += Json(c.label(i, k)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      append_json_string(out, c.label(i, k));
       out += ',';
       append_json_number(out, c.score(i, k), kTfServingDecimals);
       out += ']';
@@ -289,7 +296,7 @@ std::string predict_response_text(const TensorMap& outputs, bool row_format) {
   for (auto& [k, v] : outputs) numel += (size_t)v.numel();
   out.reserve(out.size() + 16 * numel + 8);
   auto key = [&](const std::string& name) {
-    out += Json(name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    append_json_string(out, name);
     out += ':';
   };
   if (outputs.size() == 1) {
