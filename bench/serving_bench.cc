@@ -112,10 +112,16 @@ std::pair<std::string, int> host_port(const std::string& s) {
 
 struct Tally {
   std::vector<int64_t> latencies_us;  // successful requests only
+  // Fixed rate: how late the generator itself sent each request (woken
+  // after its due time, or its thread still busy with the previous one).
+  // Counted in latencies_us too; kept apart to tell the generator's delays
+  // from the server's.
+  std::vector<int64_t> late_us;
   int64_t ok = 0, failed = 0;
   std::map<std::string, int64_t> failures;  // reason -> count
   void merge(const Tally& o) {
     latencies_us.insert(latencies_us.end(), o.latencies_us.begin(), o.latencies_us.end());
+    late_us.insert(late_us.end(), o.late_us.begin(), o.late_us.end());
     ok += o.ok;
     failed += o.failed;
     for (auto& [k, v] : o.failures) failures[k] += v;
@@ -132,17 +138,22 @@ double percentile_ms(std::vector<int64_t>& v, double p) {
 Json summary(Tally& t, double seconds) {
   Json failures = Json::object();
   for (auto& [k, v] : t.failures) failures[k] = v;
-  return Json{{"ok", t.ok},
-              {"failed", t.failed},
-              {"failures", failures},
-              {"seconds", seconds},
-              {"qps", (double)t.ok / seconds},
-              {"p50_ms", percentile_ms(t.latencies_us, 50)},
-              {"p90_ms", percentile_ms(t.latencies_us, 90)},
-              {"p99_ms", percentile_ms(t.latencies_us, 99)},
-              {"max_ms", t.latencies_us.empty()
-                             ? 0.0
-                             : (double)*std::max_element(t.latencies_us.begin(), t.latencies_us.end()) / 1000.0}};
+  Json j{{"ok", t.ok},
+         {"failed", t.failed},
+         {"failures", failures},
+         {"seconds", seconds},
+         {"qps", (double)t.ok / seconds},
+         {"p50_ms", percentile_ms(t.latencies_us, 50)},
+         {"p90_ms", percentile_ms(t.latencies_us, 90)},
+         {"p99_ms", percentile_ms(t.latencies_us, 99)},
+         {"max_ms", t.latencies_us.empty()
+                        ? 0.0
+                        : (double)*std::max_element(t.latencies_us.begin(), t.latencies_us.end()) / 1000.0}};
+  if (!t.late_us.empty()) {
+    j["late_p50_ms"] = percentile_ms(t.late_us, 50);
+    j["late_p99_ms"] = percentile_ms(t.late_us, 99);
+  }
+  return j;
 }
 
 // ---- clients: one per load-generator thread ---------------------------------
@@ -267,6 +278,7 @@ Tally drive(const ClientFactory& make, int concurrency, double duration, double 
           if (over(start)) break;
           std::this_thread::sleep_until(start);
           if (stop && stop->load()) break;
+          t.late_us.push_back(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
         } else {
           start = Clock::now();
           if (over(start)) break;

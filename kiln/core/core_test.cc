@@ -147,5 +147,27 @@ TEST(Threads, ConfigureSetsIntraOpAndNeverOversubscribesBlas) {
   EXPECT_EQ(blas_num_threads(), 1);
 }
 
+TEST(Threads, IntraOpThreadCapLowersTheCountsUntilDestroyed) {
+  configure_threads(ThreadConfig{2});
+  const int blas = blas_num_threads();
+  {
+    IntraOpThreadCap one(1);
+    EXPECT_EQ(num_threads(), 1);
+    EXPECT_EQ(blas_num_threads(), 1);
+    {
+      IntraOpThreadCap four(4);  // above the count in force: no change
+      EXPECT_EQ(num_threads(), 1);
+      EXPECT_EQ(blas_num_threads(), 1);
+    }
+    EXPECT_EQ(num_threads(), 1);
+    // Tensor work under the cap gives the same result.
+    auto a = at::randn({64, 300}), b = at::randn({300, 200});
+    EXPECT_TRUE(at::allclose(at::mm(a, b), at::mm(a.to(at::kDouble), b.to(at::kDouble)).to(at::kFloat), 1e-4, 1e-4));
+  }
+  EXPECT_EQ(num_threads(), 2);
+  EXPECT_EQ(blas_num_threads(), blas);
+  EXPECT_THROW(IntraOpThreadCap(0), ValueError);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -78,8 +78,33 @@ int configure_threads(ThreadConfig cfg) {
 int num_threads() { return at::get_num_threads(); }
 
 int blas_num_threads() {
-  auto get = blas_symbol<GetThreadsFn>("openblas_get_num_threads");
+  static const auto get = blas_symbol<GetThreadsFn>("openblas_get_num_threads");  // dlsym is a symbol search
   return get ? get() : 0;
+}
+
+IntraOpThreadCap::IntraOpThreadCap(int n) {
+  if (n < 1) throw ValueError("IntraOpThreadCap: the cap must be at least 1. Received: " + std::to_string(n));
+  static const auto set_omp = blas_symbol<SetThreadsFn>("omp_set_num_threads");
+  static const auto set_blas = blas_symbol<SetThreadsFn>("openblas_set_num_threads");
+  // ATen sets a thread's OpenMP count on its first parallel call: let it,
+  // so the restore below puts back what ATen would use.
+  const int omp = at::get_num_threads();
+  if (set_omp && omp > n) {
+    set_omp(n);
+    omp_before_ = omp;
+  }
+  const int blas = blas_num_threads();
+  if (set_blas && blas > n) {
+    set_blas(n);
+    blas_before_ = blas;
+  }
+}
+
+IntraOpThreadCap::~IntraOpThreadCap() {
+  static const auto set_omp = blas_symbol<SetThreadsFn>("omp_set_num_threads");
+  static const auto set_blas = blas_symbol<SetThreadsFn>("openblas_set_num_threads");
+  if (omp_before_ > 0) set_omp(omp_before_);
+  if (blas_before_ > 0) set_blas(blas_before_);
 }
 
 }  // namespace kiln

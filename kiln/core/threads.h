@@ -55,4 +55,23 @@ int blas_num_threads();
 // True when libgomp's idle threads sleep (OMP_WAIT_POLICY=PASSIVE).
 bool omp_threads_passive();
 
+// Caps the intra-op threads of the tensor work the calling thread does until
+// destroyed, then restores the counts. n >= 1; a cap at or above the count in
+// force changes nothing.
+//   { IntraOpThreadCap one(1); y = model.predict_on_batch(x); }
+// OpenMP's count (ATen's parallel ops, oneDNN) is the calling thread's own.
+// OpenBLAS's pthread pool has one count for the process: a product another
+// thread starts meanwhile may also run on fewer threads (slower, never wrong).
+class IntraOpThreadCap {
+ public:
+  explicit IntraOpThreadCap(int n);
+  ~IntraOpThreadCap();
+  IntraOpThreadCap(const IntraOpThreadCap&) = delete;
+  IntraOpThreadCap& operator=(const IntraOpThreadCap&) = delete;
+
+ private:
+  int omp_before_ = 0;   // 0: OpenMP's count unchanged
+  int blas_before_ = 0;  // 0: OpenBLAS's count unchanged
+};
+
 }  // namespace kiln

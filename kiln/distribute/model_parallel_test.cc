@@ -326,9 +326,13 @@ TEST_P(ModelParallelJobs, EveryLayerAndATransformerBlockMatchOneProcess) {
         continue;
       }
       ASSERT_EQ(got.sizes(), want.sizes()) << name;
-      const double tolerance = name.rfind("mlp_bf16/", 0) == 0 ? kBfloat16Tolerance : kTolerance;
+      // Relative to the tensor's scale (at least 1): sharding changes the
+      // order of the sums, and momenta that grew to ~10 differ by more than
+      // 5e-5 where the GEMM kernel blocks differently (AVX2 OpenBLAS).
+      const double scale = std::max(1.0, want.to(at::kFloat).abs().max().item<double>());
+      const double tolerance = (name.rfind("mlp_bf16/", 0) == 0 ? kBfloat16Tolerance : kTolerance) * scale;
       EXPECT_LT((got.to(at::kFloat) - want.to(at::kFloat)).abs().max().item<double>(), tolerance)
-          << "mesh (" << mesh << "), rank " << r << ": " << name;
+          << "mesh (" << mesh << "), rank " << r << ": " << name << " (largest magnitude " << scale << ")";
     }
   }
 }

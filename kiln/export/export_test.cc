@@ -365,7 +365,11 @@ TEST(OnnxExportMixedPrecision, Bfloat16MlpMatchesOnnxRuntime) {
 
   // int8 layers of a bfloat16 model: bfloat16 inputs and outputs around the integer product.
   m->quantize("int8");
-  expect_same_as_onnx_runtime(*m, {x}, "int8_from_mixed_bfloat16 MLP", kBfloat16Tolerance);
+  // Relative to the outputs' size: bfloat16 keeps 8 significant bits, so
+  // one rounding step near 3 is 0.016. Measured: under 0.02 on AVX512-BF16
+  // CPUs, 0.023 on an AVX2 EPYC (LibTorch's bfloat16 kernels there differ).
+  const double scale = std::max(1.0, m->predict(x).to(at::kFloat).abs().max().item<double>());
+  expect_same_as_onnx_runtime(*m, {x}, "int8_from_mixed_bfloat16 MLP", kBfloat16Tolerance * scale);
 }
 
 TEST(OnnxExportMixedPrecision, Bfloat16CnnMatchesOnnxRuntime) {

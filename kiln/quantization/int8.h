@@ -63,9 +63,12 @@ class Int8Weights {
   at::Tensor w_;
   std::shared_ptr<Packed> packed_;
 };
-// The backend int8_matmul uses: "onednn" or "libtorch".
+// The backend int8_matmul uses: "onednn" or "libtorch". oneDNN only on a
+// CPU with int8 dot products (CpuFeatures::int8_dot): elsewhere its kernel
+// saturates int16 sums, so LibTorch's exact int32 GEMM runs instead.
 std::string int8_backend();
-// Forces LibTorch's integer matmul even with oneDNN (benchmarks compare both).
+// Forces LibTorch's integer matmul even with oneDNN (benchmarks compare
+// both); "onednn" asks for oneDNN where the CPU allows it.
 void set_int8_backend(const std::string& name);
 
 }  // namespace kiln::quantization

@@ -148,6 +148,10 @@ TEST(Int8, GemmIsExactOnBothBackends) {
   const std::string before = quantization::int8_backend();
   for (const char* backend : {"libtorch", "onednn"}) {
     quantization::set_int8_backend(backend);
+    // oneDNN's kernel without int8 dot products saturates int16 sums: there
+    // kiln keeps to LibTorch's GEMM.
+    if (std::string(backend) == "onednn" && !cpu_features().int8_dot())
+      EXPECT_EQ(quantization::int8_backend(), "libtorch");
     at::Tensor got = quantization::int8_matmul(a, b);
     EXPECT_EQ(got.scalar_type(), at::kInt);
     EXPECT_TRUE(at::equal(got.to(at::kLong), want)) << backend;

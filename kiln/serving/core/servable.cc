@@ -1,10 +1,12 @@
 #include "kiln/serving/core/servable.h"
 
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/registry.h"
+#include "kiln/core/threads.h"
 #include "kiln/models/model.h"
 #include "kiln/saving/model_io.h"
 #include "kiln/serving/status.h"
@@ -65,7 +67,10 @@ ModelServable::ModelServable(const std::string& dir) {
   }
   output_names_.clear();
   for (auto& [k, v] : sig["outputs"].items()) output_names_.push_back(k);
-  for (auto& [name, t] : named_weights(*model_)) memory_bytes_ += t.numel() * (int64_t)t.element_size();
+  for (auto& [name, t] : named_weights(*model_)) {
+    memory_bytes_ += t.numel() * (int64_t)t.element_size();
+    weight_count_ += t.numel();
+  }
   built_ = fully_built(*model_);
 }
 
@@ -109,6 +114,8 @@ TensorMap ModelServable::predict(const TensorMap& inputs, const std::string& sig
       if (std::find(input_names_.begin(), input_names_.end(), k) == input_names_.end())
         throw ServingError(Code::kInvalidArgument, "unknown input '" + k + "' for signature " + sig_name);
   Tensors ys;
+  std::optional<IntraOpThreadCap> cap;
+  if (const int n = intra_op_cap(std::max<int64_t>(batch, 1)); n > 0) cap.emplace(n);
   if (built_.load(std::memory_order_acquire)) {
     ys = model_->predict_on_batch(xs);  // read-only: concurrent calls are safe
   } else {

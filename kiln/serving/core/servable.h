@@ -67,8 +67,25 @@ bool has_servable_platform(const std::string& platform);
 // parallel without a lock. Until every layer is built (load_model builds the
 // graph's layers; a layer built lazily on first call would not be), calls
 // are serialised; the first call that leaves everything built lifts that.
+//
+// A call whose work is small (rows x weights below kParallelMinWork) runs
+// on one intra-op thread: splitting it costs more than it saves.
 class ModelServable : public Servable {
  public:
+  // Below this many multiply-adds' worth of work (rows x the model's weight
+  // count, what a dense network spends per batch) a call runs on one
+  // intra-op thread. A two-thread product wakes OpenBLAS's worker and
+  // spins in sched_yield() until it finishes; for the MNIST MLP (270k
+  // weights) at 32 rows that cost the server 15-25% more CPU per request
+  // than one thread did, while the 10.5M-weight MLP at 32 rows served 15%
+  // more with two (docs/PERFORMANCE.md, issue 15). Convolutions do more
+  // work per weight, so they reach the threshold later than they should.
+  static constexpr int64_t kParallelMinWork = int64_t{1} << 25;
+  // The intra-op cap predict() uses for `rows` rows: 1 below the
+  // threshold, else 0 (no cap).
+  int intra_op_cap(int64_t rows) const { return rows * weight_count_ < kParallelMinWork ? 1 : 0; }
+  int64_t weight_count() const { return weight_count_; }
+
   explicit ModelServable(const std::string& dir);
   TensorMap predict(const TensorMap& inputs, const std::string& signature) override;
   const Json& signatures() const override { return signatures_; }
@@ -81,6 +98,7 @@ class ModelServable : public Servable {
   std::shared_ptr<Model> model_;
   Json signatures_;
   int64_t memory_bytes_ = 0;
+  int64_t weight_count_ = 0;  // elements of every weight
   std::vector<std::string> input_names_, output_names_;
   std::mutex build_mu_;             // serialises calls while some layer is unbuilt
   std::atomic<bool> built_{false};  // every layer built: calls need no lock

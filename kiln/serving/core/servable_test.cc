@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "kiln/core/random.h"
+#include "kiln/core/threads.h"
 #include "kiln/layers/attention.h"
 #include "kiln/layers/dense.h"
 #include "kiln/layers/dropout.h"
@@ -126,6 +127,28 @@ TEST(ModelServable, ConcurrentRequestsMatchSingleThreadedOutputsSequential) {
 TEST(ModelServable, ConcurrentRequestsMatchSingleThreadedOutputsFunctionalWithAttention) {
   TempDir dir;
   hammer(save_functional(dir.path() + "/1"));
+}
+
+// Small work runs on one intra-op thread (splitting it costs more than it
+// saves); large work keeps the configured count; predict leaves the counts
+// as it found them.
+TEST(ModelServable, SmallBatchesRunOnOneIntraOpThreadAndTheCountsAreRestored) {
+  TempDir dir;
+  ModelServable s(save_sequential(dir.path() + "/1"));
+  // 8x16+16, BatchNormalization's 4x16, 16x4+4.
+  ASSERT_EQ(s.weight_count(), 8 * 16 + 16 + 4 * 16 + 16 * 4 + 4);
+  const int64_t parallel_rows = (ModelServable::kParallelMinWork + s.weight_count() - 1) / s.weight_count();
+  EXPECT_EQ(s.intra_op_cap(1), 1);
+  EXPECT_EQ(s.intra_op_cap(parallel_rows - 1), 1);
+  EXPECT_EQ(s.intra_op_cap(parallel_rows), 0);
+
+  configure_threads(ThreadConfig{2});
+  const int omp = num_threads(), blas = blas_num_threads();
+  ASSERT_EQ(omp, 2);
+  const std::string input = s.signatures()["serving_default"]["inputs"].begin().key();
+  EXPECT_EQ(s.predict({{input, at::randn({4, 8})}}, "serving_default").size(), 1u);
+  EXPECT_EQ(num_threads(), omp);
+  EXPECT_EQ(blas_num_threads(), blas);
 }
 
 }  // namespace
