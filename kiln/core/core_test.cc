@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/core/initializers.h"
@@ -167,6 +169,29 @@ TEST(Threads, IntraOpThreadCapLowersTheCountsUntilDestroyed) {
   EXPECT_EQ(num_threads(), 2);
   EXPECT_EQ(blas_num_threads(), blas);
   EXPECT_THROW(IntraOpThreadCap(0), ValueError);
+}
+
+TEST(Threads, OpenMpOnlyCapLeavesOpenBlasAndOtherThreadsAlone) {
+  configure_threads(ThreadConfig{2});
+  const int blas = blas_num_threads();
+  {
+    IntraOpThreadCap one(1, IntraOpThreadCap::Blas::kLeave);
+    EXPECT_EQ(num_threads(), 1);
+    EXPECT_EQ(blas_num_threads(), blas);
+    int other = 0;  // OpenMP's count is per thread: a new thread gets the global one
+    std::thread([&] { other = num_threads(); }).join();
+    EXPECT_EQ(other, 2);
+  }
+  EXPECT_EQ(num_threads(), 2);
+  // A thread's own count, as a serving compute worker sets it for its life.
+  int inside = 0;
+  std::thread([&] {
+    EXPECT_EQ(set_thread_intra_op_threads(1), 2);
+    inside = num_threads();
+  }).join();
+  EXPECT_EQ(inside, 1);
+  EXPECT_EQ(num_threads(), 2);
+  EXPECT_THROW(set_thread_intra_op_threads(0), ValueError);
 }
 
 }  // namespace

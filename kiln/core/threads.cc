@@ -82,17 +82,23 @@ int blas_num_threads() {
   return get ? get() : 0;
 }
 
-IntraOpThreadCap::IntraOpThreadCap(int n) {
-  if (n < 1) throw ValueError("IntraOpThreadCap: the cap must be at least 1. Received: " + std::to_string(n));
+int set_thread_intra_op_threads(int n) {
+  if (n < 1)
+    throw ValueError("set_thread_intra_op_threads: the count must be at least 1. Received: " + std::to_string(n));
+  // From the OpenMP runtime LibTorch loaded (no link of kiln's own, so GCC and
+  // clang builds share one runtime).
   static const auto set_omp = blas_symbol<SetThreadsFn>("omp_set_num_threads");
+  if (!set_omp) return 0;
+  const int before = at::get_num_threads();  // ATen's first-use set-up runs here
+  if (before != n) set_omp(n);
+  return before;
+}
+
+IntraOpThreadCap::IntraOpThreadCap(int n, Blas blas_cap) {
+  if (n < 1) throw ValueError("IntraOpThreadCap: the cap must be at least 1. Received: " + std::to_string(n));
   static const auto set_blas = blas_symbol<SetThreadsFn>("openblas_set_num_threads");
-  // ATen sets a thread's OpenMP count on its first parallel call: let it,
-  // so the restore below puts back what ATen would use.
-  const int omp = at::get_num_threads();
-  if (set_omp && omp > n) {
-    set_omp(n);
-    omp_before_ = omp;
-  }
+  if (at::get_num_threads() > n) omp_before_ = set_thread_intra_op_threads(n);
+  if (blas_cap == Blas::kLeave) return;
   const int blas = blas_num_threads();
   if (set_blas && blas > n) {
     set_blas(n);
@@ -101,9 +107,8 @@ IntraOpThreadCap::IntraOpThreadCap(int n) {
 }
 
 IntraOpThreadCap::~IntraOpThreadCap() {
-  static const auto set_omp = blas_symbol<SetThreadsFn>("omp_set_num_threads");
   static const auto set_blas = blas_symbol<SetThreadsFn>("openblas_set_num_threads");
-  if (omp_before_ > 0) set_omp(omp_before_);
+  if (omp_before_ > 0) set_thread_intra_op_threads(omp_before_);
   if (blas_before_ > 0) set_blas(blas_before_);
 }
 

@@ -55,16 +55,25 @@ int blas_num_threads();
 // True when libgomp's idle threads sleep (OMP_WAIT_POLICY=PASSIVE).
 bool omp_threads_passive();
 
+// Sets the calling thread's OpenMP count (ATen's parallel ops, oneDNN) to
+// n >= 1; other threads keep theirs. ATen gives a thread the global count on
+// its first parallel call, so this lets it do that first. Returns the count
+// before, or 0 where LibTorch has no OpenMP (then nothing changes).
+int set_thread_intra_op_threads(int n);
+
 // Caps the intra-op threads of the tensor work the calling thread does until
 // destroyed, then restores the counts. n >= 1; a cap at or above the count in
 // force changes nothing.
 //   { IntraOpThreadCap one(1); y = model.predict_on_batch(x); }
-// OpenMP's count (ATen's parallel ops, oneDNN) is the calling thread's own.
+// OpenMP's count is the calling thread's own (set_thread_intra_op_threads).
 // OpenBLAS's pthread pool has one count for the process: a product another
 // thread starts meanwhile may also run on fewer threads (slower, never wrong).
+// Work that never calls OpenBLAS (oneDNN's int8 GEMM) passes Blas::kLeave
+// and caps OpenMP only.
 class IntraOpThreadCap {
  public:
-  explicit IntraOpThreadCap(int n);
+  enum class Blas { kCap, kLeave };
+  explicit IntraOpThreadCap(int n, Blas blas = Blas::kCap);
   ~IntraOpThreadCap();
   IntraOpThreadCap(const IntraOpThreadCap&) = delete;
   IntraOpThreadCap& operator=(const IntraOpThreadCap&) = delete;

@@ -123,6 +123,30 @@ TEST(Dense, KernelProductGoesThroughTheFloatStrategyUntilQuantized) {
   EXPECT_THROW(d->quantize("float8"), ValueError);  // already quantized
 }
 
+// One row in inference takes a matrix-vector product (kernel_impl.cc); it
+// must give the product GEMM gives, with and without a bias, and keep the
+// gradient when one is asked for.
+TEST(Dense, OneRowInferenceGivesTheBatchedProduct) {
+  for (bool use_bias : {true, false}) {
+    auto d = std::make_shared<Dense>(37, "linear", Json{{"use_bias", use_bias}});
+    at::Tensor batch = at::randn({5, 300});
+    (*d)(batch);
+    if (use_bias) d->weights()[1]->assign(at::randn({37}));  // a bias of zeros would hide a missing add
+    at::Tensor want = (*d)(batch, /*training=*/true);
+    for (int64_t r = 0; r < 5; ++r) {
+      at::Tensor row = batch.narrow(0, r, 1);
+      at::Tensor got = (*d)(row, /*training=*/false);
+      ASSERT_EQ(got.sizes(), (std::vector<int64_t>{1, 37}));
+      EXPECT_TRUE(at::allclose(got, want.narrow(0, r, 1), 1e-5, 1e-5)) << "use_bias=" << use_bias << " row " << r;
+    }
+  }
+  auto d = std::make_shared<Dense>(4);
+  at::Tensor x = at::randn({1, 3}).requires_grad_(true);
+  (*d)(x, /*training=*/false).sum().backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_TRUE(at::allclose(x.grad()[0], d->kernel()->value().sum(1), 1e-6, 1e-6));
+}
+
 // --- Activation ------------------------------------------------------------------------
 TEST(Activation, KerasNumericFacts) {
   at::Tensor x = at::tensor({-1.0, 0.0, 1.0}, at::kDouble);

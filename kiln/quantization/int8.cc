@@ -1,18 +1,16 @@
 #include "kiln/quantization/int8.h"
 
-#include <ATen/Parallel.h>
-
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "kiln/core/cpu_features.h"
 #include "kiln/core/error.h"
+#include "kiln/core/threads.h"
 
 #ifdef KILN_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
@@ -37,32 +35,8 @@ bool use_onednn() { return !g_use_libtorch.load() && cpu_features().int8_dot(); 
 // every call, and with OMP_WAIT_POLICY=PASSIVE (kiln's default) that wakes
 // sleeping threads: tens of microseconds, more than a one-row product takes.
 // Small products therefore run on the calling thread only. OpenMP's thread
-// count is per calling thread, so this does not touch other threads; the
-// functions come from the OpenMP runtime LibTorch loaded (no link of our own,
-// so GCC and clang builds share one runtime).
+// count is per calling thread, so this does not touch other threads.
 constexpr int64_t kSingleThreadMacs = int64_t{1} << 21;
-
-class SingleThreadScope {
- public:
-  explicit SingleThreadScope(bool active) {
-    using GetFn = int (*)();
-    static const auto get = reinterpret_cast<GetFn>(::dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-    static const auto set = reinterpret_cast<void (*)(int)>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-    if (!active || !get || !set) return;
-    set_ = set;
-    saved_ = get();
-    if (saved_ > 1) set_(1);
-  }
-  ~SingleThreadScope() {
-    if (set_ && saved_ > 1) set_(saved_);
-  }
-  SingleThreadScope(const SingleThreadScope&) = delete;
-  SingleThreadScope& operator=(const SingleThreadScope&) = delete;
-
- private:
-  void (*set_)(int) = nullptr;
-  int saved_ = 0;
-};
 
 at::Tensor libtorch_int8_matmul(const at::Tensor& a, const at::Tensor& b) {
   // int32 operands: LibTorch's CPU integer GEMM accumulates exactly in int32
@@ -109,7 +83,8 @@ at::Tensor Int8Weights::matmul(const at::Tensor& a_in) const {
     at::Tensor a = a_in.contiguous();
     // Created and run under the same thread count: oneDNN plans a
     // primitive's parallel split when it creates it.
-    SingleThreadScope single(m * k * n <= kSingleThreadMacs);
+    std::optional<IntraOpThreadCap> single;
+    if (m * k * n <= kSingleThreadMacs) single.emplace(1, IntraOpThreadCap::Blas::kLeave);
     std::shared_ptr<Packed::Entry> e;
     {
       std::lock_guard<std::mutex> l(packed_->mu);

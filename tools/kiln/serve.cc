@@ -278,8 +278,8 @@ Command add_serve_command(CLI::App& app) {
                   "REST port; auto: a free port (printed on the ready line); 0 or -1: off");
   cmd->add_option("--rest_api_bind", o->rest_api_bind, "REST listen address (default loopback)");
   cmd->add_option("--rest_api_num_threads", o->rest_api_num_threads,
-                  "REST I/O threads, each serving many connections (default: the number of CPUs); also gRPC's "
-                  "thread count (default 16)")
+                  "REST I/O threads, each serving many connections, and gRPC's completion queues, one polling "
+                  "thread each (default for both: the number of CPUs)")
       ->check(positive_integer());
   cmd->add_option("--rest_api_max_threads", o->rest_api_max_threads,
                   "Ignored (accepted for old scripts): the REST server no longer needs a thread per connection")

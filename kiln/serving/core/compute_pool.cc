@@ -1,25 +1,12 @@
 #include "kiln/serving/core/compute_pool.h"
 
-#include <ATen/Parallel.h>
-#include <dlfcn.h>
-
 #include <string>
 
 #include "kiln/core/error.h"
+#include "kiln/core/threads.h"
 
 namespace kiln::serving {
 namespace {
-
-// OpenMP's thread count is per thread. ATen initialises a thread's count
-// lazily (to the global one) on its first parallel call, so let it do that
-// first, then lower it. Looked up at run time: LibTorch builds without
-// OpenMP have no such call.
-void set_intra_op_threads_here(int n) {
-  using SetFn = void (*)(int);
-  static const auto set_omp_threads = reinterpret_cast<SetFn>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-  (void)at::get_num_threads();
-  if (set_omp_threads) set_omp_threads(n);
-}
 
 // A task that throws breaks the pool's promise that its request is
 // answered: terminate loudly rather than lose the answer.
@@ -70,7 +57,7 @@ void ComputePool::stop() {
 }
 
 void ComputePool::run() {
-  set_intra_op_threads_here(options_.intra_op_threads);
+  set_thread_intra_op_threads(options_.intra_op_threads);  // this worker's own count
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {
     cv_.wait(l, [&] { return stopping_ || !queue_.empty(); });
