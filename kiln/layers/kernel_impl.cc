@@ -35,7 +35,7 @@ class FloatMatmul : public KernelImpl {
     // its batch; predict on one example): OpenBLAS's GEMM packs the whole
     // kernel into a buffer on every call, which for one row costs more than
     // the product. A matrix-vector product reads the kernel once: 1x784 @
-    // 784x256 takes 27 us against 92 us on an AVX2 EPYC (docs/PERFORMANCE.md).
+    // 784x256 takes 23 us against 78 us on an AVX2 EPYC (docs/PERFORMANCE.md).
     // The row's sums then run in another order than in a batch, as GEMM's
     // already do between batch sizes (last bits). Training keeps GEMM.
     if (!training && x.dim() == 2 && x.size(0) == 1 && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
