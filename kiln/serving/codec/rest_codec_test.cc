@@ -96,8 +96,12 @@ TEST(RestFastPath, EverythingElseIsLeftToTheDomPath) {
            R"({"instances": [{"x": [1, 2]}]})",    // named instances
            R"({"instances": [[1, 2], [3]]})",      // ragged
            R"({"instances": [[1], [[2]]]})",       // mixed depth
-           R"({"inputs": 7})",                     // a bare number (a scalar input)
-           R"({"instances": []})",                 // empty
+           R"({"instances": [[1, [2]]]})",         // a list where the row holds numbers
+           R"({"instances": [[[1]], [2]]})",       // a number where rows hold lists
+           R"({"instances": [[1], 2]})",
+           R"({"instances": [["a"], [1]]})",
+           R"({"inputs": 7})",      // a bare number (a scalar input)
+           R"({"instances": []})",  // empty
            R"({"instances": [[]]})",
            R"({"instances": [[1]]} trailing)",  // trailing content
            R"({"instances": [[1]]} {"instances": [[2]]})",

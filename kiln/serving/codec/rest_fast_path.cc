@@ -52,43 +52,42 @@ bool read_double(od::value& v, double& d) {
   return ec == std::errc() && ptr == end;
 }
 
+// Reads a list (nested lists down to numbers) at `depth`. The first
+// element of the first list at each depth fixes what that depth holds;
+// from the first number on, every element of a list at the leaf depth is
+// read straight as a number (anything else fails get_double, and the DOM
+// path takes over), without asking each element its type.
 bool collect(od::value v, size_t depth, Numbers& n) {
-  od::json_type type;
-  if (v.type().get(type)) return false;
-  if (type == od::json_type::number) {
-    if (n.leaf_depth == SIZE_MAX) n.leaf_depth = depth;
-    if (depth != n.leaf_depth) return false;
-    double d;
-    if (!read_double(v, d)) return false;
-    n.data.push_back(d);
-    return true;
-  }
-  if (type != od::json_type::array || depth >= kMaxListDepth || depth >= n.leaf_depth) return false;
+  if (depth >= kMaxListDepth || depth >= n.leaf_depth) return false;
   od::array a;
   if (v.get_array().get(a)) return false;
   if (n.shape.size() <= depth) n.shape.resize(depth + 1, -1);
   int64_t count = 0;
-  if (n.leaf_depth == depth + 1) {
-    // A list of numbers (the shape below is known): read them straight;
-    // anything but a number is a type error, and the DOM path takes over.
-    for (auto element : a) {
-      od::value e;
+  for (auto element : a) {
+    od::value e;
+    if (element.get(e)) return false;
+    if (n.leaf_depth == SIZE_MAX) {
+      od::json_type type;
+      if (e.type().get(type)) return false;
+      if (type == od::json_type::number) n.leaf_depth = depth + 1;
+    }
+    if (n.leaf_depth == depth + 1) {
       double d;
-      if (element.get(e) || !read_double(e, d)) return false;
+      if (!read_double(e, d)) return false;
       n.data.push_back(d);
-      ++count;
+    } else if (!collect(e, depth + 1, n)) {
+      return false;
     }
-  } else {
-    for (auto element : a) {
-      od::value e;
-      if (element.get(e) || !collect(e, depth + 1, n)) return false;
-      ++count;
-    }
+    ++count;
   }
   if (count == 0) return false;
   if (n.shape[depth] < 0) n.shape[depth] = count;
   return n.shape[depth] == count;
 }
+
+// Room for the numbers of a body of `size` bytes: each takes at least two
+// (a digit and a comma); capped, so a large body grows its buffer as usual.
+void reserve_for(Numbers& n, size_t size) { n.data.reserve(std::min(size / 2, size_t{1} << 16)); }
 
 struct ThreadState {
   od::parser parser;
@@ -119,7 +118,7 @@ bool read_string(od::value v, std::string& out) {
 }
 
 // {"name", "shape", "datatype", "data"}, each once, nothing else.
-bool read_kserve_input(od::object in, KServeInferInput& x) {
+bool read_kserve_input(od::object in, size_t body_size, KServeInferInput& x) {
   bool name = false, shape = false, datatype = false, data = false;
   for (auto field : in) {
     std::string_view key;
@@ -142,6 +141,7 @@ bool read_kserve_input(od::object in, KServeInferInput& x) {
       shape = true;
     } else if (key == "data" && !data) {
       Numbers n;
+      reserve_for(n, body_size);
       if (!collect(v, 0, n) || n.shape.empty()) return false;
       x.numbers = std::move(n.data);
       data = true;
@@ -171,7 +171,7 @@ bool decode_kserve_infer_fast(std::string_view body, KServeInferBody* out) {
       for (auto element : a) {
         od::object in;
         KServeInferInput x;
-        if (element.get_object().get(in) || !read_kserve_input(in, x)) return false;
+        if (element.get_object().get(in) || !read_kserve_input(in, body.size(), x)) return false;
         b.inputs.push_back(std::move(x));
       }
       inputs = true;
@@ -216,6 +216,7 @@ bool decode_predict_fast(std::string_view body, const Json& signatures, PredictC
   std::string signature = kDefaultSignature;
   bool seen_signature = false, seen_values = false, row_format = true;
   Numbers n;
+  reserve_for(n, body.size());
   for (auto field : obj) {
     std::string_view key;
     if (field.unescaped_key().get(key)) return false;
