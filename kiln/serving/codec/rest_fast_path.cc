@@ -118,7 +118,7 @@ bool read_string(od::value v, std::string& out) {
 }
 
 // {"name", "shape", "datatype", "data"}, each once, nothing else.
-bool read_kserve_input(od::object in, size_t body_size, KServeInferInput& x) {
+bool read_kserve_input(od::object in, KServeInferInput& x) {
   bool name = false, shape = false, datatype = false, data = false;
   for (auto field : in) {
     std::string_view key;
@@ -140,8 +140,7 @@ bool read_kserve_input(od::object in, size_t body_size, KServeInferInput& x) {
       }
       shape = true;
     } else if (key == "data" && !data) {
-      Numbers n;
-      reserve_for(n, body_size);
+      Numbers n;  // not reserved: a body may hold many inputs, and each keeps its buffer
       if (!collect(v, 0, n) || n.shape.empty()) return false;
       x.numbers = std::move(n.data);
       data = true;
@@ -171,7 +170,7 @@ bool decode_kserve_infer_fast(std::string_view body, KServeInferBody* out) {
       for (auto element : a) {
         od::object in;
         KServeInferInput x;
-        if (element.get_object().get(in) || !read_kserve_input(in, body.size(), x)) return false;
+        if (element.get_object().get(in) || !read_kserve_input(in, x)) return false;
         b.inputs.push_back(std::move(x));
       }
       inputs = true;

@@ -838,20 +838,16 @@ void RestEngine::accept() {
 
 void RestEngine::open_connection(Worker& w, Socket s) {
   if (draining()) return;  // stop() began: the socket closes here
-  std::shared_ptr<Connection> c;
-  if (ssl_) {
-    auto tls = std::make_shared<Conn<beast::ssl_stream<TcpStream>>>(*this, w, gate_, std::move(s), *ssl_);
-    w.conns.push_front(tls);
-    tls->self = w.conns.begin();
+  auto add = [&](auto conn) {
+    w.conns.push_front(conn);
+    conn->self = w.conns.begin();
     open_.fetch_add(1);
-    tls->start();
-  } else {
-    auto plain = std::make_shared<Conn<TcpStream>>(*this, w, gate_, std::move(s));
-    w.conns.push_front(plain);
-    plain->self = w.conns.begin();
-    open_.fetch_add(1);
-    plain->start();
-  }
+    conn->start();
+  };
+  if (ssl_)
+    add(std::make_shared<Conn<beast::ssl_stream<TcpStream>>>(*this, w, gate_, std::move(s), *ssl_));
+  else
+    add(std::make_shared<Conn<TcpStream>>(*this, w, gate_, std::move(s)));
 }
 
 void RestEngine::stop() {
