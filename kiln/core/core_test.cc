@@ -141,12 +141,34 @@ TEST(Threads, ConfigureSetsIntraOpAndNeverOversubscribesBlas) {
   EXPECT_EQ(configure_threads(ThreadConfig{2}), 2);
   EXPECT_EQ(num_threads(), 2);
   const int blas = blas_num_threads();
-  ASSERT_GT(blas, 0) << "OpenBLAS should be loaded through LibTorch";
-  // Spinning OpenMP threads + a full OpenBLAS pool oversubscribe the cores.
-  EXPECT_EQ(blas, omp_threads_passive() ? 2 : 1);
+  ASSERT_GT(blas, 0) << "LibTorch's BLAS (" << blas_library_name() << ") should be loaded";
+  if (blas_library() == BlasLibrary::kOpenBlas) {
+    // Spinning OpenMP threads + a full OpenBLAS pool oversubscribe the cores.
+    EXPECT_EQ(blas, omp_threads_passive() ? 2 : 1);
+  } else {
+    // MKL runs on OpenMP's threads: the same count, no second pool.
+    EXPECT_EQ(blas, 2);
+  }
   configure_threads(ThreadConfig{1});
   EXPECT_EQ(num_threads(), 1);
   EXPECT_EQ(blas_num_threads(), 1);
+}
+
+TEST(Threads, BlasIsTheOneLibTorchWasBuiltWith) {
+  const std::string config = at::show_config();
+  switch (blas_library()) {
+    case BlasLibrary::kMkl:
+      EXPECT_NE(config.find("BLAS_INFO=mkl"), std::string::npos) << config;
+      EXPECT_STREQ(blas_library_name(), "MKL");
+      break;
+    case BlasLibrary::kOpenBlas:
+      EXPECT_EQ(config.find("BLAS_INFO=mkl"), std::string::npos) << config;
+      EXPECT_STREQ(blas_library_name(), "OpenBLAS");
+      break;
+    case BlasLibrary::kOther:
+      EXPECT_EQ(blas_num_threads(), 0) << "a BLAS kiln does not know reports threads";
+      break;
+  }
 }
 
 TEST(Threads, IntraOpThreadCapLowersTheCountsUntilDestroyed) {

@@ -77,10 +77,68 @@ int configure_threads(ThreadConfig cfg) {
 
 int num_threads() { return at::get_num_threads(); }
 
-int blas_num_threads() {
-  static const auto get = blas_symbol<GetThreadsFn>("openblas_get_num_threads");  // dlsym is a symbol search
-  return get ? get() : 0;
+namespace {
+
+// BLAS_INFO=<name> in LibTorch's build settings (at::show_config()).
+std::string blas_info() {
+  const std::string config = at::show_config();
+  const std::string key = "BLAS_INFO=";
+  const auto at = config.find(key);
+  if (at == std::string::npos) return "";
+  const auto end = config.find_first_of(", \n", at + key.size());
+  return config.substr(at + key.size(), end == std::string::npos ? std::string::npos : end - at - key.size());
 }
+
+}  // namespace
+
+BlasLibrary blas_library() {
+  static const BlasLibrary lib = [] {
+    const std::string info = blas_info();
+    if (info == "mkl") return BlasLibrary::kMkl;
+    if (info.rfind("open", 0) == 0 || blas_symbol<GetThreadsFn>("openblas_get_num_threads")) return BlasLibrary::kOpenBlas;
+    return BlasLibrary::kOther;
+  }();
+  return lib;
+}
+
+const char* blas_library_name() {
+  static const std::string name = [] {
+    switch (blas_library()) {
+      case BlasLibrary::kOpenBlas:
+        return std::string("OpenBLAS");
+      case BlasLibrary::kMkl:
+        return std::string("MKL");
+      default:
+        break;
+    }
+    const std::string info = blas_info();
+    return info.empty() ? std::string("unknown") : info;
+  }();
+  return name.c_str();
+}
+
+int blas_num_threads() {
+  // dlsym is a symbol search: once each.
+  static const auto openblas = blas_symbol<GetThreadsFn>("openblas_get_num_threads");
+  static const auto mkl = blas_symbol<GetThreadsFn>("mkl_get_max_threads");
+  if (openblas) return openblas();
+  if (mkl) return mkl();
+  return 0;
+}
+
+namespace {
+
+// MKL's count for the calling thread only (0: back to MKL's global count,
+// which at::set_num_threads sets); returns the thread's setting before. MKL
+// does not follow omp_set_num_threads: without this, a GEMM on a thread
+// capped to one OpenMP thread still ran on every core.
+using MklSetLocalFn = int (*)(int);
+MklSetLocalFn mkl_set_local() {
+  static const auto f = blas_symbol<MklSetLocalFn>("MKL_Set_Num_Threads_Local");
+  return f;
+}
+
+}  // namespace
 
 int set_thread_intra_op_threads(int n) {
   if (n < 1)
@@ -91,25 +149,35 @@ int set_thread_intra_op_threads(int n) {
   if (!set_omp) return 0;
   const int before = at::get_num_threads();  // ATen's first-use set-up runs here
   if (before != n) set_omp(n);
+  if (auto mkl = mkl_set_local()) mkl(n);
   return before;
 }
 
 IntraOpThreadCap::IntraOpThreadCap(int n, Blas blas_cap) {
   if (n < 1) throw ValueError("IntraOpThreadCap: the cap must be at least 1. Received: " + std::to_string(n));
   static const auto set_blas = blas_symbol<SetThreadsFn>("openblas_set_num_threads");
-  if (at::get_num_threads() > n) omp_before_ = set_thread_intra_op_threads(n);
+  static const auto set_omp = blas_symbol<SetThreadsFn>("omp_set_num_threads");
+  if (set_omp && at::get_num_threads() > n) {
+    omp_before_ = at::get_num_threads();
+    set_omp(n);
+  }
   if (blas_cap == Blas::kLeave) return;
   const int blas = blas_num_threads();
-  if (set_blas && blas > n) {
+  if (blas <= n) return;
+  if (set_blas) {
     set_blas(n);
     blas_before_ = blas;
+  } else if (auto mkl = mkl_set_local()) {
+    mkl_local_before_ = mkl(n);
   }
 }
 
 IntraOpThreadCap::~IntraOpThreadCap() {
   static const auto set_blas = blas_symbol<SetThreadsFn>("openblas_set_num_threads");
-  if (omp_before_ > 0) set_thread_intra_op_threads(omp_before_);
+  static const auto set_omp = blas_symbol<SetThreadsFn>("omp_set_num_threads");
+  if (omp_before_ > 0) set_omp(omp_before_);
   if (blas_before_ > 0) set_blas(blas_before_);
+  if (mkl_local_before_ >= 0) mkl_set_local()(mkl_local_before_);
 }
 
 }  // namespace kiln

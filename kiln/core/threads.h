@@ -10,7 +10,8 @@
 // cores. So kiln sizes intra-op threads to the machine's cores (LibTorch's
 // own default counts physical cores and picks 1 on a 2-vCPU machine) and
 // gives OpenBLAS the same count only when OpenMP threads sleep while idle
-// (OMP_WAIT_POLICY=PASSIVE); otherwise OpenBLAS gets one thread. libgomp
+// (OMP_WAIT_POLICY=PASSIVE); otherwise OpenBLAS gets one thread. MKL (the
+// pip wheel's BLAS) runs on OpenMP's threads and needs no such sizing. libgomp
 // reads that variable once at load, so executables call
 // prepare_thread_environment(argv) first thing in main(): it re-executes the
 // program once with OMP_WAIT_POLICY=PASSIVE unless the user set it.
@@ -49,14 +50,27 @@ int configure_threads(ThreadConfig cfg = {});
 // Number of intra-op threads in force.
 int num_threads();
 
-// The count OpenBLAS reports (0 if OpenBLAS is not loaded).
+// The BLAS that LibTorch's float products run on, read from LibTorch's own
+// build settings (BLAS_INFO): OpenBLAS (a pthread pool of its own beside
+// OpenMP's, which kiln sizes) or MKL (the pip wheel's and pytorch.org's
+// LibTorch: it runs on OpenMP's threads, so it cannot oversubscribe, but it
+// keeps a count of its own that at::set_num_threads sets and that
+// omp_set_num_threads does not change; kiln's per-thread caps set MKL's
+// count for the thread too).
+enum class BlasLibrary { kOpenBlas, kMkl, kOther };
+BlasLibrary blas_library();
+// "OpenBLAS", "MKL" or what BLAS_INFO names.
+const char* blas_library_name();
+
+// The thread count the BLAS reports: OpenBLAS's pool, MKL's for the calling
+// thread; 0 if neither is loaded.
 int blas_num_threads();
 
 // True when libgomp's idle threads sleep (OMP_WAIT_POLICY=PASSIVE).
 bool omp_threads_passive();
 
-// Sets the calling thread's OpenMP count (ATen's parallel ops, oneDNN) to
-// n >= 1; other threads keep theirs. ATen gives a thread the global count on
+// Sets the calling thread's OpenMP count (ATen's parallel ops, oneDNN) and,
+// with MKL, MKL's count for the thread, to n >= 1; other threads keep theirs. ATen gives a thread the global count on
 // its first parallel call, so this lets it do that first. Returns the count
 // before, or 0 where LibTorch has no OpenMP (then nothing changes).
 int set_thread_intra_op_threads(int n);
@@ -80,7 +94,8 @@ class IntraOpThreadCap {
 
  private:
   int omp_before_ = 0;   // 0: OpenMP's count unchanged
-  int blas_before_ = 0;  // 0: OpenBLAS's count unchanged
+  int blas_before_ = 0;        // 0: OpenBLAS's count unchanged
+  int mkl_local_before_ = -1;  // -1: MKL's count for this thread unchanged
 };
 
 }  // namespace kiln

@@ -73,6 +73,14 @@ at::Tensor GroupNormalization::call1(const at::Tensor& x, bool training) {
   const at::ScalarType out_dtype = x.scalar_type();
   const at::ScalarType stat = at::promote_types(out_dtype, at::kFloat);
   at::Tensor t = x.to(stat).movedim(a, 1);
+  // LibTorch 2.11's CPU group_norm backward for channels-last inputs with
+  // fewer than 2048 positions per channel writes the input's gradient even
+  // when none was asked for, through a null pointer: it crashed training of
+  // any model whose first layer is a channels_last GroupNormalization
+  // (gradients for gamma and beta only). An input that needs no gradient
+  // therefore goes in as a contiguous channels-first tensor, which takes the
+  // kernel without that bug; one that needs it keeps its layout.
+  if (!t.requires_grad() && t.device().is_cpu() && !t.is_contiguous()) t = t.contiguous();
   at::Tensor g = gamma_ ? gamma_->value().to(stat) : at::Tensor();
   at::Tensor b = beta_ ? beta_->value().to(stat) : at::Tensor();
   at::Tensor y = at::group_norm(t, groups_, g, b, epsilon_, /*cudnn_enabled=*/false);

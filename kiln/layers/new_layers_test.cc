@@ -261,6 +261,24 @@ TEST(GroupNormalization, ChannelsMustDivide) {
   EXPECT_NEAR(g.var(-1, /*unbiased=*/false).mean().item<float>(), 1.0f, 1e-3);
 }
 
+// A channels_last image batch that needs no gradient (the model's input)
+// used to crash in LibTorch 2.11's group_norm backward (a write through a
+// null input-gradient pointer, channels-last kernel, < 2048 positions).
+TEST(GroupNormalization, ChannelsLastInputWithoutGradientTrainsGammaAndBeta) {
+  GroupNormalization gn(Json{{"groups", 4}});
+  at::Tensor x = at::randn({2, 8, 8, 16});  // (N, H, W, C): 64 positions per channel
+  gn.build_if_needed({{kNone, 8, 8, 16}});
+  at::Tensor loss = (gn(x, true) * at::linspace(-1, 1, 16)).pow(2).sum();
+  std::vector<at::Tensor> params = {gn.weights()[0]->value(), gn.weights()[1]->value()};
+  auto grads = torch::autograd::grad({loss}, params);
+  // The same computation on a channels-first contiguous copy (another kernel).
+  at::Tensor g = params[0].detach().requires_grad_(true), b = params[1].detach().requires_grad_(true);
+  at::Tensor y = at::group_norm(x.permute({0, 3, 1, 2}).contiguous(), 4, g, b, 1e-3).permute({0, 2, 3, 1});
+  auto expected = torch::autograd::grad({(y * at::linspace(-1, 1, 16)).pow(2).sum()}, {g, b});
+  EXPECT_TRUE(at::allclose(grads[0], expected[0], 1e-4, 1e-4));
+  EXPECT_TRUE(at::allclose(grads[1], expected[1], 1e-4, 1e-4));
+}
+
 // --- noise ------------------------------------------------------------------------------------
 TEST(SpatialDropout2D, DropsWholeChannelsInTrainingOnly) {
   at::Tensor x = at::ones({16, 3, 3, 8});
