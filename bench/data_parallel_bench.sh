@@ -14,12 +14,13 @@
 # Usage: bench/data_parallel_bench.sh [build dir]    (env: STEPS=20 ROUNDS=3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/torch_env.sh
 BUILD=${1:-build}
 STEPS=${STEPS:-20}
 ROUNDS=${ROUNDS:-3}
 KILN="$BUILD/kiln"
 BENCH="$BUILD/bench/data_parallel_bench"
-PY=/usr/bin/python3
+PY=$KILN_PYTHON   # .venv: the same torch (LibTorch 2.11) kiln builds against
 "$KILN" show --system | head -n 3
 nproc | sed 's/^/cores: /'
 run() {

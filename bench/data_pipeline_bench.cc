@@ -113,9 +113,9 @@ int main(int argc, char** argv) {
     y = at::randint(10, {60000}, at::kLong);
   }
   const int64_t n = x.size(0);
-  std::printf("data: %s %lld x %lld, batch %lld, MLP 784-%lld-10, intra-op threads %d, BLAS threads %d\n", source,
+  std::printf("data: %s %lld x %lld, batch %lld, MLP 784-%lld-10, intra-op threads %d, %s threads %d\n", source,
               (long long)n, (long long)x.size(1), (long long)batch, (long long)hidden, threads,
-              kiln::blas_num_threads());
+              kiln::blas_library_name(), kiln::blas_num_threads());
 
   Mlp model(x.size(1), hidden, 10);
   const double lr = 0.05;

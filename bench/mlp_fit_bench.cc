@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
     if (auto set = reinterpret_cast<SetFn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(blas_threads);
   }
   std::printf("CPU: %s\n", cpu_features().summary().c_str());
-  std::printf("threads: intra-op %d, OpenBLAS %d, OpenMP idle threads %s\n", threads, blas_num_threads(),
+  std::printf("threads: intra-op %d, %s %d, OpenMP idle threads %s\n", threads, blas_library_name(), blas_num_threads(),
               omp_threads_passive() ? "sleep (PASSIVE)" : "spin (ACTIVE)");
   auto data = datasets::fashion_mnist();
   auto prep = [](const at::Tensor& img) { return img.reshape({img.size(0), 784}).to(at::kFloat).div_(255.0f); };

@@ -19,6 +19,7 @@
 # Usage: [ACCURACY_EPOCHS=5] bash bench/precision_bench.sh [--steps 20] [--seconds 6] [--out DIR] [--skip_fit]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/torch_env.sh
 STEPS=20; SECONDS_PER_RUN=6; OUT=build/precision_bench_run; SKIP_FIT=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -32,7 +33,7 @@ done
 cmake --build build --target kiln_cli precision_bench serving_bench mlp_fit_bench >/dev/null
 KILN=$PWD/build/kiln
 SB=$PWD/build/bench/serving_bench
-PY=/usr/bin/python3
+PY=$KILN_PYTHON   # .venv: the same torch (LibTorch 2.11) kiln builds against
 THREADS=$(nproc)
 rm -rf "$OUT"; mkdir -p "$OUT/logs"; OUT=$(cd "$OUT" && pwd)
 

@@ -25,6 +25,7 @@
 #        WORKERS, DP_RANKS or BIG_WORKERS skips those jobs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/torch_env.sh
 BUILD=${1:-build}
 LIMIT=${LIMIT:-20000}
 EPOCHS=${EPOCHS:-8}
@@ -38,7 +39,7 @@ DP_RANKS=${DP_RANKS-1 2 4}
 WORKERS=${WORKERS-1 2 3 4}
 JOB_TIMEOUT=${JOB_TIMEOUT:-240}
 KEEP=${KEEP:-0}
-PY=/usr/bin/python3
+PY=$KILN_PYTHON   # .venv: the same torch (LibTorch 2.11) kiln builds against
 REPORT=$(realpath bench/ps_report.py)
 TMP=$(mktemp -d /tmp/ps_bench.XXXXXX)
 job_pid=""

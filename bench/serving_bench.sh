@@ -24,9 +24,10 @@
 # REST_THREADS: --rest_api_num_threads. auto: clients + 16 for a server with
 # a thread per connection, the server's own default for an event-driven one
 # (whose --help calls them I/O threads); default: never pass the flag.
-# Needs wrk, h2load, nginx, gunicorn, python3-flask, python3-torch (scripts/setup.sh).
+# Needs wrk, h2load, nginx, and gunicorn, Flask and torch in .venv (scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/torch_env.sh
 
 SECONDS_PER_RUN=8
 OUT=build/serving_bench_run
@@ -40,7 +41,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 NGINX=/usr/sbin/nginx
-for tool in wrk h2load gunicorn curl "$NGINX"; do
+for tool in wrk h2load "$KILN_VENV/bin/gunicorn" curl "$NGINX"; do
   command -v "$tool" >/dev/null || { echo "serving_bench.sh: $tool is not installed (bash scripts/setup.sh)" >&2; exit 2; }
 done
 
@@ -52,7 +53,7 @@ for f in "$KILN" "$SB"; do
   [ -x "$f" ] || { echo "serving_bench.sh: $f is missing (build with KILN_BENCH_AND_EXAMPLES=ON)" >&2; exit 2; }
 done
 "$KILN" show --system | head -n 3   # figures compare only within one run on one CPU
-PY=/usr/bin/python3
+PY=$KILN_PYTHON   # .venv: the same torch (LibTorch 2.11) kiln builds against
 CACHE=${MODEL_CACHE:-$PWD/build/serving_bench_models}   # trained once, reused by later runs
 rm -rf "$OUT"
 mkdir -p "$OUT/repo" "$OUT/logs" "$CACHE"
@@ -300,7 +301,7 @@ for m in mnist large; do
   echo "== $m: Flask + PyTorch under gunicorn (2 workers, 1 thread each)"
   port=$("$PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
   KILN_MODEL_DIR="$OUT/repo/$m/1" KILN_MODEL_NAME=$m OMP_WAIT_POLICY=PASSIVE \
-    "$PY" /usr/bin/gunicorn -w 2 -b 127.0.0.1:$port --chdir bench --log-level warning \
+    "$KILN_VENV/bin/gunicorn" -w 2 -b 127.0.0.1:$port --chdir bench --log-level warning \
     'serving_flask:create_app()' >"$OUT/logs/$m-flask.out" 2>&1 &
   FLASK_PID=$!
   PIDS+=("$FLASK_PID")

@@ -6,17 +6,18 @@
 # pkg-config. Usage: bash scripts/check_install.sh (after scripts/build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/torch_env.sh
 BUILD_DIR=${KILN_BUILD_DIR:-build}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cmake --install "$BUILD_DIR" --prefix "$WORK/prefix" >/dev/null
-cmake -S examples/consumer -B "$WORK/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$WORK/prefix" >/dev/null
+cmake -S examples/consumer -B "$WORK/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$WORK/prefix${KILN_TORCH_PREFIX:+;$KILN_TORCH_PREFIX}" \
+  ${Torch_DIR:+-DTorch_DIR=$Torch_DIR} >/dev/null
 cmake --build "$WORK/consumer" -j "$(nproc)" >/dev/null
 export LD_LIBRARY_PATH="$WORK/prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # What the program and the kiln libraries it loads link directly (NEEDED
-# entries). ldd would also list LibTorch's own dependencies (Debian's build
-# pulls OpenCV, GDAL and with them OpenSSL and SQLite), which no kiln target
-# can change.
+# entries). ldd would also list LibTorch's own dependencies, which no kiln
+# target can change.
 kiln_libs=$(ldd "$WORK/consumer/train_mlp" | awk '/libkiln_/ {print $3}')
 if ! echo "$kiln_libs" | grep -q libkiln_training; then
   echo "check_install: train_mlp does not load libkiln_training from the installed tree" >&2

@@ -8,6 +8,8 @@
 #        KILN_SANITIZE_CTEST_ARGS="-R Serving" bash scripts/sanitize.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/torch_env.sh
+torch_arg=$(kiln_torch_cmake_args)
 FUZZ_SECONDS=${1:-20}
 BUILD_DIR=build-asan
 export CCACHE_BASEDIR=$PWD
@@ -16,7 +18,7 @@ export CCACHE_BASEDIR=$PWD
 # otherwise refuse to trust in direct mode.
 export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja "$torch_arg" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
     -DKILN_SANITIZE=ON -DKILN_FUZZ=ON -DKILN_DOC_SNIPPETS=OFF -DKILN_BENCH_AND_EXAMPLES=OFF >/dev/null
 fi

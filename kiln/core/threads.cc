@@ -95,7 +95,8 @@ BlasLibrary blas_library() {
   static const BlasLibrary lib = [] {
     const std::string info = blas_info();
     if (info == "mkl") return BlasLibrary::kMkl;
-    if (info.rfind("open", 0) == 0 || blas_symbol<GetThreadsFn>("openblas_get_num_threads")) return BlasLibrary::kOpenBlas;
+    if (info.rfind("open", 0) == 0 || blas_symbol<GetThreadsFn>("openblas_get_num_threads"))
+      return BlasLibrary::kOpenBlas;
     return BlasLibrary::kOther;
   }();
   return lib;

@@ -93,7 +93,7 @@ class IntraOpThreadCap {
   IntraOpThreadCap& operator=(const IntraOpThreadCap&) = delete;
 
  private:
-  int omp_before_ = 0;   // 0: OpenMP's count unchanged
+  int omp_before_ = 0;         // 0: OpenMP's count unchanged
   int blas_before_ = 0;        // 0: OpenBLAS's count unchanged
   int mkl_local_before_ = -1;  // -1: MKL's count for this thread unchanged
 };

@@ -24,8 +24,8 @@ TEST(Toolchain, StdFilesystemResolvesToLibstdcxxNotLibTorch) {
     ASSERT_NE(address, nullptr) << symbol;
     Dl_info info{};
     ASSERT_NE(::dladdr(address, &info), 0) << symbol;
-    EXPECT_THAT(std::string(info.dli_fname), ::testing::HasSubstr("libstdc++")) << symbol << " resolves to "
-                                                                                << info.dli_fname;
+    EXPECT_THAT(std::string(info.dli_fname), ::testing::HasSubstr("libstdc++"))
+        << symbol << " resolves to " << info.dli_fname;
   }
   // And the calls work: a tree of 3 directories and 2 files goes at once.
   TempDir dir;

@@ -65,8 +65,7 @@ bool probe_gpu(int device) {
   const CudaInfo info = cuda_info();
   if (device < 0 || device >= static_cast<int>(info.gpus.size()))
     throw ValueError("probe_gpu: there is no GPU " + std::to_string(device) + " on this machine (" +
-                     (info.gpus.empty() ? info.unavailable_reason : std::to_string(info.gpus.size()) + " GPUs") +
-                     ")");
+                     (info.gpus.empty() ? info.unavailable_reason : std::to_string(info.gpus.size()) + " GPUs") + ")");
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   constexpr int n = 1000;
   at::Tensor out = at::full({n}, -1, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, device));

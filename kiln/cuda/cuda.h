@@ -18,9 +18,9 @@ namespace kiln::cuda {
 
 struct GpuInfo {
   int index = 0;
-  std::string name;                // "NVIDIA H200"
-  int64_t total_memory_bytes = 0;  // as the driver reports it
-  int64_t free_memory_bytes = 0;   // at the time of the call
+  std::string name;                          // "NVIDIA H200"
+  int64_t total_memory_bytes = 0;            // as the driver reports it
+  int64_t free_memory_bytes = 0;             // at the time of the call
   int compute_major = 0, compute_minor = 0;  // compute capability, 9.0 for Hopper
   int multiprocessors = 0;
 };

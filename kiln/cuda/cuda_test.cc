@@ -81,7 +81,9 @@ TEST(DeviceCUDA, CapturedGraphReplaysWithNewInputs) {
 
 TEST(DeviceCUDA, CapturingHostSyncFailsWithAReason) {
   at::Tensor x = at::ones({4}, at::TensorOptions().device(at::kCUDA, 0));
-  EXPECT_THROW(CapturedGraph(0, [&] { (void)x.sum().item<float>(); }, /*warmup=*/0), Error);
+  EXPECT_THROW(CapturedGraph(
+                   0, [&] { (void)x.sum().item<float>(); }, /*warmup=*/0),
+               Error);
   // The failed capture was ended: the GPU takes work again.
   EXPECT_EQ((x * 2).sum().item<float>(), 8.0f);
 }

@@ -25,13 +25,15 @@ DeviceCopier::DeviceCopier(int device) {
     throw ValueError("DeviceCopier: there is no GPU " + std::to_string(device) + " on this machine (" +
                      std::to_string(c10::cuda::device_count()) + " GPUs)");
   const auto index = static_cast<c10::DeviceIndex>(device);
-  impl_.reset(new Impl{index, c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index), at::cuda::CUDAEvent(), {}});
+  impl_.reset(
+      new Impl{index, c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index), at::cuda::CUDAEvent(), {}});
 }
 
 DeviceCopier::~DeviceCopier() = default;
 
 at::Tensor DeviceCopier::copy_async(const at::Tensor& host) {
-  if (!host.device().is_cpu()) throw ValueError("DeviceCopier::copy_async needs a CPU tensor; got one on " + host.device().str());
+  if (!host.device().is_cpu())
+    throw ValueError("DeviceCopier::copy_async needs a CPU tensor; got one on " + host.device().str());
   const at::Tensor pinned = host.is_pinned() ? host : host.contiguous().pin_memory();
   c10::cuda::CUDAStreamGuard guard(impl_->side);
   // The pinned block is kept until the copy ends: LibTorch's host allocator

@@ -1,7 +1,8 @@
-// ONNX export checked against ONNX Runtime (npm's onnxruntime-node, run by
-// web/onnx-check/run.js): an MLP, a CNN and Functional models give kiln's
+// ONNX export checked against ONNX Runtime (PyPI's onnxruntime in .venv, run
+// by scripts/onnx_run.py): an MLP, a CNN and Functional models give kiln's
 // predictions within 1e-4; int8 models within 1e-5, bfloat16 ones within
-// 2e-2 (docs/EXPORT.md). Skips with a message when node is absent.
+// 2e-2 (docs/EXPORT.md). Skips with a message when onnxruntime is missing
+// (fails instead under KILN_REQUIRE_CHECKS=1, as in CI).
 #include "kiln/export/onnx_export.h"
 
 #include <gtest/gtest.h>
@@ -31,15 +32,13 @@ LayerPtr L(const std::string& cls, const Json& config = Json::object()) {
 
 std::string q(const std::string& s) { return "'" + s + "'"; }
 
-// Makes sure ONNX Runtime for node is there; returns "" or why it is not.
+// ONNX Runtime is importable by python_path(); returns "" or why it is not.
 std::string onnx_runtime_missing() {
   static std::string why = [] {
-    if (run_command("command -v node >/dev/null 2>&1").exit_code != 0)
-      return std::string("node is not installed (Debian: apt-get install nodejs npm)");
-    const std::string dir = source_path("web/onnx-check");
-    if (path_exists(dir + "/node_modules/onnxruntime-node/package.json")) return std::string();
-    auto r = run_command("cd " + q(dir) + " && npm ci --ignore-scripts --no-audit --no-fund 2>&1");
-    if (r.exit_code != 0) return "`npm ci --ignore-scripts` in web/onnx-check failed: " + r.output.substr(0, 300);
+    auto r = run_command(q(python_path()) + " -c 'import onnxruntime, numpy' 2>&1");
+    if (r.exit_code != 0)
+      return python_path() +
+             " cannot import onnxruntime (bash scripts/setup.sh installs it into .venv): " + r.output.substr(0, 200);
     return std::string();
   }();
   return why;
@@ -66,7 +65,7 @@ double max_diff_from_onnx_runtime(const std::string& path, Model& model, const T
   auto names = model.input_names();
   for (size_t i = 0; i < x.size(); ++i) inputs[names[i]] = tensor_json(x[i]);
   atomic_write_file(dir.path() + "/inputs.json", inputs.dump());
-  auto r = run_command("node " + q(source_path("web/onnx-check/run.js")) + " " + q(path) + " " +
+  auto r = run_command(q(python_path()) + " " + q(source_path("scripts/onnx_run.py")) + " " + q(path) + " " +
                        q(dir.path() + "/inputs.json") + " 2>&1");
   if (r.exit_code != 0) ADD_FAILURE() << what << ": " << r.output;
   if (r.exit_code != 0) return INFINITY;
@@ -103,7 +102,7 @@ double expect_same_as_onnx_runtime(Model& model, const Tensors& x, const std::st
 
 TEST(OnnxExport, MlpMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
-  if (!why.empty()) GTEST_SKIP() << "ONNX Runtime check skipped: " << why;
+  if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(1);
   auto m = std::make_shared<Sequential>();
   m->add(Input({12}));
@@ -123,7 +122,7 @@ TEST(OnnxExport, MlpMatchesOnnxRuntime) {
 
 TEST(OnnxExport, CnnMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
-  if (!why.empty()) GTEST_SKIP() << "ONNX Runtime check skipped: " << why;
+  if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(2);
   auto m = std::make_shared<Sequential>();
   m->add(Input({11, 10, 3}));
@@ -152,7 +151,7 @@ TEST(OnnxExport, CnnMatchesOnnxRuntime) {
 
 TEST(OnnxExport, FunctionalWithAddAndConcatenateMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
-  if (!why.empty()) GTEST_SKIP() << "ONNX Runtime check skipped: " << why;
+  if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(3);
   auto a = Input({6}, at::kFloat, "a");
   auto b = Input({6}, at::kFloat, "b");
@@ -265,7 +264,7 @@ constexpr double kInt8Tolerance = 1e-5;
 
 TEST(OnnxExportInt8, DynamicMlpMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
-  if (!why.empty()) GTEST_SKIP() << "ONNX Runtime check skipped: " << why;
+  if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(11);
   auto m = mlp({12}, {"relu", "gelu", "tanh", "softmax"});
   at::Tensor x = at::randn({9, 12}) * 3;
@@ -297,7 +296,7 @@ TEST(OnnxExportInt8, DynamicMlpMatchesOnnxRuntime) {
 
 TEST(OnnxExportInt8, CalibratedMlpMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
-  if (!why.empty()) GTEST_SKIP() << "ONNX Runtime check skipped: " << why;
+  if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(12);
   auto m = mlp({12}, {"relu", "silu", "linear"});
   at::Tensor x = at::randn({64, 12});
@@ -311,7 +310,7 @@ TEST(OnnxExportInt8, CalibratedMlpMatchesOnnxRuntime) {
 
 TEST(OnnxExportInt8, EmbeddingMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
-  if (!why.empty()) GTEST_SKIP() << "ONNX Runtime check skipped: " << why;
+  if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(13);
   auto ids = Input({4}, at::kLong, "ids");
   auto e = (*L("Embedding", {{"input_dim", 20}, {"output_dim", 6}}))(ids);
@@ -332,7 +331,7 @@ constexpr double kBfloat16Tolerance = 2e-2;
 
 TEST(OnnxExportMixedPrecision, Bfloat16MlpMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
-  if (!why.empty()) GTEST_SKIP() << "ONNX Runtime check skipped: " << why;
+  if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(14);
   std::shared_ptr<Sequential> m;
   {
@@ -374,7 +373,7 @@ TEST(OnnxExportMixedPrecision, Bfloat16MlpMatchesOnnxRuntime) {
 
 TEST(OnnxExportMixedPrecision, Bfloat16CnnMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
-  if (!why.empty()) GTEST_SKIP() << "ONNX Runtime check skipped: " << why;
+  if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(17);
   PolicyScope p("mixed_bfloat16");
   auto m = std::make_shared<Sequential>();
@@ -397,7 +396,7 @@ TEST(OnnxExportMixedPrecision, Bfloat16CnnMatchesOnnxRuntime) {
 
 TEST(OnnxExportMixedPrecision, Float16LinearMlpMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
-  if (!why.empty()) GTEST_SKIP() << "ONNX Runtime check skipped: " << why;
+  if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(16);
   std::shared_ptr<Sequential> m;
   {
@@ -431,7 +430,7 @@ TEST(OnnxExportMixedPrecision, Float8AndQatAreRefusedWithTheLayerNamed) {
 
 TEST(OnnxExportCli, ExportsASavedInt8Model) {
   auto why = onnx_runtime_missing();
-  if (!why.empty()) GTEST_SKIP() << "ONNX Runtime check skipped: " << why;
+  if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(15);
   TempDir dir;
   auto m = mlp({8}, {"relu", "softmax"});

@@ -6,6 +6,8 @@
 namespace kiln::quantization {
 namespace {
 
+// The formats' parameters, for float8_decode (an independent reading of the
+// bit patterns, which the tests compare LibTorch's casts against).
 struct Format {
   int mantissa_bits;
   int exponent_bias;
@@ -23,20 +25,14 @@ double float8_max(Float8Format f) { return format(f).max; }
 const char* float8_name(Float8Format f) { return f == Float8Format::kE4M3FN ? "float8_e4m3fn" : "float8_e5m2"; }
 
 at::Tensor round_to_float8(const at::Tensor& x, Float8Format f) {
-  const Format fm = format(f);
   at::NoGradGuard ng;
-  at::Tensor v = x.to(at::kFloat).contiguous();
-  // Saturate first: above the largest finite value everything rounds to it.
-  at::Tensor a = at::clamp(v.abs(), 0.0, fm.max);
-  // a + C, with C a power of two whose float32 spacing is the float8 quantum
-  // of a's binade, rounds a to that quantum (ties to even) in one IEEE add;
-  // subtracting C is then exact. Below the normal range the quantum stays
-  // that of the smallest binade (float8's subnormals).
-  at::Tensor exponent = at::bitwise_right_shift(a.view(at::kInt), 23) - 127;
-  exponent = at::clamp_min(exponent, fm.min_exponent);
-  at::Tensor c = at::bitwise_left_shift(exponent + (23 - fm.mantissa_bits + 127), 23).view(at::kFloat);
-  at::Tensor r = (a + c) - c;
-  return at::where(v < 0, -r, r);  // NaN: a, r are NaN; the sign of -0 is kept by `where` on v < 0 false -> +0
+  // LibTorch's own float8 dtypes (2.1 on) round to nearest, ties to even,
+  // subnormals included. Above the largest finite value their cast gives NaN
+  // (e4m3fn) or infinity (e5m2), so values saturate first, as Keras clips
+  // before casting; clamp keeps NaN.
+  const double mx = float8_max(f);
+  at::Tensor v = at::clamp(x.to(at::kFloat), -mx, mx);
+  return v.to(f == Float8Format::kE4M3FN ? at::kFloat8_e4m3fn : at::kFloat8_e5m2).to(at::kFloat);
 }
 
 double float8_decode(uint8_t bits, Float8Format f) {

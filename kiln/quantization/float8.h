@@ -1,9 +1,11 @@
-// float8 numerics (Keras's float8 training design), emulated exactly on CPU.
+// float8 numerics (Keras's float8 training design).
 //
-// LibTorch 1.13 has no float8 dtype, so values are kept in float32 and
-// rounded to the nearest float8 value: round to nearest, ties to even, in
-// the format's normal and subnormal range; beyond the largest finite value
-// saturate to it (as Keras clips before casting); NaN stays NaN.
+// Values are kept in float32 and rounded to the nearest float8 value with
+// LibTorch's float8 dtypes (at::kFloat8_e4m3fn, at::kFloat8_e5m2): round to
+// nearest, ties to even, in the format's normal and subnormal range; beyond
+// the largest finite value saturate to it (as Keras clips before casting);
+// NaN stays NaN. (Until kiln moved to LibTorch 2.11 this rounding was kiln's
+// own bit arithmetic: LibTorch 1.13 had no float8 dtype.)
 //
 //   e4m3fn  1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities;
 //           largest 448, smallest subnormal 2^-9 (forward: inputs, kernel)

@@ -33,6 +33,19 @@ TempDir::~TempDir() { remove_all(path_); }
 
 std::string source_path(const std::string& relative) { return std::string(KILN_SOURCE_DIR) + "/" + relative; }
 
+std::string python_path() {
+  const char* env = std::getenv("KILN_PYTHON");
+  if (env && *env) return env;
+  const std::string venv = source_path(".venv/bin/python");
+  if (::access(venv.c_str(), X_OK) == 0) return venv;
+  return "python3";
+}
+
+bool checks_required() {
+  const char* env = std::getenv("KILN_REQUIRE_CHECKS");
+  return env && std::string(env) == "1";
+}
+
 std::string cli_path() {
   const char* p = std::getenv("KILN_CLI");
   if (p && *p) return p;

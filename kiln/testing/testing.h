@@ -47,6 +47,21 @@ bool have_cli();
 #define KILN_SKIP_WITHOUT_CLI() \
   if (!::kiln::have_cli()) GTEST_SKIP() << "this build has no kiln CLI (KILN_FULL=OFF)"
 
+// The python that has kiln's Python peers and checkers (onnxruntime, torch,
+// ...): $KILN_PYTHON if set, else the project's .venv (scripts/setup.sh),
+// else "python3".
+std::string python_path();
+
+// Whether checks that need outside tools (ONNX Runtime, Chromium and the npm
+// packages, ...) must run: KILN_REQUIRE_CHECKS=1, which scripts/test.sh (CI)
+// sets. Elsewhere such a check skips with a message naming what is missing.
+bool checks_required();
+#define KILN_SKIP_OR_FAIL(message)                                                                  \
+  do {                                                                                              \
+    if (::kiln::checks_required()) GTEST_FAIL() << message << " (KILN_REQUIRE_CHECKS=1: must run)"; \
+    GTEST_SKIP() << message;                                                                        \
+  } while (0)
+
 // Runs a shell command, returns {exit code, stdout+stderr}.
 struct CommandResult {
   int exit_code;
