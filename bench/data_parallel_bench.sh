@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-parallel throughput: kiln against PyTorch DDP (Debian python3-torch,
+# Data-parallel throughput: kiln against PyTorch DDP (torch in .venv, the same LibTorch,
 # gloo) on the same model, global batch, ranks and threads per rank, in the
 # same run, both started by `kiln launch`. The configurations alternate for
 # ROUNDS rounds (default 3) and each one's fastest round counts (other

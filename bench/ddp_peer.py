@@ -4,7 +4,7 @@ the ranks, torch.distributed with gloo. Started by the same launcher (kiln
 launch sets RANK/WORLD_SIZE/MASTER_* and OMP_NUM_THREADS like torchrun):
 
   kiln launch --nproc_per_node 2 --threads_per_rank 1 -- \
-      /usr/bin/python3 bench/ddp_peer.py [--steps 20] [--batch 1024] [--width 1024]
+      .venv/bin/python bench/ddp_peer.py [--steps 20] [--batch 1024] [--width 1024]
 
 Prints (rank 0): ddp ranks=2 threads=1 ms_per_step=...
 """

@@ -1,11 +1,11 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Optuna's TPE over the same search space and the same external training
 program as `kiln tune` (bench/tune_bench.sh): each trial runs the program
 as a subprocess with --name=value flags and reads its
 "kiln-metric val_accuracy=... step=N" lines; the trial's value is the best
 epoch's val_accuracy (as kiln scores a trial).
 
-  /usr/bin/python3 bench/optuna_tune.py --trials 100 --out optuna.json \
+  .venv/bin/python bench/optuna_tune.py --trials 100 --out optuna.json \
       -- build/examples/example_tune_trial_mlp --epochs=3
 
 Writes JSON: {"tuner": "optuna_tpe", "trials": [{"number", "value",

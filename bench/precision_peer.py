@@ -8,8 +8,8 @@ layers, with kiln's shapes and batch sizes.
   torch.ao.quantization.quantize_dynamic (qint8 Linear; the engine is the
   best this PyTorch has: onednn, else fbgemm, else qnnpack)
 
-Prints one JSON object. Run with Debian's python3 (python3-torch):
-  /usr/bin/python3 bench/precision_peer.py --threads 2 --steps 20
+Prints one JSON object. Run with .venv's python (the torch kiln builds against):
+  .venv/bin/python bench/precision_peer.py --threads 2 --steps 20
 """
 import argparse
 import json

@@ -3,7 +3,7 @@
 batch size, optimizer (Adam, lr 1e-3, Keras's epsilon 1e-7) and epochs as
 kiln's fit(), written as the usual PyTorch training loop.
 
-Run with Debian's interpreter (python3-torch): /usr/bin/python3 bench/pytorch_mlp.py
+Run with .venv's interpreter (the torch kiln builds against): .venv/bin/python bench/pytorch_mlp.py
 Prints one JSON line: {"peer": "pytorch", "epoch_s": [...], "test_accuracy": ...}.
 """
 import argparse

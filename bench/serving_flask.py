@@ -10,7 +10,7 @@ The model is rebuilt from the kiln model directory: model.json (a
 Sequential of Flatten / Dense / Dropout layers) and weights.safetensors,
 read here by hand (8-byte little-endian header length, JSON header, raw
 little-endian tensors), so no kiln code runs in this server. Runs with
-Debian's python3-torch, python3-flask and gunicorn (use /usr/bin/python3).
+torch, Flask and gunicorn from .venv (scripts/setup.sh): .venv/bin/gunicorn.
 """
 
 import json

@@ -1,9 +1,9 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """kiln's tuners against Optuna's TPE on one search space
 (bench/tune_space.json), one trial budget and one external training program
 (examples/tune_trial_mlp.cc), in one run. Prints a table, writes JSON.
 
-  /usr/bin/python3 bench/tune_bench.py --trials 100 --epochs 3 --out build/bench/tune_bench.json
+  .venv/bin/python bench/tune_bench.py --trials 100 --epochs 3 --out build/bench/tune_bench.json
 
 Runs: optuna_tpe (sequential, 2 threads per trial); kiln random and
 bayesian (sequential, 2 threads per trial); kiln hyperband (max_epochs =
@@ -90,7 +90,7 @@ def main():
     if want("optuna_tpe"):
         out = os.path.join(a.workdir, "optuna.json")
         env = dict(os.environ, KILN_NUM_THREADS="2", OMP_NUM_THREADS="2", OMP_WAIT_POLICY="PASSIVE")
-        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "optuna_tune.py"), "--trials", str(a.trials),
+        subprocess.run([sys.executable, os.path.join(ROOT, "bench", "optuna_tune.py"), "--trials", str(a.trials),
                         "--out", out, "--"] + program.split(), check=True, env=env, stdout=subprocess.DEVNULL)
         with open(out) as f:
             runs["optuna_tpe"] = json.load(f)

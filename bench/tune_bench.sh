@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --build build --target kiln_cli example_tune_trial_mlp >/dev/null
 build/kiln show --system | head -n 3   # figures compare only within one run on one CPU
-exec /usr/bin/python3 bench/tune_bench.py "$@"
+. scripts/torch_env.sh
+exec "$KILN_PYTHON" bench/tune_bench.py "$@"   # .venv: Optuna

@@ -15,6 +15,9 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 bash scripts/check_format.sh
+# Three builds from scratch (GCC, lean, clang with sanitizers): larger unity
+# batches cut the compiler's time by a fifth (CMakeLists.txt, KILN_UNITY_BATCH).
+export KILN_UNITY_BATCH=${KILN_UNITY_BATCH:-16}
 cuda_args=()
 if command -v nvcc >/dev/null 2>&1; then cuda_args=(-DKILN_CUDA=ON); fi
 bash scripts/build.sh "${cuda_args[@]}"

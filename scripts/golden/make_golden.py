@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Golden data for kiln's losses, metrics, optimizers and schedules.
 
-An independent reference written with PyTorch (Debian's python3-torch):
+An independent reference written with PyTorch (run with .venv/bin/python; the values were generated with Debian's torch 1.13):
 torch.nn.functional losses where their semantics equal Keras's, and plain
 torch ops following Keras 3's documented formulas elsewhere; torch.optim.SGD
 where its rule equals Keras's, reference loops for the rest (Keras puts
