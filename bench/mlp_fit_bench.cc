@@ -30,6 +30,7 @@
 #include "kiln/core/threads.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 #include "kiln/data/datasets.h"
 #include "kiln/layers/dense.h"
 #include "kiln/models/sequential.h"
@@ -141,7 +142,11 @@ Result pytorch_peer(int epochs, int64_t batch, int threads) {
   Result r{"PyTorch Python loop", {}, 0};
   // The peer script sits beside this program's sources; benchmarks run from the repository root.
   const char* dir = std::getenv("KILN_BENCH_DIR");
-  std::string cmd = "/usr/bin/python3 " + std::string(dir ? dir : "bench") + "/pytorch_mlp.py --epochs " +
+  // The torch kiln builds against: .venv's (scripts/setup.sh), or $KILN_PYTHON.
+  const char* py = std::getenv("KILN_PYTHON");
+  const std::string python =
+      py && *py ? py : (::access(".venv/bin/python", X_OK) == 0 ? ".venv/bin/python" : "python3");
+  std::string cmd = python + " " + std::string(dir ? dir : "bench") + "/pytorch_mlp.py --epochs " +
                     std::to_string(epochs) + " --batch_size " + std::to_string(batch) + " --threads " +
                     std::to_string(threads);
   FILE* f = ::popen(cmd.c_str(), "r");
