@@ -5,8 +5,9 @@
 #      mixed_bfloat16, float8 (emulated) in kiln; float32 and autocast bf16 in
 #      PyTorch;
 #   2. inference of the same MLP at batch 1/32/256: kiln float32, bfloat16,
-#      int8 (oneDNN; LibTorch's integer matmul) against PyTorch float32,
-#      bfloat16 and quantize_dynamic (qint8);
+#      int8 (the kernel kiln picks; oneDNN, fbgemm, exact forced) against
+#      PyTorch float32, bfloat16 and quantize_dynamic (qint8, onednn and x86
+#      engines);
 #   3. serving: the large serving-bench MLP (784-2048x3-10) as float32,
 #      bfloat16 and int8 versions through one `kiln serve` with batching:
 #      QPS and p50/p99 (closed loop, 64 clients);
@@ -56,9 +57,10 @@ ki = k["infer_ms"]
 print("Ratios (time of the other / kiln int8; > 1: kiln int8 is faster)")
 for label, ref in (("kiln bfloat16", ki["bfloat16"]), ("kiln float32", ki["float32"]),
                    ("PyTorch quantize_dynamic", t["infer_ms"].get("quantize_dynamic_int8")),
+                   ("PyTorch quantize_dynamic x86", t["infer_ms"].get("quantize_dynamic_int8_x86")),
                    ("PyTorch float32", t["infer_ms"]["float32"])):
     if ref:
-        print("  %-26s %8.2f %10.2f %10.2f" % ((label,) + tuple(ref[b] / ki["int8 (oneDNN)"][b] for b in ("1", "32", "256"))))
+        print("  %-26s %8.2f %10.2f %10.2f" % ((label,) + tuple(ref[b] / ki["int8"][b] for b in ("1", "32", "256"))))
 PYEOF
 
 echo

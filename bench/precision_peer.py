@@ -6,7 +6,8 @@ layers, with kiln's shapes and batch sizes.
   training step, batch 256, Adam: float32 and torch.autocast(bfloat16)
   inference at batch 1, 32, 256: float32, bfloat16 weights, and
   torch.ao.quantization.quantize_dynamic (qint8 Linear; the engine is the
-  best this PyTorch has: onednn, else fbgemm, else qnnpack)
+  first this PyTorch has of onednn, x86, fbgemm, qnnpack; and, as
+  quantize_dynamic_int8_x86, the x86 engine (fbgemm's kernels) too)
 
 Prints one JSON object. Run with .venv's python (the torch kiln builds against):
   .venv/bin/python bench/precision_peer.py --threads 2 --steps 20
@@ -74,13 +75,19 @@ def main():
     engine = next((e for e in ("onednn", "x86", "fbgemm", "qnnpack") if e in engines), None)
     out["quantized_engine"] = engine
     models = {"float32": mlp().eval(), "bfloat16": mlp().eval().bfloat16()}
-    if engine:
-        torch.backends.quantized.engine = engine
-        models["quantize_dynamic_int8"] = torch.ao.quantization.quantize_dynamic(
-            mlp().eval(), {torch.nn.Linear}, dtype=torch.qint8)
+    # The engine is read when a quantized module runs, so each model runs
+    # under the engine it was quantized for.
+    model_engine = {}
+    for key, eng in (("quantize_dynamic_int8", engine), ("quantize_dynamic_int8_x86", "x86")):
+        if eng in engines and eng not in model_engine.values():
+            torch.backends.quantized.engine = eng
+            models[key] = torch.ao.quantization.quantize_dynamic(mlp().eval(), {torch.nn.Linear}, dtype=torch.qint8)
+            model_engine[key] = eng
     infer = {}
     with torch.no_grad():
         for name, m in models.items():
+            if name in model_engine:
+                torch.backends.quantized.engine = model_engine[name]
             infer[name] = {}
             for batch in (1, 32, 256):
                 xb = torch.rand(batch, 784)

@@ -168,8 +168,9 @@ std::string precision_warning(const std::string& p) {
   if (p == "int8") {
     if (cpu.int8_dot()) return "";
     return "int8 quantization on " + here +
-           ", which has no AVX512-VNNI, AVX-VNNI or AMX-INT8: int8 products take several instructions each, so "
-           "expect a smaller speed-up than on VNNI CPUs";
+           ", which has no AVX512-VNNI, AVX-VNNI or AMX-INT8: int8 products take several instructions each "
+           "(fbgemm's kernel), and inputs with negative values are quantized to 7 bits there so that its int16 "
+           "pair sums cannot saturate; `kiln quantize` prints the speed-up measured on this CPU";
   }
   if (p == "float8")
     return "float8 on CPU is emulated (values rounded to e4m3/e5m2, products in float32): it reproduces float8's "

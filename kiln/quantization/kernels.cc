@@ -129,10 +129,9 @@ class Int8Kernel : public KernelImpl {
   at::Tensor matmul(const at::Tensor& x, const at::Tensor& bias) const {
     at::NoGradGuard ng;
     const int64_t in = x.size(-1);
-    auto [xq, xs] = quantize_rows(x.reshape({-1, in}), inputs_scale_ ? inputs_scale_->value() : at::Tensor());
-    at::Tensor acc = packed_weights()->matmul(xq);
-    // Keras's order: acc / (inputs_scale * kernel_scale), then the bias.
-    at::Tensor y = dequantize_product(acc, xs, kernel_scale_->value(), bias);
+    // Per-row quantization, the int8 GEMM, acc / (inputs_scale * kernel_scale) + bias.
+    at::Tensor y = packed_weights()->dense(x.reshape({-1, in}), inputs_scale_ ? inputs_scale_->value() : at::Tensor(),
+                                           kernel_scale_->value(), bias);
     std::vector<int64_t> out(x.sizes().begin(), x.sizes().end());
     out.back() = y.size(1);
     return y.reshape(out);
@@ -159,7 +158,7 @@ class Int8Kernel : public KernelImpl {
     return bias.defined() ? y + bias.detach().to(at::kFloat) : y;
   }
 
-  // The int8 kernel prepared for oneDNN, remade when the variable's tensor
+  // The int8 kernel prepared for its GEMM, remade when the variable's tensor
   // changes (load_weights, set_weights assign new values).
   std::shared_ptr<Int8Weights> packed_weights() const {
     at::Tensor w = kernel_->value();

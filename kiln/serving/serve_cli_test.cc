@@ -455,9 +455,13 @@ TEST(KilnQuantize, PublishesAnInt8VersionThatShowPredictAndServeRun) {
   m->predict(x);
   m->save(dir.path() + "/m/1");
   auto r = run_command(q(cli_path()) + " quantize " + q(dir.path() + "/m/1") + " --mode int8 --output " +
-                       q(dir.path() + "/m") + " 2>&1");
+                       q(dir.path() + "/m") + " --measure_seconds 0.1 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("-> " + dir.path() + "/m/2"), std::string::npos) << r.output;
+  // The expected speed comes from timing both models here, at two batch sizes.
+  EXPECT_NE(r.output.find("Measured here ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("x float32's speed at batch 32 ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("x float32's speed at batch 256 ("), std::string::npos) << r.output;
   auto show = run_command(q(cli_path()) + " show " + q(dir.path() + "/m/2") + " 2>&1");
   EXPECT_NE(show.output.find("Quantization: int8"), std::string::npos) << show.output;
   auto q8 = load_model(dir.path() + "/m/2");

@@ -14,6 +14,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/models/model.h"
+#include "kiln/quantization/int8.h"
 #include "kiln/saving/model_io.h"
 #include "tools/kiln/cli.h"
 
@@ -37,9 +38,10 @@ void print_system() {
             << (cpu.fast_bf16() ? "native (mixed_bfloat16 is faster than float32)"
                                 : "no native support (runs as float32; no speed-up)")
             << "\n"
-            << "int8: "
-            << (cpu.int8_dot() ? "VNNI/AMX dot products (quantize int8 is faster)" : "no VNNI (smaller int8 speed-up)")
-            << "\n"
+            << "int8: " << (cpu.int8_dot() ? "VNNI/AMX dot products" : "no VNNI (smaller int8 speed-up)") << "; kernel "
+            << quantization::int8_backend(1) << " at batch 1, " << quantization::int8_backend(256)
+            << " at 256; fbgemm inputs " << (quantization::fbgemm_wide_inputs() ? "8 bits" : "7 bits where negative")
+            << " (`kiln quantize` measures the speed-up)\n"
             << "float16, float8: emulated or upcast on CPU (for GPUs)\n";
 }
 
