@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include <malloc.h>
 
 #include <atomic>
@@ -125,11 +127,14 @@ TEST(ServerCore, AFailedLoadIsReportedAndDoesNotReplaceTheWorkingVersion) {
 }
 
 // TF Serving users' complaint "memory kept after unload": a version's
-// memory goes back to the system when it unloads, so after many swaps the
-// process holds about one version more than it did with none loaded.
+// memory goes back to the system when it unloads, so swaps do not pile up.
 // Without malloc_trim after unload, glibc kept freed weights in its heap:
 // 178 MB with nothing loaded, 550 MB after six versions of a 40 MB model
-// (one loaded at a time); with it, 220 MB.
+// (one loaded at a time); with it, 220 MB. What the first swaps cost once
+// (the server's threads and their heaps, LibTorch's and MKL's first-use
+// buffers: 58-91 MB on LibTorch 2.11 with MKL, 42 MB on 1.13 with OpenBLAS)
+// is not a version's memory, so the growth is measured from the state after
+// the first swap, and the whole against a looser bound.
 TEST(ServerCore, MemoryIsReturnedWhenVersionsUnload) {
   if (KILN_UNDER_ASAN) GTEST_SKIP() << "measures glibc's heap; AddressSanitizer's allocator keeps freed memory";
   TempDir dir;
@@ -150,16 +155,23 @@ TEST(ServerCore, MemoryIsReturnedWhenVersionsUnload) {
   ServerCore core(o);
   core.start();
   ASSERT_TRUE(core.wait_until_ready({"m", 1, std::nullopt}, 60));
-  for (int64_t v = 2; v <= 6; ++v) {
+  int64_t after_first_swap = 0;
+  for (int64_t v = 2; v <= 7; ++v) {
     save(v);
     core.poll_now();
     ASSERT_TRUE(core.wait_until_ready({"m", v, std::nullopt}, 60));
     ASSERT_TRUE(core.wait_until_idle(60));
     ASSERT_EQ(state_of(core, "m", v - 1), VersionState::kDisabled);
+    if (v == 2) after_first_swap = process_rss_bytes();
   }
   const int64_t model_bytes = (785 * 2048 + 2 * 2049 * 2048 + 2049 * 10) * 4;
-  const int64_t held = process_rss_bytes() - before;
-  EXPECT_LT(held, 2 * model_bytes) << "after 5 swaps of a " << model_bytes / 1000000 << " MB model the process holds "
+  const int64_t now = process_rss_bytes();
+  const int64_t grown = now - after_first_swap, held = now - before;
+  std::cout << "[ measured ] " << model_bytes / 1000000 << " MB model: held " << held / 1000000
+            << " MB over none loaded, grown " << grown / 1000000 << " MB over 5 more swaps" << std::endl;
+  EXPECT_LT(grown, model_bytes / 2) << "5 more swaps of a " << model_bytes / 1000000 << " MB model grew the process by "
+                                    << grown / 1000000 << " MB: unloaded versions' memory is kept";
+  EXPECT_LT(held, 3 * model_bytes) << "after 6 swaps of a " << model_bytes / 1000000 << " MB model the process holds "
                                    << held / 1000000 << " MB more than with none loaded";
 }
 
