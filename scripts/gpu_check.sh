@@ -54,6 +54,7 @@ finish() {
     echo "| step                         | result   | at     | detail"
     echo "|------------------------------|----------|--------|-------"
     printf '%s\n' "${ROWS[@]}"
+    if [ -f "$LOG_DIR/gpu_bench.log" ]; then echo; grep '^|' "$LOG_DIR/gpu_bench.log" || true; fi
   } | tee "$LOG_DIR/summary.md"
   exit "${1:-0}"
 }
@@ -133,14 +134,12 @@ row "*CUDA* tests" "$([ "$cuda_failed" = 0 ] && [ "$cuda_passed" -gt 0 ] && echo
   "$cuda_passed passed, $cuda_failed failed, $cuda_skipped skipped"
 [ "$cuda_failed" = 0 ] && [ "$cuda_passed" -gt 0 ] || status=1
 
-# --- GPU benchmarks ---------------------------------------------------------
-for b in "$BUILD"/bench/*_gpu_bench; do
-  [ -x "$b" ] || continue
-  name=$(basename "$b")
-  if timeout 120 "$b" > "$LOG_DIR/$name.log" 2>&1; then
-    row "$name" ok "$(tail -1 "$LOG_DIR/$name.log" | cut -c1-200)"
+# --- GPU benchmarks: kiln against PyTorch eager in one run -------------------
+if [ -x "$BUILD/bench/train_gpu_bench" ]; then
+  if KILN_PYTHON="$PY" timeout 240 bash "$ROOT/bench/gpu_bench.sh" "$BUILD" > "$LOG_DIR/gpu_bench.log" 2>&1; then
+    row "gpu_bench.sh" ok "$(grep -c '^| [a-z]' "$LOG_DIR/gpu_bench.log") workloads; table in gpu_bench.log"
   else
-    row "$name" FAIL "see $name.log"; status=1
+    row "gpu_bench.sh" FAIL "see gpu_bench.log"; status=1
   fi
-done
+fi
 finish $status

@@ -299,6 +299,30 @@ TEST_F(Cli, UserErrorsAreOneLineAndExitTwo) {
   expect_user_error("predict " + q(v) + " --input " + q(dir_.path() + "/ragged.jsonl"), {"line 1"});
 }
 
+// --device on every command that computes, and the spec's "device": a
+// device this machine lacks is one line and exit 2 naming what there is,
+// and nothing is written; "cpu" trains as before.
+TEST_F(Cli, DeviceFlagAndSpecDeviceNameWhatThisMachineHas) {
+  expect_user_error("--device tpu:0 train " + q(spec_), {"--device: 'tpu:0'", "cuda:N"});
+  // More GPUs than any machine here has (none on CI).
+  expect_user_error("train " + q(spec_) + " --device cuda:64", {"--device cuda:64", "cpu"});
+  expect_user_error("--device cuda:64 predict " + q(dir_.path() + "/nope"), {"cuda:64"});
+  Json on_gpu = csv_spec(csv_, base_);
+  on_gpu["device"] = "cuda:64";
+  expect_user_error("--threads 1 train " + q(write_spec("on_gpu.json", on_gpu)), {"the spec's `device`", "cuda:64"});
+  on_gpu["device"] = 3;
+  expect_user_error("--threads 1 train " + q(write_spec("bad_device.json", on_gpu)), {"`device`", "cuda:N"});
+  EXPECT_FALSE(path_exists(base_)) << "no version may be written by a failed run";
+  // --device wins over the spec's: this trains on the CPU.
+  on_gpu["device"] = "cuda:64";
+  auto r = kiln("--threads 1 --device cpu train " + q(write_spec("cpu_wins.json", on_gpu)));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(path_exists(base_ + "/1/model.json"));
+  auto sys = kiln("show --system");
+  ASSERT_EQ(sys.exit_code, 0) << sys.output;
+  EXPECT_NE(sys.output.find("GPUs: "), std::string::npos) << sys.output;
+}
+
 // A user error whose one line stays short: exit 2 (a crash would be a
 // signal), one "kiln: error:" line, at most `max_len` bytes, naming `mentions`.
 void expect_short_error(const std::string& args, const std::vector<std::string>& mentions, size_t max_len = 400) {

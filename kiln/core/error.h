@@ -41,6 +41,13 @@ class FormatError : public UserError {  // a file is corrupt, truncated or not o
  public:
   using UserError::UserError;
 };
+// The device (a GPU, or the host) cannot hold what the sizes asked for: a
+// batch too large for the GPU's memory. The message names the sizes and a
+// smaller choice; the server answers it with RESOURCE_EXHAUSTED.
+class ResourceExhaustedError : public UserError {
+ public:
+  using UserError::UserError;
+};
 
 // An illegal transition of an explicit lifecycle or use before set-up
 // (e.g. fit() before compile()).

@@ -108,6 +108,9 @@ VariablePtr VariableFactory::create(const VariableSpec& spec, const DTypePolicy&
   if (auto dist = distribution()) {
     layout = dist->layout_for(path, spec.shape);
     init = dist->distribute_variable(init, layout);
+  } else if (const at::Device device = default_device(); !device.is_cpu()) {
+    // Drawn on the host (the same values on every device for one seed).
+    init = init.to(device);
   }
   return std::make_shared<Variable>(path, init, spec.trainable, layout, spec.shape);
 }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/device.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/initializers.h"
 #include "kiln/core/shape.h"
@@ -84,7 +85,8 @@ class Distribution {
  public:
   virtual ~Distribution() = default;
   virtual TensorLayout layout_for(const std::string& path, const Shape& shape) const = 0;
-  virtual at::Device device() const { return at::kCPU; }
+  // Where this process's variables live (default: default_device()).
+  virtual at::Device device() const { return default_device(); }
   // Place an initial value according to `layout` (replicate or shard).
   virtual at::Tensor distribute_variable(const at::Tensor& value, const TensorLayout& layout) const {
     return value.to(device());

@@ -8,10 +8,7 @@
 namespace kiln::distribute {
 
 DataParallel::DataParallel(DataParallelOptions o) : o_(std::move(o)) {
-  for (auto& d : o_.devices)
-    if (d != "cpu")
-      throw ValueError("DataParallel: device '" + d +
-                       "' is not available in this build (CPU LibTorch); use \"cpu\" or leave `devices` empty");
+  for (auto& d : o_.devices) devices_.push_back(resolve_device(d, "DataParallel: devices"));
   if (!(o_.bucket_cap_mb > 0))
     throw ValueError("DataParallel: `bucket_cap_mb` must be > 0. Received: bucket_cap_mb=" +
                      std::to_string(o_.bucket_cap_mb));
@@ -26,6 +23,7 @@ DataParallel::DataParallel(DataParallelOptions o) : o_(std::move(o)) {
         "optimizer state and the gradients). Received: zero_stage=" +
         std::to_string(o_.zero_stage));
   cluster_ = o_.cluster ? *o_.cluster : resolve_cluster();
+  if (!devices_.empty()) device_ = devices_[cluster_.local_rank % devices_.size()];
   if (cluster_.world_size > 1) coll_ = Collectives::connect(cluster_, {.timeout_seconds = o_.timeout_seconds});
 }
 

@@ -45,8 +45,11 @@
 namespace kiln::distribute {
 
 struct DataParallelOptions {
-  // "cpu" (one CPU device per rank) is all this build supports; empty: the
-  // default device.
+  // The device of each process on a machine, by local rank modulo the list's
+  // length ("cpu", "cuda", "cuda:N"; "cuda" alone is cuda:LOCAL_RANK, one
+  // process per GPU); empty: kiln's default device (the process's GPU when
+  // there is one, see kiln/core/device.h). TensorFlow's MirroredStrategy over
+  // a machine's GPUs is `kiln launch --nproc_per_node N` with this empty.
   std::vector<std::string> devices;
   double bucket_cap_mb = 25;   // gradient all-reduce bucket size
   bool compress_bf16 = false;  // all-reduce gradients as bfloat16 (halves the bytes)
@@ -73,6 +76,7 @@ class DataParallel : public Distribution {
 
   TensorLayout layout_for(const std::string& path, const Shape& shape) const override { return {}; }
   int num_replicas() const override { return cluster_.world_size; }
+  at::Device device() const override { return device_ ? *device_ : default_device(); }
   int replica_id() const override { return cluster_.rank; }
   void all_reduce_sum(std::vector<at::Tensor>& tensors) const override;
   std::function<void()> all_reduce_sum_async(std::vector<at::Tensor>& tensors) const override;
@@ -90,6 +94,8 @@ class DataParallel : public Distribution {
  private:
   DataParallelOptions o_;
   ClusterSpec cluster_;
+  std::vector<at::Device> devices_;   // o_.devices, resolved
+  std::optional<at::Device> device_;  // this process's (unset: default_device())
   std::shared_ptr<Collectives> coll_;
 };
 

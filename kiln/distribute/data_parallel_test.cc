@@ -193,8 +193,12 @@ TEST(DataParallel, OneReplicaIsBitIdenticalToNoDistribution) {
 }
 
 TEST(DataParallel, BadOptionsAreClearErrors) {
-  auto msg = error_of([] { distribute::DataParallel({.devices = {"cuda:0"}, .cluster = ClusterSpec{}}); });
-  EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
+  // A GPU this machine lacks (none on CI; more than any machine has here).
+  auto msg = error_of([] { distribute::DataParallel({.devices = {"cuda:64"}, .cluster = ClusterSpec{}}); });
+  EXPECT_NE(msg.find("cuda:64"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("use --device"), std::string::npos) << msg;
+  msg = error_of([] { distribute::DataParallel({.devices = {"tpu:0"}, .cluster = ClusterSpec{}}); });
+  EXPECT_NE(msg.find("tpu:0"), std::string::npos) << msg;
   msg = error_of([] { distribute::distribution_from_config(Json{{"type", "pipeline_parallel"}}); });
   EXPECT_NE(msg.find("data_parallel"), std::string::npos) << msg;
   EXPECT_NE(msg.find("model_parallel"), std::string::npos) << msg;

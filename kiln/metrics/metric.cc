@@ -180,9 +180,15 @@ void Mean::update_state(const at::Tensor& values_in, const at::Tensor& unused, c
     for (int64_t d = 1; d < values.dim(); ++d) dims.push_back(d);
     values = values.mean(dims);
   }
-  total_ += values.sum().cpu();
+  // The sums stay where the values are (a GPU's: no host round trip per
+  // step); they start on the host and follow the first batch.
+  if (total_.device() != values.device()) {
+    total_ = total_.to(values.device());
+    count_ = count_.to(values.device());
+  }
+  total_ += values.sum();
   if (weight.defined())
-    count_ += weight.sum().cpu();
+    count_ += weight.sum();
   else
     count_ += static_cast<double>(values.dim() >= 1 ? values.size(0) : 1);
 }

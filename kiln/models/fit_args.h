@@ -44,6 +44,13 @@ struct CompileArgs {
   std::vector<std::vector<MetricPtr>> output_metrics;
   // Keras's dict form: metrics by output name.
   std::vector<std::pair<std::string, std::vector<MetricPtr>>> named_metrics;
+  // Keras's steps_per_execution: fit() runs this many steps between host
+  // round trips. The batch-level callbacks are called once per execution
+  // (on_train_batch_begin with its first step, on_train_batch_end with its
+  // last, as Keras 3 does), so the loss and metrics are read from the
+  // device once per execution, not after every step. The weights are the
+  // same as with 1.
+  int64_t steps_per_execution = 1;
   // Keras names: compile("adam", "sparse_categorical_crossentropy", {"accuracy"}).
   static CompileArgs from_names(const std::string& optimizer, const std::string& loss,
                                 const std::vector<std::string>& metrics = {});

@@ -105,7 +105,11 @@ TEST(Keras3Config, CompileConfigRefusesWhatKilnCannotHonour) {
     }
   };
   refuse(R"({"optimizer": "adam", "loss": "mse", "weighted_metrics": ["mae"]})", "weighted_metrics");
-  refuse(R"({"optimizer": "adam", "loss": "mse", "steps_per_execution": 8})", "steps_per_execution");
+  refuse(R"({"optimizer": "adam", "loss": "mse", "steps_per_execution": 0})", "steps_per_execution");
+  refuse(R"({"optimizer": "adam", "loss": "mse", "steps_per_execution": 2.5})", "steps_per_execution");
+  EXPECT_EQ(CompileArgs::from_json(Json::parse(R"({"optimizer": "adam", "loss": "mse", "steps_per_execution": 8})"))
+                .steps_per_execution,
+            8);
   refuse(R"({"optimizer": "adam", "loss": "mse", "run_eagerly": 3})", "run_eagerly");
   refuse(R"({"optimizer": "adam", "loss": "mse", "loss_weights": [1.0, -2.0]})", "loss_weights");
   refuse(R"({"optimizer": "adam", "loss": "mse", "bogus": 1})", "unknown key `bogus`");

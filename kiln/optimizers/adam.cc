@@ -65,6 +65,37 @@ void Adam::update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::
   var.sub_(m * alpha / (denom_v.sqrt() + epsilon_));
 }
 
+bool Adam::update_all(const std::vector<at::Tensor>& grads, std::vector<at::Tensor>& vars,
+                      std::vector<std::vector<at::Tensor>*>& slots, double lr, int64_t step) {
+  last_fused_ = false;
+  if (vars.empty()) return false;
+  const at::Device device = vars[0].device();
+  const at::ScalarType dtype = vars[0].scalar_type();
+  if (!fused_.value_or(device.is_cuda())) return false;
+  // The kernel takes one device and one floating dtype for all tensors.
+  if (dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16 && dtype != at::kDouble) return false;
+  std::vector<at::Tensor> g, m, v, v_hat, steps;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (vars[i].device() != device || vars[i].scalar_type() != dtype || !vars[i].is_contiguous()) return false;
+    g.push_back(grads[i].contiguous());
+    m.push_back((*slots[i])[0]);
+    v.push_back((*slots[i])[1]);
+    if (amsgrad_) v_hat.push_back((*slots[i])[2]);
+  }
+  const double t = static_cast<double>(step);
+  // One step tensor read by every variable's update (the kernel does not
+  // advance it): a single fill per step rather than one per variable.
+  if (!step_.defined() || step_.device() != device)
+    step_ = at::empty({}, at::TensorOptions().dtype(at::kFloat).device(device));
+  step_.fill_(t);
+  steps.assign(vars.size(), step_);
+  const double eps = epsilon_ / std::sqrt(1.0 - std::pow(beta_2_, t));
+  at::_fused_adam_(vars, g, m, v, v_hat, steps, lr, beta_1_, beta_2_, /*weight_decay=*/0.0, eps, amsgrad_,
+                   /*maximize=*/false);
+  last_fused_ = true;
+  return true;
+}
+
 Json Adam::get_config() const {
   Json c = Optimizer::get_config();
   c["beta_1"] = beta_1_;

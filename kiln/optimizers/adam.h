@@ -8,6 +8,8 @@
 // by the base class before the step: var -= lr * weight_decay * var.
 #pragma once
 
+#include <optional>
+
 #include "kiln/optimizers/optimizer.h"
 #include "kiln/optimizers/optimizer_options.h"
 
@@ -33,16 +35,34 @@ class Adam : public Optimizer {
   std::string class_name() const override { return "Adam"; }
   Json get_config() const override;
 
+  // LibTorch's fused Adam kernel (at::_fused_adam_: every variable in one
+  // launch, as torch.optim.Adam(fused=True)) instead of one update per
+  // variable. nullopt (the default): fused when the variables are on a GPU,
+  // where a step is launch-bound; the CPU keeps the per-variable update,
+  // bit for bit as before. Keras's epsilon (added to sqrt(v) before the
+  // bias correction) becomes PyTorch's as epsilon / sqrt(1 - beta_2^t), so
+  // both compute the same update to float rounding. Not part of the config
+  // (Keras has no such key): a per-process choice.
+  void set_fused(std::optional<bool> fused) { fused_ = fused; }
+  // Whether the last update ran the fused kernel (it falls back to the
+  // per-variable update when the variables differ in device or dtype).
+  bool last_update_fused() const { return last_fused_; }
+
  protected:
   Adam(const Json& config, const std::string& default_name);
   void update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr,
                    int64_t step) override;
+  bool update_all(const std::vector<at::Tensor>& grads, std::vector<at::Tensor>& vars,
+                  std::vector<std::vector<at::Tensor>*>& slots, double lr, int64_t step) override;
   // "momentum", "velocity", and "velocity_hat" with amsgrad.
   std::vector<std::string> slot_names() const override;
 
  private:
   double beta_1_, beta_2_, epsilon_;
   bool amsgrad_;
+  std::optional<bool> fused_;
+  bool last_fused_ = false;
+  at::Tensor step_;  // the fused kernel's step count, on the variables' device
 };
 
 class AdamW : public Adam {

@@ -313,6 +313,11 @@ void Optimizer::update_variables(std::vector<at::Tensor> g, const std::vector<Va
     }
   }
   const std::vector<std::string> names = slot_names();
+  std::vector<at::Tensor> grads, values;
+  std::vector<std::vector<at::Tensor>*> all_slots;
+  grads.reserve(v.size());
+  values.reserve(v.size());
+  all_slots.reserve(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     at::Tensor value = v[i]->value();
     auto& slots = slots_[v[i]->path()];
@@ -329,9 +334,12 @@ void Optimizer::update_variables(std::vector<at::Tensor> g, const std::vector<Va
           slots[s] = slots[s].to(value.device(), value.scalar_type());
       }
     }
-    at::Tensor grad = g[i].to(value.device(), value.scalar_type());
-    update_step(grad, value, slots, lr, iterations() + 1);
+    grads.push_back(g[i].to(value.device(), value.scalar_type()));
+    values.push_back(value);
+    all_slots.push_back(&slots);
   }
+  if (update_all(grads, values, all_slots, lr, iterations() + 1)) return;
+  for (size_t i = 0; i < values.size(); ++i) update_step(grads[i], values[i], *all_slots[i], lr, iterations() + 1);
 }
 
 void Optimizer::finalize_variable_values(const std::vector<VariablePtr>& vars) {

@@ -163,6 +163,14 @@ class Optimizer {
   // like the variable. `step` is iterations() + 1 (Keras's local_step).
   virtual void update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr,
                            int64_t step) = 0;
+  // Every variable's update at once (a fused, multi-tensor kernel: one
+  // launch for all variables, as torch.optim.Adam(fused=True)), called
+  // before update_step with the same arguments for all variables; returns
+  // false to fall back to update_step per variable (the default).
+  virtual bool update_all(const std::vector<at::Tensor>& grads, std::vector<at::Tensor>& vars,
+                          std::vector<std::vector<at::Tensor>*>& slots, double lr, int64_t step) {
+    return false;
+  }
   virtual std::vector<std::string> slot_names() const { return {}; }
   // Initial value of slot `index` (Adagrad's and Ftrl's accumulators).
   virtual double slot_initial_value(size_t /*index*/) const { return 0.0; }

@@ -69,6 +69,13 @@ bool onednn_usable() {
 constexpr int64_t kSingleThreadMacs = int64_t{1} << 21;
 
 at::Tensor exact_int8_matmul(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.device().is_cpu()) {
+    // GPUs have no int32 GEMM. cuBLASLt's int8 one (at::_int_mm, int32
+    // sums) takes M > 16 and K, N multiples of 8; other shapes go through
+    // float64, exact while K * 127^2 < 2^53.
+    if (a.size(0) > 16 && a.size(1) % 8 == 0 && b.size(1) % 8 == 0) return at::_int_mm(a.contiguous(), b.contiguous());
+    return at::mm(a.to(at::kDouble), b.to(at::kDouble)).to(at::kInt);
+  }
   // int32 operands: LibTorch's CPU integer GEMM accumulates exactly in int32
   // (K * 127 * 127 stays far below 2^31 for any realistic K).
   return at::mm(a.to(at::kInt), b.to(at::kInt));

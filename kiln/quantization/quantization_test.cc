@@ -165,6 +165,33 @@ TEST(Int8, GemmIsExactOnEveryKernel) {
   quantization::set_int8_backend(before);
 }
 
+// On a GPU: cuBLASLt's int8 GEMM (at::_int_mm) where its shapes allow it,
+// float64 elsewhere; both the CPU's exact integer sums, and the Dense
+// product within float32 rounding of the CPU's (the scales are applied by
+// other kernels).
+TEST(Int8CUDA, GemmAndDenseOnTheGpuMatchTheCpu) {
+  set_random_seed(3);
+  const at::Device gpu(at::kCUDA, 0);
+  for (int64_t m : {1, 17, 256}) {
+    for (int64_t k : {64, 300}) {
+      at::Tensor a = at::randint(-127, 128, {m, k}, at::kChar), b = at::randint(-127, 128, {k, 40}, at::kChar);
+      at::Tensor want = at::mm(a.to(at::kLong), b.to(at::kLong));
+      at::Tensor got = quantization::int8_matmul(a.to(gpu), b.to(gpu));
+      EXPECT_EQ(got.device(), gpu);
+      EXPECT_TRUE(at::equal(got.cpu().to(at::kLong), want)) << m << "x" << k;
+    }
+  }
+  at::Tensor w = at::randn({96, 40});
+  auto [wq, ws] = quantization::abs_max_quantize(w, {0});
+  ws = ws.reshape({-1});
+  at::Tensor bias = at::randn({40}), x = at::randn({64, 96});
+  const std::string before = quantization::set_int8_backend("exact");
+  at::Tensor want = quantization::Int8Weights(wq).dense(x, at::Tensor(), ws, bias);
+  at::Tensor got = quantization::Int8Weights(wq.to(gpu)).dense(x.to(gpu), at::Tensor(), ws.to(gpu), bias.to(gpu));
+  EXPECT_TRUE(at::allclose(got.cpu(), want, 1e-5, 1e-5));
+  quantization::set_int8_backend(before);
+}
+
 // The Dense product on every kernel: the same bits for rows without
 // negative values (post-ReLU activations), whatever the kernel, the batch
 // size, the input path (loops or ATen) or the other rows in the batch. Rows

@@ -4,6 +4,8 @@
 
 #include <new>
 
+#include "kiln/core/device.h"
+
 namespace kiln::serving {
 
 const char* code_name(Code code) {
@@ -84,6 +86,15 @@ int http_status(Code code) {
 Status status_of(const std::exception& e) {
   if (auto* s = dynamic_cast<const ServingError*>(&e)) return s->status();
   if (dynamic_cast<const NotFoundError*>(&e)) return {Code::kNotFound, e.what()};
+  // A request too large for the device's memory fails alone (TF Serving's
+  // RESOURCE_EXHAUSTED: HTTP 429, gRPC 8); the model keeps serving.
+  if (dynamic_cast<const ResourceExhaustedError*>(&e)) return {Code::kResourceExhausted, e.what()};
+  if (is_out_of_memory(e)) {
+    const auto* c = dynamic_cast<const c10::Error*>(&e);
+    std::string m = c ? c->what_without_backtrace() : e.what();
+    if (auto nl = m.find('\n'); nl != std::string::npos) m.resize(nl);
+    return {Code::kResourceExhausted, "out of memory: " + m + "; send fewer or smaller instances"};
+  }
   if (dynamic_cast<const UserError*>(&e)) return {Code::kInvalidArgument, e.what()};
   if (dynamic_cast<const StateError*>(&e)) return {Code::kFailedPrecondition, e.what()};
   if (dynamic_cast<const IOError*>(&e)) return {Code::kUnavailable, e.what()};

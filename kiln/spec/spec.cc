@@ -17,10 +17,10 @@ void check_keys(const Json& j, const std::vector<std::string>& allowed, const st
 namespace {
 
 Json checked_spec(Json spec, const std::string& path) {
-  check_keys(
-      spec,
-      {"model", "data", "compile", "fit", "callbacks", "output", "distribution", "dtype_policy", "name", "description"},
-      "the spec " + path);
+  check_keys(spec,
+             {"model", "data", "compile", "fit", "callbacks", "output", "distribution", "dtype_policy", "device",
+              "name", "description"},
+             "the spec " + path);
   for (const char* key : {"model", "data"})
     if (!spec.contains(key))
       throw ValueError("the spec " + path + " has no `" + key + "` section; see docs/SPEC.md for the format");
@@ -40,7 +40,7 @@ Json parse_spec(const std::string& text, const std::string& what) {
 
 CompileArgs compile_args_from_spec(const Json& compile) {
   Json c = compile.is_null() ? Json::object() : compile;
-  check_keys(c, {"optimizer", "loss", "loss_weights", "metrics"}, "the `compile` section");
+  check_keys(c, {"optimizer", "loss", "loss_weights", "metrics", "steps_per_execution"}, "the `compile` section");
   if (!c.contains("optimizer")) c["optimizer"] = "adam";
   if (!c.contains("loss")) c["loss"] = "sparse_categorical_crossentropy";
   if (!c.contains("metrics")) c["metrics"] = Json::array({"accuracy"});

@@ -4,6 +4,10 @@
 // when no GPU is present. SIGPIPE is ignored, as in the servers under test:
 // a TLS client (OpenSSL writes with write()) whose peer refused it must get
 // an error, not end the test binary.
+//
+// The suite computes on the CPU even on a GPU machine (KILN_DEVICE=cpu
+// unless set, inherited by the programs tests start): its expected values
+// are CPU results. Tests named *CUDA* choose their GPU with a DeviceScope.
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -16,6 +20,7 @@
 int main(int argc, char** argv) {
   kiln::prepare_thread_environment(argv);
   std::signal(SIGPIPE, SIG_IGN);
+  ::setenv("KILN_DEVICE", "cpu", /*overwrite=*/0);
   ::testing::InitGoogleTest(&argc, argv);
   kiln::configure_threads();
   if (!kiln::compat::cuda_available()) {

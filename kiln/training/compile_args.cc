@@ -154,12 +154,14 @@ CompileArgs CompileArgs::from_json(const Json& j) {
         "compile config: `weighted_metrics` is not supported (kiln's metrics take sample_weight only through "
         "`metrics`); remove it or move the metrics to `metrics`. Received: " +
         json_excerpt(j["weighted_metrics"]));
-  if (j.contains("steps_per_execution") && !j["steps_per_execution"].is_null() &&
-      !(j["steps_per_execution"].is_number_integer() && j["steps_per_execution"].get<int64_t>() == 1))
-    throw ValueError(
-        "compile config: `steps_per_execution` must be 1: kiln runs one step per call and calls the callbacks "
-        "after every batch. Received: " +
-        json_excerpt(j["steps_per_execution"]));
+  if (j.contains("steps_per_execution") && !j["steps_per_execution"].is_null()) {
+    const Json& spe = j["steps_per_execution"];
+    if (!spe.is_number_integer() || spe.get<int64_t>() < 1)
+      throw ValueError(
+          "compile config: `steps_per_execution` must be a positive integer (steps between host "
+          "round trips; 1 calls the callbacks after every batch). Received: " +
+          json_excerpt(spe));
+  }
   // run_eagerly and jit_compile choose how Keras runs the step (eager or
   // traced, XLA or not); kiln always runs it eagerly through LibTorch, which
   // computes the same values, so any boolean (or "auto") is accepted.
@@ -173,6 +175,8 @@ CompileArgs CompileArgs::from_json(const Json& j) {
   if (j.contains("auto_scale_loss") && !j["auto_scale_loss"].is_null() && !j["auto_scale_loss"].is_boolean())
     throw ValueError("compile config: `auto_scale_loss` must be true or false. Received: " +
                      json_excerpt(j["auto_scale_loss"]));
+  if (j.contains("steps_per_execution") && !j["steps_per_execution"].is_null())
+    a.steps_per_execution = j["steps_per_execution"].get<int64_t>();
   return a;
 }
 
@@ -219,7 +223,7 @@ Json CompileArgs::to_json() const {
   j["metrics"] = m;
   j["weighted_metrics"] = nullptr;
   j["run_eagerly"] = false;
-  j["steps_per_execution"] = 1;
+  j["steps_per_execution"] = steps_per_execution;
   j["jit_compile"] = false;
   j["auto_scale_loss"] = true;
   return j;

@@ -63,6 +63,8 @@ class TensorAdapter : public DataAdapter {
   std::unique_ptr<EpochIterator> begin_epoch(int) override {
     at::Tensor perm;
     if (shuffle_) perm = host_permutation(rows(x_[0]));
+    // Inputs kept on a GPU (a dataset that fits there) are gathered there.
+    if (perm.defined() && perm.device() != x_[0].device()) perm = perm.to(x_[0].device());
     return std::make_unique<TensorIterator>(x_, y_, sw_, batch_, perm);
   }
   Tensors sample_inputs() const override { return slice_rows(x_, 0, std::min<int64_t>(batch_, rows(x_[0]))); }

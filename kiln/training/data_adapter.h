@@ -21,6 +21,8 @@
 
 namespace kiln {
 
+class Model;
+
 struct Batch {
   Tensors x, y;
   at::Tensor sample_weight;  // undefined: unweighted
@@ -70,6 +72,21 @@ at::Tensor class_weights_for(const at::Tensor& y, const std::map<int64_t, double
 // and the replicas agree at every batch to stop at the shortest one's end
 // (a collective per batch), so uneven inputs never deadlock.
 std::unique_ptr<DataAdapter> shard_batches(std::unique_ptr<DataAdapter> inner);
+
+// The device `model` computes on: where its first variable lives, or
+// default_device() while it has none (an unbuilt model builds there).
+at::Device model_device(const Model& model);
+
+// Each tensor on `device`: the same tensor when it is already there (so on
+// the CPU this costs a comparison per tensor), else a copy.
+Tensors to_device(const Tensors& ts, const at::Device& device);
+
+// The batches of `inner` on `device`. On the CPU, `inner` itself (nothing
+// changes). On a GPU, the next batch is put in page-locked memory and copied
+// on a side stream while the current step runs, and the step's stream waits
+// for the copy on the GPU, not on the host (tf.data's prefetch_to_device,
+// PyTorch's pin_memory with non_blocking copies).
+std::unique_ptr<DataAdapter> prefetch_to_device(std::unique_ptr<DataAdapter> inner, const at::Device& device);
 
 // Rows [begin, end) of each tensor.
 Tensors slice_rows(const Tensors& ts, int64_t begin, int64_t end);

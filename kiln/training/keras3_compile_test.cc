@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kiln/core/random.h"
+#include "kiln/training/train_state.h"
 #include "kiln/training/training_test_util.h"
 
 namespace kiln {

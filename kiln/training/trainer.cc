@@ -2,9 +2,12 @@
 // fit, evaluate, predict and the *_on_batch forms. The per-batch work is
 // TrainState's step pipeline; this file is the loop around it: data, epochs,
 // validation, callbacks and resuming from a checkpoint.
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <cmath>
 
+#include "kiln/core/device.h"
 #include "kiln/core/error.h"
 #include "kiln/core/random.h"
 #include "kiln/models/model.h"
@@ -80,6 +83,22 @@ int64_t agree_on_steps(Distribution& d, int64_t steps) {
   return lowest < 0 ? -1 : lowest;
 }
 
+// A step that asked the device for more memory than it has: one line that
+// names the batch size, where, and what to try (the GPU's own message says
+// how much was asked and free).
+[[noreturn]] void throw_out_of_memory(const std::exception& e, const StepData& s, int epoch, int64_t batch,
+                                      const at::Device& device) {
+  const auto* c = dynamic_cast<const c10::Error*>(&e);
+  std::string why = c ? c->what_without_backtrace() : e.what();
+  if (auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
+  const int64_t rows = s.x.empty() || s.x[0].dim() == 0 ? 0 : s.x[0].size(0);
+  throw ResourceExhaustedError("fit: out of memory on " + device.str() + " in the step of epoch " +
+                               std::to_string(epoch + 1) + ", batch " + std::to_string(batch) + " (batch size " +
+                               std::to_string(rows) + "): " + why + ". Use a smaller batch_size (e.g. " +
+                               std::to_string(std::max<int64_t>(1, rows / 2)) +
+                               "); the last checkpoint (BackupAndRestore) is unchanged");
+}
+
 // Data parallel: rank 0's weights to every replica.
 void broadcast_weights(Model& model, Distribution& d) {
   std::vector<at::Tensor> values;
@@ -95,6 +114,7 @@ size_t build_with_probe(Model& model, const Tensors& sample, bool force_probe) {
   if (model.built() && !force_probe) return 0;
   Tensors probe;
   for (auto& t : sample) probe.push_back(t.dim() > 0 && t.size(0) > 1 ? t.narrow(0, 0, 1) : t);
+  probe = to_device(probe, model_device(model));
   at::NoGradGuard ng;
   return model(probe, false).size();
 }
@@ -230,12 +250,17 @@ History Model::fit(const FitArgs& a) {
   int64_t steps = a.steps_per_epoch > 0 ? a.steps_per_epoch : (card >= 0 ? card : -1);
   if (a.steps_per_epoch > 0 && card >= 0) steps = std::min(steps, card);
   if (replicas > 1) steps = agree_on_steps(*dist, steps);
+  // On a GPU the next batch is copied while a step runs (identity on the CPU).
+  const at::Device device = model_device(*this);
+  train = prefetch_to_device(std::move(train), device);
+  if (val) val = prefetch_to_device(std::move(val), device);
 
   // --- callbacks ---
   const int verbose = resolve_verbose(a.verbose);
   CallbackList cbs(a.callbacks, /*add_history=*/true, /*add_progbar=*/verbose != 0 && is_chief(), this,
                    fit_params_json(verbose, a.epochs, steps, val != nullptr));
   std::vector<VariablePtr> variables = trainable_weights();
+  const int64_t per_execution = std::max<int64_t>(1, ts.compile_args().steps_per_execution);
 
   FitProgress& prog = ts.progress();
   prog = FitProgress();
@@ -311,10 +336,16 @@ History Model::fit(const FitArgs& a) {
     if (skip_batches) stop_training = true;
     resume.reset();
 
+    // Keras's steps_per_execution: the batch callbacks (and with them the
+    // host's reads of the loss and metrics) once per `per_execution` steps.
+    int64_t execution_begin = -1;
     for (; !skip_batches && (steps < 0 || b < steps); ++b) {
       auto batch = it->next();
       if (!batch) break;
-      cbs.on_train_batch_begin(b, {});
+      if (execution_begin < 0) {
+        execution_begin = b;
+        cbs.on_train_batch_begin(b, {});
+      }
       StepData s;
       s.model = this;
       s.x = std::move(batch->x);
@@ -322,12 +353,21 @@ History Model::fit(const FitArgs& a) {
       s.sample_weight = batch->sample_weight;
       s.global_batch_size = batch->global_rows;
       s.variables = variables;
-      ts.train_step(s);
+      try {
+        ts.train_step(s);
+      } catch (const std::exception& e) {
+        if (!is_out_of_memory(e) || dynamic_cast<const UserError*>(&e)) throw;
+        throw_out_of_memory(e, s, epoch, b, device);
+      }
       if (variables.empty()) variables = s.variables;
       prog.batch = b + 1;
+      if (b + 1 - execution_begin < per_execution && (steps < 0 || b + 1 < steps)) continue;
+      execution_begin = -1;
       cbs.on_train_batch_end(b, ts.results());
       if (stop_training) break;
     }
+    // The data ended inside an execution: it ends there.
+    if (execution_begin >= 0) cbs.on_train_batch_end(b - 1, ts.results());
     if (steps < 0 && !skip_batches) {  // unknown cardinality: the first pass tells
       steps = b;
       prog.steps_per_epoch = b;
@@ -363,6 +403,7 @@ std::map<std::string, double> Model::evaluate(const EvaluateArgs& a) {
   ts.loss();
   // Data parallel: each replica evaluates its share of every batch.
   auto data = shard_batches(eval_adapter(*this, a.x, a.y, a.sample_weight, a.dataset, a.batch_size));
+  data = prefetch_to_device(std::move(data), model_device(*this));
   int64_t card = data->num_batches();
   if (card == kInfiniteCardinality && a.steps <= 0) throw ValueError("evaluate: the dataset is infinite; pass `steps`");
   int64_t steps = a.steps > 0 ? (card >= 0 ? std::min(a.steps, card) : a.steps) : (card >= 0 ? card : -1);
@@ -373,8 +414,12 @@ std::map<std::string, double> Model::evaluate(const EvaluateArgs& a) {
 
 namespace {
 
-Tensors predict_loop(Model& model, DataAdapter& data, int verbose) {
+// Outputs come back on the host (Keras returns NumPy arrays), in one copy
+// per output after the last batch.
+Tensors predict_loop(Model& model, std::unique_ptr<DataAdapter> adapter, int verbose) {
   const int v = resolve_verbose(verbose);
+  std::unique_ptr<DataAdapter> on_device = prefetch_to_device(std::move(adapter), model_device(model));
+  DataAdapter& data = *on_device;
   const int64_t card = data.num_batches();
   if (card == kInfiniteCardinality) throw ValueError("predict: the dataset is infinite");
   CallbackList cbs({}, false, v != 0 && is_chief(), &model, fit_params_json(v, 1, card >= 0 ? card : -1, false));
@@ -395,7 +440,7 @@ Tensors predict_loop(Model& model, DataAdapter& data, int verbose) {
   }
   cbs.on_predict_end({});
   Tensors result;
-  for (auto& p : parts) result.push_back(at::cat(p, 0));
+  for (auto& p : parts) result.push_back(at::cat(p, 0).to(at::kCPU));
   return result;
 }
 
@@ -404,7 +449,7 @@ Tensors predict_loop(Model& model, DataAdapter& data, int verbose) {
 Tensors Model::predict(const Tensors& x, int64_t batch_size, int verbose) {
   warn_about_slow_precision(*this);
   auto data = make_tensor_adapter(x, {}, at::Tensor(), batch_size, false);
-  return predict_loop(*this, *data, verbose);
+  return predict_loop(*this, std::move(data), verbose);
 }
 
 at::Tensor Model::predict(const at::Tensor& x, int64_t batch_size, int verbose) {
@@ -418,7 +463,7 @@ at::Tensor Model::predict(const at::Tensor& x, int64_t batch_size, int verbose) 
 Tensors Model::predict(const Dataset& ds, int verbose) {
   warn_about_slow_precision(*this);
   auto data = make_dataset_adapter(ds, num_inputs(), 0);
-  return predict_loop(*this, *data, verbose);
+  return predict_loop(*this, std::move(data), verbose);
 }
 
 // --- on_batch ------------------------------------------------------------------------
@@ -432,9 +477,10 @@ std::map<std::string, double> Model::train_on_batch(const Tensors& x, const Tens
   ts.reset_metrics();                                  // this batch's values only (Keras 3)
   StepData s;
   s.model = this;
-  s.x = x;
-  s.y = y;
-  if (sample_weight.defined()) s.sample_weight = sample_weight.to(at::kFloat);
+  const at::Device device = model_device(*this);
+  s.x = to_device(x, device);
+  s.y = to_device(y, device);
+  if (sample_weight.defined()) s.sample_weight = sample_weight.to(device, at::kFloat);
   ts.train_step(s);
   return ts.results();
 }
@@ -446,17 +492,18 @@ std::map<std::string, double> Model::test_on_batch(const Tensors& x, const Tenso
   ts.reset_metrics();
   StepData s;
   s.model = this;
-  s.x = x;
-  s.y = y;
-  if (sample_weight.defined()) s.sample_weight = sample_weight.to(at::kFloat);
+  const at::Device device = model_device(*this);
+  s.x = to_device(x, device);
+  s.y = to_device(y, device);
+  if (sample_weight.defined()) s.sample_weight = sample_weight.to(device, at::kFloat);
   ts.test_step(s);
   return ts.results();
 }
 
 Tensors Model::predict_on_batch(const Tensors& x) {
   at::NoGradGuard ng;
-  Tensors out = (*this)(x, false);
-  for (auto& t : out) t = t.detach();
+  Tensors out = (*this)(to_device(x, model_device(*this)), false);
+  for (auto& t : out) t = t.detach().to(at::kCPU);
   return out;
 }
 

@@ -153,6 +153,74 @@ TEST(Fit, DatasetInputWithSampleWeights) {
   EXPECT_EQ(batches, 3);
 }
 
+// Keras's steps_per_execution: the batch callbacks once per execution
+// (begin with its first step, end with its last; the data's end closes the
+// last one), the same weights and epoch logs as one step per execution.
+TEST(Fit, StepsPerExecutionCallsBatchCallbacksOncePerExecution) {
+  auto run = [](int64_t per_execution, std::vector<int64_t>* begins, std::vector<int64_t>* ends) {
+    set_random_seed(4);
+    auto model = make_model(optimizer("Adam", 0.05));
+    CompileArgs args = model->compile_args();
+    args.steps_per_execution = per_execution;
+    model->compile(args);
+    auto rec = std::make_shared<LambdaCallback>();
+    rec->on_train_batch_begin_fn = [=](int64_t b, const Logs&) { begins->push_back(b); };
+    rec->on_train_batch_end_fn = [=](int64_t b, const Logs& l) {
+      EXPECT_TRUE(l.count("loss"));
+      ends->push_back(b);
+    };
+    FitArgs a = quiet(blobs(80), 2, 8);  // 10 batches an epoch
+    a.callbacks = {rec};
+    History h = model->fit(a);
+    return std::make_pair(model->get_weights(), h.history.at("loss"));
+  };
+  std::vector<int64_t> b4, e4, b1, e1;
+  auto [w4, loss4] = run(4, &b4, &e4);
+  auto [w1, loss1] = run(1, &b1, &e1);
+  EXPECT_EQ(b4, (std::vector<int64_t>{0, 4, 8, 0, 4, 8}));
+  EXPECT_EQ(e4, (std::vector<int64_t>{3, 7, 9, 3, 7, 9}));
+  EXPECT_EQ(e1.size(), 20u);
+  EXPECT_TRUE(same_weights(w4, w1));
+  EXPECT_EQ(loss4, loss1);
+}
+
+// A step that asks the device for more memory than it has (a batch too
+// large for the GPU): one ResourceExhaustedError (the CLI's exit 2) naming
+// the batch size and a smaller one; the weights are left as they were.
+TEST(Fit, OutOfMemoryInAStepNamesTheBatchSizeAndASmallerOne) {
+  class Greedy : public SimpleLayer {
+   public:
+    Greedy() : SimpleLayer(Json::object()) {}
+    std::string class_name() const override { return "Greedy"; }
+    at::Tensor call1(const at::Tensor& x, bool training) override {
+      if (training) at::empty({int64_t{1} << 62}, at::kByte);  // beyond any address space
+      return x;
+    }
+  };
+  clear_session();
+  auto model =
+      std::make_shared<Sequential>(std::vector<LayerPtr>{std::make_shared<TinyDense>(8, "relu"),
+                                                         std::make_shared<Greedy>(), std::make_shared<TinyDense>(2)},
+                                   "model");
+  CompileArgs args;
+  args.optimizer = optimizer("Adam", 0.1);
+  args.loss = scce_logits();
+  model->compile(args);
+  Problem p = blobs(64);
+  model->predict(p.x);  // built, so the weights can be compared
+  const Tensors before = model->get_weights();
+  try {
+    model->fit(quiet(p, 1, 32));
+    ADD_FAILURE() << "fit did not fail";
+  } catch (const ResourceExhaustedError& e) {
+    const std::string m = e.what();
+    for (const char* want : {"out of memory on cpu", "batch size 32", "batch_size (e.g. 16)", "epoch 1, batch 0"})
+      EXPECT_NE(m.find(want), std::string::npos) << want << " not in: " << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+  EXPECT_TRUE(same_weights(model->get_weights(), before));
+}
+
 TEST(Fit, StopTrainingEndsAfterTheEpoch) {
   auto model = make_model(optimizer("SGD", 0.1));
   auto stopper = std::make_shared<LambdaCallback>();

@@ -49,6 +49,14 @@ Command add_launch_command(CLI::App& app);         // launch.cc: the ranks of a 
 Command add_quantize_command(CLI::App& app);       // quantize.cc: int8 / float8 versions of a saved model
 Command add_ensemble_command(CLI::App& app);       // ensemble.cc: ensembles of saved models
 
+// The global --device flag ("cpu", "cuda", "cuda:N"): checked against this
+// machine (ValueError naming what there is: exit 2), made the default
+// device, and exported as KILN_DEVICE so that the processes a command
+// starts (tune's trials, launch's ranks, batch-predict's workers) use it too.
+void apply_device_flag(const std::string& text);
+// Whether --device was given (it wins over a spec's "device").
+bool device_flag_given();
+
 // CLI11 validator: a positive integer ("--epochs: must be a positive
 // integer. Received: 0").
 CLI::Validator positive_integer();

@@ -1,8 +1,10 @@
 // Helpers shared by the subcommands.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
+#include "kiln/core/device.h"
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "tools/kiln/cli.h"
@@ -32,6 +34,19 @@ std::string read_option_file(const std::string& path, const std::string& option)
   ss << in.rdbuf();
   return ss.str();
 }
+
+namespace {
+bool g_device_flag = false;
+}  // namespace
+
+void apply_device_flag(const std::string& text) {
+  const at::Device device = resolve_device(text, "--device");
+  set_default_device(device);
+  ::setenv("KILN_DEVICE", device.str().c_str(), 1);
+  g_device_flag = true;
+}
+
+bool device_flag_given() { return g_device_flag; }
 
 CLI::Validator positive_integer() {
   return CLI::Validator(

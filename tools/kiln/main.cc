@@ -1,5 +1,8 @@
 // kiln: the command line.
 //
+// Every command that computes takes --device cpu|cuda|cuda:N (default: the
+// first GPU when there is one, else the CPU; $KILN_DEVICE).
+//
 //   kiln [--threads N] train SPEC.json [--output BASE] [--epochs N]
 //   kiln [--threads N] evaluate MODEL_DIR (--data DATA | --spec SPEC.json)
 //   kiln [--threads N] predict MODEL_DIR [--input FILE|-] [--output FILE|-]
@@ -86,7 +89,7 @@ const char* const kMemoryHint =
 std::string command_word(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--threads") {
+    if (a == "--threads" || a == "--device") {
       ++i;
       continue;
     }
@@ -108,6 +111,10 @@ int main(int argc, char** argv) {
   int threads = 0;
   app.add_option("--threads", threads, "Intra-op threads (default: $KILN_NUM_THREADS, else every core)")
       ->check(kiln::cli::positive_integer());
+  std::string device;
+  app.add_option("--device", device,
+                 "Where to compute: cpu, cuda or cuda:N (default: $KILN_DEVICE, else the first GPU when there is "
+                 "one, else the CPU)");
   std::vector<kiln::cli::Command> commands = {
       kiln::cli::add_train_command(app),         kiln::cli::add_tune_trial_command(app),
       kiln::cli::add_evaluate_command(app),      kiln::cli::add_predict_command(app),
@@ -140,6 +147,7 @@ int main(int argc, char** argv) {
     kiln::ThreadConfig cfg;
     cfg.intra_op = threads;
     kiln::configure_threads(cfg);
+    if (!device.empty()) kiln::cli::apply_device_flag(device);
     for (auto& c : commands)
       if (c.app->parsed()) {
         c.run();

@@ -17,6 +17,7 @@
 #include "kiln/quantization/int8.h"
 #include "kiln/saving/model_io.h"
 #include "tools/kiln/cli.h"
+#include "tools/kiln/gpu/gpus.h"
 
 namespace kiln::cli {
 namespace {
@@ -43,6 +44,7 @@ void print_system() {
             << " at 256; fbgemm inputs " << (quantization::fbgemm_wide_inputs() ? "8 bits" : "7 bits where negative")
             << " (`kiln quantize` measures the speed-up)\n"
             << "float16, float8: emulated or upcast on CPU (for GPUs)\n";
+  print_gpus(std::cout);
 }
 
 std::string dims(const Json& shape) {
@@ -177,7 +179,8 @@ Command add_show_command(CLI::App& app) {
   auto o = std::make_shared<ShowOptions>();
   CLI::App* sub = app.add_subcommand("show", "Show a saved model's signatures, layers and parameter counts");
   sub->add_option("model_dir", o->model_dir, "A model version directory, e.g. models/fashion_mnist/1");
-  sub->add_flag("--system", o->system, "Show the CPU's instruction sets and which precisions run fast on it");
+  sub->add_flag("--system", o->system,
+                "Show the CPU's instruction sets, the GPUs, and which precisions run fast on them");
   return {sub, [o] { run_show(*o); }};
 }
 

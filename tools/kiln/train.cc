@@ -14,6 +14,7 @@
 #include <memory>
 #include <sstream>
 
+#include "kiln/core/device.h"
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/core/random.h"
@@ -96,6 +97,14 @@ Prepared prepare(const Json& spec, int epochs) {
     set_dtype_policy(spec["dtype_policy"].get<std::string>());
     if (is_chief()) std::cout << "Dtype policy: " << spec["dtype_policy"].get<std::string>() << "\n";
   }
+  // "device": where the model trains ("cpu", "cuda", "cuda:N"; default:
+  // the first GPU when there is one). --device on the command line wins.
+  if (spec.contains("device") && !device_flag_given()) {
+    if (!spec["device"].is_string())
+      throw ValueError("`device` must be \"cpu\", \"cuda\" or \"cuda:N\". Received: " + spec["device"].dump());
+    set_default_device(resolve_device(spec["device"].get<std::string>(), "the spec's `device`"));
+  }
+  if (is_chief() && default_device().is_cuda()) std::cout << "Device: " << default_device().str() << "\n";
   p.model = build_model(spec["model"], p.data.input_names.size() > 1 ? std::nullopt : std::optional<Shape>(example));
   p.model->compile(compile);
   model_data(p.data, *p.model, /*test=*/false, &p.fit.x, &p.fit.y);

@@ -67,6 +67,17 @@ TEST(Status, GrpcCodesMapToTfServingHttpCodes) {
   EXPECT_EQ(status_of(StateError("x")).code, Code::kFailedPrecondition);
   EXPECT_EQ(status_of(ServingError(Code::kAborted, "x")).code, Code::kAborted);
   EXPECT_EQ(status_of(std::runtime_error("x")).code, Code::kInternal);
+  // Memory the device cannot give: RESOURCE_EXHAUSTED (HTTP 429), the
+  // request alone fails. A real allocator failure (beyond any address space).
+  EXPECT_EQ(status_of(ResourceExhaustedError("x")).code, Code::kResourceExhausted);
+  try {
+    at::empty({int64_t{1} << 62}, at::kByte);
+    ADD_FAILURE() << "a 4 EiB allocation succeeded";
+  } catch (const c10::Error& e) {
+    const Status s = status_of(e);
+    EXPECT_EQ(s.code, Code::kResourceExhausted) << s.message;
+    EXPECT_NE(s.message.find("out of memory"), std::string::npos) << s.message;
+  }
 }
 
 TEST(ModelConfig, ParsesTfServingTextFormat) {
