@@ -134,10 +134,10 @@ at::Tensor BatchNormalization::call1(const at::Tensor& x, bool training) {
                      shape_to_string(build_input_shapes().at(0)) + ". Received: " + shape_to_string(sizes_of(x)));
   const bool update = training && trainable();
   auto dist = synchronized_ && update ? distribution() : nullptr;
-  if (dist && dist->num_replicas() > 1) return call_by_formula(x, true, dist.get());
+  if (dist && dist->num_replicas() > 1) return call_by_formula(x, dist.get());
   // Batches of fewer than two rows keep the formula's statistics (a single
   // row: variance 0, where LibTorch's unbiased running variance is 0/0).
-  if (update && x.numel() / c < 2) return call_by_formula(x, true, nullptr);
+  if (update && x.numel() / c < 2) return call_by_formula(x, nullptr);
   return call_fused(x, update);
 }
 
@@ -186,9 +186,9 @@ at::Tensor BatchNormalization::call_fused(const at::Tensor& x, bool update) {
   return channels_from_dim1(y, in, resolved_axis_).to(x.scalar_type());
 }
 
-// The statistics written out: the synchronized path's cross-replica sums,
-// and batches too small for the fused path's unbiased variance.
-at::Tensor BatchNormalization::call_by_formula(const at::Tensor& x, bool update, Distribution* dist) {
+// Training statistics written out: the synchronized path's cross-replica
+// sums, and batches too small for the fused path's unbiased variance.
+at::Tensor BatchNormalization::call_by_formula(const at::Tensor& x, Distribution* dist) {
   const int64_t c = moving_mean_->shape()[0];
   const int64_t rank = x.dim();
   const auto dt = stat_dtype(x.scalar_type());
@@ -206,14 +206,11 @@ at::Tensor BatchNormalization::call_by_formula(const at::Tensor& x, bool update,
     at::Tensor n = total.narrow(0, 2 * c, 1);
     mean = total.narrow(0, 0, c) / n;
     var = (total.narrow(0, c, c) / n - mean.square()).clamp_min(0);
-  } else if (update) {
+  } else {
     mean = xf.mean(reduce);
     var = (xf - mean.reshape(bshape)).square().mean(reduce);
-  } else {
-    mean = stat_value(moving_mean_, dt);
-    var = stat_value(moving_variance_, dt);
   }
-  if (update) {
+  {
     at::NoGradGuard ng;
     update_moving_statistics(mean.detach(), var.detach());
   }

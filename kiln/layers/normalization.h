@@ -100,9 +100,9 @@ class BatchNormalization : public SimpleLayer {
   // LibTorch's fused batch norm (training with the batch statistics, or
   // inference with the moving ones).
   at::Tensor call_fused(const at::Tensor& x, bool update);
-  // The statistics written out: synchronized replicas (dist non-null) and
-  // batches of fewer than two rows.
-  at::Tensor call_by_formula(const at::Tensor& x, bool update, Distribution* dist);
+  // Training with the statistics written out: synchronized replicas (dist
+  // non-null) and batches of fewer than two rows.
+  at::Tensor call_by_formula(const at::Tensor& x, Distribution* dist);
   void update_moving_statistics(const at::Tensor& mean, const at::Tensor& var);
 
   int64_t axis_;

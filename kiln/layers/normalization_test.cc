@@ -237,6 +237,30 @@ TEST(BatchNormalization, OneRowBatchHasZeroVariance) {
   EXPECT_TRUE(at::allclose(bn->moving_variance()->value(), at::full({2}, 0.5f)));
 }
 
+// Two replicas that hold the same batch: the all-reduced sums are twice one
+// replica's, so synchronized statistics equal the local ones.
+class TwoIdenticalReplicas : public Distribution {
+ public:
+  TensorLayout layout_for(const std::string&, const Shape&) const override { return {}; }
+  int num_replicas() const override { return 2; }
+  void all_reduce_sum(std::vector<at::Tensor>& tensors) const override {
+    for (auto& t : tensors) t.mul_(2);
+  }
+};
+
+TEST(BatchNormalization, SynchronizedStatisticsMatchTheFusedPath) {
+  at::Tensor x = nhwc(at::randn({8, 4, 3, 3}) * 2 + 1);
+  auto local = std::make_shared<BatchNormalization>();
+  at::Tensor y_local = (*local)(x, true);
+  set_distribution(std::make_shared<TwoIdenticalReplicas>());
+  auto synced = std::make_shared<BatchNormalization>(BatchNormalizationOptions{.synchronized = true});
+  at::Tensor y_synced = (*synced)(x, true);
+  set_distribution(nullptr);
+  EXPECT_LT(max_rel(y_synced, y_local), 1e-5);
+  EXPECT_LT(max_rel(synced->moving_mean()->value(), local->moving_mean()->value()), 1e-6);
+  EXPECT_LT(max_rel(synced->moving_variance()->value(), local->moving_variance()->value()), 1e-6);
+}
+
 // Conv2D -> BatchNormalization -> Activation -> MaxPooling2D stays in
 // LibTorch's channels_last memory format: every output is a plain NHWC
 // tensor whose NCHW view is channels_last-contiguous, so no layer between
