@@ -134,6 +134,9 @@ at::Tensor Conv::call1(const at::Tensor& x, bool training) {
                        " with padding=\"valid\"");
   }
   at::Tensor y = impl_->apply(x, value(kernel_));
+  // A separate add, not at::convolution's bias: on LibTorch 2.11's oneDNN
+  // path the fused bias measured no faster (bench/conv_bench, a few percent
+  // slower, docs/PERFORMANCE.md), and cuDNN adds it as a separate op anyway.
   if (bias_) {
     at::Tensor b = value(bias_);
     if (!geom_.channels_last) {

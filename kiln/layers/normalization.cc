@@ -6,6 +6,7 @@
 
 #include "kiln/core/json_limits.h"
 #include "kiln/layers/config_reader.h"
+#include "kiln/layers/conv_utils.h"
 
 namespace kiln {
 namespace {
@@ -15,6 +16,28 @@ namespace {
 // the compute dtype.
 at::ScalarType stat_dtype(at::ScalarType compute) { return at::promote_types(compute, at::kFloat); }
 at::Tensor stat_value(const VariablePtr& v, at::ScalarType dt) { return v->value().to(dt); }
+
+// at::batch_norm normalises dim 1. Channels-last inputs of rank 4 and 5
+// (Conv2D/Conv3D outputs: NHWC views of tensors in LibTorch's channels_last
+// memory format) permute to an NCHW view in that format, which LibTorch's
+// CPU kernels and cuDNN normalise where it lies; other channels-last inputs
+// view as (rows, C), which the CPU kernel also reads in place; any other
+// axis moves to dim 1. channels_from_dim1 undoes it (y shaped like x's
+// channels_to_dim1).
+at::Tensor channels_to_dim1(const at::Tensor& x, int64_t axis) {
+  const int64_t rank = x.dim();
+  if (axis == 1) return x;
+  if (axis != rank - 1) return x.movedim(axis, 1);
+  if (rank == 4 || rank == 5) return conv_utils::channels_last_to_first(x);
+  return x.reshape({-1, x.size(axis)});
+}
+at::Tensor channels_from_dim1(const at::Tensor& y, const at::Tensor& x, int64_t axis) {
+  const int64_t rank = x.dim();
+  if (axis == 1) return y;
+  if (axis != rank - 1) return y.movedim(1, axis);
+  if (rank == 4 || rank == 5) return conv_utils::channels_first_to_last(y);
+  return y.reshape(x.sizes());
+}
 
 // Sum across data-parallel replicas whose gradient is the sum of the
 // replicas' gradients (each replica's loss depends on every replica's
@@ -109,6 +132,65 @@ at::Tensor BatchNormalization::call1(const at::Tensor& x, bool training) {
   if (x.dim() != rank || x.size(resolved_axis_) != c)
     throw ShapeError("BatchNormalization '" + name() + "' was built for inputs of shape " +
                      shape_to_string(build_input_shapes().at(0)) + ". Received: " + shape_to_string(sizes_of(x)));
+  const bool update = training && trainable();
+  auto dist = synchronized_ && update ? distribution() : nullptr;
+  if (dist && dist->num_replicas() > 1) return call_by_formula(x, dist.get());
+  // Batches of fewer than two rows keep the formula's statistics (a single
+  // row: variance 0, where LibTorch's unbiased running variance is 0/0).
+  if (update && x.numel() / c < 2) return call_by_formula(x, nullptr);
+  return call_fused(x, update);
+}
+
+// LibTorch's fused kernel (one pass for the statistics, one for the output;
+// one backward kernel), as torch.nn.BatchNorm runs it: at::batch_norm picks
+// cuDNN on the GPU and the channels-last CPU kernels for NHWC memory.
+//
+// Keras's moving statistics differ from LibTorch's running ones (the
+// biased batch variance, momentum on the old value), so LibTorch updates two
+// zeroed buffers with momentum 1: the batch mean and the unbiased batch
+// variance of the statistics it normalised with (var_sum / (n - 1)), from
+// which the biased one is var_sum / n to a rounding. That costs no extra
+// pass over x; recomputing the variance from the saved inverse standard
+// deviation (1 / invstd^2 - eps) would lose digits when var << eps.
+at::Tensor BatchNormalization::call_fused(const at::Tensor& x, bool update) {
+  const int64_t c = moving_mean_->shape()[0];
+  const auto dt = stat_dtype(x.scalar_type());
+  const auto opts = x.options().dtype(dt);
+  // bfloat16/float16 inputs go in as they are: LibTorch's kernels accumulate
+  // in float32 with float32 parameters (its mixed-type path), as x.to(float)
+  // first would, without the copy.
+  at::Tensor in = at::isFloatingType(x.scalar_type()) ? x : x.to(dt);
+  at::Tensor t = channels_to_dim1(in, resolved_axis_);
+  // cuDNN runs only with both parameters; ones and zeros take no gradient.
+  at::Tensor g = gamma_ ? stat_value(gamma_, dt) : at::ones({c}, opts);
+  at::Tensor b = beta_ ? stat_value(beta_, dt) : at::zeros({c}, opts);
+  const bool cudnn = at::globalContext().userEnabledCuDNN();
+  at::Tensor y;
+  if (update) {
+    at::Tensor mean = at::zeros({c}, opts), unbiased = at::zeros({c}, opts);
+    y = at::batch_norm(t, g, b, mean, unbiased, /*training=*/true, /*momentum=*/1.0, epsilon_, cudnn);
+    const double n = static_cast<double>(t.numel() / c);
+    at::NoGradGuard ng;
+    update_moving_statistics(mean, unbiased * ((n - 1) / n));
+  } else {
+    // The backward reads the statistics it was given: copies, so that a
+    // later update of the moving ones (a shared layer also called in
+    // training) cannot invalidate the graph.
+    auto moving = [&](const VariablePtr& v) {
+      at::Tensor s = stat_value(v, dt);
+      return at::GradMode::is_enabled() ? s.clone() : s;
+    };
+    y = at::batch_norm(t, g, b, moving(moving_mean_), moving(moving_variance_), /*training=*/false,
+                       /*momentum=*/0.0, epsilon_, cudnn);
+  }
+  return channels_from_dim1(y, in, resolved_axis_).to(x.scalar_type());
+}
+
+// Training statistics written out: the synchronized path's cross-replica
+// sums, and batches too small for the fused path's unbiased variance.
+at::Tensor BatchNormalization::call_by_formula(const at::Tensor& x, Distribution* dist) {
+  const int64_t c = moving_mean_->shape()[0];
+  const int64_t rank = x.dim();
   const auto dt = stat_dtype(x.scalar_type());
   at::Tensor xf = x.to(dt);
   std::vector<int64_t> reduce, bshape(rank, 1);
@@ -116,35 +198,34 @@ at::Tensor BatchNormalization::call1(const at::Tensor& x, bool training) {
     if (i != resolved_axis_) reduce.push_back(i);
   bshape[resolved_axis_] = c;
   at::Tensor mean, var;
-  auto dist = synchronized_ && training && trainable() ? distribution() : nullptr;
-  if (dist && dist->num_replicas() > 1) {
+  if (dist) {
     // Sums over every replica's rows: [sum x, sum x^2, count] per channel.
     const double rows = static_cast<double>(xf.numel() / c);
     at::Tensor packed = at::cat({xf.sum(reduce), xf.square().sum(reduce), at::full({1}, rows, xf.options())});
-    at::Tensor total = AllReduceSum::apply(packed, dist.get());
+    at::Tensor total = AllReduceSum::apply(packed, dist);
     at::Tensor n = total.narrow(0, 2 * c, 1);
     mean = total.narrow(0, 0, c) / n;
     var = (total.narrow(0, c, c) / n - mean.square()).clamp_min(0);
-    at::NoGradGuard ng;
-    const double m = momentum_;
-    moving_mean_->assign(moving_mean_->value() * m + mean.detach().to(moving_mean_->dtype()) * (1.0 - m));
-    moving_variance_->assign(moving_variance_->value() * m + var.detach().to(moving_variance_->dtype()) * (1.0 - m));
-  } else if (training && trainable()) {
+  } else {
     mean = xf.mean(reduce);
     var = (xf - mean.reshape(bshape)).square().mean(reduce);
+  }
+  {
     at::NoGradGuard ng;
-    const double m = momentum_;
-    moving_mean_->assign(moving_mean_->value() * m + mean.detach().to(moving_mean_->dtype()) * (1.0 - m));
-    moving_variance_->assign(moving_variance_->value() * m + var.detach().to(moving_variance_->dtype()) * (1.0 - m));
-  } else {
-    mean = stat_value(moving_mean_, dt);
-    var = stat_value(moving_variance_, dt);
+    update_moving_statistics(mean.detach(), var.detach());
   }
   at::Tensor inv = at::rsqrt(var + epsilon_);
   if (gamma_) inv = inv * stat_value(gamma_, dt);
   at::Tensor y = (xf - mean.reshape(bshape)) * inv.reshape(bshape);
   if (beta_) y = y + stat_value(beta_, dt).reshape(bshape);
   return y.to(x.scalar_type());
+}
+
+// Keras: moving = moving * momentum + batch * (1 - momentum).
+void BatchNormalization::update_moving_statistics(const at::Tensor& mean, const at::Tensor& var) {
+  const double m = momentum_;
+  moving_mean_->assign(moving_mean_->value() * m + mean.to(moving_mean_->dtype()) * (1.0 - m));
+  moving_variance_->assign(moving_variance_->value() * m + var.to(moving_variance_->dtype()) * (1.0 - m));
 }
 
 std::vector<Shape> BatchNormalization::compute_output_shape(const std::vector<Shape>& input_shapes) {

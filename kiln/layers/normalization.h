@@ -16,6 +16,14 @@
 //   synchronized: under data parallelism (kiln/distribute), training
 //     statistics over every replica's batch (an all-reduce of sums, whose
 //     backward all-reduces the gradients); one replica: as false.
+//   Computed by LibTorch's fused batch norm (at::batch_norm: cuDNN on the
+//   GPU, one statistics pass and one normalising pass on the CPU, one
+//   backward kernel), with Keras's moving-statistics update applied by the
+//   layer. The channel axis moves to dim 1 as a view: a channels_last
+//   Conv2D/Conv3D output (rank 4/5, axis -1) is normalised in LibTorch's
+//   channels_last memory format and comes back as NHWC without a copy.
+//   The synchronized path, and training batches of a single row, compute
+//   the statistics with separate ops.
 //
 // LayerNormalization(axis=-1, epsilon=1e-3): normalises each sample over
 //   `axis` (an int or a list), then scales by gamma and shifts by beta (both
@@ -89,6 +97,13 @@ class BatchNormalization : public SimpleLayer {
 
  private:
   BatchNormalization(const BatchNormalizationOptions& options, const Json& base_config);
+  // LibTorch's fused batch norm (training with the batch statistics, or
+  // inference with the moving ones).
+  at::Tensor call_fused(const at::Tensor& x, bool update);
+  // Training with the statistics written out: synchronized replicas (dist
+  // non-null) and batches of fewer than two rows.
+  at::Tensor call_by_formula(const at::Tensor& x, Distribution* dist);
+  void update_moving_statistics(const at::Tensor& mean, const at::Tensor& var);
 
   int64_t axis_;
   double momentum_, epsilon_;

@@ -2,8 +2,12 @@
 #include "kiln/layers/normalization.h"
 
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include "kiln/core/names.h"
+#include "kiln/layers/activations.h"
+#include "kiln/layers/conv.h"
+#include "kiln/layers/pooling.h"
 #include "kiln/testing/expect_error.h"
 
 namespace kiln {
@@ -105,6 +109,178 @@ TEST(BatchNormalization, RejectsBadConfigs) {
   auto ok = std::make_shared<BatchNormalization>();
   (*ok)(at::randn({2, 3}));
   expect_error<ShapeError>([&] { (*ok)(at::randn({2, 4})); }, {"built for inputs of shape (None, 3)"});
+}
+
+// --- the fused path against Keras's formula written out ---------------------
+// The layer's code before it called at::batch_norm: statistics in at least
+// float32 over every axis but `axis` (biased variance), then
+// (x - mean) * rsqrt(var + eps) * gamma + beta.
+struct Reference {
+  at::Tensor y, batch_mean, batch_var;
+};
+Reference keras_formula(const at::Tensor& x, int64_t axis, const at::Tensor& gamma, const at::Tensor& beta,
+                        const at::Tensor& moving_mean, const at::Tensor& moving_var, bool training, double eps) {
+  const auto dt = at::promote_types(x.scalar_type(), at::kFloat);
+  at::Tensor xf = x.to(dt);
+  std::vector<int64_t> reduce, bshape(x.dim(), 1);
+  for (int64_t i = 0; i < x.dim(); ++i)
+    if (i != axis) reduce.push_back(i);
+  bshape[axis] = x.size(axis);
+  Reference r;
+  at::Tensor mean = moving_mean, var = moving_var;
+  if (training) {
+    mean = r.batch_mean = xf.mean(reduce);
+    var = r.batch_var = (xf - mean.reshape(bshape)).square().mean(reduce);
+  }
+  at::Tensor inv = at::rsqrt(var + eps) * gamma;
+  r.y = ((xf - mean.reshape(bshape)) * inv.reshape(bshape) + beta.reshape(bshape)).to(x.scalar_type());
+  return r;
+}
+
+// A channels_last image batch as kiln's Conv2D hands it on: an NHWC view of
+// an NCHW tensor in LibTorch's channels_last memory format.
+at::Tensor nhwc(const at::Tensor& nchw) {
+  return nchw.contiguous(at::MemoryFormat::ChannelsLast).permute({0, 2, 3, 1});
+}
+
+double max_rel(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor af = a.to(at::kDouble), bf = b.to(at::kDouble);
+  return ((af - bf).abs().max() / bf.abs().max().clamp_min(1e-30)).item<double>();
+}
+
+// Output, moving statistics and the gradients of x, gamma and beta of the
+// layer against keras_formula, in training and inference.
+void expect_matches_formula(const at::Tensor& x_in, int64_t axis, double tol, double grad_tol,
+                            const Json& extra = Json::object()) {
+  const int64_t rank = x_in.dim(), resolved = axis < 0 ? axis + rank : axis, c = x_in.size(resolved);
+  auto bn = std::make_shared<BatchNormalization>(axis, 0.9, 1e-3, extra);
+  (*bn)(x_in, false);  // builds
+  const auto opt = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor g0 = at::rand({c}, opt) + 0.5, b0 = at::randn({c}, opt), m0 = at::randn({c}, opt),
+             v0 = at::rand({c}, opt) + 0.5;
+  for (bool training : {true, false}) {
+    SCOPED_TRACE(training ? "training" : "inference");
+    bn->set_weights({g0, b0, m0, v0});
+    at::Tensor x = x_in.detach().clone(at::MemoryFormat::Preserve).requires_grad_(true);
+    at::Tensor y = (*bn)(x, training);
+    ASSERT_EQ(y.sizes(), x.sizes());
+    ASSERT_EQ(y.scalar_type(), x.scalar_type());
+    at::Tensor xr = x_in.detach().clone().requires_grad_(true);
+    at::Tensor gr = g0.clone().requires_grad_(true), br = b0.clone().requires_grad_(true);
+    Reference ref = keras_formula(xr, resolved, gr, br, m0, v0, training, 1e-3);
+    EXPECT_LT(max_rel(y, ref.y), tol);
+    if (training) {
+      EXPECT_LT(max_rel(bn->moving_mean()->value(), m0 * 0.9 + ref.batch_mean.detach() * 0.1), 1e-6);
+      EXPECT_LT(max_rel(bn->moving_variance()->value(), v0 * 0.9 + ref.batch_var.detach() * 0.1), 1e-6);
+    } else {
+      EXPECT_TRUE(at::equal(bn->moving_mean()->value(), m0));
+      EXPECT_TRUE(at::equal(bn->moving_variance()->value(), v0));
+    }
+    // A weighting that is not constant, so that no gradient vanishes.
+    at::Tensor w = at::randn(x.sizes(), opt);
+    auto got = torch::autograd::grad({(y.to(at::kFloat) * w).sum()}, {x, bn->gamma()->value(), bn->beta()->value()});
+    auto want = torch::autograd::grad({(ref.y.to(at::kFloat) * w).sum()}, {xr, gr, br});
+    EXPECT_LT(max_rel(got[0], want[0]), grad_tol) << "d/dx";
+    EXPECT_LT(max_rel(got[1], want[1]), grad_tol) << "d/dgamma";
+    EXPECT_LT(max_rel(got[2], want[2]), grad_tol) << "d/dbeta";
+  }
+}
+
+TEST(BatchNormalization, FusedMatchesKerasFormulaRank2) {
+  at::manual_seed(1);
+  expect_matches_formula(at::randn({64, 5}) * 3 + 2, -1, 1e-5, 1e-5);
+}
+
+TEST(BatchNormalization, FusedMatchesKerasFormulaRank3) {
+  at::manual_seed(2);
+  expect_matches_formula(at::randn({6, 7, 4}) * 2 - 1, -1, 1e-5, 1e-5);
+  expect_matches_formula(at::randn({6, 4, 7}) * 2 - 1, 1, 1e-5, 1e-5);
+}
+
+TEST(BatchNormalization, FusedMatchesKerasFormulaChannelsLastImages) {
+  at::manual_seed(3);
+  expect_matches_formula(nhwc(at::randn({8, 6, 5, 5}) * 2 + 3), -1, 1e-5, 1e-5);
+  expect_matches_formula(at::randn({8, 5, 5, 6}) * 2 + 3, -1, 1e-5, 1e-5);  // a plain NHWC tensor
+}
+
+TEST(BatchNormalization, FusedMatchesKerasFormulaChannelsFirstAndMiddleAxes) {
+  at::manual_seed(4);
+  expect_matches_formula(at::randn({8, 6, 5, 5}) * 2 + 3, 1, 1e-5, 1e-5);
+  expect_matches_formula(at::randn({4, 3, 6, 5}) * 2 + 3, 2, 1e-5, 1e-5);
+  expect_matches_formula(at::randn({2, 3, 4, 3, 5}) - 1, -1, 1e-5, 1e-5);  // rank 5, NDHWC
+}
+
+TEST(BatchNormalization, FusedMatchesKerasFormulaInBfloat16) {
+  at::manual_seed(5);
+  // Statistics in float32 either way; outputs and input gradients round to
+  // bfloat16 once (a unit in the last place: 2^-8 of the largest value).
+  const Json mixed = {{"dtype", "mixed_bfloat16"}};  // float32 variables, bfloat16 compute
+  expect_matches_formula((at::randn({32, 6}) * 2 + 50).to(at::kBFloat16), -1, 1e-2, 1e-2, mixed);
+  expect_matches_formula(nhwc(at::randn({8, 6, 4, 4}) + 3).to(at::kBFloat16), -1, 1e-2, 1e-2, mixed);
+}
+
+TEST(BatchNormalization, NoScaleNoCenterOnTheFusedPath) {
+  auto bn = std::make_shared<BatchNormalization>(-1, 0.99, 1e-3, Json{{"scale", false}, {"center", false}});
+  at::Tensor x = nhwc(at::randn({4, 3, 5, 5}) * 2 + 1);
+  at::Tensor y = (*bn)(x, true);
+  EXPECT_EQ(bn->weights().size(), 2u);
+  at::Tensor mean = x.mean({0, 1, 2}), var = (x - mean).square().mean({0, 1, 2});
+  EXPECT_LT(max_rel(y, (x - mean) / at::sqrt(var + 1e-3)), 1e-5);
+}
+
+TEST(BatchNormalization, OneRowBatchHasZeroVariance) {
+  auto bn = std::make_shared<BatchNormalization>(-1, 0.5, 1e-3);
+  at::Tensor x = at::tensor({3.0f, -1.0f}).reshape({1, 2});
+  at::Tensor y = (*bn)(x, true);
+  EXPECT_TRUE(at::allclose(y, at::zeros({1, 2})));  // beta
+  EXPECT_TRUE(at::allclose(bn->moving_mean()->value(), at::tensor({1.5f, -0.5f})));
+  EXPECT_TRUE(at::allclose(bn->moving_variance()->value(), at::full({2}, 0.5f)));
+}
+
+// Two replicas that hold the same batch: the all-reduced sums are twice one
+// replica's, so synchronized statistics equal the local ones.
+class TwoIdenticalReplicas : public Distribution {
+ public:
+  TensorLayout layout_for(const std::string&, const Shape&) const override { return {}; }
+  int num_replicas() const override { return 2; }
+  void all_reduce_sum(std::vector<at::Tensor>& tensors) const override {
+    for (auto& t : tensors) t.mul_(2);
+  }
+};
+
+TEST(BatchNormalization, SynchronizedStatisticsMatchTheFusedPath) {
+  at::Tensor x = nhwc(at::randn({8, 4, 3, 3}) * 2 + 1);
+  auto local = std::make_shared<BatchNormalization>();
+  at::Tensor y_local = (*local)(x, true);
+  set_distribution(std::make_shared<TwoIdenticalReplicas>());
+  auto synced = std::make_shared<BatchNormalization>(BatchNormalizationOptions{.synchronized = true});
+  at::Tensor y_synced = (*synced)(x, true);
+  set_distribution(nullptr);
+  EXPECT_LT(max_rel(y_synced, y_local), 1e-5);
+  EXPECT_LT(max_rel(synced->moving_mean()->value(), local->moving_mean()->value()), 1e-6);
+  EXPECT_LT(max_rel(synced->moving_variance()->value(), local->moving_variance()->value()), 1e-6);
+}
+
+// Conv2D -> BatchNormalization -> Activation -> MaxPooling2D stays in
+// LibTorch's channels_last memory format: every output is a plain NHWC
+// tensor whose NCHW view is channels_last-contiguous, so no layer between
+// them reorders the data, forward or (the same layouts) backward.
+TEST(BatchNormalization, KeepsConvBlocksInChannelsLastMemory) {
+  auto conv = std::make_shared<Conv2D>(8, 3, "linear", Json{{"padding", "same"}});
+  auto bn = std::make_shared<BatchNormalization>();
+  auto relu = std::make_shared<Activation>("relu");
+  auto pool = std::make_shared<MaxPooling2D>();
+  at::Tensor x = at::randn({4, 10, 10, 3});
+  for (bool training : {true, false}) {
+    SCOPED_TRACE(training ? "training" : "inference");
+    at::Tensor h = x;
+    for (LayerPtr layer : std::vector<LayerPtr>{conv, bn, relu, pool}) {
+      h = (*layer)(h, training);
+      EXPECT_TRUE(h.is_contiguous()) << layer->name();
+      EXPECT_TRUE(h.permute({0, 3, 1, 2}).is_contiguous(at::MemoryFormat::ChannelsLast)) << layer->name();
+    }
+    EXPECT_EQ(h.sizes(), (at::IntArrayRef{4, 5, 5, 8}));
+  }
 }
 
 TEST(LayerNormalization, NormalisesEachSample) {
