@@ -96,7 +96,7 @@ at::Device check_device(const at::Device& device, const std::string& source) {
                                 ? "no GPU is visible to this process (no NVIDIA driver or GPU, or "
                                   "CUDA_VISIBLE_DEVICES hides them)"
                                 : "this LibTorch is a CPU-only build";
-    throw ValueError(source + " " + device.str() + ": " + why + "; this machine computes on: cpu. Use --device cpu");
+    throw ValueError(source + " " + device.str() + ": " + why + "; this machine computes on: cpu; use --device cpu");
   }
   const int index = device.has_index() ? device.index() : 0;
   if (index >= n)

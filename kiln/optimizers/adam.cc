@@ -71,7 +71,7 @@ bool Adam::update_all(const std::vector<at::Tensor>& grads, std::vector<at::Tens
   if (vars.empty()) return false;
   const at::Device device = vars[0].device();
   const at::ScalarType dtype = vars[0].scalar_type();
-  if (!fused_.value_or(device.is_cuda())) return false;
+  if (!fused_.value_or(true)) return false;
   // The kernel takes one device and one floating dtype for all tensors.
   if (dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16 && dtype != at::kDouble) return false;
   std::vector<at::Tensor> g, m, v, v_hat, steps;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/core/device.h"
+#include "kiln/core/dtype.h"
 #include "kiln/core/random.h"
 #include "kiln/layers/dense.h"
 #include "kiln/layers/normalization.h"
@@ -136,6 +137,39 @@ TEST(TrainingCUDA, FitOnTheGpuMatchesTheCpu) {
   EXPECT_TRUE(at::allclose(p, on_cpu.first->predict(d.x, 64, 0), 1e-4, 1e-4));
   // train_on_batch takes host tensors too.
   m->train_on_batch({d.x.narrow(0, 0, 32)}, {d.y.narrow(0, 0, 32)});
+}
+
+// mixed_bfloat16 and mixed_float16 (with its dynamic loss scale) on the
+// GPU: the same autocast semantics as the CPU path, so the same weights to
+// the policies' rounding after 3 epochs from the same start.
+TEST(TrainingCUDA, MixedPrecisionOnTheGpuMatchesTheCpu) {
+  NoTf32 ieee;
+  Data d = data(256);
+  for (const char* policy : {"mixed_bfloat16", "mixed_float16"}) {
+    SCOPED_TRACE(policy);
+    set_dtype_policy(policy);
+    std::vector<at::Tensor> cpu_w;
+    double cpu_loss = 0;
+    {
+      DeviceScope s("cpu");
+      auto m = mlp(9);
+      cpu_loss = m->fit(fit_args(d, 3)).history.at("loss").back();
+      for (const auto& w : m->weights()) cpu_w.push_back(w->value().detach().clone());
+    }
+    DeviceScope gpu("cuda:0");
+    auto m = mlp(9);
+    const double gpu_loss = m->fit(fit_args(d, 3)).history.at("loss").back();
+    set_dtype_policy("float32");
+    auto w = m->weights();
+    ASSERT_EQ(w.size(), cpu_w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      EXPECT_EQ(w[i]->value().scalar_type(), cpu_w[i].scalar_type());
+      const double err = (w[i]->value().cpu().to(at::kDouble) - cpu_w[i].to(at::kDouble)).abs().max().item<double>();
+      const double scale = cpu_w[i].to(at::kDouble).abs().max().item<double>() + 1e-6;
+      EXPECT_LT(err / scale, 0.05) << w[i]->path();  // a few bf16/f16 ulps after 24 steps
+    }
+    EXPECT_NEAR(gpu_loss, cpu_loss, 0.05 * std::abs(cpu_loss) + 1e-3);
+  }
 }
 
 TEST(TrainingCUDA, ModelDirectoriesAreDeviceAgnosticBitForBit) {
