@@ -52,7 +52,9 @@ Command add_ensemble_command(CLI::App& app);       // ensemble.cc: ensembles of 
 // The global --device flag ("cpu", "cuda", "cuda:N"): checked against this
 // machine (ValueError naming what there is: exit 2), made the default
 // device, and exported as KILN_DEVICE so that the processes a command
-// starts (tune's trials, launch's ranks, batch-predict's workers) use it too.
+// starts (tune's trials, launch's ranks, batch-predict's workers) use it too;
+// "cuda" without an index is passed on as such, so each of launch's ranks
+// takes its own GPU.
 void apply_device_flag(const std::string& text);
 // Whether --device was given (it wins over a spec's "device").
 bool device_flag_given();

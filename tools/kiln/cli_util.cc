@@ -42,7 +42,10 @@ bool g_device_flag = false;
 void apply_device_flag(const std::string& text) {
   const at::Device device = resolve_device(text, "--device");
   set_default_device(device);
-  ::setenv("KILN_DEVICE", device.str().c_str(), 1);
+  // "cuda" without an index stays so for the processes started: under
+  // kiln launch each rank takes its own GPU (cuda:LOCAL_RANK).
+  const bool unindexed = device.is_cuda() && text.find(':') == std::string::npos;
+  ::setenv("KILN_DEVICE", unindexed ? "cuda" : device.str().c_str(), 1);
   g_device_flag = true;
 }
 
