@@ -6,12 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <functional>
 #include <optional>
 #include <string>
 
 #include "kiln/core/error.h"
 #include "kiln/core/variable.h"
+#include "kiln/testing/expect_error.h"
 
 namespace kiln {
 namespace {
@@ -38,15 +38,6 @@ class EnvScope {
   std::optional<std::string> old_;
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ValueError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(Device, ParsesKerasTensorFlowAndPyTorchSpellings) {
   EnvScope no_rank("LOCAL_RANK", std::nullopt);
   EXPECT_EQ(parse_device("cpu"), at::Device(at::kCPU));
@@ -65,26 +56,21 @@ TEST(Device, UnindexedGpuIsTheLaunchersLocalRank) {
 }
 
 TEST(Device, MalformedDevicesNameTheTextAndTheAcceptedForms) {
-  for (const char* bad : {"tpu", "cuda:", "cuda:x", "cuda:-1", "gpu0", ""}) {
-    const std::string msg = error_of([&] { parse_device(bad, "--device"); });
-    EXPECT_NE(msg.find("--device: '" + std::string(bad) + "'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("cuda:N"), std::string::npos) << msg;
-  }
+  for (const char* bad : {"tpu", "cuda:", "cuda:x", "cuda:-1", "gpu0", ""})
+    expect_error<ValueError>([&] { parse_device(bad, "--device"); },
+                             {"--device: '" + std::string(bad) + "'", "cuda:N"});
 }
 
 TEST(Device, AMissingGpuIsOneErrorNamingWhatThereIs) {
   const int n = gpu_count();
   const std::string asked = "cuda:" + std::to_string(n);  // one past the last GPU (cuda:0 without a GPU)
-  const std::string msg = error_of([&] { resolve_device(asked, "--device"); });
-  EXPECT_NE(msg.find("--device " + asked), std::string::npos) << msg;
+  auto resolve = [&] { resolve_device(asked, "--device"); };
   if (n == 0) {
-    EXPECT_NE(msg.find("no GPU is visible"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("computes on: cpu"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("; use --device cpu"), std::string::npos) << msg;
+    expect_error<ValueError>(resolve,
+                             {"--device " + asked, "no GPU is visible", "computes on: cpu", "; use --device cpu"});
     EXPECT_EQ(available_devices(), "cpu");
   } else {
-    EXPECT_NE(msg.find("this machine has " + std::to_string(n)), std::string::npos) << msg;
-    EXPECT_NE(msg.find("or cpu"), std::string::npos) << msg;
+    expect_error<ValueError>(resolve, {"--device " + asked, "this machine has " + std::to_string(n), "or cpu"});
   }
   EXPECT_EQ(check_device(at::Device(at::kCPU)), at::Device(at::kCPU));
 }
@@ -100,8 +86,7 @@ TEST(Device, EnvironmentOverrideAndScopesNestInTensorFlowsOrder) {
   EXPECT_EQ(default_device(), at::Device(at::kCPU));
   {
     EnvScope bad("KILN_DEVICE", "tpu:0");
-    const std::string msg = error_of([] { default_device(); });
-    EXPECT_NE(msg.find("KILN_DEVICE: 'tpu:0'"), std::string::npos) << msg;
+    expect_error<ValueError>([] { default_device(); }, {"KILN_DEVICE: 'tpu:0'"});
     // A scope or the process-wide override wins over the variable.
     DeviceScope cpu("cpu");
     EXPECT_EQ(default_device(), at::Device(at::kCPU));
