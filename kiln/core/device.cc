@@ -18,7 +18,7 @@ namespace {
 
 std::mutex g_mu;
 std::optional<at::Device> g_override;  // guarded by g_mu
-thread_local std::vector<at::Device> t_scopes;
+thread_local std::vector<at::Device> t_device_scopes;
 std::atomic<int> g_tf32{-1};  // -1: not decided yet (read $KILN_TF32 on first use)
 std::once_flag g_tf32_applied;
 
@@ -110,7 +110,7 @@ at::Device resolve_device(const std::string& text, const std::string& source) {
 }
 
 at::Device default_device() {
-  if (!t_scopes.empty()) return t_scopes.back();
+  if (!t_device_scopes.empty()) return t_device_scopes.back();
   {
     std::lock_guard<std::mutex> l(g_mu);
     if (g_override) return *g_override;
@@ -134,11 +134,11 @@ void set_default_device(std::optional<at::Device> device) {
 }
 
 DeviceScope::DeviceScope(const at::Device& device) {
-  t_scopes.push_back(check_device(device, "DeviceScope"));
-  if (t_scopes.back().is_cuda()) std::call_once(g_tf32_applied, apply_tf32_setting);
+  t_device_scopes.push_back(check_device(device, "DeviceScope"));
+  if (t_device_scopes.back().is_cuda()) std::call_once(g_tf32_applied, apply_tf32_setting);
 }
 DeviceScope::DeviceScope(const std::string& text) : DeviceScope(parse_device(text, "DeviceScope")) {}
-DeviceScope::~DeviceScope() { t_scopes.pop_back(); }
+DeviceScope::~DeviceScope() { t_device_scopes.pop_back(); }
 
 bool is_out_of_memory(const std::exception& e) {
   if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return true;
