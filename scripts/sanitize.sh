@@ -27,7 +27,11 @@ cmake --build "$BUILD_DIR" -j "$(nproc)"
 # detect_leaks=0: LibTorch, protobuf and gRPC keep process-lifetime
 # singletons that LeakSanitizer reports at exit; leaks are checked per test
 # where it matters (servers reloading models) by the memory tests instead.
-export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:detect_stack_use_after_return=0:strict_string_checks=1:check_initialization_order=1
+# allocator_may_return_null=1: an allocation no machine can give returns null,
+# as glibc's malloc does, instead of aborting, so the out-of-memory paths
+# (Fit.OutOfMemoryInAStep..., Status.GrpcCodesMapToTfServingHttpCodes) run
+# here too.
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:detect_stack_use_after_return=0:strict_string_checks=1:check_initialization_order=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The whole suite but these: ScaleOut.ReplicaKilledAndRestartedBehindNginxLosesNoRequest
 # (SIGKILLs replicas behind nginx under load and counts every request) lost 1
