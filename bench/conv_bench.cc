@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/python_peer.h"
 #include "kiln/core/cpu_features.h"
 #include "kiln/core/io.h"
 #include "kiln/core/json.h"
@@ -87,23 +88,9 @@ Timing kiln_steps(int64_t batch, int warmup, int steps) {
 }
 
 Timing pytorch_steps(int64_t batch, int warmup, int steps, int threads) {
-  // The peer sits beside this program's sources; benchmarks run from the repository root.
-  const char* dir = std::getenv("KILN_BENCH_DIR");
-  // The torch kiln builds against: .venv's (scripts/setup.sh), or $KILN_PYTHON.
-  const char* py = std::getenv("KILN_PYTHON");
-  const std::string python =
-      py && *py ? py : (::access(".venv/bin/python", X_OK) == 0 ? ".venv/bin/python" : "python3");
-  const std::string cmd = python + " " + std::string(dir ? dir : "bench") + "/conv_peer.py --batch_size " +
-                          std::to_string(batch) + " --warmup " + std::to_string(warmup) + " --steps " +
-                          std::to_string(steps) + " --threads " + std::to_string(threads);
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (!f) throw std::runtime_error("cannot run " + cmd);
-  std::string out;
-  char buf[4096];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, k);
-  if (::pclose(f) != 0) throw std::runtime_error("PyTorch peer failed: " + cmd + "\n" + out);
-  auto j = parse_json(out.substr(out.find('{')), "PyTorch peer output");
+  const Json j = bench::run_python_peer("conv_peer.py --batch_size " + std::to_string(batch) + " --warmup " +
+                                        std::to_string(warmup) + " --steps " + std::to_string(steps) + " --threads " +
+                                        std::to_string(threads));
   return Timing{j["step_ms"].get<std::vector<double>>()};
 }
 

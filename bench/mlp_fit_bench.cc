@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/python_peer.h"
 #include "kiln/core/cpu_features.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/initializers.h"
@@ -140,23 +141,8 @@ Result with_fit(const at::Tensor& x, const at::Tensor& y, const at::Tensor& xt, 
 
 Result pytorch_peer(int epochs, int64_t batch, int threads) {
   Result r{"PyTorch Python loop", {}, 0};
-  // The peer script sits beside this program's sources; benchmarks run from the repository root.
-  const char* dir = std::getenv("KILN_BENCH_DIR");
-  // The torch kiln builds against: .venv's (scripts/setup.sh), or $KILN_PYTHON.
-  const char* py = std::getenv("KILN_PYTHON");
-  const std::string python =
-      py && *py ? py : (::access(".venv/bin/python", X_OK) == 0 ? ".venv/bin/python" : "python3");
-  std::string cmd = python + " " + std::string(dir ? dir : "bench") + "/pytorch_mlp.py --epochs " +
-                    std::to_string(epochs) + " --batch_size " + std::to_string(batch) + " --threads " +
-                    std::to_string(threads);
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (!f) throw std::runtime_error("cannot run " + cmd);
-  std::string out;
-  char buf[4096];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, k);
-  if (::pclose(f) != 0) throw std::runtime_error("PyTorch peer failed: " + cmd + "\n" + out);
-  auto j = parse_json(out.substr(out.find('{')), "PyTorch peer output");
+  const Json j = bench::run_python_peer("pytorch_mlp.py --epochs " + std::to_string(epochs) + " --batch_size " +
+                                        std::to_string(batch) + " --threads " + std::to_string(threads));
   r.epoch_s = j["epoch_s"].get<std::vector<double>>();
   r.test_accuracy = j["test_accuracy"].get<double>();
   return r;
