@@ -9,11 +9,13 @@
 #include "kiln/core/torch_compat.h"
 #include "kiln/cuda/cuda.h"
 #include "kiln/cuda/graph.h"
-#include "kiln/cuda/nccl.h"
+#include "kiln/distribute/nccl.h"
 #include "kiln/cuda/streams.h"
 
 namespace kiln::cuda {
 namespace {
+using distribute::make_nccl_backend;
+using distribute::nccl_version;
 
 TEST(Cuda, InventoryAgreesWithLibTorch) {
   const CudaInfo info = cuda_info();

@@ -28,8 +28,10 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "kiln/core/error.h"
+#include "kiln/distribute/nccl.h"
 
 namespace kiln::distribute {
 
@@ -178,6 +180,14 @@ struct Collectives::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   std::unique_ptr<ShmAllReduce> shm;  // every rank on this host: float32 sums
+  c10::intrusive_ptr<c10d::Backend> nccl;  // GPU tensors, when every rank has a GPU of its own
+  at::Device device{at::kCPU};
+
+  // The group that carries `t`: NCCL for a GPU tensor when there is one.
+  c10d::Backend& backend_for(const at::Tensor& t) const {
+    if (nccl && t.is_cuda()) return *nccl;
+    return *pg;
+  }
 };
 
 namespace {
@@ -230,11 +240,16 @@ void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const char* what, int 
   }
 }
 
-// Groups `tensors` by dtype into flat buffers (index lists per dtype).
-std::map<at::ScalarType, std::vector<size_t>> by_dtype(const std::vector<at::Tensor>& tensors) {
-  std::map<at::ScalarType, std::vector<size_t>> groups;
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (tensors[i].defined() && tensors[i].numel() > 0) groups[tensors[i].scalar_type()].push_back(i);
+// Groups `tensors` by device and dtype into flat buffers (index lists per
+// group, in an order every rank computes alike from the same list).
+using GroupKey = std::tuple<int, int, at::ScalarType>;  // device type, index, dtype
+std::map<GroupKey, std::vector<size_t>> by_dtype(const std::vector<at::Tensor>& tensors) {
+  std::map<GroupKey, std::vector<size_t>> groups;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    if (!t.defined() || t.numel() == 0) continue;
+    groups[{static_cast<int>(t.device().type()), static_cast<int>(t.device().index()), t.scalar_type()}].push_back(i);
+  }
   return groups;
 }
 
@@ -304,8 +319,37 @@ std::shared_ptr<Collectives> Collectives::connect(const ClusterSpec& cluster, co
                 " (" + cause_of(e) + ")");
   }
   c->connect_shared_memory(cluster);
+  c->connect_gpu_backend(o, local_address_towards(cluster.master_addr, cluster.master_port));
   return c;
 }
+
+// Every rank's host and device, through Gloo (each rank decides alike from
+// the same list); NCCL joins when choose_collective_backend says so.
+void Collectives::connect_gpu_backend(const CollectiveOptions& o, const std::string& host) {
+  impl_->device = o.device;
+  const int64_t host_id = static_cast<int64_t>(std::hash<std::string>()(host) >> 1);
+  at::Tensor mine = at::tensor({host_id, static_cast<int64_t>(o.device.type()), static_cast<int64_t>(o.device.index())},
+                               at::kLong);
+  std::vector<RankDevice> ranks;
+  for (const at::Tensor& t : all_gather(mine))
+    ranks.push_back({std::to_string(t[0].item<int64_t>()),
+                     at::Device(static_cast<at::DeviceType>(t[1].item<int64_t>()),
+                                static_cast<at::DeviceIndex>(t[2].item<int64_t>()))});
+  std::string requested = o.backend;
+  if (requested.empty())
+    if (const char* env = std::getenv("KILN_COLLECTIVE_BACKEND")) requested = env;
+  std::string backend;
+  try {
+    backend = choose_collective_backend(ranks, requested);
+  } catch (const ValueError& e) {
+    throw ValueError("rank " + std::to_string(rank_) + ": " + e.what());
+  }
+  if (backend != "nccl") return;
+  impl_->nccl = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("kiln/nccl", impl_->store), rank_, size_,
+                                  o.device.index(), timeout_s_);
+}
+
+std::string Collectives::gpu_backend() const { return impl_->nccl ? "nccl" : "gloo"; }
 
 void Collectives::connect_shared_memory(const ClusterSpec& cluster) {
   const char* off = std::getenv("KILN_SHM_ALLREDUCE");
@@ -352,15 +396,15 @@ bool Collectives::shared_memory() const { return impl_->shm != nullptr; }
 Collectives::~Collectives() = default;
 
 void Collectives::all_reduce_sum(std::vector<at::Tensor>& tensors) {
-  for (auto& [dtype, idx] : by_dtype(tensors)) {
+  for (auto& [key, idx] : by_dtype(tensors)) {
     std::vector<at::Tensor> flat = {flatten(tensors, idx)};
-    wait_for(impl_->pg->allreduce(flat), "all-reduce", rank_, size_, timeout_s_);
+    wait_for(impl_->backend_for(flat[0]).allreduce(flat), "all-reduce", rank_, size_, timeout_s_);
     unflatten(flat[0], tensors, idx);
   }
 }
 
 std::function<void()> Collectives::all_reduce_sum_async(at::Tensor flat) {
-  if (flat.scalar_type() == at::kBFloat16) {
+  if (flat.scalar_type() == at::kBFloat16 && !(impl_->nccl && flat.is_cuda())) {
     // Gloo (LibTorch 1.13) has no bfloat16 sum: gather every rank's bytes
     // (viewed as float16: a gather does no arithmetic) and add them here in
     // float32, in rank order, so every rank gets the same result.
@@ -379,17 +423,20 @@ std::function<void()> Collectives::all_reduce_sum_async(at::Tensor flat) {
     auto done = impl_->shm->submit(flat);
     return [done] { done.get(); };
   }
+  // NCCL: the sum runs on NCCL's own stream, after the work queued so far
+  // on the current one; wait() makes the waiting thread's current stream
+  // wait for it (the host does not block), as PyTorch's DDP buckets do.
   std::vector<at::Tensor> v = {flat};
-  auto work = impl_->pg->allreduce(v);
+  auto work = impl_->backend_for(flat).allreduce(v);
   return [work, r = rank_, n = size_, t = timeout_s_] { wait_for(work, "gradient all-reduce", r, n, t); };
 }
 
 void Collectives::broadcast(std::vector<at::Tensor>& tensors, int root) {
-  for (auto& [dtype, idx] : by_dtype(tensors)) {
+  for (auto& [key, idx] : by_dtype(tensors)) {
     std::vector<at::Tensor> flat = {flatten(tensors, idx)};
     c10d::BroadcastOptions bo;
     bo.rootRank = root;
-    wait_for(impl_->pg->broadcast(flat, bo), "broadcast", rank_, size_, timeout_s_);
+    wait_for(impl_->backend_for(flat[0]).broadcast(flat, bo), "broadcast", rank_, size_, timeout_s_);
     unflatten(flat[0], tensors, idx);
   }
 }
@@ -412,6 +459,10 @@ std::shared_ptr<Collectives> Collectives::subgroup(const std::vector<int>& ranks
     opts->devices = impl_->pg->getOptions()->devices;
     opts->threads = 2;
     c->impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(c->impl_->store, c->rank_, c->size_, opts);
+    c->impl_->device = impl_->device;
+    if (impl_->nccl)
+      c->impl_->nccl = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("kiln/nccl", c->impl_->store),
+                                         c->rank_, c->size_, impl_->device.index(), timeout_s_);
   } catch (const std::exception& e) {
     throw Error("rank " + std::to_string(rank_) + ": cannot connect the group '" + tag + "' (" + cause_of(e) + ")");
   }
@@ -422,7 +473,7 @@ std::vector<at::Tensor> Collectives::all_gather(const at::Tensor& t) {
   std::vector<at::Tensor> in = {t.contiguous()};
   std::vector<std::vector<at::Tensor>> out(1);
   for (int r = 0; r < size_; ++r) out[0].push_back(at::empty_like(in[0]));
-  wait_for(impl_->pg->allgather(out, in), "all-gather", rank_, size_, timeout_s_);
+  wait_for(impl_->backend_for(in[0]).allgather(out, in), "all-gather", rank_, size_, timeout_s_);
   return out[0];
 }
 
@@ -432,15 +483,25 @@ std::function<void()> Collectives::reduce_sum_async(at::Tensor flat, int root) {
   if (root < 0 || root >= size_)
     throw ValueError("reduce: root must be a rank in [0, " + std::to_string(size_ - 1) +
                      "]. Received: root=" + std::to_string(root));
-  if (flat.scalar_type() == at::kBFloat16) return all_reduce_sum_async(flat);
+  const bool on_nccl = impl_->nccl && flat.is_cuda();
+  if (flat.scalar_type() == at::kBFloat16 && !on_nccl) return all_reduce_sum_async(flat);
   if (impl_->shm && flat.scalar_type() == at::kFloat && flat.is_contiguous() && flat.device().is_cpu()) {
     auto done = impl_->shm->submit(flat, root);
     return [done] { done.get(); };
   }
-  std::vector<at::Tensor> v = {flat};
   c10d::ReduceOptions ro;
   ro.rootRank = root;
-  auto work = impl_->pg->reduce(v, ro);
+  if (flat.is_cuda() && !on_nccl) {
+    // Gloo reduces CPU tensors only: through a host copy.
+    std::vector<at::Tensor> v = {flat.cpu()};
+    auto work = impl_->pg->reduce(v, ro);
+    return [work, v, flat, r = rank_, n = size_, t = timeout_s_, me = rank_, root]() mutable {
+      wait_for(work, "gradient reduce", r, n, t);
+      if (me == root) flat.copy_(v[0]);
+    };
+  }
+  std::vector<at::Tensor> v = {flat};
+  auto work = impl_->backend_for(flat).reduce(v, ro);
   return [work, r = rank_, n = size_, t = timeout_s_] { wait_for(work, "gradient reduce", r, n, t); };
 }
 

@@ -1,9 +1,12 @@
 // Collectives between the ranks of a job, through LibTorch's c10d: the
 // rendezvous is a c10d::TCPStore served by rank 0 at MASTER_ADDR:MASTER_PORT,
-// the collectives a c10d::ProcessGroupGloo (CPU tensors). kiln writes no
-// socket code of its own. One addition: ranks that all share one host sum
-// their gradient buckets through a shared-memory segment (TCP loopback is
-// ~10x slower than a memory copy), as NCCL does within a host.
+// the collectives a c10d::ProcessGroupGloo for CPU tensors and, when every
+// rank computes on a GPU of its own, a c10d::ProcessGroupNCCL for GPU
+// tensors (nccl.h: choose_collective_backend; otherwise GPU tensors go
+// through Gloo too). kiln writes no socket code of its own. One addition:
+// ranks that all share one host sum their CPU gradient buckets through a
+// shared-memory segment (TCP loopback is ~10x slower than a memory copy), as
+// NCCL does within a host.
 //
 //   auto c = Collectives::connect(resolve_cluster(), {.timeout_seconds = 300});
 //   std::vector<at::Tensor> t = {grad};
@@ -33,6 +36,12 @@ struct CollectiveOptions {
   // Rendezvous and per-collective timeout; 0: $KILN_COLLECTIVE_TIMEOUT
   // (seconds) if set, else 300.
   double timeout_seconds = 0;
+  // Where this rank computes. A GPU: the group agrees on NCCL or Gloo for
+  // GPU tensors when it connects (a collective).
+  at::Device device{at::kCPU};
+  // "auto", "nccl" or "gloo" for GPU tensors; "": $KILN_COLLECTIVE_BACKEND
+  // if set, else auto.
+  std::string backend;
 };
 
 class Collectives {
@@ -62,8 +71,8 @@ class Collectives {
   // A group of `ranks` (this rank among them; every rank of the job calls
   // subgroup() with the same `tag` for the groups it belongs to, in the same
   // order). Its collectives reach only those ranks; its rank() is this
-  // rank's index in `ranks`. It shares this group's rendezvous store (and
-  // Gloo only: no shared-memory path).
+  // rank's index in `ranks`. It shares this group's rendezvous store and its
+  // backend for GPU tensors (no shared-memory path).
   std::shared_ptr<Collectives> subgroup(const std::vector<int>& ranks, const std::string& tag);
   // Every rank's `t` (same shape on all), in rank order.
   std::vector<at::Tensor> all_gather(const at::Tensor& t);
@@ -80,9 +89,12 @@ class Collectives {
   // this host (LOCAL_WORLD_SIZE == WORLD_SIZE) and KILN_SHM_ALLREDUCE is not
   // "0". Otherwise Gloo.
   bool shared_memory() const;
+  // "nccl" when GPU tensors go through NCCL, else "gloo".
+  std::string gpu_backend() const;
 
  private:
   void connect_shared_memory(const ClusterSpec& cluster);
+  void connect_gpu_backend(const CollectiveOptions& o, const std::string& host);
   struct Impl;
   Collectives() = default;
   std::unique_ptr<Impl> impl_;

@@ -13,16 +13,20 @@
 #include <map>
 #include <thread>
 
+#include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/core/random.h"
 #include "kiln/distribute/cluster.h"
+#include "kiln/distribute/collectives.h"
 #include "kiln/distribute/data_parallel.h"
+#include "kiln/distribute/nccl.h"
 #include "kiln/layers/dense.h"
 #include "kiln/layers/normalization.h"
 #include "kiln/models/sequential.h"
 #include "kiln/optimizers/loss_scale_optimizer.h"
 #include "kiln/optimizers/optimizer.h"
 #include "kiln/saving/safetensors.h"
+#include "kiln/testing/expect_error.h"
 #include "kiln/testing/testing.h"
 #include "kiln/training/callbacks.h"
 #include "kiln/training/checkpoint.h"
@@ -225,6 +229,56 @@ TEST(DataParallel, ZeroStageOnOneReplicaIsBitIdentical) {
   auto zero = train_small(distribute::DataParallelOptions{.zero_stage = 2});
   ASSERT_EQ(plain.size(), zero.size());
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(at::equal(plain[i], zero[i])) << i;
+}
+
+// NCCL carries a job's GPU tensors when every rank has a GPU of its own;
+// otherwise Gloo does (it takes CUDA tensors too).
+TEST(Collectives, NcclOnlyWhenEveryRankHasAGpuOfItsOwn) {
+  const at::Device cpu(at::kCPU), gpu0(at::kCUDA, 0), gpu1(at::kCUDA, 1);
+  using RD = distribute::RankDevice;
+  using distribute::choose_collective_backend;
+  EXPECT_EQ(choose_collective_backend({RD{"a", gpu0}, RD{"a", gpu1}}, "auto", true), "nccl");
+  EXPECT_EQ(choose_collective_backend({RD{"a", gpu0}, RD{"b", gpu0}}, "", true), "nccl") << "two hosts";
+  EXPECT_EQ(choose_collective_backend({RD{"a", gpu0}}, "auto", true), "nccl");
+  EXPECT_EQ(choose_collective_backend({RD{"a", gpu0}, RD{"a", gpu0}}, "auto", true), "gloo") << "shared GPU";
+  EXPECT_EQ(choose_collective_backend({RD{"a", gpu0}, RD{"a", cpu}}, "auto", true), "gloo");
+  EXPECT_EQ(choose_collective_backend({RD{"a", cpu}, RD{"a", cpu}}, "auto", true), "gloo");
+  EXPECT_EQ(choose_collective_backend({RD{"a", gpu0}, RD{"a", gpu1}}, "auto", false), "gloo") << "no NCCL built";
+  EXPECT_EQ(choose_collective_backend({RD{"a", gpu0}, RD{"a", gpu1}}, "gloo", true), "gloo");
+  expect_error<ValueError>([&] { choose_collective_backend({RD{"a", gpu0}, RD{"a", gpu0}}, "nccl", true); },
+                           {"KILN_COLLECTIVE_BACKEND=nccl cannot run this job: ranks 0 and 1 share cuda:0 on host a",
+                            "give each rank its own GPU", "or set KILN_COLLECTIVE_BACKEND=gloo"});
+  expect_error<ValueError>([&] { choose_collective_backend({RD{"a", gpu0}, RD{"a", cpu}}, "nccl", true); },
+                           {"rank 1 computes on cpu, not a GPU"});
+  expect_error<ValueError>([&] { choose_collective_backend({RD{"a", gpu0}}, "mpi", true); },
+                           {"KILN_COLLECTIVE_BACKEND must be auto, nccl or gloo. Received: mpi"});
+}
+
+// One rank on NCCL (the most a one-GPU machine allows): every collective
+// kiln uses, on GPU tensors, and CPU tensors still through Gloo.
+TEST(CollectivesCUDA, OneRankOnNcclSumsBroadcastsGathersAndReduces) {
+  distribute::ClusterSpec c;
+  c.master_port = free_loopback_port();
+  auto coll = distribute::Collectives::connect(c, {.timeout_seconds = 60, .device = at::Device(at::kCUDA, 0)});
+  ASSERT_EQ(coll->gpu_backend(), distribute::nccl_available() ? "nccl" : "gloo");
+  const auto on_gpu = at::TensorOptions(at::kFloat).device(at::kCUDA, 0);
+  std::vector<at::Tensor> t = {at::arange(6, on_gpu), at::arange(3, at::kLong), at::ones({2}, on_gpu)};
+  coll->all_reduce_sum(t);
+  EXPECT_TRUE(at::equal(t[0].cpu(), at::arange(6, at::kFloat)));
+  EXPECT_TRUE(t[1].device().is_cpu());
+  coll->broadcast(t, 0);
+  EXPECT_TRUE(at::equal(t[2].cpu(), at::ones({2})));
+  at::Tensor flat = at::arange(8, on_gpu);
+  coll->all_reduce_sum_async(flat)();
+  coll->reduce_sum_async(flat, 0)();
+  EXPECT_TRUE(at::equal(flat.cpu(), at::arange(8, at::kFloat)));
+  at::Tensor half = at::arange(8, on_gpu).to(at::kBFloat16);
+  coll->all_reduce_sum_async(half)();
+  EXPECT_TRUE(at::equal(half.cpu().to(at::kFloat), at::arange(8, at::kFloat)));
+  auto gathered = coll->all_gather(at::arange(4, on_gpu));
+  ASSERT_EQ(gathered.size(), 1u);
+  EXPECT_TRUE(gathered[0].is_cuda());
+  coll->barrier();
 }
 
 // --- several processes ----------------------------------------------------------------
@@ -636,6 +690,32 @@ TEST_F(ZeroJobs, StagesOneAndTwoMatchStageZeroWithHalfTheSlotsPerRank) {
 TEST_F(ZeroJobs, ASecondFitWithOtherTrainableVariablesMatchesStageZero) {
   auto ref = run_stage("refit", 0, 1);
   for (int stage : {1, 2}) expect_close(ref, run_stage("refit", stage, 1), 1e-6, "stage " + std::to_string(stage));
+}
+
+// Two ranks on one GPU (the GPU machines lent here have one; NCCL refuses
+// two ranks on a GPU): GPU tensors go through Gloo, and stages 0 and 2
+// (and bfloat16 buckets) give the weights two CPU ranks give. IEEE float32
+// products on the GPU (KILN_TF32=0), so only summation orders differ.
+class DataParallelCUDA : public ZeroJobs {};
+
+TEST_F(DataParallelCUDA, TwoRanksSharingOneGpuMatchTwoCpuRanksThroughGloo) {
+  const std::map<std::string, std::string> gpu = {{"KILN_DEVICE", "cuda:0"}, {"KILN_TF32", "0"}};
+  for (int stage : {0, 2}) {
+    auto cpu_ranks = run_stage("plain", stage, 0);
+    const std::string out = dir_.path() + "/gpu" + std::to_string(stage);
+    auto env = gpu;
+    env.emplace("KILN_TEST_ZERO_STAGE", std::to_string(stage));
+    run_job("zero_plain", out, env);
+    std::map<std::string, at::Tensor> on_gpu;
+    for (auto& [k, t] : load_safetensors(out + ".0")) on_gpu[k] = t;
+    expect_close(cpu_ranks, on_gpu, 1e-5, "stage " + std::to_string(stage) + " on one shared GPU");
+  }
+  auto env = gpu;
+  env.emplace("KILN_TEST_COMPRESS_BF16", "1");
+  run_job("zero_plain", dir_.path() + "/gpubf16", env);
+  std::map<std::string, at::Tensor> bf16;
+  for (auto& [k, t] : load_safetensors(dir_.path() + "/gpubf16.0")) bf16[k] = t;
+  expect_close(run_stage("plain", 0, 0, "1", "1"), bf16, 1e-4, "bfloat16 buckets on one shared GPU");
 }
 
 TEST_F(ZeroJobs, ClippingEmaAccumulationLossScaleAndCheckpointsMatchStageZero) {

@@ -55,7 +55,7 @@ ModelParallel::ModelParallel(LayoutMap layout_map, std::optional<std::string> ba
     batch_index_ = static_cast<int>(coords_[m.axis(batch_dim_)]);
   }
   if (cluster_.world_size == 1) return;
-  all_ = Collectives::connect(cluster_, {.timeout_seconds = o_.timeout_seconds});
+  all_ = Collectives::connect(cluster_, {.timeout_seconds = o_.timeout_seconds, .device = device()});
   // One group per mesh axis: the ranks that differ from this one only there.
   for (size_t a = 0; a < m.shape().size(); ++a) {
     if (m.shape()[a] == 1) continue;

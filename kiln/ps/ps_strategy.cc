@@ -168,7 +168,7 @@ void add_metric_state(TrainState& ts, const std::map<std::string, at::Tensor>& s
       if (replace)
         vars[j].copy_(it->second);
       else
-        vars[j].add_(it->second.to(vars[j].scalar_type()));
+        vars[j].add_(it->second.to(vars[j].device(), vars[j].scalar_type()));
     }
   }
 }

@@ -1,7 +1,11 @@
 #include "kiln/quantization/float8.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <string>
 
 namespace kiln::quantization {
 namespace {
@@ -52,6 +56,35 @@ at::Tensor quantize_and_dequantize(const at::Tensor& x, const at::Tensor& scale,
   at::Tensor s = scale.to(at::kFloat);
   at::Tensor q = round_to_float8(at::clamp(x.to(at::kFloat) / s, -mx, mx), f);
   return (q * s).to(x.scalar_type());
+}
+
+at::Tensor quantize_to_float8(const at::Tensor& x, const at::Tensor& scale, Float8Format f) {
+  const double mx = float8_max(f);
+  return at::clamp(x.to(at::kFloat) / scale.to(at::kFloat), -mx, mx)
+      .to(f == Float8Format::kE4M3FN ? at::kFloat8_e4m3fn : at::kFloat8_e5m2);
+}
+
+bool float8_tensor_cores(const at::Device& device) {
+  if (!device.is_cuda()) return false;
+  if (const char* v = std::getenv("KILN_FLOAT8_SCALED_MM"); v && std::string(v) == "0") return false;
+  static std::mutex mu;
+  static std::map<int, bool> known;  // by GPU index
+  std::lock_guard<std::mutex> l(mu);
+  auto it = known.find(device.index());
+  if (it != known.end()) return it->second;
+  // LibTorch refuses GPUs below compute capability 8.9 with an error.
+  bool ok = false;
+  try {
+    at::NoGradGuard ng;
+    at::Tensor a = at::ones({16, 16}, at::TensorOptions(at::kFloat).device(device)).to(at::kFloat8_e4m3fn);
+    at::Tensor one = at::ones({}, at::TensorOptions(at::kFloat).device(device));
+    at::Tensor y = at::_scaled_mm(a, a.t(), one, one, std::nullopt, std::nullopt, at::kFloat);
+    ok = y[0][0].item<float>() == 16.0f;
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  known[device.index()] = ok;
+  return ok;
 }
 
 at::Tensor compute_float8_scale(const at::Tensor& amax, const at::Tensor& scale, Float8Format f) {

@@ -19,6 +19,14 @@
 // when that max is 0 or not finite; margin 0) and x's amax is pushed into
 // the history.
 //
+// On a GPU of compute capability 8.9 or above (Ada, Hopper, Blackwell) a
+// float8 Dense or EinsumDense whose product is a 2-D matmul with every
+// dimension a multiple of 16 multiplies the float8 values themselves on the
+// tensor cores (at::_scaled_mm, float32 accumulation) in the forward pass
+// and both backward products; elsewhere the product runs on the
+// dequantized values (the exact emulation). The rounding and the scales are
+// the same; only the accumulation order differs.
+//
 // Thread safety: pure functions.
 #pragma once
 
@@ -48,5 +56,14 @@ at::Tensor compute_float8_scale(const at::Tensor& amax, const at::Tensor& scale,
 // The history rolled by one with max(|x|) in front (Keras's
 // compute_float8_amax_history).
 at::Tensor compute_amax_history(const at::Tensor& x, const at::Tensor& history);
+
+// clip(x / scale, -max, max) as `f`'s dtype (at::kFloat8_e4m3fn or
+// at::kFloat8_e5m2): what quantize_and_dequantize rounds, before the * scale.
+at::Tensor quantize_to_float8(const at::Tensor& x, const at::Tensor& scale, Float8Format f);
+// Whether float8 products on `device` run on its tensor cores
+// (at::_scaled_mm): a GPU of compute capability 8.9 or above, and
+// KILN_FLOAT8_SCALED_MM is not "0". Learned from one small product per GPU,
+// remembered; false for the CPU.
+bool float8_tensor_cores(const at::Device& device);
 
 }  // namespace kiln::quantization

@@ -189,6 +189,14 @@ struct Float8State {
   VariablePtr scale, history;
 };
 
+// Advances `st` as a training step does after quantizing `t` with the
+// current scale: the new scale from the history, then t's amax pushed in.
+void advance_float8_state(const Float8State& st, const at::Tensor& t, Float8Format f) {
+  at::Tensor scale = st.scale->value(), history = st.history->value();
+  st.scale->assign(compute_float8_scale(history.max(), scale, f));
+  st.history->assign(compute_amax_history(t, history));
+}
+
 // Forward: identity. Backward: the gradient rounded to e5m2 with the
 // output-gradient scale; in training, that scale and history advance.
 struct OutputGradFloat8 : public torch::autograd::Function<OutputGradFloat8> {
@@ -203,13 +211,56 @@ struct OutputGradFloat8 : public torch::autograd::Function<OutputGradFloat8> {
     auto* st = reinterpret_cast<Float8State*>(ctx->saved_data["state"].toInt());
     at::NoGradGuard ng;
     const at::Tensor& g = grads[0];
-    at::Tensor scale = st->scale->value(), history = st->history->value();
-    at::Tensor gq = quantize_and_dequantize(g, scale, Float8Format::kE5M2);
-    if (ctx->saved_data["training"].toBool()) {
-      st->scale->assign(compute_float8_scale(history.max(), scale, Float8Format::kE5M2));
-      st->history->assign(compute_amax_history(g, history));
-    }
+    at::Tensor gq = quantize_and_dequantize(g, st->scale->value(), Float8Format::kE5M2);
+    if (ctx->saved_data["training"].toBool()) advance_float8_state(*st, g, Float8Format::kE5M2);
     return {gq, at::Tensor(), at::Tensor()};
+  }
+};
+
+// x [M, K] times kernel [K, N] on the tensor cores (at::_scaled_mm): x and
+// the kernel as e4m3fn with their current scales, the output gradient as
+// e5m2 with its own; each of the three products multiplies float8 values
+// with float32 accumulation. The values and scales are those of the
+// emulation (Float8Kernel::qdq and OutputGradFloat8), so the result is the
+// same up to the order of the sums. Needs M, K and N multiples of 16.
+struct Float8ScaledMatmul : public torch::autograd::Function<Float8ScaledMatmul> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& kernel,
+                            const Float8State* in, const Float8State* ker, const Float8State* grad, bool training) {
+    at::NoGradGuard ng;
+    const at::Tensor sx = in->scale->value().to(at::kFloat).clone(), sk = ker->scale->value().to(at::kFloat).clone();
+    const at::Tensor xq = quantize_to_float8(x, sx, Float8Format::kE4M3FN);
+    const at::Tensor kq = quantize_to_float8(kernel, sk, Float8Format::kE4M3FN);
+    if (training) {
+      advance_float8_state(*in, x, Float8Format::kE4M3FN);
+      advance_float8_state(*ker, kernel, Float8Format::kE4M3FN);
+    }
+    // The second operand column-major, as cuBLASLt's float8 GEMM wants it.
+    at::Tensor y = at::_scaled_mm(xq, kq.t().contiguous().t(), sx, sk, std::nullopt, std::nullopt, x.scalar_type());
+    ctx->save_for_backward({xq, kq, sx, sk});
+    ctx->saved_data["grad"] = reinterpret_cast<int64_t>(grad);
+    ctx->saved_data["training"] = training;
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+    ctx->saved_data["kernel_dtype"] = static_cast<int64_t>(kernel.scalar_type());
+    return y;
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    at::NoGradGuard ng;
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &xq = saved[0], &kq = saved[1], &sx = saved[2], &sk = saved[3];
+    const auto* st = reinterpret_cast<const Float8State*>(ctx->saved_data["grad"].toInt());
+    const at::Tensor g = grads[0].contiguous();
+    const at::Tensor sg = st->scale->value().to(at::kFloat).clone();
+    const at::Tensor gq = quantize_to_float8(g, sg, Float8Format::kE5M2);
+    if (ctx->saved_data["training"].toBool()) advance_float8_state(*st, g, Float8Format::kE5M2);
+    const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+    const auto k_dtype = static_cast<at::ScalarType>(ctx->saved_data["kernel_dtype"].toInt());
+    // dx = g kernel^T: kq [K, N] row-major is kq^T [N, K] column-major.
+    at::Tensor dx = at::_scaled_mm(gq, kq.t(), sg, sk, std::nullopt, std::nullopt, x_dtype);
+    // dkernel = x^T g: x^T row-major, g column-major.
+    at::Tensor dk = at::_scaled_mm(xq.t().contiguous(), gq.t().contiguous().t(), sx, sg, std::nullopt, std::nullopt,
+                                   k_dtype);
+    return {dx, dk, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -238,6 +289,15 @@ class Float8Kernel : public KernelImpl {
 
   at::Tensor apply_with_bias(const at::Tensor& x, const at::Tensor& kernel, const at::Tensor& bias,
                              bool training) const override {
+    if (tensor_cores(x, kernel)) {
+      const int64_t k = kernel.size(0);
+      at::Tensor y = Float8ScaledMatmul::apply(x.reshape({-1, k}), kernel, &inputs_, &kernel_, outputs_grad_.get(),
+                                               training);
+      std::vector<int64_t> shape = x.sizes().vec();
+      shape.back() = kernel.size(1);
+      y = y.view(shape);
+      return bias.defined() ? y + bias : y;
+    }
     at::Tensor xq = qdq(x, inputs_, training, Float8Format::kE4M3FN);
     at::Tensor kq = qdq(kernel, kernel_, training, Float8Format::kE4M3FN);
     at::Tensor y = spec_.equation.empty() ? at::matmul(xq, kq) : at::einsum(spec_.equation, {xq, kq});
@@ -246,18 +306,25 @@ class Float8Kernel : public KernelImpl {
   }
 
  private:
+  // A Dense product (x [..., K] times kernel [K, N]) the GPU's float8
+  // tensor cores can take: every dimension a multiple of 16.
+  bool tensor_cores(const at::Tensor& x, const at::Tensor& kernel) const {
+    if (!spec_.equation.empty() || kernel.dim() != 2 || x.dim() < 2 || !x.is_cuda()) return false;
+    const int64_t k = kernel.size(0), n = kernel.size(1);
+    if (x.size(-1) != k || k % 16 || n % 16 || (x.numel() / k) % 16) return false;
+    const auto t = x.scalar_type();
+    if (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf) return false;
+    return float8_tensor_cores(x.device());
+  }
+
   // Keras's quantize_and_dequantize with the current scale (straight-through
   // gradient); in training the scale and history then advance.
   static at::Tensor qdq(const at::Tensor& t, const Float8State& st, bool training, Float8Format f) {
-    at::Tensor scale = st.scale->value(), history = st.history->value();
     at::Tensor q;
     {
       at::NoGradGuard ng;
-      q = quantize_and_dequantize(t.detach(), scale, f);
-      if (training) {
-        st.scale->assign(compute_float8_scale(history.max(), scale, f));
-        st.history->assign(compute_amax_history(t, history));
-      }
+      q = quantize_and_dequantize(t.detach(), st.scale->value(), f);
+      if (training) advance_float8_state(st, t, f);
     }
     return straight_through(t, q);
   }

@@ -4,6 +4,7 @@
 #include "kiln/models/model.h"
 #include "kiln/saving/model_io.h"
 #include "kiln/training/checkpoint.h"
+#include "kiln/training/data_adapter.h"
 #include "kiln/training/train_state.h"
 
 namespace kiln {
@@ -50,6 +51,7 @@ void BackupAndRestore::on_train_batch_end(int64_t batch, const Logs&) {
   point.host_rng = host_rng_state();
   point.host_rng_epoch_start = p.host_rng_epoch_start;
   point.torch_rng = torch_rng_state();
+  point.cuda_rng = cuda_rng_state(model_device(model()));
   for (Metric* m : ts.all_metrics()) {
     Tensors vars;
     for (auto& v : m->variables()) vars.push_back(v.detach().clone());
@@ -75,6 +77,7 @@ void BackupAndRestore::on_epoch_end(int epoch, Logs&) {
   point.host_rng = host_rng_state();
   point.host_rng_epoch_start = point.host_rng;
   point.torch_rng = torch_rng_state();
+  point.cuda_rng = cuda_rng_state(model_device(model()));
   add_callback_state(model(), point);
   // Data parallel: the chief alone writes (a sharded optimizer state, ZeRO,
   // is gathered to it first: every replica calls). ModelParallel: every

@@ -2,6 +2,7 @@
 
 #include <fstream>
 
+#include "kiln/core/device.h"
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/testing/testing.h"
@@ -243,8 +244,26 @@ TEST(BackupAndRestore, CheckpointRecordsTheTrainingState) {
   EXPECT_FALSE(st["host_rng"].get<std::string>().empty());
   EXPECT_NE(st["host_rng"], st["host_rng_epoch_start"]);  // the shuffle drew from it
   EXPECT_GT(st["torch_rng"].get<std::string>().size(), 1000u);
+  EXPECT_FALSE(st.contains("cuda_rng")) << "trained on the CPU";
   for (const char* f : {"weights.safetensors", "optimizer.safetensors", "metrics.safetensors"})
     EXPECT_EQ(st["files"][f]["bytes"].get<int64_t>(), (int64_t)read_file(join_path(ckpts[0], f)).size()) << f;
+}
+
+// On a GPU, dropout draws from the GPU's generator: the checkpoint keeps
+// its state too, or the resumed run's masks (and weights) would differ.
+TEST(BackupAndRestoreCUDA, ResumesMidEpochOnTheGpuBitIdentical) {
+  DeviceScope gpu("cuda:0");
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/backup";
+  RunResult ref = reference();
+  EXPECT_THROW(program(dir, {.save_freq = 3}, std::make_shared<Crash>(6)), Interrupted);
+  auto ckpts = list_training_checkpoints(dir);
+  ASSERT_EQ(ckpts.size(), 2u);
+  EXPECT_TRUE(read_json_file(join_path(ckpts.back(), "training_state.json")).contains("cuda_rng"));
+  RunResult resumed = program(dir, {.save_freq = 3});
+  ASSERT_TRUE(resumed.backup->restored());
+  for (const auto& w : resumed.weights) EXPECT_TRUE(w.is_cuda());
+  EXPECT_TRUE(same_weights(resumed.weights, ref.weights));
 }
 
 TEST(BackupAndRestore, RngStateHelpersRoundTrip) {
@@ -258,6 +277,8 @@ TEST(BackupAndRestore, RngStateHelpersRoundTrip) {
   EXPECT_EQ(host_rng()(), a);
   EXPECT_TRUE(at::equal(at::rand({4}), ra));
   EXPECT_THROW(set_host_rng_state("not a state"), FormatError);
+  EXPECT_FALSE(cuda_rng_state(at::Device(at::kCPU)).defined());
+  set_cuda_rng_state(at::Device(at::kCPU), t);  // nothing to restore on the CPU
 }
 
 }  // namespace

@@ -147,6 +147,11 @@ LoadedCheckpoint load_verified(const std::string& dir) {
   std::string gen = base64_decode(st["torch_rng"].get<std::string>(), state_path + " torch_rng");
   p.torch_rng = at::empty({(int64_t)gen.size()}, at::kByte);
   std::memcpy(p.torch_rng.data_ptr(), gen.data(), gen.size());
+  if (st.contains("cuda_rng")) {  // trained on a GPU
+    std::string cuda = base64_decode(st["cuda_rng"].get<std::string>(), state_path + " cuda_rng");
+    p.cuda_rng = at::empty({(int64_t)cuda.size()}, at::kByte);
+    std::memcpy(p.cuda_rng.data_ptr(), cuda.data(), cuda.size());
+  }
   // Check the RNG texts parse now rather than half-way through a restore.
   std::mt19937_64 probe;
   for (const std::string* s : {&p.host_rng, &p.host_rng_epoch_start}) {
@@ -181,6 +186,20 @@ at::Tensor torch_rng_state() {
 
 void set_torch_rng_state(const at::Tensor& state) {
   auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+at::Tensor cuda_rng_state(const at::Device& device) {
+  if (!device.is_cuda()) return {};
+  at::Generator gen = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state().clone();
+}
+
+void set_cuda_rng_state(const at::Device& device, const at::Tensor& state) {
+  if (!device.is_cuda() || !state.defined()) return;
+  at::Generator gen = at::globalContext().defaultGenerator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(state);
 }
@@ -234,6 +253,10 @@ std::string write_training_checkpoint(const std::string& backup_dir, Model& mode
   st["host_rng_epoch_start"] = point.host_rng_epoch_start;
   at::Tensor gen = point.torch_rng.contiguous().to(at::kByte);
   st["torch_rng"] = base64_encode(std::string((const char*)gen.data_ptr(), gen.numel()));
+  if (point.cuda_rng.defined()) {
+    at::Tensor cuda = point.cuda_rng.contiguous().to(at::kByte);
+    st["cuda_rng"] = base64_encode(std::string((const char*)cuda.data_ptr(), cuda.numel()));
+  }
   st["stop_training"] = point.stop_training;
   st["callbacks"] = point.callback_states;
   Json fj = Json::object();

@@ -41,6 +41,10 @@ std::string host_rng_state();
 void set_host_rng_state(const std::string& state);  // FormatError if unparsable
 at::Tensor torch_rng_state();
 void set_torch_rng_state(const at::Tensor& state);
+// The generator state of GPU `device` (undefined for the CPU), and its
+// restore (nothing for the CPU or an undefined state).
+at::Tensor cuda_rng_state(const at::Device& device);
+void set_cuda_rng_state(const at::Device& device, const at::Tensor& state);
 
 // Writes `point` (including its metric_variables, in
 // TrainState::all_metrics() order) with the model's weights and optimizer

@@ -28,6 +28,7 @@ struct ReplicaGradientSync::State {
   };
   std::shared_ptr<Distribution> dist;
   Optimizer* optimizer = nullptr;
+  at::Device device{at::kCPU};  // the variables'; buckets and received state live there
   std::vector<VariablePtr> variables;
   std::vector<Slot> slots;  // by variable index
   std::vector<Bucket> buckets;
@@ -47,6 +48,8 @@ struct ReplicaGradientSync::State {
   double scale = 1.0;
   std::vector<char> filled;
   size_t next_launch = 0;
+
+  at::TensorOptions float_on_device() const { return at::TensorOptions(at::kFloat).device(device); }
 
   bool owns_path(const std::string& path) const {
     auto it = owner_by_path.find(path);
@@ -77,7 +80,7 @@ struct ReplicaGradientSync::State {
     filled[i] = 1;
     const Slot& sl = slots[i];
     Bucket& b = buckets[sl.bucket];
-    if (!b.flat.defined()) b.flat = at::empty({b.numel}, at::kFloat);  // ZeRO 2: another's bucket, for this step
+    if (!b.flat.defined()) b.flat = at::empty({b.numel}, float_on_device());  // ZeRO 2: another's bucket, this step
     at::Tensor dst = b.flat.narrow(0, sl.offset, sl.numel);
     at::NoGradGuard ng;
     if (grad.defined()) {
@@ -109,7 +112,7 @@ struct ReplicaGradientSync::State {
     int64_t chunk_numel = 0;
     auto exchange = [&] {
       if (chunk.empty()) return;
-      std::vector<at::Tensor> flat = {at::empty({chunk_numel}, at::kFloat)};
+      std::vector<at::Tensor> flat = {at::empty({chunk_numel}, float_on_device())};
       int64_t off = 0;
       for (size_t i : chunk) {
         const at::Tensor& v = variables[i]->value();
@@ -184,7 +187,7 @@ struct ReplicaGradientSync::State {
         for (const auto& e : list) {
           keys.push_back(e.at(0).get<std::string>());
           tensors.push_back(at::empty(e.at(2).get<std::vector<int64_t>>(),
-                                      at::TensorOptions(dtype_from_string(e.at(1).get<std::string>()))));
+                                      at::TensorOptions(dtype_from_string(e.at(1).get<std::string>())).device(device)));
         }
       }
       if (!tensors.empty()) dist->broadcast(tensors, r);
@@ -233,7 +236,8 @@ struct ReplicaGradientSync::State {
       std::vector<at::Tensor> t = {rank == 0
                                        ? mine.at(key)
                                        : at::empty(e.at(2).get<std::vector<int64_t>>(),
-                                                   at::TensorOptions(dtype_from_string(e.at(1).get<std::string>())))};
+                                                   at::TensorOptions(dtype_from_string(e.at(1).get<std::string>()))
+                                                       .device(device))};
       dist->broadcast(t, 0);
       if (*variable_of(key) == rank) kept[key] = t[0];
     }
@@ -285,6 +289,7 @@ ReplicaGradientSync::ReplicaGradientSync(TrainState& ts, std::vector<VariablePtr
   st.dist = std::move(dist);
   st.optimizer = &ts.optimizer();
   st.variables = std::move(variables);
+  st.device = st.variables.empty() ? st.dist->device() : st.variables.front()->value().device();
   const auto sync = st.dist->gradient_sync();
   st.compress = sync.compress_bf16;
   st.rank = st.dist->replica_id();
@@ -316,7 +321,7 @@ ReplicaGradientSync::ReplicaGradientSync(TrainState& ts, std::vector<VariablePtr
     ++b.members;
   }
   for (auto& b : st.buckets)
-    if (b.root < 0 || b.root == st.rank) b.flat = at::zeros({b.numel}, at::kFloat);
+    if (b.root < 0 || b.root == st.rank) b.flat = at::zeros({b.numel}, st.float_on_device());
 
   std::weak_ptr<State> weak = st_;
   st.weak_self = st_;

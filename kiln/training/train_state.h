@@ -106,6 +106,9 @@ struct ResumePoint {
   std::string host_rng;
   std::string host_rng_epoch_start;
   at::Tensor torch_rng;
+  // LibTorch's generator of the GPU fit() computes on (dropout and other
+  // random layers draw from it there); undefined when fit() is on the CPU.
+  at::Tensor cuda_rng;
   // Metric accumulators at the save point, in TrainState::all_metrics()
   // order (mid-epoch only), so the epoch's logs match an uninterrupted run.
   std::vector<Tensors> metric_variables;

@@ -302,6 +302,7 @@ History Model::fit(const FitArgs& a) {
     if (resume && !mid_epoch) {
       set_host_rng_state(resume->host_rng);
       set_torch_rng_state(resume->torch_rng);
+      set_cuda_rng_state(device, resume->cuda_rng);
     }
     if (mid_epoch) set_host_rng_state(resume->host_rng_epoch_start);
     prog.epoch = epoch;
@@ -329,6 +330,7 @@ History Model::fit(const FitArgs& a) {
       it->skip(resume->batch);  // before the RNGs: skipping must not disturb them
       set_host_rng_state(resume->host_rng);
       set_torch_rng_state(resume->torch_rng);
+      set_cuda_rng_state(device, resume->cuda_rng);
       b = resume->batch;
       prog.batch = b;
     }
