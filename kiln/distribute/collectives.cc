@@ -179,7 +179,7 @@ class ShmAllReduce {
 struct Collectives::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
-  std::unique_ptr<ShmAllReduce> shm;  // every rank on this host: float32 sums
+  std::unique_ptr<ShmAllReduce> shm;       // every rank on this host: float32 sums
   c10::intrusive_ptr<c10d::Backend> nccl;  // GPU tensors, when every rank has a GPU of its own
   at::Device device{at::kCPU};
 
@@ -328,13 +328,13 @@ std::shared_ptr<Collectives> Collectives::connect(const ClusterSpec& cluster, co
 void Collectives::connect_gpu_backend(const CollectiveOptions& o, const std::string& host) {
   impl_->device = o.device;
   const int64_t host_id = static_cast<int64_t>(std::hash<std::string>()(host) >> 1);
-  at::Tensor mine = at::tensor({host_id, static_cast<int64_t>(o.device.type()), static_cast<int64_t>(o.device.index())},
-                               at::kLong);
+  at::Tensor mine =
+      at::tensor({host_id, static_cast<int64_t>(o.device.type()), static_cast<int64_t>(o.device.index())}, at::kLong);
   std::vector<RankDevice> ranks;
   for (const at::Tensor& t : all_gather(mine))
-    ranks.push_back({std::to_string(t[0].item<int64_t>()),
-                     at::Device(static_cast<at::DeviceType>(t[1].item<int64_t>()),
-                                static_cast<at::DeviceIndex>(t[2].item<int64_t>()))});
+    ranks.push_back(
+        {std::to_string(t[0].item<int64_t>()), at::Device(static_cast<at::DeviceType>(t[1].item<int64_t>()),
+                                                          static_cast<at::DeviceIndex>(t[2].item<int64_t>()))});
   std::string requested = o.backend;
   if (requested.empty())
     if (const char* env = std::getenv("KILN_COLLECTIVE_BACKEND")) requested = env;
@@ -461,8 +461,8 @@ std::shared_ptr<Collectives> Collectives::subgroup(const std::vector<int>& ranks
     c->impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(c->impl_->store, c->rank_, c->size_, opts);
     c->impl_->device = impl_->device;
     if (impl_->nccl)
-      c->impl_->nccl = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("kiln/nccl", c->impl_->store),
-                                         c->rank_, c->size_, impl_->device.index(), timeout_s_);
+      c->impl_->nccl = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("kiln/nccl", c->impl_->store), c->rank_,
+                                         c->size_, impl_->device.index(), timeout_s_);
   } catch (const std::exception& e) {
     throw Error("rank " + std::to_string(rank_) + ": cannot connect the group '" + tag + "' (" + cause_of(e) + ")");
   }

@@ -24,7 +24,8 @@ DataParallel::DataParallel(DataParallelOptions o) : o_(std::move(o)) {
         std::to_string(o_.zero_stage));
   cluster_ = o_.cluster ? *o_.cluster : resolve_cluster();
   if (!devices_.empty()) device_ = devices_[cluster_.local_rank % devices_.size()];
-  if (cluster_.world_size > 1) coll_ = Collectives::connect(cluster_, {.timeout_seconds = o_.timeout_seconds, .device = device()});
+  if (cluster_.world_size > 1)
+    coll_ = Collectives::connect(cluster_, {.timeout_seconds = o_.timeout_seconds, .device = device()});
 }
 
 void DataParallel::all_reduce_sum(std::vector<at::Tensor>& tensors) const {

@@ -30,8 +30,9 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
   pg->setBoundDeviceId(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
   return pg;
 #else
-  throw ValueError("make_nccl_backend: this LibTorch was built without NCCL; use a CUDA build of LibTorch "
-                   "(scripts/setup.sh installs one) or KILN_COLLECTIVE_BACKEND=gloo");
+  throw ValueError(
+      "make_nccl_backend: this LibTorch was built without NCCL; use a CUDA build of LibTorch "
+      "(scripts/setup.sh installs one) or KILN_COLLECTIVE_BACKEND=gloo");
 #endif
 }
 

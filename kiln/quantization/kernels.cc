@@ -258,8 +258,8 @@ struct Float8ScaledMatmul : public torch::autograd::Function<Float8ScaledMatmul>
     // dx = g kernel^T: kq [K, N] row-major is kq^T [N, K] column-major.
     at::Tensor dx = at::_scaled_mm(gq, kq.t(), sg, sk, std::nullopt, std::nullopt, x_dtype);
     // dkernel = x^T g: x^T row-major, g column-major.
-    at::Tensor dk = at::_scaled_mm(xq.t().contiguous(), gq.t().contiguous().t(), sx, sg, std::nullopt, std::nullopt,
-                                   k_dtype);
+    at::Tensor dk =
+        at::_scaled_mm(xq.t().contiguous(), gq.t().contiguous().t(), sx, sg, std::nullopt, std::nullopt, k_dtype);
     return {dx, dk, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -291,8 +291,8 @@ class Float8Kernel : public KernelImpl {
                              bool training) const override {
     if (tensor_cores(x, kernel)) {
       const int64_t k = kernel.size(0);
-      at::Tensor y = Float8ScaledMatmul::apply(x.reshape({-1, k}), kernel, &inputs_, &kernel_, outputs_grad_.get(),
-                                               training);
+      at::Tensor y =
+          Float8ScaledMatmul::apply(x.reshape({-1, k}), kernel, &inputs_, &kernel_, outputs_grad_.get(), training);
       std::vector<int64_t> shape = x.sizes().vec();
       shape.back() = kernel.size(1);
       y = y.view(shape);

@@ -233,11 +233,10 @@ struct ReplicaGradientSync::State {
       if (!variable_of(key)) kept[key] = t;
     for (const auto& e : list) {
       const std::string key = e.at(0).get<std::string>();
-      std::vector<at::Tensor> t = {rank == 0
-                                       ? mine.at(key)
-                                       : at::empty(e.at(2).get<std::vector<int64_t>>(),
-                                                   at::TensorOptions(dtype_from_string(e.at(1).get<std::string>()))
-                                                       .device(device))};
+      std::vector<at::Tensor> t = {
+          rank == 0 ? mine.at(key)
+                    : at::empty(e.at(2).get<std::vector<int64_t>>(),
+                                at::TensorOptions(dtype_from_string(e.at(1).get<std::string>())).device(device))};
       dist->broadcast(t, 0);
       if (*variable_of(key) == rank) kept[key] = t[0];
     }
