@@ -9,8 +9,8 @@
 #include "kiln/core/torch_compat.h"
 #include "kiln/cuda/cuda.h"
 #include "kiln/cuda/graph.h"
-#include "kiln/distribute/nccl.h"
 #include "kiln/cuda/streams.h"
+#include "kiln/distribute/nccl.h"
 
 namespace kiln::cuda {
 namespace {

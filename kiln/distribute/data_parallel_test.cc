@@ -245,13 +245,22 @@ TEST(Collectives, NcclOnlyWhenEveryRankHasAGpuOfItsOwn) {
   EXPECT_EQ(choose_collective_backend({RD{"a", cpu}, RD{"a", cpu}}, "auto", true), "gloo");
   EXPECT_EQ(choose_collective_backend({RD{"a", gpu0}, RD{"a", gpu1}}, "auto", false), "gloo") << "no NCCL built";
   EXPECT_EQ(choose_collective_backend({RD{"a", gpu0}, RD{"a", gpu1}}, "gloo", true), "gloo");
-  expect_error<ValueError>([&] { choose_collective_backend({RD{"a", gpu0}, RD{"a", gpu0}}, "nccl", true); },
-                           {"KILN_COLLECTIVE_BACKEND=nccl cannot run this job: ranks 0 and 1 share cuda:0 on host a",
-                            "give each rank its own GPU", "or set KILN_COLLECTIVE_BACKEND=gloo"});
-  expect_error<ValueError>([&] { choose_collective_backend({RD{"a", gpu0}, RD{"a", cpu}}, "nccl", true); },
-                           {"rank 1 computes on cpu, not a GPU"});
-  expect_error<ValueError>([&] { choose_collective_backend({RD{"a", gpu0}}, "mpi", true); },
-                           {"KILN_COLLECTIVE_BACKEND must be auto, nccl or gloo. Received: mpi"});
+  expect_error<ValueError>(
+      [&] {
+        choose_collective_backend({RD{"a", gpu0}, RD{"a", gpu0}}, "nccl", true);
+      },
+      {"KILN_COLLECTIVE_BACKEND=nccl cannot run this job: ranks 0 and 1 share cuda:0 on host a",
+       "give each rank its own GPU", "or set KILN_COLLECTIVE_BACKEND=gloo"});
+  expect_error<ValueError>(
+      [&] {
+        choose_collective_backend({RD{"a", gpu0}, RD{"a", cpu}}, "nccl", true);
+      },
+      {"rank 1 computes on cpu, not a GPU"});
+  expect_error<ValueError>(
+      [&] {
+        choose_collective_backend({RD{"a", gpu0}}, "mpi", true);
+      },
+      {"KILN_COLLECTIVE_BACKEND must be auto, nccl or gloo. Received: mpi"});
 }
 
 // One rank on NCCL (the most a one-GPU machine allows): every collective
