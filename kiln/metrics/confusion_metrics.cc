@@ -98,7 +98,7 @@ void check_threshold(double t, const std::string& owner) {
 
 at::Tensor weighted_count(const at::Tensor& mask, const at::Tensor& weight) {
   at::Tensor m = mask.to(at::kDouble);
-  return (weight.defined() ? (m * weight).sum() : m.sum()).cpu();
+  return weight.defined() ? (m * weight).sum() : m.sum();
 }
 
 }  // namespace
@@ -126,6 +126,7 @@ void Precision::update_state(const at::Tensor& y_true, const at::Tensor& y_pred,
   Lined l = line_up(y_true, y_pred, sample_weight, class_id_, name());
   at::Tensor predicted = l.y_pred > threshold_;
   at::Tensor actual = l.y_true != 0;
+  follow_device(predicted.device(), {&true_positives_, &false_positives_});
   true_positives_ += weighted_count(predicted & actual, l.weight);
   false_positives_ += weighted_count(predicted & actual.logical_not(), l.weight);
 }
@@ -171,6 +172,7 @@ void Recall::update_state(const at::Tensor& y_true, const at::Tensor& y_pred, co
   Lined l = line_up(y_true, y_pred, sample_weight, class_id_, name());
   at::Tensor predicted = l.y_pred > threshold_;
   at::Tensor actual = l.y_true != 0;
+  follow_device(predicted.device(), {&true_positives_, &false_negatives_});
   true_positives_ += weighted_count(predicted & actual, l.weight);
   false_negatives_ += weighted_count(predicted.logical_not() & actual, l.weight);
 }
@@ -280,10 +282,11 @@ void AUC::update_state(const at::Tensor& y_true, const at::Tensor& y_pred_in, co
     tp = at::mv(above, pos_w);
     fp = at::mv(above, neg_w);
   }
-  tp_ += tp.cpu();
-  fp_ += fp.cpu();
-  tn_ += (neg_w.sum() - fp).cpu();
-  fn_ += (pos_w.sum() - tp).cpu();
+  follow_device(tp.device(), {&tp_, &fp_, &tn_, &fn_});
+  tp_ += tp;
+  fp_ += fp;
+  tn_ += neg_w.sum() - fp;
+  fn_ += pos_w.sum() - tp;
 }
 
 double AUC::interpolate_pr_auc() const {

@@ -49,8 +49,8 @@ std::shared_ptr<FBetaScore> FBetaScore::from_config(const Json& c) {
 void FBetaScore::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred_in,
                               const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
-  at::Tensor y_true = y_true_in.detach().to(at::kCPU, at::kDouble);
-  at::Tensor y_pred = y_pred_in.detach().to(at::kCPU, at::kDouble);
+  at::Tensor y_pred = y_pred_in.detach().to(at::kDouble);
+  at::Tensor y_true = y_true_in.detach().to(y_pred.device(), at::kDouble);
   if (y_true.dim() != 2 || y_pred.dim() != 2)
     throw ShapeError(class_name() +
                      " expects 2D inputs with shape (batch_size, output_dim). Received input shapes: "
@@ -63,10 +63,10 @@ void FBetaScore::update_state(const at::Tensor& y_true_in, const at::Tensor& y_p
   if (!tp_.defined()) {
     const std::vector<int64_t> shape =
         average_ && *average_ == "micro" ? std::vector<int64_t>{} : std::vector<int64_t>{classes};
-    tp_ = at::zeros(shape, at::kDouble);
-    fp_ = at::zeros(shape, at::kDouble);
-    fn_ = at::zeros(shape, at::kDouble);
-    weights_ = at::zeros(shape, at::kDouble);
+    tp_ = at::zeros(shape, y_pred.options());
+    fp_ = at::zeros(shape, y_pred.options());
+    fn_ = at::zeros(shape, y_pred.options());
+    weights_ = at::zeros(shape, y_pred.options());
   } else if (tp_.dim() == 1 && tp_.size(0) != classes) {
     throw ShapeError(name() + ": got " + std::to_string(classes) + " classes after " + std::to_string(tp_.size(0)) +
                      " in earlier batches");
@@ -80,7 +80,7 @@ void FBetaScore::update_state(const at::Tensor& y_true_in, const at::Tensor& y_p
   }
   at::Tensor w;
   if (sample_weight.defined()) {
-    w = sample_weight.detach().to(at::kCPU, at::kDouble);
+    w = sample_weight.detach().to(y_pred.device(), at::kDouble);
     if (w.dim() == 2 && w.size(1) == 1) w = w.squeeze(1);
     if (w.dim() > 1 || (w.dim() == 1 && w.size(0) != y_true.size(0)))
       throw ShapeError(name() + ": sample_weight must have shape (batch,). Received: " + sizes_str(w));
@@ -91,6 +91,7 @@ void FBetaScore::update_state(const at::Tensor& y_true_in, const at::Tensor& y_p
     at::Tensor x = w.defined() ? v * w : v;
     return micro ? x.sum() : x.sum(0);
   };
+  follow_device(y_pred.device(), {&tp_, &fp_, &fn_, &weights_});
   tp_ += weighted_sum(pred * y_true);
   fp_ += weighted_sum(pred * (1.0 - y_true));
   fn_ += weighted_sum((1.0 - pred) * y_true);

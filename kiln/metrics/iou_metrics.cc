@@ -36,8 +36,8 @@ std::shared_ptr<MeanIoU> MeanIoU::from_config(const Json& c) {
 
 void MeanIoU::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred_in, const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
-  at::Tensor y_true = y_true_in.detach().to(at::kCPU);
-  at::Tensor y_pred = y_pred_in.detach().to(at::kCPU);
+  at::Tensor y_pred = y_pred_in.detach();
+  at::Tensor y_true = y_true_in.detach().to(y_pred.device());
   if (!sparse_y_true_) y_true = y_true.argmax(axis_);
   if (!sparse_y_pred_) y_pred = y_pred.argmax(axis_);
   // Keras casts to the metric dtype, then to int: truncation toward zero.
@@ -47,9 +47,9 @@ void MeanIoU::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred
     throw ShapeError(name() + ": y_true " + sizes_str(y_true_in) + " and y_pred " + sizes_str(y_pred_in) +
                      " hold different numbers of entries (" + std::to_string(y_true.numel()) + " vs " +
                      std::to_string(y_pred.numel()) + ")");
-  at::Tensor w = at::ones({y_true.numel()}, at::kDouble);
+  at::Tensor w = at::ones({y_true.numel()}, at::TensorOptions(at::kDouble).device(y_pred.device()));
   if (sample_weight.defined()) {
-    at::Tensor sw = sample_weight.detach().to(at::kCPU, at::kDouble).reshape({-1});
+    at::Tensor sw = sample_weight.detach().to(y_pred.device(), at::kDouble).reshape({-1});
     if (sw.numel() != 1 && sw.numel() != y_true.numel())
       throw ShapeError(name() + ": sample_weight " + sizes_str(sample_weight) + " does not match the " +
                        std::to_string(y_true.numel()) + " entries of y_true");
@@ -61,15 +61,20 @@ void MeanIoU::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred
     y_pred = y_pred * valid;
     w = w * valid.to(at::kDouble);
   }
+  // Out-of-range ids are one clear error (on a GPU, an index_add_ beyond the
+  // matrix would be a device-side assert that ends the process): the one
+  // host read per step this metric makes.
   auto check_range = [&](const at::Tensor& ids, const char* what) {
     if (ids.numel() == 0) return;
-    const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+    const at::Tensor bounds = at::stack({ids.min(), ids.max()}).cpu();
+    const int64_t lo = bounds[0].item<int64_t>(), hi = bounds[1].item<int64_t>();
     if (lo < 0 || hi >= num_classes_)
       throw ValueError(name() + ": " + what + " holds class id " + std::to_string(lo < 0 ? lo : hi) + ", outside [0, " +
                        std::to_string(num_classes_) + ") for num_classes=" + std::to_string(num_classes_));
   };
   check_range(y_true, "y_true");
   check_range(y_pred, "y_pred");
+  follow_device(y_pred.device(), {&total_cm_});
   total_cm_.view({-1}).index_add_(0, y_true * num_classes_ + y_pred, w);
 }
 

@@ -182,10 +182,7 @@ void Mean::update_state(const at::Tensor& values_in, const at::Tensor& unused, c
   }
   // The sums stay where the values are (a GPU's: no host round trip per
   // step); they start on the host and follow the first batch.
-  if (total_.device() != values.device()) {
-    total_ = total_.to(values.device());
-    count_ = count_.to(values.device());
-  }
+  follow_device(values.device(), {&total_, &count_});
   total_ += values.sum();
   if (weight.defined())
     count_ += weight.sum();

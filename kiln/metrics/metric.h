@@ -5,9 +5,11 @@
 //   acc->update_state(y_true, y_pred);                // sparse_categorical_accuracy
 //   double a = acc->result();                         // for a sparse CE loss
 //
-// State lives in float64 CPU tensors returned by variables(), so a
-// distributed trainer can sum them across replicas (in place) before
-// result(). Concrete metrics live in kiln::metrics (accuracy_metrics.h,
+// State lives in float64 tensors returned by variables(), so a distributed
+// trainer can sum them across replicas (in place) before result(). They
+// start on the host and follow the values of the first batch to their
+// device: on a GPU a step adds to them there, without a host round trip,
+// and result() reads them (once per progress update). Concrete metrics live in kiln::metrics (accuracy_metrics.h,
 // confusion_metrics.h, regression_metrics.h, f_score.h, iou_metrics.h).
 //
 // Thread safety: not thread-safe; one training loop owns each metric.
@@ -72,6 +74,11 @@ class Metric {
   // ValueError naming any key of `config` not in `allowed` (besides name and
   // dtype).
   static void check_keys(const Json& config, const std::vector<std::string>& allowed, const std::string& owner);
+  // Moves each defined accumulator to `device` (where a batch's values are).
+  static void follow_device(const at::Device& device, std::initializer_list<at::Tensor*> accumulators) {
+    for (at::Tensor* t : accumulators)
+      if (t->defined() && t->device() != device) *t = t->to(device);
+  }
 
  private:
   std::string name_;

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json.h"
 #include "kiln/losses/crossentropy.h"
 #include "kiln/losses/regression.h"
 #include "kiln/metrics/accuracy_metrics.h"
@@ -73,6 +74,45 @@ TEST(Metrics, AccumulationAcrossBatchesEqualsOneShot) {
   for (int64_t i = 0; i < 60; i += 25) a.update_state(cls.slice(0, i, i + 25), probs.slice(0, i, i + 25));
   b.update_state(cls, probs);
   EXPECT_NEAR(a.result(), b.result(), 1e-12);
+}
+
+// On a GPU every metric accumulates where the values are (no host copy per
+// batch) and gives the CPU's result.
+TEST(MetricsCUDA, AccumulatorsStayOnTheGpuAndMatchTheCpu) {
+  const at::Device gpu(at::kCUDA, 0);
+  at::Tensor labels = at::randint(0, 2, {60, 1}).to(at::kFloat);
+  at::Tensor scores = (labels + at::randn({60, 1})).sigmoid();
+  at::Tensor weights = at::rand({60});
+  at::Tensor onehot = at::one_hot(at::randint(0, 3, {60}, at::kLong), 3).to(at::kFloat);
+  at::Tensor probs = at::randn({60, 3}).softmax(-1);
+  struct Case {
+    Json config;
+    at::Tensor y_true, y_pred;
+  };
+  const std::vector<Case> cases = {
+      {Json{{"class_name", "AUC"}, {"config", Json::object()}}, labels, scores},
+      {Json{{"class_name", "AUC"}, {"config", {{"thresholds", {0.2, 0.5, 0.7}}, {"curve", "PR"}}}}, labels, scores},
+      {Json{{"class_name", "Precision"}, {"config", Json::object()}}, labels, scores},
+      {Json{{"class_name", "Recall"}, {"config", Json::object()}}, labels, scores},
+      {Json{{"class_name", "F1Score"}, {"config", {{"average", "macro"}}}}, onehot, probs},
+      {Json{{"class_name", "R2Score"}, {"config", Json::object()}}, onehot, probs},
+      {Json{{"class_name", "MeanIoU"}, {"config", {{"num_classes", 3}, {"sparse_y_pred", false}}}},
+       onehot.argmax(-1), probs},
+      {Json{{"class_name", "BinaryAccuracy"}, {"config", Json::object()}}, labels, scores},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.config.dump());
+    MetricPtr on_cpu = Metric::from_json(c.config), on_gpu = Metric::from_json(c.config);
+    for (int64_t i = 0; i < 60; i += 20) {
+      on_cpu->update_state(c.y_true.slice(0, i, i + 20), c.y_pred.slice(0, i, i + 20), weights.slice(0, i, i + 20));
+      on_gpu->update_state(c.y_true.slice(0, i, i + 20).to(gpu), c.y_pred.slice(0, i, i + 20).to(gpu),
+                           weights.slice(0, i, i + 20).to(gpu));
+    }
+    for (const at::Tensor& v : on_gpu->variables()) EXPECT_TRUE(v.is_cuda());
+    EXPECT_NEAR(on_gpu->result(), on_cpu->result(), 1e-6);
+    on_gpu->reset_state();
+    for (const at::Tensor& v : on_gpu->variables()) EXPECT_TRUE(v.is_cuda());
+  }
 }
 
 TEST(Metrics, ResetStateClearsAccumulators) {

@@ -80,8 +80,8 @@ std::shared_ptr<R2Score> R2Score::from_config(const Json& c) {
 
 void R2Score::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred_in, const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
-  at::Tensor y_true = y_true_in.detach().to(at::kCPU, at::kDouble);
-  at::Tensor y_pred = y_pred_in.detach().to(at::kCPU, at::kDouble);
+  at::Tensor y_pred = y_pred_in.detach().to(at::kDouble);
+  at::Tensor y_true = y_true_in.detach().to(y_pred.device(), at::kDouble);
   losses::squeeze_or_expand_to_same_rank(y_true, y_pred);
   if (y_true.dim() != 2 || y_pred.dim() != 2 || !y_true.sizes().equals(y_pred.sizes()))
     throw ShapeError(
@@ -90,21 +90,22 @@ void R2Score::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred
         sizes_str(y_pred_in) + " and y_true " + sizes_str(y_true_in));
   const int64_t outputs = y_true.size(1);
   if (!sum_.defined()) {
-    sum_ = at::zeros({outputs}, at::kDouble);
-    squared_sum_ = at::zeros({outputs}, at::kDouble);
-    total_mse_ = at::zeros({outputs}, at::kDouble);
-    count_ = at::zeros({outputs}, at::kDouble);
+    sum_ = at::zeros({outputs}, y_pred.options());
+    squared_sum_ = at::zeros({outputs}, y_pred.options());
+    total_mse_ = at::zeros({outputs}, y_pred.options());
+    count_ = at::zeros({outputs}, y_pred.options());
   } else if (sum_.size(0) != outputs) {
     throw ShapeError(name() + ": got " + std::to_string(outputs) + " outputs after " + std::to_string(sum_.size(0)) +
                      " in earlier batches");
   }
-  at::Tensor w = at::ones({}, at::kDouble);
+  at::Tensor w = at::ones({}, y_pred.options());
   if (sample_weight.defined()) {
-    w = sample_weight.detach().to(at::kCPU, at::kDouble);
+    w = sample_weight.detach().to(y_pred.device(), at::kDouble);
     if (w.dim() == 1) w = w.unsqueeze(1);
     losses::check_broadcastable(w, y_true, name() + ": sample_weight");
   }
   w = w.expand(y_true.sizes());
+  follow_device(y_pred.device(), {&sum_, &squared_sum_, &total_mse_, &count_, &num_samples_});
   at::Tensor weighted = y_true * w;
   sum_ += weighted.sum(0);
   squared_sum_ += (y_true * weighted).sum(0);
