@@ -96,8 +96,8 @@ TEST(MetricsCUDA, AccumulatorsStayOnTheGpuAndMatchTheCpu) {
       {Json{{"class_name", "Recall"}, {"config", Json::object()}}, labels, scores},
       {Json{{"class_name", "F1Score"}, {"config", {{"average", "macro"}}}}, onehot, probs},
       {Json{{"class_name", "R2Score"}, {"config", Json::object()}}, onehot, probs},
-      {Json{{"class_name", "MeanIoU"}, {"config", {{"num_classes", 3}, {"sparse_y_pred", false}}}},
-       onehot.argmax(-1), probs},
+      {Json{{"class_name", "MeanIoU"}, {"config", {{"num_classes", 3}, {"sparse_y_pred", false}}}}, onehot.argmax(-1),
+       probs},
       {Json{{"class_name", "BinaryAccuracy"}, {"config", Json::object()}}, labels, scores},
   };
   for (const Case& c : cases) {

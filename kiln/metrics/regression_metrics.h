@@ -67,7 +67,8 @@ class R2Score : public Metric {
  private:
   std::optional<std::string> class_aggregation_;
   int64_t num_regressors_;
-  at::Tensor sum_, squared_sum_, total_mse_, count_, num_samples_;  // float64, on the values' device; built on first update
+  at::Tensor sum_, squared_sum_, total_mse_, count_,
+      num_samples_;  // float64, on the values' device; built on first update
 };
 
 }  // namespace kiln::metrics
