@@ -195,6 +195,14 @@ void Mean::update(double value, double weight) {
   count_ += weight;
 }
 
+void Mean::update(const at::Tensor& value, double weight) {
+  at::NoGradGuard ng;
+  at::Tensor v = value.detach().reshape({}).to(at::kDouble);
+  follow_device(v.device(), {&total_, &count_});
+  total_ += v * weight;
+  count_ += weight;
+}
+
 double Mean::result() const {
   const double c = count_.item<double>();
   return c == 0 ? 0.0 : total_.item<double>() / c;

@@ -96,6 +96,10 @@ class Mean : public Metric {
   void update_state(const at::Tensor& values, const at::Tensor& unused = at::Tensor(),
                     const at::Tensor& sample_weight = at::Tensor()) override;
   void update(double value, double weight = 1.0);
+  // The same with a one-element tensor, added where it is: a GPU's loss
+  // joins the running mean without a host read (the same bits as
+  // update(value.item<double>(), weight)).
+  void update(const at::Tensor& value, double weight = 1.0);
   double result() const override;
   void reset_state() override;
   std::vector<at::Tensor> variables() const override { return {total_, count_}; }

@@ -92,12 +92,12 @@ void apply_gradients_stage(TrainState& ts, StepData& s) {
 void update_metrics_stage(TrainState& ts, StepData& s) {
   at::NoGradGuard ng;
   const double batch = static_cast<double>(s.batch_size());
-  ts.loss_tracker().update(s.loss.detach().item<double>(), batch);
+  ts.loss_tracker().update(s.loss, batch);  // on the loss's device: no host read per step
   auto metrics = ts.all_metrics();
   const auto& outputs = ts.metric_outputs();
   for (size_t o = 0; o < s.output_losses.size(); ++o)
     if (Mean* t = ts.output_loss_tracker(o); t && s.output_losses[o].defined())
-      t->update(s.output_losses[o].detach().item<double>(), batch);
+      t->update(s.output_losses[o], batch);
   // all_metrics(): the tracker, the per-output loss trackers, then metrics.
   const size_t first_metric = metrics.size() - outputs.size();
   if (outputs.empty() || s.y.empty()) return;
