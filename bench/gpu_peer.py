@@ -246,9 +246,11 @@ def main():
     torch.manual_seed(0)
     runs = {"dense": run_dense, "mlp": run_mlp, "conv": run_conv, "transformer": run_transformer,
             "float8": run_float8, "pipeline": None}
-    for w in a.workloads.split(","):
+    workloads = a.workloads.split(",")
+    for w in workloads:
         if w not in runs:
             p.error(f"unknown workload '{w}' in --workloads")
+    for w in workloads:
         if runs[w] is not None:
             runs[w](a, device)
 

@@ -386,7 +386,11 @@ int main(int argc, char** argv) {
   if (tf.d_model % tf.heads != 0)
     return usage("--tf_d_model must be a multiple of --tf_heads. Received: " + flags["--tf_d_model"] + " and " +
                  flags["--tf_heads"]);
-  for (const std::string& w : parse_list(flags["--workloads"])) {
+  const std::vector<std::string> workloads = parse_list(flags["--workloads"]);
+  for (const std::string& w : workloads)
+    if (w != "dense" && w != "mlp" && w != "conv" && w != "transformer" && w != "float8" && w != "pipeline")
+      return usage("unknown workload '" + w + "' in --workloads");
+  for (const std::string& w : workloads) {
     if (w == "dense")
       run_dense(device, flags["--sizes"], count("--steps"), flags["--policies"]);
     else if (w == "mlp")
@@ -397,10 +401,8 @@ int main(int argc, char** argv) {
       run_transformer(device, tf, count("--peak_n"));
     else if (w == "float8")
       run_float8(device, count("--f8_width"), count("--f8_batch"), count("--f8_steps"));
-    else if (w == "pipeline")
-      run_pipeline(device, count("--mlp_rows"));
     else
-      return usage("unknown workload '" + w + "' in --workloads");
+      run_pipeline(device, count("--mlp_rows"));
   }
   return 0;
 }
