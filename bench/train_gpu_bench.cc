@@ -28,7 +28,8 @@
 //                ms/step", "kiln transformer bf16 MFU: <%> %" and the peak it
 //                divides by, "kiln bf16 matmul <n>: <TFLOP/s> TFLOP/s"
 //   float8       4 x Dense(f8_width) at batch f8_batch, quantize("float8")
-//                (Keras's float8 training) against mixed_bfloat16:
+//                (Keras's float8 training; on at::_scaled_mm where the GPU
+//                has compute capability >= 8.9) against mixed_bfloat16:
 //                "kiln dense4x<W> float8|bf16 batch <B>: <ms> ms/step" and
 //                "kiln dense4x<W> float8 speedup over bf16: <r> x"
 //   pipeline     (kiln only) the mlp epoch fed from host tensors through fit()'s
