@@ -137,18 +137,19 @@ void MultiHeadAttention::check_inputs(const std::vector<Shape>& all) const {
 }
 
 at::Tensor MultiHeadAttention::combined_mask(const at::Tensor& attention_mask, bool use_causal_mask, int64_t query_len,
-                                             int64_t key_len) const {
+                                             int64_t key_len, const at::Device& device) const {
   at::Tensor mask;  // (B or 1, T, S) bool, true = attend
   if (attention_mask.defined()) {
     if (attention_mask.dim() != 3 || attention_mask.size(1) != query_len || attention_mask.size(2) != key_len)
       throw ShapeError("MultiHeadAttention '" + name() + "': attention_mask must have shape (batch, " +
                        std::to_string(query_len) + ", " + std::to_string(key_len) +
                        "). Received: " + shape_to_string(sizes_of(attention_mask)));
-    mask = attention_mask.to(at::kBool);
+    mask = attention_mask.to(device, at::kBool);
   }
   if (use_causal_mask) {
     // Keras's causal mask: query i attends to keys j <= i (lower triangle).
-    at::Tensor causal = at::ones({query_len, key_len}, at::TensorOptions().dtype(at::kBool)).tril().unsqueeze(0);
+    at::Tensor causal =
+        at::ones({query_len, key_len}, at::TensorOptions().dtype(at::kBool).device(device)).tril().unsqueeze(0);
     mask = mask.defined() ? mask.logical_and(causal) : causal;
   }
   return mask;
@@ -192,6 +193,12 @@ std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(cons
 std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(const Tensors& all_inputs, bool training,
                                                                             const at::Tensor& attention_mask,
                                                                             bool use_causal_mask) {
+  return attend(all_inputs, training, attention_mask, use_causal_mask, /*want_scores=*/true);
+}
+
+std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attend(const Tensors& all_inputs, bool training,
+                                                             const at::Tensor& attention_mask, bool use_causal_mask,
+                                                             bool want_scores) {
   const Tensors inputs(all_inputs.begin(), all_inputs.begin() + std::min<size_t>(all_inputs.size(), 3));
   std::vector<Shape> shapes;
   for (auto& t : inputs) shapes.push_back(sizes_of(t));
@@ -207,12 +214,31 @@ std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(cons
   at::Tensor q = (*query_)(query, training) * (1.0 / std::sqrt((double)key_dim_));  // (B, T, N, H)
   at::Tensor k = (*key_)(key, training);                                            // (B, S, N, H)
   at::Tensor v = (*value_)(value, training);                                        // (B, S, N, Hv)
+  // As Keras's masked softmax: masked positions get a large negative logit
+  // (a fully masked row becomes uniform rather than NaN).
+  const double large_negative = q.scalar_type() == at::kHalf ? -3e4 : -1e9;
+  if (!want_scores && q.is_cuda()) {
+    // The same attention through LibTorch's fused kernels (softmax in float32
+    // inside them): q is already scaled, so scale 1. A causal mask over
+    // equal lengths is their is_causal (no row fully masked); any other mask
+    // is added to the logits as 0 or the large negative, as below.
+    const bool causal_only = use_causal_mask && !attention_mask.defined() && query.size(1) == key.size(1);
+    std::optional<at::Tensor> bias;
+    if (!causal_only) {
+      at::Tensor mask = combined_mask(attention_mask, use_causal_mask, query.size(1), key.size(1), q.device());
+      if (mask.defined())
+        bias = at::zeros(mask.sizes(), q.options()).masked_fill(mask.logical_not(), large_negative).unsqueeze(1);
+    }
+    at::Tensor context = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                          bias, training ? dropout_ : 0.0, causal_only, 1.0)
+                             .transpose(1, 2);  // (B, T, N, Hv)
+    at::Tensor out = (*output_)(context, training);
+    if (activity_reg_ && training) add_loss((*activity_reg_)(out));
+    return {out, at::Tensor()};
+  }
   at::Tensor logits = at::einsum("aecd,abcd->acbe", {k, q});                        // (B, N, T, S)
-  at::Tensor mask = combined_mask(attention_mask, use_causal_mask, query.size(1), key.size(1));
+  at::Tensor mask = combined_mask(attention_mask, use_causal_mask, query.size(1), key.size(1), logits.device());
   if (mask.defined()) {
-    // As Keras's masked softmax: masked positions get a large negative logit
-    // (a fully masked row becomes uniform rather than NaN).
-    const double large_negative = logits.scalar_type() == at::kHalf ? -3e4 : -1e9;
     logits = logits.masked_fill(mask.unsqueeze(1).logical_not(), large_negative);
   }
   // Softmax in at least float32 for 16-bit compute dtypes, then back.
@@ -226,7 +252,9 @@ std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(cons
 }
 
 Tensors MultiHeadAttention::call(const Tensors& inputs, bool training) {
-  return {attention_with_scores(inputs, training).first};
+  return {attend(inputs, training, inputs.size() > 3 ? inputs[3] : at::Tensor(), use_causal_mask_,
+                 /*want_scores=*/false)
+              .first};
 }
 
 std::vector<Shape> MultiHeadAttention::compute_output_shape(const std::vector<Shape>& input_shapes) {

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "kiln/core/device.h"
 #include "kiln/core/names.h"
 #include "kiln/layers/attention.h"
 #include "kiln/layers/embedding.h"
@@ -208,6 +209,35 @@ TEST(MultiHeadAttention, CausalMaskHidesTheFuture) {
   plain->build_if_needed({{kNone, 6, 8}, {kNone, 6, 8}});
   for (size_t i = 0; i < plain->weights().size(); ++i) plain->weights()[i]->assign(mha->weights()[i]->value());
   EXPECT_FALSE(at::allclose((*plain)(Tensors{x, x})[0].narrow(1, 0, 4), y.narrow(1, 0, 4)));
+}
+
+// On a GPU the layer's call runs LibTorch's fused attention; it must give
+// what the scores path (kiln's einsum and masked softmax) gives: no mask, a
+// causal one, a padding mask with a fully masked query row (uniform, not
+// NaN, as Keras), and a causal mask over unequal lengths.
+TEST(MultiHeadAttentionCUDA, FusedAttentionMatchesTheScoresPath) {
+  const at::Device gpu(at::kCUDA, 0);
+  DeviceScope on_gpu("cuda:0");  // the layers' variables there
+  const bool tf32 = tf32_enabled();
+  set_tf32_enabled(false);  // IEEE float32 products on both paths
+  for (bool causal : {false, true}) {
+    auto mha = std::make_shared<MultiHeadAttention>(4, 16, Json{{"use_causal_mask", causal}});
+    at::Tensor q = at::randn({2, 7, 32}).to(gpu), v = at::randn({2, 7, 32}).to(gpu);
+    at::Tensor fused = (*mha)(Tensors{q, v})[0];
+    at::Tensor reference = mha->attention_with_scores(Tensors{q, v}).first;
+    EXPECT_TRUE(at::allclose(fused, reference, 1e-5, 1e-5)) << "causal " << causal;
+    at::Tensor mask = at::ones({2, 7, 7}, at::kBool);
+    mask.narrow(2, 5, 2).fill_(false);
+    mask[1][3].fill_(false);  // a query that sees nothing
+    fused = (*mha)(Tensors{q, v, v, mask.to(at::kFloat).to(gpu)})[0];
+    reference = mha->attention_with_scores(Tensors{q, v, v}, false, mask.to(gpu), causal).first;
+    EXPECT_FALSE(fused.isnan().any().item<bool>());
+    EXPECT_TRUE(at::allclose(fused, reference, 1e-5, 1e-5)) << "masked, causal " << causal;
+  }
+  auto mha = std::make_shared<MultiHeadAttention>(2, 8, Json{{"use_causal_mask", true}});
+  at::Tensor q = at::randn({1, 3, 16}).to(gpu), v = at::randn({1, 5, 16}).to(gpu);
+  EXPECT_TRUE(at::allclose((*mha)(Tensors{q, v})[0], mha->attention_with_scores(Tensors{q, v}).first, 1e-5, 1e-5));
+  set_tf32_enabled(tf32);
 }
 
 TEST(MultiHeadAttention, FrozenBeforeBuildFreezesItsSublayers) {
