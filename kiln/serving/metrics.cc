@@ -114,6 +114,16 @@ Histogram& MetricsRegistry::histogram(const std::string& name, const std::string
   return *p;
 }
 
+bool MetricsRegistry::remove(const std::string& name, const Labels& labels) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = families_.find(name);
+  if (it == families_.end()) return false;
+  Family& f = *it->second;
+  const bool removed = f.counters.erase(labels) + f.gauges.erase(labels) + f.histograms.erase(labels) > 0;
+  if (f.counters.empty() && f.gauges.empty() && f.histograms.empty()) families_.erase(it);  // no empty HELP/TYPE
+  return removed;
+}
+
 std::string MetricsRegistry::expose() const {
   std::ostringstream o;
   {

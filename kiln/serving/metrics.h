@@ -6,9 +6,9 @@
 //   m.histogram("kiln_request_latency_seconds", "Latency", {{"model", "mnist"}}).observe(0.003);
 //   std::string text = m.expose();
 //
-// Thread-safe: families and series are created under a mutex and never
-// removed (references stay valid for the registry's lifetime); updates are
-// atomics / a per-series mutex.
+// Thread-safe: families and series are created under a mutex; updates are
+// atomics / a per-series mutex. A series is never removed unless remove()
+// is called for it (until then references to it stay valid).
 #pragma once
 
 #include <atomic>
@@ -74,6 +74,11 @@ class MetricsRegistry {
   Gauge& gauge(const std::string& name, const std::string& help, const Labels& labels = {});
   Histogram& histogram(const std::string& name, const std::string& help, const Labels& labels = {},
                        const std::vector<double>& bounds = latency_buckets());
+  // Removes the series `labels` of family `name` (it is no longer exposed;
+  // a later counter()/gauge()/histogram() call makes it anew, from zero).
+  // A reference to it held elsewhere dangles afterwards: only for series
+  // that are looked up on each use. False when there was no such series.
+  bool remove(const std::string& name, const Labels& labels);
   // Text exposition format; also samples process_resident_memory_bytes from /proc/self/statm.
   std::string expose() const;
 

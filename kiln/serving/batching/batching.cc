@@ -23,12 +23,12 @@ void BatchingOptions::validate() const {
       throw ValueError(std::string("batching: `") + n + "` must be a positive integer. Received: " + n + "=" +
                        std::to_string(v));
   };
-  positive("max_batch_size", max_batch_size);
+  if (max_batch_size) positive("max_batch_size", *max_batch_size);
   positive("num_batch_threads", num_batch_threads);
   positive("max_enqueued_batches", max_enqueued_batches);
-  if (batch_timeout_micros < 0)
+  if (batch_timeout_micros && *batch_timeout_micros < 0)
     throw ValueError("batching: `batch_timeout_micros` must be >= 0. Received: " +
-                     std::to_string(batch_timeout_micros));
+                     std::to_string(*batch_timeout_micros));
   if (pad_variable_length_inputs)
     throw ValueError("batching: `pad_variable_length_inputs` is not supported; set it to false");
   for (size_t i = 0; i < allowed_batch_sizes.size(); ++i) {
@@ -36,15 +36,31 @@ void BatchingOptions::validate() const {
     if (i && allowed_batch_sizes[i] <= allowed_batch_sizes[i - 1])
       throw ValueError("batching: `allowed_batch_sizes` must be strictly increasing");
   }
-  if (!allowed_batch_sizes.empty() && allowed_batch_sizes.back() != max_batch_size)
+  // Unset, max_batch_size becomes the last allowed size (batching_for_device).
+  if (!allowed_batch_sizes.empty() && max_batch_size && allowed_batch_sizes.back() != *max_batch_size)
     throw ValueError("batching: the last of `allowed_batch_sizes` must equal max_batch_size (" +
-                     std::to_string(max_batch_size) + "). Received: " + std::to_string(allowed_batch_sizes.back()));
+                     std::to_string(*max_batch_size) + "). Received: " + std::to_string(allowed_batch_sizes.back()));
 }
 
 Json BatchingOptions::to_json() const {
-  return Json{{"max_batch_size", max_batch_size},           {"batch_timeout_micros", batch_timeout_micros},
-              {"num_batch_threads", num_batch_threads},     {"max_enqueued_batches", max_enqueued_batches},
-              {"allowed_batch_sizes", allowed_batch_sizes}, {"pad_variable_length_inputs", pad_variable_length_inputs}};
+  auto optional = [](const std::optional<int64_t>& v) { return v ? Json(*v) : Json(nullptr); };
+  return Json{{"max_batch_size", optional(max_batch_size)},
+              {"batch_timeout_micros", optional(batch_timeout_micros)},
+              {"num_batch_threads", num_batch_threads},
+              {"max_enqueued_batches", max_enqueued_batches},
+              {"allowed_batch_sizes", allowed_batch_sizes},
+              {"pad_variable_length_inputs", pad_variable_length_inputs},
+              {"pin_batches", pin_batches}};
+}
+
+BatchingOptions batching_for_device(const BatchingOptions& configured, const at::Device& device) {
+  BatchingOptions o = configured;
+  const bool gpu = !device.is_cpu();
+  if (!o.max_batch_size && !o.allowed_batch_sizes.empty()) o.max_batch_size = o.allowed_batch_sizes.back();
+  if (!o.max_batch_size) o.max_batch_size = gpu ? kGpuMaxBatchSize : kCpuMaxBatchSize;
+  if (!o.batch_timeout_micros) o.batch_timeout_micros = gpu ? kGpuBatchTimeoutMicros : kCpuBatchTimeoutMicros;
+  if (gpu) o.pin_batches = true;
+  return o;
 }
 
 BatchingOptions parse_batching_parameters(const std::string& text, const std::string& source) {
@@ -108,16 +124,18 @@ using batch_detail::Outcome;
 using batch_detail::Request;
 using batch_detail::Task;
 
-// Everything but `o` (fixed at add_queue) is guarded by the scheduler's mutex.
+// Everything but `o`, max_batch and timeout_micros (fixed at add_queue) is
+// guarded by the scheduler's mutex.
 struct BatchQueue {
-  BatchingOptions o;
+  BatchingOptions o;                          // resolved: max_batch_size and batch_timeout_micros are set
+  int64_t max_batch = 0, timeout_micros = 0;  // theirs, unpacked
   SharedBatchScheduler::BatchFn fn;
   std::map<std::string, std::list<Lane>::iterator> lanes;  // key -> its lane in the ring
   int64_t enqueued_batches = 0;                            // sum of batches_for(lane.rows)
   int64_t running = 0;                                     // batches on the threads now
   bool removed = false;
 
-  int64_t batches_for(int64_t rows) const { return (rows + o.max_batch_size - 1) / o.max_batch_size; }
+  int64_t batches_for(int64_t rows) const { return (rows + max_batch - 1) / max_batch; }
 };
 
 namespace {
@@ -180,6 +198,35 @@ void finish_task(Task& t, Outcome outcome) {
   call_done(done, error, std::move(joined), timing);
 }
 
+// The requests' rows as one batch of `padded` rows (the last row repeated
+// past `rows`). Pinned: in page-locked host memory (LibTorch's caching host
+// allocator), the destination of the concatenation itself, so the copy to
+// the GPU that follows is asynchronous and no extra host copy is made.
+at::Tensor assemble_batch(const std::vector<at::Tensor>& parts, int64_t rows, int64_t padded, bool pinned) {
+  if (pinned && parts[0].is_cpu() && !(parts.size() == 1 && padded == rows && parts[0].is_pinned())) {
+    std::vector<int64_t> sizes = parts[0].sizes().vec();
+    sizes[0] = padded;
+    at::Tensor batch = at::empty(sizes, parts[0].options().pinned_memory(true));
+    at::Tensor head = batch.narrow(0, 0, rows);
+    if (parts.size() == 1)
+      head.copy_(parts[0]);
+    else
+      at::cat_out(head, parts, 0);
+    if (padded > rows) {
+      at::Tensor tail = batch.narrow(0, rows, padded - rows);
+      tail.copy_(batch.narrow(0, rows - 1, 1).expand_as(tail));  // pad with the last row
+    }
+    return batch;
+  }
+  at::Tensor cat = parts.size() == 1 ? parts[0] : at::cat(parts, 0);
+  if (padded > rows) {
+    std::vector<int64_t> reps(cat.dim(), 1);
+    reps[0] = padded - rows;
+    cat = at::cat({cat, cat.narrow(0, rows - 1, 1).repeat(reps)}, 0);  // pad with the last row
+  }
+  return cat;
+}
+
 class SteadyBatchClock final : public BatchClock {
  public:
   Clock::time_point now() const override { return Clock::now(); }
@@ -223,9 +270,9 @@ struct SharedBatchScheduler::Impl {
   std::list<Lane>::iterator ready(Clock::time_point now, Clock::time_point* wake) {  // under mu
     auto it = next == ring.end() ? ring.begin() : next;
     for (size_t i = 0, n = ring.size(); i < n; ++i) {
-      const BatchingOptions& o = it->queue->o;
-      auto due = it->tasks.front().enqueued + std::chrono::microseconds(o.batch_timeout_micros);
-      if (it->rows >= o.max_batch_size || due <= now) return it;
+      const BatchQueue& q = *it->queue;
+      auto due = it->tasks.front().enqueued + std::chrono::microseconds(q.timeout_micros);
+      if (it->rows >= q.max_batch || due <= now) return it;
       *wake = std::min(*wake, due);
       if (++it == ring.end()) it = ring.begin();
     }
@@ -245,7 +292,7 @@ struct SharedBatchScheduler::Impl {
       std::string signature = it->signature;
       std::vector<Task> batch;
       int64_t rows = 0, before = it->rows;
-      while (!it->tasks.empty() && rows + it->tasks.front().rows <= q->o.max_batch_size) {
+      while (!it->tasks.empty() && rows + it->tasks.front().rows <= q->max_batch) {
         rows += it->tasks.front().rows;
         batch.push_back(std::move(it->tasks.front()));
         it->tasks.pop_front();
@@ -305,13 +352,7 @@ struct SharedBatchScheduler::Impl {
       for (auto& [name, first] : batch[live[0]].inputs) {
         std::vector<at::Tensor> parts;
         for (size_t i : live) parts.push_back(batch[i].inputs.at(name));
-        at::Tensor cat = parts.size() == 1 ? parts[0] : at::cat(parts, 0);
-        if (padded > rows) {
-          std::vector<int64_t> reps(cat.dim(), 1);
-          reps[0] = padded - rows;
-          cat = at::cat({cat, cat.narrow(0, rows - 1, 1).repeat(reps)}, 0);  // pad with the last row
-        }
-        in[name] = cat;
+        in[name] = assemble_batch(parts, rows, padded, o.pin_batches);
       }
       out = q.fn(signature, in);
       for (auto& [name, t] : out)
@@ -369,7 +410,10 @@ BatchQueuePtr SharedBatchScheduler::add_queue(BatchingOptions queue_options, Bat
   queue_options.validate();
   if (!fn) throw ValueError("batching: add_queue needs a batch function");
   auto q = std::make_shared<BatchQueue>();
-  q->o = std::move(queue_options);
+  // Unset fields: the CPU's defaults, unless the caller filled them for its device.
+  q->o = batching_for_device(queue_options, at::Device(at::kCPU));
+  q->max_batch = *q->o.max_batch_size;
+  q->timeout_micros = *q->o.batch_timeout_micros;
   q->fn = std::move(fn);
   return q;
 }
@@ -420,7 +464,7 @@ void SharedBatchScheduler::schedule(const BatchQueuePtr& queue, const std::strin
   auto now = impl_->clock->now();
   if (deadline && *deadline <= now)
     return fail(Code::kDeadlineExceeded, "deadline exceeded before the request was queued");
-  int64_t m = o.max_batch_size;
+  int64_t m = queue->max_batch;
   int64_t pieces = (rows + m - 1) / m;
   auto req = std::make_shared<Request>();
   req->remaining = (int)pieces;

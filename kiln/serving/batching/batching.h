@@ -53,16 +53,43 @@ namespace kiln::serving {
 using Clock = std::chrono::steady_clock;
 using Deadline = std::optional<Clock::time_point>;
 
+// Unset max_batch_size and batch_timeout_micros take the defaults of the
+// device the version computes on (batching_for_device below): a value
+// someone set, in a parameters file or here, always wins.
 struct BatchingOptions {
-  int64_t max_batch_size = 32;
-  int64_t batch_timeout_micros = 1000;
+  std::optional<int64_t> max_batch_size;        // default: 32 on the CPU, 256 on a GPU
+  std::optional<int64_t> batch_timeout_micros;  // default: 1000 on the CPU, 2000 on a GPU
   int64_t num_batch_threads = 2;
   int64_t max_enqueued_batches = 64;
   std::vector<int64_t> allowed_batch_sizes;  // ascending; last == max_batch_size
   bool pad_variable_length_inputs = false;   // accepted, not supported (throws if true)
-  void validate() const;                     // ValueError naming the field and value
-  Json to_json() const;
+  // kiln's: assemble each batch in page-locked (pinned) host memory, so its
+  // copy to the GPU is asynchronous. batching_for_device sets it for a GPU;
+  // needs LibTorch's CUDA build and a GPU.
+  bool pin_batches = false;
+  void validate() const;  // ValueError naming the field and value
+  Json to_json() const;   // unset fields as null
 };
+
+// The defaults for a version on `device`. A CPU batch is worth closing
+// early: a CPU's matrix product costs about the same per row at 32 rows as
+// at 256, so waiting buys little. A GPU computes a batch of 256 rows of a
+// Dense(4096) in about the time of one row (the launches dominate), so
+// TF Serving's guidance for GPUs applies: a larger max_batch_size and a
+// timeout of a few milliseconds, long enough for many clients' rows to
+// gather, short enough to stay within a request's latency budget.
+constexpr int64_t kCpuMaxBatchSize = 32;
+constexpr int64_t kCpuBatchTimeoutMicros = 1000;
+constexpr int64_t kGpuMaxBatchSize = 256;
+constexpr int64_t kGpuBatchTimeoutMicros = 2000;
+
+// `configured` with its unset max_batch_size / batch_timeout_micros filled
+// in with the defaults of `device` (above; the CPU's for the CPU, a GPU's
+// for any other device; with allowed_batch_sizes, the last of them is the
+// max_batch_size), and pin_batches set when `device` is not the CPU.
+// Pure: no device is touched, so it may be called for a device this
+// machine lacks. The other fields are kept as they are.
+BatchingOptions batching_for_device(const BatchingOptions& configured, const at::Device& device);
 
 // TF Serving's batching_parameters text format:
 //   max_batch_size { value: 128 }  batch_timeout_micros { value: 0 }
@@ -144,8 +171,10 @@ class SharedBatchScheduler {
   // (one batch of a queue per thread at a time; several threads may run
   // batches of the same queue concurrently). `fn` may throw: every request
   // of that batch gets the exception. With queue_options, that queue uses
-  // its max_batch_size, batch_timeout_micros, max_enqueued_batches and
-  // allowed_batch_sizes (validated; num_batch_threads is ignored).
+  // its max_batch_size, batch_timeout_micros, max_enqueued_batches,
+  // allowed_batch_sizes and pin_batches (validated; num_batch_threads is
+  // ignored). Unset fields take the CPU's defaults; call
+  // batching_for_device first for a version on a GPU.
   BatchQueuePtr add_queue(BatchFn fn);
   BatchQueuePtr add_queue(BatchingOptions queue_options, BatchFn fn);
   // Removes `queue`: new requests to it fail with UNAVAILABLE, its waiting

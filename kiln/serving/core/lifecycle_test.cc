@@ -206,5 +206,51 @@ TEST(Batching, ParsesTfServingBatchingParameters) {
       {"--batching_parameters_file b.config: line 2, column 1: unknown field `max_batch`"});
 }
 
+TEST(Batching, UnsetParametersTakeTheDevicesDefaultsAndSetOnesWin) {
+  // What a parameters file leaves out stays unset until the version's device is known.
+  BatchingOptions unset = parse_batching_parameters("num_batch_threads { value: 4 }");
+  EXPECT_FALSE(unset.max_batch_size.has_value());
+  EXPECT_FALSE(unset.batch_timeout_micros.has_value());
+  EXPECT_TRUE(unset.to_json()["max_batch_size"].is_null());
+
+  BatchingOptions cpu = batching_for_device(unset, at::Device(at::kCPU));
+  EXPECT_EQ(cpu.max_batch_size, kCpuMaxBatchSize);
+  EXPECT_EQ(cpu.batch_timeout_micros, kCpuBatchTimeoutMicros);
+  EXPECT_FALSE(cpu.pin_batches) << "page-locked memory only helps a copy to a GPU";
+  EXPECT_EQ(cpu.num_batch_threads, 4);
+  // The CPU's defaults are what they were before GPUs had their own.
+  EXPECT_EQ(kCpuMaxBatchSize, 32);
+  EXPECT_EQ(kCpuBatchTimeoutMicros, 1000);
+
+  // Pure: a GPU this machine may lack is fine.
+  BatchingOptions gpu = batching_for_device(unset, at::Device(at::kCUDA, 1));
+  EXPECT_EQ(gpu.max_batch_size, kGpuMaxBatchSize);
+  EXPECT_EQ(gpu.batch_timeout_micros, kGpuBatchTimeoutMicros);
+  EXPECT_TRUE(gpu.pin_batches);
+  EXPECT_EQ(gpu.num_batch_threads, 4);
+  EXPECT_GT(kGpuMaxBatchSize, kCpuMaxBatchSize);
+  gpu.validate();
+
+  // A value that was set wins on every device, 0 included (TF Serving's "do not wait").
+  BatchingOptions set = parse_batching_parameters("max_batch_size { value: 8 } batch_timeout_micros { value: 0 }");
+  for (const at::Device& d : {at::Device(at::kCPU), at::Device(at::kCUDA, 0)}) {
+    BatchingOptions r = batching_for_device(set, d);
+    EXPECT_EQ(r.max_batch_size, 8) << d;
+    EXPECT_EQ(r.batch_timeout_micros, 0) << d;
+  }
+  // Only one of them set: the other still follows the device.
+  BatchingOptions half;
+  half.batch_timeout_micros = 300;
+  EXPECT_EQ(batching_for_device(half, at::Device(at::kCUDA, 0)).max_batch_size, kGpuMaxBatchSize);
+  EXPECT_EQ(batching_for_device(half, at::Device(at::kCUDA, 0)).batch_timeout_micros, 300);
+
+  // allowed_batch_sizes without max_batch_size: the last allowed size is the
+  // maximum (TF Serving requires them equal), on a GPU too.
+  BatchingOptions allowed = parse_batching_parameters("allowed_batch_sizes: 8 allowed_batch_sizes: 16");
+  EXPECT_EQ(batching_for_device(allowed, at::Device(at::kCUDA, 0)).max_batch_size, 16);
+  EXPECT_EQ(batching_for_device(allowed, at::Device(at::kCPU)).max_batch_size, 16);
+  batching_for_device(allowed, at::Device(at::kCUDA, 0)).validate();
+}
+
 }  // namespace
 }  // namespace kiln::serving

@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "kiln/core/device_memory.h"
 #include "kiln/serving/core/warmup.h"
 
 namespace kiln::serving {
@@ -17,6 +18,10 @@ void VersionLoader::set_memory_gauge(double bytes) const {
       .gauge("kiln_model_memory_bytes", "Bytes held by the version's servable",
              {{"model", o_.model}, {"version", std::to_string(o_.version)}})
       .set(bytes);
+}
+
+Labels VersionLoader::device_gauge_labels(const at::Device& device) const {
+  return {{"model", o_.model}, {"version", std::to_string(o_.version)}, {"device", device.str()}};
 }
 
 std::shared_ptr<Servable> VersionLoader::load() const {
@@ -42,11 +47,21 @@ std::shared_ptr<Servable> VersionLoader::load() const {
   metrics_.histogram("kiln_model_load_seconds", "Time to load and warm up a version", {{"model", o_.model}})
       .observe(secs);
   set_memory_gauge((double)servable->memory_bytes());
+  metrics_
+      .gauge(kDeviceMemoryGauge, "Bytes of the version's weights resident on the device it computes on",
+             device_gauge_labels(servable->device()))
+      .set((double)servable->device_memory_bytes());
   return servable;
 }
 
 void VersionLoader::unload(std::shared_ptr<Servable> servable) const {
+  const at::Device device = servable ? servable->device() : at::Device(at::kCPU);
   servable.reset();
+  // A GPU's caching allocator keeps the freed weights' blocks for reuse;
+  // hand them back to the driver, so that the memory is free for the next
+  // version, other processes and nvidia-smi.
+  if (!device.is_cpu()) empty_device_cache(device);
+  metrics_.remove(kDeviceMemoryGauge, device_gauge_labels(device));
   // Give the freed pages back to the system. glibc keeps freed memory in
   // its heaps (weights below its dynamic mmap threshold land there), so
   // without this the resident size only grew as versions came and went:

@@ -16,9 +16,15 @@
 // memory_bytes()). On failure it keeps nothing (the half-made servable is
 // destroyed before it throws), counts kiln_model_load_failures_total{model},
 // and throws LoadError whose message names the directory and the cause.
+// It also records kiln_model_device_memory_bytes{model,version,device}:
+// the bytes of the servable's weights resident on the device it computes on
+// (device_memory_bytes(); device="cuda:0", or "cpu" for a version on the
+// CPU, where it equals kiln_model_memory_bytes for a kiln model).
 // unload(): drops the caller's reference (the caller holds the last one:
 // no request may still use it), hands the freed memory back to the system
-// (malloc_trim), and sets the memory gauge to 0.
+// (malloc_trim; for a GPU version, the caching allocator's cached blocks
+// too: empty_device_cache), sets the memory gauge to 0 and removes the
+// device memory series (a version no longer on any device has none).
 // Thread safety: different loaders run concurrently; one loader's load and
 // unload are called one after the other. Cost: load reads the weights and
 // runs the warmup (seconds for large models); unload is the destructor.
@@ -51,6 +57,8 @@ class LoadError : public Error {
 
 class VersionLoader {
  public:
+  static constexpr const char* kDeviceMemoryGauge = "kiln_model_device_memory_bytes";
+
   // Borrows `metrics`, which must outlive the loader.
   VersionLoader(LoaderOptions options, MetricsRegistry& metrics);
 
@@ -61,6 +69,7 @@ class VersionLoader {
 
  private:
   void set_memory_gauge(double bytes) const;
+  Labels device_gauge_labels(const at::Device& device) const;
   LoaderOptions o_;
   MetricsRegistry& metrics_;
 };

@@ -64,6 +64,8 @@ TEST(VersionLoader, LoadsAndRecordsTheResourceEstimateAndLoadTime) {
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(g_loader_test_live.load(), 1);
   EXPECT_TRUE(has_line(metrics, "kiln_model_memory_bytes{model=\"m\",version=\"3\"} 4096"));
+  // A servable that does not say otherwise computes on the CPU, all its bytes there.
+  EXPECT_TRUE(has_line(metrics, "kiln_model_device_memory_bytes{device=\"cpu\",model=\"m\",version=\"3\"} 4096"));
   EXPECT_TRUE(has_line(metrics, "kiln_model_load_seconds_count{model=\"m\"} 1"));
   loader.unload(std::move(s));
 }
@@ -79,6 +81,7 @@ TEST(VersionLoader, UnloadDestroysTheServableAndZeroesTheGauge) {
   EXPECT_TRUE(watch.expired());
   EXPECT_EQ(g_loader_test_live.load(), 0);
   EXPECT_TRUE(has_line(metrics, "kiln_model_memory_bytes{model=\"m\",version=\"3\"} 0"));
+  EXPECT_FALSE(has_line(metrics, "kiln_model_device_memory_bytes")) << "an unloaded version is on no device";
 }
 
 TEST(VersionLoader, AFactoryErrorNamesTheDirectoryAndIsCounted) {
@@ -94,6 +97,7 @@ TEST(VersionLoader, AFactoryErrorNamesTheDirectoryAndIsCounted) {
   }
   EXPECT_TRUE(has_line(metrics, "kiln_model_load_failures_total{model=\"m\"} 1"));
   EXPECT_FALSE(has_line(metrics, "kiln_model_memory_bytes")) << "nothing registered for a failed load";
+  EXPECT_FALSE(has_line(metrics, "kiln_model_device_memory_bytes"));
   EXPECT_FALSE(has_line(metrics, "kiln_model_load_seconds_count"));
 }
 
@@ -128,6 +132,21 @@ TEST(VersionLoader, WarmupOffSkipsTheWarmupFile) {
   VersionLoader loader(o, metrics);
   loader.unload(loader.load());
   EXPECT_EQ(g_loader_test_live.load(), 0);
+}
+
+TEST(MetricsRegistry, RemoveDropsOneSeriesAndAnEmptyFamily) {
+  MetricsRegistry metrics;
+  metrics.gauge("g", "help", {{"v", "1"}}).set(3);
+  metrics.gauge("g", "help", {{"v", "2"}}).set(4);
+  EXPECT_TRUE(metrics.remove("g", {{"v", "1"}}));
+  EXPECT_FALSE(has_line(metrics, "g{v=\"1\"}"));
+  EXPECT_TRUE(has_line(metrics, "g{v=\"2\"} 4"));
+  EXPECT_FALSE(metrics.remove("g", {{"v", "1"}})) << "already gone";
+  EXPECT_FALSE(metrics.remove("nope", {}));
+  EXPECT_TRUE(metrics.remove("g", {{"v", "2"}}));
+  EXPECT_FALSE(has_line(metrics, "# HELP g ")) << "no family without series";
+  metrics.gauge("g", "help", {{"v", "1"}}).add(1);
+  EXPECT_TRUE(has_line(metrics, "g{v=\"1\"} 1")) << "made anew from zero";
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 #include "kiln/serving/core/servable.h"
 
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <spdlog/spdlog.h>
+
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -67,11 +71,37 @@ ModelServable::ModelServable(const std::string& dir) {
   }
   output_names_.clear();
   for (auto& [k, v] : sig["outputs"].items()) output_names_.push_back(k);
+  bool first = true;
   for (auto& [name, t] : named_weights(*model_)) {
-    memory_bytes_ += t.numel() * (int64_t)t.element_size();
+    if (first) device_ = t.device();  // load_model puts every variable on the default device
+    first = false;
+    memory_bytes_ += (int64_t)t.nbytes();
     weight_count_ += t.numel();
+    if (t.device() == device_) device_memory_bytes_ += (int64_t)t.nbytes();
   }
   built_ = fully_built(*model_);
+  if (!device_.is_cpu()) {
+    // The device-generic c10 interface (as kiln/training/device_prefetch.cc):
+    // no CUDA headers, so this builds against a CPU-only LibTorch too.
+    const c10::impl::VirtualGuardImpl impl(device_.type());
+    // The weights were written on the loading thread's current stream; this
+    // version's stream must not read them before that work is done.
+    impl.getStream(device_).synchronize();
+    stream_ = impl.getStreamFromGlobalPool(device_, /*isHighPriority=*/false);
+  }
+}
+
+ModelServable::~ModelServable() {
+  // A call that threw may have left work on the stream that reads the
+  // weights; they must outlive it (the caching allocator would hand their
+  // blocks to the next allocation on the weights' own stream at once).
+  if (stream_) {
+    try {
+      stream_->synchronize();
+    } catch (const std::exception& e) {
+      spdlog::error("serving: waiting for a model's stream at unload failed: {}", e.what());
+    }
+  }
 }
 
 TensorMap ModelServable::predict(const TensorMap& inputs, const std::string& signature) {
@@ -115,7 +145,17 @@ TensorMap ModelServable::predict(const TensorMap& inputs, const std::string& sig
         throw ServingError(Code::kInvalidArgument, "unknown input '" + k + "' for signature " + sig_name);
   Tensors ys;
   std::optional<IntraOpThreadCap> cap;
-  if (const int n = intra_op_cap(std::max<int64_t>(batch, 1)); n > 0) cap.emplace(n);
+  std::optional<c10::StreamGuard> on_stream;
+  if (stream_) {
+    // This version's stream is current for the copy in, the layers and the
+    // copy out; the copy out (predict_on_batch's .to(kCPU)) waits for this
+    // stream only. From page-locked memory the copy in is asynchronous.
+    on_stream.emplace(*stream_);
+    for (auto& x : xs)
+      if (x.defined() && x.device() != device_) x = x.to(device_, /*non_blocking=*/true);
+  } else if (const int n = intra_op_cap(std::max<int64_t>(batch, 1)); n > 0) {
+    cap.emplace(n);
+  }
   if (built_.load(std::memory_order_acquire)) {
     ys = model_->predict_on_batch(xs);  // read-only: concurrent calls are safe
   } else {

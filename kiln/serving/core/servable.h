@@ -12,12 +12,14 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/core/Stream.h>
 
 #include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,14 @@ class Servable {
   virtual const Json& signatures() const = 0;
   // Bytes held (weights and buffers), for metrics and resource accounting.
   virtual int64_t memory_bytes() const = 0;
+  // Where it computes: the device its state lives on (the CPU unless it
+  // says otherwise). A GPU servable takes and returns host tensors; the
+  // server assembles its batches in page-locked memory and gives it GPU
+  // batching defaults (batching.h).
+  virtual at::Device device() const { return at::Device(at::kCPU); }
+  // Bytes of its state resident on device() (on the CPU: in host memory):
+  // kiln_model_device_memory_bytes. Default: memory_bytes().
+  virtual int64_t device_memory_bytes() const { return memory_bytes(); }
 };
 
 using ServablePtr = std::shared_ptr<Servable>;
@@ -70,6 +80,14 @@ bool has_servable_platform(const std::string& platform);
 //
 // A call whose work is small (rows x weights below kParallelMinWork) runs
 // on one intra-op thread: splitting it costs more than it saves.
+//
+// On a GPU (the model loaded on the default device, kiln/core/device.h)
+// each version computes on a stream of its own, taken from LibTorch's pool
+// at load and made current around every call: its inputs are copied in
+// (asynchronously from page-locked memory, which batching provides), its
+// layers run, and the copy of the outputs back to the host waits for that
+// stream only, so versions on one GPU overlap. The destructor waits for the
+// stream before the weights are freed.
 class ModelServable : public Servable {
  public:
   // Below this many multiply-adds' worth of work (rows x the model's weight
@@ -87,9 +105,16 @@ class ModelServable : public Servable {
   int64_t weight_count() const { return weight_count_; }
 
   explicit ModelServable(const std::string& dir);
+  ~ModelServable() override;
   TensorMap predict(const TensorMap& inputs, const std::string& signature) override;
   const Json& signatures() const override { return signatures_; }
   int64_t memory_bytes() const override { return memory_bytes_; }
+  at::Device device() const override { return device_; }
+  // The weights' bytes on device() (sum of their nbytes; all of them, as
+  // load_model puts every variable on one device).
+  int64_t device_memory_bytes() const override { return device_memory_bytes_; }
+  // The stream its calls run on; nullopt on the CPU.
+  const std::optional<c10::Stream>& stream() const { return stream_; }
   Model& model() { return *model_; }
   // True once calls run without the build lock (every layer built).
   bool runs_concurrently() const { return built_.load(std::memory_order_acquire); }
@@ -99,6 +124,9 @@ class ModelServable : public Servable {
   Json signatures_;
   int64_t memory_bytes_ = 0;
   int64_t weight_count_ = 0;  // elements of every weight
+  at::Device device_{at::kCPU};
+  int64_t device_memory_bytes_ = 0;
+  std::optional<c10::Stream> stream_;  // a GPU's: this version's own
   std::vector<std::string> input_names_, output_names_;
   std::mutex build_mu_;             // serialises calls while some layer is unbuilt
   std::atomic<bool> built_{false};  // every layer built: calls need no lock

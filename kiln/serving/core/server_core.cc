@@ -174,7 +174,10 @@ struct ServerCore::Impl {
     }
     if (batcher_) {
       Servable* raw = v->servable.get();  // removed with the queue (in unload()) before the servable goes
+      // Unset parameters take the defaults of the device the version is on
+      // (a GPU's gathers larger batches, in page-locked memory).
       v->batch_queue = batcher_->add_queue(
+          batching_for_device(o.batching, raw->device()),
           [raw](const std::string& sig, const TensorMap& batch) { return raw->predict(batch, sig); });
     }
     {

@@ -126,6 +126,34 @@ TEST(ServerCore, AFailedLoadIsReportedAndDoesNotReplaceTheWorkingVersion) {
   EXPECT_EQ(state_of(*s.core, "m", 1), VersionState::kDisabled);
 }
 
+// kiln_model_device_memory_bytes on the CPU: the model's weight bytes with
+// device="cpu", on the server's Prometheus page, gone once the version unloads.
+TEST(ServerCore, DeviceMemoryGaugeReportsTheWeightsAndGoesWithTheVersion) {
+  TempDir dir;
+  std::string base = dir.path() + "/m";
+  ModelPtr model = save_tiny_model(base + "/1", 0.5f);
+  int64_t weight_bytes = 0;
+  for (auto& w : model->weights()) weight_bytes += (int64_t)w->value().nbytes();
+  ASSERT_EQ(weight_bytes, (4 * 3 + 3) * 4);  // Dense(3) on 4 inputs, float32
+  ServerCoreOptions o;
+  o.config.models = {model_config("m", base)};
+  o.file_system_poll_wait_seconds = 0;
+  Served s(o);
+  const std::string series = "kiln_model_device_memory_bytes{device=\"cpu\",model=\"m\",version=\"1\"} ";
+  auto page = [&] {
+    auto r = s.client()->Get("/monitoring/prometheus/metrics");
+    EXPECT_TRUE(r && r->status == 200);
+    return r ? r->body : std::string();
+  };
+  std::string body = page();
+  EXPECT_NE(body.find(series + std::to_string(weight_bytes) + "\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("# TYPE kiln_model_device_memory_bytes gauge"), std::string::npos);
+  s.core->unload_model("m");
+  ASSERT_TRUE(s.core->wait_until_idle(30));
+  body = page();
+  EXPECT_EQ(body.find("kiln_model_device_memory_bytes"), std::string::npos) << body;
+}
+
 // TF Serving users' complaint "memory kept after unload": a version's
 // memory goes back to the system when it unloads, so swaps do not pile up.
 // Without malloc_trim after unload, glibc kept freed weights in its heap:
