@@ -8,6 +8,7 @@
 #include <sstream>
 #include <utility>
 
+#include "kiln/core/device.h"
 #include "kiln/core/error.h"
 #include "kiln/core/random.h"
 #include "kiln/data/dataset_node.h"
@@ -321,6 +322,11 @@ Dataset Dataset::skip(int64_t n) const {
 }
 
 Dataset Dataset::cache(const std::string& filename) const { return Dataset(make_cache_node(node_, filename)); }
+
+Dataset Dataset::cache_on_device(const std::string& device) const {
+  const at::Device d = device.empty() ? default_device() : resolve_device(device, "Dataset.cache_on_device");
+  return Dataset(make_cache_node(node_, "", d));
+}
 
 Dataset Dataset::prefetch(int64_t buffer_size) const {
   if (buffer_size == kAutotune) buffer_size = 2;

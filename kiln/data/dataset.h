@@ -110,6 +110,13 @@ class Dataset {
   // body); a corrupt or truncated file raises FormatError naming it. As in
   // tf.data, a cache holds the first pass's order: shuffle after cache().
   Dataset cache(const std::string& filename = "") const;
+  // cache() in a device's memory: the first full pass's elements are kept
+  // on `device` ("": kiln's default device, the GPU where there is one), so
+  // later passes hand fit() batches already there (no host-to-device copy:
+  // the pipeline's prefetch passes them through). For a dataset that fits
+  // in the GPU's memory; on the CPU it is cache(). ValueError naming the
+  // devices there are for a device this machine lacks.
+  Dataset cache_on_device(const std::string& device = "") const;
   // Produces up to `buffer_size` (kAutotune: 2) elements ahead on a
   // background thread started by the first next(). Exception: an in-memory
   // pipeline (from_tensors/from_tensor_slices under shuffle/take/skip/shard/

@@ -247,20 +247,23 @@ class CacheNode;
 // when the input ends.
 class MemoryWriter : public DatasetIterator {
  public:
-  MemoryWriter(std::shared_ptr<const CacheNode> node, std::unique_ptr<DatasetIterator> in)
-      : node_(std::move(node)), in_(std::move(in)), elements_(std::make_shared<Elements>()) {}
+  MemoryWriter(std::shared_ptr<const CacheNode> node, std::unique_ptr<DatasetIterator> in,
+               std::optional<at::Device> device)
+      : node_(std::move(node)), in_(std::move(in)), device_(device), elements_(std::make_shared<Elements>()) {}
   std::optional<Element> next() override;
 
  private:
   std::shared_ptr<const CacheNode> node_;
   std::unique_ptr<DatasetIterator> in_;
+  std::optional<at::Device> device_;  // keep the elements there
   std::shared_ptr<Elements> elements_;
   bool done_ = false;
 };
 
 class CacheNode : public DatasetNode {
  public:
-  CacheNode(NodePtr input, std::string filename) : input_(std::move(input)), filename_(std::move(filename)) {}
+  CacheNode(NodePtr input, std::string filename, std::optional<at::Device> device)
+      : input_(std::move(input)), filename_(std::move(filename)), device_(device) {}
   std::unique_ptr<DatasetIterator> make_iterator(uint64_t key) const override {
     if (!filename_.empty()) {
       if (path_exists(filename_)) return std::make_unique<CacheFileIterator>(filename_);
@@ -270,7 +273,7 @@ class CacheNode : public DatasetNode {
       std::lock_guard<std::mutex> l(mu_);
       if (memory_) return std::make_unique<MemoryIterator>(memory_);
     }
-    return std::make_unique<MemoryWriter>(self<CacheNode>(), input_->make_iterator(key));
+    return std::make_unique<MemoryWriter>(self<CacheNode>(), input_->make_iterator(key), device_);
   }
   int64_t cardinality() const override { return input_->cardinality(); }
 
@@ -282,6 +285,7 @@ class CacheNode : public DatasetNode {
  private:
   NodePtr input_;
   std::string filename_;
+  std::optional<at::Device> device_;
   mutable std::mutex mu_;
   mutable std::shared_ptr<const Elements> memory_;  // guarded by mu_; set once
 };
@@ -290,6 +294,9 @@ std::optional<Element> MemoryWriter::next() {
   if (done_) return std::nullopt;
   auto e = in_->next();
   if (e) {
+    if (device_)
+      for (auto& t : *e)
+        if (t.defined() && t.device() != *device_) t = t.to(*device_);
     elements_->push_back(*e);
     return e;
   }
@@ -300,8 +307,8 @@ std::optional<Element> MemoryWriter::next() {
 
 }  // namespace
 
-NodePtr make_cache_node(NodePtr input, std::string filename) {
-  return std::make_shared<CacheNode>(std::move(input), std::move(filename));
+NodePtr make_cache_node(NodePtr input, std::string filename, std::optional<at::Device> device) {
+  return std::make_shared<CacheNode>(std::move(input), std::move(filename), device);
 }
 
 }  // namespace kiln

@@ -100,7 +100,8 @@ NodePtr make_repeat_node(NodePtr input, int64_t count);
 NodePtr make_take_node(NodePtr input, int64_t n);
 NodePtr make_skip_node(NodePtr input, int64_t n);
 NodePtr make_shard_node(NodePtr input, int64_t num_shards, int64_t index);
-NodePtr make_cache_node(NodePtr input, std::string filename);
+// `device`: keep the in-memory cache there (filename empty).
+NodePtr make_cache_node(NodePtr input, std::string filename, std::optional<at::Device> device = std::nullopt);
 NodePtr make_prefetch_node(NodePtr input, int64_t buffer_size);
 
 }  // namespace kiln

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "kiln/core/device.h"
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/core/random.h"
@@ -423,6 +424,41 @@ TEST(DatasetTest, MemoryCacheFillsOnlyAfterAFullPass) {
   EXPECT_EQ(values(ds, 1), iota(6));  // from memory
   EXPECT_EQ(values(ds.batch(4), 2), iota(6));
   EXPECT_EQ(calls->load(), 8);
+}
+
+// cache_on_device: on the CPU it is cache(); a device this machine lacks is
+// one error naming what there is.
+TEST(DatasetTest, CacheOnDeviceOnTheCpuIsTheMemoryCache) {
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  auto ds = range_generator(6, calls).cache_on_device("cpu");
+  EXPECT_EQ(values(ds), iota(6));
+  EXPECT_EQ(values(ds, 1), iota(6));
+  EXPECT_EQ(calls->load(), 6) << "the second pass read the cache";
+  if (gpu_count() == 0) {
+    try {
+      range(3).cache_on_device("cuda:0");
+      ADD_FAILURE() << "no error for a GPU this machine lacks";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("Dataset.cache_on_device"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("use --device cpu"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// On a GPU the cached elements stay there: the second pass hands out the
+// same values, already on the device.
+TEST(DatasetCUDA, CacheOnDeviceKeepsTheElementsOnTheGpu) {
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  auto ds = range_generator(6, calls).cache_on_device("cuda:0");
+  EXPECT_EQ(values(ds), iota(6));
+  auto it = ds.iterator(1);
+  for (int64_t i = 0; i < 6; ++i) {
+    auto e = it->next();
+    ASSERT_TRUE(e);
+    EXPECT_TRUE((*e)[0].is_cuda());
+    EXPECT_EQ((*e)[0].item<int64_t>(), i);
+  }
+  EXPECT_EQ(calls->load(), 6);
 }
 
 TEST(DatasetTest, FileCacheIsWrittenAtTheEndOfAFullPassAndReused) {

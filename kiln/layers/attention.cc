@@ -229,14 +229,14 @@ std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attend(const Tensors& all_
       if (mask.defined())
         bias = at::zeros(mask.sizes(), q.options()).masked_fill(mask.logical_not(), large_negative).unsqueeze(1);
     }
-    at::Tensor context = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                          bias, training ? dropout_ : 0.0, causal_only, 1.0)
+    at::Tensor context = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), bias,
+                                                          training ? dropout_ : 0.0, causal_only, 1.0)
                              .transpose(1, 2);  // (B, T, N, Hv)
     at::Tensor out = (*output_)(context, training);
     if (activity_reg_ && training) add_loss((*activity_reg_)(out));
     return {out, at::Tensor()};
   }
-  at::Tensor logits = at::einsum("aecd,abcd->acbe", {k, q});                        // (B, N, T, S)
+  at::Tensor logits = at::einsum("aecd,abcd->acbe", {k, q});  // (B, N, T, S)
   at::Tensor mask = combined_mask(attention_mask, use_causal_mask, query.size(1), key.size(1), logits.device());
   if (mask.defined()) {
     logits = logits.masked_fill(mask.unsqueeze(1).logical_not(), large_negative);

@@ -93,8 +93,8 @@ class MultiHeadAttention : public Layer {
   std::shared_ptr<EinsumDense> make_dense(const std::string& name, const std::string& equation,
                                           const Shape& output_shape, const std::string& bias_axes) const;
   void check_inputs(const std::vector<Shape>& shapes) const;
-  at::Tensor combined_mask(const at::Tensor& attention_mask, bool use_causal_mask, int64_t query_len,
-                           int64_t key_len, const at::Device& device) const;
+  at::Tensor combined_mask(const at::Tensor& attention_mask, bool use_causal_mask, int64_t query_len, int64_t key_len,
+                           const at::Device& device) const;
   // The attention, and the scores when `want_scores`. Without scores on a
   // GPU it runs LibTorch's fused attention (flash or memory-efficient
   // kernels), which never writes the (batch, heads, T, S) scores out.

@@ -51,6 +51,13 @@ struct CompileArgs {
   // device once per execution, not after every step. The weights are the
   // same as with 1.
   int64_t steps_per_execution = 1;
+  // Keras's jit_compile: on a GPU, fit() captures the train step's forward
+  // pass, loss, backward pass and metric updates in a CUDA graph and replays
+  // it for every batch of the same shapes (one launch instead of one per
+  // operation); the optimizer's update runs after it as usual. Where it
+  // cannot capture it runs the step eagerly and says why once
+  // (kiln/training/step_graph.h). "auto" in a compile config is false.
+  bool jit_compile = false;
   // Keras names: compile("adam", "sparse_categorical_crossentropy", {"accuracy"}).
   static CompileArgs from_names(const std::string& optimizer, const std::string& loss,
                                 const std::vector<std::string>& metrics = {});

@@ -162,9 +162,10 @@ CompileArgs CompileArgs::from_json(const Json& j) {
           "round trips; 1 calls the callbacks after every batch). Received: " +
           json_excerpt(spe));
   }
-  // run_eagerly and jit_compile choose how Keras runs the step (eager or
-  // traced, XLA or not); kiln always runs it eagerly through LibTorch, which
-  // computes the same values, so any boolean (or "auto") is accepted.
+  // run_eagerly chooses how Keras runs the step (eager or traced); kiln
+  // always runs it through LibTorch, which computes the same values, so any
+  // boolean (or "auto") is accepted. jit_compile true captures the step in a
+  // CUDA graph on a GPU (CompileArgs::jit_compile); "auto" leaves it off.
   for (const char* key : {"run_eagerly", "jit_compile"})
     if (j.contains(key) && !j[key].is_null() && !j[key].is_boolean() && j[key] != "auto")
       throw ValueError(std::string("compile config: `") + key +
@@ -177,6 +178,7 @@ CompileArgs CompileArgs::from_json(const Json& j) {
                      json_excerpt(j["auto_scale_loss"]));
   if (j.contains("steps_per_execution") && !j["steps_per_execution"].is_null())
     a.steps_per_execution = j["steps_per_execution"].get<int64_t>();
+  if (j.contains("jit_compile") && j["jit_compile"].is_boolean()) a.jit_compile = j["jit_compile"].get<bool>();
   return a;
 }
 
@@ -224,7 +226,7 @@ Json CompileArgs::to_json() const {
   j["weighted_metrics"] = nullptr;
   j["run_eagerly"] = false;
   j["steps_per_execution"] = steps_per_execution;
-  j["jit_compile"] = false;
+  j["jit_compile"] = jit_compile;
   j["auto_scale_loss"] = true;
   return j;
 }

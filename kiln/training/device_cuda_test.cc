@@ -14,6 +14,7 @@
 #include "kiln/optimizers/adam.h"
 #include "kiln/testing/testing.h"
 #include "kiln/training/data_adapter.h"
+#include "kiln/training/step_graph.h"
 #include "kiln/training/training_test_util.h"
 
 namespace kiln {
@@ -218,6 +219,74 @@ TEST(TrainingCUDA, FusedAdamIsTheGpuDefaultAndMatchesThePerVariableUpdate) {
   auto a = fused->weights(), b = plain->weights();
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_TRUE(at::allclose(a[i]->value(), b[i]->value(), 1e-4, 1e-5)) << a[i]->path();
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// jit_compile on the CPU: the steps run eagerly (one warning names why) and
+// train exactly as without it.
+TEST(JitCompile, OnTheCpuStepsRunEagerlyAndTrainTheSame) {
+  Data d = data(100);
+  auto eager = mlp(5);
+  eager->fit(fit_args(d, 2));
+  auto jit = mlp(5);
+  CompileArgs args = jit->train_state().compile_args();
+  args.jit_compile = true;
+  jit->compile(args);
+  jit->fit(fit_args(d, 2));
+  auto a = eager->weights(), b = jit->weights();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i]->value(), b[i]->value())) << a[i]->path();
+  CapturedTrainStep step(jit->train_state(), at::Device(at::kCPU));
+  EXPECT_NE(step.eager_reason().find("CUDA graphs need a GPU"), std::string::npos) << step.eager_reason();
+  // Keras's compile config: true turns it on, "auto" and false leave it off.
+  EXPECT_TRUE(CompileArgs::from_json(Json::parse(R"({"optimizer": "adam", "jit_compile": true})")).jit_compile);
+  EXPECT_FALSE(CompileArgs::from_json(Json::parse(R"({"optimizer": "adam", "jit_compile": "auto"})")).jit_compile);
+  EXPECT_TRUE(args.to_json()["jit_compile"].get<bool>());
+}
+
+// On a GPU: after two warm-up steps the forward, loss, backward and metric
+// updates replay from a CUDA graph (BatchNormalization's moving statistics
+// included); the last, smaller batch of each epoch runs eagerly. Weights,
+// moving statistics and logged metrics match eager steps.
+TEST(JitCompileCUDA, ReplayedStepsMatchEagerSteps) {
+  NoTf32 ieee;
+  DeviceScope gpu("cuda:0");
+  Data d = data(100);  // batches of 32, 32, 32 and 4
+  auto eager = mlp(5);
+  auto he = eager->fit(fit_args(d, 3));
+  auto jit = mlp(5);
+  CompileArgs args = jit->train_state().compile_args();
+  args.jit_compile = true;
+  jit->compile(args);
+  auto hj = jit->fit(fit_args(d, 3));
+  auto a = eager->weights(), b = jit->weights();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(at::allclose(a[i]->value(), b[i]->value(), 1e-5, 1e-6)) << a[i]->path();
+  EXPECT_NEAR(he.history.at("loss").back(), hj.history.at("loss").back(), 1e-5);
+  EXPECT_EQ(he.history.at("accuracy").back(), hj.history.at("accuracy").back());
+
+  // The same steps driven one by one: 12 batches of 32, two warm up, one is
+  // captured and then replayed with the rest.
+  auto m = mlp(6);
+  m->build({{kNone, 20}});
+  CapturedTrainStep step(m->train_state(), at::Device(at::kCUDA, 0));
+  ASSERT_EQ(step.eager_reason(), "");
+  for (int64_t b = 0; b < 12; ++b) {
+    StepData s;
+    s.model = m.get();
+    s.x = {d.x.narrow(0, (b % 3) * 32, 32).cuda()};
+    s.y = {d.y.narrow(0, (b % 3) * 32, 32).cuda()};
+    s.variables = m->trainable_weights();
+    step.run(s);
+  }
+  EXPECT_EQ(step.eager_reason(), "");
+  EXPECT_EQ(step.replays(), 10);
 }
 
 }  // namespace

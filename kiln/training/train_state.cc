@@ -96,8 +96,7 @@ void update_metrics_stage(TrainState& ts, StepData& s) {
   auto metrics = ts.all_metrics();
   const auto& outputs = ts.metric_outputs();
   for (size_t o = 0; o < s.output_losses.size(); ++o)
-    if (Mean* t = ts.output_loss_tracker(o); t && s.output_losses[o].defined())
-      t->update(s.output_losses[o], batch);
+    if (Mean* t = ts.output_loss_tracker(o); t && s.output_losses[o].defined()) t->update(s.output_losses[o], batch);
   // all_metrics(): the tracker, the per-output loss trackers, then metrics.
   const size_t first_metric = metrics.size() - outputs.size();
   if (outputs.empty() || s.y.empty()) return;

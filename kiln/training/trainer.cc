@@ -18,6 +18,7 @@
 #include "kiln/training/fit_runner.h"
 #include "kiln/training/gradient_sync.h"
 #include "kiln/training/progbar.h"
+#include "kiln/training/step_graph.h"
 #include "kiln/training/train_state.h"
 
 namespace kiln {
@@ -260,6 +261,9 @@ History Model::fit(const FitArgs& a) {
   CallbackList cbs(a.callbacks, /*add_history=*/true, /*add_progbar=*/verbose != 0 && is_chief(), this,
                    fit_params_json(verbose, a.epochs, steps, val != nullptr));
   std::vector<VariablePtr> variables = trainable_weights();
+  // jit_compile: the step in a CUDA graph where it can be (step_graph.h).
+  std::unique_ptr<CapturedTrainStep> captured;
+  if (ts.compile_args().jit_compile) captured = std::make_unique<CapturedTrainStep>(ts, device);
   const int64_t per_execution = std::max<int64_t>(1, ts.compile_args().steps_per_execution);
 
   FitProgress& prog = ts.progress();
@@ -356,7 +360,10 @@ History Model::fit(const FitArgs& a) {
       s.global_batch_size = batch->global_rows;
       s.variables = variables;
       try {
-        ts.train_step(s);
+        if (captured)
+          captured->run(s);
+        else
+          ts.train_step(s);
       } catch (const std::exception& e) {
         if (!is_out_of_memory(e) || dynamic_cast<const UserError*>(&e)) throw;
         throw_out_of_memory(e, s, epoch, b, device);
