@@ -77,3 +77,18 @@ TEST_F(SpecDataSkip, BadSkipsAreOneClearError) {
 
 }  // namespace
 }  // namespace kiln::spec
+
+namespace kiln::spec {
+namespace {
+
+// The spec's compile section takes Keras's jit_compile (CUDA-graph capture
+// of the train step on a GPU, kiln/training/step_graph.h).
+TEST(SpecCompile, JitCompileIsAKnownKey) {
+  EXPECT_TRUE(compile_args_from_spec(Json{{"jit_compile", true}}).jit_compile);
+  EXPECT_FALSE(compile_args_from_spec(Json{{"jit_compile", "auto"}}).jit_compile);
+  EXPECT_FALSE(compile_args_from_spec(Json::object()).jit_compile);
+  EXPECT_THROW(compile_args_from_spec(Json{{"jit_compile", 3}}), ValueError);
+}
+
+}  // namespace
+}  // namespace kiln::spec

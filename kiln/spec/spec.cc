@@ -40,7 +40,8 @@ Json parse_spec(const std::string& text, const std::string& what) {
 
 CompileArgs compile_args_from_spec(const Json& compile) {
   Json c = compile.is_null() ? Json::object() : compile;
-  check_keys(c, {"optimizer", "loss", "loss_weights", "metrics", "steps_per_execution"}, "the `compile` section");
+  check_keys(c, {"optimizer", "loss", "loss_weights", "metrics", "steps_per_execution", "jit_compile"},
+             "the `compile` section");
   if (!c.contains("optimizer")) c["optimizer"] = "adam";
   if (!c.contains("loss")) c["loss"] = "sparse_categorical_crossentropy";
   if (!c.contains("metrics")) c["metrics"] = Json::array({"accuracy"});
