@@ -218,7 +218,11 @@ TEST(ParameterServer, StalenessIsVersionsSincePull) {
   EXPECT_EQ(a.status()[0].max_staleness, 2);
 }
 
-TEST(ParameterServer, AdamOnTwoPsMatchesOneProcess) {
+// Adam on two ps tasks against one process, the worker computing on
+// `worker`: its variables, gradients and the values it pulls back into its
+// variables live there (a GPU worker's too); the ps tasks keep theirs on
+// the CPU.
+void adam_on_two_ps_matches_one_process(const at::Device& worker) {
   const auto vars = model_variables();
   distribute::MinSizePartitioner partitioner({.min_shard_bytes = 64, .max_shards = 2});
   const auto placement = distribute::place_variables(to_place(vars), 2, &partitioner);
@@ -226,60 +230,26 @@ TEST(ParameterServer, AdamOnTwoPsMatchesOneProcess) {
   TwoPs cluster(adam);
   ParameterServerClient client(placement, options(cluster.addresses()));
   std::map<std::string, at::Tensor> init;
-  std::vector<VariablePtr> local;
+  std::vector<VariablePtr> local, on_worker;
   for (auto& v : vars) {
-    init[v->path()] = v->value().detach().clone();
+    init[v->path()] = v->value().detach().to(worker);
     local.push_back(std::make_shared<Variable>(v->path(), v->value().detach().clone(), true));
-  }
-  client.create_variables(init);
-  auto opt = Optimizer::from_json(adam);
-  set_random_seed(3);
-  for (int step = 0; step < 5; ++step) {
-    client.pull();
-    std::map<std::string, at::Tensor> grads;
-    std::vector<at::Tensor> local_grads;
-    for (auto& v : vars) {
-      at::Tensor g = at::randn(v->shape());
-      grads[v->path()] = g;
-      local_grads.push_back(g);
-    }
-    EXPECT_EQ(client.push_gradients(grads).max_staleness, 0);
-    opt->apply_gradients(local_grads, local);
-  }
-  auto values = client.pull();
-  for (auto& v : local) EXPECT_TRUE(at::allclose(values.at(v->path()), v->value().detach(), 1e-6, 1e-7)) << v->path();
-}
-
-// A worker computing on its GPU: variables, gradients and the values it
-// pulls back into its variables live there; the ps tasks keep theirs on
-// the CPU and apply the same Adam steps as one CPU process.
-TEST(ParameterServerCUDA, AWorkerOnTheGpuTrainsAgainstPsTasksOnTheCpu) {
-  const at::Device gpu(at::kCUDA, 0);
-  const auto vars = model_variables();
-  distribute::MinSizePartitioner partitioner({.min_shard_bytes = 64, .max_shards = 2});
-  const auto placement = distribute::place_variables(to_place(vars), 2, &partitioner);
-  const Json adam = Json{{"class_name", "Adam"}, {"config", {{"learning_rate", 0.01}}}};
-  TwoPs cluster(adam);
-  ParameterServerClient client(placement, options(cluster.addresses()));
-  std::map<std::string, at::Tensor> init;
-  std::vector<VariablePtr> local, on_gpu;
-  for (auto& v : vars) {
-    init[v->path()] = v->value().detach().to(gpu);
-    local.push_back(std::make_shared<Variable>(v->path(), v->value().detach().clone(), true));
-    on_gpu.push_back(std::make_shared<Variable>(v->path(), v->value().detach().to(gpu), true));
+    on_worker.push_back(std::make_shared<Variable>(v->path(), v->value().detach().to(worker), true));
   }
   client.create_variables(init);
   auto opt = Optimizer::from_json(adam);
   set_random_seed(3);
   for (int step = 0; step < 5; ++step) {
     auto pulled = client.pull();
-    at::NoGradGuard ng;
-    for (auto& v : on_gpu) v->value().copy_(pulled.at(v->path()));  // as the worker's strategy assigns them
+    {
+      at::NoGradGuard ng;
+      for (auto& v : on_worker) v->value().copy_(pulled.at(v->path()));  // as the worker's strategy assigns them
+    }
     std::map<std::string, at::Tensor> grads;
     std::vector<at::Tensor> local_grads;
     for (auto& v : vars) {
       at::Tensor g = at::randn(v->shape());
-      grads[v->path()] = g.to(gpu);
+      grads[v->path()] = g.to(worker);
       local_grads.push_back(g);
     }
     EXPECT_EQ(client.push_gradients(grads).max_staleness, 0);
@@ -290,7 +260,13 @@ TEST(ParameterServerCUDA, AWorkerOnTheGpuTrainsAgainstPsTasksOnTheCpu) {
     EXPECT_TRUE(values.at(v->path()).device().is_cpu());
     EXPECT_TRUE(at::allclose(values.at(v->path()), v->value().detach(), 1e-6, 1e-7)) << v->path();
   }
-  for (auto& v : on_gpu) EXPECT_TRUE(v->value().is_cuda()) << v->path();
+  for (auto& v : on_worker) EXPECT_EQ(v->value().device(), worker) << v->path();
+}
+
+TEST(ParameterServer, AdamOnTwoPsMatchesOneProcess) { adam_on_two_ps_matches_one_process(at::Device(at::kCPU)); }
+
+TEST(ParameterServerCUDA, AWorkerOnTheGpuTrainsAgainstPsTasksOnTheCpu) {
+  adam_on_two_ps_matches_one_process(at::Device(at::kCUDA, 0));
 }
 
 TEST(ParameterServer, CreateIsIdempotentAndErrorsAreClear) {
