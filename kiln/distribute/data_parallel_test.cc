@@ -30,6 +30,7 @@
 #include "kiln/testing/testing.h"
 #include "kiln/training/callbacks.h"
 #include "kiln/training/checkpoint.h"
+#include "kiln/training/gradient_sync.h"
 #include "kiln/training/train_state.h"
 
 namespace kiln {
@@ -229,6 +230,27 @@ TEST(DataParallel, ZeroStageOnOneReplicaIsBitIdentical) {
   auto zero = train_small(distribute::DataParallelOptions{.zero_stage = 2});
   ASSERT_EQ(plain.size(), zero.size());
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(at::equal(plain[i], zero[i])) << i;
+}
+
+// The gradient buckets, as PyTorch DDP's reducer lays them out: variables
+// in reverse order (backward's), a bucket closed when the next variable
+// would take it past the cap, a larger variable alone; ZeRO 2: one open
+// bucket per owner. Every replica computes the same plan, so the buckets'
+// launch order (their index) is the same on all: what NCCL needs.
+TEST(DataParallel, GradientBucketsFollowBackwardsOrderAndTheCap) {
+  BucketPlan p = plan_gradient_buckets({10, 20, 30, 40}, /*bucket_bytes=*/4 * 50);
+  EXPECT_EQ(p.bucket, (std::vector<size_t>{2, 1, 1, 0}));
+  EXPECT_EQ(p.offset, (std::vector<int64_t>{0, 30, 0, 0}));
+  EXPECT_EQ(p.bucket_numel, (std::vector<int64_t>{40, 50, 10}));
+  EXPECT_EQ(p.root, (std::vector<int>{-1, -1, -1}));
+  p = plan_gradient_buckets({100, 5}, 4 * 50);
+  EXPECT_EQ(p.bucket, (std::vector<size_t>{1, 0}));
+  EXPECT_EQ(p.bucket_numel, (std::vector<int64_t>{5, 100})) << "a variable over the cap gets a bucket of its own";
+  p = plan_gradient_buckets({10, 20, 30, 40}, int64_t{1} << 30, /*owner=*/{0, 1, 0, 1}, /*world=*/2);
+  EXPECT_EQ(p.bucket, (std::vector<size_t>{1, 0, 1, 0}));
+  EXPECT_EQ(p.offset, (std::vector<int64_t>{30, 40, 0, 0}));
+  EXPECT_EQ(p.bucket_numel, (std::vector<int64_t>{60, 40}));
+  EXPECT_EQ(p.root, (std::vector<int>{1, 0}));
 }
 
 // NCCL carries a job's GPU tensors when every rank has a GPU of its own;

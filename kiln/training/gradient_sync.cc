@@ -281,6 +281,31 @@ std::vector<int> partition_by_size(const std::vector<VariablePtr>& variables, in
 
 }  // namespace
 
+BucketPlan plan_gradient_buckets(const std::vector<int64_t>& numels, int64_t bucket_bytes,
+                                 const std::vector<int>& owner, int world) {
+  BucketPlan p;
+  p.bucket.assign(numels.size(), 0);
+  p.offset.assign(numels.size(), 0);
+  const bool by_owner = !owner.empty();
+  std::vector<int> open(by_owner ? world : 1, -1);  // the open bucket of each owner
+  std::vector<int64_t> bytes(open.size(), 0);
+  for (size_t k = numels.size(); k-- > 0;) {
+    const int64_t n = numels[k];
+    const int o = by_owner ? owner[k] : 0;
+    if (open[o] < 0 || (bytes[o] > 0 && bytes[o] + n * 4 > bucket_bytes)) {
+      open[o] = static_cast<int>(p.bucket_numel.size());
+      p.bucket_numel.push_back(0);
+      p.root.push_back(by_owner ? o : -1);
+      bytes[o] = 0;
+    }
+    p.bucket[k] = static_cast<size_t>(open[o]);
+    p.offset[k] = p.bucket_numel[open[o]];
+    p.bucket_numel[open[o]] += n;
+    bytes[o] += n * 4;
+  }
+  return p;
+}
+
 ReplicaGradientSync::ReplicaGradientSync(TrainState& ts, std::vector<VariablePtr> variables,
                                          std::shared_ptr<Distribution> dist)
     : ts_(ts), st_(std::make_shared<State>()) {
@@ -300,24 +325,18 @@ ReplicaGradientSync::ReplicaGradientSync(TrainState& ts, std::vector<VariablePtr
     for (size_t i = 0; i < st.variables.size(); ++i) st.owner_by_path[st.variables[i]->path()] = st.owner[i];
   }
   st.slots.resize(st.variables.size());
-  // Buckets in reverse variable order (roughly the order backward fills
-  // them); ZeRO 2: one open bucket per owner, so each bucket has one owner.
-  std::vector<int> open(st.zero_stage == 2 ? st.world : 1, -1);
-  std::vector<int64_t> bytes(open.size(), 0);
-  for (size_t k = st.variables.size(); k-- > 0;) {
-    const int64_t n = st.variables[k]->value().numel();
-    const int o = st.zero_stage == 2 ? st.owner[k] : 0;
-    if (open[o] < 0 || (bytes[o] > 0 && bytes[o] + n * 4 > sync.bucket_bytes)) {
-      open[o] = static_cast<int>(st.buckets.size());
-      st.buckets.emplace_back();
-      st.buckets.back().root = st.zero_stage == 2 ? o : -1;
-      bytes[o] = 0;
-    }
-    State::Bucket& b = st.buckets[open[o]];
-    st.slots[k] = {static_cast<size_t>(open[o]), b.numel, n};
-    b.numel += n;
-    bytes[o] += n * 4;
-    ++b.members;
+  std::vector<int64_t> numels;
+  for (const auto& v : st.variables) numels.push_back(v->value().numel());
+  const BucketPlan plan =
+      plan_gradient_buckets(numels, sync.bucket_bytes, st.zero_stage == 2 ? st.owner : std::vector<int>{}, st.world);
+  st.buckets.resize(plan.bucket_numel.size());
+  for (size_t j = 0; j < st.buckets.size(); ++j) {
+    st.buckets[j].numel = plan.bucket_numel[j];
+    st.buckets[j].root = plan.root[j];
+  }
+  for (size_t k = 0; k < st.variables.size(); ++k) {
+    st.slots[k] = {plan.bucket[k], plan.offset[k], numels[k]};
+    ++st.buckets[plan.bucket[k]].members;
   }
   for (auto& b : st.buckets)
     if (b.root < 0 || b.root == st.rank) b.flat = at::zeros({b.numel}, st.float_on_device());

@@ -57,6 +57,23 @@ namespace kiln {
 
 class TrainState;
 
+// The buckets' plan (what ReplicaGradientSync builds, every replica alike):
+// variable k's gradient goes to bucket `bucket[k]` at element `offset[k]`.
+// Variables are taken in reverse order (the order backward produces their
+// gradients); a bucket is closed when the next variable would take it past
+// `bucket_bytes` (4 bytes an element; a larger variable gets a bucket of
+// its own). With `owner` (ZeRO stage 2: each variable's owning replica) one
+// bucket is open per owner, so every bucket has one owner (`root`); else
+// root is -1 (all-reduced). Buckets launch in index order.
+struct BucketPlan {
+  std::vector<size_t> bucket;
+  std::vector<int64_t> offset;
+  std::vector<int64_t> bucket_numel;  // by bucket
+  std::vector<int> root;              // by bucket
+};
+BucketPlan plan_gradient_buckets(const std::vector<int64_t>& numels, int64_t bucket_bytes,
+                                 const std::vector<int>& owner = {}, int world = 1);
+
 class ReplicaGradientSync {
  public:
   ReplicaGradientSync(TrainState& ts, std::vector<VariablePtr> variables, std::shared_ptr<Distribution> dist);
