@@ -1,8 +1,14 @@
 // CapturedTrainStep on LibTorch's at::cuda::CUDAGraph (see step_graph.h).
+// Streams, events and the device guard go through c10's device-generic
+// interface (libc10), the graph through libtorch_cuda: libkiln_training
+// then needs no CUDA library that a program linking LibTorch does not load
+// already (libc10_cuda and libcudart are not on its NEEDED list, which an
+// installed kiln could not resolve: scripts/check_install.sh).
 #include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <sstream>
 
@@ -39,23 +45,23 @@ std::string first_line(std::string s) {
 class GraphStep final : public CapturedTrainStep::Impl {
  public:
   explicit GraphStep(const at::Device& device)
-      : index_(device.index()), stream_(c10::cuda::getStreamFromPool(false, device.index())) {}
+      : device_(device), impl_(c10::DeviceType::CUDA), stream_(impl_.getStreamFromGlobalPool(device, false)) {}
 
   void run(TrainState& ts, StepData& s, std::string& reason, int64_t& replays) override {
-    c10::cuda::CUDAGuard device_guard(index_);
+    c10::DeviceGuard device_guard(device_);
     // Every step runs on one non-default stream (capture cannot use the
     // legacy default stream, and warm-up belongs on the capturing stream),
     // after the work queued on the caller's (the batch's copy) and before
     // what the caller queues next (the host's reads of the metrics).
-    const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(index_);
-    c10::cuda::CUDAEvent ready;
+    const c10::Stream caller = impl_.getStream(device_);
+    c10::Event ready(c10::DeviceType::CUDA);
     ready.record(caller);
     ready.block(stream_);
     {
-      c10::cuda::CUDAStreamGuard stream_guard(stream_);
+      c10::StreamGuard stream_guard(stream_);
       step(ts, s, reason, replays);
     }
-    c10::cuda::CUDAEvent done;
+    c10::Event done(c10::DeviceType::CUDA);
     done.record(stream_);
     done.block(caller);
   }
@@ -146,8 +152,9 @@ class GraphStep final : public CapturedTrainStep::Impl {
     s.variables = static_.variables;
   }
 
-  c10::DeviceIndex index_;
-  c10::cuda::CUDAStream stream_;
+  at::Device device_;
+  c10::impl::VirtualGuardImpl impl_;
+  c10::Stream stream_;
   at::cuda::CUDAGraph graph_;
   bool captured_ = false;
   std::string captured_sig_, warm_sig_;
