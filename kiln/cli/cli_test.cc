@@ -459,6 +459,76 @@ TEST_F(Cli, ConfigValuesOutOfRangeAreUserErrors) {
   expect_short_error("show " + q(v), {"[layer_name, node_index, tensor_index]"});
 }
 
+// Regression: `batch_size: 1e308` was reported as -9223372036854775808 (a
+// double converted to an integer out of range). Integers in a spec are
+// range-checked and must be whole; 3.0 still reads as 3.
+TEST_F(Cli, SpecIntegersOutOfRangeOrWithAFractionAreNamedNotWrapped) {
+  Json s = csv_spec(csv_, base_);
+  s["fit"]["batch_size"] = 1e308;
+  auto r = kiln_stderr("train " + q(write_spec("huge.json", s)));
+  EXPECT_EQ(r.output.find("batch_size=-9223372036854775808"), std::string::npos) << r.output;
+  expect_short_error("train " + q(write_spec("huge.json", s)),
+                     {"`fit.batch_size`", "batch_size=1e+308", "out of range"});
+  s["fit"]["batch_size"] = 2.5;
+  expect_short_error("train " + q(write_spec("frac.json", s)), {"`fit.batch_size`", "whole number", "2.5"});
+  s["fit"]["batch_size"] = 16;
+  s["fit"]["epochs"] = 3e9;  // beyond int
+  expect_short_error("train " + q(write_spec("epochs.json", s)), {"`fit.epochs`", "out of range", "2147483647"});
+  s["fit"]["epochs"] = 1;
+  s["callbacks"] = {{{"class_name", "EarlyStopping"}, {"config", {{"patience", -1e300}}}}};
+  expect_short_error("train " + q(write_spec("patience.json", s)), {"callbacks[0] (EarlyStopping)", "`patience`"});
+  s["callbacks"] = {{{"class_name", "EarlyStopping"}, {"config", {{"patience", 2.0}}}}};
+  s["data"]["limit"] = 1e19;
+  expect_short_error("train " + q(write_spec("limit.json", s)), {"`data.limit`", "out of range"});
+  s["data"]["limit"] = 120.0;
+  s["fit"]["epochs"] = 1.0;
+  auto ok = kiln("--threads 1 train " + q(write_spec("whole.json", s)));
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+}
+
+// Regression: a key given twice in a spec passed silently, the last one
+// winning. It is one line naming the key and the object, exit 2.
+TEST_F(Cli, SpecKeysGivenTwiceAreRefused) {
+  Json s = csv_spec(csv_, base_);
+  s["callbacks"] = {{{"class_name", "EarlyStopping"}, {"config", {{"monitor", "loss"}}}}};
+  std::string text = s.dump();
+  auto twice = [&](const std::string& once, const std::string& doubled) {
+    std::string t = text;
+    const size_t at = t.find(once);
+    EXPECT_NE(at, std::string::npos) << once;
+    return t.replace(at, once.size(), doubled);
+  };
+  write_text(dir_.path() + "/fit.json", twice("\"epochs\":3", "\"epochs\":3,\"epochs\":1000"));
+  expect_short_error("train " + q(dir_.path() + "/fit.json"), {"fit.json", "`epochs` twice", "`fit`", "remove one"});
+  write_text(dir_.path() + "/cb.json", twice("\"monitor\":\"loss\"", "\"monitor\":\"loss\",\"monitor\":\"val_loss\""));
+  expect_short_error("train " + q(dir_.path() + "/cb.json"), {"`monitor` twice", "`callbacks[0].config`"});
+  write_text(dir_.path() + "/top.json", twice("\"fit\":", "\"fit\":{},\"fit\":"));
+  expect_short_error("train " + q(dir_.path() + "/top.json"), {"`fit` twice", "the top-level object"});
+  // The same key in two different objects is fine.
+  write_text(dir_.path() + "/ok.json", text);
+  auto ok = kiln("--threads 1 train " + q(dir_.path() + "/ok.json"));
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+}
+
+// Regression: ReduceLROnPlateau with a learning-rate schedule failed only
+// when the plateau first fired, mid-training, with exit 1 (and a restarted
+// job failed there again). It is refused when the spec is read.
+TEST_F(Cli, ReduceLROnPlateauWithAScheduleIsRefusedBeforeTraining) {
+  Json s = csv_spec(csv_, base_);
+  s["compile"]["optimizer"]["config"]["learning_rate"] = Json::parse(
+      R"({"class_name": "ExponentialDecay", "config": {"initial_learning_rate": 0.01, "decay_steps": 10,
+                                                        "decay_rate": 0.9}})");
+  // Nothing improves by 100: the plateau would fire at the second epoch.
+  s["callbacks"] = Json::parse(
+      R"([{"class_name": "ReduceLROnPlateau", "config": {"monitor": "loss", "patience": 1, "min_delta": 100}}])");
+  const std::string spec = write_spec("schedule.json", s);
+  auto r = kiln("--threads 1 train " + q(spec));
+  EXPECT_EQ(r.output.find("Epoch"), std::string::npos) << r.output;
+  expect_short_error("--threads 1 train " + q(spec),
+                     {"ReduceLROnPlateau", "ExponentialDecay", "constant learning_rate", "drop the callback"});
+  EXPECT_FALSE(path_exists(base_));
+}
+
 TEST_F(Cli, HelpExitsZero) {
   auto r = kiln("--help");
   EXPECT_EQ(r.exit_code, 0) << r.output;

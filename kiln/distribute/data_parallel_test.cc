@@ -426,6 +426,19 @@ TEST_F(MultiProcess, TwoRanksMatchOneProcessWithTheSameGlobalBatch) {
   for (size_t i = 0; i < g.size(); ++i) EXPECT_TRUE(at::equal(g[i].second, b[i].second)) << g[i].first;
 }
 
+// Regression: EarlyStopping's "Restoring model weights ..." came from every
+// rank; like the rest of training's output, only the chief prints it (every
+// rank still restores the same weights).
+TEST_F(MultiProcess, OnlyTheChiefSaysEarlyStoppingRestoredTheWeights) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+  const Json callbacks = Json::parse(
+      R"([{"class_name": "EarlyStopping", "config": {"monitor": "loss", "restore_best_weights": true, "verbose": 1}}])");
+  auto outs = run_ranks(2, spec("restore.json", 1, dir_.path() + "/restore", Json{{"callbacks", callbacks}}));
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_NE(outs[0].find("Restoring model weights"), std::string::npos) << outs[0];
+  EXPECT_EQ(outs[1].find("Restoring model weights"), std::string::npos) << outs[1];
+}
+
 // Three more ways to train data-parallel, each against one process:
 //   - gradient accumulation (the optimizer's gradient_accumulation_steps):
 //     the accumulating steps are not synchronized, the applying step sums

@@ -2,6 +2,8 @@
 #include "kiln/spec/spec.h"
 
 #include <algorithm>
+#include <cmath>
+#include <set>
 
 #include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
@@ -14,7 +16,106 @@ void check_keys(const Json& j, const std::vector<std::string>& allowed, const st
   check_config_keys(j, allowed, where);  // the library's one check
 }
 
+int64_t int_or(const Json& j, const char* key, int64_t fallback, const std::string& section, int64_t lo, int64_t hi) {
+  if (!j.is_object()) return fallback;
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  const Json& v = *it;
+  const std::string name = "`" + (section.empty() ? std::string() : section + ".") + key + "`";
+  const std::string received = std::string(". Received: ") + key + "=" + json_excerpt(v);
+  if (!v.is_number()) throw ValueError(name + " must be an integer" + received);
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d != std::trunc(d)) throw ValueError(name + " must be a whole number" + received);
+    // [-2^63, 2^63): the doubles that convert to int64_t; the range check follows.
+    if (std::isfinite(d) && d >= -0x1p63 && d < 0x1p63) {
+      const int64_t i = static_cast<int64_t>(d);
+      if (i >= lo && i <= hi) return i;
+    }
+  } else if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u <= static_cast<uint64_t>(INT64_MAX) && static_cast<int64_t>(u) <= hi && static_cast<int64_t>(u) >= lo)
+      return static_cast<int64_t>(u);
+  } else {
+    const int64_t i = v.get<int64_t>();
+    if (i >= lo && i <= hi) return i;
+  }
+  auto bound = [](int64_t b) {
+    return b == INT64_MIN ? std::string("-2^63") : b == INT64_MAX ? std::string("2^63-1") : std::to_string(b);
+  };
+  throw ValueError(name + " is out of range: it must be an integer from " + bound(lo) + " to " + bound(hi) + received);
+}
+
 namespace {
+
+// Refuses a key given twice in one object. nlohmann's parser lets the last
+// one win, which would silently drop half of what a spec says. Runs on text
+// parse_json has accepted, so only duplicates can fail here.
+class DuplicateKeyCheck : public nlohmann::json_sax<Json> {
+ public:
+  explicit DuplicateKeyCheck(std::string what) : what_(std::move(what)) {}
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override {
+    frames_.push_back({});
+    return true;
+  }
+  bool key(string_t& k) override {
+    Frame& f = frames_.back();
+    if (!f.keys.insert(k).second)
+      throw ValueError(what_ + " has the key `" + k + "` twice in " + where() +
+                       "; a key may appear once in an object: remove one");
+    f.key = k;
+    return true;
+  }
+  bool end_object() override { return end(); }
+  bool start_array(std::size_t) override {
+    frames_.push_back({.array = true});
+    return true;
+  }
+  bool end_array() override { return end(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  struct Frame {
+    bool array = false;
+    size_t index = 0;  // array: the element being read
+    std::string key;   // object: the key being read
+    std::set<std::string> keys;
+  };
+  bool value() {  // a value ended: an array moves on to its next element
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    return true;
+  }
+  bool end() {
+    frames_.pop_back();
+    return value();
+  }
+  // The object being read, as `fit` or `callbacks[0].config`.
+  std::string where() const {
+    std::string path;
+    for (size_t i = 0; i + 1 < frames_.size(); ++i)
+      path +=
+          frames_[i].array ? "[" + std::to_string(frames_[i].index) + "]" : (path.empty() ? "" : ".") + frames_[i].key;
+    return path.empty() ? "the top-level object" : "`" + path + "`";
+  }
+
+  std::string what_;
+  std::vector<Frame> frames_;
+};
+
+Json parse_strict(const std::string& text, const std::string& what) {
+  Json j = parse_json(text, what);
+  DuplicateKeyCheck check(what);
+  Json::sax_parse(text, &check);
+  return j;
+}
 
 Json checked_spec(Json spec, const std::string& path) {
   check_keys(spec,
@@ -31,11 +132,11 @@ Json checked_spec(Json spec, const std::string& path) {
 
 Json read_spec(const std::string& path) {
   if (is_directory(path)) throw ValueError("the spec " + path + " is a directory; pass a JSON file");
-  return checked_spec(read_json_file(path), path);
+  return checked_spec(parse_strict(read_file(path), "the spec " + path), path);
 }
 
 Json parse_spec(const std::string& text, const std::string& what) {
-  return checked_spec(parse_json(text, "the spec " + what), what);
+  return checked_spec(parse_strict(text, "the spec " + what), what);
 }
 
 CompileArgs compile_args_from_spec(const Json& compile) {
@@ -60,15 +161,15 @@ FitArgs fit_args_from_spec(const Json& fit, std::optional<uint64_t>* seed) {
               "steps_per_epoch", "validation_steps", "validation_freq", "class_weight"},
              "the `fit` section");
   FitArgs a;
-  a.epochs = get_or<int>(f, "epochs", 1);
-  a.batch_size = get_or<int64_t>(f, "batch_size", 32);
+  a.epochs = int_or<int>(f, "epochs", 1, "fit");
+  a.batch_size = int_or<int64_t>(f, "batch_size", 32, "fit");
   a.validation_split = get_or<double>(f, "validation_split", 0.0);
   a.shuffle = get_or<bool>(f, "shuffle", true);
-  a.verbose = get_or<int>(f, "verbose", -1);
-  a.initial_epoch = get_or<int>(f, "initial_epoch", 0);
-  a.steps_per_epoch = get_or<int64_t>(f, "steps_per_epoch", 0);
-  a.validation_steps = get_or<int64_t>(f, "validation_steps", 0);
-  a.validation_freq = get_or<int>(f, "validation_freq", 1);
+  a.verbose = int_or<int>(f, "verbose", -1, "fit");
+  a.initial_epoch = int_or<int>(f, "initial_epoch", 0, "fit");
+  a.steps_per_epoch = int_or<int64_t>(f, "steps_per_epoch", 0, "fit");
+  a.validation_steps = int_or<int64_t>(f, "validation_steps", 0, "fit");
+  a.validation_freq = int_or<int>(f, "validation_freq", 1, "fit");
   if (a.epochs < 1)
     throw ValueError("`fit.epochs` must be a positive integer. Received: epochs=" + std::to_string(a.epochs));
   if (a.batch_size < 1)

@@ -21,8 +21,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/core/json.h"
@@ -34,7 +38,16 @@ namespace kiln::spec {
 // ValueError if `j` is not an object or has a key outside `allowed`.
 void check_keys(const Json& j, const std::vector<std::string>& allowed, const std::string& where);
 
-// A spec file, its top-level keys validated.
+// The integer at `key` of `j` (`fallback` when absent or null), for T an
+// integer type. A number with a fraction, beyond T's range (`1e308`) or not
+// a number is a ValueError naming `section.key` (`key` when `section` is
+// empty) and the value, never a wrapped-around integer. 3.0 reads as 3.
+template <class T>
+T int_or(const Json& j, const char* key, T fallback, const std::string& section);
+int64_t int_or(const Json& j, const char* key, int64_t fallback, const std::string& section, int64_t lo, int64_t hi);
+
+// A spec file, its top-level keys validated; a key given twice in one object
+// is a ValueError (nlohmann's parser would keep the last one silently).
 Json read_spec(const std::string& path);
 // The same from the spec's text; `what` names it in errors.
 Json parse_spec(const std::string& text, const std::string& what);
@@ -74,5 +87,13 @@ FitArgs fit_args_from_spec(const Json& fit, std::optional<uint64_t>* seed);
 // [{"class_name": "EarlyStopping", "config": {...}}, "TerminateOnNaN", ...]
 std::vector<CallbackPtr> callbacks_from_spec(const Json& callbacks);
 std::vector<std::string> callback_names();
+
+template <class T>
+T int_or(const Json& j, const char* key, T fallback, const std::string& section) {
+  static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool> && sizeof(T) <= sizeof(int64_t));
+  return static_cast<T>(int_or(j, key, static_cast<int64_t>(fallback), section,
+                               static_cast<int64_t>(std::numeric_limits<T>::min()),
+                               static_cast<int64_t>(std::min<uint64_t>(std::numeric_limits<T>::max(), INT64_MAX))));
+}
 
 }  // namespace kiln::spec

@@ -53,12 +53,12 @@ const std::vector<Maker>& makers() {
          EarlyStoppingOptions o;
          o.monitor = get_or<std::string>(c, "monitor", o.monitor);
          o.min_delta = get_or<double>(c, "min_delta", o.min_delta);
-         o.patience = get_or<int>(c, "patience", o.patience);
-         o.verbose = get_or<int>(c, "verbose", o.verbose);
+         o.patience = int_or<int>(c, "patience", o.patience, "");
+         o.verbose = int_or<int>(c, "verbose", o.verbose, "");
          o.mode = get_or<std::string>(c, "mode", o.mode);
          o.baseline = opt_double(c, "baseline");
          o.restore_best_weights = get_or<bool>(c, "restore_best_weights", o.restore_best_weights);
-         o.start_from_epoch = get_or<int>(c, "start_from_epoch", o.start_from_epoch);
+         o.start_from_epoch = int_or<int>(c, "start_from_epoch", o.start_from_epoch, "");
          return std::make_shared<EarlyStopping>(o);
        }},
       {"ModelCheckpoint",
@@ -67,7 +67,7 @@ const std::vector<Maker>& makers() {
        [](const Json& c, const std::string& where) {
          ModelCheckpointOptions o;
          o.monitor = get_or<std::string>(c, "monitor", o.monitor);
-         o.verbose = get_or<int>(c, "verbose", o.verbose);
+         o.verbose = int_or<int>(c, "verbose", o.verbose, "");
          o.save_best_only = get_or<bool>(c, "save_best_only", o.save_best_only);
          o.save_weights_only = get_or<bool>(c, "save_weights_only", o.save_weights_only);
          o.mode = get_or<std::string>(c, "mode", o.mode);
@@ -81,7 +81,7 @@ const std::vector<Maker>& makers() {
          BackupAndRestoreOptions o;
          o.save_freq = save_freq(c, "save_freq");
          o.delete_checkpoint = get_or<bool>(c, "delete_checkpoint", o.delete_checkpoint);
-         o.keep = get_or<int>(c, "keep", o.keep);
+         o.keep = int_or<int>(c, "keep", o.keep, "");
          return std::make_shared<BackupAndRestore>(required_path(c, "backup_dir", where), o);
        }},
       {"CSVLogger",
@@ -104,11 +104,11 @@ const std::vector<Maker>& makers() {
          ReduceLROnPlateauOptions o;
          o.monitor = get_or<std::string>(c, "monitor", o.monitor);
          o.factor = get_or<double>(c, "factor", o.factor);
-         o.patience = get_or<int>(c, "patience", o.patience);
-         o.verbose = get_or<int>(c, "verbose", o.verbose);
+         o.patience = int_or<int>(c, "patience", o.patience, "");
+         o.verbose = int_or<int>(c, "verbose", o.verbose, "");
          o.mode = get_or<std::string>(c, "mode", o.mode);
          o.min_delta = get_or<double>(c, "min_delta", o.min_delta);
-         o.cooldown = get_or<int>(c, "cooldown", o.cooldown);
+         o.cooldown = int_or<int>(c, "cooldown", o.cooldown, "");
          o.min_lr = get_or<double>(c, "min_lr", o.min_lr);
          return std::make_shared<ReduceLROnPlateau>(o);
        }},

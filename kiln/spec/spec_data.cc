@@ -240,7 +240,7 @@ DataSplits load_named_csv(const Json& d, const std::string& source) {
     for (auto* list : {&s.xs_train, &s.ys_train})
       for (auto& t : *list) t = narrow_rows(t, k, t.size(0) - k);
   for (auto [key, is_test] : {std::pair{"limit", false}, std::pair{"test_limit", true}}) {
-    int64_t n = get_or<int64_t>(d, key, 0);
+    int64_t n = int_or<int64_t>(d, key, 0, "data");
     if (d.contains(key) && !d[key].is_null() && n < 1)
       throw ValueError(std::string("`data.") + key + "` must be a positive integer. Received: " + d[key].dump());
     if (n > 0)
@@ -402,7 +402,7 @@ DataSplits load_data(const Json& d) {
     if (t.defined() && t.size(0) > n) t = t.narrow(0, 0, n);
   };
   for (auto [key, is_test] : {std::pair{"limit", false}, std::pair{"test_limit", true}}) {
-    int64_t n = get_or<int64_t>(d, key, 0);
+    int64_t n = int_or<int64_t>(d, key, 0, "data");
     if (d.contains(key) && !d[key].is_null() && n < 1)
       throw ValueError(std::string("`data.") + key + "` must be a positive integer. Received: " + json_excerpt(d[key]));
     if (n > 0) {

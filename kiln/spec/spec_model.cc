@@ -83,7 +83,7 @@ ModelPtr mlp(const Json& args, const std::optional<Shape>& input_shape) {
   if (dropout < 0 || dropout >= 1)
     throw ValueError(owner + ": `dropout` must be in [0, 1). Received: " + std::to_string(dropout));
   std::string activation = get_or<std::string>(args, "activation", "relu");
-  int64_t classes = get_or<int64_t>(args, "num_classes", 10);
+  int64_t classes = int_or<int64_t>(args, "num_classes", 10, "model.args");
   if (classes < 1)
     throw ValueError(owner + ": `num_classes` must be a positive integer. Received: " + std::to_string(classes));
   std::vector<Json> layers;
@@ -106,13 +106,14 @@ ModelPtr cnn(const Json& args, const std::optional<Shape>& input_shape) {
   Shape shape = args.contains("input_shape") ? shape_from_json(args["input_shape"], owner + ": `input_shape`")
                                              : input_shape.value_or(Shape{28, 28, 1});
   auto filters = int_list(args, "filters", {32, 64}, owner);
-  int64_t kernel = get_or<int64_t>(args, "kernel_size", 3), pool = get_or<int64_t>(args, "pool_size", 2);
+  int64_t kernel = int_or<int64_t>(args, "kernel_size", 3, "model.args"),
+          pool = int_or<int64_t>(args, "pool_size", 2, "model.args");
   auto dense = int_list(args, "dense_units", {}, owner);
   double dropout = get_or<double>(args, "dropout", 0.5);
   if (dropout < 0 || dropout >= 1)
     throw ValueError(owner + ": `dropout` must be in [0, 1). Received: " + std::to_string(dropout));
   std::string activation = get_or<std::string>(args, "activation", "relu");
-  int64_t classes = get_or<int64_t>(args, "num_classes", 10);
+  int64_t classes = int_or<int64_t>(args, "num_classes", 10, "model.args");
   std::vector<Json> layers;
   // Images without a channel axis (N, 28, 28) get one.
   if (shape.size() == 2)

@@ -12,6 +12,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/optimizers/optimizer.h"
 #include "kiln/saving/safetensors.h"
 #include "kiln/testing/testing.h"
 #include "kiln/training/path_format.h"
@@ -148,6 +149,26 @@ TEST(ReduceLROnPlateau, LowersTheRateAfterPatienceWithCooldownAndFloor) {
   floored->fit(a);
   EXPECT_NEAR(floored->train_state().optimizer().learning_rate(), 0.004, 1e-12);
   EXPECT_THROW(ReduceLROnPlateau({.factor = 1.0}), ValueError);
+}
+
+// A schedule's rate cannot be set: fit() refuses the pair before the first
+// step (one error naming both and the fix), not at the first plateau.
+TEST(ReduceLROnPlateau, AScheduledLearningRateIsRefusedBeforeTheFirstStep) {
+  auto model = make_model(Optimizer::from_json(Json::parse(R"({"class_name": "SGD", "config": {"learning_rate":
+      {"class_name": "ExponentialDecay", "config": {"initial_learning_rate": 0.1, "decay_steps": 2,
+                                                    "decay_rate": 0.5}}}})")));
+  FitArgs a = quiet(blobs(16), 3);
+  a.callbacks = {script("val_loss", std::vector<double>(3, 1.0)),
+                 std::make_shared<ReduceLROnPlateau>(ReduceLROnPlateauOptions{.patience = 1})};
+  std::string error;
+  try {
+    model->fit(a);
+  } catch (const ValueError& e) {
+    error = e.what();
+  }
+  for (const char* m : {"ReduceLROnPlateau", "ExponentialDecay", "constant learning_rate", "drop the callback"})
+    EXPECT_NE(error.find(m), std::string::npos) << m << " not in: " << error;
+  EXPECT_EQ(model->train_state().optimizer().iterations(), 0);
 }
 
 // --- CSVLogger -----------------------------------------------------------------

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "kiln/core/variable.h"
 #include "kiln/models/model.h"
 
 namespace kiln {
@@ -107,10 +108,11 @@ void EarlyStopping::set_state_tensors(const std::map<std::string, at::Tensor>& t
 }
 
 void EarlyStopping::on_train_end(const Logs&) {
-  if (stopped_epoch_ > 0 && o_.verbose > 0) std::cout << "Epoch " << stopped_epoch_ + 1 << ": early stopping\n";
+  // Data parallel: every rank stops and restores alike; the chief alone prints.
+  const bool print = o_.verbose > 0 && is_chief();
+  if (stopped_epoch_ > 0 && print) std::cout << "Epoch " << stopped_epoch_ + 1 << ": early stopping\n";
   if (o_.restore_best_weights && !best_weights_.empty()) {
-    if (o_.verbose > 0)
-      std::cout << "Restoring model weights from the end of the best epoch: " << best_epoch_ + 1 << ".\n";
+    if (print) std::cout << "Restoring model weights from the end of the best epoch: " << best_epoch_ + 1 << ".\n";
     model().set_weights(best_weights_);
   }
 }

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kiln/models/model.h"
+#include "kiln/optimizers/optimizer.h"
 #include "kiln/training/train_state.h"
 
 namespace kiln {
@@ -25,7 +26,15 @@ bool ReduceLROnPlateau::improves(double value, double best) const {
   return maximize_ ? value > best + o_.min_delta : value < best - o_.min_delta;
 }
 
+void ReduceLROnPlateau::check_optimizer(const Optimizer& optimizer) {
+  if (optimizer.has_schedule())
+    throw ValueError("ReduceLROnPlateau cannot change the learning rate of the optimizer " + optimizer.name() +
+                     ": its learning_rate is the schedule " + optimizer.schedule()->class_name() +
+                     ". Use a constant learning_rate with ReduceLROnPlateau, or drop the callback");
+}
+
 void ReduceLROnPlateau::on_train_begin(const Logs&) {
+  check_optimizer(model().train_state().optimizer());  // before the first step, not at the first plateau
   // Keras's rule here: "acc" in the name means maximise (unless a compiled
   // metric says otherwise).
   maximize_ = monitor_is_max(o_.monitor, o_.mode, &model());

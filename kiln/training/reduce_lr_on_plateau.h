@@ -3,7 +3,8 @@
 // defaults). After a reduction, `cooldown` epochs pass before counting
 // again; the rate never goes below min_lr. Adds "learning_rate" to the
 // epoch logs (seen by History, CSVLogger, TensorBoard). Needs a constant
-// learning rate (Optimizer::set_learning_rate; StateError with a schedule).
+// learning rate: with a schedule (ExponentialDecay, CosineDecay, ...) fit()
+// refuses it before the first step, as `kiln train` does when it reads the spec.
 //
 //   std::make_shared<ReduceLROnPlateau>(ReduceLROnPlateauOptions{.factor = 0.5, .patience = 2});
 #pragma once
@@ -13,6 +14,8 @@
 #include "kiln/training/callback.h"
 
 namespace kiln {
+
+class Optimizer;
 
 struct ReduceLROnPlateauOptions {
   std::string monitor = "val_loss";
@@ -29,7 +32,11 @@ class ReduceLROnPlateau : public Callback {
  public:
   explicit ReduceLROnPlateau(ReduceLROnPlateauOptions options = {});
 
-  void on_train_begin(const Logs& logs) override;
+  // ValueError if `optimizer`'s learning rate is a schedule, which this
+  // callback cannot set (Keras fails there at the first reduction, mid-run).
+  static void check_optimizer(const Optimizer& optimizer);
+
+  void on_train_begin(const Logs& logs) override;  // check_optimizer first
   void on_epoch_end(int epoch, Logs& logs) override;
 
   // best, wait, cooldown_counter (the rate itself is the optimizer's state).

@@ -27,6 +27,7 @@
 #include "kiln/spec/spec.h"
 #include "kiln/training/backup_and_restore.h"
 #include "kiln/training/model_checkpoint.h"
+#include "kiln/training/reduce_lr_on_plateau.h"
 #include "kiln/tuning/metric_report.h"
 #include "kiln/tuning/tune_spec.h"
 #include "tools/kiln/cli.h"
@@ -60,6 +61,8 @@ Prepared prepare(const Json& spec, int epochs) {
   if (epochs > 0) p.fit.epochs = epochs;
   CompileArgs compile = compile_args_from_spec(spec.value("compile", Json::object()));
   p.fit.callbacks = callbacks_from_spec(spec.value("callbacks", Json::array()));
+  for (const auto& cb : p.fit.callbacks)  // a schedule's rate cannot be reduced: say so now, not at the plateau
+    if (dynamic_cast<const ReduceLROnPlateau*>(cb.get())) ReduceLROnPlateau::check_optimizer(*compile.optimizer);
   if (seed) set_random_seed(*seed);
   // Data parallel: from the spec's "distribution", or because the job was
   // started with several ranks (kiln launch, torchrun, TF_CONFIG, srun).
