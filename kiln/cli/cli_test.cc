@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -184,6 +185,28 @@ TEST_F(Cli, PredictRoundTripsJsonLinesInOrder) {
   auto piped = run_command("cat " + q(dir_.path() + "/in.jsonl") + " | " + q(cli_path()) + " predict " + q(v));
   ASSERT_EQ(piped.exit_code, 0) << piped.output;
   EXPECT_EQ(lines_of(piped.output), out);
+}
+
+// A model directory whose weights.safetensors is a FIFO (issue 30 §6):
+// show and predict refuse it with one line and exit 2 instead of hanging
+// in open(). `timeout` bounds the run should they hang (exit 124).
+TEST_F(Cli, ShowAndPredictRefuseAWeightsFileThatIsAFifo) {
+  auto x = Input({4}, at::kFloat, "x");
+  auto y = (*std::make_shared<Dense>(2))(x);
+  const std::string v = dir_.path() + "/fifo/1";
+  std::make_shared<Functional>(KerasTensors{x}, KerasTensors{y})->save(v);
+  const std::string w = v + "/weights.safetensors";
+  ASSERT_EQ(::unlink(w.c_str()), 0);
+  ASSERT_EQ(::mkfifo(w.c_str(), 0600), 0);
+  write_text(dir_.path() + "/one.jsonl", "[1, 2, 3, 4]\n");
+  const std::string want = w + " is not a regular file (a FIFO); kiln reads only regular files: replace it with one";
+  for (const std::string& args : {"show " + q(v), "predict " + q(v) + " --input " + q(dir_.path() + "/one.jsonl")}) {
+    auto r = run_command("timeout 20 " + q(cli_path()) + " " + args + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << args << ":\n" << r.output;
+    auto lines = lines_of(r.output);
+    ASSERT_EQ(lines.size(), 1u) << args << ":\n" << r.output;
+    EXPECT_NE(lines[0].find(want), std::string::npos) << lines[0];
+  }
 }
 
 // Regression: the output names were read through a sub-object of a

@@ -38,18 +38,40 @@ std::string random_suffix() {
   return h + "-" + std::to_string(::getpid()) + "-" + s;
 }
 
+// What a non-regular, non-directory file is, for the error that refuses it.
+std::string file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a file";
+}
+
 }  // namespace
 
 std::string read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO without a writer would otherwise wait for one
+  // forever (and a server loading it could not shut down); the fstat below
+  // refuses it instead. Reads of a regular file ignore the flag.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) throw NotFoundError("file not found: " + path);
     throw IOError("cannot open " + path + ": " + errno_text());
   }
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
+    std::string err = errno_text();
+    ::close(fd);
+    throw IOError("cannot stat " + path + ": " + err);
+  }
+  if (S_ISDIR(st.st_mode)) {
     ::close(fd);
     throw NotFoundError(path + " is a directory, expected a file");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw FormatError(path + " is not a regular file (" + file_kind(st.st_mode) +
+                      "); kiln reads only regular files: replace it with one");
   }
   std::string out;
   out.reserve(st.st_size > 0 ? (size_t)st.st_size : 4096);

@@ -12,8 +12,10 @@
 
 namespace kiln {
 
-// Whole file as bytes. NotFoundError naming the path if it does not exist,
-// IOError if it cannot be read.
+// Whole file as bytes. NotFoundError naming the path if it does not exist
+// (or is a directory), FormatError if it is not a regular file (a FIFO, a
+// device, a socket: refused at once, never waited on), IOError if it cannot
+// be read.
 std::string read_file(const std::string& path);
 
 bool path_exists(const std::string& path);

@@ -1,6 +1,11 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <functional>
+#include <future>
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
@@ -182,6 +187,36 @@ std::string with_header(const std::string& h, size_t data) {
 
 // Regression: decoding multiplied the shape without an overflow check and
 // read a header of any depth.
+// A weights file that is a FIFO (issue 30 §6): refused at once, naming the
+// file, instead of open() waiting forever for a writer (which kept a server
+// from shutting down). Bounded: should the load block, the FIFO's write end
+// is opened and closed so the reader gets EOF and the thread ends.
+TEST(ModelDirectory, AWeightsFileThatIsAFifoIsRefusedAtOnce) {
+  TempDir dir;
+  small_mlp()->save(dir.path() + "/m");
+  const std::string w = dir.path() + "/m/weights.safetensors";
+  ASSERT_EQ(::unlink(w.c_str()), 0);
+  ASSERT_EQ(::mkfifo(w.c_str(), 0600), 0);
+  auto load = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      load_model(dir.path() + "/m");
+      return "loaded";
+    } catch (const FormatError& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("another error: ") + e.what();
+    }
+  });
+  const bool prompt = load.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  while (load.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
+    int fd = ::open(w.c_str(), O_WRONLY | O_NONBLOCK);  // ENXIO until the reader is in open()
+    if (fd >= 0) ::close(fd);
+  }
+  const std::string error = load.get();
+  EXPECT_TRUE(prompt) << "load_model waited on the FIFO";
+  EXPECT_EQ(error, w + " is not a regular file (a FIFO); kiln reads only regular files: replace it with one");
+}
+
 TEST(Safetensors, DeepHeadersAndOverflowingShapesAreFormatErrors) {
   for (size_t depth : {50000, 200000}) {
     std::string h = std::string(depth, '[') + std::string(depth, ']');

@@ -18,8 +18,10 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 extern char** environ;
@@ -88,6 +90,27 @@ class ChildProcess {
     }
   }
 
+  // Reads stdout until enough(what was read) holds, the child closes it
+  // (exits) or timeout_s passes; returns what was read (with what
+  // wait_for_line left unread). Drains the pipe, so a child that logs a
+  // lot to stdout does not block on it.
+  std::string read_until(const std::function<bool(const std::string&)>& enough, double timeout_s) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    std::string out = std::move(buffer_);
+    buffer_.clear();
+    while (!enough(out) && out_fd_ >= 0) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd p{out_fd_, POLLIN, 0};
+      if (poll(&p, 1, (int)left.count()) <= 0) continue;  // deadline re-checked above
+      char buf[4096];
+      ssize_t n = read(out_fd_, buf, sizeof buf);
+      if (n <= 0) break;  // EOF: the child exited
+      out.append(buf, (size_t)n);
+    }
+    return out;
+  }
+
   // SIGKILL and reap (a crash, as far as the child's peers can tell).
   void kill_now() {
     if (pid_ <= 0) return;
@@ -102,6 +125,26 @@ class ChildProcess {
     kill(pid_, sig);
     int status = 0;
     waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  // stop() bounded: `sig`, then the exit code once the child exits within
+  // timeout_s (-1 if a signal ended it); -2 if it is still alive then, after
+  // which it is SIGKILLed and reaped.
+  int stop_within(double timeout_s, int sig = SIGTERM) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, sig);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill_now();
+        return -2;
+      }
+      // Polling the child's exit with a deadline (no event to wait on).
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }

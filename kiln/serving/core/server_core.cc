@@ -60,6 +60,7 @@ struct VersionEntry {
   int64_t version = 0;
   int64_t model_json_mtime = 0;
   std::unique_ptr<VersionLoader> loader;  // the version directory's; set when the entry is made
+  std::string scan_error;                 // set when the entry is made: the directory cannot be read (source.h)
   VersionLifecycle life;
   std::shared_ptr<Servable> servable;  // set in Loading, reset in Unloading
   BatchQueuePtr batch_queue;           // idem; a queue of Impl::batcher_ when batching
@@ -164,6 +165,7 @@ struct ServerCore::Impl {
     if (v->life.state() != VersionState::kNew) return;
     transition(*v, VersionState::kLoading);
     try {
+      if (!v->scan_error.empty()) throw NotFoundError(v->scan_error);
       v->servable = v->loader->load();  // warmed up; metrics recorded
     } catch (const std::exception& e) {
       std::string msg = e.what();
@@ -212,9 +214,15 @@ struct ServerCore::Impl {
   }
 
   // Brings one model's versions toward what its policy aspires to.
-  void reconcile_model(const std::shared_ptr<ModelEntry>& m, bool removed) {
+  // log_unreadable: log each version directory that cannot be read (a
+  // symlink loop): once per poll, not again on the reconciles that follow
+  // each load and unload.
+  void reconcile_model(const std::shared_ptr<ModelEntry>& m, bool removed, bool log_unreadable = false) {
     std::map<int64_t, VersionDir> on_disk =
         removed ? std::map<int64_t, VersionDir>{} : scan_versions(m->config.base_path);
+    if (log_unreadable)
+      for (auto& [v, d] : on_disk)
+        if (!d.error.empty()) spdlog::error("serving: {} version {}: {}", m->config.name, v, d.error);
     const std::set<int64_t> aspired = aspired_versions(m->config.version_policy, on_disk, removed);
 
     std::vector<std::shared_ptr<VersionEntry>> to_load, to_unload;
@@ -239,6 +247,7 @@ struct ServerCore::Impl {
         e->model = m->config.name;
         e->version = v;
         e->model_json_mtime = on_disk.at(v).model_json_mtime;
+        e->scan_error = on_disk.at(v).error;
         e->loader = std::make_unique<VersionLoader>(LoaderOptions{.model = e->model,
                                                                   .version = v,
                                                                   .platform = m->config.model_platform,
@@ -281,7 +290,7 @@ struct ServerCore::Impl {
       std::shared_lock<std::shared_mutex> rl(mu_);
       for (auto& [n, m] : models_) ms.push_back(m);
     }
-    for (auto& m : ms) reconcile_model(m, false);
+    for (auto& m : ms) reconcile_model(m, false, /*log_unreadable=*/true);
   }
 
   void apply_config(const ModelServerConfig& cfg) {
@@ -314,7 +323,7 @@ struct ServerCore::Impl {
       models_ = std::move(next);
     }
     for (auto& m : removed) reconcile_model(m, true);
-    for (auto& m : kept) reconcile_model(m, false);
+    for (auto& m : kept) reconcile_model(m, false, /*log_unreadable=*/true);
   }
 
   std::shared_ptr<ModelEntry> find_model(const std::string& name) const {

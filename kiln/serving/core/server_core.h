@@ -20,7 +20,8 @@
 // until its last handle is released, then Unloading, then Disabled. With
 // resource_preserving the old version is unloaded first. A version that
 // fails to load ends in Error (status END with the message) and never
-// replaces a working one. Removing a version directory unloads it (rollback
+// replaces a working one; so does one whose directory cannot be read (a
+// symlink loop: source.h), which is also logged on every poll. Removing a version directory unloads it (rollback
 // to the previous version when latest-N is the policy).
 //
 // Thread safety: every public member is thread-safe. Loading and unloading

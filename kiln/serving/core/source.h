@@ -8,7 +8,9 @@
 // most 18 digits) holding model.json. Anything else (".tmp-3",
 // "3.partial", a file) is ignored, so a version copied in under another
 // name and renamed into place appears whole. A missing or unreadable base
-// path has no versions.
+// path has no versions. A version name whose directory or model.json cannot
+// be examined (a symlink loop, no permission) is listed with `error` set,
+// so that the server reports it instead of skipping it in silence.
 // Thread safety: pure functions of the file system.
 #pragma once
 
@@ -21,6 +23,7 @@ namespace kiln::serving {
 struct VersionDir {
   std::string dir;                // base + "/" + name
   int64_t model_json_mtime = -1;  // ns; tells a version rewritten in place from the one loaded
+  std::string error;              // why dir cannot be read ("... a symlink loop ..."); empty when it can
 };
 
 std::map<int64_t, VersionDir> scan_versions(const std::string& base_path);

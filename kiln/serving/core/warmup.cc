@@ -1,16 +1,19 @@
 #include "kiln/serving/core/warmup.h"
 
-#include <fstream>
+#include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/core/io.h"
 #include "kiln/serving/codec/rest_codec.h"
 
 namespace kiln::serving {
 
 int replay_warmup(Servable& servable, const std::string& version_dir) {
   const std::string path = version_dir + "/assets/extra/warmup_requests.jsonl";
-  std::ifstream in(path);
-  if (!in) return 0;
+  if (!path_exists(path)) return 0;
+  // read_file refuses a FIFO or device at once: a version must not hang in
+  // Loading on one (nor hold up the server's shutdown).
+  std::istringstream in(read_file(path));
   std::string line;
   int n = 0, lineno = 0;
   while (std::getline(in, line)) {
