@@ -3,11 +3,13 @@
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+
 #include <netinet/in.h>
 #include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cmath>
 
 #include <algorithm>
 #include <chrono>
@@ -115,6 +117,24 @@ std::string wait_for_body(httplib::Client& c, const std::string& path, const std
   }
 }
 
+// The first model_version_status entry of GET `path` (a failed request fails
+// the test and gives null).
+Json version_status(httplib::Client& c, const std::string& path) {
+  auto r = c.Get(path);
+  EXPECT_TRUE(r) << path;
+  if (!r) return Json();
+  return Json::parse(r->body)["model_version_status"][0];
+}
+
+// A predict for the tiny model answers 200; its first prediction.
+float predict_ok(httplib::Client& c) {
+  auto r = c.Post("/v1/models/m:predict", R"({"instances": [[1,2,3,4]]})", "application/json");
+  EXPECT_TRUE(r);
+  if (!r) return NAN;
+  EXPECT_EQ(r->status, 200) << r->body;
+  return r->status == 200 ? Json::parse(r->body)["predictions"][0][0].get<float>() : NAN;
+}
+
 size_t count_of(const std::string& text, const std::string& part) {
   size_t n = 0;
   for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
@@ -143,18 +163,14 @@ TEST(KilnServe, AFifoWeightsFileFailsItsVersionAndSigtermStillEndsTheServer) {
   ASSERT_EQ(::mkfifo(w.c_str(), 0600), 0);
   ASSERT_EQ(::rename((dir.path() + "/staging").c_str(), (base + "/2").c_str()), 0);
   EXPECT_EQ(wait_for_body(c, "/v1/models/m/versions/2", "is not a regular file (a FIFO)", 20), "") << p.stderr_text();
-  auto r = c.Get("/v1/models/m/versions/2");
-  ASSERT_TRUE(r);
-  Json st = Json::parse(r->body)["model_version_status"][0];
-  EXPECT_EQ(st["state"], "END") << r->body;
+  Json st = version_status(c, "/v1/models/m/versions/2");
+  EXPECT_EQ(st["state"], "END") << st;
   EXPECT_EQ(st["status"]["error_message"],
             base +
                 "/2/weights.safetensors is not a regular file (a FIFO); kiln reads only regular files: replace "
                 "it with one")
-      << r->body;
-  r = c.Post("/v1/models/m:predict", R"({"instances": [[1,2,3,4]]})", "application/json");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200) << r->body;
+      << st;
+  predict_ok(c);
   c.stop();
   auto t0 = std::chrono::steady_clock::now();
   int code = p.stop_within(15);
@@ -184,19 +200,14 @@ TEST(KilnServe, ASymlinkLoopVersionIsLoggedEachPollAndReportedInItsStatus) {
   ASSERT_EQ(::symlink((base + "/3").c_str(), (base + "/2").c_str()), 0);
   ASSERT_EQ(::symlink((base + "/2").c_str(), (base + "/3").c_str()), 0);
   EXPECT_EQ(wait_for_body(c, "/v1/models/m/versions/3", "symlink loop", 20), "") << p.stderr_text();
-  auto r = c.Get("/v1/models/m/versions/3");
-  ASSERT_TRUE(r);
-  Json st = Json::parse(r->body)["model_version_status"][0];
-  EXPECT_EQ(st["state"], "END") << r->body;
-  EXPECT_EQ(st["status"]["error_code"], "UNKNOWN") << r->body;
+  Json st = version_status(c, "/v1/models/m/versions/3");
+  EXPECT_EQ(st["state"], "END") << st;
+  EXPECT_EQ(st["status"]["error_code"], "UNKNOWN") << st;
   EXPECT_EQ(st["status"]["error_message"], "cannot read " + base +
                                                "/3: Too many levels of symbolic links (a symlink loop); fix or "
                                                "remove it")
-      << r->body;
-  r = c.Post("/v1/models/m:predict", R"({"instances": [[1,2,3,4]]})", "application/json");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200) << r->body;
-  EXPECT_FLOAT_EQ(Json::parse(r->body)["predictions"][0][0].get<float>(), tiny_output(1.0f, {1, 2, 3, 4}));
+      << st;
+  EXPECT_FLOAT_EQ(predict_ok(c), tiny_output(1.0f, {1, 2, 3, 4}));
   // Logged on every poll (to stdout, spdlog's default): read a few polls' lines.
   const std::string logged = "serving: m version 3: cannot read " + base + "/3: Too many levels";
   std::string log = p.read_until([&](const std::string& out) { return count_of(out, logged) >= 4; }, 20);
