@@ -49,6 +49,78 @@ extern "C" void on_stop_signal(int sig) {
   (void)n;
 }
 
+// Waits on stop_pipe in a thread of its own, from before the models load,
+// and bounds the shutdown that a stop signal starts: past the deadline it
+// logs and ends the process. What shutdown waits for last is ServerCore's
+// load threads, and a load can outlast any deadline (a read from a hung
+// network file system, a long warmup), so a signal during one kept the
+// server alive. Nothing is lost by ending then: serving writes no files.
+class StopWatcher {
+ public:
+  explicit StopWatcher(double deadline_seconds) : deadline_seconds_(deadline_seconds) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~StopWatcher() {
+    finished();
+    thread_.join();
+  }
+  bool stop_requested() {
+    std::lock_guard<std::mutex> l(mu_);
+    return signal_ != 0;
+  }
+  // Blocks until SIGINT or SIGTERM; returns it.
+  int wait_for_stop() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return signal_ != 0; });
+    return signal_;
+  }
+  // The shutdown is over (or the server ends on an error): no deadline.
+  void finished() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    cv_.notify_all();
+    const char wake = 0;  // ends the read below when no signal came
+    ssize_t n = ::write(stop_pipe[1], &wake, 1);
+    (void)n;
+  }
+
+ private:
+  void run() {
+    // The one server thread that takes SIGINT/SIGTERM (the others block them).
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    char got = 0;
+    while (::read(stop_pipe[0], &got, 1) < 0 && errno == EINTR) {
+    }
+    std::unique_lock<std::mutex> l(mu_);
+    if (got == 0 || finished_) return;
+    signal_ = got;
+    spdlog::info("serving: signal {}, shutting down", signal_);
+    cv_.notify_all();
+    if (cv_.wait_for(l, std::chrono::duration<double>(deadline_seconds_), [&] { return finished_; })) return;
+    spdlog::error(
+        "serving: shutdown did not finish within {} s of the signal (a model version is still loading or "
+        "unloading); exiting without waiting for it",
+        deadline_seconds_);
+    spdlog::shutdown();  // flushes the log
+    std::cout.flush();
+    ::_exit(0);
+  }
+
+  const double deadline_seconds_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int signal_ = 0;         // guarded by mu_
+  bool finished_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
 struct ServeOptions {
   std::string model_name = "default";
   std::string model_base_path;
@@ -168,8 +240,8 @@ void run_serve(const ServeOptions& o) {
   std::string bearer_token;
   if (!o.bearer_token_file.empty()) bearer_token = read_token_file(o.bearer_token_file, "--bearer_token_file");
 
-  // Signals go to on_stop_signal; the server's threads block them, the
-  // waiting thread unblocks them below.
+  // Signals go to on_stop_signal; the server's threads block them, and
+  // StopWatcher's thread (started below, before the models load) takes them.
   if (stop_pipe[0] < 0 && ::pipe(stop_pipe) != 0) throw IOError("kiln serve: cannot create a pipe for signals");
   struct sigaction sa = {};
   sa.sa_handler = on_stop_signal;
@@ -182,9 +254,13 @@ void run_serve(const ServeOptions& o) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
+  FrontendOptions fo;
+  // A stop signal ends the server within the front ends' drain and 5 s more,
+  // whatever a model load is doing (StopWatcher).
+  StopWatcher watcher(fo.drain_seconds + 5);
   ServerCore core(co);
   core.start();
-  FrontendOptions fo;
+  if (watcher.stop_requested()) return;  // stopped while the first versions loaded
   fo.host = o.rest_api_bind;
   fo.port = rest_port_flag;
   if (o.rest_api_num_threads > 0) fo.num_threads = o.rest_api_num_threads;
@@ -247,13 +323,7 @@ void run_serve(const ServeOptions& o) {
       }
     });
   }
-  int sig = 0;
-  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-  char got = 0;
-  while (::read(stop_pipe[0], &got, 1) < 0 && errno == EINTR) {
-  }
-  sig = got;
-  spdlog::info("serving: signal {}, shutting down", sig);
+  watcher.wait_for_stop();
   done = true;
   if (config_poller.joinable()) config_poller.join();  // wakes within one poll interval
   if (grpc) grpc->stop();

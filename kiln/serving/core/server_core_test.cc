@@ -201,7 +201,7 @@ TEST(ServerCore, MemoryIsReturnedWhenVersionsUnload) {
   // MB here); glibc's per-thread arenas alone grew it by up to 33 MB on a
   // loaded 2-core machine, so the bound is one model.
   EXPECT_LT(grown, model_bytes) << "5 more swaps of a " << model_bytes / 1000000 << " MB model grew the process by "
-                                    << grown / 1000000 << " MB: unloaded versions' memory is kept";
+                                << grown / 1000000 << " MB: unloaded versions' memory is kept";
   EXPECT_LT(held, 3 * model_bytes) << "after 6 swaps of a " << model_bytes / 1000000 << " MB model the process holds "
                                    << held / 1000000 << " MB more than with none loaded";
 }
