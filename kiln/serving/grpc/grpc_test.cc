@@ -656,5 +656,28 @@ TEST_F(GrpcServerTest, ReloadsDoNotKeepAFinishedThreadEach) {
   EXPECT_TRUE(core_->wait_until_ready({.name = "clf", .label = "stable"}, 5));
 }
 
+// KServe's ModelMetadata lists every version available, newest first, as
+// REST's GET /v2/models/{m} does (it listed only the version it resolved).
+TEST_F(GrpcServerTest, KServeModelMetadataListsEveryAvailableVersion) {
+  save_model(dir_.path() + "/clf/2", 4, 3, "softmax");
+  ModelServerConfig cfg = core_->config();
+  cfg.models[0].version_policy.kind = VersionPolicy::Kind::kAll;
+  core_->reload_config(cfg);
+  ASSERT_TRUE(core_->wait_until_ready({.name = "clf", .version = 2}, 30));
+  ASSERT_TRUE(core_->wait_until_ready({.name = "clf", .version = 1}, 30));
+  auto versions = [&](const std::string& version) {
+    grpc::ClientContext ctx;
+    inference::ModelMetadataRequest q;
+    q.set_name("clf");
+    q.set_version(version);
+    inference::ModelMetadataResponse r;
+    auto s = kserve_->ModelMetadata(&ctx, q, &r);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return std::vector<std::string>(r.versions().begin(), r.versions().end());
+  };
+  EXPECT_EQ(versions(""), (std::vector<std::string>{"2", "1"}));
+  EXPECT_EQ(versions("1"), (std::vector<std::string>{"1"}));
+}
+
 }  // namespace
 }  // namespace kiln::serving
