@@ -223,7 +223,11 @@ TEST(KServeTensor, MismatchesAreClearErrors) {
   in.mutable_contents()->add_fp32_contents(1);
   expect_error<ValueError>([&] { from_infer_input(in, nullptr); },
                            {"input 'x': contents.fp32_contents holds 1 values but shape (2, 2) needs 4"});
+  // Values in contents and raw_input_contents both: the protocol forbids it.
   std::string raw(15, '\0');
+  expect_error<ValueError>([&] { from_infer_input(in, &raw); },
+                           {"input 'x' sets contents, but the request carries raw_input_contents"});
+  in.clear_contents();
   expect_error<ValueError>([&] { from_infer_input(in, &raw); }, {"raw_input_contents holds 15 bytes"});
   in.set_datatype("FP8");
   expect_error<ValueError>([&] { from_infer_input(in, nullptr); }, {"datatype 'FP8' is not supported"});
