@@ -351,6 +351,12 @@ at::ScalarType from_kserve_datatype(const std::string& d, const std::string& wha
 
 WireTensor from_infer_input(const inference::ModelInferRequest::InferInputTensor& in, const std::string* raw) {
   const std::string what = "input '" + in.name() + "'";
+  // The protocol forbids both (Triton answers INVALID_ARGUMENT too): reading
+  // one would silently drop the other. An empty `contents` holds no data.
+  if (raw && in.has_contents() && in.contents().ByteSizeLong() > 0)
+    throw ValueError(what +
+                     " sets contents, but the request carries raw_input_contents; send every input's data in "
+                     "raw_input_contents, or every input's in contents");
   WireTensor w;
   for (auto d : in.shape()) {
     if (d < 0) throw ValueError(what + ": shape has a negative dimension (" + std::to_string(d) + ")");

@@ -61,7 +61,8 @@ std::string kserve_datatype(at::ScalarType type);  // "FP32", "INT64", ...; Valu
 at::ScalarType from_kserve_datatype(const std::string& datatype, const std::string& what);  // not "BYTES"
 
 // Decodes one input. `raw` is its raw_input_contents entry, or nullptr when
-// the request carries typed `contents`.
+// the request carries typed `contents`; an input whose `contents` hold values
+// while `raw` is given is refused (ValueError), as the protocol forbids both.
 WireTensor from_infer_input(const inference::ModelInferRequest::InferInputTensor& input, const std::string* raw);
 // Fills name/datatype/shape and either `contents` (raw == nullptr) or *raw.
 void to_infer_output(const std::string& name, const at::Tensor& tensor,

@@ -590,17 +590,6 @@ std::vector<VersionStatus> ServerCore::model_status(const ModelSpec& spec) const
   return out;
 }
 
-Json ServerCore::model_status_json(const ModelSpec& spec) const {
-  Json list = Json::array();
-  for (auto& s : model_status(spec)) {
-    bool err = s.state == VersionState::kError;
-    list.push_back(Json{{"version", std::to_string(s.version)},
-                        {"state", tfs_state_name(s.state)},
-                        {"status", {{"error_code", err ? "UNKNOWN" : "OK"}, {"error_message", s.error}}}});
-  }
-  return Json{{"model_version_status", list}};
-}
-
 std::vector<std::string> ServerCore::model_names() const {
   std::shared_lock<std::shared_mutex> l(impl_->mu_);
   std::vector<std::string> out;
@@ -679,38 +668,6 @@ bool ServerCore::wait_until_ready(const ModelSpec& spec, double timeout_seconds)
 bool ServerCore::wait_until_idle(double timeout_seconds) const {
   auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
   return impl_->loaders_->wait_until_idle(end);
-}
-
-std::string tf_dtype_name(const std::string& d) {
-  static const std::map<std::string, std::string> m{
-      {"float32", "DT_FLOAT"}, {"float64", "DT_DOUBLE"},    {"int32", "DT_INT32"},  {"int64", "DT_INT64"},
-      {"uint8", "DT_UINT8"},   {"int8", "DT_INT8"},         {"int16", "DT_INT16"},  {"bool", "DT_BOOL"},
-      {"float16", "DT_HALF"},  {"bfloat16", "DT_BFLOAT16"}, {"string", "DT_STRING"}};
-  auto it = m.find(d);
-  return it == m.end() ? "DT_INVALID" : it->second;
-}
-
-Json tfs_metadata_json(const ServableHandle& h) {
-  auto tensors = [](const Json& specs) {
-    Json out = Json::object();
-    for (auto& [name, spec] : specs.items()) {
-      Json dims = Json::array();
-      for (auto& d : spec["shape"])
-        dims.push_back(Json{{"size", std::to_string(d.is_null() ? -1 : d.get<int64_t>())}, {"name", ""}});
-      out[name] = Json{{"dtype", tf_dtype_name(spec.value("dtype", "float32"))},
-                       {"tensor_shape", {{"dim", dims}, {"unknown_rank", false}}},
-                       {"name", name + ":0"}};
-    }
-    return out;
-  };
-  Json defs = Json::object();
-  for (auto& [sig, s] : h.signatures().items()) {
-    std::string method = s.value("method_name", "predict");
-    if (method.find('/') == std::string::npos) method = "tensorflow/serving/" + method;
-    defs[sig] = Json{{"inputs", tensors(s["inputs"])}, {"outputs", tensors(s["outputs"])}, {"method_name", method}};
-  }
-  return Json{{"model_spec", {{"name", h.model_name}, {"signature_name", ""}, {"version", std::to_string(h.version)}}},
-              {"metadata", {{"signature_def", {{"signature_def", defs}}}}}};
 }
 
 }  // namespace kiln::serving

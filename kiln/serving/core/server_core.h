@@ -155,9 +155,6 @@ class ServerCore {
   // Versions of `name` (all known ones, newest first), or only `version` /
   // the one `label` points to. NOT_FOUND for an unknown model/version/label.
   std::vector<VersionStatus> model_status(const ModelSpec& spec) const;
-  // {"model_version_status": [{"version": "1", "state": "AVAILABLE",
-  //   "status": {"error_code": "OK", "error_message": ""}}]}
-  Json model_status_json(const ModelSpec& spec) const;
   std::vector<std::string> model_names() const;
   // True when every configured model has a Ready version.
   bool ready() const;
@@ -188,15 +185,5 @@ class ServerCore {
   std::unique_ptr<MetricsRegistry> metrics_;
   std::unique_ptr<Impl> impl_;
 };
-
-// kiln signature JSON -> TF Serving's GetModelMetadata REST body:
-// {"model_spec": {"name", "signature_name": "", "version"}, "metadata":
-//  {"signature_def": {"signature_def": {"serving_default": {"inputs": {name:
-//  {"dtype": "DT_FLOAT", "tensor_shape": {"dim": [{"size": "-1", "name": ""}],
-//  "unknown_rank": false}, "name": "name:0"}}, "outputs": {...},
-//  "method_name": "tensorflow/serving/predict"}}}}}
-Json tfs_metadata_json(const ServableHandle& handle);
-// "float32" -> "DT_FLOAT" ... (TF DataType enum names).
-std::string tf_dtype_name(const std::string& kiln_dtype);
 
 }  // namespace kiln::serving

@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "kiln/serving/api/tfs_v1.h"
 #include "kiln/serving/serving_test_util.h"
 #include "kiln/testing/testing.h"
 
@@ -87,7 +88,7 @@ TEST(ServerCore, NewVersionsReplaceOldOnesUnderLoadWithZeroFailures) {
   EXPECT_GT(ok, 0);
   EXPECT_TRUE(seen.count(tiny_output(0.5f, {1, 1, 1, 1})));
   EXPECT_TRUE(seen.count(tiny_output(1.0f, {1, 1, 1, 1})));
-  Json st = s.core->model_status_json({"m"});
+  Json st = tfs_v1::status_json(s.core->model_status({"m"}));
   EXPECT_EQ(st["model_version_status"][0]["version"], "2");
   EXPECT_EQ(st["model_version_status"][0]["state"], "END");
 }
@@ -109,7 +110,7 @@ TEST(ServerCore, AFailedLoadIsReportedAndDoesNotReplaceTheWorkingVersion) {
   ASSERT_TRUE(s.core->wait_until_idle(30));
   EXPECT_EQ(state_of(*s.core, "m", 2), VersionState::kError);
   EXPECT_EQ(state_of(*s.core, "m", 1), VersionState::kReady);
-  Json st = s.core->model_status_json({"m", 2, std::nullopt});
+  Json st = tfs_v1::status_json(s.core->model_status({"m", 2, std::nullopt}));
   EXPECT_EQ(st["model_version_status"][0]["state"], "END");
   EXPECT_EQ(st["model_version_status"][0]["status"]["error_code"], "UNKNOWN");
   EXPECT_FALSE(st["model_version_status"][0]["status"]["error_message"].get<std::string>().empty());

@@ -11,7 +11,6 @@
 #include <functional>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -21,6 +20,9 @@
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/core/thread_pool.h"
+#include "kiln/serving/api/kserve_v2.h"
+#include "kiln/serving/api/run_inference.h"
+#include "kiln/serving/api/tfs_v1.h"
 #include "kiln/serving/codec/example_input.h"
 #include "kiln/serving/codec/inference.h"
 #include "kiln/serving/codec/predict_options.h"
@@ -79,34 +81,7 @@ void fill_spec(const ServableHandle& h, const std::string& signature, tfs::Model
   out->set_signature_name(signature);
 }
 
-std::string signature_of(const tfs::ModelSpec& s) {
-  return s.signature_name().empty() ? std::string(kDefaultSignature) : s.signature_name();
-}
-
-const Json& signature_json(const ServableHandle& h, const std::string& name) {
-  const Json& sigs = h.signatures();
-  if (!sigs.contains(name)) {
-    std::string known;
-    for (auto& [k, v] : sigs.items()) known += (known.empty() ? "'" : ", '") + k + "'";
-    throw ServingError(Code::kInvalidArgument,
-                       "Serving signature name: '" + name + "' not found in signature def; the model has " + known);
-  }
-  return sigs[name];
-}
-
-Shape shape_of(const Json& j) {
-  Shape s;
-  for (auto& d : j) s.push_back(d.is_null() ? -1 : d.get<int64_t>());
-  return s;
-}
-
-std::string kserve_dtype_name(const std::string& kiln_dtype) {
-  try {
-    return kserve_datatype(dtype_from_string(kiln_dtype));
-  } catch (const std::exception&) {
-    return "BYTES";
-  }
-}
+std::string signature_of(const tfs::ModelSpec& s) { return tfs_v1::signature_or_default(s.signature_name()); }
 
 // With a bearer token configured, checks the call's "authorization"
 // metadata (UNAUTHENTICATED otherwise).
@@ -134,21 +109,9 @@ void check_admin_call(const FrontendOptions& o, const grpc::ServerContext* ctx) 
 enum class Auth { kRequired, kOpen };
 
 tfs::ModelVersionStatus::State tfs_state(VersionState s) {
-  switch (s) {
-    case VersionState::kNew:
-      return tfs::ModelVersionStatus::START;
-    case VersionState::kLoading:
-      return tfs::ModelVersionStatus::LOADING;
-    case VersionState::kReady:
-      return tfs::ModelVersionStatus::AVAILABLE;
-    case VersionState::kQuiescing:
-    case VersionState::kUnloading:
-      return tfs::ModelVersionStatus::UNLOADING;
-    case VersionState::kDisabled:
-    case VersionState::kError:
-      return tfs::ModelVersionStatus::END;
-  }
-  return tfs::ModelVersionStatus::UNKNOWN;
+  tfs::ModelVersionStatus::State state = tfs::ModelVersionStatus::UNKNOWN;
+  tfs::ModelVersionStatus::State_Parse(tfs_state_name(s), &state);
+  return state;
 }
 
 VersionPolicy policy_of(const tfs::FileSystemStoragePathSourceConfig::ServableVersionPolicy& p) {
@@ -169,20 +132,6 @@ VersionPolicy policy_of(const tfs::FileSystemStoragePathSourceConfig::ServableVe
       break;  // TF Serving's default: the latest version
   }
   return v;
-}
-
-ModelSpec kserve_spec(const std::string& name, const std::string& version) {
-  if (name.empty()) throw ServingError(Code::kInvalidArgument, "the model name is empty");
-  ModelSpec spec;
-  spec.name = name;
-  if (!version.empty()) {
-    char* end = nullptr;
-    long long v = std::strtoll(version.c_str(), &end, 10);
-    if (*end != '\0' || v <= 0)
-      throw ServingError(Code::kInvalidArgument, "model version '" + version + "' is not a positive integer");
-    spec.version = v;
-  }
-  return spec;
 }
 
 // --- call data ------------------------------------------------------------------
@@ -600,28 +549,32 @@ void AsyncServer::stop() {
 // --- inference: parse here, answer from predict_async's done --------------------------------
 template <class C, class Encode>
 void AsyncServer::infer(C& c, ServableHandlePtr handle, std::string signature, TensorMap inputs, Encode encode) {
-  Deadline deadline = deadline_of(&c.ctx);
-  core_.predict_async(std::move(handle), std::move(signature), std::move(inputs), deadline,
-                      [&c, encode](std::exception_ptr error, TensorMap outputs, const RequestTiming& t) {
-                        c.timing.queue_us = t.queue_us;
-                        c.timing.compute_us = t.compute_us;
-                        c.timing.batch_size = t.batch_size;
-                        Status status;
-                        try {
-                          if (error) std::rethrow_exception(error);
-                          auto start = SteadyClock::now();
-                          encode(outputs);
-                          c.timing.serialize_us = micros_since(start);
-                        } catch (...) {
-                          status = status_of_current_exception();
-                        }
-                        // Batching: this is the batch thread, which hands the
-                        // send back to the queue and computes the next batch.
-                        if (t_polling_thread)
-                          c.finish(status);
-                        else
-                          c.finish_on_queue(status);
-                      });
+  api::run_inference(core_, std::move(handle), std::move(signature), std::move(inputs), deadline_of(&c.ctx),
+                     c.timing.parse_us, std::move(encode), [&c](const Status& status, const RequestTiming& t) {
+                       c.timing = t;
+                       // Batching: this is the batch thread, which hands the
+                       // send back to the queue and computes the next batch.
+                       if (t_polling_thread)
+                         c.finish(status);
+                       else
+                         c.finish_on_queue(status);
+                     });
+}
+
+// One row per example, one class per column (Classify and MultiInference).
+void fill_classifications(const Classifications& cl, tfs::ClassificationResult* result) {
+  for (int64_t i = 0; i < cl.examples; ++i) {
+    auto* row = result->add_classifications();
+    for (int64_t k = 0; k < cl.classes; ++k) {
+      auto* cls = row->add_classes();
+      cls->set_label(cl.label(i, k));
+      cls->set_score(cl.score(i, k));
+    }
+  }
+}
+
+void fill_regressions(const std::vector<float>& values, tfs::RegressionResult* result) {
+  for (float v : values) result->add_regressions()->set_value(v);
 }
 
 void AsyncServer::predict(PredictCall& c) {
@@ -647,17 +600,8 @@ void AsyncServer::predict(PredictCall& c) {
     return;
   c.timing.parse_us = micros_since(start);
   infer(c, h, sig, std::move(inputs), [&c, h, sig](TensorMap& out) {
-    std::vector<std::string> names;
-    if (c.request.output_filter_size() == 0) {
-      for (auto& [k, v] : out) names.push_back(k);
-    } else {
-      for (auto& f : c.request.output_filter()) {
-        if (!out.count(f))
-          throw ServingError(Code::kInvalidArgument, "output tensor alias not found in signature: " + f);
-        names.push_back(f);
-      }
-    }
-    for (auto& n : names) to_tensor_proto(out.at(n), &(*c.response.mutable_outputs())[n]);
+    for (auto& n : tfs_v1::predict_output_names(out, c.request.output_filter()))
+      to_tensor_proto(out.at(n), &(*c.response.mutable_outputs())[n]);
     fill_spec(*h, sig, c.response.mutable_model_spec());
   });
 }
@@ -686,110 +630,47 @@ TensorMap AsyncServer::example_tensors(const InferenceSignature& signature, cons
   return inputs;
 }
 
-// MultiInference (TF Serving's rules): every task names the same model and
-// version, no signature twice, each a classify or regress method; the shared
-// input is decoded per task's signature; the tasks run concurrently through
-// the core and the call finishes when the last one is back, with one result
-// per task in task order.
+// MultiInference (tfs_v1.h has TF Serving's rules): the shared input is
+// decoded per task's signature; the call finishes when the last task is
+// back, with one result per task in task order.
 void AsyncServer::multi_inference(MultiInferenceCall& c) {
   auto start = SteadyClock::now();
-  struct Task {
-    tfs::ModelSpec spec;
-    InferenceSignature signature;
-    TensorMap inputs;
-  };
-  auto tasks = std::make_shared<std::vector<Task>>();
   ServableHandlePtr h;
+  std::vector<InferenceSignature> signatures;
+  std::vector<TensorMap> inputs;
   if (!parsed(c, [&] {
-        const auto& req = c.request;
-        if (req.tasks_size() == 0)
-          throw ServingError(Code::kInvalidArgument, "MultiInference needs at least one task (tasks is empty)");
-        const ModelSpec first = spec_of(req.tasks(0).model_spec());
-        c.model = first.name;
-        std::set<std::string> seen;
-        std::vector<InferenceApi> apis;
-        for (const auto& t : req.tasks()) {
-          ModelSpec s = spec_of(t.model_spec());
-          if (s.name != first.name || s.version != first.version || s.label != first.label)
-            throw ServingError(Code::kInvalidArgument,
-                               "All tasks of a MultiInference request must name the same model and version; task "
-                               "model '" +
-                                   s.name + "' differs from '" + first.name + "'");
-          if (t.method_name() == "tensorflow/serving/classify")
-            apis.push_back(InferenceApi::kClassify);
-          else if (t.method_name() == "tensorflow/serving/regress")
-            apis.push_back(InferenceApi::kRegress);
-          else
-            throw ServingError(Code::kInvalidArgument,
-                               "Unsupported signature method_name: '" + t.method_name() +
-                                   "'; MultiInference runs tensorflow/serving/classify and tensorflow/serving/regress");
-          if (!seen.insert(signature_of(t.model_spec())).second)
-            throw ServingError(Code::kInvalidArgument,
-                               "Duplicate evaluation of signature: " + signature_of(t.model_spec()));
-        }
-        h = core_.get(first);
+        std::vector<tfs_v1::MultiInferenceTask> tasks;
+        for (const auto& t : c.request.tasks())
+          tasks.push_back({spec_of(t.model_spec()), t.model_spec().signature_name(), t.method_name()});
+        if (!tasks.empty()) c.model = tasks[0].spec.name;
+        h = core_.get(tfs_v1::check_multi_inference(tasks));
         c.version = h->version;
-        for (int i = 0; i < req.tasks_size(); ++i) {
-          Task t;
-          t.spec = req.tasks(i).model_spec();
-          t.signature = inference_signature(h->signatures(), signature_of(t.spec), apis[i]);
-          t.inputs = example_tensors(t.signature, req.input());
-          tasks->push_back(std::move(t));
-        }
+        signatures = tfs_v1::multi_inference_signatures(*h, tasks);
+        for (auto& sig : signatures) inputs.push_back(example_tensors(sig, c.request.input()));
       }))
     return;
   c.timing.parse_us = micros_since(start);
-  struct Pending {
-    std::mutex mu;
-    size_t remaining = 0;
-    std::vector<TensorMap> outputs;
-    std::exception_ptr error;
-  };
-  auto pending = std::make_shared<Pending>();
-  pending->remaining = tasks->size();
-  pending->outputs.resize(tasks->size());
-  const Deadline deadline = deadline_of(&c.ctx);
-  for (size_t i = 0; i < tasks->size(); ++i) {
-    Task& task = (*tasks)[i];
-    core_.predict_async(
-        h, task.signature.name, std::move(task.inputs), deadline,
-        [&c, h, tasks, pending, i](std::exception_ptr error, TensorMap outputs, const RequestTiming& t) {
-          {
-            std::lock_guard<std::mutex> l(pending->mu);
-            if (error && !pending->error) pending->error = error;
-            pending->outputs[i] = std::move(outputs);
-            c.timing.queue_us = std::max(c.timing.queue_us, t.queue_us);
-            c.timing.compute_us = std::max(c.timing.compute_us, t.compute_us);
-            c.timing.batch_size = std::max(c.timing.batch_size, t.batch_size);
-            if (--pending->remaining > 0) return;
+  tfs_v1::run_multi_inference(
+      core_, h, signatures, std::move(inputs), deadline_of(&c.ctx),
+      [&c, h, signatures](std::exception_ptr error, std::vector<TensorMap>& outputs, const RequestTiming& t) {
+        c.timing.queue_us = t.queue_us;
+        c.timing.compute_us = t.compute_us;
+        c.timing.batch_size = t.batch_size;
+        answer(c, [&] {
+          if (error) std::rethrow_exception(error);
+          auto start = SteadyClock::now();
+          for (size_t k = 0; k < signatures.size(); ++k) {
+            const InferenceSignature& sig = signatures[k];
+            auto* r = c.response.add_results();
+            fill_spec(*h, sig.name, r->mutable_model_spec());
+            if (sig.api == InferenceApi::kClassify)
+              fill_classifications(classifications_of(sig, outputs[k]), r->mutable_classification_result());
+            else
+              fill_regressions(regressions_of(sig, outputs[k]), r->mutable_regression_result());
           }
-          answer(c, [&] {
-            if (pending->error) std::rethrow_exception(pending->error);
-            auto start = SteadyClock::now();
-            for (size_t k = 0; k < tasks->size(); ++k) {
-              const Task& task = (*tasks)[k];
-              auto* r = c.response.add_results();
-              fill_spec(*h, task.signature.name, r->mutable_model_spec());
-              if (task.signature.api == InferenceApi::kClassify) {
-                Classifications cl = classifications_of(task.signature, pending->outputs[k]);
-                auto* result = r->mutable_classification_result();
-                for (int64_t e = 0; e < cl.examples; ++e) {
-                  auto* row = result->add_classifications();
-                  for (int64_t j = 0; j < cl.classes; ++j) {
-                    auto* cls = row->add_classes();
-                    cls->set_label(cl.label(e, j));
-                    cls->set_score(cl.score(e, j));
-                  }
-                }
-              } else {
-                for (float v : regressions_of(task.signature, pending->outputs[k]))
-                  r->mutable_regression_result()->add_regressions()->set_value(v);
-              }
-            }
-            c.timing.serialize_us = micros_since(start);
-          });
+          c.timing.serialize_us = micros_since(start);
         });
-  }
+      });
 }
 
 void AsyncServer::classify(ClassifyCall& c) {
@@ -800,16 +681,7 @@ void AsyncServer::classify(ClassifyCall& c) {
     return;
   infer(c, e.handle, e.signature.name, std::move(e.inputs), [&c, h = e.handle, sig = e.signature](TensorMap& out) {
     fill_spec(*h, sig.name, c.response.mutable_model_spec());
-    Classifications cl = classifications_of(sig, out);
-    auto* result = c.response.mutable_result();
-    for (int64_t i = 0; i < cl.examples; ++i) {
-      auto* row = result->add_classifications();
-      for (int64_t k = 0; k < cl.classes; ++k) {
-        auto* cls = row->add_classes();
-        cls->set_label(cl.label(i, k));
-        cls->set_score(cl.score(i, k));
-      }
-    }
+    fill_classifications(classifications_of(sig, out), c.response.mutable_result());
   });
 }
 
@@ -821,7 +693,7 @@ void AsyncServer::regress(RegressCall& c) {
     return;
   infer(c, e.handle, e.signature.name, std::move(e.inputs), [&c, h = e.handle, sig = e.signature](TensorMap& out) {
     fill_spec(*h, sig.name, c.response.mutable_model_spec());
-    for (float v : regressions_of(sig, out)) c.response.mutable_result()->add_regressions()->set_value(v);
+    fill_regressions(regressions_of(sig, out), c.response.mutable_result());
   });
 }
 
@@ -832,7 +704,7 @@ void AsyncServer::model_infer(InferCall& c) {
   TensorMap inputs;
   const bool raw = req.raw_input_contents_size() > 0;
   if (!parsed(c, [&] {
-        auto spec = kserve_spec(req.model_name(), req.model_version());
+        auto spec = kserve_v2::model_spec(req.model_name(), req.model_version());
         c.model = spec.name;
         h = core_.get(spec);
         c.version = h->version;
@@ -847,6 +719,7 @@ void AsyncServer::model_infer(InferCall& c) {
           if (w.is_string())
             throw ServingError(Code::kInvalidArgument,
                                "input '" + in.name() + "' is BYTES; kiln models take numeric tensors");
+          kserve_v2::check_input(h->signatures(), in.name(), w.tensor.scalar_type());
           inputs[in.name()] = w.tensor;
         }
       }))
@@ -854,21 +727,13 @@ void AsyncServer::model_infer(InferCall& c) {
   c.timing.parse_us = micros_since(start);
   infer(c, h, kDefaultSignature, std::move(inputs), [&c, h, raw](TensorMap& out) {
     const auto& req = c.request;
-    std::vector<std::string> names;
-    if (req.outputs_size() == 0) {
-      for (auto& [k, v] : out) names.push_back(k);
-    } else {
-      for (auto& o : req.outputs()) {
-        if (!out.count(o.name()))
-          throw ServingError(Code::kInvalidArgument, "unknown output '" + o.name() + "' requested");
-        names.push_back(o.name());
-      }
-    }
+    std::vector<std::string> requested;
+    for (auto& o : req.outputs()) requested.push_back(o.name());
     auto& resp = c.response;
     resp.set_model_name(h->model_name);
     resp.set_model_version(std::to_string(h->version));
     resp.set_id(req.id());
-    for (auto& n : names)
+    for (auto& n : kserve_v2::output_names(out, requested))
       to_infer_output(n, out.at(n), resp.add_outputs(), raw ? resp.add_raw_output_contents() : nullptr);
   });
 }
@@ -879,28 +744,22 @@ void AsyncServer::metadata(MetadataCall& c) {
     const auto& req = c.request;
     auto spec = spec_of(req.model_spec());
     c.model = spec.name;
-    if (req.metadata_field_size() == 0)
-      throw ServingError(Code::kInvalidArgument,
-                         "GetModelMetadataRequest must specify at least one metadata_field (\"signature_def\")");
-    for (auto& f : req.metadata_field())
-      if (f != "signature_def")
-        throw ServingError(Code::kInvalidArgument, "Metadata field " + f + " is not supported; use \"signature_def\"");
+    tfs_v1::check_metadata_fields({req.metadata_field().begin(), req.metadata_field().end()});
     auto h = core_.get(spec);
     c.version = h->version;
     tfs::SignatureDefMap map;
-    for (auto& [sig_name, sig] : h->signatures().items()) {
+    for (auto& [sig_name, sig] : tfs_v1::signature_defs(h->signatures())) {
       tensorflow::SignatureDef& def = (*map.mutable_signature_def())[sig_name];
-      def.set_method_name("tensorflow/serving/" + sig.value("method_name", std::string("predict")));
-      for (const char* side : {"inputs", "outputs"}) {
-        if (!sig.contains(side)) continue;
-        auto* m = std::string(side) == "inputs" ? def.mutable_inputs() : def.mutable_outputs();
-        for (auto& [name, info] : sig[side].items()) {
+      def.set_method_name(sig.method_name);
+      for (auto* side : {&sig.inputs, &sig.outputs}) {
+        auto* m = side == &sig.inputs ? def.mutable_inputs() : def.mutable_outputs();
+        for (auto& [name, info] : *side) {
           tensorflow::TensorInfo& ti = (*m)[name];
-          ti.set_name(name + ":0");
+          ti.set_name(info.name);
           tensorflow::DataType dt = tensorflow::DT_INVALID;
-          tensorflow::DataType_Parse(tf_dtype_name(info.value("dtype", std::string("float32"))), &dt);
+          tensorflow::DataType_Parse(info.dtype, &dt);
           ti.set_dtype(dt);
-          shape_to_proto(shape_of(info.value("shape", Json::array())), ti.mutable_tensor_shape());
+          shape_to_proto(info.shape, ti.mutable_tensor_shape());
         }
       }
     }
@@ -978,36 +837,34 @@ void AsyncServer::ready(ReadyCall& c) {
 }
 
 void AsyncServer::model_ready(ModelReadyCall& c) {
-  answer(c, [&] { c.response.set_ready(core_.is_ready(kserve_spec(c.request.name(), c.request.version()))); });
+  answer(c,
+         [&] { c.response.set_ready(core_.is_ready(kserve_v2::model_spec(c.request.name(), c.request.version()))); });
 }
 
 void AsyncServer::server_metadata(ServerMetadataCall& c) {
   answer(c, [&] {
-    c.response.set_name("kiln");
-    c.response.set_version("1");
+    c.response.set_name(kserve_v2::kServerName);
+    c.response.set_version(kserve_v2::kServerVersion);
   });
 }
 
 void AsyncServer::model_metadata(ModelMetadataCall& c) {
   answer(c, [&] {
-    auto spec = kserve_spec(c.request.name(), c.request.version());
+    auto spec = kserve_v2::model_spec(c.request.name(), c.request.version());
     c.model = spec.name;
-    auto h = core_.get(spec);
-    c.version = h->version;
+    kserve_v2::ModelMetadata m = kserve_v2::model_metadata(core_, spec);
+    c.version = m.version;
     auto& resp = c.response;
-    resp.set_name(h->model_name);
-    resp.add_versions(std::to_string(h->version));
-    resp.set_platform("kiln");
-    const Json& sig = signature_json(*h, kDefaultSignature);
-    for (const char* side : {"inputs", "outputs"}) {
-      if (!sig.contains(side)) continue;
-      for (auto& [name, info] : sig[side].items()) {
-        auto* t = std::string(side) == "inputs" ? resp.add_inputs() : resp.add_outputs();
-        t->set_name(name);
-        t->set_datatype(kserve_dtype_name(info.value("dtype", std::string("float32"))));
-        for (auto d : shape_of(info.value("shape", Json::array()))) t->add_shape(d);
+    resp.set_name(m.name);
+    for (auto& v : m.versions) resp.add_versions(v);
+    resp.set_platform(m.platform);
+    for (auto* side : {&m.inputs, &m.outputs})
+      for (auto& info : *side) {
+        auto* t = side == &m.inputs ? resp.add_inputs() : resp.add_outputs();
+        t->set_name(info.name);
+        t->set_datatype(info.datatype);
+        for (auto d : info.shape) t->add_shape(d);
       }
-    }
   });
 }
 

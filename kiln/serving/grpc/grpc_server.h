@@ -1,9 +1,11 @@
 // The gRPC front end: TF Serving's tensorflow.serving.PredictionService
-// (Predict, Classify, Regress, GetModelMetadata) and ModelService
+// (Predict, Classify, Regress, MultiInference, GetModelMetadata) and ModelService
 // (GetModelStatus, HandleReloadConfigRequest), and KServe v2's
 // inference.GRPCInferenceService (ServerLive, ServerReady, ModelReady,
 // ServerMetadata, ModelMetadata, ModelInfer), all on one port, serving a
-// ServerCore (borrowed; it must outlive the server).
+// ServerCore (borrowed; it must outlive the server). This is the transport:
+// calls, completion queues and the protos; what each RPC means is
+// kiln/serving/api/tfs_v1.h and kserve_v2.h, shared with the REST front end.
 //
 //   GrpcServer server(core, FrontendOptions{.port = 0});
 //   int port = server.start();          // bound port (0 picks one)
@@ -12,10 +14,10 @@
 //
 // Threading (docs/SERVING_GRPC.md): gRPC's async API, one completion queue
 // per polling thread (FrontendOptions::num_threads; 0 = hardware
-// concurrency). Predict/Classify/Regress/ModelInfer parse on the queue's
+// concurrency). Predict/Classify/Regress/MultiInference/ModelInfer parse on the queue's
 // thread and hand the request to ServerCore::predict_async; its `done`
 // answers the call, so no thread waits for a batch. Cheap RPCs answer on
-// the queue's thread; HandleReloadConfigRequest runs on a thread of its own.
+// the queue's thread; HandleReloadConfigRequest runs on the admin worker.
 //
 // Errors: every RPC classifies what it caught with status_of (status.h),
 // the same mapping the REST front end uses, so a request fails with the same

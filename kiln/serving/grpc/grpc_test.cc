@@ -656,5 +656,59 @@ TEST_F(GrpcServerTest, ReloadsDoNotKeepAFinishedThreadEach) {
   EXPECT_TRUE(core_->wait_until_ready({.name = "clf", .label = "stable"}, 5));
 }
 
+// KServe's ModelMetadata lists every version available, newest first, as
+// REST's GET /v2/models/{m} does (it listed only the version it resolved).
+TEST_F(GrpcServerTest, KServeModelMetadataListsEveryAvailableVersion) {
+  save_model(dir_.path() + "/clf/2", 4, 3, "softmax");
+  ModelServerConfig cfg = core_->config();
+  cfg.models[0].version_policy.kind = VersionPolicy::Kind::kAll;
+  core_->reload_config(cfg);
+  ASSERT_TRUE(core_->wait_until_ready({.name = "clf", .version = 2}, 30));
+  ASSERT_TRUE(core_->wait_until_ready({.name = "clf", .version = 1}, 30));
+  auto versions = [&](const std::string& version) {
+    grpc::ClientContext ctx;
+    inference::ModelMetadataRequest q;
+    q.set_name("clf");
+    q.set_version(version);
+    inference::ModelMetadataResponse r;
+    auto s = kserve_->ModelMetadata(&ctx, q, &r);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return std::vector<std::string>(r.versions().begin(), r.versions().end());
+  };
+  EXPECT_EQ(versions(""), (std::vector<std::string>{"2", "1"}));
+  EXPECT_EQ(versions("1"), (std::vector<std::string>{"1"}));
+}
+
+// An input with values in `contents` while the request carries
+// raw_input_contents: the protocol forbids it (Triton answers
+// INVALID_ARGUMENT); kiln answered OK and dropped the contents.
+TEST_F(GrpcServerTest, ModelInferRefusesContentsAlongsideRawInputContents) {
+  inference::ModelInferRequest q;
+  q.set_model_name("clf");
+  auto* in = q.add_inputs();
+  in->set_name("inputs");
+  in->set_datatype("FP32");
+  in->add_shape(1);
+  in->add_shape(4);
+  inference::ModelInferResponse::InferOutputTensor enc;
+  std::string bytes;
+  to_infer_output("inputs", at::randn({1, 4}), &enc, &bytes);
+  q.add_raw_input_contents(bytes);
+  {
+    grpc::ClientContext ctx;
+    inference::ModelInferResponse r;
+    auto s = kserve_->ModelInfer(&ctx, q, &r);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  for (int i = 0; i < 4; ++i) in->mutable_contents()->add_fp32_contents(1.0f);
+  grpc::ClientContext ctx;
+  inference::ModelInferResponse r;
+  auto s = kserve_->ModelInfer(&ctx, q, &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("input 'inputs' sets contents, but the request carries raw_input_contents"),
+            std::string::npos)
+      << s.error_message();
+}
+
 }  // namespace
 }  // namespace kiln::serving

@@ -23,11 +23,13 @@
 #include <mutex>
 #include <optional>
 #include <regex>
-#include <set>
 #include <thread>
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/serving/api/kserve_v2.h"
+#include "kiln/serving/api/run_inference.h"
+#include "kiln/serving/api/tfs_v1.h"
 #include "kiln/serving/codec/inference.h"
 #include "kiln/serving/codec/rest_codec.h"
 #include "kiln/serving/codec/tensor_proto.h"
@@ -166,26 +168,6 @@ std::string decode_path(std::string_view s) {
     } else {
       out += s[i];
     }
-  }
-  return out;
-}
-
-at::ScalarType dtype_from_string_safe(const std::string& d) {
-  static const std::map<std::string, at::ScalarType> m{
-      {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
-      {"int64", at::kLong},    {"int32", at::kInt},      {"int16", at::kShort},  {"int8", at::kChar},
-      {"uint8", at::kByte},    {"bool", at::kBool}};
-  auto it = m.find(d);
-  return it == m.end() ? at::kFloat : it->second;
-}
-
-Json kserve_tensor_meta(const Json& specs) {
-  Json out = Json::array();
-  for (auto& [name, s] : specs.items()) {
-    Json shape = Json::array();
-    for (auto& d : s["shape"]) shape.push_back(d.is_null() ? -1 : d.get<int64_t>());
-    at::ScalarType st = dtype_from_string_safe(s.value("dtype", "float32"));
-    out.push_back(Json{{"name", name}, {"datatype", kserve_datatype(st)}, {"shape", shape}});
   }
   return out;
 }
@@ -511,28 +493,15 @@ void RestEngine::predict_then(Connection& conn, ServableHandlePtr h, std::string
                               Deadline deadline, std::string model, const char* protocol, std::string api,
                               int64_t parse_us, Encode encode) {
   const int64_t version = h->version;
-  // `done` may run after this RestEngine is gone (stop() gave up waiting):
+  // `finish` may run after this RestEngine is gone (stop() gave up waiting):
   // it uses only the core, which outlives its batch threads, and the responder.
-  core_.predict_async(
-      std::move(h), std::move(signature), std::move(inputs), deadline,
-      [core = &core_, respond = conn.responder(), model = std::move(model), version, protocol, api = std::move(api),
-       parse_us, encode = std::move(encode)](std::exception_ptr err, TensorMap out, const RequestTiming& timing) {
-        RequestTiming t = timing;
-        t.parse_us = parse_us;
-        Status st;
-        Reply r;
-        try {
-          if (err) std::rethrow_exception(err);
-          auto t1 = Clock::now();
-          r = encode(out);
-          t.serialize_us = micros(t1);
-        } catch (...) {
-          st = status_of_current_exception();
-          r = error_reply(st);
-        }
-        core->record_request(model, version, protocol, api, st, t);
-        respond(std::move(r));
-      });
+  api::run_inference(core_, std::move(h), std::move(signature), std::move(inputs), deadline, parse_us,
+                     std::move(encode),
+                     [core = &core_, respond = conn.responder(), model = std::move(model), version, protocol,
+                      api = std::move(api)](const Status& st, const RequestTiming& t, Reply r) {
+                       core->record_request(model, version, protocol, api, st, t);
+                       respond(st.ok() ? std::move(r) : error_reply(st));
+                     });
 }
 
 std::optional<Reply> RestEngine::tfs_predict(Call& c) {
@@ -609,20 +578,15 @@ std::optional<Reply> RestEngine::kserve_infer(Call& c) {
                          "not support; send the tensors as JSON \"data\" arrays");
     KServeInferBody body;
     if (!decode_kserve_infer_fast(text, &body)) body = decode_kserve_infer(parse_request_json(text, o_.max_json_depth));
-    const Json& sig = h->signatures()[kDefaultSignature];
     TensorMap inputs;
     for (auto& in : body.inputs) {
       const std::string& name = in.name;
-      if (!sig["inputs"].contains(name)) throw ServingError(Code::kInvalidArgument, "unknown input \"" + name + "\"");
       at::ScalarType dt;
       const std::string& datatype = in.datatype;
       if (!kserve_to_scalar_type(datatype, &dt))
         throw ServingError(Code::kInvalidArgument,
                            "unsupported datatype \"" + datatype + "\" for input \"" + name + "\"");
-      at::ScalarType want = dtype_from_string_safe(sig["inputs"][name].value("dtype", "float32"));
-      if (dt != want)
-        throw ServingError(Code::kInvalidArgument, "input \"" + name + "\" has datatype " + datatype +
-                                                       "; the model expects " + kserve_datatype(want));
+      kserve_v2::check_input(h->signatures(), name, dt);
       int64_t n = 1;
       for (auto d : in.shape) n *= d;
       const std::string where = "input \"" + name + "\"";
@@ -635,14 +599,12 @@ std::optional<Reply> RestEngine::kserve_infer(Call& c) {
       inputs[name] = flat.reshape(in.shape);
     }
     t.parse_us = micros(t0);
-    std::set<std::string> wanted(body.outputs.begin(), body.outputs.end());
     predict_then(c.conn, h, kDefaultSignature, std::move(inputs), deadline, spec.name, "kserve_rest", "infer",
-                 t.parse_us, [wanted, model = h->model_name, version, id = body.id](const TensorMap& out) {
-                   for (auto& o : wanted)
-                     if (!out.count(o)) throw ServingError(Code::kInvalidArgument, "unknown output \"" + o + "\"");
+                 t.parse_us,
+                 [requested = std::move(body.outputs), model = h->model_name, version, id = body.id](TensorMap& out) {
                    Json outs = Json::array();
-                   for (auto& [name, v] : out) {
-                     if (!wanted.empty() && !wanted.count(name)) continue;
+                   for (auto& name : kserve_v2::output_names(out, requested)) {
+                     const at::Tensor& v = out.at(name);
                      Json shape = Json::array();
                      for (auto d : v.sizes()) shape.push_back(d);
                      outs.push_back(Json{{"name", name},
@@ -681,7 +643,9 @@ void RestEngine::routes() {
       },
       true);
   add(V::get, "/v2", [](Call&) {
-    return json_reply(200, Json{{"name", "kiln"}, {"version", "1"}, {"extensions", Json::array()}});
+    return json_reply(
+        200,
+        Json{{"name", kserve_v2::kServerName}, {"version", kserve_v2::kServerVersion}, {"extensions", Json::array()}});
   });
   // --- metrics ---
   auto metrics = [this](Call&) {
@@ -692,9 +656,9 @@ void RestEngine::routes() {
   add(V::get, "/metrics", metrics);
   // --- TF Serving REST v1 ---
   add_re(V::get, v1, v1 + m + sel,
-         [this](Call& c) { return json_reply(200, core_.model_status_json(spec_from(c, true))); });
+         [this](Call& c) { return json_reply(200, tfs_v1::status_json(core_.model_status(spec_from(c, true)))); });
   add_re(V::get, v1, v1 + m + sel + "/metadata",
-         [this](Call& c) { return json_reply(200, tfs_metadata_json(*core_.get(spec_from(c, true)))); });
+         [this](Call& c) { return json_reply(200, tfs_v1::metadata_json(*core_.get(spec_from(c, true)))); });
   add_re(V::post, v1, v1 + m + sel + ":(predict|classify|regress)", [this](Call& c) { return tfs_predict(c); });
   // Admin routes: always routed, so a call while they are off gets a 403
   // naming the flag; their own token (check_admin) instead of the bearer one.
@@ -732,17 +696,7 @@ void RestEngine::routes() {
   // --- KServe v2 models ---
   const std::string vsel = "(?:/versions/([0-9]+))?";
   add_re(V::get, v2, v2 + m + vsel, [this](Call& c) {
-    ModelSpec spec = spec_from(c, false);
-    auto h = core_.get(spec);
-    Json versions = Json::array();
-    for (auto& s : core_.model_status({spec.name, spec.version, std::nullopt}))
-      if (s.state == VersionState::kReady) versions.push_back(std::to_string(s.version));
-    const Json& sig = h->signatures()[kDefaultSignature];
-    return json_reply(200, Json{{"name", spec.name},
-                                {"versions", versions},
-                                {"platform", "kiln"},
-                                {"inputs", kserve_tensor_meta(sig["inputs"])},
-                                {"outputs", kserve_tensor_meta(sig["outputs"])}});
+    return json_reply(200, kserve_v2::to_json(kserve_v2::model_metadata(core_, spec_from(c, false))));
   });
   add_re(V::get, v2, v2 + m + vsel + "/ready", [this](Call& c) {
     ModelSpec spec = spec_from(c, false);

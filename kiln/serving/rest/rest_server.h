@@ -1,6 +1,8 @@
 // The REST front end (Boost.Beast on Asio): TF Serving's REST API v1, KServe
 // v2 (Open Inference Protocol) and Prometheus metrics over one port. Routes,
-// formats and error codes: docs/SERVING.md.
+// formats and error codes: docs/SERVING.md. This is the transport:
+// connections, routing and the JSON bodies; what each call means is
+// kiln/serving/api/tfs_v1.h and kserve_v2.h, shared with the gRPC front end.
 //
 //   RestServer rest(core, {.host = "127.0.0.1", .port = 0});
 //   int port = rest.start();

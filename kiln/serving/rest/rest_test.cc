@@ -191,6 +191,7 @@ TEST_F(Rest, KServeV2HealthMetadataReadyAndInfer) {
   Json j = get("/v2/models/m", &st);
   EXPECT_EQ(st, 200);
   EXPECT_EQ(j["name"], "m");
+  EXPECT_EQ(j["versions"], Json::parse(R"(["2", "1"])"));  // every available version, newest first (as gRPC)
   EXPECT_EQ(j["inputs"][0]["datatype"], "FP32");
   EXPECT_EQ(j["inputs"][0]["shape"], Json::parse("[-1, 4]"));
   get("/v2/models/m/versions/1/ready", &st);
