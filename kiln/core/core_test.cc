@@ -6,15 +6,36 @@
 #include "kiln/core/error.h"
 #include "kiln/core/initializers.h"
 #include "kiln/core/io.h"
+#include "kiln/core/json.h"
 #include "kiln/core/names.h"
 #include "kiln/core/random.h"
 #include "kiln/core/shape.h"
 #include "kiln/core/threads.h"
 #include "kiln/core/variable.h"
+#include "kiln/testing/expect_error.h"
 #include "kiln/testing/testing.h"
 
 namespace kiln {
 namespace {
+
+// Integers read from configs are range-checked: 1e308 as an int64_t was
+// -9223372036854775808 (a double out of range converts to garbage), and
+// 3e9 as an int wrapped to a negative count.
+TEST(Json, IntegerLookupsRefuseFractionsAndOutOfRangeNumbers) {
+  const Json cfg = Json::parse(R"({"a": 1e308, "b": 3000000000, "c": 2.5, "d": 64.0, "e": -1, "f": "x", "g": 7})");
+  expect_error<ValueError>([&] { get_or<int64_t>(cfg, "a", 0); },
+                           {"config key `a` is out of range: it must be an integer from -2^63 to 2^63-1: 1e+308"});
+  expect_error<ValueError>([&] { get_or<int>(cfg, "b", 0); },
+                           {"config key `b` is out of range: it must be an integer from -2147483648 to 2147483647"});
+  expect_error<ValueError>([&] { get_or<int>(cfg, "c", 0); }, {"config key `c` must be a whole number: 2.5"});
+  expect_error<ValueError>([&] { get_or<uint32_t>(cfg, "e", 0); }, {"config key `e` is out of range"});
+  expect_error<ValueError>([&] { get_or<int>(cfg, "f", 0); }, {"config key `f` has the wrong type (string)"});
+  EXPECT_EQ(get_or<int64_t>(cfg, "b", 0), 3000000000);
+  EXPECT_EQ(get_or<int>(cfg, "d", 0), 64);
+  EXPECT_EQ(get_or<int>(cfg, "g", 0), 7);
+  EXPECT_EQ(get_or<int>(cfg, "missing", 5), 5);
+  EXPECT_DOUBLE_EQ(get_or<double>(cfg, "c", 0), 2.5);
+}
 
 TEST(Names, SnakeCaseMatchesKeras) {
   EXPECT_EQ(to_snake_case("Dense"), "dense");

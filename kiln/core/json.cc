@@ -1,5 +1,7 @@
 #include "kiln/core/json.h"
 
+#include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -120,6 +122,30 @@ Json parse_json(const std::string& text, const std::string& what) {
 }
 
 Json read_json_file(const std::string& path) { return parse_json(read_file(path), path); }
+
+int64_t json_integer(const Json& v, int64_t lo, int64_t hi, const std::string& name, const std::string& received) {
+  if (!v.is_number()) throw ValueError(name + " must be an integer" + received);
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d != std::trunc(d)) throw ValueError(name + " must be a whole number" + received);
+    // [-2^63, 2^63): the doubles that convert to int64_t; the range check follows.
+    if (std::isfinite(d) && d >= -0x1p63 && d < 0x1p63) {
+      const int64_t i = static_cast<int64_t>(d);
+      if (i >= lo && i <= hi) return i;
+    }
+  } else if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u <= static_cast<uint64_t>(INT64_MAX) && static_cast<int64_t>(u) <= hi && static_cast<int64_t>(u) >= lo)
+      return static_cast<int64_t>(u);
+  } else {
+    const int64_t i = v.get<int64_t>();
+    if (i >= lo && i <= hi) return i;
+  }
+  auto bound = [](int64_t b) {
+    return b == INT64_MIN ? std::string("-2^63") : b == INT64_MAX ? std::string("2^63-1") : std::to_string(b);
+  };
+  throw ValueError(name + " is out of range: it must be an integer from " + bound(lo) + " to " + bound(hi) + received);
+}
 
 const Json& require(const Json& j, const char* key, const std::string& owner) {
   if (!j.is_object() || !j.contains(key)) throw ValueError(owner + " config is missing `" + key + "`");

@@ -22,6 +22,13 @@ Json read_json_file(const std::string& path);
 template <class T>
 T get_or(const Json& j, const char* key, const T& fallback);
 
+// The integer `v` holds, from lo to hi: an integer, or a float with no
+// fraction (64.0). Otherwise ValueError "<name> must be an integer", "<name>
+// must be a whole number" or "<name> is out of range: it must be an integer
+// from <lo> to <hi>", each followed by `received`. Never converts a double
+// outside int64_t's range (1e308 became -2^63 that way).
+int64_t json_integer(const Json& v, int64_t lo, int64_t hi, const std::string& name, const std::string& received);
+
 // Required key; ValueError "`<owner>` config is missing `<key>`" otherwise.
 const Json& require(const Json& j, const char* key, const std::string& owner);
 

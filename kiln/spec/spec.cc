@@ -20,30 +20,8 @@ int64_t int_or(const Json& j, const char* key, int64_t fallback, const std::stri
   if (!j.is_object()) return fallback;
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  const Json& v = *it;
   const std::string name = "`" + (section.empty() ? std::string() : section + ".") + key + "`";
-  const std::string received = std::string(". Received: ") + key + "=" + json_excerpt(v);
-  if (!v.is_number()) throw ValueError(name + " must be an integer" + received);
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (std::isfinite(d) && d != std::trunc(d)) throw ValueError(name + " must be a whole number" + received);
-    // [-2^63, 2^63): the doubles that convert to int64_t; the range check follows.
-    if (std::isfinite(d) && d >= -0x1p63 && d < 0x1p63) {
-      const int64_t i = static_cast<int64_t>(d);
-      if (i >= lo && i <= hi) return i;
-    }
-  } else if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u <= static_cast<uint64_t>(INT64_MAX) && static_cast<int64_t>(u) <= hi && static_cast<int64_t>(u) >= lo)
-      return static_cast<int64_t>(u);
-  } else {
-    const int64_t i = v.get<int64_t>();
-    if (i >= lo && i <= hi) return i;
-  }
-  auto bound = [](int64_t b) {
-    return b == INT64_MIN ? std::string("-2^63") : b == INT64_MAX ? std::string("2^63-1") : std::to_string(b);
-  };
-  throw ValueError(name + " is out of range: it must be an integer from " + bound(lo) + " to " + bound(hi) + received);
+  return json_integer(*it, lo, hi, name, std::string(". Received: ") + key + "=" + json_excerpt(*it));
 }
 
 namespace {
