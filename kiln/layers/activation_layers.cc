@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "kiln/layers/config_reader.h"
+#include "kiln/layers/config_fields.h"
 
 namespace kiln {
 namespace {
@@ -27,44 +27,42 @@ std::vector<int64_t> act_int_or_list(ConfigReader& r, const char* key, const Jso
 }  // namespace
 
 // --- ReLU ---------------------------------------------------------------------
-ReLUOptions ReLU::options_from_config(const Json& config) {
-  ConfigReader r(config, "ReLU");
-  ReLUOptions o;
-  if (r.has("max_value")) {
-    o.max_value = r.number("max_value", 0.0);
-    if (*o.max_value < 0) r.invalid("max_value", "a non-negative number or null");
-  } else {
-    r.get("max_value");
-  }
-  o.negative_slope = r.number("negative_slope", 0.0);
-  if (o.negative_slope < 0) r.invalid("negative_slope", "a non-negative number");
-  o.threshold = r.number("threshold", 0.0);
-  if (o.threshold < 0) r.invalid("threshold", "a non-negative number");
-  r.finish();
-  return o;
+namespace {
+bool non_negative(double v) { return v >= 0; }
+
+const FieldTable<ReLUOptions>& relu_fields() {
+  using O = ReLUOptions;
+  static const FieldTable<O> t = {
+      field("max_value", &O::max_value).where(non_negative, "a non-negative number or null"),
+      field("negative_slope", &O::negative_slope).where(non_negative, "a non-negative number"),
+      field("threshold", &O::threshold).where(non_negative, "a non-negative number")};
+  return t;
 }
+
+const FieldTable<LeakyReLUOptions>& leaky_relu_fields() {
+  static const FieldTable<LeakyReLUOptions> t = {
+      field("negative_slope", &LeakyReLUOptions::negative_slope).where(non_negative, "a non-negative number")};
+  return t;
+}
+}  // namespace
+
+ReLUOptions ReLU::options_from_config(const Json& config) { return read_fields(config, "ReLU", relu_fields()); }
 
 ReLU::ReLU(const ReLUOptions& o) : ReLU(o, layer_base_config(o.base)) {}
 
 ReLU::ReLU(const Json& config) : ReLU(options_from_config(config), config) {}
 
-ReLU::ReLU(const ReLUOptions& o, const Json& base_config) : SimpleLayer(base_config) {
-  if (o.max_value && !(*o.max_value >= 0))
-    option_check::invalid("ReLU", "max_value", "a non-negative number or null", *o.max_value);
-  if (!(o.negative_slope >= 0))
-    option_check::invalid("ReLU", "negative_slope", "a non-negative number", o.negative_slope);
-  if (!(o.threshold >= 0)) option_check::invalid("ReLU", "threshold", "a non-negative number", o.threshold);
-  max_value_ = o.max_value;
-  negative_slope_ = o.negative_slope;
-  threshold_ = o.threshold;
+ReLU::ReLU(const ReLUOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+  check_fields("ReLU", options_, relu_fields());
 }
 
 at::Tensor ReLU::call1(const at::Tensor& x, bool training) {
   // Keras 3's activations.relu, term by term.
-  if (negative_slope_ != 0.0 && !max_value_ && threshold_ == 0.0) return at::leaky_relu(x, negative_slope_);
-  at::Tensor y = threshold_ != 0.0 ? x * at::gt(x, threshold_).to(x.scalar_type()) : at::relu(x);
-  if (max_value_) y = at::clamp(y, 0.0, *max_value_);
-  if (negative_slope_ != 0.0) y = y - negative_slope_ * at::relu(threshold_ - x);
+  const ReLUOptions& o = options_;
+  if (o.negative_slope != 0.0 && !o.max_value && o.threshold == 0.0) return at::leaky_relu(x, o.negative_slope);
+  at::Tensor y = o.threshold != 0.0 ? x * at::gt(x, o.threshold).to(x.scalar_type()) : at::relu(x);
+  if (o.max_value) y = at::clamp(y, 0.0, *o.max_value);
+  if (o.negative_slope != 0.0) y = y - o.negative_slope * at::relu(o.threshold - x);
   return y;
 }
 
@@ -72,9 +70,7 @@ std::vector<Shape> ReLU::compute_output_shape(const std::vector<Shape>& s) { ret
 
 Json ReLU::get_config() const {
   Json j = base_config();
-  j["max_value"] = max_value_ ? Json(*max_value_) : Json(nullptr);
-  j["negative_slope"] = negative_slope_;
-  j["threshold"] = threshold_;
+  write_fields(j, options_, relu_fields());
   return j;
 }
 
@@ -91,7 +87,7 @@ LeakyReLUOptions LeakyReLU::options_from_config(const Json& config) {
   else
     r.get("alpha");
   LeakyReLUOptions o;
-  o.negative_slope = r.number(key, 0.3);
+  o.negative_slope = r.number(key, o.negative_slope);
   if (o.negative_slope < 0) r.invalid(key, "a non-negative number");
   r.finish();
   return o;
@@ -101,22 +97,20 @@ LeakyReLU::LeakyReLU(const LeakyReLUOptions& o) : LeakyReLU(o, layer_base_config
 
 LeakyReLU::LeakyReLU(const Json& config) : LeakyReLU(options_from_config(config), config) {}
 
-LeakyReLU::LeakyReLU(const LeakyReLUOptions& o, const Json& base_config) : SimpleLayer(base_config) {
-  if (!(o.negative_slope >= 0))
-    option_check::invalid("LeakyReLU", "negative_slope", "a non-negative number", o.negative_slope);
-  negative_slope_ = o.negative_slope;
+LeakyReLU::LeakyReLU(const LeakyReLUOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+  check_fields("LeakyReLU", options_, leaky_relu_fields());
 }
 
 LeakyReLU::LeakyReLU(double negative_slope, const Json& extra)
     : LeakyReLU(merged_config(extra, Json{{"negative_slope", negative_slope}})) {}
 
-at::Tensor LeakyReLU::call1(const at::Tensor& x, bool training) { return at::leaky_relu(x, negative_slope_); }
+at::Tensor LeakyReLU::call1(const at::Tensor& x, bool training) { return at::leaky_relu(x, options_.negative_slope); }
 
 std::vector<Shape> LeakyReLU::compute_output_shape(const std::vector<Shape>& s) { return act_same_shapes(*this, s); }
 
 Json LeakyReLU::get_config() const {
   Json j = base_config();
-  j["negative_slope"] = negative_slope_;
+  write_fields(j, options_, leaky_relu_fields());
   return j;
 }
 
@@ -174,34 +168,26 @@ Json PReLU::get_config() const {
 KILN_REGISTER_LAYER(PReLU);
 
 // --- Softmax -----------------------------------------------------------------------
+namespace {
+const FieldTable<SoftmaxOptions>& softmax_fields() {
+  static const FieldTable<SoftmaxOptions> t = {
+      field("axis", &SoftmaxOptions::axis).described("an integer or a non-empty list of integers")};
+  return t;
+}
+}  // namespace
+
 SoftmaxOptions Softmax::options_from_config(const Json& config) {
-  ConfigReader r(config, "Softmax");
-  SoftmaxOptions o;
-  if (const Json* a = r.get("axis")) {
-    std::vector<int64_t> axes = act_int_or_list(r, "axis", *a);
-    if (a->is_number_integer())
-      o.axis = axes[0];
-    else
-      o.axis = axes;
-  }
-  r.finish();
-  return o;
+  return read_fields(config, "Softmax", softmax_fields());
 }
 
 Softmax::Softmax(const SoftmaxOptions& o) : Softmax(o, layer_base_config(o.base)) {}
 
 Softmax::Softmax(const Json& config) : Softmax(options_from_config(config), config) {}
 
-Softmax::Softmax(const SoftmaxOptions& o, const Json& base_config) : SimpleLayer(base_config) {
-  if (const auto* one = std::get_if<int64_t>(&o.axis)) {
-    axes_ = {*one};
-    axis_json_ = *one;
-  } else {
-    axes_ = std::get<std::vector<int64_t>>(o.axis);
-    axis_json_ = axes_;
-    if (axes_.empty())
-      option_check::invalid("Softmax", "axis", "an integer or a non-empty list of integers", axis_json_);
-  }
+Softmax::Softmax(const SoftmaxOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+  check_fields("Softmax", options_, softmax_fields());
+  const auto* one = std::get_if<int64_t>(&options_.axis);
+  axes_ = one ? std::vector<int64_t>{*one} : std::get<std::vector<int64_t>>(options_.axis);
 }
 
 at::Tensor Softmax::call1(const at::Tensor& x, bool training) {
@@ -209,7 +195,7 @@ at::Tensor Softmax::call1(const at::Tensor& x, bool training) {
   for (auto a : axes_) {
     int64_t d = a < 0 ? a + x.dim() : a;
     if (d < 0 || d >= x.dim() || std::count(dims.begin(), dims.end(), d))
-      throw ValueError("Softmax '" + name() + "': axis=" + axis_json_.dump() +
+      throw ValueError("Softmax '" + name() + "': axis=" + int_or_list_json(options_.axis).dump() +
                        " does not name distinct axes of an input of rank " + std::to_string(x.dim()));
     dims.push_back(d);
   }
@@ -221,7 +207,7 @@ std::vector<Shape> Softmax::compute_output_shape(const std::vector<Shape>& s) { 
 
 Json Softmax::get_config() const {
   Json j = base_config();
-  j["axis"] = axis_json_;
+  write_fields(j, options_, softmax_fields());
   return j;
 }
 

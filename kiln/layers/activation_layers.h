@@ -59,8 +59,7 @@ class ReLU : public SimpleLayer {
  private:
   ReLU(const ReLUOptions& options, const Json& base_config);
   static ReLUOptions options_from_config(const Json& config);
-  std::optional<double> max_value_;
-  double negative_slope_, threshold_;
+  ReLUOptions options_;  // checked: the layer's config
 };
 
 class LeakyReLU : public SimpleLayer {
@@ -72,12 +71,12 @@ class LeakyReLU : public SimpleLayer {
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
-  double negative_slope() const { return negative_slope_; }
+  double negative_slope() const { return options_.negative_slope; }
 
  private:
   LeakyReLU(const LeakyReLUOptions& options, const Json& base_config);
   static LeakyReLUOptions options_from_config(const Json& config);
-  double negative_slope_;
+  LeakyReLUOptions options_;  // checked: the layer's config
 };
 
 class PReLU : public SimpleLayer {
@@ -110,8 +109,8 @@ class Softmax : public SimpleLayer {
  private:
   Softmax(const SoftmaxOptions& options, const Json& base_config);
   static SoftmaxOptions options_from_config(const Json& config);
-  Json axis_json_;
-  std::vector<int64_t> axes_;
+  SoftmaxOptions options_;     // checked: the layer's config
+  std::vector<int64_t> axes_;  // options_.axis as a list
 };
 
 }  // namespace kiln

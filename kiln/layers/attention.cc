@@ -4,50 +4,73 @@
 
 #include <cmath>
 
-#include "kiln/layers/config_reader.h"
+#include "kiln/layers/config_fields.h"
 
 namespace kiln {
 namespace {
 const char* const kOutputShapeExpected = "null, a positive integer or a list of positive integers";
+
+const FieldTable<MultiHeadAttentionOptions>& attention_fields() {
+  using O = MultiHeadAttentionOptions;
+  const char* const value_dim = "value_dim";
+  const char* const output_shape = "output_shape";
+  const char* const attention_axes = "attention_axes";
+  static const FieldTable<O> t = {
+      field("num_heads", &O::num_heads).positive().required(), field("key_dim", &O::key_dim).positive().required(),
+      // Unset: key_dim (read before it), written as a number.
+      FieldDef<O>{value_dim, [=](ConfigReader& r, O& o) { o.value_dim = r.positive_int(value_dim, o.key_dim); },
+                  [=](const std::string& owner, O& o) {
+                    o.value_dim = o.value_dim ? option_check::positive(owner, value_dim, *o.value_dim) : o.key_dim;
+                  },
+                  [=](Json& j, const O& o) { j[value_dim] = *o.value_dim; }},
+      field("dropout", &O::dropout).in_range(0.0, 1.0, /*hi_inclusive=*/false), field("use_bias", &O::use_bias),
+      FieldDef<O>{output_shape,
+                  [=](ConfigReader& r, O& o) {
+                    const Json* os = r.get(output_shape);
+                    if (!os) return;
+                    if (os->is_number_integer()) {
+                      o.output_shape = os->get<int64_t>();
+                    } else if (os->is_array() && !os->empty()) {
+                      std::vector<int64_t> dims;
+                      for (auto& d : *os) {
+                        if (!d.is_number_integer()) r.invalid(output_shape, kOutputShapeExpected);
+                        dims.push_back(d.get<int64_t>());
+                      }
+                      o.output_shape = dims;
+                    } else {
+                      r.invalid(output_shape, kOutputShapeExpected);
+                    }
+                  },
+                  [=](const std::string& owner, O& o) {
+                    if (!o.output_shape) return;
+                    const auto* one = std::get_if<int64_t>(&*o.output_shape);
+                    const Shape dims = one ? Shape{*one} : std::get<std::vector<int64_t>>(*o.output_shape);
+                    bool ok = !dims.empty();
+                    for (auto d : dims) ok = ok && d >= 1;
+                    if (!ok)
+                      option_check::invalid(owner, output_shape, kOutputShapeExpected,
+                                            int_or_list_json(*o.output_shape));
+                  },
+                  [=](Json& j, const O& o) {
+                    j[output_shape] = o.output_shape ? int_or_list_json(*o.output_shape) : Json(nullptr);
+                  }},
+      FieldDef<O>{attention_axes,
+                  [=](ConfigReader& r, O&) {
+                    if (r.get(attention_axes))
+                      r.invalid(attention_axes,
+                                "null (attention over the sequence axis; other axes are not supported yet)");
+                  },
+                  nullptr, [=](Json& j, const O&) { j[attention_axes] = nullptr; }},
+      field("kernel_initializer", &O::kernel_initializer), field("bias_initializer", &O::bias_initializer),
+      field("kernel_regularizer", &O::kernel_regularizer), field("bias_regularizer", &O::bias_regularizer),
+      field("activity_regularizer", &O::activity_regularizer), no_constraint<O>("kernel_constraint"),
+      no_constraint<O>("bias_constraint"), field("seed", &O::seed), field("use_causal_mask", &O::use_causal_mask)};
+  return t;
+}
 }  // namespace
 
 MultiHeadAttentionOptions MultiHeadAttention::options_from_config(const Json& config) {
-  ConfigReader r(config, "MultiHeadAttention");
-  MultiHeadAttentionOptions o;
-  o.num_heads = r.positive_int("num_heads");
-  o.key_dim = r.positive_int("key_dim");
-  o.value_dim = r.positive_int("value_dim", o.key_dim);
-  o.dropout = r.number_in("dropout", 0.0, 0.0, 1.0, /*hi_inclusive=*/false);
-  o.use_bias = r.boolean("use_bias", true);
-  if (const Json* os = r.get("output_shape")) {
-    if (os->is_number_integer()) {
-      o.output_shape = os->get<int64_t>();
-    } else if (os->is_array() && !os->empty()) {
-      std::vector<int64_t> dims;
-      for (auto& d : *os) {
-        if (!d.is_number_integer()) r.invalid("output_shape", kOutputShapeExpected);
-        dims.push_back(d.get<int64_t>());
-      }
-      o.output_shape = dims;
-    } else {
-      r.invalid("output_shape", kOutputShapeExpected);
-    }
-  }
-  if (r.get("attention_axes"))
-    r.invalid("attention_axes", "null (attention over the sequence axis; other axes are not supported yet)");
-  o.kernel_initializer = r.initializer("kernel_initializer", "glorot_uniform");
-  o.bias_initializer = r.initializer("bias_initializer", "zeros");
-  o.kernel_regularizer = r.regularizer("kernel_regularizer");
-  o.bias_regularizer = r.regularizer("bias_regularizer");
-  o.activity_regularizer = r.regularizer("activity_regularizer");
-  r.no_constraint("kernel_constraint");
-  r.no_constraint("bias_constraint");
-  const Json* seed = r.get("seed");
-  if (seed && !seed->is_number_integer()) r.invalid("seed", "null or an integer");
-  if (seed) o.seed = seed->get<int64_t>();
-  o.use_causal_mask = r.boolean("use_causal_mask", false);
-  r.finish();
-  return o;
+  return read_fields(config, "MultiHeadAttention", attention_fields());
 }
 
 MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o)
@@ -56,34 +79,12 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o)
 MultiHeadAttention::MultiHeadAttention(const Json& config) : MultiHeadAttention(options_from_config(config), config) {}
 
 MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o, const Json& base_config)
-    : Layer(base_config) {
-  const std::string owner = "MultiHeadAttention";
-  num_heads_ = option_check::positive(owner, "num_heads", o.num_heads);
-  key_dim_ = option_check::positive(owner, "key_dim", o.key_dim);
-  value_dim_ = o.value_dim ? option_check::positive(owner, "value_dim", *o.value_dim) : key_dim_;
-  dropout_ = option_check::in_range(owner, "dropout", o.dropout, 0.0, 1.0, /*hi_inclusive=*/false);
-  use_bias_ = o.use_bias;
-  output_shape_json_ = nullptr;
-  if (o.output_shape) {
-    if (const auto* one = std::get_if<int64_t>(&*o.output_shape)) {
-      output_shape_ = {*one};
-      output_shape_json_ = *one;
-    } else {
-      output_shape_ = std::get<std::vector<int64_t>>(*o.output_shape);
-      output_shape_json_ = output_shape_;
-    }
-    if (output_shape_.empty()) option_check::invalid(owner, "output_shape", kOutputShapeExpected, output_shape_json_);
-    for (auto d : output_shape_)
-      if (d < 1) option_check::invalid(owner, "output_shape", kOutputShapeExpected, output_shape_json_);
+    : Layer(base_config), options_(o) {
+  check_fields("MultiHeadAttention", options_, attention_fields());
+  if (options_.output_shape) {
+    const auto* one = std::get_if<int64_t>(&*options_.output_shape);
+    output_shape_ = one ? Shape{*one} : std::get<std::vector<int64_t>>(*options_.output_shape);
   }
-  // Resolved here so invalid names fail at construction; kept as JSON for the sublayers.
-  kernel_init_ = o.kernel_initializer.resolve(owner, "kernel_initializer")->to_json();
-  bias_init_ = o.bias_initializer.resolve(owner, "bias_initializer")->to_json();
-  kernel_reg_ = o.kernel_regularizer;
-  bias_reg_ = o.bias_regularizer;
-  activity_reg_ = o.activity_regularizer;
-  seed_ = o.seed ? Json(*o.seed) : Json(nullptr);
-  use_causal_mask_ = o.use_causal_mask;
 }
 
 MultiHeadAttention::MultiHeadAttention(int64_t num_heads, int64_t key_dim, const Json& extra)
@@ -98,11 +99,11 @@ std::shared_ptr<EinsumDense> MultiHeadAttention::make_dense(const std::string& n
   c["dtype"] = dtype_policy().name();
   c["equation"] = equation;
   c["output_shape"] = int_list_json(output_shape);
-  c["bias_axes"] = use_bias_ ? Json(bias_axes) : Json(nullptr);
-  c["kernel_initializer"] = kernel_init_;
-  c["bias_initializer"] = bias_init_;
-  c["kernel_regularizer"] = regularizer_json(kernel_reg_);
-  c["bias_regularizer"] = regularizer_json(bias_reg_);
+  c["bias_axes"] = options_.use_bias ? Json(bias_axes) : Json(nullptr);
+  c["kernel_initializer"] = options_.kernel_initializer.resolved()->to_json();
+  c["bias_initializer"] = options_.bias_initializer.resolved()->to_json();
+  c["kernel_regularizer"] = regularizer_json(options_.kernel_regularizer);
+  c["bias_regularizer"] = regularizer_json(options_.bias_regularizer);
   return std::make_shared<EinsumDense>(c);
 }
 
@@ -161,9 +162,9 @@ void MultiHeadAttention::build(const std::vector<Shape>& input_shapes) {
   const Shape& v = input_shapes[1];
   const Shape& k = input_shapes.size() > 2 ? input_shapes[2] : v;
   if (output_shape_.empty()) output_shape_ = {q.back()};
-  query_ = make_dense("query", "abc,cde->abde", {kNone, num_heads_, key_dim_}, "de");
-  key_ = make_dense("key", "abc,cde->abde", {kNone, num_heads_, key_dim_}, "de");
-  value_ = make_dense("value", "abc,cde->abde", {kNone, num_heads_, value_dim_}, "de");
+  query_ = make_dense("query", "abc,cde->abde", {kNone, options_.num_heads, options_.key_dim}, "de");
+  key_ = make_dense("key", "abc,cde->abde", {kNone, options_.num_heads, options_.key_dim}, "de");
+  value_ = make_dense("value", "abc,cde->abde", {kNone, options_.num_heads, *options_.value_dim}, "de");
   // (batch, seq, heads, value_dim) x (heads, value_dim, out...) -> (batch, seq, out...).
   std::string out_letters, bias_letters;
   for (size_t i = 0; i < output_shape_.size(); ++i) out_letters += (char)('e' + i);
@@ -174,7 +175,7 @@ void MultiHeadAttention::build(const std::vector<Shape>& input_shapes) {
   query_->build_if_needed({q});
   key_->build_if_needed({k});
   value_->build_if_needed({v});
-  output_->build_if_needed({{q[0], q[1], num_heads_, value_dim_}});
+  output_->build_if_needed({{q[0], q[1], options_.num_heads, *options_.value_dim}});
   // ModelParallel with the heads sharded (query/key/value column-parallel,
   // attention_output row-parallel on the same axis): every head's attention
   // runs on the rank that holds it, with no gather (Megatron's attention).
@@ -187,7 +188,8 @@ void MultiHeadAttention::build(const std::vector<Shape>& input_shapes) {
 }
 
 std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(const Tensors& inputs, bool training) {
-  return attention_with_scores(inputs, training, inputs.size() > 3 ? inputs[3] : at::Tensor(), use_causal_mask_);
+  return attention_with_scores(inputs, training, inputs.size() > 3 ? inputs[3] : at::Tensor(),
+                               options_.use_causal_mask);
 }
 
 std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(const Tensors& all_inputs, bool training,
@@ -211,9 +213,9 @@ std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attend(const Tensors& all_
   const at::Tensor& query = inputs[0];
   const at::Tensor& value = inputs[1];
   const at::Tensor& key = inputs.size() > 2 ? inputs[2] : value;
-  at::Tensor q = (*query_)(query, training) * (1.0 / std::sqrt((double)key_dim_));  // (B, T, N, H)
-  at::Tensor k = (*key_)(key, training);                                            // (B, S, N, H)
-  at::Tensor v = (*value_)(value, training);                                        // (B, S, N, Hv)
+  at::Tensor q = (*query_)(query, training) * (1.0 / std::sqrt((double)options_.key_dim));  // (B, T, N, H)
+  at::Tensor k = (*key_)(key, training);                                                    // (B, S, N, H)
+  at::Tensor v = (*value_)(value, training);                                                // (B, S, N, Hv)
   // As Keras's masked softmax: masked positions get a large negative logit
   // (a fully masked row becomes uniform rather than NaN).
   const double large_negative = q.scalar_type() == at::kHalf ? -3e4 : -1e9;
@@ -230,10 +232,10 @@ std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attend(const Tensors& all_
         bias = at::zeros(mask.sizes(), q.options()).masked_fill(mask.logical_not(), large_negative).unsqueeze(1);
     }
     at::Tensor context = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), bias,
-                                                          training ? dropout_ : 0.0, causal_only, 1.0)
+                                                          training ? options_.dropout : 0.0, causal_only, 1.0)
                              .transpose(1, 2);  // (B, T, N, Hv)
     at::Tensor out = (*output_)(context, training);
-    if (activity_reg_ && training) add_loss((*activity_reg_)(out));
+    if (options_.activity_regularizer && training) add_loss((*options_.activity_regularizer)(out));
     return {out, at::Tensor()};
   }
   at::Tensor logits = at::einsum("aecd,abcd->acbe", {k, q});  // (B, N, T, S)
@@ -244,15 +246,15 @@ std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attend(const Tensors& all_
   // Softmax in at least float32 for 16-bit compute dtypes, then back.
   at::Tensor scores =
       at::softmax(logits, -1, at::promote_types(logits.scalar_type(), at::kFloat)).to(logits.scalar_type());
-  at::Tensor dropped = (training && dropout_ > 0) ? at::dropout(scores, dropout_, true) : scores;
+  at::Tensor dropped = (training && options_.dropout > 0) ? at::dropout(scores, options_.dropout, true) : scores;
   at::Tensor context = at::einsum("acbe,aecd->abcd", {dropped, v});  // (B, T, N, Hv)
   at::Tensor out = (*output_)(context, training);
-  if (activity_reg_ && training) add_loss((*activity_reg_)(out));
+  if (options_.activity_regularizer && training) add_loss((*options_.activity_regularizer)(out));
   return {out, scores};
 }
 
 Tensors MultiHeadAttention::call(const Tensors& inputs, bool training) {
-  return {attend(inputs, training, inputs.size() > 3 ? inputs[3] : at::Tensor(), use_causal_mask_,
+  return {attend(inputs, training, inputs.size() > 3 ? inputs[3] : at::Tensor(), options_.use_causal_mask,
                  /*want_scores=*/false)
               .first};
 }
@@ -267,22 +269,7 @@ std::vector<Shape> MultiHeadAttention::compute_output_shape(const std::vector<Sh
 
 Json MultiHeadAttention::get_config() const {
   Json j = base_config();
-  j["num_heads"] = num_heads_;
-  j["key_dim"] = key_dim_;
-  j["value_dim"] = value_dim_;
-  j["dropout"] = dropout_;
-  j["use_bias"] = use_bias_;
-  j["output_shape"] = output_shape_json_;
-  j["attention_axes"] = nullptr;
-  j["kernel_initializer"] = kernel_init_;
-  j["bias_initializer"] = bias_init_;
-  j["kernel_regularizer"] = regularizer_json(kernel_reg_);
-  j["bias_regularizer"] = regularizer_json(bias_reg_);
-  j["activity_regularizer"] = regularizer_json(activity_reg_);
-  j["kernel_constraint"] = nullptr;
-  j["bias_constraint"] = nullptr;
-  j["seed"] = seed_;
-  j["use_causal_mask"] = use_causal_mask_;
+  write_fields(j, options_, attention_fields());
   return j;
 }
 

@@ -77,9 +77,9 @@ class MultiHeadAttention : public Layer {
   std::pair<at::Tensor, at::Tensor> attention_with_scores(const Tensors& inputs, bool training,
                                                           const at::Tensor& attention_mask, bool use_causal_mask);
 
-  int64_t num_heads() const { return num_heads_; }
-  int64_t key_dim() const { return key_dim_; }
-  int64_t value_dim() const { return value_dim_; }
+  int64_t num_heads() const { return options_.num_heads; }
+  int64_t key_dim() const { return options_.key_dim; }
+  int64_t value_dim() const { return *options_.value_dim; }
   const std::shared_ptr<EinsumDense>& query_dense() const { return query_; }
   const std::shared_ptr<EinsumDense>& key_dense() const { return key_; }
   const std::shared_ptr<EinsumDense>& value_dense() const { return value_; }
@@ -101,15 +101,8 @@ class MultiHeadAttention : public Layer {
   std::pair<at::Tensor, at::Tensor> attend(const Tensors& inputs, bool training, const at::Tensor& attention_mask,
                                            bool use_causal_mask, bool want_scores);
 
-  int64_t num_heads_, key_dim_, value_dim_;
-  double dropout_;
-  bool use_bias_;
-  Json output_shape_json_;  // as configured
-  Shape output_shape_;      // resolved at build (empty: query's last dim)
-  Json kernel_init_, bias_init_;
-  RegularizerPtr kernel_reg_, bias_reg_, activity_reg_;
-  Json seed_;
-  bool use_causal_mask_ = false;
+  MultiHeadAttentionOptions options_;  // checked: the layer's config (value_dim set)
+  Shape output_shape_;                 // resolved at build (empty: query's last dim)
   std::shared_ptr<EinsumDense> query_, key_, value_, output_;
 };
 

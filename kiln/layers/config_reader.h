@@ -86,20 +86,4 @@ Json merged_config(const Json& extra, const Json& typed);
 Json regularizer_json(const RegularizerPtr& r);
 Json int_list_json(const std::vector<int64_t>& v);
 
-// Reads the keys Dense and the convolutions share (activation, use_bias,
-// kernel/bias initializers, the three regularizers; constraints refused)
-// into the fields of those names of `o`.
-template <class Options>
-void read_kernel_options(ConfigReader& r, Options& o) {
-  o.activation = r.activation("activation", "linear");
-  o.use_bias = r.boolean("use_bias", true);
-  o.kernel_initializer = r.initializer("kernel_initializer", "glorot_uniform");
-  o.bias_initializer = r.initializer("bias_initializer", "zeros");
-  o.kernel_regularizer = r.regularizer("kernel_regularizer");
-  o.bias_regularizer = r.regularizer("bias_regularizer");
-  o.activity_regularizer = r.regularizer("activity_regularizer");
-  r.no_constraint("kernel_constraint");
-  r.no_constraint("bias_constraint");
-}
-
 }  // namespace kiln

@@ -2,9 +2,13 @@
 // A new layer is one entry in all_cases(); RegistryCoverage fails until it has one.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <set>
 
+#include "kiln/testing/golden.h"
 #include "kiln/testing/layer_conformance.h"
+#include "kiln/testing/testing.h"
 
 namespace kiln {
 
@@ -254,6 +258,147 @@ INSTANTIATE_TEST_SUITE_P(AllLayers, LayerConformance, ::testing::ValuesIn(all_ca
                              if (!std::isalnum((unsigned char)ch)) ch = '_';
                            return n;
                          });
+
+// Configs with every key set away from its default, beside the cases'
+// mostly default ones.
+std::vector<std::pair<std::string, Json>> full_configs() {
+  const Json kernel = {{"use_bias", false},          {"kernel_initializer", "he_normal"},
+                       {"bias_initializer", "ones"}, {"kernel_regularizer", "l2"},
+                       {"bias_regularizer", "l1"},   {"activity_regularizer", "l1_l2"}};
+  auto with = [](Json base, const Json& more) {
+    for (auto it = more.begin(); it != more.end(); ++it) base[it.key()] = it.value();
+    return base;
+  };
+  return {
+      {"Dense", with(kernel, {{"units", 4}, {"activation", "relu"}})},
+      {"Conv1D", with(kernel, {{"filters", 4}, {"kernel_size", 3}, {"padding", "CAUSAL"}, {"dilation_rate", 2}})},
+      {"Conv2D", with(kernel, {{"filters", 4},
+                               {"kernel_size", {3, 2}},
+                               {"strides", {2, 1}},
+                               {"padding", "same"},
+                               {"data_format", "channels_first"},
+                               {"groups", 2},
+                               {"activation", "tanh"}})},
+      {"Conv2DTranspose", with(kernel, {{"filters", 3},
+                                        {"kernel_size", 3},
+                                        {"strides", 2},
+                                        {"padding", "same"},
+                                        {"output_padding", 1},
+                                        {"activation", "relu"}})},
+      {"DepthwiseConv2D",
+       {{"kernel_size", 3},
+        {"depth_multiplier", 2},
+        {"padding", "same"},
+        {"use_bias", false},
+        {"depthwise_initializer", "he_uniform"},
+        {"depthwise_regularizer", "l2"},
+        {"activity_regularizer", "l1"}}},
+      {"SeparableConv2D",
+       {{"filters", 5},
+        {"kernel_size", {3, 3}},
+        {"data_format", "channels_first"},
+        {"pointwise_initializer", "zeros"},
+        {"pointwise_regularizer", "l1"},
+        {"bias_regularizer", "l2"}}},
+      {"ReLU", {{"max_value", 6.0}, {"negative_slope", 0.1}, {"threshold", 0.5}}},
+      {"LeakyReLU", {{"negative_slope", 0.2}}},
+      {"Softmax", {{"axis", {1, 2}}}},
+      {"BatchNormalization",
+       {{"axis", 1},
+        {"momentum", 0.9},
+        {"epsilon", 1e-5},
+        {"center", false},
+        {"scale", false},
+        {"beta_initializer", "ones"},
+        {"gamma_initializer", "zeros"},
+        {"moving_mean_initializer", "ones"},
+        {"moving_variance_initializer", "zeros"},
+        {"beta_regularizer", "l2"},
+        {"gamma_regularizer", "l1"},
+        {"synchronized", true}}},
+      {"LayerNormalization",
+       {{"axis", {1, 2}},
+        {"epsilon", 1e-5},
+        {"center", false},
+        {"rms_scaling", true},
+        {"beta_initializer", "ones"},
+        {"gamma_regularizer", "l2"}}},
+      {"GroupNormalization",
+       {{"groups", -1},
+        {"axis", 1},
+        {"epsilon", 1e-5},
+        {"center", false},
+        {"beta_initializer", "ones"},
+        {"gamma_initializer", "zeros"},
+        {"beta_regularizer", "l1"},
+        {"gamma_regularizer", "l2"}}},
+      {"Dropout", {{"rate", 0.25}, {"noise_shape", {nullptr, 1, 4}}, {"seed", 7}}},
+      {"SpatialDropout2D", {{"rate", 0.25}, {"data_format", "channels_first"}, {"seed", 7}}},
+      {"MultiHeadAttention", with(kernel, {{"num_heads", 2},
+                                           {"key_dim", 4},
+                                           {"value_dim", 3},
+                                           {"dropout", 0.1},
+                                           {"output_shape", {2, 3}},
+                                           {"seed", 5},
+                                           {"use_causal_mask", true}})},
+      {"Embedding",
+       {{"input_dim", 10},
+        {"output_dim", 3},
+        {"embeddings_initializer", "zeros"},
+        {"embeddings_regularizer", "l2"},
+        {"activity_regularizer", "l1"},
+        {"mask_zero", true}}},
+      {"LSTM",
+       {{"units", 3},
+        {"activation", "relu"},
+        {"recurrent_activation", "hard_sigmoid"},
+        {"use_bias", false},
+        {"kernel_initializer", "he_normal"},
+        {"recurrent_initializer", "glorot_uniform"},
+        {"unit_forget_bias", false},
+        {"kernel_regularizer", "l2"},
+        {"recurrent_regularizer", "l1"},
+        {"activity_regularizer", "l1"},
+        {"dropout", 0.1},
+        {"recurrent_dropout", 0.2},
+        {"seed", 3},
+        {"return_sequences", true},
+        {"return_state", true},
+        {"go_backwards", true},
+        {"use_cudnn", false},
+        {"zero_output_for_mask", true}}},
+      {"GRU", {{"units", 3}, {"reset_after", false}, {"bias_initializer", "ones"}, {"bias_regularizer", "l2"}}},
+      {"SimpleRNN", {{"units", 3}, {"activation", "relu"}, {"unroll", true}}},
+      {"MaxPooling2D", {{"pool_size", {3, 2}}, {"strides", 1}, {"padding", "same"}, {"data_format", "channels_first"}}},
+      {"AveragePooling1D", {{"pool_size", 3}, {"strides", 2}}},
+      {"GlobalAveragePooling2D", {{"data_format", "channels_first"}, {"keepdims", true}}},
+  };
+}
+
+// Every case's config and full_configs(), byte for byte against
+// testdata/layer_configs_golden.json: a saved model.json stays the same when
+// a layer's config code changes. KILN_WRITE_CONFIG_GOLDEN=<file> writes the
+// configs there instead (to make the golden file from a known-good build).
+TEST(LayerConformanceCoverage, ConfigsMatchGolden) {
+  Json actual = Json::object();
+  auto add = [&](const std::string& key, const LayerPtr& layer) {
+    Json c = layer->get_config();
+    c.erase("name");  // a counter's, which depends on the tests run before
+    actual[key] = layer->class_name() + " " + c.dump();
+  };
+  for (auto& c : all_cases()) add(c.name, c.make());
+  for (auto& [cls, config] : full_configs()) add(cls + "_full", from_config(cls, config)());
+  if (const char* path = std::getenv("KILN_WRITE_CONFIG_GOLDEN"); path && *path) {
+    std::ofstream(path) << actual.dump(1) << "\n";
+    GTEST_SKIP() << "wrote " << path;
+  }
+  const Json golden = load_golden("kiln/layers/testdata/layer_configs_golden.json");
+  for (auto it = actual.begin(); it != actual.end(); ++it) {
+    ASSERT_TRUE(golden.contains(it.key())) << it.key() << " has no golden config";
+    EXPECT_EQ(it.value().get<std::string>(), golden[it.key()].get<std::string>()) << it.key();
+  }
+  EXPECT_EQ(actual.size(), golden.size());
+}
 
 // Every registered layer has at least one conformance case.
 TEST(LayerConformanceCoverage, EveryRegisteredLayerHasACase) {

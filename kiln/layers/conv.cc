@@ -1,6 +1,6 @@
 #include "kiln/layers/conv.h"
 
-#include "kiln/layers/config_reader.h"
+#include "kiln/layers/config_fields.h"
 #include "kiln/layers/conv_utils.h"
 
 namespace kiln {
@@ -52,51 +52,40 @@ class FloatConv : public KernelImpl {
 
 KernelImplPtr float_conv_impl(const ConvGeometry& geometry) { return std::make_unique<FloatConv>(geometry); }
 
+namespace {
+const FieldTable<ConvOptions>& conv_fields(int rank) {
+  auto table = [](int rank) {
+    using O = ConvOptions;
+    return FieldTable<O>{
+               field("filters", &O::filters).positive().required(),
+               field("kernel_size", &O::kernel_size).tuple(rank).required(),
+               field("strides", &O::strides).tuple(rank),
+               field("padding", &O::padding)
+                   .choice(rank == 1 ? std::vector<std::string>{"valid", "same", "causal"}
+                                     : std::vector<std::string>{"valid", "same"}),
+               field("data_format", &O::data_format).choice({"channels_last", "channels_first"}),
+               field("dilation_rate", &O::dilation_rate).tuple(rank),
+               field("groups", &O::groups).positive(),
+           } +
+           kernel_fields<O>();
+  };
+  static const FieldTable<ConvOptions> t1 = table(1), t2 = table(2);
+  return rank == 1 ? t1 : t2;
+}
+}  // namespace
+
 ConvOptions Conv::options_from_config(int rank, const std::string& owner, const Json& config) {
-  ConfigReader r(config, owner);
-  ConvOptions o;
-  o.filters = r.positive_int("filters");
-  o.kernel_size = r.int_tuple("kernel_size", rank);
-  o.strides = r.int_tuple("strides", rank, std::vector<int64_t>(rank, 1));
-  o.padding = r.choice(
-      "padding", "valid",
-      rank == 1 ? std::vector<std::string>{"valid", "same", "causal"} : std::vector<std::string>{"valid", "same"});
-  o.data_format = r.choice("data_format", "channels_last", {"channels_last", "channels_first"});
-  o.dilation_rate = r.int_tuple("dilation_rate", rank, std::vector<int64_t>(rank, 1));
-  o.groups = r.positive_int("groups", 1);
-  read_kernel_options(r, o);
-  r.finish();
-  return o;
+  return read_fields(config, owner, conv_fields(rank));
 }
 
 Conv::Conv(int rank, const std::string& owner, const ConvOptions& o, const Json& base_config)
-    : SimpleLayer(base_config), rank_(rank), owner_(owner) {
-  namespace check = option_check;
-  filters_ = check::positive(owner, "filters", o.filters);
-  geom_.kernel_size = check::tuple(owner, "kernel_size", o.kernel_size, rank);
-  geom_.strides = check::tuple(owner, "strides", o.strides, rank);
-  geom_.padding = check::choice(
-      owner, "padding", o.padding,
-      rank == 1 ? std::vector<std::string>{"valid", "same", "causal"} : std::vector<std::string>{"valid", "same"});
-  geom_.channels_last =
-      check::choice(owner, "data_format", o.data_format, {"channels_last", "channels_first"}) == "channels_last";
-  geom_.dilation_rate = check::tuple(owner, "dilation_rate", o.dilation_rate, rank);
-  geom_.groups = check::positive(owner, "groups", o.groups);
-  activation_name_ = check::activation(owner, "activation", o.activation);
-  use_bias_ = o.use_bias;
-  kernel_init_ = o.kernel_initializer.resolve(owner, "kernel_initializer");
-  bias_init_ = o.bias_initializer.resolve(owner, "bias_initializer");
-  kernel_reg_ = o.kernel_regularizer;
-  bias_reg_ = o.bias_regularizer;
-  activity_reg_ = o.activity_regularizer;
-  if (filters_ % geom_.groups != 0)
-    check::invalid(owner, "groups", "a divisor of filters=" + std::to_string(filters_), geom_.groups);
-  auto max_of = [](const std::vector<int64_t>& v) { return *std::max_element(v.begin(), v.end()); };
-  if (max_of(geom_.strides) > 1 && max_of(geom_.dilation_rate) > 1)
-    throw ValueError(
-        owner + ": `strides > 1` not supported in conjunction with `dilation_rate > 1`. Received: strides=" +
-        int_list_json(geom_.strides).dump() + " and dilation_rate=" + int_list_json(geom_.dilation_rate).dump());
-  activation_ = get_activation(activation_name_);
+    : SimpleLayer(base_config), rank_(rank), owner_(owner), options_(o) {
+  check_fields(owner, options_, conv_fields(rank));
+  if (options_.filters % options_.groups != 0)
+    option_check::invalid(owner, "groups", "a divisor of filters=" + std::to_string(options_.filters), options_.groups);
+  geom_ = conv_utils::checked_geometry(owner, options_);
+  geom_.groups = options_.groups;
+  activation_ = get_activation(options_.activation);
   impl_ = float_conv_impl(geom_);
 }
 
@@ -116,9 +105,11 @@ void Conv::build(const std::vector<Shape>& input_shapes) {
                      " channels (full input shape is " + shape_to_string(s) + ")");
   Shape kshape = geom_.kernel_size;
   kshape.push_back(channels / geom_.groups);
-  kshape.push_back(filters_);
-  kernel_ = add_weight("kernel", kshape, kernel_init_, true, kernel_reg_);
-  if (use_bias_) bias_ = add_weight("bias", {filters_}, bias_init_, true, bias_reg_);
+  kshape.push_back(options_.filters);
+  kernel_ = add_weight("kernel", kshape, options_.kernel_initializer.resolved(), true, options_.kernel_regularizer);
+  if (options_.use_bias)
+    bias_ =
+        add_weight("bias", {options_.filters}, options_.bias_initializer.resolved(), true, options_.bias_regularizer);
 }
 
 at::Tensor Conv::call1(const at::Tensor& x, bool training) {
@@ -141,13 +132,13 @@ at::Tensor Conv::call1(const at::Tensor& x, bool training) {
     at::Tensor b = value(bias_);
     if (!geom_.channels_last) {
       std::vector<int64_t> shape(rank_ + 1, 1);
-      shape[0] = filters_;
+      shape[0] = options_.filters;
       b = b.reshape(shape);
     }
     y = y + b;
   }
   y = activation_(y);
-  if (activity_reg_ && training) add_loss((*activity_reg_)(y));
+  if (options_.activity_regularizer && training) add_loss((*options_.activity_regularizer)(y));
   return y;
 }
 
@@ -155,7 +146,7 @@ std::vector<Shape> Conv::compute_output_shape(const std::vector<Shape>& input_sh
   build_if_needed(input_shapes);
   const Shape& s = input_shapes.at(0);
   Shape out = {s[0]};
-  if (!geom_.channels_last) out.push_back(filters_);
+  if (!geom_.channels_last) out.push_back(options_.filters);
   for (int i = 0; i < rank_; ++i) {
     int64_t n = s[geom_.channels_last ? 1 + i : 2 + i];
     int64_t len =
@@ -165,28 +156,13 @@ std::vector<Shape> Conv::compute_output_shape(const std::vector<Shape>& input_sh
                        " are smaller than the (dilated) kernel " + int_list_json(geom_.kernel_size).dump());
     out.push_back(len);
   }
-  if (geom_.channels_last) out.push_back(filters_);
+  if (geom_.channels_last) out.push_back(options_.filters);
   return {out};
 }
 
 Json Conv::get_config() const {
   Json j = base_config();
-  j["filters"] = filters_;
-  j["kernel_size"] = geom_.kernel_size;
-  j["strides"] = geom_.strides;
-  j["padding"] = geom_.padding;
-  j["data_format"] = geom_.channels_last ? "channels_last" : "channels_first";
-  j["dilation_rate"] = geom_.dilation_rate;
-  j["groups"] = geom_.groups;
-  j["activation"] = activation_name_;
-  j["use_bias"] = use_bias_;
-  j["kernel_initializer"] = kernel_init_->to_json();
-  j["bias_initializer"] = bias_init_->to_json();
-  j["kernel_regularizer"] = regularizer_json(kernel_reg_);
-  j["bias_regularizer"] = regularizer_json(bias_reg_);
-  j["activity_regularizer"] = regularizer_json(activity_reg_);
-  j["kernel_constraint"] = nullptr;
-  j["bias_constraint"] = nullptr;
+  write_fields(j, options_, conv_fields(rank_));
   return j;
 }
 

@@ -69,7 +69,7 @@ class Conv : public SimpleLayer {
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
 
-  int64_t filters() const { return filters_; }
+  int64_t filters() const { return options_.filters; }
   const ConvGeometry& geometry() const { return geom_; }
   const VariablePtr& kernel() const { return kernel_; }
   const VariablePtr& bias() const { return bias_; }
@@ -83,13 +83,9 @@ class Conv : public SimpleLayer {
  private:
   int rank_;
   std::string owner_;
-  int64_t filters_;
-  ConvGeometry geom_;
-  std::string activation_name_;
+  ConvOptions options_;  // checked: the layer's config
+  ConvGeometry geom_;    // from options_
   ActivationFn activation_;
-  bool use_bias_;
-  InitializerPtr kernel_init_, bias_init_;
-  RegularizerPtr kernel_reg_, bias_reg_, activity_reg_;
   KernelImplPtr impl_;
   VariablePtr kernel_, bias_;
 };

@@ -106,14 +106,9 @@ class Conv2DTranspose : public SimpleLayer {
   Conv2DTranspose(const Conv2DTransposeOptions& options, const Json& base_config);
   // Output length along spatial axis i for an input length n (-1 stays -1).
   int64_t output_length(int i, int64_t n) const;
-  int64_t filters_;
-  ConvGeometry geom_;
-  std::optional<std::vector<int64_t>> output_padding_;
-  std::string activation_name_;
+  Conv2DTransposeOptions options_;  // checked: the layer's config
+  ConvGeometry geom_;               // from options_
   ActivationFn activation_;
-  bool use_bias_;
-  InitializerPtr kernel_init_, bias_init_;
-  RegularizerPtr kernel_reg_, bias_reg_, activity_reg_;
   VariablePtr kernel_, bias_;
 };
 
@@ -139,14 +134,9 @@ class DepthwiseConv2D : public SimpleLayer {
  private:
   bool separable_;
   std::string owner_;
-  int64_t filters_ = 0;  // separable only
-  int64_t depth_multiplier_;
-  ConvGeometry geom_;  // the depthwise step (groups set by build)
-  std::string activation_name_;
+  DepthwiseConv2DOptions options_;  // checked: the layer's config
+  ConvGeometry geom_;               // the depthwise step, from options_ (groups set by build)
   ActivationFn activation_;
-  bool use_bias_;
-  InitializerPtr depthwise_init_, pointwise_init_, bias_init_;
-  RegularizerPtr depthwise_reg_, pointwise_reg_, bias_reg_, activity_reg_;
   KernelImplPtr depthwise_impl_, pointwise_impl_;
   int64_t in_channels_ = 0;
   VariablePtr depthwise_, pointwise_, bias_;

@@ -5,9 +5,14 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "kiln/core/error.h"
+#include "kiln/layers/config_reader.h"
+#include "kiln/layers/conv.h"
 
 namespace kiln::conv_utils {
 
@@ -56,6 +61,24 @@ inline std::vector<int64_t> pad_arg(const std::vector<std::pair<int64_t, int64_t
     out.push_back(it->second);
   }
   return out;
+}
+
+// The geometry of checked convolution options (kernel_size, strides,
+// padding, data_format, dilation_rate; groups 1). ValueError, as in Keras,
+// when strides > 1 meets dilation_rate > 1.
+template <class Options>
+ConvGeometry checked_geometry(const std::string& owner, const Options& o) {
+  ConvGeometry g{.kernel_size = o.kernel_size,
+                 .strides = o.strides,
+                 .dilation_rate = o.dilation_rate,
+                 .padding = o.padding,
+                 .channels_last = o.data_format == "channels_last"};
+  auto max_of = [](const std::vector<int64_t>& v) { return *std::max_element(v.begin(), v.end()); };
+  if (max_of(g.strides) > 1 && max_of(g.dilation_rate) > 1)
+    throw ValueError(owner +
+                     ": `strides > 1` not supported in conjunction with `dilation_rate > 1`. Received: strides=" +
+                     int_list_json(g.strides).dump() + " and dilation_rate=" + int_list_json(g.dilation_rate).dump());
+  return g;
 }
 
 }  // namespace kiln::conv_utils

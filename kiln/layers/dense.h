@@ -51,7 +51,7 @@ class Dense : public SimpleLayer {
   bool supports_quantization(const std::string& mode) const override { return true; }
   KernelImpl* kernel_impl_ptr() override { return impl_.get(); }
 
-  int64_t units() const { return units_; }
+  int64_t units() const { return options_.units; }
   const VariablePtr& kernel() const { return kernel_; }  // null once quantized to int8
   const VariablePtr& bias() const { return bias_; }      // null when use_bias=false
   const KernelImpl& kernel_impl() const { return *impl_; }
@@ -60,13 +60,9 @@ class Dense : public SimpleLayer {
   Dense(const DenseOptions& options, const Json& base_config);
   KernelSpec kernel_spec(int64_t input_dim) const;
 
-  int64_t units_;
+  DenseOptions options_;   // checked: the layer's config
   int64_t input_dim_ = 0;  // set by build
-  std::string activation_name_;
   ActivationFn activation_;
-  bool use_bias_;
-  InitializerPtr kernel_init_, bias_init_;
-  RegularizerPtr kernel_reg_, bias_reg_, activity_reg_;
   KernelImplPtr impl_;
   VariablePtr kernel_, bias_;
 };

@@ -36,16 +36,14 @@ class Dropout : public SimpleLayer {
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
-  double rate() const { return rate_; }
+  double rate() const { return options_.rate; }
   // The config's keys as options; ValueError for an unknown key or a bad value.
   static DropoutOptions options_from_config(const Json& config);
 
  private:
   Dropout(const DropoutOptions& options, const Json& base_config);
 
-  double rate_;
-  std::optional<Shape> noise_shape_;
-  Json seed_;
+  DropoutOptions options_;  // checked: the layer's config
 };
 
 }  // namespace kiln

@@ -50,11 +50,8 @@ class GroupNormalization : public SimpleLayer {
  private:
   GroupNormalization(const GroupNormalizationOptions& options, const Json& base_config);
 
-  int64_t groups_config_, groups_ = 0, axis_, resolved_axis_ = 0, channels_ = 0;
-  double epsilon_;
-  bool center_, scale_;
-  InitializerPtr beta_init_, gamma_init_;
-  RegularizerPtr beta_reg_, gamma_reg_;
+  GroupNormalizationOptions options_;                      // checked: the layer's config
+  int64_t groups_ = 0, resolved_axis_ = 0, channels_ = 0;  // set by build
   VariablePtr gamma_, beta_;
 };
 

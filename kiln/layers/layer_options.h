@@ -42,6 +42,8 @@ class InitializerArg {
 
   // The initializer; ValueError naming `owner` and `key` for an unknown name.
   InitializerPtr resolve(const std::string& owner, const char* key) const;
+  // The initializer object, or null while only a name is held.
+  const InitializerPtr& resolved() const { return init_; }
 
  private:
   std::string name_;

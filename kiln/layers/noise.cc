@@ -1,21 +1,22 @@
 #include "kiln/layers/noise.h"
 
-#include "kiln/layers/config_reader.h"
+#include "kiln/layers/config_fields.h"
 
 namespace kiln {
 
 // --- SpatialDropout2D --------------------------------------------------------------
+namespace {
+const FieldTable<SpatialDropout2DOptions>& spatial_dropout_fields() {
+  using O = SpatialDropout2DOptions;
+  static const FieldTable<O> t = {field("rate", &O::rate).in_range(0.0, 1.0).required("a float between 0 and 1"),
+                                  field("data_format", &O::data_format).choice({"channels_last", "channels_first"}),
+                                  field("seed", &O::seed)};
+  return t;
+}
+}  // namespace
+
 SpatialDropout2DOptions SpatialDropout2D::options_from_config(const Json& config) {
-  ConfigReader r(config, "SpatialDropout2D");
-  if (!r.has("rate")) throw ValueError("SpatialDropout2D: the config is missing `rate` (a float between 0 and 1)");
-  SpatialDropout2DOptions o;
-  o.rate = r.number_in("rate", 0.0, 0.0, 1.0);
-  o.data_format = r.choice("data_format", "channels_last", {"channels_last", "channels_first"});
-  const Json* seed = r.get("seed");
-  if (seed && !seed->is_number_integer()) r.invalid("seed", "null or an integer");
-  if (seed) o.seed = seed->get<int64_t>();
-  r.finish();
-  return o;
+  return read_fields(config, "SpatialDropout2D", spatial_dropout_fields());
 }
 
 SpatialDropout2D::SpatialDropout2D(const SpatialDropout2DOptions& o) : SpatialDropout2D(o, layer_base_config(o.base)) {}
@@ -23,10 +24,8 @@ SpatialDropout2D::SpatialDropout2D(const SpatialDropout2DOptions& o) : SpatialDr
 SpatialDropout2D::SpatialDropout2D(const Json& config) : SpatialDropout2D(options_from_config(config), config) {}
 
 SpatialDropout2D::SpatialDropout2D(const SpatialDropout2DOptions& o, const Json& base_config)
-    : SimpleLayer(base_config), seeds_(o.seed) {
-  rate_ = option_check::in_range("SpatialDropout2D", "rate", o.rate, 0.0, 1.0);
-  channels_last_ = option_check::choice("SpatialDropout2D", "data_format", o.data_format,
-                                        {"channels_last", "channels_first"}) == "channels_last";
+    : SimpleLayer(base_config), options_(o), seeds_(o.seed) {
+  check_fields("SpatialDropout2D", options_, spatial_dropout_fields());
 }
 
 SpatialDropout2D::SpatialDropout2D(double rate, const Json& extra)
@@ -36,12 +35,14 @@ at::Tensor SpatialDropout2D::call1(const at::Tensor& x, bool training) {
   if (x.dim() != 4)
     throw ShapeError("SpatialDropout2D '" + name() + "' expects 4-D image batches. Received shape " +
                      shape_to_string(sizes_of(x)));
-  if (!training || rate_ == 0.0) return x;
-  if (rate_ >= 1.0) return x * 0.0;
-  std::vector<int64_t> mask_shape = channels_last_ ? std::vector<int64_t>{x.size(0), 1, 1, x.size(3)}
-                                                   : std::vector<int64_t>{x.size(0), x.size(1), 1, 1};
-  at::Tensor keep = at::lt(at::rand(mask_shape, seeds_.generator(), x.options()), 1.0 - rate_).to(x.scalar_type());
-  return x * keep / (1.0 - rate_);
+  const double rate = options_.rate;
+  if (!training || rate == 0.0) return x;
+  if (rate >= 1.0) return x * 0.0;
+  std::vector<int64_t> mask_shape = options_.data_format == "channels_last"
+                                        ? std::vector<int64_t>{x.size(0), 1, 1, x.size(3)}
+                                        : std::vector<int64_t>{x.size(0), x.size(1), 1, 1};
+  at::Tensor keep = at::lt(at::rand(mask_shape, seeds_.generator(), x.options()), 1.0 - rate).to(x.scalar_type());
+  return x * keep / (1.0 - rate);
 }
 
 std::vector<Shape> SpatialDropout2D::compute_output_shape(const std::vector<Shape>& input_shapes) {
@@ -54,9 +55,7 @@ std::vector<Shape> SpatialDropout2D::compute_output_shape(const std::vector<Shap
 
 Json SpatialDropout2D::get_config() const {
   Json j = base_config();
-  j["rate"] = rate_;
-  j["data_format"] = channels_last_ ? "channels_last" : "channels_first";
-  j["seed"] = seeds_.to_json();
+  write_fields(j, options_, spatial_dropout_fields());
   return j;
 }
 

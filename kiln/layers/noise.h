@@ -40,8 +40,7 @@ class SpatialDropout2D : public SimpleLayer {
   SpatialDropout2D(const SpatialDropout2DOptions& options, const Json& base_config);
   static SpatialDropout2DOptions options_from_config(const Json& config);
 
-  double rate_;
-  bool channels_last_;
+  SpatialDropout2DOptions options_;  // checked: the layer's config
   SeedGenerator seeds_;
 };
 

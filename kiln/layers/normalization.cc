@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "kiln/core/json_limits.h"
-#include "kiln/layers/config_reader.h"
+#include "kiln/layers/config_fields.h"
 #include "kiln/layers/conv_utils.h"
 
 namespace kiln {
@@ -61,26 +61,45 @@ struct AllReduceSum : public torch::autograd::Function<AllReduceSum> {
 }  // namespace
 
 // --- BatchNormalization -------------------------------------------------------
+namespace {
+bool positive_number(double v) { return v > 0; }
+
+const FieldTable<BatchNormalizationOptions>& batch_norm_fields() {
+  using O = BatchNormalizationOptions;
+  static const FieldTable<O> t = {field("axis", &O::axis),
+                                  field("momentum", &O::momentum).in_range(0.0, 1.0),
+                                  field("epsilon", &O::epsilon).where(positive_number, "a positive number"),
+                                  field("center", &O::center),
+                                  field("scale", &O::scale),
+                                  field("beta_initializer", &O::beta_initializer),
+                                  field("gamma_initializer", &O::gamma_initializer),
+                                  field("moving_mean_initializer", &O::moving_mean_initializer),
+                                  field("moving_variance_initializer", &O::moving_variance_initializer),
+                                  field("beta_regularizer", &O::beta_regularizer),
+                                  field("gamma_regularizer", &O::gamma_regularizer),
+                                  no_constraint<O>("beta_constraint"),
+                                  no_constraint<O>("gamma_constraint"),
+                                  field("synchronized", &O::synchronized)};
+  return t;
+}
+
+const FieldTable<LayerNormalizationOptions>& layer_norm_fields() {
+  using O = LayerNormalizationOptions;
+  static const FieldTable<O> t =
+      FieldTable<O>{
+          field("axis", &O::axis).described("an integer or a non-empty list of distinct integers"),
+          field("epsilon", &O::epsilon).where(positive_number, "a positive number"),
+          field("center", &O::center),
+          field("scale", &O::scale),
+          field("rms_scaling", &O::rms_scaling),
+      } +
+      beta_gamma_fields<O>();
+  return t;
+}
+}  // namespace
+
 BatchNormalizationOptions BatchNormalization::options_from_config(const Json& config) {
-  ConfigReader r(config, "BatchNormalization");
-  BatchNormalizationOptions o;
-  o.axis = r.integer("axis", -1);
-  o.momentum = r.number_in("momentum", 0.99, 0.0, 1.0);
-  o.epsilon = r.number("epsilon", 1e-3);
-  if (!(o.epsilon > 0)) r.invalid("epsilon", "a positive number");
-  o.center = r.boolean("center", true);
-  o.scale = r.boolean("scale", true);
-  o.beta_initializer = r.initializer("beta_initializer", "zeros");
-  o.gamma_initializer = r.initializer("gamma_initializer", "ones");
-  o.moving_mean_initializer = r.initializer("moving_mean_initializer", "zeros");
-  o.moving_variance_initializer = r.initializer("moving_variance_initializer", "ones");
-  o.beta_regularizer = r.regularizer("beta_regularizer");
-  o.gamma_regularizer = r.regularizer("gamma_regularizer");
-  r.no_constraint("beta_constraint");
-  r.no_constraint("gamma_constraint");
-  o.synchronized = r.boolean("synchronized", false);
-  r.finish();
-  return o;
+  return read_fields(config, "BatchNormalization", batch_norm_fields());
 }
 
 BatchNormalization::BatchNormalization(const BatchNormalizationOptions& o)
@@ -89,21 +108,8 @@ BatchNormalization::BatchNormalization(const BatchNormalizationOptions& o)
 BatchNormalization::BatchNormalization(const Json& config) : BatchNormalization(options_from_config(config), config) {}
 
 BatchNormalization::BatchNormalization(const BatchNormalizationOptions& o, const Json& base_config)
-    : SimpleLayer(base_config) {
-  const std::string owner = "BatchNormalization";
-  axis_ = o.axis;
-  momentum_ = option_check::in_range(owner, "momentum", o.momentum, 0.0, 1.0);
-  epsilon_ = o.epsilon;
-  if (!(epsilon_ > 0)) option_check::invalid(owner, "epsilon", "a positive number", epsilon_);
-  center_ = o.center;
-  scale_ = o.scale;
-  synchronized_ = o.synchronized;
-  beta_init_ = o.beta_initializer.resolve(owner, "beta_initializer");
-  gamma_init_ = o.gamma_initializer.resolve(owner, "gamma_initializer");
-  mean_init_ = o.moving_mean_initializer.resolve(owner, "moving_mean_initializer");
-  var_init_ = o.moving_variance_initializer.resolve(owner, "moving_variance_initializer");
-  beta_reg_ = o.beta_regularizer;
-  gamma_reg_ = o.gamma_regularizer;
+    : SimpleLayer(base_config), options_(o) {
+  check_fields("BatchNormalization", options_, batch_norm_fields());
 }
 
 BatchNormalization::BatchNormalization(int64_t axis, double momentum, double epsilon, const Json& extra)
@@ -112,18 +118,19 @@ BatchNormalization::BatchNormalization(int64_t axis, double momentum, double eps
 void BatchNormalization::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   const int64_t rank = (int64_t)s.size();
-  resolved_axis_ = axis_ < 0 ? axis_ + rank : axis_;
+  const BatchNormalizationOptions& o = options_;
+  resolved_axis_ = o.axis < 0 ? o.axis + rank : o.axis;
   if (rank < 2 || resolved_axis_ < 1 || resolved_axis_ >= rank)
-    throw ValueError("BatchNormalization '" + name() + "': axis=" + std::to_string(axis_) +
+    throw ValueError("BatchNormalization '" + name() + "': axis=" + std::to_string(o.axis) +
                      " is not a feature axis of inputs of shape " + shape_to_string(s));
   const int64_t c = s[resolved_axis_];
   if (c < 1)
-    throw ShapeError("BatchNormalization '" + name() + "': axis " + std::to_string(axis_) +
+    throw ShapeError("BatchNormalization '" + name() + "': axis " + std::to_string(o.axis) +
                      " of the input must have a known size. Received: " + shape_to_string(s));
-  if (scale_) gamma_ = add_weight("gamma", {c}, gamma_init_, true, gamma_reg_);
-  if (center_) beta_ = add_weight("beta", {c}, beta_init_, true, beta_reg_);
-  moving_mean_ = add_weight("moving_mean", {c}, mean_init_, false);
-  moving_variance_ = add_weight("moving_variance", {c}, var_init_, false);
+  if (o.scale) gamma_ = add_weight("gamma", {c}, o.gamma_initializer.resolved(), true, o.gamma_regularizer);
+  if (o.center) beta_ = add_weight("beta", {c}, o.beta_initializer.resolved(), true, o.beta_regularizer);
+  moving_mean_ = add_weight("moving_mean", {c}, o.moving_mean_initializer.resolved(), false);
+  moving_variance_ = add_weight("moving_variance", {c}, o.moving_variance_initializer.resolved(), false);
 }
 
 at::Tensor BatchNormalization::call1(const at::Tensor& x, bool training) {
@@ -133,7 +140,7 @@ at::Tensor BatchNormalization::call1(const at::Tensor& x, bool training) {
     throw ShapeError("BatchNormalization '" + name() + "' was built for inputs of shape " +
                      shape_to_string(build_input_shapes().at(0)) + ". Received: " + shape_to_string(sizes_of(x)));
   const bool update = training && trainable();
-  auto dist = synchronized_ && update ? distribution() : nullptr;
+  auto dist = options_.synchronized && update ? distribution() : nullptr;
   if (dist && dist->num_replicas() > 1) return call_by_formula(x, dist.get());
   // Batches of fewer than two rows keep the formula's statistics (a single
   // row: variance 0, where LibTorch's unbiased running variance is 0/0).
@@ -168,7 +175,7 @@ at::Tensor BatchNormalization::call_fused(const at::Tensor& x, bool update) {
   at::Tensor y;
   if (update) {
     at::Tensor mean = at::zeros({c}, opts), unbiased = at::zeros({c}, opts);
-    y = at::batch_norm(t, g, b, mean, unbiased, /*training=*/true, /*momentum=*/1.0, epsilon_, cudnn);
+    y = at::batch_norm(t, g, b, mean, unbiased, /*training=*/true, /*momentum=*/1.0, options_.epsilon, cudnn);
     const double n = static_cast<double>(t.numel() / c);
     at::NoGradGuard ng;
     update_moving_statistics(mean, unbiased * ((n - 1) / n));
@@ -181,7 +188,7 @@ at::Tensor BatchNormalization::call_fused(const at::Tensor& x, bool update) {
       return at::GradMode::is_enabled() ? s.clone() : s;
     };
     y = at::batch_norm(t, g, b, moving(moving_mean_), moving(moving_variance_), /*training=*/false,
-                       /*momentum=*/0.0, epsilon_, cudnn);
+                       /*momentum=*/0.0, options_.epsilon, cudnn);
   }
   return channels_from_dim1(y, in, resolved_axis_).to(x.scalar_type());
 }
@@ -214,7 +221,7 @@ at::Tensor BatchNormalization::call_by_formula(const at::Tensor& x, Distribution
     at::NoGradGuard ng;
     update_moving_statistics(mean.detach(), var.detach());
   }
-  at::Tensor inv = at::rsqrt(var + epsilon_);
+  at::Tensor inv = at::rsqrt(var + options_.epsilon);
   if (gamma_) inv = inv * stat_value(gamma_, dt);
   at::Tensor y = (xf - mean.reshape(bshape)) * inv.reshape(bshape);
   if (beta_) y = y + stat_value(beta_, dt).reshape(bshape);
@@ -223,7 +230,7 @@ at::Tensor BatchNormalization::call_by_formula(const at::Tensor& x, Distribution
 
 // Keras: moving = moving * momentum + batch * (1 - momentum).
 void BatchNormalization::update_moving_statistics(const at::Tensor& mean, const at::Tensor& var) {
-  const double m = momentum_;
+  const double m = options_.momentum;
   moving_mean_->assign(moving_mean_->value() * m + mean.to(moving_mean_->dtype()) * (1.0 - m));
   moving_variance_->assign(moving_variance_->value() * m + var.to(moving_variance_->dtype()) * (1.0 - m));
 }
@@ -235,20 +242,7 @@ std::vector<Shape> BatchNormalization::compute_output_shape(const std::vector<Sh
 
 Json BatchNormalization::get_config() const {
   Json j = base_config();
-  j["axis"] = axis_;
-  j["momentum"] = momentum_;
-  j["epsilon"] = epsilon_;
-  j["center"] = center_;
-  j["scale"] = scale_;
-  j["beta_initializer"] = beta_init_->to_json();
-  j["gamma_initializer"] = gamma_init_->to_json();
-  j["moving_mean_initializer"] = mean_init_->to_json();
-  j["moving_variance_initializer"] = var_init_->to_json();
-  j["beta_regularizer"] = regularizer_json(beta_reg_);
-  j["gamma_regularizer"] = regularizer_json(gamma_reg_);
-  j["beta_constraint"] = nullptr;
-  j["gamma_constraint"] = nullptr;
-  j["synchronized"] = synchronized_;
+  write_fields(j, options_, batch_norm_fields());
   return j;
 }
 
@@ -256,36 +250,7 @@ KILN_REGISTER_LAYER(BatchNormalization);
 
 // --- LayerNormalization -------------------------------------------------------
 LayerNormalizationOptions LayerNormalization::options_from_config(const Json& config) {
-  ConfigReader r(config, "LayerNormalization");
-  LayerNormalizationOptions o;
-  const std::string expected = "an integer or a non-empty list of distinct integers";
-  if (const Json* a = r.get("axis")) {
-    if (a->is_number_integer()) {
-      o.axis = a->get<int64_t>();
-    } else if (a->is_array() && !a->empty()) {
-      std::vector<int64_t> axes;
-      for (auto& e : *a) {
-        if (!e.is_number_integer()) r.invalid("axis", expected);
-        axes.push_back(e.get<int64_t>());
-      }
-      o.axis = axes;
-    } else {
-      r.invalid("axis", expected);
-    }
-  }
-  o.epsilon = r.number("epsilon", 1e-3);
-  if (!(o.epsilon > 0)) r.invalid("epsilon", "a positive number");
-  o.center = r.boolean("center", true);
-  o.scale = r.boolean("scale", true);
-  o.rms_scaling = r.boolean("rms_scaling", false);
-  o.beta_initializer = r.initializer("beta_initializer", "zeros");
-  o.gamma_initializer = r.initializer("gamma_initializer", "ones");
-  o.beta_regularizer = r.regularizer("beta_regularizer");
-  o.gamma_regularizer = r.regularizer("gamma_regularizer");
-  r.no_constraint("beta_constraint");
-  r.no_constraint("gamma_constraint");
-  r.finish();
-  return o;
+  return read_fields(config, "LayerNormalization", layer_norm_fields());
 }
 
 LayerNormalization::LayerNormalization(const LayerNormalizationOptions& o)
@@ -294,26 +259,10 @@ LayerNormalization::LayerNormalization(const LayerNormalizationOptions& o)
 LayerNormalization::LayerNormalization(const Json& config) : LayerNormalization(options_from_config(config), config) {}
 
 LayerNormalization::LayerNormalization(const LayerNormalizationOptions& o, const Json& base_config)
-    : SimpleLayer(base_config) {
-  const std::string owner = "LayerNormalization";
-  if (const auto* one = std::get_if<int64_t>(&o.axis)) {
-    axes_ = {*one};
-    axis_json_ = *one;
-  } else {
-    axes_ = std::get<std::vector<int64_t>>(o.axis);
-    axis_json_ = axes_;
-    if (axes_.empty())
-      option_check::invalid(owner, "axis", "an integer or a non-empty list of distinct integers", axis_json_);
-  }
-  epsilon_ = o.epsilon;
-  if (!(epsilon_ > 0)) option_check::invalid(owner, "epsilon", "a positive number", epsilon_);
-  center_ = o.center;
-  scale_ = o.scale;
-  rms_scaling_ = o.rms_scaling;
-  beta_init_ = o.beta_initializer.resolve(owner, "beta_initializer");
-  gamma_init_ = o.gamma_initializer.resolve(owner, "gamma_initializer");
-  beta_reg_ = o.beta_regularizer;
-  gamma_reg_ = o.gamma_regularizer;
+    : SimpleLayer(base_config), options_(o) {
+  check_fields("LayerNormalization", options_, layer_norm_fields());
+  const auto* one = std::get_if<int64_t>(&options_.axis);
+  axes_ = one ? std::vector<int64_t>{*one} : std::get<std::vector<int64_t>>(options_.axis);
 }
 
 LayerNormalization::LayerNormalization(int64_t axis, double epsilon, const Json& extra)
@@ -326,7 +275,7 @@ void LayerNormalization::build(const std::vector<Shape>& input_shapes) {
   for (auto a : axes_) {
     int64_t r = a < 0 ? a + rank : a;
     if (r < 1 || r >= rank || std::count(resolved_.begin(), resolved_.end(), r))
-      throw ValueError("LayerNormalization '" + name() + "': axis=" + json_excerpt(axis_json_) +
+      throw ValueError("LayerNormalization '" + name() + "': axis=" + json_excerpt(int_or_list_json(options_.axis)) +
                        " does not name distinct feature axes of inputs of shape " + shape_to_string(s));
     if (s[r] < 1)
       throw ShapeError("LayerNormalization '" + name() + "': axis " + std::to_string(a) +
@@ -336,8 +285,11 @@ void LayerNormalization::build(const std::vector<Shape>& input_shapes) {
   std::sort(resolved_.begin(), resolved_.end());
   Shape param;
   for (auto r : resolved_) param.push_back(s[r]);
-  if (scale_ || rms_scaling_) gamma_ = add_weight("gamma", param, gamma_init_, true, gamma_reg_);
-  if (center_ && !rms_scaling_) beta_ = add_weight("beta", param, beta_init_, true, beta_reg_);
+  const LayerNormalizationOptions& o = options_;
+  if (o.scale || o.rms_scaling)
+    gamma_ = add_weight("gamma", param, o.gamma_initializer.resolved(), true, o.gamma_regularizer);
+  if (o.center && !o.rms_scaling)
+    beta_ = add_weight("beta", param, o.beta_initializer.resolved(), true, o.beta_regularizer);
 }
 
 at::Tensor LayerNormalization::call1(const at::Tensor& x, bool training) {
@@ -356,18 +308,18 @@ at::Tensor LayerNormalization::call1(const at::Tensor& x, bool training) {
   for (size_t i = 0; i < resolved_.size(); ++i)
     trailing = trailing && resolved_[i] == rank - (int64_t)resolved_.size() + (int64_t)i;
   at::Tensor y;
-  if (trailing && !rms_scaling_) {
+  if (trailing && !options_.rms_scaling) {
     std::vector<int64_t> normalized(x.sizes().end() - resolved_.size(), x.sizes().end());
-    y = at::layer_norm(xf, normalized, g, b, epsilon_);
+    y = at::layer_norm(xf, normalized, g, b, options_.epsilon);
   } else {
     std::vector<int64_t> bshape(rank, 1);
     for (auto r : resolved_) bshape[r] = x.size(r);
-    if (rms_scaling_) {
-      y = xf * at::rsqrt(xf.square().mean(resolved_, /*keepdim=*/true) + epsilon_);
+    if (options_.rms_scaling) {
+      y = xf * at::rsqrt(xf.square().mean(resolved_, /*keepdim=*/true) + options_.epsilon);
     } else {
       at::Tensor mean = xf.mean(resolved_, /*keepdim=*/true);
       at::Tensor centred = xf - mean;
-      y = centred * at::rsqrt(centred.square().mean(resolved_, /*keepdim=*/true) + epsilon_);
+      y = centred * at::rsqrt(centred.square().mean(resolved_, /*keepdim=*/true) + options_.epsilon);
     }
     if (g.defined()) y = y * g.reshape(bshape);
     if (b.defined()) y = y + b.reshape(bshape);
@@ -382,17 +334,7 @@ std::vector<Shape> LayerNormalization::compute_output_shape(const std::vector<Sh
 
 Json LayerNormalization::get_config() const {
   Json j = base_config();
-  j["axis"] = axis_json_;
-  j["epsilon"] = epsilon_;
-  j["center"] = center_;
-  j["scale"] = scale_;
-  j["rms_scaling"] = rms_scaling_;
-  j["beta_initializer"] = beta_init_->to_json();
-  j["gamma_initializer"] = gamma_init_->to_json();
-  j["beta_regularizer"] = regularizer_json(beta_reg_);
-  j["gamma_regularizer"] = regularizer_json(gamma_reg_);
-  j["beta_constraint"] = nullptr;
-  j["gamma_constraint"] = nullptr;
+  write_fields(j, options_, layer_norm_fields());
   return j;
 }
 

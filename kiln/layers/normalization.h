@@ -105,11 +105,7 @@ class BatchNormalization : public SimpleLayer {
   at::Tensor call_by_formula(const at::Tensor& x, Distribution* dist);
   void update_moving_statistics(const at::Tensor& mean, const at::Tensor& var);
 
-  int64_t axis_;
-  double momentum_, epsilon_;
-  bool center_, scale_, synchronized_ = false;
-  InitializerPtr beta_init_, gamma_init_, mean_init_, var_init_;
-  RegularizerPtr beta_reg_, gamma_reg_;
+  BatchNormalizationOptions options_;  // checked: the layer's config
   int64_t resolved_axis_ = -1;
   VariablePtr gamma_, beta_, moving_mean_, moving_variance_;
 };
@@ -135,13 +131,9 @@ class LayerNormalization : public SimpleLayer {
  private:
   LayerNormalization(const LayerNormalizationOptions& options, const Json& base_config);
 
-  Json axis_json_;                 // as configured: an int or a list
-  std::vector<int64_t> axes_;      // as configured (may be negative)
-  std::vector<int64_t> resolved_;  // sorted, non-negative, set by build
-  double epsilon_;
-  bool center_, scale_, rms_scaling_;
-  InitializerPtr beta_init_, gamma_init_;
-  RegularizerPtr beta_reg_, gamma_reg_;
+  LayerNormalizationOptions options_;  // checked: the layer's config
+  std::vector<int64_t> axes_;          // options_.axis as a list (may be negative)
+  std::vector<int64_t> resolved_;      // sorted, non-negative, set by build
   VariablePtr gamma_, beta_;
 };
 

@@ -4,11 +4,16 @@
 // errors; an unknown JSON key is still a ValueError naming the key.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "kiln/core/names.h"
 #include "kiln/layers/conv.h"
 #include "kiln/layers/dense.h"
 #include "kiln/layers/dropout.h"
 #include "kiln/layers/embedding.h"
+#include "kiln/layers/group_norm.h"
+#include "kiln/layers/normalization.h"
+#include "kiln/layers/recurrent.h"
 #include "kiln/layers/regularizers.h"
 #include "kiln/losses/crossentropy.h"
 #include "kiln/models/sequential.h"
@@ -97,6 +102,50 @@ TEST(Options, TypedOptionsGetTheJsonPathsErrors) {
                            {"Conv2D", "`padding`", "causal"});
   expect_error<ValueError>([] { Dropout(DropoutOptions{.rate = 1.5}); }, {"Dropout", "`rate`", "rate=1.5"});
   expect_error<ValueError>([] { Embedding(EmbeddingOptions{.input_dim = 3}); }, {"Embedding", "`output_dim`"});
+}
+
+// One field table checks both paths (config_fields.h): a bad value gives
+// the same message from JSON and from the Options struct.
+TEST(Options, FieldTablesGiveJsonAndTypedOptionsTheSameMessage) {
+  auto message = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const ValueError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  auto same = [&](const std::function<void()>& from_json, const std::function<void()>& typed) {
+    const std::string m = message(from_json);
+    EXPECT_NE(m, "no error");
+    EXPECT_EQ(m, message(typed));
+  };
+  same(
+      [] {
+        GroupNormalization(Json{{"groups", 0}});
+      },
+      [] { GroupNormalization(GroupNormalizationOptions{.groups = 0}); });
+  same(
+      [] {
+        BatchNormalization(Json{{"momentum", 1.5}});
+      },
+      [] { BatchNormalization(BatchNormalizationOptions{.momentum = 1.5}); });
+  same(
+      [] {
+        LayerNormalization(Json{{"epsilon", 0.0}});
+      },
+      [] { LayerNormalization(LayerNormalizationOptions{.epsilon = 0.0}); });
+  same(
+      [] {
+        Conv2D(Json{{"filters", 2}, {"kernel_size", 3}, {"padding", "causal"}});
+      },
+      [] { Conv2D(ConvOptions{.filters = 2, .kernel_size = {3}, .padding = "causal"}); });
+  same([] { LSTM(Json{{"units", 2}, {"dropout", 1.0}}); }, [] { LSTM(RecurrentOptions{.units = 2, .dropout = 1.0}); });
+  same(
+      [] {
+        Dense(Json{{"units", 2}, {"activation", "relux"}});
+      },
+      [] { Dense(DenseOptions{.units = 2, .activation = "relux"}); });
 }
 
 TEST(Options, UnknownJsonKeyIsAValueErrorNamingTheKey) {

@@ -2,7 +2,7 @@
 
 #include <limits>
 
-#include "kiln/layers/config_reader.h"
+#include "kiln/layers/config_fields.h"
 #include "kiln/layers/conv_utils.h"
 
 namespace kiln {
@@ -14,26 +14,42 @@ Json pooling_config(const Json& extra, const std::vector<int64_t>& pool_size, co
                                    {"strides", strides.empty() ? Json(nullptr) : Json(strides)},
                                    {"padding", padding}});
 }
+
+const FieldTable<PoolingOptions>& pooling_fields(int rank) {
+  using O = PoolingOptions;
+  auto table = [](int rank) {
+    const char* strides = "strides";
+    // Absent, null or empty: the pool size (read before it).
+    FieldDef<O> strides_field{
+        strides, [=](ConfigReader& r, O& o) { o.strides = r.int_tuple(strides, rank, o.pool_size); },
+        [=](const std::string& owner, O& o) {
+          o.strides = o.strides.empty() ? o.pool_size : option_check::tuple(owner, strides, o.strides, rank);
+        },
+        [=](Json& j, const O& o) { j[strides] = o.strides; }};
+    return FieldTable<O>{field("pool_size", &O::pool_size).tuple(rank),
+                         field("padding", &O::padding).choice({"valid", "same"}), strides_field,
+                         field("data_format", &O::data_format).choice({"channels_last", "channels_first"})};
+  };
+  static const FieldTable<O> t1 = table(1), t2 = table(2);
+  return rank == 1 ? t1 : t2;
+}
+
+const FieldTable<GlobalPoolingOptions>& global_pooling_fields() {
+  using O = GlobalPoolingOptions;
+  static const FieldTable<O> t = {field("data_format", &O::data_format).choice({"channels_last", "channels_first"}),
+                                  field("keepdims", &O::keepdims)};
+  return t;
+}
 }  // namespace
 
 PoolingOptions Pooling::options_from_config(int rank, const std::string& owner, const Json& config) {
-  ConfigReader r(config, owner);
-  PoolingOptions o;
-  o.pool_size = r.int_tuple("pool_size", rank, std::vector<int64_t>(rank, 2));
-  o.strides = r.int_tuple("strides", rank, o.pool_size);
-  o.padding = r.choice("padding", "valid", {"valid", "same"});
-  o.data_format = r.choice("data_format", "channels_last", {"channels_last", "channels_first"});
-  r.finish();
-  return o;
+  return read_fields(config, owner, pooling_fields(rank));
 }
 
 Pooling::Pooling(int rank, bool is_max, const std::string& owner, const PoolingOptions& o, const Json& base_config)
-    : SimpleLayer(base_config), rank_(rank), is_max_(is_max), owner_(owner) {
-  pool_size_ = option_check::tuple(owner, "pool_size", o.pool_size, rank);
-  strides_ = o.strides.empty() ? pool_size_ : option_check::tuple(owner, "strides", o.strides, rank);
-  padding_ = option_check::choice(owner, "padding", o.padding, {"valid", "same"});
-  channels_last_ =
-      option_check::choice(owner, "data_format", o.data_format, {"channels_last", "channels_first"}) == "channels_last";
+    : SimpleLayer(base_config), rank_(rank), is_max_(is_max), owner_(owner), options_(o) {
+  check_fields(owner, options_, pooling_fields(rank));
+  channels_last_ = options_.data_format == "channels_last";
 }
 
 at::Tensor Pooling::call1(const at::Tensor& x, bool training) {
@@ -45,21 +61,22 @@ at::Tensor Pooling::call1(const at::Tensor& x, bool training) {
   bool padded = false;
   for (int i = 0; i < rank_; ++i) {
     int64_t n = t.size(2 + i);
-    if (conv_utils::output_length(n, pool_size_[i], strides_[i], 1, padding_) < 1)
+    if (conv_utils::output_length(n, options_.pool_size[i], options_.strides[i], 1, options_.padding) < 1)
       throw ShapeError(owner_ + " '" + name() + "': the input of shape " + shape_to_string(sizes_of(x)) +
-                       " is smaller than pool_size " + int_list_json(pool_size_).dump());
-    pads.push_back(conv_utils::padding_amounts(n, pool_size_[i], strides_[i], 1, padding_));
+                       " is smaller than pool_size " + int_list_json(options_.pool_size).dump());
+    pads.push_back(conv_utils::padding_amounts(n, options_.pool_size[i], options_.strides[i], 1, options_.padding));
     padded = padded || pads.back().first || pads.back().second;
   }
   const std::vector<int64_t> zeros(rank_, 0);
   at::Tensor y;
   if (is_max_) {
     if (padded) t = at::constant_pad_nd(t, conv_utils::pad_arg(pads), -std::numeric_limits<double>::infinity());
-    y = rank_ == 1 ? at::max_pool1d(t, pool_size_, strides_, zeros) : at::max_pool2d(t, pool_size_, strides_, zeros);
+    y = rank_ == 1 ? at::max_pool1d(t, options_.pool_size, options_.strides, zeros)
+                   : at::max_pool2d(t, options_.pool_size, options_.strides, zeros);
   } else {
     auto avg = [&](const at::Tensor& v) {
-      return rank_ == 1 ? at::avg_pool1d(v, pool_size_, strides_, zeros)
-                        : at::avg_pool2d(v, pool_size_, strides_, zeros);
+      return rank_ == 1 ? at::avg_pool1d(v, options_.pool_size, options_.strides, zeros)
+                        : at::avg_pool2d(v, options_.pool_size, options_.strides, zeros);
     };
     if (!padded) {
       y = avg(t);
@@ -85,10 +102,10 @@ std::vector<Shape> Pooling::compute_output_shape(const std::vector<Shape>& input
   Shape out = s;
   for (int i = 0; i < rank_; ++i) {
     int64_t& d = out[channels_last_ ? 1 + i : 2 + i];
-    int64_t len = conv_utils::output_length(d, pool_size_[i], strides_[i], 1, padding_);
+    int64_t len = conv_utils::output_length(d, options_.pool_size[i], options_.strides[i], 1, options_.padding);
     if (d >= 0 && len < 1)
       throw ShapeError(owner_ + " '" + name() + "': inputs of shape " + shape_to_string(s) +
-                       " are smaller than pool_size " + int_list_json(pool_size_).dump());
+                       " are smaller than pool_size " + int_list_json(options_.pool_size).dump());
     d = len;
   }
   return {out};
@@ -96,10 +113,7 @@ std::vector<Shape> Pooling::compute_output_shape(const std::vector<Shape>& input
 
 Json Pooling::get_config() const {
   Json j = base_config();
-  j["pool_size"] = pool_size_;
-  j["padding"] = padding_;
-  j["strides"] = strides_;
-  j["data_format"] = channels_last_ ? "channels_last" : "channels_first";
+  write_fields(j, options_, pooling_fields(rank_));
   return j;
 }
 
@@ -137,20 +151,14 @@ KILN_REGISTER_LAYER(AveragePooling2D);
 
 // --- global pooling ---------------------------------------------------------
 GlobalPoolingOptions GlobalPooling::options_from_config(const std::string& owner, const Json& config) {
-  ConfigReader r(config, owner);
-  GlobalPoolingOptions o;
-  o.data_format = r.choice("data_format", "channels_last", {"channels_last", "channels_first"});
-  o.keepdims = r.boolean("keepdims", false);
-  r.finish();
-  return o;
+  return read_fields(config, owner, global_pooling_fields());
 }
 
 GlobalPooling::GlobalPooling(int rank, bool is_max, const std::string& owner, const GlobalPoolingOptions& o,
                              const Json& base_config)
-    : SimpleLayer(base_config), rank_(rank), is_max_(is_max), owner_(owner) {
-  channels_last_ =
-      option_check::choice(owner, "data_format", o.data_format, {"channels_last", "channels_first"}) == "channels_last";
-  keepdims_ = o.keepdims;
+    : SimpleLayer(base_config), rank_(rank), is_max_(is_max), owner_(owner), options_(o) {
+  check_fields(owner, options_, global_pooling_fields());
+  channels_last_ = options_.data_format == "channels_last";
 }
 
 at::Tensor GlobalPooling::call1(const at::Tensor& x, bool training) {
@@ -159,8 +167,8 @@ at::Tensor GlobalPooling::call1(const at::Tensor& x, bool training) {
                      ". Received: " + shape_to_string(sizes_of(x)));
   std::vector<int64_t> axes;
   for (int i = 0; i < rank_; ++i) axes.push_back(channels_last_ ? 1 + i : 2 + i);
-  if (!is_max_) return x.mean(axes, keepdims_);
-  return at::amax(x, axes, keepdims_);
+  if (!is_max_) return x.mean(axes, options_.keepdims);
+  return at::amax(x, axes, options_.keepdims);
 }
 
 std::vector<Shape> GlobalPooling::compute_output_shape(const std::vector<Shape>& input_shapes) {
@@ -170,7 +178,7 @@ std::vector<Shape> GlobalPooling::compute_output_shape(const std::vector<Shape>&
     throw ShapeError(owner_ + " '" + name() + "' expects inputs of rank " + std::to_string(rank_ + 2) +
                      ". Received: " + shape_to_string(s));
   const int64_t c = channels_last_ ? s.back() : s[1];
-  if (!keepdims_) return {{s[0], c}};
+  if (!options_.keepdims) return {{s[0], c}};
   Shape out(s.size(), 1);
   out[0] = s[0];
   out[channels_last_ ? s.size() - 1 : 1] = c;
@@ -179,8 +187,7 @@ std::vector<Shape> GlobalPooling::compute_output_shape(const std::vector<Shape>&
 
 Json GlobalPooling::get_config() const {
   Json j = base_config();
-  j["data_format"] = channels_last_ ? "channels_last" : "channels_first";
-  j["keepdims"] = keepdims_;
+  write_fields(j, options_, global_pooling_fields());
   return j;
 }
 

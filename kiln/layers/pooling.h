@@ -41,8 +41,8 @@ class Pooling : public SimpleLayer {
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
-  const std::vector<int64_t>& pool_size() const { return pool_size_; }
-  const std::vector<int64_t>& strides() const { return strides_; }
+  const std::vector<int64_t>& pool_size() const { return options_.pool_size; }
+  const std::vector<int64_t>& strides() const { return options_.strides; }
 
  protected:
   Pooling(int rank, bool is_max, const std::string& owner, const PoolingOptions& options, const Json& base_config);
@@ -53,9 +53,8 @@ class Pooling : public SimpleLayer {
   int rank_;
   bool is_max_;
   std::string owner_;
-  std::vector<int64_t> pool_size_, strides_;
-  std::string padding_;
-  bool channels_last_;
+  PoolingOptions options_;  // checked: the layer's config
+  bool channels_last_;      // from options_.data_format
 };
 
 class MaxPooling1D : public Pooling {
@@ -111,8 +110,8 @@ class GlobalPooling : public SimpleLayer {
   int rank_;
   bool is_max_;
   std::string owner_;
-  bool channels_last_;
-  bool keepdims_;
+  GlobalPoolingOptions options_;  // checked: the layer's config
+  bool channels_last_;            // from options_.data_format
 };
 
 class GlobalAveragePooling1D : public GlobalPooling {

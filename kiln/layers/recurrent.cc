@@ -1,7 +1,7 @@
 #include "kiln/layers/recurrent.h"
 
 #include "kiln/core/names.h"
-#include "kiln/layers/config_reader.h"
+#include "kiln/layers/config_fields.h"
 
 namespace kiln {
 namespace {
@@ -38,49 +38,61 @@ std::string strip_prefix(const std::string& s, const std::string& prefix) {
 
 // --- RecurrentLayer -----------------------------------------------------------------------------
 
+namespace {
+// `kind`: "lstm", "gru" or "simple_rnn"; the keys of the other kinds are not in the table.
+FieldTable<RecurrentOptions> recurrent_fields(const std::string& kind, bool has_recurrent_activation) {
+  using O = RecurrentOptions;
+  const char* const stateful = "stateful";
+  const char* const use_cudnn = "use_cudnn";
+  FieldTable<O> t = {field("units", &O::units).positive().required(), field("activation", &O::activation).activation()};
+  if (has_recurrent_activation) t.push_back(field("recurrent_activation", &O::recurrent_activation).activation());
+  t = t +
+      FieldTable<O>{
+          field("use_bias", &O::use_bias), field("kernel_initializer", &O::kernel_initializer),
+          field("recurrent_initializer", &O::recurrent_initializer), field("bias_initializer", &O::bias_initializer),
+          field("kernel_regularizer", &O::kernel_regularizer),
+          field("recurrent_regularizer", &O::recurrent_regularizer), field("bias_regularizer", &O::bias_regularizer),
+          field("activity_regularizer", &O::activity_regularizer), no_constraint<O>("kernel_constraint"),
+          no_constraint<O>("recurrent_constraint"), no_constraint<O>("bias_constraint"),
+          field("dropout", &O::dropout).in_range(0.0, 1.0, /*hi_inclusive=*/false),
+          field("recurrent_dropout", &O::recurrent_dropout).in_range(0.0, 1.0, /*hi_inclusive=*/false),
+          field("seed", &O::seed), field("return_sequences", &O::return_sequences),
+          field("return_state", &O::return_state), field("go_backwards", &O::go_backwards),
+          // Accepted as false only: kiln keeps no state between calls.
+          FieldDef<O>{stateful,
+                      [=](ConfigReader& r, O&) {
+                        if (r.boolean(stateful, false))
+                          r.invalid(stateful,
+                                    "false (kiln keeps no recurrent state between calls; pass initial states as "
+                                    "inputs)");
+                      },
+                      nullptr, [=](Json& j, const O&) { j[stateful] = false; }},
+          field("unroll", &O::unroll),
+          // "auto" (unset), true or false.
+          FieldDef<O>{
+              use_cudnn,
+              [=](ConfigReader& r, O& o) {
+                const Json* cudnn = r.get(use_cudnn);
+                if (cudnn && !cudnn->is_boolean() && !(cudnn->is_string() && cudnn->get<std::string>() == "auto"))
+                  r.invalid(use_cudnn, "\"auto\", true or false");
+                if (cudnn && cudnn->is_boolean()) o.use_cudnn = cudnn->get<bool>();
+              },
+              nullptr, [=](Json& j, const O& o) { j[use_cudnn] = o.use_cudnn ? Json(*o.use_cudnn) : Json("auto"); }},
+          field("zero_output_for_mask", &O::zero_output_for_mask)};
+  if (kind == "lstm") t.push_back(field("unit_forget_bias", &O::unit_forget_bias));
+  if (kind == "gru") t.push_back(field("reset_after", &O::reset_after));
+  return t;
+}
+}  // namespace
+
 RecurrentOptions RecurrentLayer::options_from_config(const Json& config, const std::string& owner,
                                                      const std::string& kind, bool has_recurrent_activation) {
-  ConfigReader r(config, owner);
-  RecurrentOptions o;
-  o.units = r.positive_int("units");
-  o.activation = r.activation("activation", "tanh");
-  if (has_recurrent_activation) o.recurrent_activation = r.activation("recurrent_activation", "sigmoid");
-  o.use_bias = r.boolean("use_bias", true);
-  o.kernel_initializer = r.initializer("kernel_initializer", "glorot_uniform");
-  o.recurrent_initializer = r.initializer("recurrent_initializer", "orthogonal");
-  o.bias_initializer = r.initializer("bias_initializer", "zeros");
-  if (kind == "lstm") o.unit_forget_bias = r.boolean("unit_forget_bias", true);
-  if (kind == "gru") o.reset_after = r.boolean("reset_after", true);
-  o.kernel_regularizer = r.regularizer("kernel_regularizer");
-  o.recurrent_regularizer = r.regularizer("recurrent_regularizer");
-  o.bias_regularizer = r.regularizer("bias_regularizer");
-  o.activity_regularizer = r.regularizer("activity_regularizer");
-  r.no_constraint("kernel_constraint");
-  r.no_constraint("recurrent_constraint");
-  r.no_constraint("bias_constraint");
-  o.dropout = r.number_in("dropout", 0.0, 0.0, 1.0, /*hi_inclusive=*/false);
-  o.recurrent_dropout = r.number_in("recurrent_dropout", 0.0, 0.0, 1.0, /*hi_inclusive=*/false);
-  const Json* seed = r.get("seed");
-  if (seed && !seed->is_number_integer()) r.invalid("seed", "null or an integer");
-  if (seed) o.seed = seed->get<int64_t>();
-  o.return_sequences = r.boolean("return_sequences", false);
-  o.return_state = r.boolean("return_state", false);
-  o.go_backwards = r.boolean("go_backwards", false);
-  if (r.boolean("stateful", false))
-    r.invalid("stateful", "false (kiln keeps no recurrent state between calls; pass initial states as inputs)");
-  o.unroll = r.boolean("unroll", false);
-  const Json* cudnn = r.get("use_cudnn");
-  if (cudnn && !cudnn->is_boolean() && !(cudnn->is_string() && cudnn->get<std::string>() == "auto"))
-    r.invalid("use_cudnn", "\"auto\", true or false");
-  if (cudnn && cudnn->is_boolean()) o.use_cudnn = cudnn->get<bool>();
-  o.zero_output_for_mask = r.boolean("zero_output_for_mask", false);
-  r.finish();
-  return o;
+  return read_fields(config, owner, recurrent_fields(kind, has_recurrent_activation));
 }
 
 RecurrentLayer::RecurrentLayer(const RecurrentOptions& o, const Json& base_config, const std::string& owner,
                                const std::string& kind, int gates, bool has_recurrent_activation)
-    : Layer(base_config), gates_(gates), kind_(kind), has_recurrent_activation_(has_recurrent_activation) {
+    : Layer(base_config), options_(o), gates_(gates), kind_(kind), has_recurrent_activation_(has_recurrent_activation) {
   const RecurrentOptions defaults;
   auto not_here = [&](const char* key, bool is_set) {
     if (is_set) throw ValueError(owner + ": `" + key + "` is not an option of " + owner + "; leave it at its default");
@@ -89,33 +101,12 @@ RecurrentLayer::RecurrentLayer(const RecurrentOptions& o, const Json& base_confi
            !has_recurrent_activation && o.recurrent_activation != defaults.recurrent_activation);
   not_here("unit_forget_bias", kind != "lstm" && o.unit_forget_bias != defaults.unit_forget_bias);
   not_here("reset_after", kind != "gru" && o.reset_after != defaults.reset_after);
-  units_ = option_check::positive(owner, "units", o.units);
-  activation_name_ = option_check::activation(owner, "activation", o.activation);
-  if (has_recurrent_activation)
-    recurrent_activation_name_ = option_check::activation(owner, "recurrent_activation", o.recurrent_activation);
-  use_bias_ = o.use_bias;
-  kernel_init_ = o.kernel_initializer.resolve(owner, "kernel_initializer");
-  recurrent_init_ = o.recurrent_initializer.resolve(owner, "recurrent_initializer");
-  bias_init_ = o.bias_initializer.resolve(owner, "bias_initializer");
-  kernel_reg_ = o.kernel_regularizer;
-  recurrent_reg_ = o.recurrent_regularizer;
-  bias_reg_ = o.bias_regularizer;
-  activity_reg_ = o.activity_regularizer;
-  dropout_ = option_check::in_range(owner, "dropout", o.dropout, 0.0, 1.0, /*hi_inclusive=*/false);
-  recurrent_dropout_ =
-      option_check::in_range(owner, "recurrent_dropout", o.recurrent_dropout, 0.0, 1.0, /*hi_inclusive=*/false);
-  seed_ = o.seed ? Json(*o.seed) : Json(nullptr);
-  return_sequences_ = o.return_sequences;
-  return_state_ = o.return_state;
-  go_backwards_ = o.go_backwards;
-  unroll_ = o.unroll;
-  use_cudnn_ = o.use_cudnn ? Json(*o.use_cudnn) : Json("auto");
-  zero_output_for_mask_ = o.zero_output_for_mask;
-  activation_ = get_activation(activation_name_);
-  if (has_recurrent_activation) recurrent_activation_ = get_activation(recurrent_activation_name_);
+  check_fields(owner, options_, recurrent_fields(kind, has_recurrent_activation));
+  activation_ = get_activation(options_.activation);
+  if (has_recurrent_activation) recurrent_activation_ = get_activation(options_.recurrent_activation);
 }
 
-Shape RecurrentLayer::bias_shape() const { return {gates_ * units_}; }
+Shape RecurrentLayer::bias_shape() const { return {gates_ * options_.units}; }
 
 void RecurrentLayer::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
@@ -128,9 +119,12 @@ void RecurrentLayer::build(const std::vector<Shape>& input_shapes) {
                      std::to_string(num_states()) + " initial state(s). Received " +
                      std::to_string(input_shapes.size()) + " inputs");
   NameScope cell(kind_ + "_cell");  // Keras's paths: lstm/lstm_cell/kernel
-  kernel_ = add_weight("kernel", {s[2], gates_ * units_}, kernel_init_, true, kernel_reg_);
-  recurrent_kernel_ = add_weight("recurrent_kernel", {units_, gates_ * units_}, recurrent_init_, true, recurrent_reg_);
-  if (use_bias_) bias_ = add_weight("bias", bias_shape(), bias_build_initializer(), true, bias_reg_);
+  kernel_ = add_weight("kernel", {s[2], gates_ * options_.units}, options_.kernel_initializer.resolved(), true,
+                       options_.kernel_regularizer);
+  recurrent_kernel_ = add_weight("recurrent_kernel", {options_.units, gates_ * options_.units},
+                                 options_.recurrent_initializer.resolved(), true, options_.recurrent_regularizer);
+  if (options_.use_bias)
+    bias_ = add_weight("bias", bias_shape(), bias_build_initializer(), true, options_.bias_regularizer);
 }
 
 Tensors RecurrentLayer::call(const Tensors& inputs, bool training) {
@@ -145,7 +139,8 @@ Tensors RecurrentLayer::call_masked(const Tensors& inputs, const Tensors& masks,
                      std::to_string(features) + "). Received: " + shape_to_string(shape_of(x_in)));
   const int64_t batch = x_in.size(0), steps = x_in.size(1);
   at::Tensor x = x_in;
-  if (training && dropout_ > 0) x = x * dropout_mask(batch, features, dropout_, x.options()).unsqueeze(1);
+  if (training && options_.dropout > 0)
+    x = x * dropout_mask(batch, features, options_.dropout, x.options()).unsqueeze(1);
 
   at::Tensor mask = masks.empty() ? at::Tensor() : masks[0];
   if (mask.defined()) {
@@ -162,14 +157,14 @@ Tensors RecurrentLayer::call_masked(const Tensors& inputs, const Tensors& masks,
       throw ValueError(class_name() + " '" + name() + "' takes " + std::to_string(num_states()) +
                        " initial state(s). Received " + std::to_string(inputs.size() - 1));
     for (size_t i = 1; i < inputs.size(); ++i) {
-      if (inputs[i].dim() != 2 || inputs[i].size(0) != batch || inputs[i].size(1) != units_)
+      if (inputs[i].dim() != 2 || inputs[i].size(0) != batch || inputs[i].size(1) != options_.units)
         throw ShapeError(class_name() + " '" + name() + "': initial states must have shape (batch, units) = (" +
-                         std::to_string(batch) + ", " + std::to_string(units_) +
+                         std::to_string(batch) + ", " + std::to_string(options_.units) +
                          "). Received: " + shape_to_string(shape_of(inputs[i])));
       states.push_back(inputs[i].to(x.scalar_type()));
     }
   } else {
-    for (int i = 0; i < num_states(); ++i) states.push_back(at::zeros({batch, units_}, x.options()));
+    for (int i = 0; i < num_states(); ++i) states.push_back(at::zeros({batch, options_.units}, x.options()));
   }
 
   const at::Tensor u = value(recurrent_kernel_);
@@ -178,13 +173,14 @@ Tensors RecurrentLayer::call_masked(const Tensors& inputs, const Tensors& masks,
   if (b.defined()) xw = xw + input_bias(b);
   const at::Tensor rb = b.defined() ? recurrent_bias(b) : at::Tensor();
   at::Tensor rec_mask;
-  if (training && recurrent_dropout_ > 0) rec_mask = dropout_mask(batch, units_, recurrent_dropout_, x.options());
+  if (training && options_.recurrent_dropout > 0)
+    rec_mask = dropout_mask(batch, options_.units, options_.recurrent_dropout, x.options());
 
   Tensors outputs;
-  if (return_sequences_) outputs.reserve(steps);
-  at::Tensor last = at::zeros({batch, units_}, x.options());  // the previous step's output
+  if (options_.return_sequences) outputs.reserve(steps);
+  at::Tensor last = at::zeros({batch, options_.units}, x.options());  // the previous step's output
   for (int64_t k = 0; k < steps; ++k) {
-    const int64_t t = go_backwards_ ? steps - 1 - k : k;
+    const int64_t t = options_.go_backwards ? steps - 1 - k : k;
     const at::Tensor h_rec = rec_mask.defined() ? states[0] * rec_mask : states[0];
     Tensors next = step(xw.select(1, t), states, h_rec, u, rb);
     at::Tensor out = next[0];
@@ -193,28 +189,29 @@ Tensors RecurrentLayer::call_masked(const Tensors& inputs, const Tensors& masks,
       const at::Tensor m = mask.select(1, t).unsqueeze(1);
       for (size_t i = 0; i < next.size(); ++i) next[i] = at::where(m, next[i], states[i]);
       out = at::where(m, out, last);
-      if (return_sequences_) outputs.push_back(zero_output_for_mask_ ? out * m.to(out.scalar_type()) : out);
-    } else if (return_sequences_) {
+      if (options_.return_sequences)
+        outputs.push_back(options_.zero_output_for_mask ? out * m.to(out.scalar_type()) : out);
+    } else if (options_.return_sequences) {
       outputs.push_back(out);
     }
     last = out;
     states = std::move(next);
   }
   Tensors result;
-  if (return_sequences_)
-    result.push_back(steps == 0 ? at::zeros({batch, 0, units_}, x.options()) : at::stack(outputs, 1));
+  if (options_.return_sequences)
+    result.push_back(steps == 0 ? at::zeros({batch, 0, options_.units}, x.options()) : at::stack(outputs, 1));
   else
     result.push_back(last);
-  if (return_state_)
+  if (options_.return_state)
     for (auto& s : states) result.push_back(s);
-  if (activity_reg_ && training) add_loss((*activity_reg_)(result[0]));
+  if (options_.activity_regularizer && training) add_loss((*options_.activity_regularizer)(result[0]));
   if (output_masks) *output_masks = compute_mask(inputs, masks);
   return result;
 }
 
 Tensors RecurrentLayer::compute_mask(const Tensors& inputs, const Tensors& masks) {
-  Tensors out(1 + (return_state_ ? num_states() : 0));
-  if (return_sequences_ && !masks.empty()) out[0] = masks[0];
+  Tensors out(1 + (options_.return_state ? num_states() : 0));
+  if (options_.return_sequences && !masks.empty()) out[0] = masks[0];
   return out;
 }
 
@@ -222,39 +219,15 @@ std::vector<Shape> RecurrentLayer::compute_output_shape(const std::vector<Shape>
   build_if_needed(input_shapes);
   const Shape& s = input_shapes.at(0);
   std::vector<Shape> out;
-  out.push_back(return_sequences_ ? Shape{s[0], s[1], units_} : Shape{s[0], units_});
-  if (return_state_)
-    for (int i = 0; i < num_states(); ++i) out.push_back({s[0], units_});
+  out.push_back(options_.return_sequences ? Shape{s[0], s[1], options_.units} : Shape{s[0], options_.units});
+  if (options_.return_state)
+    for (int i = 0; i < num_states(); ++i) out.push_back({s[0], options_.units});
   return out;
 }
 
 Json RecurrentLayer::get_config() const {
   Json j = base_config();
-  j["units"] = units_;
-  j["activation"] = activation_name_;
-  if (has_recurrent_activation_) j["recurrent_activation"] = recurrent_activation_name_;
-  j["use_bias"] = use_bias_;
-  j["kernel_initializer"] = kernel_init_->to_json();
-  j["recurrent_initializer"] = recurrent_init_->to_json();
-  j["bias_initializer"] = bias_init_->to_json();
-  j["kernel_regularizer"] = regularizer_json(kernel_reg_);
-  j["recurrent_regularizer"] = regularizer_json(recurrent_reg_);
-  j["bias_regularizer"] = regularizer_json(bias_reg_);
-  j["activity_regularizer"] = regularizer_json(activity_reg_);
-  j["kernel_constraint"] = nullptr;
-  j["recurrent_constraint"] = nullptr;
-  j["bias_constraint"] = nullptr;
-  j["dropout"] = dropout_;
-  j["recurrent_dropout"] = recurrent_dropout_;
-  j["seed"] = seed_;
-  j["return_sequences"] = return_sequences_;
-  j["return_state"] = return_state_;
-  j["go_backwards"] = go_backwards_;
-  j["stateful"] = false;
-  j["unroll"] = unroll_;
-  j["use_cudnn"] = use_cudnn_;
-  j["zero_output_for_mask"] = zero_output_for_mask_;
-  add_config(j);
+  write_fields(j, options_, recurrent_fields(kind_, has_recurrent_activation_));
   return j;
 }
 
@@ -263,13 +236,13 @@ Json RecurrentLayer::get_config() const {
 LSTM::LSTM(const RecurrentOptions& o) : LSTM(o, layer_base_config(o.base)) {}
 
 LSTM::LSTM(const RecurrentOptions& o, const Json& base_config)
-    : RecurrentLayer(o, base_config, "LSTM", "lstm", 4, true), unit_forget_bias_(o.unit_forget_bias) {}
+    : RecurrentLayer(o, base_config, "LSTM", "lstm", 4, true) {}
 
 LSTM::LSTM(const Json& config) : LSTM(options_from_config(config, "LSTM", "lstm", true), config) {}
 
 InitializerPtr LSTM::bias_build_initializer() const {
   const InitializerPtr base = RecurrentLayer::bias_build_initializer();
-  return unit_forget_bias_ ? std::make_shared<UnitForgetBias>(base) : base;
+  return options_.unit_forget_bias ? std::make_shared<UnitForgetBias>(base) : base;
 }
 
 Tensors LSTM::step(const at::Tensor& xw, const Tensors& states, const at::Tensor& h_rec, const at::Tensor& u,
@@ -282,29 +255,30 @@ Tensors LSTM::step(const at::Tensor& xw, const Tensors& states, const at::Tensor
   return {h, c};
 }
 
-void LSTM::add_config(Json& j) const { j["unit_forget_bias"] = unit_forget_bias_; }
-
 // --- GRU ----------------------------------------------------------------------------------------
 
 GRU::GRU(const RecurrentOptions& o) : GRU(o, layer_base_config(o.base)) {}
 
-GRU::GRU(const RecurrentOptions& o, const Json& base_config)
-    : RecurrentLayer(o, base_config, "GRU", "gru", 3, true), reset_after_(o.reset_after) {}
+GRU::GRU(const RecurrentOptions& o, const Json& base_config) : RecurrentLayer(o, base_config, "GRU", "gru", 3, true) {}
 
 GRU::GRU(const Json& config) : GRU(options_from_config(config, "GRU", "gru", true), config) {}
 
-Shape GRU::bias_shape() const { return reset_after_ ? Shape{2, 3 * units_} : Shape{3 * units_}; }
+Shape GRU::bias_shape() const {
+  return options_.reset_after ? Shape{2, 3 * options_.units} : Shape{3 * options_.units};
+}
 
-at::Tensor GRU::input_bias(const at::Tensor& bias) const { return reset_after_ ? bias.select(0, 0) : bias; }
+at::Tensor GRU::input_bias(const at::Tensor& bias) const { return options_.reset_after ? bias.select(0, 0) : bias; }
 
-at::Tensor GRU::recurrent_bias(const at::Tensor& bias) const { return reset_after_ ? bias.select(0, 1) : at::Tensor(); }
+at::Tensor GRU::recurrent_bias(const at::Tensor& bias) const {
+  return options_.reset_after ? bias.select(0, 1) : at::Tensor();
+}
 
 Tensors GRU::step(const at::Tensor& xw, const Tensors& states, const at::Tensor& h_rec, const at::Tensor& u,
                   const at::Tensor& rb) {
   auto x = xw.chunk(3, 1);  // z, r, h
   const at::Tensor& h_prev = states[0];
   at::Tensor z, hh;
-  if (reset_after_) {
+  if (options_.reset_after) {
     at::Tensor rec = at::matmul(h_rec, u);
     if (rb.defined()) rec = rec + rb;
     auto r3 = rec.chunk(3, 1);
@@ -312,16 +286,14 @@ Tensors GRU::step(const at::Tensor& xw, const Tensors& states, const at::Tensor&
     at::Tensor r = recurrent_activation_(x[1] + r3[1]);
     hh = activation_(x[2] + r * r3[2]);
   } else {
-    at::Tensor rec = at::matmul(h_rec, u.narrow(1, 0, 2 * units_));
+    at::Tensor rec = at::matmul(h_rec, u.narrow(1, 0, 2 * options_.units));
     auto r2 = rec.chunk(2, 1);
     z = recurrent_activation_(x[0] + r2[0]);
     at::Tensor r = recurrent_activation_(x[1] + r2[1]);
-    hh = activation_(x[2] + at::matmul(r * h_rec, u.narrow(1, 2 * units_, units_)));
+    hh = activation_(x[2] + at::matmul(r * h_rec, u.narrow(1, 2 * options_.units, options_.units)));
   }
   return {z * h_prev + (1 - z) * hh};
 }
-
-void GRU::add_config(Json& j) const { j["reset_after"] = reset_after_; }
 
 // --- SimpleRNN ----------------------------------------------------------------------------------
 

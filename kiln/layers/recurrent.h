@@ -89,10 +89,10 @@ class RecurrentLayer : public Layer {
   Tensors compute_mask(const Tensors& inputs, const Tensors& masks) override;
   Json get_config() const override;
 
-  int64_t units() const { return units_; }
-  bool return_sequences() const { return return_sequences_; }
-  bool return_state() const { return return_state_; }
-  bool go_backwards() const { return go_backwards_; }
+  int64_t units() const { return options_.units; }
+  bool return_sequences() const { return options_.return_sequences; }
+  bool return_state() const { return options_.return_state; }
+  bool go_backwards() const { return options_.go_backwards; }
   // 2 for LSTM (h, c), 1 otherwise.
   virtual int num_states() const { return 1; }
   const VariablePtr& kernel() const { return kernel_; }
@@ -114,7 +114,7 @@ class RecurrentLayer : public Layer {
   // The bias variable's shape and initial value (LSTM's unit_forget_bias,
   // GRU's two rows).
   virtual Shape bias_shape() const;
-  virtual InitializerPtr bias_build_initializer() const { return bias_init_; }
+  virtual InitializerPtr bias_build_initializer() const { return options_.bias_initializer.resolved(); }
   // One time step: `xw` = x_t @ kernel (+ input bias), (batch, gates*units);
   // `states` the previous states (states[0] = h); `h_rec` the h that meets
   // the recurrent kernel (h, or h with recurrent dropout). Returns the new
@@ -125,24 +125,14 @@ class RecurrentLayer : public Layer {
   // reset_after's recurrent row), and the recurrent part (or undefined).
   virtual at::Tensor input_bias(const at::Tensor& bias) const { return bias; }
   virtual at::Tensor recurrent_bias(const at::Tensor& bias) const { return at::Tensor(); }
-  // Subclass keys for get_config().
-  virtual void add_config(Json& j) const {}
 
-  int64_t units_;
+  RecurrentOptions options_;  // checked: the layer's config
   int gates_;
-  std::string activation_name_, recurrent_activation_name_;
   ActivationFn activation_, recurrent_activation_;
-  bool use_bias_;
 
  private:
   std::string kind_;
   bool has_recurrent_activation_;
-  InitializerPtr kernel_init_, recurrent_init_, bias_init_;
-  RegularizerPtr kernel_reg_, recurrent_reg_, bias_reg_, activity_reg_;
-  double dropout_, recurrent_dropout_;
-  Json seed_;
-  bool return_sequences_, return_state_, go_backwards_, unroll_, zero_output_for_mask_;
-  Json use_cudnn_;
   VariablePtr kernel_, recurrent_kernel_, bias_;
 };
 
@@ -161,11 +151,9 @@ class LSTM : public RecurrentLayer {
   Tensors step(const at::Tensor& xw, const Tensors& states, const at::Tensor& h_rec, const at::Tensor& u,
                const at::Tensor& rb) override;
   InitializerPtr bias_build_initializer() const override;
-  void add_config(Json& j) const override;
 
  private:
   LSTM(const RecurrentOptions& options, const Json& base_config);
-  bool unit_forget_bias_;
 };
 
 // Keras's GRU (gates z, r, h): z = σ(x Wz + bz + h Uz + rbz), r alike,
@@ -177,7 +165,7 @@ class GRU : public RecurrentLayer {
   explicit GRU(const RecurrentOptions& options);
   explicit GRU(const Json& config);
   std::string class_name() const override { return "GRU"; }
-  bool reset_after() const { return reset_after_; }
+  bool reset_after() const { return options_.reset_after; }
 
  protected:
   Tensors step(const at::Tensor& xw, const Tensors& states, const at::Tensor& h_rec, const at::Tensor& u,
@@ -185,11 +173,9 @@ class GRU : public RecurrentLayer {
   Shape bias_shape() const override;
   at::Tensor input_bias(const at::Tensor& bias) const override;
   at::Tensor recurrent_bias(const at::Tensor& bias) const override;
-  void add_config(Json& j) const override;
 
  private:
   GRU(const RecurrentOptions& options, const Json& base_config);
-  bool reset_after_;
 };
 
 // Keras's SimpleRNN: h' = activation(x W + b + h U) (torch.nn.RNN with
