@@ -6,6 +6,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/testing/expect_error.h"
 
 namespace kiln {
 namespace {
@@ -16,13 +17,8 @@ std::string text_of(const at::Tensor& t) {
   return s;
 }
 
-std::string error_of(const Json& v, const std::string& what = "input 'x'") {
-  try {
-    json_to_numbers(v, what);
-  } catch (const ValueError& e) {
-    return e.what();
-  }
-  return "";
+std::string numbers_error(const Json& v, const std::string& what = "input 'x'") {
+  return error_of<ValueError>([&] { json_to_numbers(v, what); });
 }
 
 TEST(TensorJson, ReadsShapeAndValues) {
@@ -38,14 +34,15 @@ TEST(TensorJson, ReadsShapeAndValues) {
 }
 
 TEST(TensorJson, ErrorsNameThePathOfTheBadElement) {
-  EXPECT_EQ(error_of(Json::parse(R"([[1, "a"], [3, 4]])")), R"(input 'x' holds "a" at [0][1] where a number belongs)");
-  EXPECT_EQ(error_of(Json::parse("[[1, 2], [3]]")),
+  EXPECT_EQ(numbers_error(Json::parse(R"([[1, "a"], [3, 4]])")),
+            R"(input 'x' holds "a" at [0][1] where a number belongs)");
+  EXPECT_EQ(numbers_error(Json::parse("[[1, 2], [3]]")),
             "input 'x' is a ragged list: every list at depth 1 must have 2 entries; [1] has 1");
-  EXPECT_EQ(error_of(Json::parse("[[1], 2]")),
+  EXPECT_EQ(numbers_error(Json::parse("[[1], 2]")),
             "input 'x' is a ragged list: every list at depth 1 must have 1 entries; [1] is not a list");
-  EXPECT_EQ(error_of(Json::parse("[1, [2]]")), "input 'x' holds [2] at [1] where a number belongs");
-  EXPECT_EQ(error_of(Json("NaN")), R"(input 'x' holds "NaN" where a number belongs)");
-  EXPECT_EQ(error_of(Json(nullptr)), "input 'x' holds null where a number belongs");
+  EXPECT_EQ(numbers_error(Json::parse("[1, [2]]")), "input 'x' holds [2] at [1] where a number belongs");
+  EXPECT_EQ(numbers_error(Json("NaN")), R"(input 'x' holds "NaN" where a number belongs)");
+  EXPECT_EQ(numbers_error(Json(nullptr)), "input 'x' holds null where a number belongs");
 }
 
 TEST(TensorJson, SpecialFloatStringsOnRequest) {
@@ -62,7 +59,7 @@ TEST(TensorJson, DepthIsBounded) {
   for (int i = 0; i < kMaxJsonDepth; ++i) deep = Json::array({deep});
   EXPECT_NO_THROW(json_to_numbers(deep, "x"));
   deep = Json::array({deep});
-  EXPECT_NE(error_of(deep).find("nests lists more than"), std::string::npos) << error_of(deep);
+  EXPECT_NE(numbers_error(deep).find("nests lists more than"), std::string::npos) << numbers_error(deep);
 }
 
 TEST(TensorJson, ToTensorChecksIntegers) {

@@ -15,6 +15,7 @@
 #include "kiln/core/io.h"
 #include "kiln/core/random.h"
 #include "kiln/data/adapt.h"
+#include "kiln/testing/expect_error.h"
 #include "kiln/testing/testing.h"
 
 namespace kiln {
@@ -70,16 +71,6 @@ Dataset range_generator(int64_t n, std::shared_ptr<std::atomic<int>> calls = nul
       n);
 }
 
-template <class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
-
 // ---------------------------------------------------------------- sources
 
 TEST(DatasetTest, FromTensorSlicesYieldsRowsInOrder) {
@@ -98,7 +89,7 @@ TEST(DatasetTest, FromTensorSlicesYieldsRowsInOrder) {
 }
 
 TEST(DatasetTest, FromTensorSlicesRejectsDifferentLengths) {
-  auto msg = error_message([] { Dataset::from_tensor_slices({at::zeros({5, 2}), at::zeros({4})}); });
+  auto msg = error_of<std::exception>([] { Dataset::from_tensor_slices({at::zeros({5, 2}), at::zeros({4})}); });
   EXPECT_THAT(msg, HasSubstr("[5, 4]"));
   EXPECT_THROW(Dataset::from_tensor_slices({at::zeros({5}), at::zeros({4})}), ValueError);
   EXPECT_THROW(Dataset::from_tensor_slices({at::scalar_tensor(1.0)}), ValueError);

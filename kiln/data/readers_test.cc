@@ -8,26 +8,13 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/testing/expect_error.h"
 #include "kiln/testing/testing.h"
 
 namespace kiln::data {
 namespace {
 
 using ::testing::HasSubstr;
-
-template <class E, class F>
-std::string expect_error(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no exception";
-  return "";
-}
 
 std::string write(const TempDir& dir, const std::string& name, const std::string& bytes) {
   const std::string path = join_path(dir.path(), name);
@@ -90,21 +77,21 @@ TEST(ReadersTest, IdxMultiByteTypesAreBigEndian) {
 TEST(ReadersTest, IdxValidatesMagicDimsAndLength) {
   TempDir dir;
   auto bad_magic = write(dir, "bad-magic", std::string{1, 2, 8, 1, 0, 0, 0, 1, 5});
-  EXPECT_THAT(expect_error<FormatError>([&] { read_idx(bad_magic); }),
+  EXPECT_THAT(error_of<FormatError>([&] { read_idx(bad_magic); }),
               ::testing::AllOf(HasSubstr(bad_magic), HasSubstr("magic")));
   auto bad_type = write(dir, "bad-type", idx_bytes(0x07, {1}, "x"));
-  EXPECT_THAT(expect_error<FormatError>([&] { read_idx(bad_type); }), HasSubstr("data type"));
+  EXPECT_THAT(error_of<FormatError>([&] { read_idx(bad_type); }), HasSubstr("data type"));
   auto no_dims = write(dir, "no-dims", idx_bytes(0x08, {}, ""));
-  EXPECT_THAT(expect_error<FormatError>([&] { read_idx(no_dims); }), HasSubstr("0 dimensions"));
+  EXPECT_THAT(error_of<FormatError>([&] { read_idx(no_dims); }), HasSubstr("0 dimensions"));
   auto short_dims = write(dir, "short-dims", std::string{0, 0, 8, 3, 0, 0, 0, 2});
-  EXPECT_THAT(expect_error<FormatError>([&] { read_idx(short_dims); }), HasSubstr("truncated header"));
+  EXPECT_THAT(error_of<FormatError>([&] { read_idx(short_dims); }), HasSubstr("truncated header"));
   auto truncated = write_gz(dir, "truncated.gz", idx_bytes(0x08, {10, 10}, counting_bytes(99)));
-  EXPECT_THAT(expect_error<FormatError>([&] { read_idx(truncated); }),
+  EXPECT_THAT(error_of<FormatError>([&] { read_idx(truncated); }),
               ::testing::AllOf(HasSubstr(truncated), HasSubstr("truncated"), HasSubstr("100"), HasSubstr("99")));
   auto extra = write(dir, "extra", idx_bytes(0x08, {2}, "abc"));
-  EXPECT_THAT(expect_error<FormatError>([&] { read_idx(extra); }), HasSubstr("extra bytes"));
+  EXPECT_THAT(error_of<FormatError>([&] { read_idx(extra); }), HasSubstr("extra bytes"));
   auto tiny = write(dir, "tiny", std::string{0, 0});
-  EXPECT_THAT(expect_error<FormatError>([&] { read_idx(tiny); }), HasSubstr("truncated header"));
+  EXPECT_THAT(error_of<FormatError>([&] { read_idx(tiny); }), HasSubstr("truncated header"));
   EXPECT_THROW(read_idx(join_path(dir.path(), "missing.gz")), NotFoundError);
 }
 
@@ -114,7 +101,7 @@ TEST(ReadersTest, IdxCorruptGzipStreamIsAFormatError) {
   std::string gz = read_file(path);
   // Cut the compressed stream in the middle.
   auto cut = write(dir, "cut.gz", gz.substr(0, gz.size() / 2));
-  EXPECT_THAT(expect_error<FormatError>([&] { read_idx(cut); }), HasSubstr(cut));
+  EXPECT_THAT(error_of<FormatError>([&] { read_idx(cut); }), HasSubstr(cut));
 }
 
 // -------------------------------------------------------------------- CSV
@@ -185,22 +172,22 @@ TEST(ReadersTest, CsvErrorsNameFileLineAndColumn) {
   CsvOptions opts;
   opts.label_column = "y";
   auto bad_value = write(dir, "v.csv", "x,y\n1,0\n\n2x,1\n");
-  EXPECT_THAT(expect_error<FormatError>([&] { read_csv(bad_value, opts); }),
+  EXPECT_THAT(error_of<FormatError>([&] { read_csv(bad_value, opts); }),
               ::testing::AllOf(HasSubstr(bad_value + ":4"), HasSubstr("'x'"), HasSubstr("'2x'")));
   auto wrong_count = write(dir, "c.csv", "x,y\n1,0\n1,2,3\n");
-  EXPECT_THAT(expect_error<FormatError>([&] { read_csv(wrong_count, opts); }),
+  EXPECT_THAT(error_of<FormatError>([&] { read_csv(wrong_count, opts); }),
               ::testing::AllOf(HasSubstr(wrong_count + ":3"), HasSubstr("expected 2 columns"), HasSubstr("found 3")));
   auto empty_value = write(dir, "e.csv", "x,y\n,0\n");
-  EXPECT_THAT(expect_error<FormatError>([&] { read_csv(empty_value, opts); }),
+  EXPECT_THAT(error_of<FormatError>([&] { read_csv(empty_value, opts); }),
               ::testing::AllOf(HasSubstr(empty_value + ":2"), HasSubstr("empty value")));
   auto float_label = write(dir, "l.csv", "x,y\n1,0.5\n");
-  EXPECT_THAT(expect_error<FormatError>([&] { read_csv(float_label, opts); }),
+  EXPECT_THAT(error_of<FormatError>([&] { read_csv(float_label, opts); }),
               ::testing::AllOf(HasSubstr(float_label + ":2"), HasSubstr("integer")));
   auto unterminated = write(dir, "q.csv", "x,y\n\"1,0\n");
-  EXPECT_THAT(expect_error<FormatError>([&] { read_csv(unterminated, opts); }), HasSubstr("unterminated"));
+  EXPECT_THAT(error_of<FormatError>([&] { read_csv(unterminated, opts); }), HasSubstr("unterminated"));
   CsvOptions missing;
   missing.label_column = "label";
-  EXPECT_THAT(expect_error<ValueError>([&] { read_csv(bad_value, missing); }),
+  EXPECT_THAT(error_of<ValueError>([&] { read_csv(bad_value, missing); }),
               ::testing::AllOf(HasSubstr("'label'"), HasSubstr("x, y")));
   EXPECT_THROW(read_csv(write(dir, "empty.csv", "\n\n")), FormatError);
   EXPECT_THROW(read_csv(join_path(dir.path(), "missing.csv")), NotFoundError);
@@ -213,7 +200,7 @@ TEST(ReadersTest, NonFiniteValuesAreRefusedByDefaultNamingFileRowAndColumn) {
   opts.label_column = "y";
   for (const char* bad : {"nan", "NaN", "inf", "-inf", "1e39"}) {  // 1e39 overflows float32
     auto path = write(dir, "n.csv", std::string("a,b,y\n1,2,0\n3,") + bad + ",1\n");
-    EXPECT_THAT(expect_error<FormatError>([&] { read_csv(path, opts); }),
+    EXPECT_THAT(error_of<FormatError>([&] { read_csv(path, opts); }),
                 ::testing::AllOf(HasSubstr(path + ":3"), HasSubstr("row 2"), HasSubstr("column 'b'"),
                                  HasSubstr("allow_non_finite")))
         << bad;
@@ -223,26 +210,26 @@ TEST(ReadersTest, NonFiniteValuesAreRefusedByDefaultNamingFileRowAndColumn) {
   }
   opts.label_type = LabelType::kFloat32;
   auto label = write(dir, "l.csv", "a,y\n1,nan\n");
-  EXPECT_THAT(expect_error<FormatError>([&] { read_csv(label, opts); }),
+  EXPECT_THAT(error_of<FormatError>([&] { read_csv(label, opts); }),
               ::testing::AllOf(HasSubstr(label + ":2"), HasSubstr("label 'y'")));
 
   JsonlOptions j;
   j.feature_keys = {"x", "z"};
   j.label_key = "y";
   auto jsonl = write(dir, "n.jsonl", "{\"x\": [1, 2], \"z\": 1, \"y\": 0}\n{\"x\": [1, 1e39], \"z\": 1, \"y\": 0}\n");
-  EXPECT_THAT(expect_error<FormatError>([&] { read_jsonl(jsonl, j); }),
+  EXPECT_THAT(error_of<FormatError>([&] { read_jsonl(jsonl, j); }),
               ::testing::AllOf(HasSubstr(jsonl + ":2"), HasSubstr("row 2"), HasSubstr("'x[1]'"), HasSubstr("inf")));
   j.allow_non_finite = true;
   EXPECT_TRUE(std::isinf(read_jsonl(jsonl, j).features[1][1].item<float>()));
   // Beyond double's range the JSON itself is refused, naming the line.
   auto overflow = write(dir, "o.jsonl", "{\"x\": [1, 1e999], \"z\": 1, \"y\": 0}\n");
-  EXPECT_THAT(expect_error<FormatError>([&] { read_jsonl(overflow, j); }),
+  EXPECT_THAT(error_of<FormatError>([&] { read_jsonl(overflow, j); }),
               ::testing::AllOf(HasSubstr(overflow + ":1"), HasSubstr("1e999")));
 
   // Arrays read whole (npy, IDX): the first bad element's row and column.
   auto x = at::zeros({3, 2, 2});
   x[2][1][0] = std::nanf("");
-  EXPECT_THAT(expect_error<FormatError>([&] { check_finite_features(x, "x.npy"); }),
+  EXPECT_THAT(error_of<FormatError>([&] { check_finite_features(x, "x.npy"); }),
               ::testing::AllOf(HasSubstr("x.npy"), HasSubstr("row 2, column 2"), HasSubstr("nan")));
   check_finite_features(at::ones({3, 2}), "fine.npy");
   check_finite_features(at::ones({3, 2}, at::kLong), "ints.npy");
@@ -273,19 +260,19 @@ TEST(ReadersTest, JsonlErrorsNameFileAndLine) {
   opts.feature_keys = {"x"};
   opts.label_key = "y";
   auto missing = write(dir, "m.jsonl", "{\"x\": 1, \"y\": 0}\n{\"x\": 2}\n");
-  EXPECT_THAT(expect_error<FormatError>([&] { read_jsonl(missing, opts); }),
+  EXPECT_THAT(error_of<FormatError>([&] { read_jsonl(missing, opts); }),
               ::testing::AllOf(HasSubstr(missing + ":2"), HasSubstr("'y'")));
   auto width = write(dir, "w.jsonl", "{\"x\": [1, 2], \"y\": 0}\n{\"x\": [1], \"y\": 0}\n");
-  EXPECT_THAT(expect_error<FormatError>([&] { read_jsonl(width, opts); }),
+  EXPECT_THAT(error_of<FormatError>([&] { read_jsonl(width, opts); }),
               ::testing::AllOf(HasSubstr(width + ":2"), HasSubstr("1 values")));
   auto syntax = write(dir, "s.jsonl", "{\"x\": 1, \"y\": 0}\n{\"x\": 1,,}\n");
-  EXPECT_THAT(expect_error<FormatError>([&] { read_jsonl(syntax, opts); }), HasSubstr(syntax + ":2"));
+  EXPECT_THAT(error_of<FormatError>([&] { read_jsonl(syntax, opts); }), HasSubstr(syntax + ":2"));
   auto text = write(dir, "t.jsonl", "{\"x\": \"one\", \"y\": 0}\n");
-  EXPECT_THAT(expect_error<FormatError>([&] { read_jsonl(text, opts); }), HasSubstr("\"one\""));
+  EXPECT_THAT(error_of<FormatError>([&] { read_jsonl(text, opts); }), HasSubstr("\"one\""));
   auto not_object = write(dir, "a.jsonl", "[1, 2]\n");
-  EXPECT_THAT(expect_error<FormatError>([&] { read_jsonl(not_object, opts); }), HasSubstr("object"));
+  EXPECT_THAT(error_of<FormatError>([&] { read_jsonl(not_object, opts); }), HasSubstr("object"));
   auto float_label = write(dir, "f.jsonl", "{\"x\": 1, \"y\": 0.5}\n");
-  EXPECT_THAT(expect_error<FormatError>([&] { read_jsonl(float_label, opts); }), HasSubstr("integer"));
+  EXPECT_THAT(error_of<FormatError>([&] { read_jsonl(float_label, opts); }), HasSubstr("integer"));
   EXPECT_THROW(read_jsonl(missing, JsonlOptions{}), ValueError);
 }
 
@@ -355,8 +342,7 @@ TEST(ReadersTest, NpyRejectsWhatItCannotRead) {
   };
   for (const auto& c : cases) {
     auto path = write(dir, c.name, c.bytes);
-    EXPECT_THAT(expect_error<FormatError>([&] { read_npy(path); }),
-                ::testing::AllOf(HasSubstr(path), HasSubstr(c.expect)))
+    EXPECT_THAT(error_of<FormatError>([&] { read_npy(path); }), ::testing::AllOf(HasSubstr(path), HasSubstr(c.expect)))
         << c.name;
   }
   EXPECT_THROW(read_npy(join_path(dir.path(), "missing.npy")), NotFoundError);

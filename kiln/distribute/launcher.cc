@@ -6,7 +6,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,14 +18,14 @@
 #include <cstring>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
-
-extern char** environ;
+#include "kiln/core/subprocess.h"
 
 namespace kiln::distribute {
 // Named, so that the unity build (several .cc files of this folder in one
@@ -134,22 +133,6 @@ class SignalScope {
   struct sigaction old_[std::size(kHandled)];
 };
 
-// Blocks the handled signals in this thread for its lifetime: a child
-// between fork() and its own reset must not run the launcher's handler.
-class BlockSignals {
- public:
-  BlockSignals() {
-    sigset_t set;
-    sigemptyset(&set);
-    for (int s : kHandled) sigaddset(&set, s);
-    pthread_sigmask(SIG_BLOCK, &set, &old_);
-  }
-  ~BlockSignals() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
-
- private:
-  sigset_t old_;
-};
-
 // One of a task's pipes (stdout or stderr): reads what it has, passes whole
 // lines on with the task's prefix.
 class LineForwarder {
@@ -243,12 +226,11 @@ struct TaskSpec {
   OnExit on_exit = OnExit::kFailureStopsJob;
 };
 
-// Everything a start of a task needs, built before any fork (only
-// async-signal-safe calls between fork and exec).
+// Everything a start of a task needs.
 struct Prepared {
-  std::string file;  // what execvp gets
+  std::string file;  // what exec runs (a name without '/' is searched in PATH)
   std::vector<std::string> argv;
-  std::vector<std::string> base_env;           // the launcher's, less the variables set per task
+  std::vector<std::string> unset_env;          // the launcher's variables the tasks do not inherit
   std::vector<std::string> restart_variables;  // set to the task's restart count
   std::vector<TaskSpec> tasks;
   std::string unit;        // "rank" or "task", in the launcher's lines
@@ -258,10 +240,9 @@ struct Prepared {
 // A running (or exited) task.
 struct Task {
   const TaskSpec* spec = nullptr;
-  int restarts = 0;  // its own restarts (kRestartAlone)
-  pid_t pid = -1;    // also its process group
+  int restarts = 0;                     // its own restarts (kRestartAlone)
+  std::unique_ptr<Subprocess> process;  // leads a process group of its own
   bool alive = false;
-  int exec_errno = 0;  // why exec failed, 0 if it did not
   std::unique_ptr<LineForwarder> out, err;
 };
 
@@ -386,17 +367,8 @@ Prepared prepare(const LaunchOptions& o) {
   }
   // A parameter-server task inherits none of torchrun's variables either:
   // kiln's resolvers would take it for a data-parallel rank.
-  std::vector<const char*> set_here(std::begin(kRankVariables), std::end(kRankVariables));
-  if (ps) set_here.push_back("TF_CONFIG");
-  for (char** e = environ; e && *e; ++e) {
-    std::string s = *e;
-    bool ours = false;
-    for (const char* k : set_here) {
-      size_t len = std::strlen(k);
-      if (s.size() > len && s.compare(0, len, k) == 0 && s[len] == '=') ours = true;
-    }
-    if (!ours) p.base_env.push_back(std::move(s));
-  }
+  p.unset_env.assign(std::begin(kRankVariables), std::end(kRankVariables));
+  if (ps) p.unset_env.push_back("TF_CONFIG");
   if (ps) {
     p.restart_variables = {"KILN_RESTART_COUNT"};
     p.tasks = ps_tasks(o);
@@ -410,98 +382,23 @@ Prepared prepare(const LaunchOptions& o) {
   return p;
 }
 
-// Makes `from` the child's descriptor `to` (kept across exec).
-void move_fd(int from, int to) {
-  if (from == to)
-    fcntl(to, F_SETFD, 0);
-  else
-    dup2(from, to);
-}
-
-// Starts one task as its `restart`th start. Returns false (errno set) when
-// no process could be started.
-bool spawn(const LaunchOptions& o, const Prepared& p, int restart, Task& t) {
-  std::vector<std::string> env = p.base_env;
-  env.insert(env.end(), t.spec->env.begin(), t.spec->env.end());
-  for (const std::string& k : p.restart_variables) env.push_back(variable(k.c_str(), std::to_string(restart)));
-  std::vector<char*> cargv, cenv;
-  for (auto& a : p.argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  for (auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
-  cenv.push_back(nullptr);
-
-  int out[2] = {-1, -1}, err[2] = {-1, -1}, status[2] = {-1, -1};
-  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  auto close_all = [&] {
-    for (int fd : {out[0], out[1], err[0], err[1], status[0], status[1], devnull})
-      if (fd >= 0) close(fd);
-  };
-  if (devnull < 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(status, O_CLOEXEC) != 0) {
-    int e = errno;
-    close_all();
-    errno = e;
-    return false;
-  }
-  const pid_t parent = getpid();
-  pid_t pid;
-  {
-    BlockSignals blocked;
-    pid = fork();
-    if (pid == 0) {
-      setpgid(0, 0);
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);  // the launcher is gone already
-      // Handlers and ignored signals go back to their defaults (the test
-      // binary ignores SIGPIPE; ignored signals survive exec).
-      for (int s : kHandled) signal(s, SIG_DFL);
-      signal(SIGPIPE, SIG_DFL);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      move_fd(devnull, 0);
-      move_fd(out[1], 1);
-      move_fd(err[1], 2);
-      // No descriptor of the launcher's reaches the program (a task holding
-      // a pipe of the caller's would keep its reader waiting for EOF).
-      if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)  // kernels before 5.11
-        for (int fd = 3; fd < 4096; ++fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
-      execvpe(p.file.c_str(), cargv.data(), cenv.data());
-      int e = errno;
-      (void)!write(status[1], &e, sizeof e);
-      _exit(127);
-    }
-  }
-  if (pid < 0) {
-    int e = errno;
-    close_all();
-    errno = e;
-    return false;
-  }
-  setpgid(pid, pid);  // also here: no window where a kill of the group misses it
-  close(out[1]);
-  close(err[1]);
-  close(status[1]);
-  close(devnull);
-  // Wait for exec (the status pipe closes) or its errno.
-  int e = 0;
-  ssize_t n;
-  while ((n = read(status[0], &e, sizeof e)) < 0 && errno == EINTR) {
-  }
-  close(status[0]);
-  t.pid = pid;
+// Starts one task as its `restart`th start. IOError when no process could be
+// started; a program that cannot be executed is a task that exits 127 with
+// exec's errno kept (the launcher reports it like any other exit).
+void spawn(const LaunchOptions& o, const Prepared& p, int restart, Task& t) {
+  SubprocessOptions so{.program = p.file, .argv = p.argv, .env_remove = p.unset_env, .env_set = t.spec->env};
+  for (const std::string& k : p.restart_variables) so.env_set.push_back(variable(k.c_str(), std::to_string(restart)));
+  so.stdin_from = Stdio::kNull;
+  so.stdout_to = so.stderr_to = Stdio::kPipe;
+  so.new_process_group = true;
+  so.throw_on_exec_failure = false;
+  t.process = std::make_unique<Subprocess>(so);
   t.alive = true;
-  t.exec_errno = n == static_cast<ssize_t>(sizeof e) ? e : 0;
-  fcntl(out[0], F_SETFL, O_NONBLOCK);
-  fcntl(err[0], F_SETFL, O_NONBLOCK);
-  t.out = std::make_unique<LineForwarder>(out[0], o.out_fd, t.spec->prefix);
-  t.err = std::make_unique<LineForwarder>(err[0], o.err_fd, t.spec->prefix);
-  return true;
-}
-
-int exit_code(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
+  const int out = t.process->take_stdout(), err = t.process->take_stderr();
+  fcntl(out, F_SETFL, O_NONBLOCK);
+  fcntl(err, F_SETFL, O_NONBLOCK);
+  t.out = std::make_unique<LineForwarder>(out, o.out_fd, t.spec->prefix);
+  t.err = std::make_unique<LineForwarder>(err, o.err_fd, t.spec->prefix);
 }
 
 struct Outcome {
@@ -514,22 +411,19 @@ class Group {
  public:
   Group(const LaunchOptions& o, const Prepared& p, int restart, SignalScope& signals)
       : o_(o), p_(p), restart_(restart), signals_(signals) {}
-  // Only reached with tasks alive when an exception ends the group early.
-  ~Group() {
-    kill_all(SIGKILL);
-    for (auto& t : tasks_)
-      if (t.alive) waitpid(t.pid, nullptr, 0);
-  }
+  // Only reached with tasks alive when an exception ends the group early:
+  // each Subprocess kills and reaps its own.
+  ~Group() = default;
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
 
   Outcome run() {
     tasks_.resize(p_.tasks.size());
     for (size_t i = 0; i < tasks_.size(); ++i) tasks_[i].spec = &p_.tasks[i];
-    for (size_t i = 0; i < tasks_.size() && !stopping_; ++i)
-      if (!spawn(o_, p_, restart_, tasks_[i])) {
-        const int e = errno;
-        fail("cannot start " + tasks_[i].spec->name + ": " + std::strerror(e), 1);
+    for (size_t i = 0; i < tasks_.size() && !stopping_; ++i) try {
+        spawn(o_, p_, restart_, tasks_[i]);
+      } catch (const IOError& e) {
+        fail("cannot start " + tasks_[i].spec->name + ": " + e.what(), 1);
       }
     loop();
     return outcome_;
@@ -602,29 +496,24 @@ class Group {
     bool reaped = false;
     for (auto& t : tasks_) {
       if (!t.alive) continue;
-      siginfo_t info{};
-      // WNOWAIT: the zombie keeps its pid (= the group's id) reserved until
-      // what is left of its group has been killed.
-      if (waitid(P_PID, t.pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != t.pid) continue;
-      kill(-t.pid, SIGKILL);
-      int status = 0;
-      while (waitpid(t.pid, &status, 0) < 0 && errno == EINTR) {
-      }
+      // What is left of its group is killed as it is reaped.
+      const std::optional<int> status = t.process->wait_for(std::chrono::milliseconds(0));
+      if (!status) continue;
       t.alive = false;
       reaped = true;
       // Its last words come before the launcher's line about it.
       t.out->read_available(true);
       t.err->read_available(true);
-      if (!stopping_) exited(t, status);
+      if (!stopping_) exited(t, *status);
     }
     if (reaped && !any_alive()) drain_deadline_ = Clock::now() + kDrainAfterExit;
   }
 
   void exited(Task& t, int status) {
     const int code = exit_code(status);
-    std::string what = t.spec->name + " (pid " + std::to_string(t.pid) + ") ";
-    if (t.exec_errno != 0)
-      what += "could not run `" + o_.command[0] + "`: " + std::strerror(t.exec_errno) + " (exit status " +
+    std::string what = t.spec->name + " (pid " + std::to_string(t.process->pid()) + ") ";
+    if (t.process->exec_errno() != 0)
+      what += "could not run `" + o_.command[0] + "`: " + std::strerror(t.process->exec_errno()) + " (exit status " +
               std::to_string(code) + ")";
     else if (WIFSIGNALED(status))
       what += "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" + signal_name(WTERMSIG(status)) + ")";
@@ -655,9 +544,10 @@ class Group {
     // Whatever escaped its group may still write to the old pipes.
     retired_.push_back(std::move(t.out));
     retired_.push_back(std::move(t.err));
-    if (!spawn(o_, p_, restart_ + t.restarts, t)) {
-      const int e = errno;
-      say(o_.err_fd, "cannot restart " + t.spec->name + ": " + std::strerror(e) + "; the job goes on without it");
+    try {
+      spawn(o_, p_, restart_ + t.restarts, t);
+    } catch (const IOError& e) {
+      say(o_.err_fd, "cannot restart " + t.spec->name + ": " + e.what() + "; the job goes on without it");
     }
   }
 
@@ -694,7 +584,7 @@ class Group {
 
   void kill_all(int sig) {
     for (auto& t : tasks_)
-      if (t.alive) kill(-t.pid, sig);
+      if (t.alive) t.process->signal(sig);
   }
 
   const LaunchOptions& o_;

@@ -10,7 +10,7 @@
 // carries its own weights (the int8 kernel and its scales; float8's scales
 // and amax histories), created through the layer's add_weight so they are
 // saved, loaded and counted like any weight. Layers hold no mode branches
-// (STYLE.md item 7); the mode lives in the layer's dtype policy
+// (docs/DESIGN.md, "Strategies, not mode branches"); the mode lives in the layer's dtype policy
 // ("int8_from_float32"), so a saved model rebuilds the same implementation.
 //
 //   mode       keeps the float kernel   own weights

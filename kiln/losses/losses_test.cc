@@ -6,6 +6,7 @@
 #include "kiln/losses/crossentropy.h"
 #include "kiln/losses/loss.h"
 #include "kiln/losses/regression.h"
+#include "kiln/testing/expect_error.h"
 #include "kiln/testing/golden.h"
 
 namespace kiln {
@@ -23,16 +24,6 @@ using losses::SparseCategoricalCrossentropy;
 using losses::SparseCategoricalCrossentropyOptions;
 
 at::Tensor f32(std::vector<float> v) { return at::tensor(v, at::kFloat); }
-
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ValueError& e) {
-    return e.what();
-  }
-  return "<no ValueError>";
-}
 
 // --- golden data (PyTorch reference, scripts/golden/make_golden.py) -------------------
 
@@ -225,7 +216,7 @@ TEST(Loss, GetByKerasName) {
 }
 
 TEST(Loss, UnknownNameListsKnownOnes) {
-  const std::string msg = error_of([] { Loss::get("mean_sqared_error"); });
+  const std::string msg = error_of<ValueError>([] { Loss::get("mean_sqared_error"); });
   EXPECT_NE(msg.find("'mean_sqared_error'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("sparse_categorical_crossentropy"), std::string::npos) << msg;
   EXPECT_NE(msg.find("mse"), std::string::npos) << msg;
@@ -234,11 +225,10 @@ TEST(Loss, UnknownNameListsKnownOnes) {
 }
 
 TEST(Loss, BadConfigsNameTheValue) {
-  EXPECT_NE(error_of([] { MeanSquaredError("avg"); }).find("reduction=avg"), std::string::npos);
-  EXPECT_NE(error_of([] { CategoricalCrossentropy({.label_smoothing = 1.5}); }).find("label_smoothing=1.5"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { Huber({.delta = 0.0}); }).find("delta=0"), std::string::npos);
-  const std::string msg = error_of([] {
+  expect_error<ValueError>([] { MeanSquaredError("avg"); }, {"reduction=avg"});
+  expect_error<ValueError>([] { CategoricalCrossentropy({.label_smoothing = 1.5}); }, {"label_smoothing=1.5"});
+  expect_error<ValueError>([] { Huber({.delta = 0.0}); }, {"delta=0"});
+  const std::string msg = error_of<ValueError>([] {
     Loss::from_json(Json{{"class_name", "BinaryCrossentropy"}, {"config", {{"form_logits", true}}}});
   });
   EXPECT_NE(msg.find("form_logits"), std::string::npos) << msg;

@@ -11,6 +11,7 @@
 #include "kiln/metrics/iou_metrics.h"
 #include "kiln/metrics/metric.h"
 #include "kiln/metrics/regression_metrics.h"
+#include "kiln/testing/expect_error.h"
 #include "kiln/testing/golden.h"
 
 namespace kiln {
@@ -19,16 +20,6 @@ namespace {
 using namespace metrics;
 
 at::Tensor floats(std::vector<float> v) { return at::tensor(v, at::kFloat); }
-
-template <class Fn>
-std::string value_error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ValueError& e) {
-    return e.what();
-  }
-  return "<no ValueError>";
-}
 
 // The per-class tensor for metrics that have one, else result().
 at::Tensor full_result(const Metric& m) {
@@ -95,7 +86,7 @@ TEST(Keras3Metrics, RegistryNamesAndRoundTrip) {
     EXPECT_EQ(Metric::from_json(Json::parse(j.dump()))->to_json(), j);
   }
   // MeanIoU needs num_classes: a clear error for the bare name.
-  const std::string msg = value_error_of([] { Metric::get("mean_iou"); });
+  const std::string msg = error_of<ValueError>([] { Metric::get("mean_iou"); });
   EXPECT_NE(msg.find("num_classes"), std::string::npos) << msg;
   EXPECT_EQ(Metric::from_json(Json{{"class_name", "MeanIoU"}, {"config", {{"num_classes", 2}}}})->name(), "mean_iou");
   EXPECT_TRUE(Metric::get("f1_score")->higher_is_better());
@@ -137,18 +128,17 @@ TEST(Keras3Metrics, HandValues) {
 }
 
 TEST(Keras3Metrics, BadArgumentsAndInputs) {
-  EXPECT_NE(value_error_of([] { F1Score(std::string("samples")); }).find("average=samples"), std::string::npos);
-  EXPECT_NE(value_error_of([] { FBetaScore(std::nullopt, 0.0); }).find("beta=0"), std::string::npos);
-  EXPECT_NE(value_error_of([] { F1Score(std::nullopt, 1.5); }).find("threshold=1.5"), std::string::npos);
-  EXPECT_NE(value_error_of([] { MeanIoU(0); }).find("num_classes=0"), std::string::npos);
-  EXPECT_NE(value_error_of([] { R2Score(std::string("mean")); }).find("class_aggregation=mean"), std::string::npos);
-  EXPECT_NE(value_error_of([] { R2Score(std::string("uniform_average"), -1); }).find("num_regressors=-1"),
-            std::string::npos);
+  expect_error<ValueError>([] { F1Score(std::string("samples")); }, {"average=samples"});
+  expect_error<ValueError>([] { FBetaScore(std::nullopt, 0.0); }, {"beta=0"});
+  expect_error<ValueError>([] { F1Score(std::nullopt, 1.5); }, {"threshold=1.5"});
+  expect_error<ValueError>([] { MeanIoU(0); }, {"num_classes=0"});
+  expect_error<ValueError>([] { R2Score(std::string("mean")); }, {"class_aggregation=mean"});
+  expect_error<ValueError>([] { R2Score(std::string("uniform_average"), -1); }, {"num_regressors=-1"});
   EXPECT_THROW(Metric::from_json(Json{{"class_name", "F1Score"}, {"config", {{"beta", 2.0}}}}), ValueError);
   F1Score f1;
   EXPECT_THROW(f1.update_state(at::ones({4}), at::ones({4})), ShapeError);  // 2-D inputs only
   MeanIoU iou(2);
-  const std::string range = value_error_of([&] { iou.update_state(floats({0, 2}), floats({0, 1})); });
+  const std::string range = error_of<ValueError>([&] { iou.update_state(floats({0, 2}), floats({0, 1})); });
   EXPECT_NE(range.find("class id 2"), std::string::npos) << range;
   R2Score r2;
   EXPECT_THROW(r2.update_state(at::ones({2, 2, 2}), at::ones({2, 2, 2})), ShapeError);

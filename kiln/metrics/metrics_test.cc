@@ -8,6 +8,7 @@
 #include "kiln/metrics/confusion_metrics.h"
 #include "kiln/metrics/metric.h"
 #include "kiln/metrics/regression_metrics.h"
+#include "kiln/testing/expect_error.h"
 #include "kiln/testing/golden.h"
 
 namespace kiln {
@@ -17,16 +18,6 @@ using namespace metrics;
 
 at::Tensor f32(std::vector<float> v) { return at::tensor(v, at::kFloat); }
 at::Tensor i64(std::vector<int64_t> v) { return at::tensor(v, at::kLong); }
-
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ValueError& e) {
-    return e.what();
-  }
-  return "<no ValueError>";
-}
 
 // --- golden data (PyTorch reference, scripts/golden/make_golden.py) -------------------
 
@@ -277,13 +268,13 @@ TEST(AUC, KnownValue) {
 TEST(AUC, RejectsBadOptions) {
   AUC::Options o;
   o.num_thresholds = 1;
-  EXPECT_NE(error_of([&] { AUC a(o); }).find("num_thresholds=1"), std::string::npos);
+  expect_error<ValueError>([&] { AUC a(o); }, {"num_thresholds=1"});
   o = AUC::Options();
   o.curve = "DET";
-  EXPECT_NE(error_of([&] { AUC a(o); }).find("curve=DET"), std::string::npos);
+  expect_error<ValueError>([&] { AUC a(o); }, {"curve=DET"});
   o = AUC::Options();
   o.summation_method = "simpson";
-  EXPECT_NE(error_of([&] { AUC a(o); }).find("simpson"), std::string::npos);
+  expect_error<ValueError>([&] { AUC a(o); }, {"simpson"});
   EXPECT_THROW(Metric::from_json(Json{{"class_name", "AUC"}, {"config", {{"multi_label", true}}}}), ValueError);
   EXPECT_THROW(Metric::from_json(Json{{"class_name", "AUC"}, {"config", {{"thresholds", {0.5, 1.5}}}}}), ValueError);
 }
@@ -317,14 +308,15 @@ TEST(Metrics, GetNamesMetricsAsGiven) {
   EXPECT_EQ(Metric::get("auc")->name(), "auc");
   EXPECT_EQ(Metric::get("AUC")->class_name(), "AUC");
   EXPECT_EQ(Metric::get("sparse_top_k_categorical_accuracy")->class_name(), "SparseTopKCategoricalAccuracy");
-  const std::string msg = error_of([] { Metric::get("acuracy"); });
+  const std::string msg = error_of<ValueError>([] { Metric::get("acuracy"); });
   EXPECT_NE(msg.find("'acuracy'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("binary_accuracy"), std::string::npos) << msg;
-  EXPECT_NE(error_of([] { TopKCategoricalAccuracy(0); }).find("k=0"), std::string::npos);
-  EXPECT_NE(error_of([] {
-              Metric::from_json(Json{{"class_name", "BinaryAccuracy"}, {"config", {{"treshold", 1}}}});
-            }).find("treshold"),
-            std::string::npos);
+  expect_error<ValueError>([] { TopKCategoricalAccuracy(0); }, {"k=0"});
+  expect_error<ValueError>(
+      [] {
+        Metric::from_json(Json{{"class_name", "BinaryAccuracy"}, {"config", {{"treshold", 1}}}});
+      },
+      {"treshold"});
 }
 
 TEST(Metrics, HigherIsBetter) {

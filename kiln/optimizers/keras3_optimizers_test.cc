@@ -18,22 +18,13 @@
 #include "kiln/optimizers/optimizer.h"
 #include "kiln/optimizers/schedules.h"
 #include "kiln/optimizers/sgd.h"
+#include "kiln/testing/expect_error.h"
 #include "kiln/testing/golden.h"
 
 namespace kiln {
 namespace {
 
 using namespace optimizers;
-
-template <class Fn>
-std::string value_error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ValueError& e) {
-    return e.what();
-  }
-  return "<no ValueError>";
-}
 
 VariablePtr scalar_var(const std::string& path, double v) {
   return std::make_shared<Variable>(path, at::full({}, v, at::kFloat), /*trainable=*/true);
@@ -108,39 +99,28 @@ TEST(Keras3Optimizers, RegistryNamesAndKerasDefaults) {
     EXPECT_EQ(back->to_json(), j);
     EXPECT_EQ(Optimizer::from_json(Json::parse(back->to_json().dump()))->to_json(), j);
   }
-  const std::string msg = value_error_of([] { Optimizer::get("nadamw"); });
+  const std::string msg = error_of<ValueError>([] { Optimizer::get("nadamw"); });
   EXPECT_NE(msg.find("nadam"), std::string::npos) << msg;
   EXPECT_NE(msg.find("ftrl"), std::string::npos) << msg;
 }
 
 TEST(Keras3Optimizers, BadConfigsNameTheValue) {
-  EXPECT_NE(value_error_of([] { Lion(Json{{"beta_1", 0.0}}); }).find("beta_1=0"), std::string::npos);
-  EXPECT_NE(value_error_of([] {
-              Ftrl(Json{{"learning_rate_power", 0.5}});
-            }).find("learning_rate_power=0.5"),
-            std::string::npos);
-  EXPECT_NE(value_error_of([] {
-              Ftrl(Json{{"l1_regularization_strength", -1}});
-            }).find("l1_regularization"),
-            std::string::npos);
-  EXPECT_NE(value_error_of([] {
-              Adagrad(Json{{"initial_accumulator_value", -0.1}});
-            }).find("initial_accumulator_value=-0.1"),
-            std::string::npos);
-  EXPECT_NE(value_error_of([] { Nadam(Json{{"beta_2", 1.0}}); }).find("beta_2=1"), std::string::npos);
-  EXPECT_NE(value_error_of([] { Adamax(Json{{"momentum", 0.9}}); }).find("momentum"), std::string::npos);
-  EXPECT_NE(value_error_of([] { Adadelta(Json{{"rho", 2.0}}); }).find("rho=2"), std::string::npos);
+  expect_error<ValueError>([] { Lion(Json{{"beta_1", 0.0}}); }, {"beta_1=0"});
+  expect_error<ValueError>([] { Ftrl(Json{{"learning_rate_power", 0.5}}); }, {"learning_rate_power=0.5"});
+  expect_error<ValueError>([] { Ftrl(Json{{"l1_regularization_strength", -1}}); }, {"l1_regularization"});
+  expect_error<ValueError>(
+      [] {
+        Adagrad(Json{{"initial_accumulator_value", -0.1}});
+      },
+      {"initial_accumulator_value=-0.1"});
+  expect_error<ValueError>([] { Nadam(Json{{"beta_2", 1.0}}); }, {"beta_2=1"});
+  expect_error<ValueError>([] { Adamax(Json{{"momentum", 0.9}}); }, {"momentum"});
+  expect_error<ValueError>([] { Adadelta(Json{{"rho", 2.0}}); }, {"rho=2"});
   // Base options.
-  EXPECT_NE(value_error_of([] {
-              SGD(Json{{"gradient_accumulation_steps", 1}});
-            }).find("gradient_accumulation_steps=1"),
-            std::string::npos);
+  expect_error<ValueError>([] { SGD(Json{{"gradient_accumulation_steps", 1}}); }, {"gradient_accumulation_steps=1"});
   EXPECT_THROW(SGD(Json{{"gradient_accumulation_steps", 2.5}}), ValueError);
   EXPECT_NO_THROW(SGD(Json{{"gradient_accumulation_steps", 0}}));  // Keras: falsy is off
-  EXPECT_NE(value_error_of([] {
-              SGD(Json{{"ema_overwrite_frequency", -2}});
-            }).find("ema_overwrite_frequency=-2"),
-            std::string::npos);
+  expect_error<ValueError>([] { SGD(Json{{"ema_overwrite_frequency", -2}}); }, {"ema_overwrite_frequency=-2"});
   EXPECT_THROW(SGD(Json{{"use_ema", "yes"}}), ValueError);
 }
 
@@ -362,23 +342,24 @@ TEST(Keras3Schedules, ConfigRoundTripAndBadConfigs) {
       "config": {"cycle": false, "decay_steps": 10000, "end_learning_rate": 0.01, "initial_learning_rate": 0.1,
                  "name": null, "power": 0.5}, "registered_name": null})");
   EXPECT_NEAR((*LearningRateSchedule::from_json(keras))(2500), 0.09 * std::sqrt(0.75) + 0.01, 1e-12);
-  EXPECT_NE(
-      value_error_of([] { PolynomialDecay({.initial_learning_rate = 0.1, .decay_steps = 0}); }).find("decay_steps=0"),
-      std::string::npos);
-  EXPECT_NE(value_error_of([] {
-              InverseTimeDecay({.initial_learning_rate = 0.1, .decay_steps = -1, .decay_rate = 0.5});
-            }).find("decay_steps=-1"),
+  EXPECT_NE(error_of<ValueError>([] {
+              PolynomialDecay({.initial_learning_rate = 0.1, .decay_steps = 0});
+            }).find("decay_steps=0"),
             std::string::npos);
-  EXPECT_NE(value_error_of([] { CosineDecayRestarts(0.1, 0); }).find("first_decay_steps=0"), std::string::npos);
+  expect_error<ValueError>(
+      [] { InverseTimeDecay({.initial_learning_rate = 0.1, .decay_steps = -1, .decay_rate = 0.5}); },
+      {"decay_steps=-1"});
+  expect_error<ValueError>([] { CosineDecayRestarts(0.1, 0); }, {"first_decay_steps=0"});
   EXPECT_THROW(LearningRateSchedule::from_json(Json{{"class_name", "InverseTimeDecay"},
                                                     {"config", {{"initial_learning_rate", 0.1}, {"decay_steps", 1}}}}),
                ValueError);  // decay_rate missing
-  EXPECT_NE(value_error_of([] {
-              LearningRateSchedule::from_json(
-                  Json{{"class_name", "CosineDecayRestarts"},
-                       {"config", {{"initial_learning_rate", 0.1}, {"first_decay_steps", 3}, {"t_mull", 2.0}}}});
-            }).find("t_mull"),
-            std::string::npos);
+  expect_error<ValueError>(
+      [] {
+        LearningRateSchedule::from_json(
+            Json{{"class_name", "CosineDecayRestarts"},
+                 {"config", {{"initial_learning_rate", 0.1}, {"first_decay_steps", 3}, {"t_mull", 2.0}}}});
+      },
+      {"t_mull"});
 }
 
 }  // namespace

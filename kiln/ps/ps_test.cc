@@ -30,21 +30,6 @@ namespace {
 using ps::ParameterServer;
 using ps::ParameterServerClient;
 
-template <class E, class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "";
-}
-
-void expect_has(const std::string& msg, std::initializer_list<const char*> parts) {
-  EXPECT_FALSE(msg.empty()) << "no error of the expected type";
-  for (auto* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << " lacks " << p;
-}
-
 // A small model's variables: dense (5, 16) + (16), dense_1 (16, 3) + (3).
 std::vector<VariablePtr> model_variables() {
   auto m = std::make_shared<Sequential>(
@@ -101,11 +86,10 @@ TEST(ParameterServer, TensorBytesRoundTrip) {
   EXPECT_TRUE(at::equal(strided, ps::tensor_from_bytes("float32", {4, 3}, ps::tensor_bytes(strided), "t")));
   at::Tensor scalar = at::scalar_tensor(2.5, at::kDouble);
   EXPECT_TRUE(at::equal(scalar, ps::tensor_from_bytes("float64", {}, ps::tensor_bytes(scalar), "t")));
-  expect_has(error_of<ValueError>([] { ps::tensor_from_bytes("float32", {2}, std::string(7, '\0'), "grad of x"); }),
-             {"grad of x", "8 bytes", "Received: 7"});
-  expect_has(error_of<ValueError>([] { ps::tensor_from_bytes("float99", {2}, "", "grad of x"); }),
-             {"grad of x", "float99"});
-  expect_has(error_of<ValueError>([] { ps::tensor_from_bytes("float32", {-1}, "", "x"); }), {"negative"});
+  expect_error<ValueError>([] { ps::tensor_from_bytes("float32", {2}, std::string(7, '\0'), "grad of x"); },
+                           {"grad of x", "8 bytes", "Received: 7"});
+  expect_error<ValueError>([] { ps::tensor_from_bytes("float99", {2}, "", "grad of x"); }, {"grad of x", "float99"});
+  expect_error<ValueError>([] { ps::tensor_from_bytes("float32", {-1}, "", "x"); }, {"negative"});
 }
 
 TEST(ParameterServer, AsyncSgdFromThreeWorkersEqualsOneProcess) {
@@ -284,28 +268,30 @@ TEST(ParameterServer, CreateIsIdempotentAndErrorsAreClear) {
 
   // Another shape under the same path.
   ParameterServerClient other(distribute::place_variables({{"w", {3}}}, 1), options({cluster.servers[0]->target()}));
-  expect_has(error_of<ValueError>([&] {
-               other.create_variables({{"w", at::ones({3})}});
-             }),
-             {"'w'", "float32 (2, 2)", "(3,)", "ps 0"});
+  expect_error<ValueError>(
+      [&] {
+        other.create_variables({{"w", at::ones({3})}});
+      },
+      {"'w'", "float32 (2, 2)", "(3,)", "ps 0"});
   // A variable no ps holds.
   ParameterServerClient stray(distribute::place_variables({{"nowhere", {1}}}, 1),
                               options({cluster.servers[0]->target()}));
-  expect_has(error_of<NotFoundError>([&] { stray.pull(); }), {"'nowhere'", "create it first"});
-  expect_has(error_of<NotFoundError>([&] { stray.push_gradients({{"nowhere", at::ones({1})}}); }), {"'nowhere'"});
+  expect_error<NotFoundError>([&] { stray.pull(); }, {"'nowhere'", "create it first"});
+  expect_error<NotFoundError>([&] { stray.push_gradients({{"nowhere", at::ones({1})}}); }, {"'nowhere'"});
   // Client-side checks.
-  expect_has(error_of<ShapeError>([&] { c.push_gradients({{"w", at::ones({3})}}); }), {"'w'", "(3,)", "(2, 2)"});
-  expect_has(error_of<ValueError>([&] { c.pull({"nope"}); }), {"'nope'"});
-  expect_has(error_of<ValueError>([&] { c.create_variables({{"w", at::ones({2, 2})}}); }), {"no initial value", "'b'"});
-  expect_has(error_of<ValueError>([&] { c.push_gradients({{"w", at::ones({2, 2}, at::kLong)}}); }), {"floating point"});
-  expect_has(error_of<ValueError>([&] { ParameterServerClient({}, {.ps_addresses = {}}); }), {"ps_addresses"});
-  expect_has(error_of<ValueError>([&] {
-               ParameterServerClient(distribute::place_variables({{"x", {1}}, {"y", {1}}}, 2),
-                                     {.ps_addresses = {"127.0.0.1:1"}});
-             }),
-             {"'y'", "ps 1", "1 ps tasks"});
-  expect_has(error_of<ValueError>([] { ParameterServer({.address = "nohost"}); }), {"HOST:PORT", "'nohost'"});
-  expect_has(error_of<ValueError>([] { ParameterServer({.optimizer = "sgdd"}); }), {"sgdd"});
+  expect_error<ShapeError>([&] { c.push_gradients({{"w", at::ones({3})}}); }, {"'w'", "(3,)", "(2, 2)"});
+  expect_error<ValueError>([&] { c.pull({"nope"}); }, {"'nope'"});
+  expect_error<ValueError>([&] { c.create_variables({{"w", at::ones({2, 2})}}); }, {"no initial value", "'b'"});
+  expect_error<ValueError>([&] { c.push_gradients({{"w", at::ones({2, 2}, at::kLong)}}); }, {"floating point"});
+  expect_error<ValueError>([&] { ParameterServerClient({}, {.ps_addresses = {}}); }, {"ps_addresses"});
+  expect_error<ValueError>(
+      [&] {
+        ParameterServerClient(distribute::place_variables({{"x", {1}}, {"y", {1}}}, 2),
+                              {.ps_addresses = {"127.0.0.1:1"}});
+      },
+      {"'y'", "ps 1", "1 ps tasks"});
+  expect_error<ValueError>([] { ParameterServer({.address = "nohost"}); }, {"HOST:PORT", "'nohost'"});
+  expect_error<ValueError>([] { ParameterServer({.optimizer = "sgdd"}); }, {"sgdd"});
 
   // Lifecycle: shutdown is final and idempotent; a stopped ps is unreachable.
   const std::string gone = cluster.servers[1]->target();
@@ -318,7 +304,7 @@ TEST(ParameterServer, CreateIsIdempotentAndErrorsAreClear) {
   ParameterServerClient late(distribute::place_variables({{"b", {2}}}, 1),
                              {.ps_addresses = {gone}, .connect_timeout_seconds = 0.3});
   const auto start = std::chrono::steady_clock::now();
-  expect_has(error_of<IOError>([&] { late.pull(); }), {"ps 0", gone.c_str(), "cannot reach"});
+  expect_error<IOError>([&] { late.pull(); }, {"ps 0", gone.c_str(), "cannot reach"});
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
@@ -334,7 +320,7 @@ TEST(ParameterServer, TaskOptionsFromTheCluster) {
   EXPECT_EQ(o.optimizer, Json("adam"));
   spec.task_type = "worker";
   spec.task_index = 0;
-  expect_has(error_of<ValueError>([&] { ps::ps_task_options(spec, "sgd"); }), {"worker 0", "not a ps task"});
+  expect_error<ValueError>([&] { ps::ps_task_options(spec, "sgd"); }, {"worker 0", "not a ps task"});
 }
 
 // --- synchronous steps, retries, checkpoints, shutdown ----------------------------------------------

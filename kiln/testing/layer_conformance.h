@@ -1,5 +1,6 @@
-// The conformance harness every layer passes (STYLE.md item 8, after Keras's
-// run_layer_test). A new layer is one call:
+// The conformance harness every layer passes (docs/DESIGN.md, "One
+// conformance harness for every layer"; after Keras's run_layer_test). A
+// new layer is one call:
 //
 //   TEST(Dense, Conformance) {
 //     LayerTestCase c;

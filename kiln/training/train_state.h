@@ -2,7 +2,8 @@
 // the optimizer, the loss, the metrics (with a Mean "loss" tracker first),
 // the compile arguments, and the train step as a pipeline of stages.
 //
-// The train step is a pipeline (ARCHITECTURE.md), one std::function per stage:
+// The train step is a pipeline (docs/DESIGN.md, "The train step is a
+// pipeline"), one std::function per stage:
 //
 //   forward            model(x, training) under the model's dtype policy
 //                      (Layer::operator() casts inputs to the compute dtype)
@@ -17,7 +18,8 @@
 //   apply_gradients    optimizer.apply_gradients(grads, variables)
 //   update_metrics     loss tracker (weighted by batch size) and metrics
 //
-// A later issue replaces one stage without touching fit():
+// A strategy replaces one stage without touching fit() (the gradient sync
+// and the parameter-server strategy do so), e.g.:
 //   auto& p = model->train_state().pipeline();
 //   p.scale_loss = [scaler](StepData& s) { s.scaled_loss = s.loss * scaler->scale(); };
 //

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,18 +13,18 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/core/subprocess.h"
 #include "kiln/core/thread_pool.h"
 #include "kiln/training/tfevents.h"
 #include "kiln/tuning/hparams_summary.h"
 #include "kiln/tuning/metric_report.h"
-
-extern char** environ;
 
 namespace kiln::tuning {
 namespace {
@@ -56,61 +55,6 @@ std::string last_line_of(const std::string& path) {
     if (!line.empty()) last = line;
   if (last.size() > 300) last = last.substr(0, 300) + "...";
   return last;
-}
-
-// A started child: its pid (= its process group) and the read end of stdout.
-struct Child {
-  pid_t pid = -1;
-  int out_fd = -1;
-};
-
-Child spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& stderr_path,
-            const std::string& cwd) {
-  int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC) != 0) throw IOError(std::string("pipe: ") + std::strerror(errno));
-  int err_fd = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (err_fd < 0) {
-    close(pipefd[0]);
-    close(pipefd[1]);
-    throw IOError("cannot open " + stderr_path + ": " + std::strerror(errno));
-  }
-  // Everything the child needs is built before fork (only async-signal-safe
-  // calls between fork and exec).
-  std::vector<char*> cargv, cenv;
-  for (auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  for (auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
-  cenv.push_back(nullptr);
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(pipefd[0]);
-    close(pipefd[1]);
-    close(err_fd);
-    throw IOError(std::string("fork: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    // The trial starts with SIGPIPE at its default whatever kiln inherited
-    // (as Python's subprocess does): if the worker dies, a program still
-    // writing its metrics ends on the broken pipe instead of running on and
-    // finishing a trial the chief has handed to another worker. (PDEATHSIG
-    // reaches only this process, not what a shell script starts.)
-    signal(SIGPIPE, SIG_DFL);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    dup2(pipefd[1], 1);
-    dup2(err_fd, 2);
-    if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(126);
-    execve(cargv[0], cargv.data(), cenv.data());
-    _exit(127);
-  }
-  setpgid(pid, pid);  // also in the parent: no window where a kill misses it
-  close(pipefd[1]);
-  close(err_fd);
-  return {pid, pipefd[0]};
 }
 
 }  // namespace
@@ -183,15 +127,12 @@ TrialOutcome run_command_trial(const Trial& trial, const CommandOptions& o, Tria
 
   std::vector<std::string> argv = {"/bin/sh", "-c", o.command + " \"$@\"", "kiln-trial"};
   for (auto& a : trial_arguments(trial.hyperparameters)) argv.push_back(a);
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string s = *e;
-    for (const char* k :
-         {"CLOUD_ML_HP_METRIC_FILE=", "CLOUD_ML_TRIAL_ID=", "KILN_TRIAL_ID=", "KILN_TRIAL_DIR=", "KILN_OBJECTIVE=",
-          "KILN_OBJECTIVE_DIRECTION=", "KILN_PARENT_TRIAL_DIR=", "KILN_INITIAL_EPOCH="})
-      if (s.rfind(k, 0) == 0) s.clear();
-    if (!s.empty()) env.push_back(s);
-  }
+  // The trial sees none of these from kiln's environment, only its own.
+  SubprocessOptions so{
+      .argv = argv,
+      .env_remove = {"CLOUD_ML_HP_METRIC_FILE", "CLOUD_ML_TRIAL_ID", "KILN_TRIAL_ID", "KILN_TRIAL_DIR",
+                     "KILN_OBJECTIVE", "KILN_OBJECTIVE_DIRECTION", "KILN_PARENT_TRIAL_DIR", "KILN_INITIAL_EPOCH"}};
+  std::vector<std::string>& env = so.env_set;
   env.push_back(std::string(kHypertuneFileEnv) + "=" + metrics_file);
   env.push_back("CLOUD_ML_TRIAL_ID=" + trial.trial_id);
   env.push_back("KILN_TRIAL_ID=" + trial.trial_id);
@@ -228,7 +169,18 @@ TrialOutcome run_command_trial(const Trial& trial, const CommandOptions& o, Tria
     for (size_t i = 4; i < argv.size(); ++i) cmdline << " " << argv[i];
     err_note << "[kiln] trial " << trial.trial_id << ": " << o.command << cmdline.str() << std::endl;
   }
-  Child child = spawn(argv, env, stderr_path, "");
+  // The trial starts with SIGPIPE at its default whatever kiln inherited
+  // (Subprocess's rule): if the worker dies, a program still writing its
+  // metrics ends on the broken pipe instead of running on and finishing a
+  // trial the chief has handed to another worker. (PDEATHSIG reaches only
+  // the shell, not what it starts.)
+  so.stdin_from = Stdio::kNull;
+  so.stdout_to = Stdio::kPipe;
+  so.stderr_to = Stdio::kFile;
+  so.stderr_path = stderr_path;
+  so.new_process_group = true;
+  Subprocess child(so);
+  const int child_out = child.take_stdout();
 
   HypertuneFileReader hypertune(metrics_file);
   StepCounter steps;
@@ -237,7 +189,7 @@ TrialOutcome run_command_trial(const Trial& trial, const CommandOptions& o, Tria
   Clock::time_point kill_sent{};
   auto last_beat = Clock::now();
 
-  auto kill_group = [&](int sig) { kill(-child.pid, sig); };
+  auto kill_group = [&](int sig) { child.signal(sig); };
   auto handle = [&](const MetricReport& r) {
     if (pruned || lost) return;
     int step = steps.assign(r);
@@ -279,11 +231,11 @@ TrialOutcome run_command_trial(const Trial& trial, const CommandOptions& o, Tria
   bool exited = false;
   while (!exited) {
     if (!eof) {
-      pollfd p{child.out_fd, POLLIN, 0};
+      pollfd p{child_out, POLLIN, 0};
       int rc = ::poll(&p, 1, 100);
       if (rc > 0) {
         char buf[4096];
-        ssize_t n = read(child.out_fd, buf, sizeof buf);
+        ssize_t n = read(child_out, buf, sizeof buf);
         if (n <= 0) {
           eof = true;
         } else {
@@ -302,16 +254,17 @@ TrialOutcome run_command_trial(const Trial& trial, const CommandOptions& o, Tria
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     poll_file();
-    pid_t w = waitpid(child.pid, &wstatus, WNOHANG);
-    if (w == child.pid) {
+    // What the program left behind in its group is killed as it is reaped.
+    if (const std::optional<int> status = child.wait_for(std::chrono::milliseconds(0))) {
+      wstatus = *status;
       exited = true;
       // Drain what is left in the pipe.
       char buf[4096];
       ssize_t n;
       if (!eof) {
-        int fl = fcntl(child.out_fd, F_GETFL);
-        fcntl(child.out_fd, F_SETFL, fl | O_NONBLOCK);
-        while ((n = read(child.out_fd, buf, sizeof buf)) > 0) {
+        int fl = fcntl(child_out, F_GETFL);
+        fcntl(child_out, F_SETFL, fl | O_NONBLOCK);
+        while ((n = read(child_out, buf, sizeof buf)) > 0) {
           out_log.write(buf, n);
           pending.append(buf, n);
         }
@@ -344,8 +297,7 @@ TrialOutcome run_command_trial(const Trial& trial, const CommandOptions& o, Tria
       last_beat = Clock::now();
     }
   }
-  close(child.out_fd);
-  kill(-child.pid, SIGKILL);  // anything the program left behind in its group
+  close(child_out);
 
   TrialOutcome out;
   if (lost) {

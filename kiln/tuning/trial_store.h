@@ -1,5 +1,5 @@
-// TrialStore: the crash-safe record of a search (ARCHITECTURE.md "Tuning
-// state"): an SQLite database in WAL mode with one row per trial
+// TrialStore: the crash-safe record of a search (docs/TUNING.md, "State
+// and resume"): an SQLite database in WAL mode with one row per trial
 // (hyperparameters, status, per-epoch metrics, score, checkpoint, as the
 // Trial's JSON plus indexed columns) and a key/value table for the oracle's
 // own state. Every write is one transaction, synchronous=FULL, so `kill -9`

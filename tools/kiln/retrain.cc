@@ -1,15 +1,13 @@
 #include "tools/kiln/retrain.h"
 
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <iomanip>
@@ -21,6 +19,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/core/subprocess.h"
 #include "kiln/saving/model_io.h"
 #include "kiln/tuning/trial_store.h"
 #include "tools/kiln/cli.h"
@@ -80,30 +79,15 @@ Json retrain_spec(const Json& train, const tuning::Trial& trial, int epochs, std
 // the exit status and collects its "test_<metric>: <value>" lines.
 int run_kiln_train(const std::string& kiln, const std::string& spec_path, const std::string& out,
                    const std::atomic<bool>* cancel, std::map<std::string, double>* test_metrics) {
-  int pipefd[2];
-  if (pipe(pipefd) != 0) throw IOError(std::string("pipe: ") + std::strerror(errno));
   // The retrain uses the threads this process was given (--threads, KILN_NUM_THREADS).
   std::vector<std::string> argv = {
       kiln, "--threads", std::to_string(std::max(1, at::get_num_threads())), "train", spec_path, "--output", out};
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
   std::cout.flush();
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) throw IOError(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    // Same process group: a Ctrl-C reaches the retrain too; it dies with us.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    dup2(pipefd[1], 1);
-    close(pipefd[0]);
-    close(pipefd[1]);
-    execv(cargv[0], cargv.data());
-    _exit(127);
-  }
-  close(pipefd[1]);
-  FILE* in = fdopen(pipefd[0], "r");
+  // In this process's group: a Ctrl-C reaches the retrain too.
+  Subprocess child({.argv = argv, .stdout_to = Stdio::kPipe});
+  const int out_fd = child.take_stdout();
+  FILE* in = fdopen(out_fd, "r");
+  if (!in) close(out_fd);
   char buf[8192];
   while (in && fgets(buf, sizeof buf, in)) {
     std::string line = buf;
@@ -121,13 +105,9 @@ int run_kiln_train(const std::string& kiln, const std::string& spec_path, const 
   }
   // The read ends at the child's exit or, interrupted by SIGINT/SIGTERM, at
   // once: then the retrain is stopped too (its staging copy is removed).
-  if (cancel && cancel->load()) ::kill(pid, SIGTERM);
+  if (cancel && cancel->load()) child.signal(SIGTERM);
   if (in) fclose(in);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return exit_code(child.wait());
 }
 
 std::string values_text(const tuning::Trial& t) {
@@ -282,7 +262,13 @@ void retrain_top_trials(const tuning::TuneSpec& spec, const RetrainOptions& o) {
     make_dirs(staging);
     const std::string spec_path = join_path(staging, "train_spec.json");
     atomic_write_file(spec_path, s.dump(2));
-    const int rc = run_kiln_train(o.kiln_executable, spec_path, join_path(staging, "out"), o.cancel, &row.test);
+    int rc;
+    try {
+      rc = run_kiln_train(o.kiln_executable, spec_path, join_path(staging, "out"), o.cancel, &row.test);
+    } catch (const Error&) {  // `kiln train` could not be started
+      remove_all(staging);
+      throw;
+    }
     const bool interrupted = o.cancel && o.cancel->load();
     const std::string model = join_path(staging, "out/1");
     if (rc != 0 || !path_exists(model)) {
