@@ -4,15 +4,21 @@
 //   ModelPtr model = load_model("models/fashion_mnist/3");
 //   exporter::export_onnx(*model, "model.onnx");   // opset 17, float32
 //
-// Supported layers: Dense, Activation (relu, relu6, gelu, sigmoid, tanh,
-// softmax, silu/swish, leaky_relu, elu, selu, softplus, softsign,
-// exponential, linear), Dropout (identity), Flatten, Reshape, Rescaling,
-// Normalization, Add, Subtract, Multiply, Average, Maximum, Minimum,
-// Concatenate, Conv2D, MaxPooling2D, AveragePooling2D,
-// GlobalAveragePooling2D, GlobalMaxPooling2D, BatchNormalization (inference
-// form), LayerNormalization, Embedding. Layouts follow kiln's
-// (channels_last); 2D convolutions and pools are wrapped in transposes to
-// ONNX's NCHW. The batch dimension is symbolic ("batch").
+// Layers: every registered layer class with an ONNX form at opset 17 has an
+// exporter (one function per class or family, in a table keyed by class
+// name); onnx_layer_support() lists each registered class as exported or
+// with the reason it is not, and docs/EXPORT.md carries that table. Among
+// them: Dense, EinsumDense, the activations and activation layers,
+// Conv1D/Conv2D/Conv2DTranspose/DepthwiseConv2D/SeparableConv2D, the 1D/2D
+// and global poolings, the reshaping layers, the normalizations, the merging
+// layers, Embedding, LSTM/GRU/SimpleRNN (ONNX LSTM/GRU/RNN) and
+// Bidirectional, TimeDistributed, MultiHeadAttention (with attention_mask
+// and use_causal_mask), nested Sequential/Functional models, and the
+// identity-at-inference layers (Dropout, noise, Random* augmentations).
+// Layouts follow kiln's (channels_last); convolutions and pools are wrapped
+// in transposes to ONNX's channels-first. The batch dimension is symbolic
+// ("batch"). Masks (Embedding mask_zero, Masking) are not carried: a
+// recurrent layer that would use one is refused.
 //
 // Precision: graph inputs and outputs are float32 (or the model's integer
 // input dtype). Layers under a bfloat16/float16 policy are emulated in
@@ -23,7 +29,8 @@
 // int8_qat layers are refused (ValueError naming the layer). See
 // docs/EXPORT.md for the ops and the differences measured.
 //
-// Errors: ValueError naming the first unsupported layer (and its class) or
+// Errors: ValueError naming the first unsupported layer (its class, and the
+// reason and alternative when it has no ONNX form) or
 // option (e.g. an activation, a data_format) before anything is written;
 // StateError for a model that is not built. The file is written atomically.
 // Thread safety: reads the model; do not train it concurrently.
@@ -31,6 +38,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kiln/models/model.h"
 
@@ -45,5 +53,18 @@ struct OnnxExportOptions {
 // The serialized ModelProto.
 std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options = {});
 void export_onnx(Model& model, const std::string& path, const OnnxExportOptions& options = {});
+
+// The conformance of the layer registry: one entry per registered layer
+// class (LayerRegistry::names()), sorted by name. `exported`: the class has
+// an exporter; otherwise `reason` says why not and what to do instead (empty
+// for a class that is in neither list, which kiln_export_test refuses).
+struct OnnxLayerSupport {
+  std::string class_name;
+  bool exported = false;
+  std::string reason;
+};
+std::vector<OnnxLayerSupport> onnx_layer_support();
+// onnx_layer_support() as the Markdown table in docs/EXPORT.md.
+std::string onnx_conformance_table();
 
 }  // namespace kiln::exporter
