@@ -466,6 +466,42 @@ TEST(OnnxExportLayers, CategoryEncodingMatchesOnnxRuntime) {
     }
 }
 
+TEST(OnnxExportLayers, ResizingMatchesOnnxRuntime) {
+  SKIP_WITHOUT_ONNX_RUNTIME();
+  set_random_seed(29);
+  for (const std::string interpolation : {"bilinear", "nearest"})
+    for (const std::string aspect : {"", "crop_to_aspect_ratio", "pad_to_aspect_ratio"}) {
+      Json cfg = {{"height", 7}, {"width", 4}, {"interpolation", interpolation}};
+      if (!aspect.empty()) cfg[aspect] = true;
+      if (aspect == "pad_to_aspect_ratio") cfg["fill_value"] = 0.5;
+      check_sequential({10, 9, 3}, {L("Resizing", cfg)}, at::randn({2, 10, 9, 3}),
+                       "Resizing " + interpolation + (aspect.empty() ? "" : ", " + aspect));
+      cfg["height"] = 23;  // upsampling too
+      cfg["width"] = 13;
+      check_sequential({10, 9, 3}, {L("Resizing", cfg)}, at::randn({2, 10, 9, 3}),
+                       "Resizing up " + interpolation + (aspect.empty() ? "" : ", " + aspect));
+    }
+}
+
+TEST(OnnxExportLayers, IntegerLookupMatchesOnnxRuntime) {
+  SKIP_WITHOUT_ONNX_RUNTIME();
+  set_random_seed(30);
+  const Json vocabulary = Json::array({12, 1138, 36, -4, 7});
+  for (const Json& extra : {Json::object(), Json{{"num_oov_indices", 3}, {"mask_token", 0}}}) {
+    Json cfg = {{"vocabulary", vocabulary}};
+    cfg.update(extra);
+    auto ids = Input({6}, at::kLong, "ids");
+    auto idx = (*L("IntegerLookup", cfg))(ids);
+    auto lookup_only = std::make_shared<Functional>(KerasTensors{ids}, KerasTensors{idx});
+    auto e = (*L("Embedding", {{"input_dim", 10}, {"output_dim", 3}}))(idx);
+    auto model = std::make_shared<Functional>(KerasTensors{ids},
+                                              KerasTensors{(*L("Dense", {{"units", 2}}))((*L("Flatten"))(e))});
+    at::Tensor x = at::tensor({12, 1138, 36, -4, 7, 0, 5, -9, 36, 1000, 0, 12}, at::kLong).reshape({2, 6});
+    expect_same_as_onnx_runtime(*lookup_only, {x}, "IntegerLookup " + extra.dump(), kLayerTolerance);
+    expect_same_as_onnx_runtime(*model, {x}, "IntegerLookup, Embedding " + extra.dump(), kLayerTolerance);
+  }
+}
+
 TEST(OnnxExportLayers, MaskedRecurrentLayerIsRefusedWithTheReason) {
   auto ids = Input({5}, at::kLong, "ids");
   auto e = (*L("Embedding", {{"input_dim", 10}, {"output_dim", 3}, {"mask_zero", true}}))(ids);

@@ -992,6 +992,96 @@ std::vector<std::string> export_category_encoding(LayerCall& c) {
   return {c.op("Min", {counts, c.scalar(c.base + "_one", 1.0f)})};
 }
 
+// Resizing: optional centred crop or pad to the target aspect ratio (static
+// sizes), then ONNX Resize with half-pixel centres: bilinear is
+// upsample_bilinear2d(align_corners=false), nearest kiln's
+// floor((i + 0.5) * in / out), i.e. half_pixel with round_prefer_ceil.
+std::vector<std::string> export_resizing(LayerCall& c) {
+  const Shape& s = c.input_shape();
+  if (s.size() != 4) c.refuse("takes image batches (batch, height, width, channels) in ONNX export");
+  const int64_t height = c.cfg.at("height").get<int64_t>(), width = c.cfg.at("width").get<int64_t>();
+  std::string x = c.x();
+  if (!at::isFloatingType(c.e.type_of(x))) x = c.cast(x, kiln_onnx::TensorProto::FLOAT, "_float");
+  x = c.to_channels_first(x, 2);  // (N, C, H, W)
+  const bool crop = c.cfg.value("crop_to_aspect_ratio", false), pad = c.cfg.value("pad_to_aspect_ratio", false);
+  if (crop || pad) {
+    const int64_t h = s[c.channels_last() ? 1 : 2], w = s[c.channels_last() ? 2 : 3];
+    if (h < 0 || w < 0) c.refuse("crops or pads to an aspect ratio of images of unknown size; give the Input a size");
+    if (crop) {
+      const int64_t ch = std::max<int64_t>(std::min<int64_t>(h, (int64_t)((double)(w * height) / width)), 1);
+      const int64_t cw = std::max<int64_t>(std::min<int64_t>(w, (int64_t)((double)(h * width) / height)), 1);
+      const int64_t hs = (int64_t)((double)(h - ch) / 2), ws = (int64_t)((double)(w - cw) / 2);
+      x = c.slice(x, {hs, ws}, {hs + ch, ws + cw}, {2, 3}, "_crop");
+    } else {
+      const int64_t ph = std::max<int64_t>(h, (int64_t)((double)(w * height) / width));
+      const int64_t pw = std::max<int64_t>(w, (int64_t)((double)(h * width) / height));
+      const int64_t hs = (int64_t)((double)(ph - h) / 2), ws = (int64_t)((double)(pw - w) / 2);
+      x = c.op("Pad",
+               {x, c.b.ints(c.base + "_pads", {0, 0, hs, ws, 0, 0, ph - h - hs, pw - w - ws}),
+                c.scalar(c.base + "_fill", c.cfg.value("fill_value", 0.0))},
+               "_pad");
+    }
+  }
+  auto nc = c.slice(c.op("Shape", {x}, "_shape"), {0}, {2}, {0}, "_nc_size");
+  std::string sizes;
+  GraphBuilder::attr(c.node("Concat", {nc, c.b.ints(c.base + "_hw", {height, width})}, &sizes, "_sizes"), "axis",
+                     (int64_t)0);
+  std::string y;
+  const bool bilinear = c.cfg.value("interpolation", "bilinear") == "bilinear";
+  auto* n = c.node("Resize", {x, "", "", sizes}, &y, "_resize");
+  GraphBuilder::attr(n, "mode", std::string(bilinear ? "linear" : "nearest"));
+  GraphBuilder::attr(n, "coordinate_transformation_mode", std::string("half_pixel"));
+  if (!bilinear) GraphBuilder::attr(n, "nearest_mode", std::string("round_prefer_ceil"));
+  return {c.from_channels_first(y, 2)};
+}
+
+// IntegerLookup (output_mode "int"): [mask_token -> 0] [OOV ids] [vocabulary]
+// by comparing each id with the whole vocabulary; an unknown id goes to
+// oov_start + floormod(id, num_oov_indices), as kiln.
+std::vector<std::string> export_integer_lookup(LayerCall& c) {
+  if (c.cfg.value("invert", false) || c.cfg.value("output_mode", "int") != "int")
+    c.refuse("exports with output_mode \"int\" and invert=false only; encode its ids with a CategoryEncoding layer");
+  const Json vocab = c.cfg.value("vocabulary", Json(nullptr));
+  if (!vocab.is_array() || vocab.empty()) c.refuse("has no vocabulary; adapt() it or give one before exporting");
+  const int64_t num_oov = c.cfg.value("num_oov_indices", (int64_t)1);
+  if (num_oov < 1)
+    c.refuse(
+        "has num_oov_indices=0, where kiln raises an error for an unknown id, which an ONNX graph cannot; "
+        "export it with num_oov_indices >= 1");
+  const Json mask_token = c.cfg.value("mask_token", Json(nullptr));
+  const int64_t oov_start = mask_token.is_null() ? 0 : 1, token_start = oov_start + num_oov;
+  auto ids = c.cast(c.x(), kiln_onnx::TensorProto::INT64, "_ids");  // floats truncate, as kiln
+  auto hits = c.cast(
+      c.op("Equal",
+           {c.unsqueeze(ids, {-1}, "_ids1"), c.b.ints(c.base + "_vocabulary", vocab.get<std::vector<int64_t>>())},
+           "_eq"),
+      kiln_onnx::TensorProto::FLOAT, "_hits");
+  std::string position;
+  auto* n = c.node("ArgMax", {hits}, &position, "_position");
+  GraphBuilder::attr(n, "axis", (int64_t)-1);
+  GraphBuilder::attr(n, "keepdims", (int64_t)0);
+  auto known = c.cast(c.reduce("ReduceMax", hits, {-1}, false, "_found"), kiln_onnx::TensorProto::BOOL, "_known");
+  std::string floormod;
+  GraphBuilder::attr(
+      c.node("Mod", {ids, c.b.constant(c.base + "_num_oov", at::scalar_tensor(num_oov, at::kLong))}, &floormod, "_mod"),
+      "fmod", (int64_t)0);  // integer Mod with fmod=0 takes the divisor's sign: a floor mod
+  auto oov =
+      c.op("Add", {floormod, c.b.constant(c.base + "_oov_start", at::scalar_tensor(oov_start, at::kLong))}, "_oov");
+  auto token = c.op("Add", {position, c.b.constant(c.base + "_token_start", at::scalar_tensor(token_start, at::kLong))},
+                    "_token");
+  std::string y = c.op("Where", {known, token, oov}, "_index");
+  if (!mask_token.is_null())
+    y = c.op("Where",
+             {c.op("Equal",
+                   {ids, c.b.constant(c.base + "_mask_token", at::scalar_tensor(mask_token.get<int64_t>(), at::kLong))},
+                   "_is_mask"),
+              c.b.constant(c.base + "_zero", at::scalar_tensor(0, at::kLong)), y},
+             "_masked");
+  y = c.op("Identity", {y});
+  c.e.set_type(y, at::kLong);
+  return {y};
+}
+
 // --- Recurrent layers: ONNX LSTM / GRU / RNN --------------------------------
 
 // ONNX's name for a Keras activation inside LSTM/GRU/RNN.
@@ -1321,6 +1411,7 @@ const std::map<std::string, Exporter>& exporters() {
       {"GroupNormalization", export_group_normalization},
       {"GRU", export_recurrent},
       {"InputLayer", export_identity},
+      {"IntegerLookup", export_integer_lookup},
       {"LayerNormalization", export_layer_normalization},
       {"LeakyReLU", export_leaky_relu},
       {"LSTM", export_recurrent},
@@ -1341,6 +1432,7 @@ const std::map<std::string, Exporter>& exporters() {
       {"ReLU", export_relu},
       {"RepeatVector", export_repeat_vector},
       {"Rescaling", export_rescaling},
+      {"Resizing", export_resizing},
       {"Reshape", export_reshape},
       {"SeparableConv2D", export_depthwise_conv},
       {"Sequential", export_model},
@@ -1361,10 +1453,6 @@ const std::map<std::string, std::string>& without_onnx_form() {
       {"Hashing",
        "it hashes the decimal string of each id with FarmHash Fingerprint64 or SipHash-2-4, which no ONNX operator "
        "computes; hash the ids before the model (kiln::hash_strings in the data pipeline) and export the rest"},
-      {"IntegerLookup",
-       "not exported yet (ONNX Equal against the vocabulary and ArgMax could express it); look the ids up before "
-       "the model"},
-      {"Resizing", "not exported yet (ONNX Resize could express it); resize the images before the model"},
   };
   return table;
 }
@@ -1421,7 +1509,9 @@ std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options) {
 
   for (size_t i = 0; i < outputs.size(); ++i) {
     b.node("Identity", {outputs[i]}, out_names[i]);
-    b.value_info(b.graph()->mutable_output(), out_names[i], at::kFloat, out_shapes.at(i));
+    // Float outputs are float32 (16-bit policies included); integer ones (IntegerLookup) keep their type.
+    const at::ScalarType t = e.type_of(outputs[i]);
+    b.value_info(b.graph()->mutable_output(), out_names[i], at::isFloatingType(t) ? at::kFloat : t, out_shapes.at(i));
   }
   return proto.SerializeAsString();
 }

@@ -13,7 +13,9 @@
 // and global poolings, the reshaping layers, the normalizations, the merging
 // layers, Embedding, LSTM/GRU/SimpleRNN (ONNX LSTM/GRU/RNN) and
 // Bidirectional, TimeDistributed, MultiHeadAttention (with attention_mask
-// and use_causal_mask), nested Sequential/Functional models, and the
+// and use_causal_mask), nested Sequential/Functional models, the
+// preprocessing layers (Rescaling, Normalization, Resizing,
+// CategoryEncoding, IntegerLookup with output_mode "int"), and the
 // identity-at-inference layers (Dropout, noise, Random* augmentations).
 // Layouts follow kiln's (channels_last); convolutions and pools are wrapped
 // in transposes to ONNX's channels-first. The batch dimension is symbolic
