@@ -776,13 +776,21 @@ void set_padding(LayerCall& c, kiln_onnx::NodeProto* n, int rank) {
   GraphBuilder::attr(n, "auto_pad", std::string(padding == "same" ? "SAME_UPPER" : "VALID"));
 }
 
-// A convolution on channels-first `t` with an ONNX-layout kernel (out, in/group, k...).
-std::string conv(LayerCall& c, const std::string& t, const at::Tensor& kernel, int rank, int64_t group,
+// A convolution on channels-first `t` with an ONNX-layout kernel (out,
+// in/group, k...); `spatial`: with the layer's strides, dilation_rate and
+// padding (a 1x1 pointwise step has none).
+std::string conv(LayerCall& c, const std::string& t, const at::Tensor& kernel, int64_t group, bool spatial,
                  const std::string& suffix) {
+  const int rank = (int)kernel.dim() - 2;
   std::string y;
-  auto* n = c.node("Conv", {t, c.b.constant(c.base + suffix + "_kernel", kernel)}, &y, suffix);
+  auto* n = c.node("Conv", {t, c.b.constant(c.base + suffix + "_kernel", kernel.contiguous())}, &y, suffix);
   GraphBuilder::attr(n, "kernel_shape", std::vector<int64_t>(kernel.sizes().begin() + 2, kernel.sizes().end()));
   GraphBuilder::attr(n, "group", group);
+  if (spatial) {
+    GraphBuilder::attr(n, "strides", int_list(c.cfg.value("strides", Json(1)), rank));
+    GraphBuilder::attr(n, "dilations", int_list(c.cfg.value("dilation_rate", Json(1)), rank));
+    set_padding(c, n, rank);
+  }
   return y;
 }
 
@@ -803,29 +811,17 @@ std::vector<std::string> export_conv(LayerCall& c) {
   const int rank = c.cls == "Conv1D" ? 1 : 2;
   // Keras's kernel (k..., in/groups, filters) -> ONNX's (filters, in/groups, k...).
   at::Tensor k = rank == 1 ? c.tensor("kernel").permute({2, 1, 0}) : c.tensor("kernel").permute({3, 2, 0, 1});
-  auto y = conv(c, c.to_channels_first(c.x(), rank), k.contiguous(), rank, c.cfg.value("groups", (int64_t)1), "_conv");
-  auto* n = c.b.graph()->mutable_node(c.b.graph()->node_size() - 1);
-  GraphBuilder::attr(n, "strides", int_list(c.cfg.value("strides", Json(1)), rank));
-  GraphBuilder::attr(n, "dilations", int_list(c.cfg.value("dilation_rate", Json(1)), rank));
-  set_padding(c, n, rank);
+  auto y = conv(c, c.to_channels_first(c.x(), rank), k, c.cfg.value("groups", (int64_t)1), true, "_conv");
   return {conv_bias_activation(c, y, rank)};
 }
 
 std::vector<std::string> export_depthwise_conv(LayerCall& c) {
   // (kh, kw, in, m) -> (in * m, 1, kh, kw), group = in: output channel c * m + j.
   at::Tensor dk = c.tensor("depthwise_kernel");
-  const int64_t in = dk.size(2);
-  at::Tensor k = dk.reshape({dk.size(0), dk.size(1), -1}).permute({2, 0, 1}).unsqueeze(1).contiguous();
-  auto y = conv(c, c.to_channels_first(c.x(), 2), k, 2, in, "_depthwise");
-  auto* n = c.b.graph()->mutable_node(c.b.graph()->node_size() - 1);
-  GraphBuilder::attr(n, "strides", int_list(c.cfg.value("strides", Json(1)), 2));
-  GraphBuilder::attr(n, "dilations", int_list(c.cfg.value("dilation_rate", Json(1)), 2));
-  set_padding(c, n, 2);
-  if (c.cls == "SeparableConv2D") {
-    // The 1x1 pointwise kernel (1, 1, in * m, filters) -> (filters, in * m, 1, 1).
-    y = conv(c, c.e.round_to(y, c.compute), c.tensor("pointwise_kernel").permute({3, 2, 0, 1}).contiguous(), 2, 1,
-             "_pointwise");
-  }
+  at::Tensor k = dk.reshape({dk.size(0), dk.size(1), -1}).permute({2, 0, 1}).unsqueeze(1);
+  auto y = conv(c, c.to_channels_first(c.x(), 2), k, dk.size(2), true, "_depthwise");
+  if (c.cls == "SeparableConv2D")  // the 1x1 pointwise kernel (1, 1, in * m, filters) -> (filters, in * m, 1, 1)
+    y = conv(c, c.e.round_to(y, c.compute), c.tensor("pointwise_kernel").permute({3, 2, 0, 1}), 1, false, "_pointwise");
   return {conv_bias_activation(c, y, 2)};
 }
 
