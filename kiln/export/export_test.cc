@@ -604,6 +604,19 @@ TEST(OnnxExportModels, TransformerEncoderMatchesOnnxRuntime) {
   auto y = (*L("Dense", {{"units", 3}, {"activation", "softmax"}}))(pooled);
   auto m = std::make_shared<Functional>(KerasTensors{ids}, KerasTensors{y});
   train_and_check(*m, 40, 10, "trained transformer encoder block");
+
+  // Saved, then exported by the CLI from the model directory.
+  TempDir dir;
+  m->save(dir.path() + "/m/1");
+  auto r = run_command(q(cli_path()) + " export --format onnx --model " + q(dir.path() + "/m/1") + " --output " +
+                       q(dir.path() + "/model.onnx") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ModelPtr loaded = load_model(dir.path() + "/m/1");
+  at::Tensor probe = at::randint(40, {6, 10}, at::kLong);
+  double diff = max_diff_from_onnx_runtime(dir.path() + "/model.onnx", *loaded, {probe},
+                                           loaded->predict(Tensors{probe}), "kiln export of a saved transformer");
+  EXPECT_LT(diff, kLayerTolerance);
+  std::cout << "[ measured ] CLI-exported saved transformer: max |ONNX Runtime - kiln| = " << diff << std::endl;
 }
 
 // --- Mixed precision and int8 ---------------------------------------------
