@@ -161,6 +161,7 @@ TEST(BrowserClassifier, PageShowsTheLabelsOfKilnPredict) {
   EXPECT_NEAR(drawn.at("probability").get<double>(), want_drawn[0][cls], 1e-4);
 
   ASSERT_TRUE(path_exists(screenshot));
+  // A copy beside the test binary (ctest runs in the build folder) to look at.
   atomic_write_file("browser_classifier.png", read_file(screenshot));
   const char* update = std::getenv("KILN_UPDATE_SCREENSHOTS");
   if (update && std::string(update) == "1") {
