@@ -14,7 +14,18 @@ cmake --install "$BUILD_DIR" --prefix "$WORK/prefix" >/dev/null
 cmake -S examples/consumer -B "$WORK/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$WORK/prefix${KILN_TORCH_PREFIX:+;$KILN_TORCH_PREFIX}" \
   ${Torch_DIR:+-DTorch_DIR=$Torch_DIR} >/dev/null
 cmake --build "$WORK/consumer" -j "$(nproc)" >/dev/null
-export LD_LIBRARY_PATH="$WORK/prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# No LD_LIBRARY_PATH: the installed libraries find each other and LibTorch
+# through their RUNPATH ($ORIGIN and LibTorch's folder, CMakeLists.txt's
+# kiln_install_rpath), as they must for a user's program.
+unset LD_LIBRARY_PATH
+# The program, every installed library and the CLI resolve all they link.
+for f in "$WORK/consumer/train_mlp" "$WORK"/prefix/lib/libkiln_*.so "$WORK"/prefix/bin/*; do
+  [ -e "$f" ] || continue  # no CLI in the lean build
+  if ldd "$f" | grep "not found"; then
+    echo "check_install: $f cannot find the libraries above (the installed libraries' RUNPATH)" >&2
+    exit 1
+  fi
+done
 # What the program and the kiln libraries it loads link directly (NEEDED
 # entries). ldd would also list LibTorch's own dependencies, which no kiln
 # target can change.

@@ -3,7 +3,7 @@
 #include "kiln/layers/sharded_kernel.h"
 
 #include "kiln/layers/config_reader.h"
-#include "kiln/quantization/int8.h"
+#include "kiln/layers/kernel_impl.h"
 
 namespace kiln {
 
@@ -61,7 +61,7 @@ void Embedding::quantize(const std::string& mode) {
                      "from its gathered model directory instead");
   const std::string path = embeddings_->path();
   build_int8(weight_adder(path.substr(0, path.rfind('/'))));
-  auto [q, scale] = quantization::abs_max_quantize(embeddings_->value().detach(), {1});
+  auto [q, scale] = quantize_table("int8", embeddings_->value().detach());
   int8_embeddings_->assign(q);
   embeddings_scale_->assign(scale.reshape({-1}));
   remove_weight(embeddings_);

@@ -1,6 +1,7 @@
 #include "kiln/layers/kernel_impl.h"
 
 #include "kiln/core/cpu_features.h"
+#include "kiln/core/error.h"
 
 namespace kiln {
 namespace {
@@ -78,5 +79,56 @@ class FloatEinsum : public KernelImpl {
 
 KernelImplPtr float_matmul_impl() { return std::make_unique<FloatMatmul>(); }
 KernelImplPtr float_einsum_impl(const std::string& equation) { return std::make_unique<FloatEinsum>(equation); }
+
+namespace {
+
+struct RegisteredMode {
+  std::string mode;
+  KernelImplMaker make;
+  TableQuantizer quantize_table;
+};
+
+std::vector<RegisteredMode>& registered_modes() {
+  static std::vector<RegisteredMode> modes;
+  return modes;
+}
+
+std::vector<std::string>& mode_names() {
+  static std::vector<std::string> names = {"float"};
+  return names;
+}
+
+const RegisteredMode& registered_mode(const std::string& mode) {
+  for (const RegisteredMode& m : registered_modes())
+    if (m.mode == mode) return m;
+  if (registered_modes().empty())
+    throw ValueError("quantization mode '" + mode +
+                     "' is not available: no quantized kernels are registered; link kiln::quantization "
+                     "(libkiln_quantization)");
+  std::string known;
+  for (size_t i = 0; i < registered_modes().size(); ++i)
+    known += (i == 0 ? "" : i + 1 == registered_modes().size() ? " and " : ", ") + registered_modes()[i].mode;
+  throw ValueError("unknown quantization mode '" + mode + "'; kiln knows " + known);
+}
+
+}  // namespace
+
+void register_kernel_impl(const std::string& mode, KernelImplMaker make, TableQuantizer quantize_table) {
+  registered_modes().push_back({mode, std::move(make), std::move(quantize_table)});
+  mode_names().push_back(mode);
+}
+
+const std::vector<std::string>& quantization_modes() { return mode_names(); }
+
+KernelImplPtr make_kernel_impl(const std::string& mode, const KernelSpec& spec, int64_t amax_history_length) {
+  if (mode == "float") return spec.equation.empty() ? float_matmul_impl() : float_einsum_impl(spec.equation);
+  return registered_mode(mode).make(spec, amax_history_length);
+}
+
+std::pair<at::Tensor, at::Tensor> quantize_table(const std::string& mode, const at::Tensor& table) {
+  const RegisteredMode& m = registered_mode(mode);
+  if (!m.quantize_table) throw ValueError("quantization mode '" + mode + "' cannot quantize an embedding table");
+  return m.quantize_table(table);
+}
 
 }  // namespace kiln

@@ -6,7 +6,8 @@
 //   at::Tensor y = impl_->apply_with_bias(x, value(kernel_), bias, training);
 //
 // quantize("int8" | "float8") swaps in another implementation, made by
-// make_kernel_impl(mode, spec) (kiln/quantization registers them), which
+// make_kernel_impl(mode, spec) from the makers kiln/quantization registers
+// here when its library loads (layers do not link quantization), which
 // carries its own weights (the int8 kernel and its scales; float8's scales
 // and amax histories), created through the layer's add_weight so they are
 // saved, loaded and counted like any weight. Layers hold no mode branches
@@ -30,6 +31,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/initializers.h"
@@ -104,7 +106,17 @@ KernelImplPtr float_einsum_impl(const std::string& equation);
 // "int8_qat"); ValueError naming the known modes otherwise. `amax_history_length`
 // is float8's.
 KernelImplPtr make_kernel_impl(const std::string& mode, const KernelSpec& spec, int64_t amax_history_length = 1024);
-// The modes make_kernel_impl knows.
+// The modes make_kernel_impl knows: "float" and the registered ones.
 const std::vector<std::string>& quantization_modes();
+
+// The seam kiln/quantization fills (at load, from a static initializer):
+// a maker per quantized mode, and how a mode quantizes an embedding table
+// row by row (int8: one abs-max scale per row; returns {values, scales}).
+// Not thread-safe: registration happens while libraries load.
+using KernelImplMaker = std::function<KernelImplPtr(const KernelSpec& spec, int64_t amax_history_length)>;
+using TableQuantizer = std::function<std::pair<at::Tensor, at::Tensor>(const at::Tensor& table)>;
+void register_kernel_impl(const std::string& mode, KernelImplMaker make, TableQuantizer quantize_table = nullptr);
+// ValueError when `mode` has no table quantizer.
+std::pair<at::Tensor, at::Tensor> quantize_table(const std::string& mode, const at::Tensor& table);
 
 }  // namespace kiln

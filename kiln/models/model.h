@@ -1,10 +1,11 @@
 // Model: a Layer that groups layers and can be trained, evaluated, saved and
 // served. Sequential, Functional and user subclasses derive from it.
 //
-// As in Keras 3 (where Model inherits Trainer), the training entry points are
-// members here but implemented in kiln/training/trainer.cc, and saving in
-// kiln/saving/: this header only forward-declares what they need, so the
-// models folder does not depend on the folders above it.
+// As in Keras 3 (where the training loop is a Trainer apart from Model), the
+// training and saving entry points are members here, but Model forwards them
+// through the seam of kiln/models/model_trainer.h to the implementations
+// kiln/training (trainer.cc) and kiln/saving (model_io.cc) register: the
+// models library links neither, so its folder depends on nothing above it.
 //
 //   auto model = std::make_shared<Sequential>(std::vector<LayerPtr>{
 //       std::make_shared<Dense>(256, "relu"), std::make_shared<Dense>(10)});
@@ -61,7 +62,7 @@ class Model : public Layer {
   void summary(std::ostream& os = std::cout, int line_length = 0);
   std::string summary_string(int line_length = 0);
 
-  // --- training (kiln/training/trainer.cc) ----------------------------------
+  // --- training (kiln/training/trainer.cc, through model_trainer.h) ---------
   void compile(const CompileArgs& args);
   void compile(const std::string& optimizer, const std::string& loss, const std::vector<std::string>& metrics = {});
   bool compiled() const;
@@ -90,7 +91,7 @@ class Model : public Layer {
   // Set by callbacks (EarlyStopping) to end fit() after the current epoch.
   bool stop_training = false;
 
-  // --- saving (kiln/saving/model_io.cc) -------------------------------------
+  // --- saving (kiln/saving/model_io.cc, through model_trainer.h) ------------
   // Writes the model directory (model.json, weights.safetensors, optionally
   // optimizer.safetensors) atomically.
   void save(const std::string& dir, bool include_optimizer = true);
@@ -124,7 +125,8 @@ class Model : public Layer {
 
 using ModelPtr = std::shared_ptr<Model>;
 
-// Restores a model directory written by Model::save (kiln/saving/model_io.cc):
+// Restores a model directory written by Model::save (kiln/saving/model_io.cc,
+// through model_trainer.h):
 // architecture, weights (bit-identical predictions), compile config and
 // optimizer state when present.
 ModelPtr load_model(const std::string& dir);

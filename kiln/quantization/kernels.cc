@@ -365,17 +365,23 @@ class Int8QatKernel : public KernelImpl {
 }  // namespace
 }  // namespace quantization
 
-const std::vector<std::string>& quantization_modes() {
-  static const std::vector<std::string> m = {"float", "int8", "float8", "int8_qat"};
-  return m;
-}
+namespace {
 
-KernelImplPtr make_kernel_impl(const std::string& mode, const KernelSpec& spec, int64_t amax_history_length) {
-  if (mode == "float") return spec.equation.empty() ? float_matmul_impl() : float_einsum_impl(spec.equation);
-  if (mode == "int8") return std::make_unique<quantization::Int8Kernel>(spec);
-  if (mode == "float8") return std::make_unique<quantization::Float8Kernel>(spec, amax_history_length);
-  if (mode == "int8_qat") return std::make_unique<quantization::Int8QatKernel>(spec);
-  throw ValueError("unknown quantization mode '" + mode + "'; kiln knows int8, float8 and int8_qat");
-}
+// The quantized modes, at layers' KernelImpl seam (kiln/layers/kernel_impl.h)
+// when this library loads; registration order is the order error messages
+// list them in.
+[[maybe_unused]] const bool kernels_registered = [] {
+  register_kernel_impl(
+      "int8", [](const KernelSpec& spec, int64_t) { return std::make_unique<quantization::Int8Kernel>(spec); },
+      [](const at::Tensor& table) { return quantization::abs_max_quantize(table, {1}); });
+  register_kernel_impl("float8", [](const KernelSpec& spec, int64_t amax_history_length) {
+    return std::make_unique<quantization::Float8Kernel>(spec, amax_history_length);
+  });
+  register_kernel_impl(
+      "int8_qat", [](const KernelSpec& spec, int64_t) { return std::make_unique<quantization::Int8QatKernel>(spec); });
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace kiln

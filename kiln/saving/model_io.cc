@@ -14,6 +14,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/models/model_json.h"
+#include "kiln/models/model_trainer.h"
 
 namespace kiln {
 namespace {
@@ -286,36 +287,53 @@ Json model_signatures(Model& model) {
   return Json{{"serving_default", Json{{"inputs", inputs}, {"outputs", outputs}, {"method_name", "predict"}}}};
 }
 
-void Model::save(const std::string& dir, bool include_optimizer) {
-  if (input_shapes().empty())
-    throw StateError("model '" + name() + "' is not built; call it, fit it or give it an Input before save()");
+namespace {
+
+// Model's saving members and load_model (kiln/models/model.h) come here
+// through the seam of kiln/models/model_trainer.h: this library registers
+// Saver when it loads.
+class Saver final : public ModelSaver {
+ public:
+  void save(Model& model, const std::string& dir, bool include_optimizer) override;
+  void save_weights(Model& model, const std::string& path) override;
+  void load_weights(Model& model, const std::string& path) override;
+  ModelPtr load_model(const std::string& dir) override;
+};
+
+[[maybe_unused]] const bool saver_registered = register_model_saver(std::make_unique<Saver>());
+
+}  // namespace
+
+void Saver::save(Model& model, const std::string& dir, bool include_optimizer) {
+  if (model.input_shapes().empty())
+    throw StateError("model '" + model.name() + "' is not built; call it, fit it or give it an Input before save()");
   Json mj;
   mj["format"] = "kiln.model";
   mj["format_version"] = kModelFormatVersion;
-  Json arch = serialize_layer(*this);  // Keras 3's model.to_json() form
+  Json arch = serialize_layer(model);  // Keras 3's model.to_json() form
   mj["module"] = arch["module"];
   mj["class_name"] = arch["class_name"];
   mj["config"] = arch["config"];
   mj["registered_name"] = arch["registered_name"];
   if (arch.contains("build_config")) mj["build_config"] = arch["build_config"];
-  mj["dtype_policy"] = dtype_policy().name();
-  if (const std::string q = quantization_summary(); !q.empty()) mj["quantization"] = q;
+  mj["dtype_policy"] = model.dtype_policy().name();
+  if (const std::string q = model.quantization_summary(); !q.empty()) mj["quantization"] = q;
   mj["quantization"] = nullptr;
-  mj["compile_config"] = compiled() ? compile_args().to_json() : Json(nullptr);
-  mj["signatures"] = model_signatures(*this);
-  Json params{{"total", count_params()}};
+  mj["compile_config"] = model.compiled() ? model.compile_args().to_json() : Json(nullptr);
+  mj["signatures"] = model_signatures(model);
+  Json params{{"total", model.count_params()}};
   int64_t trainable = 0;
-  for (auto& v : trainable_weights()) trainable += num_elements(v->global_shape());
+  for (auto& v : model.trainable_weights()) trainable += num_elements(v->global_shape());
   params["trainable"] = trainable;
-  params["non_trainable"] = count_params() - trainable;
+  params["non_trainable"] = model.count_params() - trainable;
   mj["params"] = params;
   mj["weights"] = "weights.safetensors";
-  bool with_opt = include_optimizer && compiled() && compile_args().optimizer;
+  bool with_opt = include_optimizer && model.compiled() && model.compile_args().optimizer;
   mj["optimizer"] = with_opt ? Json("optimizer.safetensors") : Json(nullptr);
 
   // ModelParallel: every process gathers, process 0 writes.
-  const SavedState state = gather_saved_state(*this, with_opt);
-  if (has_sharded_variables(*this) && !is_chief()) return;
+  const SavedState state = gather_saved_state(model, with_opt);
+  if (has_sharded_variables(model) && !is_chief()) return;
   // Staging copies of earlier saves here that were killed mid-write.
   remove_stale_staging(parent_path(dir));
   AtomicDirectory out(dir);
@@ -326,16 +344,18 @@ void Model::save(const std::string& dir, bool include_optimizer) {
   out.commit(/*replace=*/true);
 }
 
-void Model::save_weights(const std::string& path) {
+void Saver::save_weights(Model& model, const std::string& path) {
   if (path.size() < 12 || path.substr(path.size() - 12) != ".safetensors")
     throw ValueError("save_weights: the file name must end in .safetensors. Received: " + path);
-  const SavedState state = gather_saved_state(*this, false);  // ModelParallel: every process gathers
-  if (has_sharded_variables(*this) && !is_chief()) return;    // and process 0 writes
+  const SavedState state = gather_saved_state(model, false);  // ModelParallel: every process gathers
+  if (has_sharded_variables(model) && !is_chief()) return;    // and process 0 writes
   make_dirs(parent_path(path));
   save_safetensors(path, state.weights, {{"format", "kiln"}});
 }
 
-void Model::load_weights(const std::string& path) { assign_named_weights(*this, load_safetensors(path), path); }
+void Saver::load_weights(Model& model, const std::string& path) {
+  assign_named_weights(model, load_safetensors(path), path);
+}
 
 namespace {
 
@@ -374,7 +394,7 @@ Json read_model_json(const std::string& dir) {
   return mj;
 }
 
-ModelPtr load_model(const std::string& dir) {
+ModelPtr Saver::load_model(const std::string& dir) {
   Json mj = read_model_json(dir);
   if (mj["class_name"].is_string())
     if (auto loader = directory_loader(mj["class_name"].get<std::string>())) return loader(dir);

@@ -1,5 +1,6 @@
-// Model's training entry points (declared in kiln/models/model.h): compile,
-// fit, evaluate, predict and the *_on_batch forms. The per-batch work is
+// Model's training entry points (declared in kiln/models/model.h, reached
+// through kiln/models/model_trainer.h): compile, fit, evaluate, predict and
+// the *_on_batch forms. The per-batch work is
 // TrainState's step pipeline; this file is the loop around it: data, epochs,
 // validation, callbacks and resuming from a checkpoint.
 #include <c10/util/Exception.h>
@@ -11,6 +12,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/random.h"
 #include "kiln/models/model.h"
+#include "kiln/models/model_trainer.h"
 #include "kiln/optimizers/loss_scale_optimizer.h"
 #include "kiln/training/callback.h"
 #include "kiln/training/checkpoint.h"
@@ -150,46 +152,51 @@ Json fit_params_json(int verbose, int epochs, int64_t steps, bool do_validation)
 
 // --- compile -------------------------------------------------------------------
 
-void Model::compile(const CompileArgs& compile_args) {
-  CompileArgs args = compile_args;
+// Model's training members (kiln/models/model.h) forward here through the seam
+// of kiln/models/model_trainer.h: this library registers Trainer when it loads.
+namespace {
+
+class Trainer final : public ModelTrainer {
+ public:
+  std::shared_ptr<TrainState> compile(Model& model, CompileArgs& args) override;
+  History fit(Model& model, const FitArgs& args) override;
+  std::map<std::string, double> evaluate(Model& model, const EvaluateArgs& args) override;
+  Tensors predict(Model& model, const Tensors& x, int64_t batch_size, int verbose) override;
+  Tensors predict(Model& model, const Dataset& ds, int verbose) override;
+  std::map<std::string, double> train_on_batch(Model& model, const Tensors& x, const Tensors& y,
+                                               const at::Tensor& sample_weight) override;
+  std::map<std::string, double> test_on_batch(Model& model, const Tensors& x, const Tensors& y,
+                                              const at::Tensor& sample_weight) override;
+  Tensors predict_on_batch(Model& model, const Tensors& x) override;
+  void reset_metrics(Model& model) override;
+};
+
+[[maybe_unused]] const bool trainer_registered = register_model_trainer(std::make_unique<Trainer>());
+
+}  // namespace
+
+std::shared_ptr<TrainState> Trainer::compile(Model& model, CompileArgs& args) {
   // Keras: a mixed_float16 model trains with loss scaling; float16's range
   // loses small gradients otherwise.
-  if (dtype_policy().source_name() == "mixed_float16" && args.optimizer &&
+  if (model.dtype_policy().source_name() == "mixed_float16" && args.optimizer &&
       !dynamic_cast<LossScaleOptimizer*>(args.optimizer.get()))
     args.optimizer = std::make_shared<LossScaleOptimizer>(args.optimizer);
   auto state = std::make_shared<TrainState>(args);
   try {
-    state->bind_outputs(output_names());
+    state->bind_outputs(model.output_names());
   } catch (const ValueError&) {
     // A subclassed model counts its outputs when built: per-output losses
     // and metrics are bound (and checked) at its first step instead.
-    if (built()) throw;
+    if (model.built()) throw;
   }
-  train_state_ = std::move(state);
-  compile_args_ = std::make_unique<CompileArgs>(args);
-}
-
-void Model::compile(const std::string& optimizer, const std::string& loss, const std::vector<std::string>& metrics) {
-  compile(CompileArgs::from_names(optimizer, loss, metrics));
-}
-
-bool Model::compiled() const { return train_state_ != nullptr; }
-
-TrainState& Model::train_state() {
-  if (!train_state_) throw StateError("model '" + name() + "' is not compiled; call compile() first");
-  return *train_state_;
-}
-
-const CompileArgs& Model::compile_args() const {
-  if (!compile_args_) throw StateError("model '" + name() + "' is not compiled; call compile() first");
-  return *compile_args_;
+  return state;
 }
 
 // --- fit -------------------------------------------------------------------------
 
-History Model::fit(const FitArgs& a) {
-  warn_about_slow_precision(*this);
-  TrainState& ts = train_state();
+History Trainer::fit(Model& model, const FitArgs& a) {
+  warn_about_slow_precision(model);
+  TrainState& ts = model.train_state();
   ts.loss();  // StateError without a loss
   if (a.epochs < 0) throw ValueError("fit: `epochs` must be >= 0. Received: epochs=" + std::to_string(a.epochs));
   if (a.initial_epoch < 0)
@@ -201,7 +208,7 @@ History Model::fit(const FitArgs& a) {
     throw ValueError("fit: `validation_freq` must be >= 1. Received: validation_freq=" +
                      std::to_string(a.validation_freq));
   // Parameter-server training and the like run fit() their own way.
-  if (auto runner = std::dynamic_pointer_cast<FitRunner>(distribution())) return runner->run_fit(*this, a);
+  if (auto runner = std::dynamic_pointer_cast<FitRunner>(distribution())) return runner->run_fit(model, a);
 
   // --- data ---
   std::unique_ptr<DataAdapter> train, val;
@@ -210,9 +217,9 @@ History Model::fit(const FitArgs& a) {
     if (!a.x.empty() || !a.y.empty()) throw ValueError("fit: pass either x/y tensors or a dataset, not both");
     if (a.validation_split > 0)
       throw ValueError("fit: validation_split is only supported for tensor inputs; pass validation_dataset instead");
-    auto probe = make_dataset_adapter(*a.dataset, num_inputs(), 0);
-    size_t n_out = build_with_probe(*this, probe->sample_inputs(), true);
-    train = make_dataset_adapter(*a.dataset, num_inputs(), n_out, a.class_weight);
+    auto probe = make_dataset_adapter(*a.dataset, model.num_inputs(), 0);
+    size_t n_out = build_with_probe(model, probe->sample_inputs(), true);
+    train = make_dataset_adapter(*a.dataset, model.num_inputs(), n_out, a.class_weight);
   } else {
     if (a.x.empty()) throw ValueError("fit: no training data; pass x and y tensors or a dataset");
     if (a.y.empty()) throw ValueError("fit: no targets; pass y (one tensor per model output)");
@@ -228,11 +235,11 @@ History Model::fit(const FitArgs& a) {
       sw = v.sample_weight;
     }
     train = make_tensor_adapter(x, y, sw, a.batch_size, a.shuffle, a.class_weight);
-    build_with_probe(*this, train->sample_inputs(), false);
+    build_with_probe(model, train->sample_inputs(), false);
   }
   if (a.validation_dataset) {
     if (val) throw ValueError("fit: pass either validation_split or validation data, not both");
-    val = eval_adapter(*this, {}, {}, at::Tensor(), a.validation_dataset, val_batch);
+    val = eval_adapter(model, {}, {}, at::Tensor(), a.validation_dataset, val_batch);
   } else if (!a.validation_x.empty()) {
     if (val) throw ValueError("fit: pass either validation_split or validation data, not both");
     if (a.validation_y.empty()) throw ValueError("fit: validation_x was given without validation_y");
@@ -252,15 +259,15 @@ History Model::fit(const FitArgs& a) {
   if (a.steps_per_epoch > 0 && card >= 0) steps = std::min(steps, card);
   if (replicas > 1) steps = agree_on_steps(*dist, steps);
   // On a GPU the next batch is copied while a step runs (identity on the CPU).
-  const at::Device device = model_device(*this);
+  const at::Device device = model_device(model);
   train = prefetch_to_device(std::move(train), device);
   if (val) val = prefetch_to_device(std::move(val), device);
 
   // --- callbacks ---
   const int verbose = resolve_verbose(a.verbose);
-  CallbackList cbs(a.callbacks, /*add_history=*/true, /*add_progbar=*/verbose != 0 && is_chief(), this,
+  CallbackList cbs(a.callbacks, /*add_history=*/true, /*add_progbar=*/verbose != 0 && is_chief(), &model,
                    fit_params_json(verbose, a.epochs, steps, val != nullptr));
-  std::vector<VariablePtr> variables = trainable_weights();
+  std::vector<VariablePtr> variables = model.trainable_weights();
   // jit_compile: the step in a CUDA graph where it can be (step_graph.h).
   std::unique_ptr<CapturedTrainStep> captured;
   if (ts.compile_args().jit_compile) captured = std::make_unique<CapturedTrainStep>(ts, device);
@@ -270,7 +277,7 @@ History Model::fit(const FitArgs& a) {
   prog = FitProgress();
   prog.in_fit = true;
   prog.steps_per_epoch = steps;
-  stop_training = false;
+  model.stop_training = false;
   prog.callbacks = &cbs;
   struct ProgressReset {  // leave no stale in_fit after an exception
     FitProgress& p;
@@ -291,12 +298,12 @@ History Model::fit(const FitArgs& a) {
   const bool stopped_at_boundary = resume && resume->stop_training && resume->batch == 0;
   const bool stopped_mid_epoch = resume && resume->stop_training && resume->batch > 0;
   if (resume) cbs.set_states({resume->callback_states, resume->callback_tensors});
-  if (stopped_at_boundary) stop_training = true;
+  if (stopped_at_boundary) model.stop_training = true;
   // Data parallel: one set of weights (rank 0's, also after a restore), and
   // the gradient all-reduce hooked into the step for this fit().
   std::unique_ptr<ReplicaGradientSync> grad_sync;
   if (replicas > 1) {
-    broadcast_weights(*this, *dist);
+    broadcast_weights(model, *dist);
     grad_sync = std::make_unique<ReplicaGradientSync>(ts, variables, dist);
   }
 
@@ -339,7 +346,7 @@ History Model::fit(const FitArgs& a) {
       prog.batch = b;
     }
     const bool skip_batches = mid_epoch && stopped_mid_epoch;
-    if (skip_batches) stop_training = true;
+    if (skip_batches) model.stop_training = true;
     resume.reset();
 
     // Keras's steps_per_execution: the batch callbacks (and with them the
@@ -353,7 +360,7 @@ History Model::fit(const FitArgs& a) {
         cbs.on_train_batch_begin(b, {});
       }
       StepData s;
-      s.model = this;
+      s.model = &model;
       s.x = std::move(batch->x);
       s.y = std::move(batch->y);
       s.sample_weight = batch->sample_weight;
@@ -373,7 +380,7 @@ History Model::fit(const FitArgs& a) {
       if (b + 1 - execution_begin < per_execution && (steps < 0 || b + 1 < steps)) continue;
       execution_begin = -1;
       cbs.on_train_batch_end(b, ts.results());
-      if (stop_training) break;
+      if (model.stop_training) break;
     }
     // The data ended inside an execution: it ends there.
     if (execution_begin >= 0) cbs.on_train_batch_end(b - 1, ts.results());
@@ -383,19 +390,19 @@ History Model::fit(const FitArgs& a) {
     }
     epoch_logs = ts.results();
     if (val && (epoch + 1) % a.validation_freq == 0) {
-      Logs vl = run_test_loop(*this, ts, *val, a.validation_steps, cbs);
+      Logs vl = run_test_loop(model, ts, *val, a.validation_steps, cbs);
       for (auto& [k, v] : vl) epoch_logs["val_" + k] = v;
     }
     cbs.on_epoch_end(epoch, epoch_logs);
-    if (stop_training) break;
+    if (model.stop_training) break;
   }
   // As Keras: the optimizer's final say (use_ema swaps in the averages) comes
   // before on_train_end, so EarlyStopping's restore still wins.
   if (a.epochs > 0) {
     if (grad_sync)
-      grad_sync->finalize_variable_values(trainable_weights());
+      grad_sync->finalize_variable_values(model.trainable_weights());
     else
-      ts.optimizer().finalize_variable_values(trainable_weights());
+      ts.optimizer().finalize_variable_values(model.trainable_weights());
   }
   // Sharded optimizer state (ZeRO): whole again on the chief (what a save
   // after fit() writes); the other replicas keep their own slots.
@@ -406,19 +413,19 @@ History Model::fit(const FitArgs& a) {
 
 // --- evaluate / predict ------------------------------------------------------------
 
-std::map<std::string, double> Model::evaluate(const EvaluateArgs& a) {
-  warn_about_slow_precision(*this);
-  TrainState& ts = train_state();
+std::map<std::string, double> Trainer::evaluate(Model& model, const EvaluateArgs& a) {
+  warn_about_slow_precision(model);
+  TrainState& ts = model.train_state();
   ts.loss();
   // Data parallel: each replica evaluates its share of every batch.
-  auto data = shard_batches(eval_adapter(*this, a.x, a.y, a.sample_weight, a.dataset, a.batch_size));
-  data = prefetch_to_device(std::move(data), model_device(*this));
+  auto data = shard_batches(eval_adapter(model, a.x, a.y, a.sample_weight, a.dataset, a.batch_size));
+  data = prefetch_to_device(std::move(data), model_device(model));
   int64_t card = data->num_batches();
   if (card == kInfiniteCardinality && a.steps <= 0) throw ValueError("evaluate: the dataset is infinite; pass `steps`");
   int64_t steps = a.steps > 0 ? (card >= 0 ? std::min(a.steps, card) : a.steps) : (card >= 0 ? card : -1);
   const int verbose = resolve_verbose(a.verbose);
-  CallbackList cbs(a.callbacks, false, verbose != 0 && is_chief(), this, fit_params_json(verbose, 1, steps, false));
-  return run_test_loop(*this, ts, *data, a.steps, cbs);
+  CallbackList cbs(a.callbacks, false, verbose != 0 && is_chief(), &model, fit_params_json(verbose, 1, steps, false));
+  return run_test_loop(model, ts, *data, a.steps, cbs);
 }
 
 namespace {
@@ -455,38 +462,30 @@ Tensors predict_loop(Model& model, std::unique_ptr<DataAdapter> adapter, int ver
 
 }  // namespace
 
-Tensors Model::predict(const Tensors& x, int64_t batch_size, int verbose) {
-  warn_about_slow_precision(*this);
+Tensors Trainer::predict(Model& model, const Tensors& x, int64_t batch_size, int verbose) {
+  warn_about_slow_precision(model);
   auto data = make_tensor_adapter(x, {}, at::Tensor(), batch_size, false);
-  return predict_loop(*this, std::move(data), verbose);
+  return predict_loop(model, std::move(data), verbose);
 }
 
-at::Tensor Model::predict(const at::Tensor& x, int64_t batch_size, int verbose) {
-  Tensors out = predict(Tensors{x}, batch_size, verbose);
-  if (out.size() != 1)
-    throw ValueError("predict: model '" + name() + "' has " + std::to_string(out.size()) +
-                     " outputs; call predict with a vector of inputs to get them all");
-  return out[0];
-}
-
-Tensors Model::predict(const Dataset& ds, int verbose) {
-  warn_about_slow_precision(*this);
-  auto data = make_dataset_adapter(ds, num_inputs(), 0);
-  return predict_loop(*this, std::move(data), verbose);
+Tensors Trainer::predict(Model& model, const Dataset& ds, int verbose) {
+  warn_about_slow_precision(model);
+  auto data = make_dataset_adapter(ds, model.num_inputs(), 0);
+  return predict_loop(model, std::move(data), verbose);
 }
 
 // --- on_batch ------------------------------------------------------------------------
 
-void Model::reset_metrics() { train_state().reset_metrics(); }
+void Trainer::reset_metrics(Model& model) { model.train_state().reset_metrics(); }
 
-std::map<std::string, double> Model::train_on_batch(const Tensors& x, const Tensors& y,
-                                                    const at::Tensor& sample_weight) {
-  TrainState& ts = train_state();
+std::map<std::string, double> Trainer::train_on_batch(Model& model, const Tensors& x, const Tensors& y,
+                                                      const at::Tensor& sample_weight) {
+  TrainState& ts = model.train_state();
   make_tensor_adapter(x, y, sample_weight, 1, false);  // validates lengths
   ts.reset_metrics();                                  // this batch's values only (Keras 3)
   StepData s;
-  s.model = this;
-  const at::Device device = model_device(*this);
+  s.model = &model;
+  const at::Device device = model_device(model);
   s.x = to_device(x, device);
   s.y = to_device(y, device);
   if (sample_weight.defined()) s.sample_weight = sample_weight.to(device, at::kFloat);
@@ -494,14 +493,14 @@ std::map<std::string, double> Model::train_on_batch(const Tensors& x, const Tens
   return ts.results();
 }
 
-std::map<std::string, double> Model::test_on_batch(const Tensors& x, const Tensors& y,
-                                                   const at::Tensor& sample_weight) {
-  TrainState& ts = train_state();
+std::map<std::string, double> Trainer::test_on_batch(Model& model, const Tensors& x, const Tensors& y,
+                                                     const at::Tensor& sample_weight) {
+  TrainState& ts = model.train_state();
   make_tensor_adapter(x, y, sample_weight, 1, false);
   ts.reset_metrics();
   StepData s;
-  s.model = this;
-  const at::Device device = model_device(*this);
+  s.model = &model;
+  const at::Device device = model_device(model);
   s.x = to_device(x, device);
   s.y = to_device(y, device);
   if (sample_weight.defined()) s.sample_weight = sample_weight.to(device, at::kFloat);
@@ -509,9 +508,9 @@ std::map<std::string, double> Model::test_on_batch(const Tensors& x, const Tenso
   return ts.results();
 }
 
-Tensors Model::predict_on_batch(const Tensors& x) {
+Tensors Trainer::predict_on_batch(Model& model, const Tensors& x) {
   at::NoGradGuard ng;
-  Tensors out = (*this)(to_device(x, model_device(*this)), false);
+  Tensors out = (model)(to_device(x, model_device(model)), false);
   for (auto& t : out) t = t.detach().to(at::kCPU);
   return out;
 }
