@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -142,20 +143,49 @@ size_t count_of(const std::string& text, const std::string& part) {
   return n;
 }
 
-// A new version whose weights.safetensors is a FIFO (issue 30 §6) fails to
-// load at once, reported in its status, while version 1 keeps serving; and
-// SIGTERM then ends the server within the 10 s docs/SERVING.md promises
-// (a load blocked in open() on the FIFO kept it alive).
+// `kiln serve` of the model "m" in dir/m, whose version 1 is
+// save_tiny_model(1.0), scanning for new versions every poll_s seconds;
+// its stderr goes to dir/serve.log. Fails the test if it does not start.
+struct ServedModel {
+  ServedModel(const TempDir& dir, double poll_s) {
+    const std::string base = dir.path() + "/m";
+    save_tiny_model(base + "/1", 1.0f);
+    process = std::make_unique<ChildProcess>(
+        std::vector<std::string>{cli_path(), "serve", "--model_name", "m", "--model_base_path", base, "--rest_api_port",
+                                 "auto", "--port=-1", "--file_system_poll_wait_seconds", std::to_string(poll_s)},
+        dir.path() + "/serve.log");
+    const std::string ready = process->wait_for_line("kiln serve: ready", 60);
+    EXPECT_FALSE(ready.empty()) << process->stderr_text();
+    if (!ready.empty()) rest_port = port_of(ready, "rest_port=");
+  }
+  std::unique_ptr<ChildProcess> process;
+  int rest_port = -1;
+};
+
+// SIGTERM, then the exit status (-2: still alive after timeout_s), the
+// seconds it took and what the server wrote to stdout (spdlog's log).
+struct Stopped {
+  int code;
+  double seconds;
+  std::string log;
+};
+Stopped stop_timed(ChildProcess& p, double timeout_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = p.stop_within(timeout_s);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return {code, seconds, p.read_until([](const std::string&) { return false; }, 5)};
+}
+
+// A new version whose weights.safetensors is a FIFO fails to load at once, reported in its status, while version 1
+// keeps serving; and SIGTERM then ends the server within the 10 s docs/SERVING.md promises (a load blocked in open() on
+// the FIFO kept it alive).
 TEST(KilnServe, AFifoWeightsFileFailsItsVersionAndSigtermStillEndsTheServer) {
   TempDir dir;
   const std::string base = dir.path() + "/m";
-  save_tiny_model(base + "/1", 1.0f);
-  ChildProcess p({cli_path(), "serve", "--model_name", "m", "--model_base_path", base, "--rest_api_port", "auto",
-                  "--port=-1", "--file_system_poll_wait_seconds", "0.05"},
-                 dir.path() + "/serve.log");
-  std::string ready = p.wait_for_line("kiln serve: ready", 60);
-  ASSERT_FALSE(ready.empty()) << p.stderr_text();
-  httplib::Client c("127.0.0.1", port_of(ready, "rest_port="));
+  ServedModel served(dir, 0.05);
+  ASSERT_GT(served.rest_port, 0);
+  ChildProcess& p = *served.process;
+  httplib::Client c("127.0.0.1", served.rest_port);
   c.set_read_timeout(10, 0);
   // Version 2 made aside, its weights swapped for a FIFO, then renamed in.
   save_tiny_model(dir.path() + "/staging", 2.0f);
@@ -173,12 +203,9 @@ TEST(KilnServe, AFifoWeightsFileFailsItsVersionAndSigtermStillEndsTheServer) {
       << st;
   predict_ok(c);
   c.stop();
-  auto t0 = std::chrono::steady_clock::now();
-  int code = p.stop_within(15);
-  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const std::string log = p.read_until([](const std::string&) { return false; }, 5);  // spdlog's, on stdout
-  EXPECT_EQ(code, 0) << "still alive 15 s after SIGTERM (-2)\n" << log << p.stderr_text();
-  EXPECT_LE(took, 10.0);
+  const Stopped stopped = stop_timed(p, 15);
+  EXPECT_EQ(stopped.code, 0) << "still alive 15 s after SIGTERM (-2)\n" << stopped.log << p.stderr_text();
+  EXPECT_LE(stopped.seconds, 10.0);
 }
 
 // SIGTERM while a version is still loading ends the server within the
@@ -189,13 +216,10 @@ TEST(KilnServe, AFifoWeightsFileFailsItsVersionAndSigtermStillEndsTheServer) {
 TEST(KilnServe, SigtermEndsTheServerWithinItsBoundWhileAVersionIsStillLoading) {
   TempDir dir;
   const std::string base = dir.path() + "/m";
-  save_tiny_model(base + "/1", 1.0f);
-  ChildProcess p({cli_path(), "serve", "--model_name", "m", "--model_base_path", base, "--rest_api_port", "auto",
-                  "--port=-1", "--file_system_poll_wait_seconds", "0.05"},
-                 dir.path() + "/serve.log");
-  std::string ready = p.wait_for_line("kiln serve: ready", 60);
-  ASSERT_FALSE(ready.empty()) << p.stderr_text();
-  httplib::Client c("127.0.0.1", port_of(ready, "rest_port="));
+  ServedModel served(dir, 0.05);
+  ASSERT_GT(served.rest_port, 0);
+  ChildProcess& p = *served.process;
+  httplib::Client c("127.0.0.1", served.rest_port);
   c.set_read_timeout(10, 0);
   {  // version 2: 4 -> 1024, repeated 512 times -> 1024 -> 1, with a warmup of many requests
     auto m = std::make_shared<Sequential>();
@@ -213,32 +237,27 @@ TEST(KilnServe, SigtermEndsTheServerWithinItsBoundWhileAVersionIsStillLoading) {
   EXPECT_EQ(wait_for_body(c, "/v1/models/m/versions/2", "LOADING", 30), "") << p.stderr_text();
   predict_ok(c);  // version 1 serves meanwhile
   c.stop();
-  auto t0 = std::chrono::steady_clock::now();
-  int code = p.stop_within(40);
-  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const std::string log = p.read_until([](const std::string&) { return false; }, 5);  // spdlog's, on stdout
-  EXPECT_EQ(code, 0) << "still alive 40 s after SIGTERM (-2)\n" << log << p.stderr_text();
-  EXPECT_LE(took, 18.0) << log;
+  const Stopped stopped = stop_timed(p, 40);
+  const std::string& log = stopped.log;
+  EXPECT_EQ(stopped.code, 0) << "still alive 40 s after SIGTERM (-2)\n" << log << p.stderr_text();
+  EXPECT_LE(stopped.seconds, 18.0) << log;
   EXPECT_NE(log.find("serving: shutdown did not finish within 15 s of the signal (a model version is still loading "
                      "or unloading); exiting without waiting for it"),
             std::string::npos)
       << log << p.stderr_text();
 }
 
-// A version folder that is a symlink loop (issue 30 §6): the server logs it
+// A version folder that is a symlink loop: the server logs it
 // once per poll and reports it in the version's status, and version 1 keeps
 // serving; before, the folder was skipped in silence.
 TEST(KilnServe, ASymlinkLoopVersionIsLoggedEachPollAndReportedInItsStatus) {
   TempDir dir;
   const std::string base = dir.path() + "/m";
-  save_tiny_model(base + "/1", 1.0f);
   const double poll_s = 0.1;
-  ChildProcess p({cli_path(), "serve", "--model_name", "m", "--model_base_path", base, "--rest_api_port", "auto",
-                  "--port=-1", "--file_system_poll_wait_seconds", std::to_string(poll_s)},
-                 dir.path() + "/serve.log");
-  std::string ready = p.wait_for_line("kiln serve: ready", 60);
-  ASSERT_FALSE(ready.empty()) << p.stderr_text();
-  httplib::Client c("127.0.0.1", port_of(ready, "rest_port="));
+  ServedModel served(dir, poll_s);
+  ASSERT_GT(served.rest_port, 0);
+  ChildProcess& p = *served.process;
+  httplib::Client c("127.0.0.1", served.rest_port);
   c.set_read_timeout(10, 0);
   auto t0 = std::chrono::steady_clock::now();
   // A loop through two links: 2 -> 3 -> 2.
