@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
@@ -250,6 +251,11 @@ TEST(OnnxExportCli, ExportsASavedModel) {
   kiln_onnx::ModelProto p;
   ASSERT_TRUE(p.ParseFromString(read_file(dir.path() + "/model.onnx")));
   EXPECT_EQ(p.producer_name(), "kiln");
+  r = run_command(q(cli_path()) + " export --format onnx --weights float16 --model " + q(dir.path() + "/m/1") +
+                  " --output " + q(dir.path() + "/f16.onnx") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(p.ParseFromString(read_file(dir.path() + "/f16.onnx")));
+  for (auto& init : p.graph().initializer()) EXPECT_EQ(init.data_type(), kiln_onnx::TensorProto::FLOAT16);
   r = run_command(q(cli_path()) + " export --format tflite --model " + q(dir.path() + "/m/1") + " --output x 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
 }
@@ -617,6 +623,122 @@ TEST(OnnxExportModels, TransformerEncoderMatchesOnnxRuntime) {
                                            loaded->predict(Tensors{probe}), "kiln export of a saved transformer");
   EXPECT_LT(diff, kLayerTolerance);
   std::cout << "[ measured ] CLI-exported saved transformer: max |ONNX Runtime - kiln| = " << diff << std::endl;
+}
+
+// --- float16 weights (OnnxExportOptions::weights) --------------------------
+
+// float16 keeps 11 significant bits: each weight moves by up to 2^-12
+// relative; the outputs of these models move by at most 3.7e-4
+// (docs/EXPORT.md), the tolerance leaves 5x.
+constexpr double kFloat16WeightsTolerance = 2e-3;
+
+// Exports `model` with float32 and with float16 weights: the float16 file is
+// at most 0.55x the float32 one, stores every float initializer as float16,
+// and ONNX Runtime's outputs of it are within kFloat16WeightsTolerance of
+// kiln's on `x`.
+void check_float16_weights(Model& model, const Tensors& x, const std::string& what) {
+  TempDir dir;
+  export_onnx(model, dir.path() + "/f32.onnx");
+  OnnxExportOptions o;
+  o.weights = "float16";
+  export_onnx(model, dir.path() + "/f16.onnx", o);
+  const std::string f16 = read_file(dir.path() + "/f16.onnx");
+  const double ratio = (double)f16.size() / (double)read_file(dir.path() + "/f32.onnx").size();
+  EXPECT_LE(ratio, 0.55) << what;
+  kiln_onnx::ModelProto p;
+  ASSERT_TRUE(p.ParseFromString(f16)) << what;
+  int halves = 0;
+  for (auto& init : p.graph().initializer()) {
+    EXPECT_NE(init.data_type(), kiln_onnx::TensorProto::FLOAT) << what << ": " << init.name();
+    halves += init.data_type() == kiln_onnx::TensorProto::FLOAT16;
+  }
+  EXPECT_GT(halves, 0) << what;
+  double diff = max_diff_from_onnx_runtime(dir.path() + "/f16.onnx", model, x, model.predict(x), what);
+  EXPECT_LT(diff, kFloat16WeightsTolerance) << what;
+  std::cout << "[ measured ] " << what << " with float16 weights: " << f16.size() << " bytes, " << ratio
+            << "x the float32 file; max |ONNX Runtime - kiln| = " << diff << std::endl;
+}
+
+TEST(OnnxExportFloat16Weights, TrainedMlpCnnAndTransformerMatchOnnxRuntimeAtHalfTheSize) {
+  SKIP_WITHOUT_ONNX_RUNTIME();
+  set_random_seed(31);
+  auto mlp = std::make_shared<Sequential>();
+  mlp->add(Input({64}));
+  mlp->add(L("Dense", {{"units", 128}, {"activation", "relu"}}));
+  mlp->add(L("Dropout", {{"rate", 0.2}}));
+  mlp->add(L("Dense", {{"units", 64}, {"activation", "gelu"}}));
+  mlp->add(L("Dense", {{"units", 10}, {"activation", "softmax"}}));
+  mlp->compile("adam", "sparse_categorical_crossentropy");
+  at::Tensor x = at::randn({128, 64});
+  FitArgs fa;
+  fa.x = {x};
+  fa.y = {x.slice(1, 0, 10).argmax(1)};
+  fa.batch_size = 32;
+  fa.epochs = 2;
+  fa.verbose = 0;
+  mlp->fit(fa);
+  check_float16_weights(*mlp, {at::randn({16, 64}) * 2}, "trained MLP");
+
+  auto cnn = std::make_shared<Sequential>();
+  cnn->add(Input({16, 16, 3}));
+  cnn->add(L("Conv2D", {{"filters", 32}, {"kernel_size", 3}, {"padding", "same"}, {"activation", "relu"}}));
+  auto bn = L("BatchNormalization");
+  cnn->add(bn);
+  cnn->add(L("MaxPooling2D", {{"pool_size", 2}}));
+  cnn->add(L("Conv2D", {{"filters", 32}, {"kernel_size", 3}, {"activation", "relu"}}));
+  cnn->add(L("Flatten"));
+  cnn->add(L("Dense", {{"units", 10}, {"activation", "softmax"}}));
+  for (auto& v : bn->weights())
+    v->assign(v->name() == "moving_variance" ? at::rand(v->value().sizes()) + 0.5 : at::randn(v->value().sizes()));
+  check_float16_weights(*cnn, {at::randn({4, 16, 16, 3})}, "CNN");
+
+  auto ids = Input({10}, at::kLong, "tokens");
+  auto e = (*L("Embedding", {{"input_dim", 1000}, {"output_dim", 32}}))(ids);
+  auto attn = (*L("MultiHeadAttention", {{"num_heads", 2}, {"key_dim", 16}}))(KerasTensors{e, e})[0];
+  auto h = (*L("LayerNormalization"))((*L("Add"))(KerasTensors{e, attn}))[0];
+  auto ff = (*L("Dense", {{"units", 64}, {"activation", "relu"}}))(h);
+  auto pooled = (*L("GlobalAveragePooling1D"))((*L("Dense", {{"units", 32}}))(ff));
+  auto lstm = (*L("LSTM", {{"units", 32}}))(h);
+  auto y = (*L("Dense", {{"units", 3}, {"activation", "softmax"}}))((*L("Concatenate"))(KerasTensors{pooled, lstm}));
+  auto tm = std::make_shared<Functional>(KerasTensors{ids}, KerasTensors{y});
+  tm->compile("adam", "sparse_categorical_crossentropy");
+  at::Tensor tokens = at::randint(1000, {64, 10}, at::kLong);
+  fa.x = {tokens};
+  fa.y = {tokens.select(1, 5).remainder(3)};
+  fa.batch_size = 16;
+  tm->fit(fa);
+  check_float16_weights(*tm, {at::randint(1000, {8, 10}, at::kLong)}, "trained attention + LSTM model");
+}
+
+TEST(OnnxExportFloat16Weights, OutOfRangeInitializerStaysFloat32AndBadValuesAreNamed) {
+  auto m = std::make_shared<Sequential>();
+  m->add(Input({3}));
+  m->add(L("Dense", {{"units", 2}}));
+  m->add(L("Dense", {{"units", 2}}));
+  m->layers()[0]->weights()[0]->assign(at::full({3, 2}, 1e5));  // beyond float16's 65504
+  OnnxExportOptions o;
+  o.weights = "float16";
+  kiln_onnx::ModelProto p;
+  ASSERT_TRUE(p.ParseFromString(export_onnx_bytes(*m, o)));
+  std::map<std::string, int> types;
+  for (auto& init : p.graph().initializer()) types[init.name()] = init.data_type();
+  int f32 = 0, f16 = 0;
+  for (auto& [name, t] : types) {
+    f32 += t == kiln_onnx::TensorProto::FLOAT;
+    f16 += t == kiln_onnx::TensorProto::FLOAT16;
+  }
+  EXPECT_EQ(f32, 1);  // the first kernel
+  EXPECT_EQ(f16, 3);
+  int casts = 0;
+  for (auto& n : p.graph().node()) casts += n.op_type() == "Cast";
+  EXPECT_EQ(casts, 3);
+  o.weights = "bfloat16";
+  try {
+    export_onnx_bytes(*m, o);
+    ADD_FAILURE() << "weights=bfloat16 was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("Received: weights=bfloat16"), std::string::npos) << e.what();
+  }
 }
 
 // --- Mixed precision and int8 ---------------------------------------------

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -1459,9 +1460,42 @@ std::string no_export_reason(const std::string& cls) {
   return "has no ONNX export (no exporter is registered for this class in kiln/export/onnx_export.cc)";
 }
 
+// Stores the float32 initializers as float16, each read through a Cast to
+// float32 under its old name, so the ops (and their float32 compute) are
+// unchanged. The Casts go first: the nodes stay topologically sorted.
+// An initializer with a finite value beyond float16's range stays float32.
+void store_weights_as_float16(GraphBuilder& b) {
+  auto* g = b.graph();
+  google::protobuf::RepeatedPtrField<kiln_onnx::NodeProto> nodes;
+  for (auto& init : *g->mutable_initializer()) {
+    if (init.data_type() != kiln_onnx::TensorProto::FLOAT) continue;
+    at::Tensor t = at::empty(std::vector<int64_t>(init.dims().begin(), init.dims().end()), at::kFloat);
+    std::memcpy(t.data_ptr(), init.raw_data().data(), t.numel() * sizeof(float));
+    at::Tensor h = t.to(at::kHalf);
+    if (h.isinf().logical_and(t.isfinite()).any().item<bool>()) continue;
+    const std::string name = init.name();
+    init.set_name(b.fresh(name + "_f16"));
+    init.set_data_type(kiln_onnx::TensorProto::FLOAT16);
+    init.set_raw_data(std::string(static_cast<const char*>(h.data_ptr()), h.numel() * h.element_size()));
+    auto* cast = nodes.Add();
+    cast->set_op_type("Cast");
+    cast->set_name(name);
+    cast->add_input(init.name());
+    cast->add_output(name);
+    GraphBuilder::attr(cast, "to", (int64_t)kiln_onnx::TensorProto::FLOAT);
+  }
+  nodes.MergeFrom(g->node());
+  g->mutable_node()->Swap(&nodes);
+}
+
 }  // namespace
 
 void OnnxExportOptions::validate() const {
+  if (weights != "float32" && weights != "float16")
+    throw ValueError(
+        "export_onnx: received an invalid value for `weights`, expected \"float32\" or \"float16\". Received: "
+        "weights=" +
+        weights);
   if (opset < 13 || opset > 17)
     throw ValueError(
         "export_onnx: received an invalid value for `opset`, expected 13 to 17 (ReduceMean takes `axes` "
@@ -1509,6 +1543,7 @@ std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options) {
     const at::ScalarType t = e.type_of(outputs[i]);
     b.value_info(b.graph()->mutable_output(), out_names[i], at::isFloatingType(t) ? at::kFloat : t, out_shapes.at(i));
   }
+  if (options.weights == "float16") store_weights_as_float16(b);
   return proto.SerializeAsString();
 }
 

@@ -1,6 +1,9 @@
 // kiln export --format onnx --model DIR --output model.onnx [--opset N]
+//             [--weights float32|float16]
 //
 // Writes the model as ONNX (see docs/EXPORT.md and kiln/export/onnx_export.h).
+// --weights float16 stores the weights as float16 (about half the file),
+// computing in float32; inputs and outputs stay float32.
 // An unsupported layer is a one-line error naming it (exit 2).
 #include <iostream>
 #include <memory>
@@ -17,6 +20,7 @@ struct ExportOptions {
   std::string model_dir;
   std::string output;
   int64_t opset = 17;
+  std::string weights = "float32";
 };
 }  // namespace
 
@@ -27,13 +31,18 @@ Command add_export_command(CLI::App& app) {
   sub->add_option("--model", o->model_dir, "A model version directory, e.g. models/fashion_mnist/1")->required();
   sub->add_option("--output", o->output, "Where to write the file, e.g. model.onnx")->required();
   sub->add_option("--opset", o->opset, "ONNX opset (13 to 17)");
+  sub->add_option("--weights", o->weights,
+                  "How weights are stored: float32 (default) or float16 (half the file; float32 compute, float32 "
+                  "inputs and outputs)")
+      ->check(CLI::IsMember({"float32", "float16"}));
   return {sub, [o] {
             ModelPtr model = load_model(o->model_dir);
             exporter::OnnxExportOptions eo;
             eo.opset = o->opset;
+            eo.weights = o->weights;
             exporter::export_onnx(*model, o->output, eo);
-            std::cout << "Exported " << o->model_dir << " to " << o->output << " (ONNX opset " << o->opset << ")"
-                      << std::endl;
+            std::cout << "Exported " << o->model_dir << " to " << o->output << " (ONNX opset " << o->opset << ", "
+                      << o->weights << " weights)" << std::endl;
           }};
 }
 
