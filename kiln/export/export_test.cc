@@ -843,6 +843,36 @@ TEST(OnnxExportInt8, CalibratedMlpMatchesOnnxRuntime) {
   expect_same_as_onnx_runtime(*m, {at::randn({10, 12}) * 2}, "int8 MLP (calibrated)", kInt8Tolerance);
 }
 
+// OnnxExportOptions::qat_as_int8: the int8 graph quantize("int8") would give.
+TEST(OnnxExportInt8, QatModelExportsAsItsInt8Conversion) {
+  SKIP_WITHOUT_ONNX_RUNTIME();
+  ExactInt8Kernel exact;
+  set_random_seed(18);
+  auto m = mlp({12}, {"relu", "gelu", "softmax"});
+  m->quantize("int8_qat");
+  m->compile("adam", "sparse_categorical_crossentropy");
+  at::Tensor x = at::randn({64, 12});
+  FitArgs fa;
+  fa.x = {x};
+  fa.y = {x.slice(1, 0, 5).argmax(1)};
+  fa.batch_size = 16;
+  fa.verbose = 0;
+  m->fit(fa);  // quantization-aware training moves the float kernels
+  EXPECT_THROW(export_onnx_bytes(*m), ValueError);
+  OnnxExportOptions o;
+  o.qat_as_int8 = true;
+  TempDir dir;
+  export_onnx(*m, dir.path() + "/qat.onnx", o);
+  m->quantize("int8");
+  EXPECT_EQ(read_file(dir.path() + "/qat.onnx"), export_onnx_bytes(*m)) << "not the converted model's graph";
+  at::Tensor probe = at::randn({9, 12}) * 2;
+  double diff = max_diff_from_onnx_runtime(dir.path() + "/qat.onnx", *m, {probe}, m->predict(Tensors{probe}),
+                                           "int8_qat MLP as int8");
+  EXPECT_LT(diff, kInt8Tolerance);
+  std::cout << "[ measured ] int8_qat MLP exported with qat_as_int8: max |ONNX Runtime - kiln int8| = " << diff
+            << std::endl;
+}
+
 TEST(OnnxExportInt8, EmbeddingMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
   if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);

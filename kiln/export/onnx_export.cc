@@ -177,6 +177,7 @@ struct LayerCall {
   const std::string base;
   const std::string where;  // "layer 'name' (Class)" for errors
   const at::ScalarType compute;
+  const bool int8;  // an int8 layer, or an int8_qat one exported as quantize("int8") converts it
   const std::vector<std::string>& in;
   std::map<std::string, at::Tensor> w;    // float32 weights (rounded to `compute` when kiln reads them so)
   std::map<std::string, at::Tensor> raw;  // as stored
@@ -269,7 +270,7 @@ std::string no_export_reason(const std::string& cls);
 // compute masks; a layer that would use one is refused (LayerCall::refuse).
 class LayerEmitter {
  public:
-  explicit LayerEmitter(GraphBuilder& b) : b_(b) {}
+  LayerEmitter(GraphBuilder& b, bool qat_as_int8) : b_(b), qat_as_int8_(qat_as_int8) {}
 
   // The dtype kiln gives `value` (graph inputs; float32 when unknown).
   void set_type(const std::string& value, at::ScalarType t) { types_[value] = t; }
@@ -298,12 +299,12 @@ class LayerEmitter {
   std::vector<std::string> emit(Layer& layer, const std::vector<std::string>& in) {
     const std::string cls = layer.class_name();
     const std::string where = "layer '" + layer.name() + "' (" + cls + ")";
-    check_precision(layer, where);
+    const bool int8 = check_precision(layer, where);
     const at::ScalarType compute = layer.dtype_policy().compute_dtype();
     // Keras autocasting: float inputs arrive in the compute dtype.
     std::vector<std::string> cast;
     for (auto& x : in) cast.push_back(round_to(x, compute));
-    LayerCall c{*this, b_, layer, cls, layer.get_config(), layer.name(), where, compute, cast, {}, {}};
+    LayerCall c{*this, b_, layer, cls, layer.get_config(), layer.name(), where, compute, int8, cast, {}, {}};
     // The normalizations keep their statistics and weights in float32; the
     // other layers read theirs in the compute dtype (Layer::value).
     const bool cast_weights = is_16bit(compute) && !keeps_float32_weights(cls);
@@ -312,6 +313,13 @@ class LayerEmitter {
       c.raw[v->name()] = t;
       if (cast_weights && at::isFloatingType(t.scalar_type())) t = t.to(compute);
       c.w[v->name()] = t.to(at::kFloat);
+    }
+    if (int8 && layer.dtype_policy().quantization_mode() == "int8_qat") {
+      // The int8 weights quantize("int8") makes of the trained kernel: per
+      // output channel of the (in, out) kernel (Int8Kernel::quantize_from).
+      auto [q, scale] = quantization::abs_max_quantize(raw_weight(c.raw, "kernel", where), {0});
+      c.raw["kernel"] = q;
+      c.raw["kernel_scale"] = scale.reshape({-1});
     }
     auto it = exporters().find(cls);
     if (it == exporters().end()) throw ValueError("export_onnx: " + where + " " + no_export_reason(cls));
@@ -516,22 +524,26 @@ class LayerEmitter {
     return outputs;
   }
 
-  // Refuses precisions whose numerics the graph would not reproduce.
-  static void check_precision(Layer& layer, const std::string& where) {
+  // Refuses precisions whose numerics the graph would not reproduce; true
+  // for a layer exported as int8.
+  bool check_precision(Layer& layer, const std::string& where) const {
     const DTypePolicy& p = layer.dtype_policy();
     const std::string& mode = p.quantization_mode();
-    if (mode.empty()) return;
+    if (mode.empty()) return false;
     const std::string cls = layer.class_name();
     if (mode == "float8")
       throw ValueError("export_onnx: " + where + " is quantized as float8 (policy '" + p.name() +
                        "'), which has no ONNX export that keeps its numerics; export the model before "
-                       "quantize(\"float8\"), or quantize it with quantize(\"int8\") instead");
-    if (mode == "int8_qat")
+                       "quantize(\"float8\") (with kiln quantize: `kiln export --format onnx --model BASE/N` on "
+                       "the version before), or quantize it with quantize(\"int8\") instead");
+    if (mode == "int8_qat" && !qat_as_int8_)
       throw ValueError("export_onnx: " + where + " is in int8 quantization-aware training (policy '" + p.name() +
-                       "'); call quantize(\"int8\") on the model to convert it to int8, then export");
-    if (mode != "int8" || (cls != "Dense" && cls != "Embedding"))
+                       "'); export it as int8 as quantize(\"int8\") converts it with `kiln export --qat_as_int8` "
+                       "(OnnxExportOptions::qat_as_int8)");
+    if ((mode != "int8" && mode != "int8_qat") || (cls != "Dense" && (cls != "Embedding" || mode != "int8")))
       throw ValueError("export_onnx: " + where + " is quantized as " + mode + " (policy '" + p.name() +
                        "'); ONNX export supports int8 Dense and Embedding layers only");
+    return true;
   }
 
   static const at::Tensor& raw_weight(const std::map<std::string, at::Tensor>& raw, const std::string& name,
@@ -560,6 +572,7 @@ class LayerEmitter {
   }
 
   GraphBuilder& b_;
+  const bool qat_as_int8_;
   std::map<std::string, at::ScalarType> types_;  // value -> the dtype kiln holds it in
   std::set<std::string> masked_;                 // values that carry a kiln mask
 };
@@ -570,7 +583,7 @@ std::vector<std::string> export_identity(LayerCall& c) { return {c.op("Identity"
 
 std::vector<std::string> export_dense(LayerCall& c) {
   std::string y;
-  const bool int8 = c.layer.dtype_policy().quantization_mode() == "int8";
+  const bool int8 = c.int8;
   if (int8)
     y = c.e.int8_matmul(c.layer, c.x(), c.raw, c.where);
   else
@@ -957,7 +970,7 @@ std::vector<std::string> export_group_normalization(LayerCall& c) {
 
 std::vector<std::string> export_embedding(LayerCall& c) {
   auto idx = c.cast(c.x(), kiln_onnx::TensorProto::INT64, "_idx");
-  if (c.layer.dtype_policy().quantization_mode() == "int8") return {c.e.int8_gather(c.raw, idx, c.base, c.where)};
+  if (c.int8) return {c.e.int8_gather(c.raw, idx, c.base, c.where)};
   std::string out;
   GraphBuilder::attr(c.node("Gather", {c.weight("embeddings"), idx}, &out), "axis", (int64_t)0);
   return {out};
@@ -1515,7 +1528,7 @@ std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options) {
   opset->set_version(options.opset);
   GraphBuilder b(proto.mutable_graph());
   b.graph()->set_name(options.graph_name.empty() ? model.name() : options.graph_name);
-  LayerEmitter e(b);
+  LayerEmitter e(b, options.qat_as_int8);
 
   const auto in_names = model.input_names();
   const auto in_shapes = model.input_shapes();

@@ -27,8 +27,9 @@
 // float32 with Casts to the 16-bit type and back where kiln rounds; int8
 // Dense layers (dynamic or calibrated) quantize their inputs in the graph
 // as kiln does and multiply with MatMulInteger on the stored int8 kernel;
-// int8 Embedding gathers int8 rows and divides by their scales. float8 and
-// int8_qat layers are refused (ValueError naming the layer). See
+// int8 Embedding gathers int8 rows and divides by their scales. float8
+// layers are refused (ValueError naming the layer), as are int8_qat ones
+// unless OnnxExportOptions::qat_as_int8 converts them. See
 // docs/EXPORT.md for the ops and the differences measured.
 //
 // Errors: ValueError naming the first unsupported layer (its class, and the
@@ -57,6 +58,11 @@ struct OnnxExportOptions {
   // value beyond +-65504) stays float32. Inputs and outputs stay float32
   // (onnxconverter-common's keep_io_types=True).
   std::string weights = "float32";
+  // Layers in int8 quantization-aware training (quantize("int8_qat")) are
+  // refused unless true; then each is exported as the int8 layer
+  // quantize("int8") would convert it to (int8 kernel with per-channel
+  // scales, per-row input scales), without changing the model.
+  bool qat_as_int8 = false;
   void validate() const;
 };
 
