@@ -58,10 +58,10 @@ Json tensor_json(const at::Tensor& t) {
   return j;
 }
 
-// Runs the ONNX file at `path` in ONNX Runtime on `x` and returns the
-// largest absolute difference from `want` over all outputs (by kiln's names).
-double max_diff_from_onnx_runtime(const std::string& path, Model& model, const Tensors& x, const Tensors& want,
-                                  const std::string& what) {
+// Runs the ONNX file at `path` in ONNX Runtime on `x`: its outputs in the
+// order of kiln's output names, as float32 (empty, with a test failure,
+// when it does not run or lacks one).
+Tensors onnx_runtime_outputs(const std::string& path, Model& model, const Tensors& x, const std::string& what) {
   TempDir dir;
   Json inputs;
   auto names = model.input_names();
@@ -70,22 +70,33 @@ double max_diff_from_onnx_runtime(const std::string& path, Model& model, const T
   auto r = run_command(q(python_path()) + " " + q(source_path("scripts/onnx_run.py")) + " " + q(path) + " " +
                        q(dir.path() + "/inputs.json") + " 2>&1");
   if (r.exit_code != 0) ADD_FAILURE() << what << ": " << r.output;
-  if (r.exit_code != 0) return INFINITY;
+  if (r.exit_code != 0) return {};
   Json got = Json::parse(r.output);
   auto out_names = model.output_names();
-  EXPECT_EQ(got.size(), want.size()) << what;
+  EXPECT_EQ(got.size(), out_names.size()) << what;
+  Tensors outs;
+  for (auto& name : out_names) {
+    if (!got.contains(name)) {
+      ADD_FAILURE() << what << ": no output " << name << " in " << r.output.substr(0, 200);
+      return {};
+    }
+    auto& o = got[name];
+    outs.push_back(at::tensor(o["data"].get<std::vector<float>>()).reshape(o["shape"].get<std::vector<int64_t>>()));
+  }
+  return outs;
+}
+
+// Runs the ONNX file at `path` in ONNX Runtime on `x` and returns the
+// largest absolute difference from `want` over all outputs (by kiln's names).
+double max_diff_from_onnx_runtime(const std::string& path, Model& model, const Tensors& x, const Tensors& want,
+                                  const std::string& what) {
+  Tensors got = onnx_runtime_outputs(path, model, x, what);
+  if (got.size() != want.size()) return INFINITY;
   double worst = 0;
   for (size_t i = 0; i < want.size(); ++i) {
-    if (!got.contains(out_names[i])) {
-      ADD_FAILURE() << what << ": no output " << out_names[i] << " in " << r.output.substr(0, 200);
-      return INFINITY;
-    }
-    auto& o = got[out_names[i]];
-    auto shape = o["shape"].get<std::vector<int64_t>>();
-    EXPECT_EQ(at::IntArrayRef(shape), want[i].sizes()) << what;
-    if (at::IntArrayRef(shape) != want[i].sizes()) return INFINITY;
-    auto ort = at::tensor(o["data"].get<std::vector<float>>()).reshape(shape);
-    worst = std::max(worst, (ort - want[i].to(at::kFloat)).abs().max().item<double>());
+    EXPECT_EQ(got[i].sizes(), want[i].sizes()) << what;
+    if (got[i].sizes() != want[i].sizes()) return INFINITY;
+    worst = std::max(worst, (got[i] - want[i].to(at::kFloat)).abs().max().item<double>());
   }
   return worst;
 }
@@ -256,6 +267,11 @@ TEST(OnnxExportCli, ExportsASavedModel) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_TRUE(p.ParseFromString(read_file(dir.path() + "/f16.onnx")));
   for (auto& init : p.graph().initializer()) EXPECT_EQ(init.data_type(), kiln_onnx::TensorProto::FLOAT16);
+  r = run_command(q(cli_path()) + " export --format onnx --optimize --model " + q(dir.path() + "/m/1") + " --output " +
+                  q(dir.path() + "/optimized.onnx") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(p.ParseFromString(read_file(dir.path() + "/optimized.onnx")));
+  for (auto& n : p.graph().node()) EXPECT_NE(n.op_type(), "Identity");
   r = run_command(q(cli_path()) + " export --format tflite --model " + q(dir.path() + "/m/1") + " --output x 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
 }
@@ -739,6 +755,67 @@ TEST(OnnxExportFloat16Weights, OutOfRangeInitializerStaysFloat32AndBadValuesAreN
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("Received: weights=bfloat16"), std::string::npos) << e.what();
   }
+}
+
+// --- OnnxExportOptions::optimize ----------------------------------------------
+
+// Exports `model` plain and optimized: the optimized graph has fewer nodes
+// and ONNX Runtime gives the same outputs, bit for bit.
+void check_optimized(Model& model, const Tensors& x, const std::string& what) {
+  TempDir dir;
+  OnnxExportOptions o;
+  export_onnx(model, dir.path() + "/plain.onnx", o);
+  o.optimize = true;
+  export_onnx(model, dir.path() + "/optimized.onnx", o);
+  kiln_onnx::ModelProto plain, optimized;
+  ASSERT_TRUE(plain.ParseFromString(read_file(dir.path() + "/plain.onnx")));
+  ASSERT_TRUE(optimized.ParseFromString(read_file(dir.path() + "/optimized.onnx")));
+  EXPECT_LT(optimized.graph().node_size(), plain.graph().node_size()) << what;
+  for (auto& n : optimized.graph().node()) EXPECT_NE(n.op_type(), "Identity") << what << ": " << n.name();
+  EXPECT_EQ(optimized.graph().output(0).name(), model.output_names()[0]) << what;
+  Tensors a = onnx_runtime_outputs(dir.path() + "/plain.onnx", model, x, what);
+  Tensors b = onnx_runtime_outputs(dir.path() + "/optimized.onnx", model, x, what);
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << what << ": output " << i;
+  std::cout << "[ measured ] " << what << ": " << plain.graph().node_size() << " nodes, "
+            << optimized.graph().node_size() << " optimized; outputs equal" << std::endl;
+}
+
+TEST(OnnxExportOptimize, DropsPassThroughNodesWithTheSameOutputs) {
+  SKIP_WITHOUT_ONNX_RUNTIME();
+  set_random_seed(32);
+  auto mlp = std::make_shared<Sequential>();
+  mlp->add(Input({12}));
+  mlp->add(L("Dense", {{"units", 16}, {"activation", "relu"}}));
+  mlp->add(L("Dropout", {{"rate", 0.3}}));
+  mlp->add(L("GaussianNoise", {{"stddev", 0.1}}));
+  mlp->add(L("Dense", {{"units", 5}, {"activation", "softmax"}}));
+  check_optimized(*mlp, {at::randn({7, 12})}, "MLP with Dropout and GaussianNoise");
+
+  auto cnn = std::make_shared<Sequential>();
+  cnn->add(Input({8, 8, 3}));
+  cnn->add(L("Conv2D", {{"filters", 4}, {"kernel_size", 3}, {"activation", "relu"}}));
+  cnn->add(L("Reshape", {{"target_shape", Json::array({-1, 4})}}));
+  cnn->add(L("Flatten"));
+  cnn->add(L("Reshape", {{"target_shape", Json::array({12, 12})}}));
+  cnn->add(L("Flatten"));
+  cnn->add(L("Dense", {{"units", 3}}));
+  check_optimized(*cnn, {at::randn({2, 8, 8, 3})}, "CNN with Reshape and Flatten");
+  kiln_onnx::ModelProto p;
+  OnnxExportOptions o;
+  o.optimize = true;
+  ASSERT_TRUE(p.ParseFromString(export_onnx_bytes(*cnn, o)));
+  int reshapes = 0;
+  for (auto& n : p.graph().node()) reshapes += n.op_type() == "Reshape" || n.op_type() == "Flatten";
+  EXPECT_EQ(reshapes, 1);  // the last Flatten
+
+  // With float16 weights too.
+  o.weights = "float16";
+  TempDir dir;
+  export_onnx(*mlp, dir.path() + "/both.onnx", o);
+  at::Tensor x = at::randn({7, 12});
+  EXPECT_LT(max_diff_from_onnx_runtime(dir.path() + "/both.onnx", *mlp, {x}, mlp->predict(Tensors{x}), "both"),
+            kFloat16WeightsTolerance);
 }
 
 // --- Mixed precision and int8 ---------------------------------------------

@@ -1501,6 +1501,91 @@ void store_weights_as_float16(GraphBuilder& b) {
   g->mutable_node()->Swap(&nodes);
 }
 
+// OnnxExportOptions::optimize: removes the nodes that only pass values on,
+// which leaves every output bit for bit as it was:
+//   * Identity (Dropout, noise and augmentation layers, nested models'
+//     outputs): its consumers read its input; one that names a graph output
+//     renames its input's producer instead, when nothing else reads it;
+//   * a Reshape or Flatten that keeps the batch axis (Flatten axis 1, a
+//     Reshape to [0, ...] with no other 0) and feeds only another such node:
+//     the second one gives the same result from the first one's input.
+// Initializers nothing reads any more (the dropped Reshapes' shapes) go too.
+void drop_pass_through_nodes(kiln_onnx::GraphProto* g) {
+  std::set<std::string> outputs, sources;  // graph outputs; graph inputs and initializers
+  for (auto& o : g->output()) outputs.insert(o.name());
+  for (auto& i : g->input()) sources.insert(i.name());
+  std::map<std::string, const kiln_onnx::TensorProto*> inits;
+  for (auto& t : g->initializer()) {
+    sources.insert(t.name());
+    inits[t.name()] = &t;
+  }
+  auto keeps_batch = [&](const kiln_onnx::NodeProto& n) {
+    if (n.op_type() == "Flatten") {
+      for (auto& a : n.attribute())
+        if (a.name() == "axis") return a.i() == 1;
+      return true;  // axis defaults to 1
+    }
+    if (n.op_type() != "Reshape" || n.input_size() != 2 || !inits.count(n.input(1))) return false;
+    for (auto& a : n.attribute())
+      if (a.name() == "allowzero" && a.i() != 0) return false;
+    const auto* shape = inits.at(n.input(1));
+    if (shape->data_type() != kiln_onnx::TensorProto::INT64) return false;
+    std::vector<int64_t> v(shape->raw_data().size() / sizeof(int64_t));
+    std::memcpy(v.data(), shape->raw_data().data(), v.size() * sizeof(int64_t));
+    return !v.empty() && v[0] == 0 && std::count(v.begin(), v.end(), 0) == 1;
+  };
+  auto* nodes = g->mutable_node();
+  std::vector<bool> dropped(nodes->size(), false);
+  auto uses = [&](const std::string& value) {
+    int n = 0;
+    for (int i = 0; i < nodes->size(); ++i)
+      if (!dropped[i])
+        for (auto& in : nodes->Get(i).input()) n += in == value;
+    return n;
+  };
+  std::map<std::string, int> producer;  // value -> index of the node that makes it
+  std::map<std::string, std::string> alias;
+  for (int i = 0; i < nodes->size(); ++i) {
+    auto* n = nodes->Mutable(i);
+    for (auto& in : *n->mutable_input())
+      if (alias.count(in)) in = alias.at(in);
+    if (n->op_type() == "Identity" && !outputs.count(n->output(0))) {
+      alias[n->output(0)] = n->input(0);
+      dropped[i] = true;
+      continue;
+    }
+    if (keeps_batch(*n) && producer.count(n->input(0))) {
+      const int p = producer.at(n->input(0));
+      if (keeps_batch(nodes->Get(p)) && !outputs.count(n->input(0)) && uses(n->input(0)) == 1) {
+        n->set_input(0, nodes->Get(p).input(0));
+        dropped[p] = true;
+      }
+    }
+    for (auto& out : n->output()) producer[out] = i;
+  }
+  // Identities that name graph outputs.
+  for (int i = 0; i < nodes->size(); ++i) {
+    auto* n = nodes->Mutable(i);
+    if (dropped[i] || n->op_type() != "Identity") continue;
+    const std::string in = n->input(0);
+    if (sources.count(in) || outputs.count(in) || !producer.count(in) || uses(in) != 1) continue;
+    auto* p = nodes->Mutable(producer.at(in));
+    for (auto& out : *p->mutable_output())
+      if (out == in) out = n->output(0);
+    dropped[i] = true;
+  }
+  google::protobuf::RepeatedPtrField<kiln_onnx::NodeProto> kept;
+  for (int i = 0; i < nodes->size(); ++i)
+    if (!dropped[i]) kept.Add()->Swap(nodes->Mutable(i));
+  nodes->Swap(&kept);
+  std::set<std::string> read;
+  for (auto& n : g->node())
+    for (auto& in : n.input()) read.insert(in);
+  auto* initializers = g->mutable_initializer();
+  for (int i = initializers->size() - 1; i >= 0; --i)
+    if (!read.count(initializers->Get(i).name())) initializers->DeleteSubrange(i, 1);
+}
+
 }  // namespace
 
 void OnnxExportOptions::validate() const {
@@ -1556,6 +1641,7 @@ std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options) {
     const at::ScalarType t = e.type_of(outputs[i]);
     b.value_info(b.graph()->mutable_output(), out_names[i], at::isFloatingType(t) ? at::kFloat : t, out_shapes.at(i));
   }
+  if (options.optimize) drop_pass_through_nodes(b.graph());
   if (options.weights == "float16") store_weights_as_float16(b);
   return proto.SerializeAsString();
 }

@@ -63,6 +63,11 @@ struct OnnxExportOptions {
   // quantize("int8") would convert it to (int8 kernel with per-channel
   // scales, per-row input scales), without changing the model.
   bool qat_as_int8 = false;
+  // Removes the nodes that only pass values on (Identity from Dropout and
+  // the other identity-at-inference layers, a Reshape or Flatten feeding
+  // only another one); the outputs are bit for bit the same, with fewer
+  // nodes. ONNX Runtime's own optimizer still fuses the rest at load.
+  bool optimize = false;
   void validate() const;
 };
 
