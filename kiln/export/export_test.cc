@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
@@ -57,10 +58,10 @@ Json tensor_json(const at::Tensor& t) {
   return j;
 }
 
-// Runs the ONNX file at `path` in ONNX Runtime on `x` and returns the
-// largest absolute difference from `want` over all outputs (by kiln's names).
-double max_diff_from_onnx_runtime(const std::string& path, Model& model, const Tensors& x, const Tensors& want,
-                                  const std::string& what) {
+// Runs the ONNX file at `path` in ONNX Runtime on `x`: its outputs in the
+// order of kiln's output names, as float32 (empty, with a test failure,
+// when it does not run or lacks one).
+Tensors onnx_runtime_outputs(const std::string& path, Model& model, const Tensors& x, const std::string& what) {
   TempDir dir;
   Json inputs;
   auto names = model.input_names();
@@ -69,22 +70,33 @@ double max_diff_from_onnx_runtime(const std::string& path, Model& model, const T
   auto r = run_command(q(python_path()) + " " + q(source_path("scripts/onnx_run.py")) + " " + q(path) + " " +
                        q(dir.path() + "/inputs.json") + " 2>&1");
   if (r.exit_code != 0) ADD_FAILURE() << what << ": " << r.output;
-  if (r.exit_code != 0) return INFINITY;
+  if (r.exit_code != 0) return {};
   Json got = Json::parse(r.output);
   auto out_names = model.output_names();
-  EXPECT_EQ(got.size(), want.size()) << what;
+  EXPECT_EQ(got.size(), out_names.size()) << what;
+  Tensors outs;
+  for (auto& name : out_names) {
+    if (!got.contains(name)) {
+      ADD_FAILURE() << what << ": no output " << name << " in " << r.output.substr(0, 200);
+      return {};
+    }
+    auto& o = got[name];
+    outs.push_back(at::tensor(o["data"].get<std::vector<float>>()).reshape(o["shape"].get<std::vector<int64_t>>()));
+  }
+  return outs;
+}
+
+// Runs the ONNX file at `path` in ONNX Runtime on `x` and returns the
+// largest absolute difference from `want` over all outputs (by kiln's names).
+double max_diff_from_onnx_runtime(const std::string& path, Model& model, const Tensors& x, const Tensors& want,
+                                  const std::string& what) {
+  Tensors got = onnx_runtime_outputs(path, model, x, what);
+  if (got.size() != want.size()) return INFINITY;
   double worst = 0;
   for (size_t i = 0; i < want.size(); ++i) {
-    if (!got.contains(out_names[i])) {
-      ADD_FAILURE() << what << ": no output " << out_names[i] << " in " << r.output.substr(0, 200);
-      return INFINITY;
-    }
-    auto& o = got[out_names[i]];
-    auto shape = o["shape"].get<std::vector<int64_t>>();
-    EXPECT_EQ(at::IntArrayRef(shape), want[i].sizes()) << what;
-    if (at::IntArrayRef(shape) != want[i].sizes()) return INFINITY;
-    auto ort = at::tensor(o["data"].get<std::vector<float>>()).reshape(shape);
-    worst = std::max(worst, (ort - want[i].to(at::kFloat)).abs().max().item<double>());
+    EXPECT_EQ(got[i].sizes(), want[i].sizes()) << what;
+    if (got[i].sizes() != want[i].sizes()) return INFINITY;
+    worst = std::max(worst, (got[i] - want[i].to(at::kFloat)).abs().max().item<double>());
   }
   return worst;
 }
@@ -250,6 +262,16 @@ TEST(OnnxExportCli, ExportsASavedModel) {
   kiln_onnx::ModelProto p;
   ASSERT_TRUE(p.ParseFromString(read_file(dir.path() + "/model.onnx")));
   EXPECT_EQ(p.producer_name(), "kiln");
+  r = run_command(q(cli_path()) + " export --format onnx --weights float16 --model " + q(dir.path() + "/m/1") +
+                  " --output " + q(dir.path() + "/f16.onnx") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(p.ParseFromString(read_file(dir.path() + "/f16.onnx")));
+  for (auto& init : p.graph().initializer()) EXPECT_EQ(init.data_type(), kiln_onnx::TensorProto::FLOAT16);
+  r = run_command(q(cli_path()) + " export --format onnx --optimize --model " + q(dir.path() + "/m/1") + " --output " +
+                  q(dir.path() + "/optimized.onnx") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(p.ParseFromString(read_file(dir.path() + "/optimized.onnx")));
+  for (auto& n : p.graph().node()) EXPECT_NE(n.op_type(), "Identity");
   r = run_command(q(cli_path()) + " export --format tflite --model " + q(dir.path() + "/m/1") + " --output x 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
 }
@@ -619,6 +641,183 @@ TEST(OnnxExportModels, TransformerEncoderMatchesOnnxRuntime) {
   std::cout << "[ measured ] CLI-exported saved transformer: max |ONNX Runtime - kiln| = " << diff << std::endl;
 }
 
+// --- float16 weights (OnnxExportOptions::weights) --------------------------
+
+// float16 keeps 11 significant bits: each weight moves by up to 2^-12
+// relative; the outputs of these models move by at most 3.7e-4
+// (docs/EXPORT.md), the tolerance leaves 5x.
+constexpr double kFloat16WeightsTolerance = 2e-3;
+
+// Exports `model` with float32 and with float16 weights: the float16 file is
+// at most 0.55x the float32 one, stores every float initializer as float16,
+// and ONNX Runtime's outputs of it are within kFloat16WeightsTolerance of
+// kiln's on `x`.
+void check_float16_weights(Model& model, const Tensors& x, const std::string& what) {
+  TempDir dir;
+  export_onnx(model, dir.path() + "/f32.onnx");
+  OnnxExportOptions o;
+  o.weights = "float16";
+  export_onnx(model, dir.path() + "/f16.onnx", o);
+  const std::string f16 = read_file(dir.path() + "/f16.onnx");
+  const double ratio = (double)f16.size() / (double)read_file(dir.path() + "/f32.onnx").size();
+  EXPECT_LE(ratio, 0.55) << what;
+  kiln_onnx::ModelProto p;
+  ASSERT_TRUE(p.ParseFromString(f16)) << what;
+  int halves = 0;
+  for (auto& init : p.graph().initializer()) {
+    EXPECT_NE(init.data_type(), kiln_onnx::TensorProto::FLOAT) << what << ": " << init.name();
+    halves += init.data_type() == kiln_onnx::TensorProto::FLOAT16;
+  }
+  EXPECT_GT(halves, 0) << what;
+  double diff = max_diff_from_onnx_runtime(dir.path() + "/f16.onnx", model, x, model.predict(x), what);
+  EXPECT_LT(diff, kFloat16WeightsTolerance) << what;
+  std::cout << "[ measured ] " << what << " with float16 weights: " << f16.size() << " bytes, " << ratio
+            << "x the float32 file; max |ONNX Runtime - kiln| = " << diff << std::endl;
+}
+
+TEST(OnnxExportFloat16Weights, TrainedMlpCnnAndTransformerMatchOnnxRuntimeAtHalfTheSize) {
+  SKIP_WITHOUT_ONNX_RUNTIME();
+  set_random_seed(31);
+  auto mlp = std::make_shared<Sequential>();
+  mlp->add(Input({64}));
+  mlp->add(L("Dense", {{"units", 128}, {"activation", "relu"}}));
+  mlp->add(L("Dropout", {{"rate", 0.2}}));
+  mlp->add(L("Dense", {{"units", 64}, {"activation", "gelu"}}));
+  mlp->add(L("Dense", {{"units", 10}, {"activation", "softmax"}}));
+  mlp->compile("adam", "sparse_categorical_crossentropy");
+  at::Tensor x = at::randn({128, 64});
+  FitArgs fa;
+  fa.x = {x};
+  fa.y = {x.slice(1, 0, 10).argmax(1)};
+  fa.batch_size = 32;
+  fa.epochs = 2;
+  fa.verbose = 0;
+  mlp->fit(fa);
+  check_float16_weights(*mlp, {at::randn({16, 64}) * 2}, "trained MLP");
+
+  auto cnn = std::make_shared<Sequential>();
+  cnn->add(Input({16, 16, 3}));
+  cnn->add(L("Conv2D", {{"filters", 32}, {"kernel_size", 3}, {"padding", "same"}, {"activation", "relu"}}));
+  auto bn = L("BatchNormalization");
+  cnn->add(bn);
+  cnn->add(L("MaxPooling2D", {{"pool_size", 2}}));
+  cnn->add(L("Conv2D", {{"filters", 32}, {"kernel_size", 3}, {"activation", "relu"}}));
+  cnn->add(L("Flatten"));
+  cnn->add(L("Dense", {{"units", 10}, {"activation", "softmax"}}));
+  for (auto& v : bn->weights())
+    v->assign(v->name() == "moving_variance" ? at::rand(v->value().sizes()) + 0.5 : at::randn(v->value().sizes()));
+  check_float16_weights(*cnn, {at::randn({4, 16, 16, 3})}, "CNN");
+
+  auto ids = Input({10}, at::kLong, "tokens");
+  auto e = (*L("Embedding", {{"input_dim", 1000}, {"output_dim", 32}}))(ids);
+  auto attn = (*L("MultiHeadAttention", {{"num_heads", 2}, {"key_dim", 16}}))(KerasTensors{e, e})[0];
+  auto h = (*L("LayerNormalization"))((*L("Add"))(KerasTensors{e, attn}))[0];
+  auto ff = (*L("Dense", {{"units", 64}, {"activation", "relu"}}))(h);
+  auto pooled = (*L("GlobalAveragePooling1D"))((*L("Dense", {{"units", 32}}))(ff));
+  auto lstm = (*L("LSTM", {{"units", 32}}))(h);
+  auto y = (*L("Dense", {{"units", 3}, {"activation", "softmax"}}))((*L("Concatenate"))(KerasTensors{pooled, lstm}));
+  auto tm = std::make_shared<Functional>(KerasTensors{ids}, KerasTensors{y});
+  tm->compile("adam", "sparse_categorical_crossentropy");
+  at::Tensor tokens = at::randint(1000, {64, 10}, at::kLong);
+  fa.x = {tokens};
+  fa.y = {tokens.select(1, 5).remainder(3)};
+  fa.batch_size = 16;
+  tm->fit(fa);
+  check_float16_weights(*tm, {at::randint(1000, {8, 10}, at::kLong)}, "trained attention + LSTM model");
+}
+
+TEST(OnnxExportFloat16Weights, OutOfRangeInitializerStaysFloat32AndBadValuesAreNamed) {
+  auto m = std::make_shared<Sequential>();
+  m->add(Input({3}));
+  m->add(L("Dense", {{"units", 2}}));
+  m->add(L("Dense", {{"units", 2}}));
+  m->layers()[0]->weights()[0]->assign(at::full({3, 2}, 1e5));  // beyond float16's 65504
+  OnnxExportOptions o;
+  o.weights = "float16";
+  kiln_onnx::ModelProto p;
+  ASSERT_TRUE(p.ParseFromString(export_onnx_bytes(*m, o)));
+  std::map<std::string, int> types;
+  for (auto& init : p.graph().initializer()) types[init.name()] = init.data_type();
+  int f32 = 0, f16 = 0;
+  for (auto& [name, t] : types) {
+    f32 += t == kiln_onnx::TensorProto::FLOAT;
+    f16 += t == kiln_onnx::TensorProto::FLOAT16;
+  }
+  EXPECT_EQ(f32, 1);  // the first kernel
+  EXPECT_EQ(f16, 3);
+  int casts = 0;
+  for (auto& n : p.graph().node()) casts += n.op_type() == "Cast";
+  EXPECT_EQ(casts, 3);
+  o.weights = "bfloat16";
+  try {
+    export_onnx_bytes(*m, o);
+    ADD_FAILURE() << "weights=bfloat16 was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("Received: weights=bfloat16"), std::string::npos) << e.what();
+  }
+}
+
+// --- OnnxExportOptions::optimize ----------------------------------------------
+
+// Exports `model` plain and optimized: the optimized graph has fewer nodes
+// and ONNX Runtime gives the same outputs, bit for bit.
+void check_optimized(Model& model, const Tensors& x, const std::string& what) {
+  TempDir dir;
+  OnnxExportOptions o;
+  export_onnx(model, dir.path() + "/plain.onnx", o);
+  o.optimize = true;
+  export_onnx(model, dir.path() + "/optimized.onnx", o);
+  kiln_onnx::ModelProto plain, optimized;
+  ASSERT_TRUE(plain.ParseFromString(read_file(dir.path() + "/plain.onnx")));
+  ASSERT_TRUE(optimized.ParseFromString(read_file(dir.path() + "/optimized.onnx")));
+  EXPECT_LT(optimized.graph().node_size(), plain.graph().node_size()) << what;
+  for (auto& n : optimized.graph().node()) EXPECT_NE(n.op_type(), "Identity") << what << ": " << n.name();
+  EXPECT_EQ(optimized.graph().output(0).name(), model.output_names()[0]) << what;
+  Tensors a = onnx_runtime_outputs(dir.path() + "/plain.onnx", model, x, what);
+  Tensors b = onnx_runtime_outputs(dir.path() + "/optimized.onnx", model, x, what);
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << what << ": output " << i;
+  std::cout << "[ measured ] " << what << ": " << plain.graph().node_size() << " nodes, "
+            << optimized.graph().node_size() << " optimized; outputs equal" << std::endl;
+}
+
+TEST(OnnxExportOptimize, DropsPassThroughNodesWithTheSameOutputs) {
+  SKIP_WITHOUT_ONNX_RUNTIME();
+  set_random_seed(32);
+  auto mlp = std::make_shared<Sequential>();
+  mlp->add(Input({12}));
+  mlp->add(L("Dense", {{"units", 16}, {"activation", "relu"}}));
+  mlp->add(L("Dropout", {{"rate", 0.3}}));
+  mlp->add(L("GaussianNoise", {{"stddev", 0.1}}));
+  mlp->add(L("Dense", {{"units", 5}, {"activation", "softmax"}}));
+  check_optimized(*mlp, {at::randn({7, 12})}, "MLP with Dropout and GaussianNoise");
+
+  auto cnn = std::make_shared<Sequential>();
+  cnn->add(Input({8, 8, 3}));
+  cnn->add(L("Conv2D", {{"filters", 4}, {"kernel_size", 3}, {"activation", "relu"}}));
+  cnn->add(L("Reshape", {{"target_shape", Json::array({-1, 4})}}));
+  cnn->add(L("Flatten"));
+  cnn->add(L("Reshape", {{"target_shape", Json::array({12, 12})}}));
+  cnn->add(L("Flatten"));
+  cnn->add(L("Dense", {{"units", 3}}));
+  check_optimized(*cnn, {at::randn({2, 8, 8, 3})}, "CNN with Reshape and Flatten");
+  kiln_onnx::ModelProto p;
+  OnnxExportOptions o;
+  o.optimize = true;
+  ASSERT_TRUE(p.ParseFromString(export_onnx_bytes(*cnn, o)));
+  int reshapes = 0;
+  for (auto& n : p.graph().node()) reshapes += n.op_type() == "Reshape" || n.op_type() == "Flatten";
+  EXPECT_EQ(reshapes, 1);  // the last Flatten
+
+  // With float16 weights too.
+  o.weights = "float16";
+  TempDir dir;
+  export_onnx(*mlp, dir.path() + "/both.onnx", o);
+  at::Tensor x = at::randn({7, 12});
+  EXPECT_LT(max_diff_from_onnx_runtime(dir.path() + "/both.onnx", *mlp, {x}, mlp->predict(Tensors{x}), "both"),
+            kFloat16WeightsTolerance);
+}
+
 // --- Mixed precision and int8 ---------------------------------------------
 
 // How many nodes of `op` the exported graph has; for Cast, only those to `to`.
@@ -719,6 +918,36 @@ TEST(OnnxExportInt8, CalibratedMlpMatchesOnnxRuntime) {
   EXPECT_EQ(count_ops(*m, "MatMulInteger"), 3);
   // 2x the calibrated range: the first layer's inputs saturate at +-127.
   expect_same_as_onnx_runtime(*m, {at::randn({10, 12}) * 2}, "int8 MLP (calibrated)", kInt8Tolerance);
+}
+
+// OnnxExportOptions::qat_as_int8: the int8 graph quantize("int8") would give.
+TEST(OnnxExportInt8, QatModelExportsAsItsInt8Conversion) {
+  SKIP_WITHOUT_ONNX_RUNTIME();
+  ExactInt8Kernel exact;
+  set_random_seed(18);
+  auto m = mlp({12}, {"relu", "gelu", "softmax"});
+  m->quantize("int8_qat");
+  m->compile("adam", "sparse_categorical_crossentropy");
+  at::Tensor x = at::randn({64, 12});
+  FitArgs fa;
+  fa.x = {x};
+  fa.y = {x.slice(1, 0, 5).argmax(1)};
+  fa.batch_size = 16;
+  fa.verbose = 0;
+  m->fit(fa);  // quantization-aware training moves the float kernels
+  EXPECT_THROW(export_onnx_bytes(*m), ValueError);
+  OnnxExportOptions o;
+  o.qat_as_int8 = true;
+  TempDir dir;
+  export_onnx(*m, dir.path() + "/qat.onnx", o);
+  m->quantize("int8");
+  EXPECT_EQ(read_file(dir.path() + "/qat.onnx"), export_onnx_bytes(*m)) << "not the converted model's graph";
+  at::Tensor probe = at::randn({9, 12}) * 2;
+  double diff = max_diff_from_onnx_runtime(dir.path() + "/qat.onnx", *m, {probe}, m->predict(Tensors{probe}),
+                                           "int8_qat MLP as int8");
+  EXPECT_LT(diff, kInt8Tolerance);
+  std::cout << "[ measured ] int8_qat MLP exported with qat_as_int8: max |ONNX Runtime - kiln int8| = " << diff
+            << std::endl;
 }
 
 TEST(OnnxExportInt8, EmbeddingMatchesOnnxRuntime) {

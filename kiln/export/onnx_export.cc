@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -176,6 +177,7 @@ struct LayerCall {
   const std::string base;
   const std::string where;  // "layer 'name' (Class)" for errors
   const at::ScalarType compute;
+  const bool int8;  // an int8 layer, or an int8_qat one exported as quantize("int8") converts it
   const std::vector<std::string>& in;
   std::map<std::string, at::Tensor> w;    // float32 weights (rounded to `compute` when kiln reads them so)
   std::map<std::string, at::Tensor> raw;  // as stored
@@ -268,7 +270,7 @@ std::string no_export_reason(const std::string& cls);
 // compute masks; a layer that would use one is refused (LayerCall::refuse).
 class LayerEmitter {
  public:
-  explicit LayerEmitter(GraphBuilder& b) : b_(b) {}
+  LayerEmitter(GraphBuilder& b, bool qat_as_int8) : b_(b), qat_as_int8_(qat_as_int8) {}
 
   // The dtype kiln gives `value` (graph inputs; float32 when unknown).
   void set_type(const std::string& value, at::ScalarType t) { types_[value] = t; }
@@ -297,12 +299,12 @@ class LayerEmitter {
   std::vector<std::string> emit(Layer& layer, const std::vector<std::string>& in) {
     const std::string cls = layer.class_name();
     const std::string where = "layer '" + layer.name() + "' (" + cls + ")";
-    check_precision(layer, where);
+    const bool int8 = check_precision(layer, where);
     const at::ScalarType compute = layer.dtype_policy().compute_dtype();
     // Keras autocasting: float inputs arrive in the compute dtype.
     std::vector<std::string> cast;
     for (auto& x : in) cast.push_back(round_to(x, compute));
-    LayerCall c{*this, b_, layer, cls, layer.get_config(), layer.name(), where, compute, cast, {}, {}};
+    LayerCall c{*this, b_, layer, cls, layer.get_config(), layer.name(), where, compute, int8, cast, {}, {}};
     // The normalizations keep their statistics and weights in float32; the
     // other layers read theirs in the compute dtype (Layer::value).
     const bool cast_weights = is_16bit(compute) && !keeps_float32_weights(cls);
@@ -311,6 +313,13 @@ class LayerEmitter {
       c.raw[v->name()] = t;
       if (cast_weights && at::isFloatingType(t.scalar_type())) t = t.to(compute);
       c.w[v->name()] = t.to(at::kFloat);
+    }
+    if (int8 && layer.dtype_policy().quantization_mode() == "int8_qat") {
+      // The int8 weights quantize("int8") makes of the trained kernel: per
+      // output channel of the (in, out) kernel (Int8Kernel::quantize_from).
+      auto [q, scale] = quantization::abs_max_quantize(raw_weight(c.raw, "kernel", where), {0});
+      c.raw["kernel"] = q;
+      c.raw["kernel_scale"] = scale.reshape({-1});
     }
     auto it = exporters().find(cls);
     if (it == exporters().end()) throw ValueError("export_onnx: " + where + " " + no_export_reason(cls));
@@ -515,22 +524,26 @@ class LayerEmitter {
     return outputs;
   }
 
-  // Refuses precisions whose numerics the graph would not reproduce.
-  static void check_precision(Layer& layer, const std::string& where) {
+  // Refuses precisions whose numerics the graph would not reproduce; true
+  // for a layer exported as int8.
+  bool check_precision(Layer& layer, const std::string& where) const {
     const DTypePolicy& p = layer.dtype_policy();
     const std::string& mode = p.quantization_mode();
-    if (mode.empty()) return;
+    if (mode.empty()) return false;
     const std::string cls = layer.class_name();
     if (mode == "float8")
       throw ValueError("export_onnx: " + where + " is quantized as float8 (policy '" + p.name() +
                        "'), which has no ONNX export that keeps its numerics; export the model before "
-                       "quantize(\"float8\"), or quantize it with quantize(\"int8\") instead");
-    if (mode == "int8_qat")
+                       "quantize(\"float8\") (with kiln quantize: `kiln export --format onnx --model BASE/N` on "
+                       "the version before), or quantize it with quantize(\"int8\") instead");
+    if (mode == "int8_qat" && !qat_as_int8_)
       throw ValueError("export_onnx: " + where + " is in int8 quantization-aware training (policy '" + p.name() +
-                       "'); call quantize(\"int8\") on the model to convert it to int8, then export");
-    if (mode != "int8" || (cls != "Dense" && cls != "Embedding"))
+                       "'); export it as int8 as quantize(\"int8\") converts it with `kiln export --qat_as_int8` "
+                       "(OnnxExportOptions::qat_as_int8)");
+    if ((mode != "int8" && mode != "int8_qat") || (cls != "Dense" && (cls != "Embedding" || mode != "int8")))
       throw ValueError("export_onnx: " + where + " is quantized as " + mode + " (policy '" + p.name() +
                        "'); ONNX export supports int8 Dense and Embedding layers only");
+    return true;
   }
 
   static const at::Tensor& raw_weight(const std::map<std::string, at::Tensor>& raw, const std::string& name,
@@ -559,6 +572,7 @@ class LayerEmitter {
   }
 
   GraphBuilder& b_;
+  const bool qat_as_int8_;
   std::map<std::string, at::ScalarType> types_;  // value -> the dtype kiln holds it in
   std::set<std::string> masked_;                 // values that carry a kiln mask
 };
@@ -569,7 +583,7 @@ std::vector<std::string> export_identity(LayerCall& c) { return {c.op("Identity"
 
 std::vector<std::string> export_dense(LayerCall& c) {
   std::string y;
-  const bool int8 = c.layer.dtype_policy().quantization_mode() == "int8";
+  const bool int8 = c.int8;
   if (int8)
     y = c.e.int8_matmul(c.layer, c.x(), c.raw, c.where);
   else
@@ -956,7 +970,7 @@ std::vector<std::string> export_group_normalization(LayerCall& c) {
 
 std::vector<std::string> export_embedding(LayerCall& c) {
   auto idx = c.cast(c.x(), kiln_onnx::TensorProto::INT64, "_idx");
-  if (c.layer.dtype_policy().quantization_mode() == "int8") return {c.e.int8_gather(c.raw, idx, c.base, c.where)};
+  if (c.int8) return {c.e.int8_gather(c.raw, idx, c.base, c.where)};
   std::string out;
   GraphBuilder::attr(c.node("Gather", {c.weight("embeddings"), idx}, &out), "axis", (int64_t)0);
   return {out};
@@ -1459,9 +1473,127 @@ std::string no_export_reason(const std::string& cls) {
   return "has no ONNX export (no exporter is registered for this class in kiln/export/onnx_export.cc)";
 }
 
+// Stores the float32 initializers as float16, each read through a Cast to
+// float32 under its old name, so the ops (and their float32 compute) are
+// unchanged. The Casts go first: the nodes stay topologically sorted.
+// An initializer with a finite value beyond float16's range stays float32.
+void store_weights_as_float16(GraphBuilder& b) {
+  auto* g = b.graph();
+  google::protobuf::RepeatedPtrField<kiln_onnx::NodeProto> nodes;
+  for (auto& init : *g->mutable_initializer()) {
+    if (init.data_type() != kiln_onnx::TensorProto::FLOAT) continue;
+    at::Tensor t = at::empty(std::vector<int64_t>(init.dims().begin(), init.dims().end()), at::kFloat);
+    std::memcpy(t.data_ptr(), init.raw_data().data(), t.numel() * sizeof(float));
+    at::Tensor h = t.to(at::kHalf);
+    if (h.isinf().logical_and(t.isfinite()).any().item<bool>()) continue;
+    const std::string name = init.name();
+    init.set_name(b.fresh(name + "_f16"));
+    init.set_data_type(kiln_onnx::TensorProto::FLOAT16);
+    init.set_raw_data(std::string(static_cast<const char*>(h.data_ptr()), h.numel() * h.element_size()));
+    auto* cast = nodes.Add();
+    cast->set_op_type("Cast");
+    cast->set_name(name);
+    cast->add_input(init.name());
+    cast->add_output(name);
+    GraphBuilder::attr(cast, "to", (int64_t)kiln_onnx::TensorProto::FLOAT);
+  }
+  nodes.MergeFrom(g->node());
+  g->mutable_node()->Swap(&nodes);
+}
+
+// OnnxExportOptions::optimize: removes the nodes that only pass values on,
+// which leaves every output bit for bit as it was:
+//   * Identity (Dropout, noise and augmentation layers, nested models'
+//     outputs): its consumers read its input; one that names a graph output
+//     renames its input's producer instead, when nothing else reads it;
+//   * a Reshape or Flatten that keeps the batch axis (Flatten axis 1, a
+//     Reshape to [0, ...] with no other 0) and feeds only another such node:
+//     the second one gives the same result from the first one's input.
+// Initializers nothing reads any more (the dropped Reshapes' shapes) go too.
+void drop_pass_through_nodes(kiln_onnx::GraphProto* g) {
+  std::set<std::string> outputs, sources;  // graph outputs; graph inputs and initializers
+  for (auto& o : g->output()) outputs.insert(o.name());
+  for (auto& i : g->input()) sources.insert(i.name());
+  std::map<std::string, const kiln_onnx::TensorProto*> inits;
+  for (auto& t : g->initializer()) {
+    sources.insert(t.name());
+    inits[t.name()] = &t;
+  }
+  auto keeps_batch = [&](const kiln_onnx::NodeProto& n) {
+    if (n.op_type() == "Flatten") {
+      for (auto& a : n.attribute())
+        if (a.name() == "axis") return a.i() == 1;
+      return true;  // axis defaults to 1
+    }
+    if (n.op_type() != "Reshape" || n.input_size() != 2 || !inits.count(n.input(1))) return false;
+    for (auto& a : n.attribute())
+      if (a.name() == "allowzero" && a.i() != 0) return false;
+    const auto* shape = inits.at(n.input(1));
+    if (shape->data_type() != kiln_onnx::TensorProto::INT64) return false;
+    std::vector<int64_t> v(shape->raw_data().size() / sizeof(int64_t));
+    std::memcpy(v.data(), shape->raw_data().data(), v.size() * sizeof(int64_t));
+    return !v.empty() && v[0] == 0 && std::count(v.begin(), v.end(), 0) == 1;
+  };
+  auto* nodes = g->mutable_node();
+  std::vector<bool> dropped(nodes->size(), false);
+  auto uses = [&](const std::string& value) {
+    int n = 0;
+    for (int i = 0; i < nodes->size(); ++i)
+      if (!dropped[i])
+        for (auto& in : nodes->Get(i).input()) n += in == value;
+    return n;
+  };
+  std::map<std::string, int> producer;  // value -> index of the node that makes it
+  std::map<std::string, std::string> alias;
+  for (int i = 0; i < nodes->size(); ++i) {
+    auto* n = nodes->Mutable(i);
+    for (auto& in : *n->mutable_input())
+      if (alias.count(in)) in = alias.at(in);
+    if (n->op_type() == "Identity" && !outputs.count(n->output(0))) {
+      alias[n->output(0)] = n->input(0);
+      dropped[i] = true;
+      continue;
+    }
+    if (keeps_batch(*n) && producer.count(n->input(0))) {
+      const int p = producer.at(n->input(0));
+      if (keeps_batch(nodes->Get(p)) && !outputs.count(n->input(0)) && uses(n->input(0)) == 1) {
+        n->set_input(0, nodes->Get(p).input(0));
+        dropped[p] = true;
+      }
+    }
+    for (auto& out : n->output()) producer[out] = i;
+  }
+  // Identities that name graph outputs.
+  for (int i = 0; i < nodes->size(); ++i) {
+    auto* n = nodes->Mutable(i);
+    if (dropped[i] || n->op_type() != "Identity") continue;
+    const std::string in = n->input(0);
+    if (sources.count(in) || outputs.count(in) || !producer.count(in) || uses(in) != 1) continue;
+    auto* p = nodes->Mutable(producer.at(in));
+    for (auto& out : *p->mutable_output())
+      if (out == in) out = n->output(0);
+    dropped[i] = true;
+  }
+  google::protobuf::RepeatedPtrField<kiln_onnx::NodeProto> kept;
+  for (int i = 0; i < nodes->size(); ++i)
+    if (!dropped[i]) kept.Add()->Swap(nodes->Mutable(i));
+  nodes->Swap(&kept);
+  std::set<std::string> read;
+  for (auto& n : g->node())
+    for (auto& in : n.input()) read.insert(in);
+  auto* initializers = g->mutable_initializer();
+  for (int i = initializers->size() - 1; i >= 0; --i)
+    if (!read.count(initializers->Get(i).name())) initializers->DeleteSubrange(i, 1);
+}
+
 }  // namespace
 
 void OnnxExportOptions::validate() const {
+  if (weights != "float32" && weights != "float16")
+    throw ValueError(
+        "export_onnx: received an invalid value for `weights`, expected \"float32\" or \"float16\". Received: "
+        "weights=" +
+        weights);
   if (opset < 13 || opset > 17)
     throw ValueError(
         "export_onnx: received an invalid value for `opset`, expected 13 to 17 (ReduceMean takes `axes` "
@@ -1481,7 +1613,7 @@ std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options) {
   opset->set_version(options.opset);
   GraphBuilder b(proto.mutable_graph());
   b.graph()->set_name(options.graph_name.empty() ? model.name() : options.graph_name);
-  LayerEmitter e(b);
+  LayerEmitter e(b, options.qat_as_int8);
 
   const auto in_names = model.input_names();
   const auto in_shapes = model.input_shapes();
@@ -1509,6 +1641,8 @@ std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options) {
     const at::ScalarType t = e.type_of(outputs[i]);
     b.value_info(b.graph()->mutable_output(), out_names[i], at::isFloatingType(t) ? at::kFloat : t, out_shapes.at(i));
   }
+  if (options.optimize) drop_pass_through_nodes(b.graph());
+  if (options.weights == "float16") store_weights_as_float16(b);
   return proto.SerializeAsString();
 }
 

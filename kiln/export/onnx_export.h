@@ -27,8 +27,9 @@
 // float32 with Casts to the 16-bit type and back where kiln rounds; int8
 // Dense layers (dynamic or calibrated) quantize their inputs in the graph
 // as kiln does and multiply with MatMulInteger on the stored int8 kernel;
-// int8 Embedding gathers int8 rows and divides by their scales. float8 and
-// int8_qat layers are refused (ValueError naming the layer). See
+// int8 Embedding gathers int8 rows and divides by their scales. float8
+// layers are refused (ValueError naming the layer), as are int8_qat ones
+// unless OnnxExportOptions::qat_as_int8 converts them. See
 // docs/EXPORT.md for the ops and the differences measured.
 //
 // Errors: ValueError naming the first unsupported layer (its class, and the
@@ -49,6 +50,24 @@ namespace kiln::exporter {
 struct OnnxExportOptions {
   int64_t opset = 17;      // ai.onnx opset; 17 is supported by ONNX Runtime >= 1.12
   std::string graph_name;  // default: the model's name
+  // How float initializers (weights, constants) are stored: "float32", or
+  // "float16" for a file about half the size. With float16, each one is
+  // followed by a Cast to float32, which ONNX Runtime folds at load: the
+  // graph computes in float32 on float16-rounded weights (measured: within
+  // 1e-3 of kiln, docs/EXPORT.md). An initializer float16 cannot hold (a
+  // value beyond +-65504) stays float32. Inputs and outputs stay float32
+  // (onnxconverter-common's keep_io_types=True).
+  std::string weights = "float32";
+  // Layers in int8 quantization-aware training (quantize("int8_qat")) are
+  // refused unless true; then each is exported as the int8 layer
+  // quantize("int8") would convert it to (int8 kernel with per-channel
+  // scales, per-row input scales), without changing the model.
+  bool qat_as_int8 = false;
+  // Removes the nodes that only pass values on (Identity from Dropout and
+  // the other identity-at-inference layers, a Reshape or Flatten feeding
+  // only another one); the outputs are bit for bit the same, with fewer
+  // nodes. ONNX Runtime's own optimizer still fuses the rest at load.
+  bool optimize = false;
   void validate() const;
 };
 
