@@ -268,7 +268,8 @@ int main(int argc, char** argv) {
       auto t0 = Clock::now();
       m->fit({.x = {x}, .y = {d.y_train}, .batch_size = 256, .epochs = accuracy_epochs, .verbose = 0});
       const double s = std::chrono::duration<double>(Clock::now() - t0).count() / accuracy_epochs;
-      const double acc = (m->predict(xt, 1024).argmax(-1) == d.y_test).to(at::kFloat).mean().item<double>() * 100;
+      const double acc =
+          (m->predict(xt, {.batch_size = 1024}).argmax(-1) == d.y_test).to(at::kFloat).mean().item<double>() * 100;
       out["fashion_mnist"][p] = Json{{"test_accuracy", acc}, {"epoch_s", s}};
       std::printf("  %-16s %7.2f%% %8.2f s\n", p, acc, s);
     }

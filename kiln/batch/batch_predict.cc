@@ -97,7 +97,7 @@ class Worker {
     try {
       std::vector<const Instance*> instances;
       for (auto* item : batch) instances.push_back(&item->values);
-      y = model_->predict(stack_instances(instances, inputs_), n);
+      y = model_->predict(stack_instances(instances, inputs_), {.batch_size = n});
     } catch (const std::exception& e) {
       if (n > 1) {  // find the instance(s) at fault
         for (auto* item : batch) predict_batch({item}, results, errors, n_ok, n_err);

@@ -195,7 +195,7 @@ TEST(Ensemble, KilnModelsAndTreesSaveLoadAndPredictIdentically) {
   // the server load): the same predictions, the ensemble's signature.
   ModelPtr as_model = load_model(dir.path() + "/ens/1");
   EXPECT_EQ(as_model->class_name(), "Ensemble");
-  EXPECT_TRUE(at::allclose(as_model->predict(xv, 64), e.predict({xv})[0], 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(as_model->predict(xv, {.batch_size = 64}), e.predict({xv})[0], 1e-5, 1e-6));
   EXPECT_TRUE(at::allclose(as_model->predict_on_batch({xv})[0], e.predict({xv})[0], 1e-5, 1e-6));
   EXPECT_EQ(model_signatures(*as_model), sig);
   EXPECT_EQ(as_model->input_shapes(), (std::vector<Shape>{{kNone, 6}}));

@@ -38,7 +38,9 @@ using PredictorPtr = std::shared_ptr<Predictor>;
 class ModelPredictor : public Predictor {
  public:
   explicit ModelPredictor(ModelPtr model) : model_(std::move(model)) {}
-  Tensors predict(const Tensors& x, int64_t batch_size = 256) override { return model_->predict(x, batch_size); }
+  Tensors predict(const Tensors& x, int64_t batch_size = 256) override {
+    return model_->predict(x, {.batch_size = batch_size});
+  }
   Json signatures() override;
   std::string kind() const override { return "kiln"; }
   void save_to(const std::string& dir) override;

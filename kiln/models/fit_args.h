@@ -1,4 +1,5 @@
-// Arguments and results of Model::compile/fit/evaluate/predict, with
+// Arguments and results of Model::compile/fit/evaluate/predict and the
+// train/test steps, with
 // Keras's names and defaults.
 #pragma once
 
@@ -105,6 +106,23 @@ struct EvaluateArgs {
   int verbose = 0;
   int64_t steps = 0;
   std::vector<CallbackPtr> callbacks;
+};
+
+// Keras's predict() options: model->predict(x, {.batch_size = 64}).
+struct PredictArgs {
+  int64_t batch_size = 32;  // rows per batch (tensor input; a Dataset is already batched)
+  // 0 silent, 1 progress bar, 2 one line; -1 "auto": 1 on a terminal, 2 otherwise.
+  int verbose = 0;
+  int64_t steps = 0;  // 0: every batch of the data; else at most this many
+  std::vector<CallbackPtr> callbacks;
+};
+
+// One batch as fit()/evaluate() hand it to Model::train_step/test_step:
+// Keras's data = (x, y, sample_weight).
+struct Batch {
+  Tensors x, y;
+  at::Tensor sample_weight;  // undefined: unweighted
+  int64_t global_rows = -1;  // sharded: rows of the whole global batch
 };
 
 // Keras's History: per-epoch values of "loss", each metric and "val_*".

@@ -71,10 +71,46 @@ class Model : public Layer {
 
   History fit(const FitArgs& args);
   std::map<std::string, double> evaluate(const EvaluateArgs& args);
-  // Batched inference (training=false, no grad). One tensor per output.
-  Tensors predict(const Tensors& x, int64_t batch_size = 32, int verbose = 0);
-  at::Tensor predict(const at::Tensor& x, int64_t batch_size = 32, int verbose = 0);
-  Tensors predict(const Dataset& ds, int verbose = 0);
+  // Batched inference (training=false, no grad), one predict_step per
+  // batch. One tensor per output, on the host:
+  //   Tensors p = model->predict(x, {.batch_size = 256, .verbose = 1});
+  Tensors predict(const Tensors& x, const PredictArgs& args = {});
+  at::Tensor predict(const at::Tensor& x, const PredictArgs& args = {});  // one input, one output
+  Tensors predict(const Dataset& ds, const PredictArgs& args = {});       // args.batch_size unused
+  // The spellings before PredictArgs; kept for one release.
+  [[deprecated("use predict(x, PredictArgs{.batch_size = ..., .verbose = ...})")]] Tensors predict(const Tensors& x,
+                                                                                                   int64_t batch_size,
+                                                                                                   int verbose = 0);
+  [[deprecated("use predict(x, PredictArgs{.batch_size = ..., .verbose = ...})")]] at::Tensor predict(
+      const at::Tensor& x, int64_t batch_size, int verbose = 0);
+  [[deprecated("use predict(ds, PredictArgs{.verbose = ...})")]] Tensors predict(const Dataset& ds, int verbose);
+
+  // --- custom training logic (Keras's train_step / test_step / predict_step) --
+  // fit() calls train_step once per batch, evaluate() and fit()'s
+  // validation call test_step, predict() calls predict_step; train_on_batch,
+  // test_on_batch and predict_on_batch call them too. Override them in a
+  // subclass for custom training logic instead of editing the step pipeline
+  // (docs/DESIGN.md, "Custom training logic: train_step"):
+  //
+  //   std::map<std::string, double> train_step(const Batch& data) override {
+  //     TrainState& ts = train_state();  // kiln/training/train_state.h
+  //     at::Tensor loss = ts.loss()(data.y[0], (*this)(data.x, true)[0]);
+  //     ... gradients of `loss`, ts.optimizer().apply_gradients(grads, vars) ...
+  //     return {{"loss", loss.item<double>()}};
+  //   }
+  //
+  // Return the logs (metric name -> value) the callbacks and History see
+  // for this batch. The defaults run the compiled step pipeline
+  // (TrainState::train_step / test_step) and return {}: "the compiled
+  // metrics' running results", which fit() reads only when callbacks need
+  // them (no host round trip per step; steps_per_execution holds). An
+  // override may call Model::train_step(data) and then return {} as well.
+  // A non-empty return replaces those logs for that batch.
+  virtual std::map<std::string, double> train_step(const Batch& data);
+  virtual std::map<std::string, double> test_step(const Batch& data);
+  // The default is (*this)(x, /*training=*/false); predict() runs it with
+  // gradients off.
+  virtual Tensors predict_step(const Tensors& x);
   // One optimizer step on one batch; returns {"loss": ..., metrics...} for
   // that batch only: like Keras 3 (since keras-team/keras#22617), the
   // metrics are reset at the start of each call, so the values are not

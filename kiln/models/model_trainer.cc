@@ -78,19 +78,39 @@ std::map<std::string, double> Model::evaluate(const EvaluateArgs& args) {
   return trainer("evaluate").evaluate(*this, args);
 }
 
-Tensors Model::predict(const Tensors& x, int64_t batch_size, int verbose) {
-  return trainer("predict").predict(*this, x, batch_size, verbose);
-}
+Tensors Model::predict(const Tensors& x, const PredictArgs& args) { return trainer("predict").predict(*this, x, args); }
 
-at::Tensor Model::predict(const at::Tensor& x, int64_t batch_size, int verbose) {
-  Tensors out = predict(Tensors{x}, batch_size, verbose);
+at::Tensor Model::predict(const at::Tensor& x, const PredictArgs& args) {
+  Tensors out = predict(Tensors{x}, args);
   if (out.size() != 1)
     throw ValueError("predict: model '" + name() + "' has " + std::to_string(out.size()) +
                      " outputs; call predict with a vector of inputs to get them all");
   return out[0];
 }
 
-Tensors Model::predict(const Dataset& ds, int verbose) { return trainer("predict").predict(*this, ds, verbose); }
+Tensors Model::predict(const Dataset& ds, const PredictArgs& args) {
+  return trainer("predict").predict(*this, ds, args);
+}
+
+Tensors Model::predict(const Tensors& x, int64_t batch_size, int verbose) {
+  return predict(x, PredictArgs{.batch_size = batch_size, .verbose = verbose});
+}
+
+at::Tensor Model::predict(const at::Tensor& x, int64_t batch_size, int verbose) {
+  return predict(x, PredictArgs{.batch_size = batch_size, .verbose = verbose});
+}
+
+Tensors Model::predict(const Dataset& ds, int verbose) { return predict(ds, PredictArgs{.verbose = verbose}); }
+
+std::map<std::string, double> Model::train_step(const Batch& data) {
+  return trainer("train_step").train_step(*this, data);
+}
+
+std::map<std::string, double> Model::test_step(const Batch& data) {
+  return trainer("test_step").test_step(*this, data);
+}
+
+Tensors Model::predict_step(const Tensors& x) { return (*this)(x, /*training=*/false); }
 
 void Model::reset_metrics() { trainer("reset_metrics").reset_metrics(*this); }
 

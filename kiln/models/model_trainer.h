@@ -1,6 +1,6 @@
 // The seam between Model and the two libraries above it that implement its
 // training and saving members: kiln/training (compile, fit, evaluate,
-// predict, the *_on_batch forms) and kiln/saving (save, save_weights,
+// predict, the *_on_batch forms, the default train_step and test_step) and kiln/saving (save, save_weights,
 // load_weights, load_model).
 //
 // Keras 3 splits the training loop out of Model into a Trainer; kiln keeps
@@ -37,8 +37,12 @@ class ModelTrainer {
   virtual std::shared_ptr<TrainState> compile(Model& model, CompileArgs& args) = 0;
   virtual History fit(Model& model, const FitArgs& args) = 0;
   virtual std::map<std::string, double> evaluate(Model& model, const EvaluateArgs& args) = 0;
-  virtual Tensors predict(Model& model, const Tensors& x, int64_t batch_size, int verbose) = 0;
-  virtual Tensors predict(Model& model, const Dataset& ds, int verbose) = 0;
+  virtual Tensors predict(Model& model, const Tensors& x, const PredictArgs& args) = 0;
+  virtual Tensors predict(Model& model, const Dataset& ds, const PredictArgs& args) = 0;
+  // Model::train_step / test_step's defaults: the compiled step pipeline on
+  // one batch; {} (the compiled metrics are the logs).
+  virtual std::map<std::string, double> train_step(Model& model, const Batch& data) = 0;
+  virtual std::map<std::string, double> test_step(Model& model, const Batch& data) = 0;
   virtual std::map<std::string, double> train_on_batch(Model& model, const Tensors& x, const Tensors& y,
                                                        const at::Tensor& sample_weight) = 0;
   virtual std::map<std::string, double> test_on_batch(Model& model, const Tensors& x, const Tensors& y,

@@ -90,7 +90,7 @@ void calibrate(Model& model, const Tensors& x, const quantization::CalibrationOp
                      "' has no int8 Dense or EinsumDense layer to calibrate; call quantize(\"int8\") first");
   {
     quantization::CalibrationScope scope;
-    model.predict(x, batch_size);
+    model.predict(x, {.batch_size = batch_size});
   }
   visit_leaves(model, [&](Layer& l) { l.finish_calibration(options.method, options.percentile); });
 }

@@ -618,7 +618,7 @@ Mnist mnist() {
 }
 
 double accuracy(Model& m, const at::Tensor& x, const at::Tensor& y) {
-  return (m.predict(x, 1024).argmax(-1) == y).to(at::kFloat).mean().item<double>() * 100;
+  return (m.predict(x, {.batch_size = 1024}).argmax(-1) == y).to(at::kFloat).mean().item<double>() * 100;
 }
 
 std::shared_ptr<Sequential> fashion_mlp() {

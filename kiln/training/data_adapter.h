@@ -23,11 +23,7 @@ namespace kiln {
 
 class Model;
 
-struct Batch {
-  Tensors x, y;
-  at::Tensor sample_weight;  // undefined: unweighted
-  int64_t global_rows = -1;  // sharded: rows of the whole global batch
-};
+// Batch: kiln/models/fit_args.h (what Model::train_step receives).
 
 class EpochIterator {
  public:

@@ -133,9 +133,9 @@ TEST(TrainingCUDA, FitOnTheGpuMatchesTheCpu) {
   auto ev = m->evaluate({.x = {d.x}, .y = {d.y}, .batch_size = 64, .verbose = 0});
   auto ev_cpu = on_cpu.first->evaluate({.x = {d.x}, .y = {d.y}, .batch_size = 64, .verbose = 0});
   EXPECT_NEAR(ev.at("loss"), ev_cpu.at("loss"), 1e-4);
-  at::Tensor p = m->predict(d.x, 64, 0);
+  at::Tensor p = m->predict(d.x, {.batch_size = 64, .verbose = 0});
   EXPECT_TRUE(p.device().is_cpu());
-  EXPECT_TRUE(at::allclose(p, on_cpu.first->predict(d.x, 64, 0), 1e-4, 1e-4));
+  EXPECT_TRUE(at::allclose(p, on_cpu.first->predict(d.x, {.batch_size = 64, .verbose = 0}), 1e-4, 1e-4));
   // train_on_batch takes host tensors too.
   m->train_on_batch({d.x.narrow(0, 0, 32)}, {d.y.narrow(0, 0, 32)});
 }

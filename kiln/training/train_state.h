@@ -26,6 +26,10 @@
 // The test step (evaluate, validation) runs forward (training=false, no grad),
 // compute_loss and update_metrics of the same pipeline.
 //
+// Model::train_step / test_step's defaults run these steps; a model with
+// custom training logic overrides them rather than editing the stages
+// (docs/DESIGN.md, "Custom training logic: train_step").
+//
 // FitProgress is where fit() is (epoch, batch, the host RNG state at the
 // start of the epoch); callbacks that checkpoint (BackupAndRestore) read it
 // and may set `resume` in on_train_begin to make fit() continue from a saved
@@ -139,6 +143,9 @@ struct FitProgress {
   // optimizer holds only this replica's slots; see
   // TrainState::with_full_optimizer_state.
   std::function<void(const std::function<void()>&)> with_full_optimizer_state;
+  // How Model::train_step's default runs the pipeline inside fit() (the
+  // captured graph with jit_compile, the cached variables); null outside fit().
+  std::function<void(StepData&)> run_train_step;
 };
 
 class TrainState {

@@ -31,27 +31,35 @@ int resolve_verbose(int verbose) {
   return verbose;
 }
 
+// What the step pipeline runs on for one batch.
+StepData step_data(Model& model, const Batch& data) {
+  StepData s;
+  s.model = &model;
+  s.x = data.x;
+  s.y = data.y;
+  s.sample_weight = data.sample_weight;
+  s.global_batch_size = data.global_rows;
+  return s;
+}
+
+// A step's logs: what an overriding train_step/test_step returned, or (the
+// defaults return {}) the compiled metrics' running results.
+Logs step_logs(TrainState& ts, const Logs& returned) { return returned.empty() ? ts.results() : returned; }
+
 // The loop evaluate() and fit()'s validation share.
 Logs run_test_loop(Model& model, TrainState& ts, DataAdapter& data, int64_t steps, Callback& cbs) {
   ts.reset_metrics();
   cbs.on_test_begin({});
   auto it = data.begin_epoch(0);
-  Logs logs;
+  Logs returned;
   for (int64_t b = 0; steps <= 0 || b < steps; ++b) {
     auto batch = it->next();
     if (!batch) break;
     cbs.on_test_batch_begin(b, {});
-    StepData s;
-    s.model = &model;
-    s.x = std::move(batch->x);
-    s.y = std::move(batch->y);
-    s.sample_weight = batch->sample_weight;
-    s.global_batch_size = batch->global_rows;
-    ts.test_step(s);
-    logs = ts.results();
-    cbs.on_test_batch_end(b, logs);
+    returned = model.test_step(*batch);
+    cbs.on_test_batch_end(b, step_logs(ts, returned));
   }
-  logs = ts.results();
+  Logs logs = step_logs(ts, returned);
   cbs.on_test_end(logs);
   return logs;
 }
@@ -89,12 +97,12 @@ int64_t agree_on_steps(Distribution& d, int64_t steps) {
 // A step that asked the device for more memory than it has: one line that
 // names the batch size, where, and what to try (the GPU's own message says
 // how much was asked and free).
-[[noreturn]] void throw_out_of_memory(const std::exception& e, const StepData& s, int epoch, int64_t batch,
+[[noreturn]] void throw_out_of_memory(const std::exception& e, const Batch& data, int epoch, int64_t batch,
                                       const at::Device& device) {
   const auto* c = dynamic_cast<const c10::Error*>(&e);
   std::string why = c ? c->what_without_backtrace() : e.what();
   if (auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
-  const int64_t rows = s.x.empty() || s.x[0].dim() == 0 ? 0 : s.x[0].size(0);
+  const int64_t rows = data.x.empty() || data.x[0].dim() == 0 ? 0 : data.x[0].size(0);
   throw ResourceExhaustedError("fit: out of memory on " + device.str() + " in the step of epoch " +
                                std::to_string(epoch + 1) + ", batch " + std::to_string(batch) + " (batch size " +
                                std::to_string(rows) + "): " + why + ". Use a smaller batch_size (e.g. " +
@@ -161,8 +169,10 @@ class Trainer final : public ModelTrainer {
   std::shared_ptr<TrainState> compile(Model& model, CompileArgs& args) override;
   History fit(Model& model, const FitArgs& args) override;
   std::map<std::string, double> evaluate(Model& model, const EvaluateArgs& args) override;
-  Tensors predict(Model& model, const Tensors& x, int64_t batch_size, int verbose) override;
-  Tensors predict(Model& model, const Dataset& ds, int verbose) override;
+  Tensors predict(Model& model, const Tensors& x, const PredictArgs& args) override;
+  Tensors predict(Model& model, const Dataset& ds, const PredictArgs& args) override;
+  std::map<std::string, double> train_step(Model& model, const Batch& data) override;
+  std::map<std::string, double> test_step(Model& model, const Batch& data) override;
   std::map<std::string, double> train_on_batch(Model& model, const Tensors& x, const Tensors& y,
                                                const at::Tensor& sample_weight) override;
   std::map<std::string, double> test_on_batch(Model& model, const Tensors& x, const Tensors& y,
@@ -279,11 +289,23 @@ History Trainer::fit(Model& model, const FitArgs& a) {
   prog.steps_per_epoch = steps;
   model.stop_training = false;
   prog.callbacks = &cbs;
+  // Model::train_step's default runs the pipeline fit()'s way: on the
+  // captured graph (jit_compile) and with the trainable variables looked up
+  // once.
+  prog.run_train_step = [&](StepData& s) {
+    s.variables = variables;
+    if (captured)
+      captured->run(s);
+    else
+      ts.train_step(s);
+    if (variables.empty()) variables = s.variables;
+  };
   struct ProgressReset {  // leave no stale in_fit after an exception
     FitProgress& p;
     ~ProgressReset() {
       p.in_fit = false;
       p.callbacks = nullptr;
+      p.run_train_step = nullptr;
     }
   } progress_reset{prog};
 
@@ -352,6 +374,7 @@ History Trainer::fit(Model& model, const FitArgs& a) {
     // Keras's steps_per_execution: the batch callbacks (and with them the
     // host's reads of the loss and metrics) once per `per_execution` steps.
     int64_t execution_begin = -1;
+    Logs returned;  // the last train_step's own logs ({}: the compiled metrics)
     for (; !skip_batches && (steps < 0 || b < steps); ++b) {
       auto batch = it->next();
       if (!batch) break;
@@ -359,36 +382,25 @@ History Trainer::fit(Model& model, const FitArgs& a) {
         execution_begin = b;
         cbs.on_train_batch_begin(b, {});
       }
-      StepData s;
-      s.model = &model;
-      s.x = std::move(batch->x);
-      s.y = std::move(batch->y);
-      s.sample_weight = batch->sample_weight;
-      s.global_batch_size = batch->global_rows;
-      s.variables = variables;
       try {
-        if (captured)
-          captured->run(s);
-        else
-          ts.train_step(s);
+        returned = model.train_step(*batch);
       } catch (const std::exception& e) {
         if (!is_out_of_memory(e) || dynamic_cast<const UserError*>(&e)) throw;
-        throw_out_of_memory(e, s, epoch, b, device);
+        throw_out_of_memory(e, *batch, epoch, b, device);
       }
-      if (variables.empty()) variables = s.variables;
       prog.batch = b + 1;
       if (b + 1 - execution_begin < per_execution && (steps < 0 || b + 1 < steps)) continue;
       execution_begin = -1;
-      cbs.on_train_batch_end(b, ts.results());
+      cbs.on_train_batch_end(b, step_logs(ts, returned));
       if (model.stop_training) break;
     }
     // The data ended inside an execution: it ends there.
-    if (execution_begin >= 0) cbs.on_train_batch_end(b - 1, ts.results());
+    if (execution_begin >= 0) cbs.on_train_batch_end(b - 1, step_logs(ts, returned));
     if (steps < 0 && !skip_batches) {  // unknown cardinality: the first pass tells
       steps = b;
       prog.steps_per_epoch = b;
     }
-    epoch_logs = ts.results();
+    epoch_logs = step_logs(ts, returned);
     if (val && (epoch + 1) % a.validation_freq == 0) {
       Logs vl = run_test_loop(model, ts, *val, a.validation_steps, cbs);
       for (auto& [k, v] : vl) epoch_logs["val_" + k] = v;
@@ -432,22 +444,26 @@ namespace {
 
 // Outputs come back on the host (Keras returns NumPy arrays), in one copy
 // per output after the last batch.
-Tensors predict_loop(Model& model, std::unique_ptr<DataAdapter> adapter, int verbose) {
-  const int v = resolve_verbose(verbose);
+Tensors predict_loop(Model& model, std::unique_ptr<DataAdapter> adapter, const PredictArgs& a) {
+  if (a.steps < 0) throw ValueError("predict: `steps` must be >= 0. Received: steps=" + std::to_string(a.steps));
+  const int v = resolve_verbose(a.verbose);
   std::unique_ptr<DataAdapter> on_device = prefetch_to_device(std::move(adapter), model_device(model));
   DataAdapter& data = *on_device;
   const int64_t card = data.num_batches();
-  if (card == kInfiniteCardinality) throw ValueError("predict: the dataset is infinite");
-  CallbackList cbs({}, false, v != 0 && is_chief(), &model, fit_params_json(v, 1, card >= 0 ? card : -1, false));
+  if (card == kInfiniteCardinality && a.steps == 0)
+    throw ValueError("predict: the dataset is infinite; pass `steps` to say how many batches to predict");
+  int64_t steps = card >= 0 ? card : -1;
+  if (a.steps > 0) steps = steps >= 0 ? std::min(steps, a.steps) : a.steps;
+  CallbackList cbs(a.callbacks, false, v != 0 && is_chief(), &model, fit_params_json(v, 1, steps, false));
   cbs.on_predict_begin({});
   std::vector<Tensors> parts;
   auto it = data.begin_epoch(0);
   at::NoGradGuard ng;
-  for (int64_t b = 0;; ++b) {
+  for (int64_t b = 0; a.steps == 0 || b < a.steps; ++b) {
     auto batch = it->next();
     if (!batch) break;
     cbs.on_predict_batch_begin(b, {});
-    Tensors out = model(batch->x, false);
+    Tensors out = model.predict_step(batch->x);
     if (parts.empty()) parts.resize(out.size());
     if (out.size() != parts.size())
       throw Error("predict: the model returned a different number of outputs between batches");
@@ -462,55 +478,75 @@ Tensors predict_loop(Model& model, std::unique_ptr<DataAdapter> adapter, int ver
 
 }  // namespace
 
-Tensors Trainer::predict(Model& model, const Tensors& x, int64_t batch_size, int verbose) {
+Tensors Trainer::predict(Model& model, const Tensors& x, const PredictArgs& args) {
   warn_about_slow_precision(model);
-  auto data = make_tensor_adapter(x, {}, at::Tensor(), batch_size, false);
-  return predict_loop(model, std::move(data), verbose);
+  auto data = make_tensor_adapter(x, {}, at::Tensor(), args.batch_size, false);
+  return predict_loop(model, std::move(data), args);
 }
 
-Tensors Trainer::predict(Model& model, const Dataset& ds, int verbose) {
+Tensors Trainer::predict(Model& model, const Dataset& ds, const PredictArgs& args) {
   warn_about_slow_precision(model);
   auto data = make_dataset_adapter(ds, model.num_inputs(), 0);
-  return predict_loop(model, std::move(data), verbose);
+  return predict_loop(model, std::move(data), args);
+}
+
+// --- the default train/test steps ----------------------------------------------------
+
+std::map<std::string, double> Trainer::train_step(Model& model, const Batch& data) {
+  TrainState& ts = model.train_state();
+  StepData s = step_data(model, data);
+  if (ts.progress().run_train_step)
+    ts.progress().run_train_step(s);
+  else
+    ts.train_step(s);
+  return {};
+}
+
+std::map<std::string, double> Trainer::test_step(Model& model, const Batch& data) {
+  TrainState& ts = model.train_state();
+  StepData s = step_data(model, data);
+  ts.test_step(s);
+  return {};
 }
 
 // --- on_batch ------------------------------------------------------------------------
 
 void Trainer::reset_metrics(Model& model) { model.train_state().reset_metrics(); }
 
+namespace {
+
+// train_on_batch / test_on_batch's one batch, on the model's device.
+Batch on_batch_data(Model& model, const Tensors& x, const Tensors& y, const at::Tensor& sample_weight) {
+  make_tensor_adapter(x, y, sample_weight, 1, false);  // validates lengths
+  const at::Device device = model_device(model);
+  Batch data;
+  data.x = to_device(x, device);
+  data.y = to_device(y, device);
+  if (sample_weight.defined()) data.sample_weight = sample_weight.to(device, at::kFloat);
+  return data;
+}
+
+}  // namespace
+
 std::map<std::string, double> Trainer::train_on_batch(Model& model, const Tensors& x, const Tensors& y,
                                                       const at::Tensor& sample_weight) {
   TrainState& ts = model.train_state();
-  make_tensor_adapter(x, y, sample_weight, 1, false);  // validates lengths
-  ts.reset_metrics();                                  // this batch's values only (Keras 3)
-  StepData s;
-  s.model = &model;
-  const at::Device device = model_device(model);
-  s.x = to_device(x, device);
-  s.y = to_device(y, device);
-  if (sample_weight.defined()) s.sample_weight = sample_weight.to(device, at::kFloat);
-  ts.train_step(s);
-  return ts.results();
+  Batch data = on_batch_data(model, x, y, sample_weight);
+  ts.reset_metrics();  // this batch's values only (Keras 3)
+  return step_logs(ts, model.train_step(data));
 }
 
 std::map<std::string, double> Trainer::test_on_batch(Model& model, const Tensors& x, const Tensors& y,
                                                      const at::Tensor& sample_weight) {
   TrainState& ts = model.train_state();
-  make_tensor_adapter(x, y, sample_weight, 1, false);
+  Batch data = on_batch_data(model, x, y, sample_weight);
   ts.reset_metrics();
-  StepData s;
-  s.model = &model;
-  const at::Device device = model_device(model);
-  s.x = to_device(x, device);
-  s.y = to_device(y, device);
-  if (sample_weight.defined()) s.sample_weight = sample_weight.to(device, at::kFloat);
-  ts.test_step(s);
-  return ts.results();
+  return step_logs(ts, model.test_step(data));
 }
 
 Tensors Trainer::predict_on_batch(Model& model, const Tensors& x) {
   at::NoGradGuard ng;
-  Tensors out = (model)(to_device(x, model_device(model)), false);
+  Tensors out = model.predict_step(to_device(x, model_device(model)));
   for (auto& t : out) t = t.detach().to(at::kCPU);
   return out;
 }

@@ -282,7 +282,7 @@ TEST(EvaluateAndPredict, BatchedMatchesWholeAndDatasets) {
   Problem p = blobs(50);
   auto model = make_model(optimizer("SGD", 0.1));
   at::Tensor whole = model->predict_on_batch({p.x})[0];
-  at::Tensor batched = model->predict(p.x, 7);
+  at::Tensor batched = model->predict(p.x, {.batch_size = 7});
   EXPECT_EQ(batched.sizes(), (std::vector<int64_t>{50, 2}));
   EXPECT_TRUE(at::allclose(whole, batched, 1e-6, 1e-6));
   EXPECT_FALSE(batched.requires_grad());

@@ -173,7 +173,7 @@ TEST_F(Cli, PredictRoundTripsJsonLinesInOrder) {
   auto out = lines_of(read_file(dir_.path() + "/out.jsonl"));
   ASSERT_EQ(out.size(), (size_t)n);
   // The values re-read equal the float32s an in-process prediction gives.
-  auto want = model->predict(x, 32);
+  auto want = model->predict(x, {.batch_size = 32});
   for (int i = 0; i < n; ++i) {
     Json j = Json::parse(out[i]);
     ASSERT_TRUE(j.contains("predictions")) << out[i];

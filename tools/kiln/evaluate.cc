@@ -59,7 +59,7 @@ void run_evaluate(const EvaluateOptions& o) {
   ev.batch_size = o.batch_size;
   std::map<std::string, double> metrics;
   if (predictor) {  // never compiled: scored as kiln ensemble scores members
-    const at::Tensor p = model->predict(ev.x, o.batch_size).at(0);
+    const at::Tensor p = model->predict(ev.x, {.batch_size = o.batch_size}).at(0);
     const at::Tensor y = ev.y[0].reshape({-1}).to(at::kLong);
     if (p.dim() != 2 || y.size(0) != p.size(0))
       throw ValueError(o.model_dir + " gives (batch, classes) probabilities, which need one class label per " +

@@ -80,7 +80,7 @@ class LocalBackend : public Backend {
   }
   const std::vector<batch::InstanceInput>& inputs() const override { return inputs_; }
   std::vector<std::pair<std::string, at::Tensor>> run(const Tensors& x) override {
-    Tensors y = model_->predict(x, batch_size_);
+    Tensors y = model_->predict(x, {.batch_size = batch_size_});
     std::vector<std::pair<std::string, at::Tensor>> out;
     for (size_t k = 0; k < y.size(); ++k)
       out.emplace_back(k < output_names_.size() ? output_names_[k] : "output_" + std::to_string(k), y[k]);
