@@ -156,10 +156,14 @@ struct ServedModel {
         dir.path() + "/serve.log");
     const std::string ready = process->wait_for_line("kiln serve: ready", 60);
     EXPECT_FALSE(ready.empty()) << process->stderr_text();
-    if (!ready.empty()) rest_port = port_of(ready, "rest_port=");
+    if (ready.empty()) return;
+    rest_port = port_of(ready, "rest_port=");
+    client = std::make_unique<httplib::Client>("127.0.0.1", rest_port);
+    client->set_read_timeout(10, 0);
   }
   std::unique_ptr<ChildProcess> process;
   int rest_port = -1;
+  std::unique_ptr<httplib::Client> client;  // REST, 10 s read timeout; null if the server did not start
 };
 
 // SIGTERM, then the exit status (-2: still alive after timeout_s), the
@@ -185,8 +189,7 @@ TEST(KilnServe, AFifoWeightsFileFailsItsVersionAndSigtermStillEndsTheServer) {
   ServedModel served(dir, 0.05);
   ASSERT_GT(served.rest_port, 0);
   ChildProcess& p = *served.process;
-  httplib::Client c("127.0.0.1", served.rest_port);
-  c.set_read_timeout(10, 0);
+  httplib::Client& c = *served.client;
   // Version 2 made aside, its weights swapped for a FIFO, then renamed in.
   save_tiny_model(dir.path() + "/staging", 2.0f);
   const std::string w = dir.path() + "/staging/weights.safetensors";
@@ -219,8 +222,7 @@ TEST(KilnServe, SigtermEndsTheServerWithinItsBoundWhileAVersionIsStillLoading) {
   ServedModel served(dir, 0.05);
   ASSERT_GT(served.rest_port, 0);
   ChildProcess& p = *served.process;
-  httplib::Client c("127.0.0.1", served.rest_port);
-  c.set_read_timeout(10, 0);
+  httplib::Client& c = *served.client;
   {  // version 2: 4 -> 1024, repeated 512 times -> 1024 -> 1, with a warmup of many requests
     auto m = std::make_shared<Sequential>();
     m->add(Input({4}));
@@ -257,8 +259,7 @@ TEST(KilnServe, ASymlinkLoopVersionIsLoggedEachPollAndReportedInItsStatus) {
   ServedModel served(dir, poll_s);
   ASSERT_GT(served.rest_port, 0);
   ChildProcess& p = *served.process;
-  httplib::Client c("127.0.0.1", served.rest_port);
-  c.set_read_timeout(10, 0);
+  httplib::Client& c = *served.client;
   auto t0 = std::chrono::steady_clock::now();
   // A loop through two links: 2 -> 3 -> 2.
   ASSERT_EQ(::symlink((base + "/3").c_str(), (base + "/2").c_str()), 0);
