@@ -7,12 +7,12 @@
 #include "kiln/core/shape.h"
 #include "kiln/losses/loss.h"
 #include "kiln/losses/regression.h"
+#include "kiln/metrics/metric_fields.h"
 
 namespace kiln::metrics {
 
 std::shared_ptr<MeanAbsoluteError> MeanAbsoluteError::from_config(const Json& c) {
-  check_keys(c, {}, "MeanAbsoluteError");
-  return std::make_shared<MeanAbsoluteError>(get_or<std::string>(c, "name", "mean_absolute_error"));
+  return plain_metric_from_config<MeanAbsoluteError>(c);
 }
 
 at::Tensor MeanAbsoluteError::values(const at::Tensor& y_true, const at::Tensor& y_pred) const {
@@ -21,8 +21,7 @@ at::Tensor MeanAbsoluteError::values(const at::Tensor& y_true, const at::Tensor&
 }
 
 std::shared_ptr<MeanSquaredError> MeanSquaredError::from_config(const Json& c) {
-  check_keys(c, {}, "MeanSquaredError");
-  return std::make_shared<MeanSquaredError>(get_or<std::string>(c, "name", "mean_squared_error"));
+  return plain_metric_from_config<MeanSquaredError>(c);
 }
 
 at::Tensor MeanSquaredError::values(const at::Tensor& y_true, const at::Tensor& y_pred) const {
@@ -33,8 +32,7 @@ at::Tensor MeanSquaredError::values(const at::Tensor& y_true, const at::Tensor& 
 // --- RootMeanSquaredError --------------------------------------------------------------
 
 std::shared_ptr<RootMeanSquaredError> RootMeanSquaredError::from_config(const Json& c) {
-  check_keys(c, {}, "RootMeanSquaredError");
-  return std::make_shared<RootMeanSquaredError>(get_or<std::string>(c, "name", "root_mean_squared_error"));
+  return plain_metric_from_config<RootMeanSquaredError>(c);
 }
 
 void RootMeanSquaredError::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred_in,
