@@ -6,8 +6,6 @@
 // configs there instead (to make the golden file from a known-good build).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <fstream>
 #include <map>
 #include <set>
 #include <vector>
@@ -91,16 +89,8 @@ TEST(MetricConfigs, MatchGolden) {
     add(cls, cls, c.base);
     for (size_t i = 0; i < c.full.size(); ++i) add(cls + "_full" + (i ? std::to_string(i + 1) : ""), cls, c.full[i]);
   }
-  if (const char* path = std::getenv("KILN_WRITE_CONFIG_GOLDEN"); path && *path) {
-    std::ofstream(path) << actual.dump(1) << "\n";
-    GTEST_SKIP() << "wrote " << path;
-  }
-  const Json golden = load_golden("kiln/metrics/testdata/metric_configs_golden.json");
-  for (auto it = actual.begin(); it != actual.end(); ++it) {
-    ASSERT_TRUE(golden.contains(it.key())) << it.key() << " has no golden config";
-    EXPECT_EQ(it.value().get<std::string>(), golden[it.key()].get<std::string>()) << it.key();
-  }
-  EXPECT_EQ(actual.size(), golden.size());
+  if (write_or_expect_golden_configs(actual, "kiln/metrics/testdata/metric_configs_golden.json"))
+    GTEST_SKIP() << "wrote the golden configs";
 }
 
 }  // namespace
