@@ -5,6 +5,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
 #include "kiln/core/shape.h"
+#include "kiln/losses/loss_fields.h"
 
 namespace kiln::losses {
 namespace {
@@ -40,26 +41,44 @@ at::Tensor sparse_labels(at::Tensor y_true, at::Tensor y_pred, const std::string
   return y_true.to(y_pred.device(), at::kLong);
 }
 
+// The keys CategoricalCrossentropy and BinaryCrossentropy share.
+template <class O>
+const config::FieldTable<O>& crossentropy_fields() {
+  static const auto t =
+      loss_fields<O>({config::field("from_logits", &O::from_logits),
+                      config::field("label_smoothing", &O::label_smoothing), config::field("axis", &O::axis)});
+  return t;
+}
+
 }  // namespace
 
 // --- SparseCategoricalCrossentropy ---------------------------------------------
 
+namespace {
+const config::FieldTable<SparseCategoricalCrossentropyOptions>& sparse_ce_fields() {
+  using O = SparseCategoricalCrossentropyOptions;
+  // Keras's axis: accepted as -1 only, and not written.
+  const config::FieldDef<O> axis{
+      "axis",
+      [](config::Reader& r, O&) {
+        const Json* a = r.get("axis");
+        if (a && r.integer("axis", -1) != -1)
+          throw ValueError("SparseCategoricalCrossentropy: only axis=-1 is supported. Received: axis=" +
+                           json_excerpt(*a));
+      },
+      nullptr, [](Json&, const O&) {}};
+  static const auto t = loss_fields<O>(
+      {config::field("from_logits", &O::from_logits), config::field("ignore_class", &O::ignore_class), axis});
+  return t;
+}
+}  // namespace
+
 SparseCategoricalCrossentropy::SparseCategoricalCrossentropy(const SparseCategoricalCrossentropyOptions& o)
-    : Loss(o.name, o.reduction), from_logits_(o.from_logits), ignore_class_(o.ignore_class) {}
+    : Loss(o.name, o.reduction), options_(o) {}
 
 std::shared_ptr<SparseCategoricalCrossentropy> SparseCategoricalCrossentropy::from_config(const Json& c) {
-  check_keys(c, {"from_logits", "ignore_class", "axis"}, "SparseCategoricalCrossentropy");
-  if (get_or<int64_t>(c, "axis", -1) != -1)
-    throw ValueError("SparseCategoricalCrossentropy: only axis=-1 is supported. Received: axis=" +
-                     json_excerpt(c["axis"]));
-  std::optional<int64_t> ignore;
-  if (c.is_object() && c.contains("ignore_class") && !c["ignore_class"].is_null())
-    ignore = get_or<int64_t>(c, "ignore_class", 0);
   return std::make_shared<SparseCategoricalCrossentropy>(
-      SparseCategoricalCrossentropyOptions{.from_logits = get_or<bool>(c, "from_logits", false),
-                                           .ignore_class = ignore,
-                                           .reduction = get_or<std::string>(c, "reduction", "sum_over_batch_size"),
-                                           .name = get_or<std::string>(c, "name", "sparse_categorical_crossentropy")});
+      read_loss_config(c, "SparseCategoricalCrossentropy", sparse_ce_fields()));
 }
 
 at::Tensor SparseCategoricalCrossentropy::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {
@@ -67,8 +86,8 @@ at::Tensor SparseCategoricalCrossentropy::call(const at::Tensor& y_true_in, cons
   at::Tensor labels = sparse_labels(y_true_in, y_pred, class_name());
   const int64_t num_classes = y_pred.size(-1);
   at::Tensor valid;
-  if (ignore_class_) {
-    valid = labels != *ignore_class_;
+  if (options_.ignore_class) {
+    valid = labels != *options_.ignore_class;
     labels = labels.masked_fill(valid.logical_not(), 0);
   }
   // On the CPU a clear error is cheap; on a GPU it would cost a sync per
@@ -80,39 +99,29 @@ at::Tensor SparseCategoricalCrossentropy::call(const at::Tensor& y_true_in, cons
                        std::to_string(num_classes) + " classes. Received labels between " + std::to_string(lo) +
                        " and " + std::to_string(hi));
   }
-  at::Tensor logp = log_probs(y_pred, from_logits_, -1);
+  at::Tensor logp = log_probs(y_pred, options_.from_logits, -1);
   at::Tensor loss = -logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1);
   if (valid.defined()) loss = at::where(valid, loss, at::zeros_like(loss));
   return loss;
 }
 
 at::Tensor SparseCategoricalCrossentropy::valid_mask(const at::Tensor& y_true, const at::Tensor& y_pred) const {
-  if (!ignore_class_) return {};
-  return sparse_labels(y_true, y_pred, class_name()) != *ignore_class_;
+  if (!options_.ignore_class) return {};
+  return sparse_labels(y_true, y_pred, class_name()) != *options_.ignore_class;
 }
 
-Json SparseCategoricalCrossentropy::get_config() const {
-  Json c = Loss::get_config();
-  c["from_logits"] = from_logits_;
-  c["ignore_class"] = ignore_class_ ? Json(*ignore_class_) : Json(nullptr);
-  return c;
-}
+Json SparseCategoricalCrossentropy::get_config() const { return config::fields_json(options_, sparse_ce_fields()); }
 
 // --- CategoricalCrossentropy -----------------------------------------------------
 
 CategoricalCrossentropy::CategoricalCrossentropy(const CategoricalCrossentropyOptions& o)
-    : Loss(o.name, o.reduction), from_logits_(o.from_logits), label_smoothing_(o.label_smoothing), axis_(o.axis) {
-  check_label_smoothing(label_smoothing_, "CategoricalCrossentropy");
+    : Loss(o.name, o.reduction), options_(o) {
+  check_label_smoothing(o.label_smoothing, "CategoricalCrossentropy");
 }
 
 std::shared_ptr<CategoricalCrossentropy> CategoricalCrossentropy::from_config(const Json& c) {
-  check_keys(c, {"from_logits", "label_smoothing", "axis"}, "CategoricalCrossentropy");
   return std::make_shared<CategoricalCrossentropy>(
-      CategoricalCrossentropyOptions{.from_logits = get_or<bool>(c, "from_logits", false),
-                                     .label_smoothing = get_or<double>(c, "label_smoothing", 0.0),
-                                     .axis = get_or<int64_t>(c, "axis", -1),
-                                     .reduction = get_or<std::string>(c, "reduction", "sum_over_batch_size"),
-                                     .name = get_or<std::string>(c, "name", "categorical_crossentropy")});
+      read_loss_config(c, "CategoricalCrossentropy", crossentropy_fields<CategoricalCrossentropyOptions>()));
 }
 
 at::Tensor CategoricalCrossentropy::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {
@@ -123,36 +132,27 @@ at::Tensor CategoricalCrossentropy::call(const at::Tensor& y_true_in, const at::
     throw ShapeError(class_name() + ": y_true and y_pred must have the same shape (one-hot targets). Received " +
                      sizes_str(y_true) + " and " + sizes_str(y_pred) +
                      "; for integer labels use SparseCategoricalCrossentropy");
-  if (label_smoothing_ > 0) {
+  const CategoricalCrossentropyOptions& o = options_;
+  if (o.label_smoothing > 0) {
     const double num_classes = static_cast<double>(y_true.size(-1));
-    y_true = y_true * (1.0 - label_smoothing_) + label_smoothing_ / num_classes;
+    y_true = y_true * (1.0 - o.label_smoothing) + o.label_smoothing / num_classes;
   }
-  return -(y_true * log_probs(y_pred, from_logits_, axis_)).sum(axis_);
+  return -(y_true * log_probs(y_pred, o.from_logits, o.axis)).sum(o.axis);
 }
 
 Json CategoricalCrossentropy::get_config() const {
-  Json c = Loss::get_config();
-  c["from_logits"] = from_logits_;
-  c["label_smoothing"] = label_smoothing_;
-  c["axis"] = axis_;
-  return c;
+  return config::fields_json(options_, crossentropy_fields<CategoricalCrossentropyOptions>());
 }
 
 // --- BinaryCrossentropy -------------------------------------------------------------
 
-BinaryCrossentropy::BinaryCrossentropy(const BinaryCrossentropyOptions& o)
-    : Loss(o.name, o.reduction), from_logits_(o.from_logits), label_smoothing_(o.label_smoothing), axis_(o.axis) {
-  check_label_smoothing(label_smoothing_, "BinaryCrossentropy");
+BinaryCrossentropy::BinaryCrossentropy(const BinaryCrossentropyOptions& o) : Loss(o.name, o.reduction), options_(o) {
+  check_label_smoothing(o.label_smoothing, "BinaryCrossentropy");
 }
 
 std::shared_ptr<BinaryCrossentropy> BinaryCrossentropy::from_config(const Json& c) {
-  check_keys(c, {"from_logits", "label_smoothing", "axis"}, "BinaryCrossentropy");
   return std::make_shared<BinaryCrossentropy>(
-      BinaryCrossentropyOptions{.from_logits = get_or<bool>(c, "from_logits", false),
-                                .label_smoothing = get_or<double>(c, "label_smoothing", 0.0),
-                                .axis = get_or<int64_t>(c, "axis", -1),
-                                .reduction = get_or<std::string>(c, "reduction", "sum_over_batch_size"),
-                                .name = get_or<std::string>(c, "name", "binary_crossentropy")});
+      read_loss_config(c, "BinaryCrossentropy", crossentropy_fields<BinaryCrossentropyOptions>()));
 }
 
 at::Tensor BinaryCrossentropy::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {
@@ -160,9 +160,10 @@ at::Tensor BinaryCrossentropy::call(const at::Tensor& y_true_in, const at::Tenso
   at::Tensor y_true = y_true_in.to(y_pred.device(), at::kFloat);
   squeeze_or_expand_to_same_rank(y_true, y_pred);
   check_broadcastable(y_true, y_pred, class_name() + ": y_true and y_pred");
-  if (label_smoothing_ > 0) y_true = y_true * (1.0 - label_smoothing_) + 0.5 * label_smoothing_;
+  const BinaryCrossentropyOptions& o = options_;
+  if (o.label_smoothing > 0) y_true = y_true * (1.0 - o.label_smoothing) + 0.5 * o.label_smoothing;
   at::Tensor elementwise;
-  if (from_logits_) {
+  if (o.from_logits) {
     // max(x, 0) - x * z + log(1 + exp(-|x|)): stable for large |x|.
     elementwise = y_pred.clamp_min(0) - y_pred * y_true + at::log1p(at::exp(-y_pred.abs()));
   } else {
@@ -171,15 +172,11 @@ at::Tensor BinaryCrossentropy::call(const at::Tensor& y_true_in, const at::Tenso
     at::Tensor p = y_pred.clamp(kEpsilon, 1.0 - kEpsilon);
     elementwise = -(y_true * p.log().clamp_min(-100.0) + (1.0 - y_true) * at::log1p(-p).clamp_min(-100.0));
   }
-  return elementwise.dim() == 0 ? elementwise : elementwise.mean(axis_);
+  return elementwise.dim() == 0 ? elementwise : elementwise.mean(o.axis);
 }
 
 Json BinaryCrossentropy::get_config() const {
-  Json c = Loss::get_config();
-  c["from_logits"] = from_logits_;
-  c["label_smoothing"] = label_smoothing_;
-  c["axis"] = axis_;
-  return c;
+  return config::fields_json(options_, crossentropy_fields<BinaryCrossentropyOptions>());
 }
 
 }  // namespace kiln::losses

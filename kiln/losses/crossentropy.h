@@ -36,14 +36,13 @@ class SparseCategoricalCrossentropy : public Loss {
   at::Tensor call(const at::Tensor& y_true, const at::Tensor& y_pred) const override;
   std::string class_name() const override { return "SparseCategoricalCrossentropy"; }
   Json get_config() const override;
-  bool from_logits() const { return from_logits_; }
+  bool from_logits() const { return options_.from_logits; }
 
  protected:
   at::Tensor valid_mask(const at::Tensor& y_true, const at::Tensor& y_pred) const override;
 
  private:
-  bool from_logits_;
-  std::optional<int64_t> ignore_class_;
+  SparseCategoricalCrossentropyOptions options_;
 };
 
 // One-hot (or soft) targets with y_pred's shape. label_smoothing in [0, 1]
@@ -65,12 +64,10 @@ class CategoricalCrossentropy : public Loss {
   at::Tensor call(const at::Tensor& y_true, const at::Tensor& y_pred) const override;
   std::string class_name() const override { return "CategoricalCrossentropy"; }
   Json get_config() const override;
-  bool from_logits() const { return from_logits_; }
+  bool from_logits() const { return options_.from_logits; }
 
  private:
-  bool from_logits_;
-  double label_smoothing_;
-  int64_t axis_;
+  CategoricalCrossentropyOptions options_;
 };
 
 // Targets in [0, 1] with y_pred's shape ((N,) and (N, 1) are reconciled);
@@ -93,12 +90,10 @@ class BinaryCrossentropy : public Loss {
   at::Tensor call(const at::Tensor& y_true, const at::Tensor& y_pred) const override;
   std::string class_name() const override { return "BinaryCrossentropy"; }
   Json get_config() const override;
-  bool from_logits() const { return from_logits_; }
+  bool from_logits() const { return options_.from_logits; }
 
  private:
-  bool from_logits_;
-  double label_smoothing_;
-  int64_t axis_;
+  BinaryCrossentropyOptions options_;
 };
 
 }  // namespace kiln::losses

@@ -1,6 +1,7 @@
 #include "kiln/losses/hinge.h"
 
 #include "kiln/core/error.h"
+#include "kiln/losses/loss_fields.h"
 
 namespace kiln::losses {
 namespace {
@@ -22,11 +23,7 @@ at::Tensor hinge_mean(const at::Tensor& t) { return t.dim() == 0 ? t : t.mean(-1
 
 Hinge::Hinge(std::string reduction, std::string name) : Loss(std::move(name), std::move(reduction)) {}
 
-std::shared_ptr<Hinge> Hinge::from_config(const Json& c) {
-  check_keys(c, {}, "Hinge");
-  return std::make_shared<Hinge>(get_or<std::string>(c, "reduction", "sum_over_batch_size"),
-                                 get_or<std::string>(c, "name", "hinge"));
-}
+std::shared_ptr<Hinge> Hinge::from_config(const Json& c) { return plain_loss_from_config<Hinge>(c); }
 
 at::Tensor Hinge::call(const at::Tensor& y_true, const at::Tensor& y_pred) const {
   return hinge_mean(margin(y_true, y_pred, class_name()));
@@ -35,9 +32,7 @@ at::Tensor Hinge::call(const at::Tensor& y_true, const at::Tensor& y_pred) const
 SquaredHinge::SquaredHinge(std::string reduction, std::string name) : Loss(std::move(name), std::move(reduction)) {}
 
 std::shared_ptr<SquaredHinge> SquaredHinge::from_config(const Json& c) {
-  check_keys(c, {}, "SquaredHinge");
-  return std::make_shared<SquaredHinge>(get_or<std::string>(c, "reduction", "sum_over_batch_size"),
-                                        get_or<std::string>(c, "name", "squared_hinge"));
+  return plain_loss_from_config<SquaredHinge>(c);
 }
 
 at::Tensor SquaredHinge::call(const at::Tensor& y_true, const at::Tensor& y_pred) const {

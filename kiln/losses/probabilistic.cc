@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/losses/loss_fields.h"
 
 namespace kiln::losses {
 namespace {
@@ -24,8 +25,6 @@ at::Tensor prob_reduce_last(const at::Tensor& t, bool sum) {
   return sum ? t.sum(-1) : t.mean(-1);
 }
 
-std::string prob_reduction_of(const Json& c) { return get_or<std::string>(c, "reduction", "sum_over_batch_size"); }
-
 }  // namespace
 
 // --- KLDivergence -------------------------------------------------------------------------
@@ -33,8 +32,7 @@ std::string prob_reduction_of(const Json& c) { return get_or<std::string>(c, "re
 KLDivergence::KLDivergence(std::string reduction, std::string name) : Loss(std::move(name), std::move(reduction)) {}
 
 std::shared_ptr<KLDivergence> KLDivergence::from_config(const Json& c) {
-  check_keys(c, {}, "KLDivergence");
-  return std::make_shared<KLDivergence>(prob_reduction_of(c), get_or<std::string>(c, "name", "kl_divergence"));
+  return plain_loss_from_config<KLDivergence>(c);
 }
 
 at::Tensor KLDivergence::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {
@@ -49,10 +47,7 @@ at::Tensor KLDivergence::call(const at::Tensor& y_true_in, const at::Tensor& y_p
 
 Poisson::Poisson(std::string reduction, std::string name) : Loss(std::move(name), std::move(reduction)) {}
 
-std::shared_ptr<Poisson> Poisson::from_config(const Json& c) {
-  check_keys(c, {}, "Poisson");
-  return std::make_shared<Poisson>(prob_reduction_of(c), get_or<std::string>(c, "name", "poisson"));
-}
+std::shared_ptr<Poisson> Poisson::from_config(const Json& c) { return plain_loss_from_config<Poisson>(c); }
 
 at::Tensor Poisson::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {
   at::Tensor t, p;
@@ -64,10 +59,7 @@ at::Tensor Poisson::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_i
 
 LogCosh::LogCosh(std::string reduction, std::string name) : Loss(std::move(name), std::move(reduction)) {}
 
-std::shared_ptr<LogCosh> LogCosh::from_config(const Json& c) {
-  check_keys(c, {}, "LogCosh");
-  return std::make_shared<LogCosh>(prob_reduction_of(c), get_or<std::string>(c, "name", "log_cosh"));
-}
+std::shared_ptr<LogCosh> LogCosh::from_config(const Json& c) { return plain_loss_from_config<LogCosh>(c); }
 
 at::Tensor LogCosh::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {
   at::Tensor t, p;
@@ -78,92 +70,79 @@ at::Tensor LogCosh::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_i
 
 // --- CosineSimilarity ---------------------------------------------------------------------
 
-CosineSimilarity::CosineSimilarity(const CosineSimilarityOptions& o) : Loss(o.name, o.reduction), axis_(o.axis) {}
+namespace {
+const config::FieldTable<CosineSimilarityOptions>& cosine_fields() {
+  static const auto t = loss_fields<CosineSimilarityOptions>({config::field("axis", &CosineSimilarityOptions::axis)});
+  return t;
+}
+}  // namespace
+
+CosineSimilarity::CosineSimilarity(const CosineSimilarityOptions& o) : Loss(o.name, o.reduction), options_(o) {}
 
 std::shared_ptr<CosineSimilarity> CosineSimilarity::from_config(const Json& c) {
-  check_keys(c, {"axis"}, "CosineSimilarity");
-  return std::make_shared<CosineSimilarity>(
-      CosineSimilarityOptions{.axis = get_or<int64_t>(c, "axis", -1),
-                              .reduction = prob_reduction_of(c),
-                              .name = get_or<std::string>(c, "name", "cosine_similarity")});
+  return std::make_shared<CosineSimilarity>(read_loss_config(c, "CosineSimilarity", cosine_fields()));
 }
 
 at::Tensor CosineSimilarity::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {
+  const int64_t axis = options_.axis;
   at::Tensor t, p;
   prob_prepare(y_true_in, y_pred_in, t, p, class_name());
-  if (t.dim() == 0 || axis_ >= t.dim() || axis_ < -t.dim())
-    throw ShapeError("CosineSimilarity: axis " + std::to_string(axis_) + " is out of range for inputs of rank " +
+  if (t.dim() == 0 || axis >= t.dim() || axis < -t.dim())
+    throw ShapeError("CosineSimilarity: axis " + std::to_string(axis) + " is out of range for inputs of rank " +
                      std::to_string(t.dim()));
   auto normalize = [&](const at::Tensor& x) {
-    return x * x.square().sum(axis_, /*keepdim=*/true).clamp_min(kProbEps).rsqrt();
+    return x * x.square().sum(axis, /*keepdim=*/true).clamp_min(kProbEps).rsqrt();
   };
   at::Tensor nt = normalize(t), np_ = normalize(p);
-  return -(nt * np_).sum(axis_);
+  return -(nt * np_).sum(axis);
 }
 
-Json CosineSimilarity::get_config() const {
-  Json c = Loss::get_config();
-  c["axis"] = axis_;
-  return c;
-}
+Json CosineSimilarity::get_config() const { return config::fields_json(options_, cosine_fields()); }
 
 // --- BinaryFocalCrossentropy --------------------------------------------------------------
 
+namespace {
+const config::FieldTable<BinaryFocalCrossentropyOptions>& focal_fields() {
+  using O = BinaryFocalCrossentropyOptions;
+  static const auto t = loss_fields<O>(
+      {config::field("apply_class_balancing", &O::apply_class_balancing), config::field("alpha", &O::alpha),
+       config::field("gamma", &O::gamma), config::field("from_logits", &O::from_logits),
+       config::field("label_smoothing", &O::label_smoothing), config::field("axis", &O::axis)});
+  return t;
+}
+}  // namespace
+
 BinaryFocalCrossentropy::BinaryFocalCrossentropy(const BinaryFocalCrossentropyOptions& o)
-    : Loss(o.name, o.reduction),
-      apply_class_balancing_(o.apply_class_balancing),
-      alpha_(o.alpha),
-      gamma_(o.gamma),
-      from_logits_(o.from_logits),
-      label_smoothing_(o.label_smoothing),
-      axis_(o.axis) {
+    : Loss(o.name, o.reduction), options_(o) {
   std::ostringstream os;
-  if (!(gamma_ >= 0))
-    os << "BinaryFocalCrossentropy: `gamma` must be non-negative. Received: gamma=" << gamma_;
-  else if (!(alpha_ >= 0 && alpha_ <= 1))
-    os << "BinaryFocalCrossentropy: `alpha` must be in [0, 1]. Received: alpha=" << alpha_;
-  else if (!(label_smoothing_ >= 0 && label_smoothing_ <= 1))
+  if (!(o.gamma >= 0))
+    os << "BinaryFocalCrossentropy: `gamma` must be non-negative. Received: gamma=" << o.gamma;
+  else if (!(o.alpha >= 0 && o.alpha <= 1))
+    os << "BinaryFocalCrossentropy: `alpha` must be in [0, 1]. Received: alpha=" << o.alpha;
+  else if (!(o.label_smoothing >= 0 && o.label_smoothing <= 1))
     os << "BinaryFocalCrossentropy: `label_smoothing` must be in [0, 1]. Received: label_smoothing="
-       << label_smoothing_;
+       << o.label_smoothing;
   if (!os.str().empty()) throw ValueError(os.str());
 }
 
 std::shared_ptr<BinaryFocalCrossentropy> BinaryFocalCrossentropy::from_config(const Json& c) {
-  check_keys(c, {"apply_class_balancing", "alpha", "gamma", "from_logits", "label_smoothing", "axis"},
-             "BinaryFocalCrossentropy");
-  return std::make_shared<BinaryFocalCrossentropy>(
-      BinaryFocalCrossentropyOptions{.apply_class_balancing = get_or<bool>(c, "apply_class_balancing", false),
-                                     .alpha = get_or<double>(c, "alpha", 0.25),
-                                     .gamma = get_or<double>(c, "gamma", 2.0),
-                                     .from_logits = get_or<bool>(c, "from_logits", false),
-                                     .label_smoothing = get_or<double>(c, "label_smoothing", 0.0),
-                                     .axis = get_or<int64_t>(c, "axis", -1),
-                                     .reduction = prob_reduction_of(c),
-                                     .name = get_or<std::string>(c, "name", "binary_focal_crossentropy")});
+  return std::make_shared<BinaryFocalCrossentropy>(read_loss_config(c, "BinaryFocalCrossentropy", focal_fields()));
 }
 
 at::Tensor BinaryFocalCrossentropy::call(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {
+  const BinaryFocalCrossentropyOptions& o = options_;
   at::Tensor t, p;
   prob_prepare(y_true_in, y_pred_in, t, p, class_name());
-  if (label_smoothing_ > 0) t = t * (1.0 - label_smoothing_) + 0.5 * label_smoothing_;
-  if (from_logits_) p = at::sigmoid(p);
+  if (o.label_smoothing > 0) t = t * (1.0 - o.label_smoothing) + 0.5 * o.label_smoothing;
+  if (o.from_logits) p = at::sigmoid(p);
   at::Tensor clipped = p.clamp(kProbEps, 1.0 - kProbEps);
   at::Tensor bce = -(t * clipped.log() + (1.0 - t) * (1.0 - clipped).log());
   at::Tensor p_t = t * p + (1.0 - t) * (1.0 - p);
-  at::Tensor focal = (1.0 - p_t).pow(gamma_) * bce;
-  if (apply_class_balancing_) focal = (t * alpha_ + (1.0 - t) * (1.0 - alpha_)) * focal;
-  return focal.dim() == 0 ? focal : focal.mean(axis_);
+  at::Tensor focal = (1.0 - p_t).pow(o.gamma) * bce;
+  if (o.apply_class_balancing) focal = (t * o.alpha + (1.0 - t) * (1.0 - o.alpha)) * focal;
+  return focal.dim() == 0 ? focal : focal.mean(o.axis);
 }
 
-Json BinaryFocalCrossentropy::get_config() const {
-  Json c = Loss::get_config();
-  c["apply_class_balancing"] = apply_class_balancing_;
-  c["alpha"] = alpha_;
-  c["gamma"] = gamma_;
-  c["from_logits"] = from_logits_;
-  c["label_smoothing"] = label_smoothing_;
-  c["axis"] = axis_;
-  return c;
-}
+Json BinaryFocalCrossentropy::get_config() const { return config::fields_json(options_, focal_fields()); }
 
 }  // namespace kiln::losses

@@ -59,7 +59,7 @@ class CosineSimilarity : public Loss {
   Json get_config() const override;
 
  private:
-  int64_t axis_;
+  CosineSimilarityOptions options_;
 };
 
 struct BinaryFocalCrossentropyOptions {
@@ -82,14 +82,10 @@ class BinaryFocalCrossentropy : public Loss {
   at::Tensor call(const at::Tensor& y_true, const at::Tensor& y_pred) const override;
   std::string class_name() const override { return "BinaryFocalCrossentropy"; }
   Json get_config() const override;
-  bool from_logits() const { return from_logits_; }
+  bool from_logits() const { return options_.from_logits; }
 
  private:
-  bool apply_class_balancing_;
-  double alpha_, gamma_;
-  bool from_logits_;
-  double label_smoothing_;
-  int64_t axis_;
+  BinaryFocalCrossentropyOptions options_;
 };
 
 }  // namespace kiln::losses

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/losses/loss_fields.h"
 
 namespace kiln::losses {
 namespace {
@@ -24,9 +25,7 @@ MeanSquaredError::MeanSquaredError(std::string reduction, std::string name)
     : Loss(std::move(name), std::move(reduction)) {}
 
 std::shared_ptr<MeanSquaredError> MeanSquaredError::from_config(const Json& c) {
-  check_keys(c, {}, "MeanSquaredError");
-  return std::make_shared<MeanSquaredError>(get_or<std::string>(c, "reduction", "sum_over_batch_size"),
-                                            get_or<std::string>(c, "name", "mean_squared_error"));
+  return plain_loss_from_config<MeanSquaredError>(c);
 }
 
 at::Tensor MeanSquaredError::call(const at::Tensor& y_true, const at::Tensor& y_pred) const {
@@ -37,42 +36,41 @@ MeanAbsoluteError::MeanAbsoluteError(std::string reduction, std::string name)
     : Loss(std::move(name), std::move(reduction)) {}
 
 std::shared_ptr<MeanAbsoluteError> MeanAbsoluteError::from_config(const Json& c) {
-  check_keys(c, {}, "MeanAbsoluteError");
-  return std::make_shared<MeanAbsoluteError>(get_or<std::string>(c, "reduction", "sum_over_batch_size"),
-                                             get_or<std::string>(c, "name", "mean_absolute_error"));
+  return plain_loss_from_config<MeanAbsoluteError>(c);
 }
 
 at::Tensor MeanAbsoluteError::call(const at::Tensor& y_true, const at::Tensor& y_pred) const {
   return mean_last(error(y_true, y_pred, class_name()).abs());
 }
 
-Huber::Huber(const HuberOptions& o) : Loss(o.name, o.reduction), delta_(o.delta) {
-  if (!(delta_ > 0)) {
+namespace {
+const config::FieldTable<HuberOptions>& huber_fields() {
+  static const auto t = loss_fields<HuberOptions>({config::field("delta", &HuberOptions::delta)});
+  return t;
+}
+}  // namespace
+
+Huber::Huber(const HuberOptions& o) : Loss(o.name, o.reduction), options_(o) {
+  if (!(o.delta > 0)) {
     std::ostringstream os;
-    os << "Huber: `delta` must be a positive number. Received: delta=" << delta_;
+    os << "Huber: `delta` must be a positive number. Received: delta=" << o.delta;
     throw ValueError(os.str());
   }
 }
 
 std::shared_ptr<Huber> Huber::from_config(const Json& c) {
-  check_keys(c, {"delta"}, "Huber");
-  return std::make_shared<Huber>(HuberOptions{.delta = get_or<double>(c, "delta", 1.0),
-                                              .reduction = get_or<std::string>(c, "reduction", "sum_over_batch_size"),
-                                              .name = get_or<std::string>(c, "name", "huber_loss")});
+  return std::make_shared<Huber>(read_loss_config(c, "Huber", huber_fields()));
 }
 
 at::Tensor Huber::call(const at::Tensor& y_true, const at::Tensor& y_pred) const {
   at::Tensor e = error(y_true, y_pred, class_name());
   at::Tensor abs_e = e.abs();
   at::Tensor quadratic = 0.5 * e.square();
-  at::Tensor linear = delta_ * abs_e - 0.5 * delta_ * delta_;
-  return mean_last(at::where(abs_e <= delta_, quadratic, linear));
+  const double delta = options_.delta;
+  at::Tensor linear = delta * abs_e - 0.5 * delta * delta;
+  return mean_last(at::where(abs_e <= delta, quadratic, linear));
 }
 
-Json Huber::get_config() const {
-  Json c = Loss::get_config();
-  c["delta"] = delta_;
-  return c;
-}
+Json Huber::get_config() const { return config::fields_json(options_, huber_fields()); }
 
 }  // namespace kiln::losses

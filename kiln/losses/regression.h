@@ -41,10 +41,10 @@ class Huber : public Loss {
   at::Tensor call(const at::Tensor& y_true, const at::Tensor& y_pred) const override;
   std::string class_name() const override { return "Huber"; }
   Json get_config() const override;
-  double delta() const { return delta_; }
+  double delta() const { return options_.delta; }
 
  private:
-  double delta_;
+  HuberOptions options_;
 };
 
 }  // namespace kiln::losses

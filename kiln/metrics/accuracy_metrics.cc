@@ -5,6 +5,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/shape.h"
 #include "kiln/losses/loss.h"
+#include "kiln/metrics/metric_fields.h"
 
 namespace kiln::metrics {
 namespace {
@@ -50,10 +51,7 @@ at::Tensor in_top_k(const at::Tensor& labels, const at::Tensor& y_pred, int64_t 
 
 // --- Accuracy ---------------------------------------------------------------------------
 
-std::shared_ptr<Accuracy> Accuracy::from_config(const Json& c) {
-  check_keys(c, {}, "Accuracy");
-  return std::make_shared<Accuracy>(get_or<std::string>(c, "name", "accuracy"));
-}
+std::shared_ptr<Accuracy> Accuracy::from_config(const Json& c) { return plain_metric_from_config<Accuracy>(c); }
 
 at::Tensor Accuracy::values(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {
   at::Tensor y_pred = y_pred_in;
@@ -65,13 +63,21 @@ at::Tensor Accuracy::values(const at::Tensor& y_true_in, const at::Tensor& y_pre
 
 // --- BinaryAccuracy ------------------------------------------------------------------------
 
+namespace {
+const config::FieldTable<BinaryAccuracy::Options>& binary_accuracy_fields() {
+  static const config::FieldTable<BinaryAccuracy::Options> t = {
+      config::field("threshold", &BinaryAccuracy::Options::threshold)};
+  return t;
+}
+}  // namespace
+
 BinaryAccuracy::BinaryAccuracy(std::string name, double threshold)
-    : MeanMetricWrapper(std::move(name)), threshold_(threshold) {}
+    : MeanMetricWrapper(std::move(name)), options_{.threshold = threshold} {}
 
 std::shared_ptr<BinaryAccuracy> BinaryAccuracy::from_config(const Json& c) {
-  check_keys(c, {"threshold"}, "BinaryAccuracy");
-  return std::make_shared<BinaryAccuracy>(get_or<std::string>(c, "name", "binary_accuracy"),
-                                          get_or<double>(c, "threshold", 0.5));
+  std::string name = "binary_accuracy";
+  const Options o = read_metric_config(c, "BinaryAccuracy", name, binary_accuracy_fields());
+  return std::make_shared<BinaryAccuracy>(name, o.threshold);
 }
 
 at::Tensor BinaryAccuracy::values(const at::Tensor& y_true_in, const at::Tensor& y_pred_in) const {
@@ -79,20 +85,15 @@ at::Tensor BinaryAccuracy::values(const at::Tensor& y_true_in, const at::Tensor&
   at::Tensor y_true = y_true_in.to(y_pred.device(), at::kFloat);
   losses::squeeze_or_expand_to_same_rank(y_true, y_pred);
   losses::check_broadcastable(y_true, y_pred, name());
-  return hits(y_true, y_pred.gt(threshold_).to(at::kFloat));
+  return hits(y_true, y_pred.gt(options_.threshold).to(at::kFloat));
 }
 
-Json BinaryAccuracy::get_config() const {
-  Json c = Metric::get_config();
-  c["threshold"] = threshold_;
-  return c;
-}
+Json BinaryAccuracy::get_config() const { return metric_config(*this, options_, binary_accuracy_fields()); }
 
 // --- CategoricalAccuracy ---------------------------------------------------------------------
 
 std::shared_ptr<CategoricalAccuracy> CategoricalAccuracy::from_config(const Json& c) {
-  check_keys(c, {}, "CategoricalAccuracy");
-  return std::make_shared<CategoricalAccuracy>(get_or<std::string>(c, "name", "categorical_accuracy"));
+  return plain_metric_from_config<CategoricalAccuracy>(c);
 }
 
 at::Tensor CategoricalAccuracy::values(const at::Tensor& y_true, const at::Tensor& y_pred) const {
@@ -105,8 +106,7 @@ at::Tensor CategoricalAccuracy::values(const at::Tensor& y_true, const at::Tenso
 // --- SparseCategoricalAccuracy ---------------------------------------------------------------
 
 std::shared_ptr<SparseCategoricalAccuracy> SparseCategoricalAccuracy::from_config(const Json& c) {
-  check_keys(c, {}, "SparseCategoricalAccuracy");
-  return std::make_shared<SparseCategoricalAccuracy>(get_or<std::string>(c, "name", "sparse_categorical_accuracy"));
+  return plain_metric_from_config<SparseCategoricalAccuracy>(c);
 }
 
 at::Tensor SparseCategoricalAccuracy::values(const at::Tensor& y_true, const at::Tensor& y_pred) const {
@@ -123,58 +123,69 @@ at::Tensor SparseCategoricalAccuracy::values(const at::Tensor& y_true, const at:
 
 // --- TopK ------------------------------------------------------------------------------------------
 
+namespace {
+const config::FieldTable<TopKOptions>& top_k_fields() {
+  static const config::FieldTable<TopKOptions> t = {config::field("k", &TopKOptions::k)};
+  return t;
+}
+
+// SparseTopKCategoricalAccuracy's: Keras's from_sorted_ids, accepted as false
+// only and not written.
+const config::FieldTable<TopKOptions>& sparse_top_k_fields() {
+  static const config::FieldTable<TopKOptions> t =
+      top_k_fields() +
+      config::FieldTable<TopKOptions>{{"from_sorted_ids",
+                                       [](config::Reader& r, TopKOptions&) {
+                                         if (r.boolean("from_sorted_ids", false))
+                                           throw ValueError(
+                                               "SparseTopKCategoricalAccuracy: from_sorted_ids=true is not supported");
+                                       },
+                                       nullptr, [](Json&, const TopKOptions&) {}}};
+  return t;
+}
+}  // namespace
+
 TopKCategoricalAccuracy::TopKCategoricalAccuracy(int64_t k, std::string name)
-    : MeanMetricWrapper(std::move(name)), k_(k) {
+    : MeanMetricWrapper(std::move(name)), options_{.k = k} {
   check_k(k, "TopKCategoricalAccuracy");
 }
 
 std::shared_ptr<TopKCategoricalAccuracy> TopKCategoricalAccuracy::from_config(const Json& c) {
-  check_keys(c, {"k"}, "TopKCategoricalAccuracy");
-  return std::make_shared<TopKCategoricalAccuracy>(get_or<int64_t>(c, "k", 5),
-                                                   get_or<std::string>(c, "name", "top_k_categorical_accuracy"));
+  std::string name = "top_k_categorical_accuracy";
+  const TopKOptions o = read_metric_config(c, "TopKCategoricalAccuracy", name, top_k_fields());
+  return std::make_shared<TopKCategoricalAccuracy>(o.k, name);
 }
 
 at::Tensor TopKCategoricalAccuracy::values(const at::Tensor& y_true, const at::Tensor& y_pred) const {
   if (y_true.sizes() != y_pred.sizes())
     throw ShapeError(name() + ": expected one-hot y_true with the shape of y_pred " + sizes_str(y_pred) +
                      ". Received " + sizes_str(y_true));
-  return in_top_k(y_true.argmax(-1), y_pred, k_, name());
+  return in_top_k(y_true.argmax(-1), y_pred, options_.k, name());
 }
 
-Json TopKCategoricalAccuracy::get_config() const {
-  Json c = Metric::get_config();
-  c["k"] = k_;
-  return c;
-}
+Json TopKCategoricalAccuracy::get_config() const { return metric_config(*this, options_, top_k_fields()); }
 
 SparseTopKCategoricalAccuracy::SparseTopKCategoricalAccuracy(int64_t k, std::string name)
-    : MeanMetricWrapper(std::move(name)), k_(k) {
+    : MeanMetricWrapper(std::move(name)), options_{.k = k} {
   check_k(k, "SparseTopKCategoricalAccuracy");
 }
 
 std::shared_ptr<SparseTopKCategoricalAccuracy> SparseTopKCategoricalAccuracy::from_config(const Json& c) {
-  check_keys(c, {"k", "from_sorted_ids"}, "SparseTopKCategoricalAccuracy");
-  if (get_or<bool>(c, "from_sorted_ids", false))
-    throw ValueError("SparseTopKCategoricalAccuracy: from_sorted_ids=true is not supported");
-  return std::make_shared<SparseTopKCategoricalAccuracy>(
-      get_or<int64_t>(c, "k", 5), get_or<std::string>(c, "name", "sparse_top_k_categorical_accuracy"));
+  std::string name = "sparse_top_k_categorical_accuracy";
+  const TopKOptions o = read_metric_config(c, "SparseTopKCategoricalAccuracy", name, sparse_top_k_fields());
+  return std::make_shared<SparseTopKCategoricalAccuracy>(o.k, name);
 }
 
 at::Tensor SparseTopKCategoricalAccuracy::values(const at::Tensor& y_true, const at::Tensor& y_pred) const {
-  return in_top_k(y_true, y_pred, k_, name());
+  return in_top_k(y_true, y_pred, options_.k, name());
 }
 
-Json SparseTopKCategoricalAccuracy::get_config() const {
-  Json c = Metric::get_config();
-  c["k"] = k_;
-  return c;
-}
+Json SparseTopKCategoricalAccuracy::get_config() const { return metric_config(*this, options_, top_k_fields()); }
 
 // --- AutoAccuracy ------------------------------------------------------------------------------
 
 std::shared_ptr<AutoAccuracy> AutoAccuracy::from_config(const Json& c) {
-  check_keys(c, {}, "AutoAccuracy");
-  return std::make_shared<AutoAccuracy>(get_or<std::string>(c, "name", "accuracy"));
+  return plain_metric_from_config<AutoAccuracy>(c);
 }
 
 at::Tensor AutoAccuracy::values(const at::Tensor& y_true, const at::Tensor& y_pred) const {

@@ -30,8 +30,12 @@ class BinaryAccuracy : public MeanMetricWrapper {
   Json get_config() const override;
   bool higher_is_better() const override { return true; }
 
+  struct Options {  // the config's keys besides name
+    double threshold = 0.5;
+  };
+
  private:
-  double threshold_;
+  Options options_;
 };
 
 // argmax(y_true) == argmax(y_pred) for one-hot targets.
@@ -55,6 +59,11 @@ class SparseCategoricalAccuracy : public MeanMetricWrapper {
   bool higher_is_better() const override { return true; }
 };
 
+// The config keys of the top-k accuracies besides name.
+struct TopKOptions {
+  int64_t k = 5;
+};
+
 // The true class's score is among the k largest (ties at the k-th score
 // count as hits, as in tf.math.in_top_k). One-hot targets.
 class TopKCategoricalAccuracy : public MeanMetricWrapper {
@@ -65,10 +74,10 @@ class TopKCategoricalAccuracy : public MeanMetricWrapper {
   std::string class_name() const override { return "TopKCategoricalAccuracy"; }
   Json get_config() const override;
   bool higher_is_better() const override { return true; }
-  int64_t k() const { return k_; }
+  int64_t k() const { return options_.k; }
 
  private:
-  int64_t k_;
+  TopKOptions options_;
 };
 
 // As TopKCategoricalAccuracy for integer labels (N,) or (N, 1).
@@ -80,10 +89,10 @@ class SparseTopKCategoricalAccuracy : public MeanMetricWrapper {
   std::string class_name() const override { return "SparseTopKCategoricalAccuracy"; }
   Json get_config() const override;
   bool higher_is_better() const override { return true; }
-  int64_t k() const { return k_; }
+  int64_t k() const { return options_.k; }
 
  private:
-  int64_t k_;
+  TopKOptions options_;
 };
 
 // "accuracy" without a crossentropy loss to resolve it: picks binary,

@@ -8,6 +8,7 @@
 #include "kiln/core/json_limits.h"
 #include "kiln/core/shape.h"
 #include "kiln/losses/loss.h"
+#include "kiln/metrics/metric_fields.h"
 
 namespace kiln::metrics {
 namespace {
@@ -62,30 +63,35 @@ Lined line_up(const at::Tensor& y_true_in, const at::Tensor& y_pred_in, const at
   return {y_true, y_pred, weight};
 }
 
-double parse_threshold(const Json& c, const std::string& owner) {
-  if (!c.is_object() || !c.contains("thresholds") || c["thresholds"].is_null()) return 0.5;
-  const Json& t = c["thresholds"];
-  double v;
-  if (t.is_number()) {
-    v = t.get<double>();
-  } else if (t.is_array() && t.size() == 1 && t[0].is_number()) {
-    v = t[0].get<double>();
-  } else {
-    throw ValueError(
-        owner +
-        ": only one threshold is supported (a number or a one-element list). Received: thresholds=" + json_excerpt(t));
-  }
-  return v;
-}
-
-std::optional<int64_t> parse_class_id(const Json& c) {
-  if (!c.is_object() || !c.contains("class_id") || c["class_id"].is_null()) return std::nullopt;
-  return get_or<int64_t>(c, "class_id", 0);
-}
-
-void check_top_k(const Json& c, const std::string& owner) {
-  if (c.is_object() && c.contains("top_k") && !c["top_k"].is_null())
-    throw ValueError(owner + ": top_k is not supported. Received: top_k=" + json_excerpt(c["top_k"]));
+// Precision's and Recall's keys besides name: thresholds (one: a number or a
+// one-element list), top_k (only null) and class_id.
+const config::FieldTable<ThresholdOptions>& threshold_fields() {
+  using O = ThresholdOptions;
+  static const config::FieldTable<O> t = {
+      {"thresholds",
+       [](config::Reader& r, O& o) {
+         const Json* t = r.get("thresholds");
+         if (!t) return;
+         if (t->is_number()) {
+           o.threshold = t->get<double>();
+         } else if (t->is_array() && t->size() == 1 && (*t)[0].is_number()) {
+           o.threshold = (*t)[0].get<double>();
+         } else {
+           throw ValueError(r.owner() +
+                            ": only one threshold is supported (a number or a one-element list). Received: "
+                            "thresholds=" +
+                            json_excerpt(*t));
+         }
+       },
+       nullptr, [](Json& j, const O& o) { j["thresholds"] = o.threshold; }},
+      {"top_k",
+       [](config::Reader& r, O&) {
+         if (const Json* k = r.get("top_k"))
+           throw ValueError(r.owner() + ": top_k is not supported. Received: top_k=" + json_excerpt(*k));
+       },
+       nullptr, [](Json& j, const O&) { j["top_k"] = nullptr; }},
+      config::field("class_id", &O::class_id)};
+  return t;
 }
 
 void check_threshold(double t, const std::string& owner) {
@@ -107,24 +113,22 @@ at::Tensor weighted_count(const at::Tensor& mask, const at::Tensor& weight) {
 
 Precision::Precision(double threshold, std::optional<int64_t> class_id, std::string name)
     : Metric(std::move(name)),
-      threshold_(threshold),
-      class_id_(class_id),
+      options_{.threshold = threshold, .class_id = class_id},
       true_positives_(scalar_zero()),
       false_positives_(scalar_zero()) {
   check_threshold(threshold, "Precision");
 }
 
 std::shared_ptr<Precision> Precision::from_config(const Json& c) {
-  check_keys(c, {"thresholds", "top_k", "class_id"}, "Precision");
-  check_top_k(c, "Precision");
-  return std::make_shared<Precision>(parse_threshold(c, "Precision"), parse_class_id(c),
-                                     get_or<std::string>(c, "name", "precision"));
+  std::string name = "precision";
+  const ThresholdOptions o = read_metric_config(c, "Precision", name, threshold_fields());
+  return std::make_shared<Precision>(o.threshold, o.class_id, name);
 }
 
 void Precision::update_state(const at::Tensor& y_true, const at::Tensor& y_pred, const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
-  Lined l = line_up(y_true, y_pred, sample_weight, class_id_, name());
-  at::Tensor predicted = l.y_pred > threshold_;
+  Lined l = line_up(y_true, y_pred, sample_weight, options_.class_id, name());
+  at::Tensor predicted = l.y_pred > options_.threshold;
   at::Tensor actual = l.y_true != 0;
   follow_device(predicted.device(), {&true_positives_, &false_positives_});
   true_positives_ += weighted_count(predicted & actual, l.weight);
@@ -141,36 +145,28 @@ void Precision::reset_state() {
   false_positives_.zero_();
 }
 
-Json Precision::get_config() const {
-  Json c = Metric::get_config();
-  c["thresholds"] = threshold_;
-  c["top_k"] = nullptr;
-  c["class_id"] = class_id_ ? Json(*class_id_) : Json(nullptr);
-  return c;
-}
+Json Precision::get_config() const { return metric_config(*this, options_, threshold_fields()); }
 
 // --- Recall -----------------------------------------------------------------------------------
 
 Recall::Recall(double threshold, std::optional<int64_t> class_id, std::string name)
     : Metric(std::move(name)),
-      threshold_(threshold),
-      class_id_(class_id),
+      options_{.threshold = threshold, .class_id = class_id},
       true_positives_(scalar_zero()),
       false_negatives_(scalar_zero()) {
   check_threshold(threshold, "Recall");
 }
 
 std::shared_ptr<Recall> Recall::from_config(const Json& c) {
-  check_keys(c, {"thresholds", "top_k", "class_id"}, "Recall");
-  check_top_k(c, "Recall");
-  return std::make_shared<Recall>(parse_threshold(c, "Recall"), parse_class_id(c),
-                                  get_or<std::string>(c, "name", "recall"));
+  std::string name = "recall";
+  const ThresholdOptions o = read_metric_config(c, "Recall", name, threshold_fields());
+  return std::make_shared<Recall>(o.threshold, o.class_id, name);
 }
 
 void Recall::update_state(const at::Tensor& y_true, const at::Tensor& y_pred, const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
-  Lined l = line_up(y_true, y_pred, sample_weight, class_id_, name());
-  at::Tensor predicted = l.y_pred > threshold_;
+  Lined l = line_up(y_true, y_pred, sample_weight, options_.class_id, name());
+  at::Tensor predicted = l.y_pred > options_.threshold;
   at::Tensor actual = l.y_true != 0;
   follow_device(predicted.device(), {&true_positives_, &false_negatives_});
   true_positives_ += weighted_count(predicted & actual, l.weight);
@@ -187,13 +183,7 @@ void Recall::reset_state() {
   false_negatives_.zero_();
 }
 
-Json Recall::get_config() const {
-  Json c = Metric::get_config();
-  c["thresholds"] = threshold_;
-  c["top_k"] = nullptr;
-  c["class_id"] = class_id_ ? Json(*class_id_) : Json(nullptr);
-  return c;
-}
+Json Recall::get_config() const { return metric_config(*this, options_, threshold_fields()); }
 
 // --- AUC ----------------------------------------------------------------------------------------
 
@@ -237,22 +227,51 @@ AUC::AUC(Options options) : Metric(options.name), options_(std::move(options)) {
   fn_ = at::zeros({n}, at::kDouble);
 }
 
+namespace {
+// AUC's keys besides name: Keras's multi_label (only false), num_labels
+// (ignored) and label_weights (only null) are written as Keras writes them;
+// thresholds only when given.
+const config::FieldTable<AUC::Options>& auc_fields() {
+  using O = AUC::Options;
+  static const config::FieldTable<O> t = {
+      config::field("num_thresholds", &O::num_thresholds),
+      config::field("curve", &O::curve),
+      config::field("summation_method", &O::summation_method),
+      {"multi_label",
+       [](config::Reader& r, O&) {
+         if (r.boolean("multi_label", false)) throw ValueError("AUC: multi_label=true is not supported");
+       },
+       nullptr, [](Json& j, const O&) { j["multi_label"] = false; }},
+      {"num_labels", [](config::Reader& r, O&) { r.get("num_labels"); }, nullptr,
+       [](Json& j, const O&) { j["num_labels"] = nullptr; }},
+      {"label_weights",
+       [](config::Reader& r, O&) {
+         if (const Json* w = r.get("label_weights"))
+           throw ValueError("AUC: label_weights are not supported. Received: label_weights=" + json_excerpt(*w));
+       },
+       nullptr, [](Json& j, const O&) { j["label_weights"] = nullptr; }},
+      {"thresholds",
+       [](config::Reader& r, O& o) {
+         const Json* t = r.get("thresholds");
+         if (!t) return;
+         if (!t->is_array()) r.invalid("thresholds", "a list of numbers");
+         for (const auto& v : *t)
+           if (!v.is_number()) r.invalid("thresholds", "a list of numbers");
+         o.thresholds = t->get<std::vector<double>>();
+       },
+       nullptr,
+       [](Json& j, const O& o) {
+         if (!o.thresholds.empty()) j["thresholds"] = o.thresholds;
+       }},
+      config::field("from_logits", &O::from_logits)};
+  return t;
+}
+}  // namespace
+
 std::shared_ptr<AUC> AUC::from_config(const Json& c) {
-  check_keys(c,
-             {"num_thresholds", "curve", "summation_method", "thresholds", "multi_label", "num_labels", "label_weights",
-              "from_logits"},
-             "AUC");
-  if (get_or<bool>(c, "multi_label", false)) throw ValueError("AUC: multi_label=true is not supported");
-  if (c.is_object() && c.contains("label_weights") && !c["label_weights"].is_null())
-    throw ValueError("AUC: label_weights are not supported. Received: label_weights=" +
-                     json_excerpt(c["label_weights"]));
-  Options o;
-  o.num_thresholds = get_or<int64_t>(c, "num_thresholds", 200);
-  o.curve = get_or<std::string>(c, "curve", "ROC");
-  o.summation_method = get_or<std::string>(c, "summation_method", "interpolation");
-  o.thresholds = get_or<std::vector<double>>(c, "thresholds", {});
-  o.from_logits = get_or<bool>(c, "from_logits", false);
-  o.name = get_or<std::string>(c, "name", "auc");
+  std::string name = "auc";
+  Options o = read_metric_config(c, "AUC", name, auc_fields());
+  o.name = name;
   return std::make_shared<AUC>(o);
 }
 
@@ -335,17 +354,6 @@ void AUC::reset_state() {
   fn_.zero_();
 }
 
-Json AUC::get_config() const {
-  Json c = Metric::get_config();
-  c["num_thresholds"] = options_.num_thresholds;
-  c["curve"] = options_.curve;
-  c["summation_method"] = options_.summation_method;
-  c["multi_label"] = false;
-  c["num_labels"] = nullptr;
-  c["label_weights"] = nullptr;
-  if (!evenly_) c["thresholds"] = options_.thresholds;
-  c["from_logits"] = options_.from_logits;
-  return c;
-}
+Json AUC::get_config() const { return metric_config(*this, options_, auc_fields()); }
 
 }  // namespace kiln::metrics

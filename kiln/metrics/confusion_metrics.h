@@ -12,6 +12,12 @@
 
 namespace kiln::metrics {
 
+// Precision's and Recall's config keys besides name (top_k: only null).
+struct ThresholdOptions {
+  double threshold = 0.5;  // Keras's `thresholds`: one, in [0, 1]
+  std::optional<int64_t> class_id;
+};
+
 // tp / (tp + fp) with predictions > threshold counted as positive; 0 when
 // nothing was predicted positive. class_id restricts to one column of y_pred.
 class Precision : public Metric {
@@ -31,8 +37,7 @@ class Precision : public Metric {
   bool higher_is_better() const override { return true; }
 
  private:
-  double threshold_;
-  std::optional<int64_t> class_id_;
+  ThresholdOptions options_;
   at::Tensor true_positives_, false_positives_;
 };
 
@@ -51,8 +56,7 @@ class Recall : public Metric {
   bool higher_is_better() const override { return true; }
 
  private:
-  double threshold_;
-  std::optional<int64_t> class_id_;
+  ThresholdOptions options_;
   at::Tensor true_positives_, false_negatives_;
 };
 

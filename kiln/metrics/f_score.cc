@@ -4,34 +4,52 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/shape.h"
+#include "kiln/metrics/metric_fields.h"
 
 namespace kiln::metrics {
 namespace {
 
 constexpr double kFScoreEps = 1e-7;
 
-std::optional<std::string> fscore_average_of(const Json& c, const std::string& owner) {
-  if (!c.is_object() || !c.contains("average") || c["average"].is_null()) return std::nullopt;
-  if (!c["average"].is_string())
-    throw ValueError(owner + ": `average` must be null, \"micro\", \"macro\" or \"weighted\". Received: average=" +
-                     c["average"].dump());
-  return c["average"].get<std::string>();
+// average (null or a string: the constructor checks its value), beta (FBetaScore's
+// only) and threshold.
+config::FieldDef<FBetaScoreOptions> average_field() {
+  using O = FBetaScoreOptions;
+  return {"average",
+          [](config::Reader& r, O& o) {
+            const Json* a = r.get("average");
+            if (a && !a->is_string())
+              throw ValueError(
+                  r.owner() +
+                  ": `average` must be null, \"micro\", \"macro\" or \"weighted\". Received: average=" + a->dump());
+            if (a) o.average = a->get<std::string>();
+          },
+          nullptr, [](Json& j, const O& o) { j["average"] = o.average ? Json(*o.average) : Json(nullptr); }};
 }
 
-std::optional<double> fscore_threshold_of(const Json& c) {
-  if (!c.is_object() || !c.contains("threshold") || c["threshold"].is_null()) return std::nullopt;
-  return get_or<double>(c, "threshold", 0.5);
+const config::FieldTable<FBetaScoreOptions>& fbeta_fields() {
+  using O = FBetaScoreOptions;
+  static const config::FieldTable<O> t = {average_field(), config::field("beta", &O::beta),
+                                          config::field("threshold", &O::threshold)};
+  return t;
+}
+
+const config::FieldTable<FBetaScoreOptions>& f1_fields() {
+  using O = FBetaScoreOptions;
+  static const config::FieldTable<O> t = {average_field(), config::field("threshold", &O::threshold)};
+  return t;
 }
 
 }  // namespace
 
 FBetaScore::FBetaScore(std::optional<std::string> average, double beta, std::optional<double> threshold,
                        std::string name)
-    : Metric(std::move(name)), average_(std::move(average)), beta_(beta), threshold_(threshold) {
+    : Metric(std::move(name)), options_{.average = std::move(average), .beta = beta, .threshold = threshold} {
+  const std::optional<std::string>& avg = options_.average;
   std::ostringstream os;
-  if (average_ && *average_ != "micro" && *average_ != "macro" && *average_ != "weighted")
+  if (avg && *avg != "micro" && *avg != "macro" && *avg != "weighted")
     os << class_name() << ": invalid `average` argument value. Expected one of: null, \"micro\", \"macro\", "
-       << "\"weighted\". Received: average=" << *average_;
+       << "\"weighted\". Received: average=" << *avg;
   else if (!(beta > 0))
     os << class_name() << ": invalid `beta` argument value. It should be a float > 0. Received: beta=" << beta;
   else if (threshold && !(*threshold > 0 && *threshold <= 1))
@@ -41,9 +59,9 @@ FBetaScore::FBetaScore(std::optional<std::string> average, double beta, std::opt
 }
 
 std::shared_ptr<FBetaScore> FBetaScore::from_config(const Json& c) {
-  check_keys(c, {"average", "beta", "threshold"}, "FBetaScore");
-  return std::make_shared<FBetaScore>(fscore_average_of(c, "FBetaScore"), get_or<double>(c, "beta", 1.0),
-                                      fscore_threshold_of(c), get_or<std::string>(c, "name", "fbeta_score"));
+  std::string name = "fbeta_score";
+  const FBetaScoreOptions o = read_metric_config(c, "FBetaScore", name, fbeta_fields());
+  return std::make_shared<FBetaScore>(o.average, o.beta, o.threshold, name);
 }
 
 void FBetaScore::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred_in,
@@ -62,7 +80,7 @@ void FBetaScore::update_state(const at::Tensor& y_true_in, const at::Tensor& y_p
   const int64_t classes = y_pred.size(1);
   if (!tp_.defined()) {
     const std::vector<int64_t> shape =
-        average_ && *average_ == "micro" ? std::vector<int64_t>{} : std::vector<int64_t>{classes};
+        options_.average && *options_.average == "micro" ? std::vector<int64_t>{} : std::vector<int64_t>{classes};
     tp_ = at::zeros(shape, y_pred.options());
     fp_ = at::zeros(shape, y_pred.options());
     fn_ = at::zeros(shape, y_pred.options());
@@ -72,8 +90,8 @@ void FBetaScore::update_state(const at::Tensor& y_true_in, const at::Tensor& y_p
                      " in earlier batches");
   }
   at::Tensor pred;
-  if (threshold_) {
-    pred = (y_pred > *threshold_).to(at::kDouble);
+  if (options_.threshold) {
+    pred = (y_pred > *options_.threshold).to(at::kDouble);
   } else {
     at::Tensor row_max = std::get<0>(y_pred.max(-1, /*keepdim=*/true));
     pred = ((y_pred >= row_max) & (y_pred.abs() > 1e-9)).to(at::kDouble);
@@ -86,7 +104,7 @@ void FBetaScore::update_state(const at::Tensor& y_true_in, const at::Tensor& y_p
       throw ShapeError(name() + ": sample_weight must have shape (batch,). Received: " + sizes_str(w));
     w = w.unsqueeze(-1);
   }
-  const bool micro = average_ && *average_ == "micro";
+  const bool micro = options_.average && *options_.average == "micro";
   auto weighted_sum = [&](const at::Tensor& v) {
     at::Tensor x = w.defined() ? v * w : v;
     return micro ? x.sum() : x.sum(0);
@@ -102,10 +120,11 @@ at::Tensor FBetaScore::result_per_class() const {
   if (!tp_.defined()) return at::zeros({}, at::kDouble);
   at::Tensor precision = tp_ / (tp_ + fp_ + kFScoreEps);
   at::Tensor recall = tp_ / (tp_ + fn_ + kFScoreEps);
-  const double b2 = beta_ * beta_;
+  const double b2 = options_.beta * options_.beta;
   at::Tensor f = precision * recall / (b2 * precision + recall + kFScoreEps) * (1.0 + b2);
-  if (average_ && *average_ == "weighted") return (f * (weights_ / (weights_.sum() + kFScoreEps))).sum();
-  if (average_) return f.mean();
+  if (options_.average && *options_.average == "weighted")
+    return (f * (weights_ / (weights_.sum() + kFScoreEps))).sum();
+  if (options_.average) return f.mean();
   return f;
 }
 
@@ -121,27 +140,17 @@ std::vector<at::Tensor> FBetaScore::variables() const {
   return {tp_, fp_, fn_, weights_};
 }
 
-Json FBetaScore::get_config() const {
-  Json c = Metric::get_config();
-  c["average"] = average_ ? Json(*average_) : Json(nullptr);
-  c["beta"] = beta_;
-  c["threshold"] = threshold_ ? Json(*threshold_) : Json(nullptr);
-  return c;
-}
+Json FBetaScore::get_config() const { return metric_config(*this, options_, fbeta_fields()); }
 
 F1Score::F1Score(std::optional<std::string> average, std::optional<double> threshold, std::string name)
     : FBetaScore(std::move(average), 1.0, threshold, std::move(name)) {}
 
 std::shared_ptr<F1Score> F1Score::from_config(const Json& c) {
-  check_keys(c, {"average", "threshold"}, "F1Score");
-  return std::make_shared<F1Score>(fscore_average_of(c, "F1Score"), fscore_threshold_of(c),
-                                   get_or<std::string>(c, "name", "f1_score"));
+  std::string name = "f1_score";
+  const FBetaScoreOptions o = read_metric_config(c, "F1Score", name, f1_fields());
+  return std::make_shared<F1Score>(o.average, o.threshold, name);
 }
 
-Json F1Score::get_config() const {
-  Json c = FBetaScore::get_config();
-  c.erase("beta");
-  return c;
-}
+Json F1Score::get_config() const { return metric_config(*this, options_, f1_fields()); }
 
 }  // namespace kiln::metrics

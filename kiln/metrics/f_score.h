@@ -23,6 +23,13 @@
 
 namespace kiln::metrics {
 
+// FBetaScore's and F1Score's config keys besides name (F1Score's beta is 1).
+struct FBetaScoreOptions {
+  std::optional<std::string> average;  // null, "micro", "macro" or "weighted"
+  double beta = 1.0;                   // > 0
+  std::optional<double> threshold;     // in (0, 1] or null
+};
+
 class FBetaScore : public Metric {
  public:
   // average: null, "micro", "macro" or "weighted"; beta > 0; threshold in
@@ -42,9 +49,7 @@ class FBetaScore : public Metric {
   bool higher_is_better() const override { return true; }
 
  protected:
-  std::optional<std::string> average_;
-  double beta_;
-  std::optional<double> threshold_;
+  FBetaScoreOptions options_;
 
  private:
   at::Tensor tp_, fp_, fn_, weights_;  // float64 CPU; undefined until the first update

@@ -2,17 +2,40 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/shape.h"
+#include "kiln/metrics/metric_fields.h"
 
 namespace kiln::metrics {
+
+namespace {
+const config::FieldTable<MeanIoU::Options>& mean_iou_fields() {
+  using O = MeanIoU::Options;
+  static const config::FieldTable<O> t = [] {
+    config::FieldDef<O> num_classes = config::field("num_classes", &O::num_classes);
+    num_classes.read = [](config::Reader& r, O& o) {
+      const Json* n = r.get("num_classes");
+      if (!n || !n->is_number_integer())
+        throw ValueError(
+            "MeanIoU needs `num_classes`, the number of classes (an integer), e.g. "
+            "{\"class_name\": \"MeanIoU\", \"config\": {\"num_classes\": 3}}. Received: " +
+            (n ? "num_classes=" + n->dump() : std::string("no num_classes")));
+      o.num_classes = n->get<int64_t>();
+    };
+    return config::FieldTable<O>{num_classes, config::field("ignore_class", &O::ignore_class),
+                                 config::field("sparse_y_true", &O::sparse_y_true),
+                                 config::field("sparse_y_pred", &O::sparse_y_pred), config::field("axis", &O::axis)};
+  }();
+  return t;
+}
+}  // namespace
 
 MeanIoU::MeanIoU(int64_t num_classes, std::optional<int64_t> ignore_class, bool sparse_y_true, bool sparse_y_pred,
                  int64_t axis, std::string name)
     : Metric(std::move(name)),
-      num_classes_(num_classes),
-      ignore_class_(ignore_class),
-      sparse_y_true_(sparse_y_true),
-      sparse_y_pred_(sparse_y_pred),
-      axis_(axis) {
+      options_{.num_classes = num_classes,
+               .ignore_class = ignore_class,
+               .sparse_y_true = sparse_y_true,
+               .sparse_y_pred = sparse_y_pred,
+               .axis = axis} {
   if (num_classes <= 0)
     throw ValueError("MeanIoU: `num_classes` must be a positive integer. Received: num_classes=" +
                      std::to_string(num_classes));
@@ -20,26 +43,17 @@ MeanIoU::MeanIoU(int64_t num_classes, std::optional<int64_t> ignore_class, bool 
 }
 
 std::shared_ptr<MeanIoU> MeanIoU::from_config(const Json& c) {
-  check_keys(c, {"num_classes", "ignore_class", "sparse_y_true", "sparse_y_pred", "axis"}, "MeanIoU");
-  if (!c.is_object() || !c.contains("num_classes") || !c["num_classes"].is_number_integer())
-    throw ValueError(
-        "MeanIoU needs `num_classes`, the number of classes (an integer), e.g. "
-        "{\"class_name\": \"MeanIoU\", \"config\": {\"num_classes\": 3}}. Received: " +
-        (c.is_object() && c.contains("num_classes") ? "num_classes=" + c["num_classes"].dump()
-                                                    : std::string("no num_classes")));
-  std::optional<int64_t> ignore;
-  if (c.contains("ignore_class") && !c["ignore_class"].is_null()) ignore = get_or<int64_t>(c, "ignore_class", 0);
-  return std::make_shared<MeanIoU>(c["num_classes"].get<int64_t>(), ignore, get_or<bool>(c, "sparse_y_true", true),
-                                   get_or<bool>(c, "sparse_y_pred", true), get_or<int64_t>(c, "axis", -1),
-                                   get_or<std::string>(c, "name", "mean_iou"));
+  std::string name = "mean_iou";
+  const Options o = read_metric_config(c, "MeanIoU", name, mean_iou_fields());
+  return std::make_shared<MeanIoU>(o.num_classes, o.ignore_class, o.sparse_y_true, o.sparse_y_pred, o.axis, name);
 }
 
 void MeanIoU::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred_in, const at::Tensor& sample_weight) {
   at::NoGradGuard no_grad;
   at::Tensor y_pred = y_pred_in.detach();
   at::Tensor y_true = y_true_in.detach().to(y_pred.device());
-  if (!sparse_y_true_) y_true = y_true.argmax(axis_);
-  if (!sparse_y_pred_) y_pred = y_pred.argmax(axis_);
+  if (!options_.sparse_y_true) y_true = y_true.argmax(options_.axis);
+  if (!options_.sparse_y_pred) y_pred = y_pred.argmax(options_.axis);
   // Keras casts to the metric dtype, then to int: truncation toward zero.
   y_true = y_true.to(at::kDouble).reshape({-1}).to(at::kLong);
   y_pred = y_pred.to(at::kDouble).reshape({-1}).to(at::kLong);
@@ -55,8 +69,8 @@ void MeanIoU::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred
                        std::to_string(y_true.numel()) + " entries of y_true");
     w = w * sw;
   }
-  if (ignore_class_) {
-    at::Tensor valid = y_true != *ignore_class_;
+  if (options_.ignore_class) {
+    at::Tensor valid = y_true != *options_.ignore_class;
     y_true = y_true * valid;
     y_pred = y_pred * valid;
     w = w * valid.to(at::kDouble);
@@ -68,14 +82,15 @@ void MeanIoU::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred
     if (ids.numel() == 0) return;
     const at::Tensor bounds = at::stack({ids.min(), ids.max()}).cpu();
     const int64_t lo = bounds[0].item<int64_t>(), hi = bounds[1].item<int64_t>();
-    if (lo < 0 || hi >= num_classes_)
+    if (lo < 0 || hi >= options_.num_classes)
       throw ValueError(name() + ": " + what + " holds class id " + std::to_string(lo < 0 ? lo : hi) + ", outside [0, " +
-                       std::to_string(num_classes_) + ") for num_classes=" + std::to_string(num_classes_));
+                       std::to_string(options_.num_classes) +
+                       ") for num_classes=" + std::to_string(options_.num_classes));
   };
   check_range(y_true, "y_true");
   check_range(y_pred, "y_pred");
   follow_device(y_pred.device(), {&total_cm_});
-  total_cm_.view({-1}).index_add_(0, y_true * num_classes_ + y_pred, w);
+  total_cm_.view({-1}).index_add_(0, y_true * options_.num_classes + y_pred, w);
 }
 
 double MeanIoU::result() const {
@@ -86,14 +101,6 @@ double MeanIoU::result() const {
   return iou.sum().item<double>() / (valid + 1e-7);
 }
 
-Json MeanIoU::get_config() const {
-  Json c = Metric::get_config();
-  c["num_classes"] = num_classes_;
-  c["ignore_class"] = ignore_class_ ? Json(*ignore_class_) : Json(nullptr);
-  c["sparse_y_true"] = sparse_y_true_;
-  c["sparse_y_pred"] = sparse_y_pred_;
-  c["axis"] = axis_;
-  return c;
-}
+Json MeanIoU::get_config() const { return metric_config(*this, options_, mean_iou_fields()); }
 
 }  // namespace kiln::metrics

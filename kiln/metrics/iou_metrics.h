@@ -38,11 +38,16 @@ class MeanIoU : public Metric {
   bool higher_is_better() const override { return true; }
   const at::Tensor& confusion_matrix() const { return total_cm_; }
 
+  struct Options {  // the config's keys besides name
+    int64_t num_classes = 0;
+    std::optional<int64_t> ignore_class;
+    bool sparse_y_true = true;
+    bool sparse_y_pred = true;
+    int64_t axis = -1;
+  };
+
  private:
-  int64_t num_classes_;
-  std::optional<int64_t> ignore_class_;
-  bool sparse_y_true_, sparse_y_pred_;
-  int64_t axis_;
+  Options options_;
   at::Tensor total_cm_;  // float64 CPU (num_classes, num_classes)
 };
 

@@ -7,12 +7,12 @@
 #include "kiln/core/shape.h"
 #include "kiln/losses/loss.h"
 #include "kiln/losses/regression.h"
+#include "kiln/metrics/metric_fields.h"
 
 namespace kiln::metrics {
 
 std::shared_ptr<MeanAbsoluteError> MeanAbsoluteError::from_config(const Json& c) {
-  check_keys(c, {}, "MeanAbsoluteError");
-  return std::make_shared<MeanAbsoluteError>(get_or<std::string>(c, "name", "mean_absolute_error"));
+  return plain_metric_from_config<MeanAbsoluteError>(c);
 }
 
 at::Tensor MeanAbsoluteError::values(const at::Tensor& y_true, const at::Tensor& y_pred) const {
@@ -21,8 +21,7 @@ at::Tensor MeanAbsoluteError::values(const at::Tensor& y_true, const at::Tensor&
 }
 
 std::shared_ptr<MeanSquaredError> MeanSquaredError::from_config(const Json& c) {
-  check_keys(c, {}, "MeanSquaredError");
-  return std::make_shared<MeanSquaredError>(get_or<std::string>(c, "name", "mean_squared_error"));
+  return plain_metric_from_config<MeanSquaredError>(c);
 }
 
 at::Tensor MeanSquaredError::values(const at::Tensor& y_true, const at::Tensor& y_pred) const {
@@ -33,8 +32,7 @@ at::Tensor MeanSquaredError::values(const at::Tensor& y_true, const at::Tensor& 
 // --- RootMeanSquaredError --------------------------------------------------------------
 
 std::shared_ptr<RootMeanSquaredError> RootMeanSquaredError::from_config(const Json& c) {
-  check_keys(c, {}, "RootMeanSquaredError");
-  return std::make_shared<RootMeanSquaredError>(get_or<std::string>(c, "name", "root_mean_squared_error"));
+  return plain_metric_from_config<RootMeanSquaredError>(c);
 }
 
 void RootMeanSquaredError::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred_in,
@@ -51,14 +49,34 @@ double RootMeanSquaredError::result() const { return std::sqrt(Mean::result()); 
 
 // --- R2Score --------------------------------------------------------------------------------
 
+namespace {
+const config::FieldTable<R2Score::Options>& r2_fields() {
+  using O = R2Score::Options;
+  static const config::FieldTable<O> t = {{"class_aggregation",
+                                           [](config::Reader& r, O& o) {
+                                             if (r.has("class_aggregation"))
+                                               o.class_aggregation = r.string("class_aggregation", "");
+                                             r.get("class_aggregation");  // marks it read
+                                           },
+                                           nullptr,
+                                           [](Json& j, const O& o) {
+                                             j["class_aggregation"] =
+                                                 o.class_aggregation ? Json(*o.class_aggregation) : Json(nullptr);
+                                           }},
+                                          config::field("num_regressors", &O::num_regressors)};
+  return t;
+}
+}  // namespace
+
 R2Score::R2Score(std::optional<std::string> class_aggregation, int64_t num_regressors, std::string name)
-    : Metric(std::move(name)), class_aggregation_(std::move(class_aggregation)), num_regressors_(num_regressors) {
-  if (class_aggregation_ && *class_aggregation_ != "uniform_average" &&
-      *class_aggregation_ != "variance_weighted_average")
+    : Metric(std::move(name)),
+      options_{.class_aggregation = std::move(class_aggregation), .num_regressors = num_regressors} {
+  const std::optional<std::string>& agg = options_.class_aggregation;
+  if (agg && *agg != "uniform_average" && *agg != "variance_weighted_average")
     throw ValueError(
         "R2Score: invalid value for argument `class_aggregation`. Expected one of: null, \"uniform_average\", "
         "\"variance_weighted_average\". Received: class_aggregation=" +
-        *class_aggregation_);
+        *agg);
   if (num_regressors < 0)
     throw ValueError(
         "R2Score: invalid value for argument `num_regressors`. Expected a value >= 0. Received: "
@@ -68,14 +86,12 @@ R2Score::R2Score(std::optional<std::string> class_aggregation, int64_t num_regre
 }
 
 std::shared_ptr<R2Score> R2Score::from_config(const Json& c) {
-  check_keys(c, {"class_aggregation", "num_regressors"}, "R2Score");
-  std::optional<std::string> agg = std::string("uniform_average");
-  if (c.is_object() && c.contains("class_aggregation"))
-    agg = c["class_aggregation"].is_null()
-              ? std::nullopt
-              : std::optional<std::string>(get_or<std::string>(c, "class_aggregation", ""));
-  return std::make_shared<R2Score>(agg, get_or<int64_t>(c, "num_regressors", 0),
-                                   get_or<std::string>(c, "name", "r2_score"));
+  std::string name = "r2_score";
+  Options o;
+  // class_aggregation: absent is "uniform_average", null is per output.
+  if (c.is_object() && c.contains("class_aggregation")) o.class_aggregation.reset();
+  o = read_metric_config(c, "R2Score", name, r2_fields(), o);
+  return std::make_shared<R2Score>(o.class_aggregation, o.num_regressors, name);
 }
 
 void R2Score::update_state(const at::Tensor& y_true_in, const at::Tensor& y_pred_in, const at::Tensor& sample_weight) {
@@ -121,14 +137,14 @@ at::Tensor R2Score::result_per_class() const {
   at::Tensor raw = 1.0 - total_mse_ / total;
   raw = at::where(raw.isinf(), at::zeros_like(raw), raw);
   at::Tensor r2;
-  if (!class_aggregation_)
+  if (!options_.class_aggregation)
     r2 = raw;
-  else if (*class_aggregation_ == "uniform_average")
+  else if (*options_.class_aggregation == "uniform_average")
     r2 = raw.mean();
   else
     r2 = (total * raw).sum() / total.sum();
-  if (num_regressors_ != 0) {
-    const double n = num_samples_.item<double>(), p = static_cast<double>(num_regressors_);
+  if (options_.num_regressors != 0) {
+    const double n = num_samples_.item<double>(), p = static_cast<double>(options_.num_regressors);
     if (p < n - 1) r2 = 1.0 - (1.0 - r2) * (n - 1.0) / (n - p - 1.0);
   }
   return r2;
@@ -146,11 +162,6 @@ std::vector<at::Tensor> R2Score::variables() const {
   return {sum_, squared_sum_, total_mse_, count_, num_samples_};
 }
 
-Json R2Score::get_config() const {
-  Json c = Metric::get_config();
-  c["class_aggregation"] = class_aggregation_ ? Json(*class_aggregation_) : Json(nullptr);
-  c["num_regressors"] = num_regressors_;
-  return c;
-}
+Json R2Score::get_config() const { return metric_config(*this, options_, r2_fields()); }
 
 }  // namespace kiln::metrics

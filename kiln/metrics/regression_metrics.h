@@ -64,9 +64,13 @@ class R2Score : public Metric {
   Json get_config() const override;
   bool higher_is_better() const override { return true; }
 
+  struct Options {  // the config's keys besides name
+    std::optional<std::string> class_aggregation = std::string("uniform_average");
+    int64_t num_regressors = 0;
+  };
+
  private:
-  std::optional<std::string> class_aggregation_;
-  int64_t num_regressors_;
+  Options options_;
   at::Tensor sum_, squared_sum_, total_mse_, count_,
       num_samples_;  // float64, on the values' device; built on first update
 };

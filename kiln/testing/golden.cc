@@ -1,5 +1,7 @@
 #include "kiln/testing/golden.h"
 
+#include <cstdlib>
+#include <fstream>
 #include <sstream>
 
 #include "kiln/core/shape.h"
@@ -8,6 +10,23 @@
 namespace kiln {
 
 Json load_golden(const std::string& relative_path) { return read_json_file(source_path(relative_path)); }
+
+bool write_or_expect_golden_configs(const Json& actual, const std::string& relative_path) {
+  if (const char* path = std::getenv("KILN_WRITE_CONFIG_GOLDEN"); path && *path) {
+    std::ofstream(path) << actual.dump(1) << "\n";
+    return true;
+  }
+  const Json golden = load_golden(relative_path);
+  for (auto it = actual.begin(); it != actual.end(); ++it) {
+    if (!golden.contains(it.key())) {
+      ADD_FAILURE() << it.key() << " has no golden config in " << relative_path;
+      continue;
+    }
+    EXPECT_EQ(it.value().get<std::string>(), golden[it.key()].get<std::string>()) << it.key();
+  }
+  EXPECT_EQ(actual.size(), golden.size()) << relative_path << " holds configs the test no longer makes";
+  return false;
+}
 
 at::Tensor golden_tensor(const Json& j) {
   if (j.is_null()) return {};

@@ -23,4 +23,11 @@ at::Tensor golden_tensor(const Json& j);
 ::testing::AssertionResult tensors_close(const at::Tensor& actual, const at::Tensor& expected, double rtol = 1e-5,
                                          double atol = 1e-6);
 
+// Golden configs, so that a saved model.json stays the same when config code
+// changes. With KILN_WRITE_CONFIG_GOLDEN=<file> set, writes `actual` there
+// and returns true (the caller then skips: GTEST_SKIP); otherwise expects
+// `actual` (key -> config string) to equal the golden file at
+// `relative_path` key for key, byte for byte, and returns false.
+bool write_or_expect_golden_configs(const Json& actual, const std::string& relative_path);
+
 }  // namespace kiln
