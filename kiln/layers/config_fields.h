@@ -20,203 +20,71 @@
 // check_fields, strings of a choice are lower-case, tuples have one entry per
 // axis and initializers are resolved (InitializerArg::resolved()), so the
 // checked struct is the layer's state and writes its config directly.
+//
+// The machinery is kiln/core/config_fields.h (namespace kiln::config); this
+// header binds it to the layer ConfigReader and adds the layer kinds through
+// core's extension points: FieldCodec<InitializerArg> and
+// FieldCodec<RegularizerPtr>, the `.activation()` modifier (a `custom` read
+// and check), no_constraint, kernel_fields and beta_gamma_fields.
 #pragma once
 
-#include <functional>
-#include <optional>
 #include <string>
-#include <type_traits>
-#include <utility>
-#include <variant>
-#include <vector>
 
+#include "kiln/core/config_fields.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
 #include "kiln/layers/config_reader.h"
 #include "kiln/layers/layer_options.h"
 
 namespace kiln {
+namespace config {
 
-// An axis or a list of axes, written back in the form given.
-using IntOrList = std::variant<int64_t, std::vector<int64_t>>;
-inline Json int_or_list_json(const IntOrList& v) {
-  return std::visit([](const auto& x) { return Json(x); }, v);
-}
-
-// One config key of Options struct O, type-erased.
-template <class O>
-struct FieldDef {
-  const char* key;
-  std::function<void(ConfigReader&, O&)> read;              // reads and checks the key
-  std::function<void(const std::string& owner, O&)> check;  // empty: nothing to check
-  std::function<void(Json&, const O&)> write;               // sets j[key] (or leaves it out)
+// An initializer key: absent keeps the Options default, which check_fields
+// resolves; written as the resolved initializer's JSON.
+template <>
+struct FieldCodec<InitializerArg> {
+  static void read(ConfigReader& r, const char* key, InitializerArg& v) {
+    if (r.has(key))
+      v = r.initializer(key, "");
+    else
+      r.get(key);  // marks it read; the default resolves in check()
+  }
+  static void check(const std::string& owner, const char* key, InitializerArg& v) { v = v.resolve(owner, key); }
+  static void write(Json& j, const char* key, const InitializerArg& v, bool /*omit_if_unset*/) {
+    if (!v.resolved()) throw Error(std::string("internal: initializer `") + key + "` written before check_fields");
+    j[key] = v.resolved()->to_json();
+  }
 };
+
+// A regularizer key: absent is none, written as null unless omit_if_unset.
+template <>
+struct FieldCodec<RegularizerPtr> {
+  static void read(ConfigReader& r, const char* key, RegularizerPtr& v) { v = r.regularizer(key); }
+  static void write(Json& j, const char* key, const RegularizerPtr& v, bool omit_if_unset) {
+    if (v || !omit_if_unset) j[key] = regularizer_json(v);
+  }
+};
+
+}  // namespace config
+
 template <class O>
-using FieldTable = std::vector<FieldDef<O>>;
+using FieldDef = config::FieldDef<O, ConfigReader>;
+template <class O>
+using FieldTable = config::FieldTable<O, ConfigReader>;
 
-// A field bound to member `T O::*`; the kind of value comes from T and the
-// modifiers below. Converts to FieldDef<O>.
+// A field of a layer config: core's modifiers (positive, required, tuple,
+// choice, in_range, where, described, omit_if_unset) and `.activation()`.
 template <class O, class T>
-class Field {
+class Field : public config::BasicField<O, T, ConfigReader, Field<O, T>> {
  public:
-  Field(const char* key, T O::*member) : key_(key), member_(member) {}
+  using config::BasicField<O, T, ConfigReader, Field<O, T>>::BasicField;
 
-  // int64_t: a size in [1, kMaxConfigDim].
-  Field& positive() { return positive_ = true, *this; }
-  // int64_t sizes and tuples: absent is an error.
-  Field& required() { return required_ = true, *this; }
-  // Any other kind: absent is "the config is missing `key` (<what>)".
-  Field& required(std::string what) { return missing_ = std::move(what), *this; }
-  // std::vector<int64_t>: one positive int for every one of `n` axes, or one per axis.
-  Field& tuple(size_t n) { return tuple_ = n, *this; }
-  // std::string: one of `choices`, case-insensitive, kept lower-case.
-  Field& choice(std::vector<std::string> choices) { return choices_ = std::move(choices), *this; }
   // std::string: a known activation name.
-  Field& activation() { return activation_ = true, *this; }
-  // double: lo <= v <= hi (< hi unless hi_inclusive).
-  Field& in_range(double lo, double hi, bool hi_inclusive = true) {
-    range_ = std::make_pair(lo, hi);
-    hi_inclusive_ = hi_inclusive;
-    return *this;
+  Field& activation() {
+    return this->custom(
+        [](ConfigReader& r, const char* key, const T& v) { return r.activation(key, v); },
+        [](const std::string& owner, const char* key, const T& v) { return option_check::activation(owner, key, v); });
   }
-  // Any value (the inner value of an optional): `ok(v)` or "received an
-  // invalid value for `key`, expected <expected>".
-  template <class P>
-  Field& where(P ok, std::string expected) {
-    ok_ = std::move(ok);
-    expected_ = std::move(expected);
-    return *this;
-  }
-  // IntOrList: what the error says a bad value should be.
-  Field& described(std::string expected) { return expected_ = std::move(expected), *this; }
-  // std::optional / RegularizerPtr: unset is left out of the config instead
-  // of written as null.
-  Field& omit_if_unset() { return omit_if_unset_ = true, *this; }
-
-  operator FieldDef<O>() const {  // NOLINT(google-explicit-constructor)
-    const Field f = *this;
-    return FieldDef<O>{key_, [f](ConfigReader& r, O& o) { f.read(r, o.*f.member_); },
-                       [f](const std::string& owner, O& o) { f.check(owner, o.*f.member_); },
-                       [f](Json& j, const O& o) { f.write(j, o.*f.member_); }};
-  }
-
- private:
-  template <class>
-  struct is_optional : std::false_type {};
-  template <class U>
-  struct is_optional<std::optional<U>> : std::true_type {};
-  using Inner = typename std::conditional_t<is_optional<T>::value, T, std::optional<T>>::value_type;
-
-  void read(ConfigReader& r, T& v) const {
-    const char* k = key_;
-    if (!missing_.empty() && !r.has(k))
-      throw ValueError(r.owner() + ": the config is missing `" + k + "` (" + missing_ + ")");
-    if constexpr (std::is_same_v<T, int64_t>) {
-      if (positive_)
-        v = required_ ? r.positive_int(k) : r.positive_int(k, v);
-      else
-        v = r.integer(k, v);
-    } else if constexpr (std::is_same_v<T, double>) {
-      v = range_ ? r.number_in(k, v, range_->first, range_->second, hi_inclusive_) : r.number(k, v);
-    } else if constexpr (std::is_same_v<T, bool>) {
-      v = r.boolean(k, v);
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      if (activation_)
-        v = r.activation(k, v);
-      else
-        v = choices_.empty() ? r.string(k, v) : r.choice(k, v, choices_);
-    } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-      v = required_ ? r.int_tuple(k, tuple_) : r.int_tuple(k, tuple_, v);
-    } else if constexpr (std::is_same_v<T, InitializerArg>) {
-      if (r.has(k))
-        v = r.initializer(k, "");
-      else
-        r.get(k);  // marks it read; the default resolves in check()
-    } else if constexpr (std::is_same_v<T, RegularizerPtr>) {
-      v = r.regularizer(k);
-    } else if constexpr (std::is_same_v<T, std::optional<int64_t>>) {
-      const Json* j = r.get(k);
-      if (j && !j->is_number_integer()) r.invalid(k, expected_.empty() ? "null or an integer" : expected_);
-      v = j ? std::optional<int64_t>(j->get<int64_t>()) : std::nullopt;
-    } else if constexpr (std::is_same_v<T, std::optional<double>>) {
-      v = r.has(k) ? std::optional<double>(r.number(k, 0.0)) : (r.get(k), std::nullopt);
-    } else if constexpr (std::is_same_v<T, IntOrList>) {
-      if (const Json* j = r.get(k)) {
-        if (j->is_number_integer()) {
-          v = j->get<int64_t>();
-        } else {
-          if (!j->is_array() || j->empty()) r.invalid(k, expected_);
-          std::vector<int64_t> list;
-          for (auto& e : *j) {
-            if (!e.is_number_integer()) r.invalid(k, expected_);
-            list.push_back(e.get<int64_t>());
-          }
-          v = list;
-        }
-      }
-    } else {
-      static_assert(sizeof(T) == 0, "no field kind for this member type");
-    }
-    if (ok_ && is_set(v) && !ok_(inner(v))) r.invalid(k, expected_);
-  }
-
-  void check(const std::string& owner, T& v) const {
-    namespace oc = option_check;
-    if constexpr (std::is_same_v<T, int64_t>) {
-      if (positive_) oc::positive(owner, key_, v);
-    } else if constexpr (std::is_same_v<T, double>) {
-      if (range_) oc::in_range(owner, key_, v, range_->first, range_->second, hi_inclusive_);
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      if (activation_) v = oc::activation(owner, key_, v);
-      if (!choices_.empty()) v = oc::choice(owner, key_, v, choices_);
-    } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-      v = oc::tuple(owner, key_, v, tuple_);
-    } else if constexpr (std::is_same_v<T, InitializerArg>) {
-      v = v.resolve(owner, key_);
-    } else if constexpr (std::is_same_v<T, IntOrList>) {
-      const auto* list = std::get_if<std::vector<int64_t>>(&v);
-      if (list && list->empty()) oc::invalid(owner, key_, expected_, Json(*list));
-    }
-    if constexpr (std::is_arithmetic_v<Inner> || std::is_same_v<Inner, std::string>)
-      if (ok_ && is_set(v) && !ok_(inner(v))) oc::invalid(owner, key_, expected_, Json(inner(v)));
-  }
-
-  void write(Json& j, const T& v) const {
-    if constexpr (std::is_same_v<T, InitializerArg>) {
-      if (!v.resolved()) throw Error(std::string("internal: initializer `") + key_ + "` written before check_fields");
-      j[key_] = v.resolved()->to_json();
-    } else if constexpr (std::is_same_v<T, RegularizerPtr>) {
-      if (v || !omit_if_unset_) j[key_] = regularizer_json(v);
-    } else if constexpr (is_optional<T>::value) {
-      if (v || !omit_if_unset_) j[key_] = v ? Json(*v) : Json(nullptr);
-    } else if constexpr (std::is_same_v<T, IntOrList>) {
-      j[key_] = int_or_list_json(v);
-    } else {
-      j[key_] = v;
-    }
-  }
-
-  static bool is_set(const T& v) {
-    if constexpr (is_optional<T>::value)
-      return v.has_value();
-    else
-      return true;
-  }
-  static const Inner& inner(const T& v) {
-    if constexpr (is_optional<T>::value)
-      return *v;
-    else
-      return v;
-  }
-
-  const char* key_;
-  T O::*member_;
-  bool positive_ = false, required_ = false, activation_ = false, hi_inclusive_ = true, omit_if_unset_ = false;
-  size_t tuple_ = 1;
-  std::vector<std::string> choices_;
-  std::optional<std::pair<double, double>> range_;
-  std::function<bool(const Inner&)> ok_;
-  std::string expected_, missing_;
 };
 
 template <class O, class T>
@@ -224,48 +92,15 @@ Field<O, T> field(const char* key, T O::*member) {
   return Field<O, T>(key, member);
 }
 
+using config::check_fields;
+using config::read_fields;
+using config::write_fields;
+
 // A Keras key kiln accepts only as null (weight constraints) and writes as null.
 template <class O>
 FieldDef<O> no_constraint(const char* key) {
   return FieldDef<O>{key, [key](ConfigReader& r, O&) { r.no_constraint(key); }, nullptr,
                      [key](Json& j, const O&) { j[key] = nullptr; }};
-}
-
-// `a` then `b`: a table built from shared parts.
-template <class O>
-FieldTable<O> operator+(FieldTable<O> a, const FieldTable<O>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-// Reads every field of `table` from `r` into `o` (absent keys keep o's values).
-template <class O>
-void read_fields(ConfigReader& r, O& o, const FieldTable<O>& table) {
-  for (const auto& f : table) f.read(r, o);
-}
-
-// The options of `config` (an object or null); ValueError naming `owner` for a
-// bad value or a key outside `table` and the base keys.
-template <class O>
-O read_fields(const Json& config, const std::string& owner, const FieldTable<O>& table) {
-  ConfigReader r(config, owner);
-  O o;
-  read_fields(r, o, table);
-  r.finish();
-  return o;
-}
-
-// Checks typed options with the reader's messages; normalizes `o` in place.
-template <class O>
-void check_fields(const std::string& owner, O& o, const FieldTable<O>& table) {
-  for (const auto& f : table)
-    if (f.check) f.check(owner, o);
-}
-
-// Sets the config keys of `table` from `o` (checked), in table order.
-template <class O>
-void write_fields(Json& j, const O& o, const FieldTable<O>& table) {
-  for (const auto& f : table) f.write(j, o);
 }
 
 // The keys Dense and the convolutions share: activation, use_bias, the

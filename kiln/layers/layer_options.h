@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/config_reader.h"
 #include "kiln/core/initializers.h"
 #include "kiln/core/json.h"
 
@@ -50,21 +51,10 @@ class InitializerArg {
   InitializerPtr init_;
 };
 
-// Checks of typed options, with ConfigReader's messages
-// ("Dense: received an invalid value for `units`, expected ... Received: units=0").
+// Checks of typed options (the generic ones are in kiln/core/config_reader.h).
 namespace option_check {
-[[noreturn]] void invalid(const std::string& owner, const char* key, const std::string& expected, const Json& received);
-// In [1, kMaxConfigDim].
-int64_t positive(const std::string& owner, const char* key, int64_t v);
-// One positive int for every axis, or `n` of them; returns `n` entries.
-std::vector<int64_t> tuple(const std::string& owner, const char* key, const std::vector<int64_t>& v, size_t n);
-// One of `choices`, case-insensitive; returned lower-case.
-std::string choice(const std::string& owner, const char* key, const std::string& v,
-                   const std::vector<std::string>& choices);
 // A known activation name.
 std::string activation(const std::string& owner, const char* key, const std::string& v);
-// lo <= v <= hi (< hi unless hi_inclusive).
-double in_range(const std::string& owner, const char* key, double v, double lo, double hi, bool hi_inclusive = true);
 }  // namespace option_check
 
 }  // namespace kiln
