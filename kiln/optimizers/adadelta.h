@@ -33,7 +33,7 @@ class Adadelta : public Optimizer {
   std::vector<std::string> slot_names() const override { return {"accumulated_grad", "accumulated_delta_var"}; }
 
  private:
-  double rho_, epsilon_;
+  AdadeltaOptions options_;
 };
 
 }  // namespace kiln::optimizers

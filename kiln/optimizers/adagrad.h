@@ -28,10 +28,10 @@ class Adagrad : public Optimizer {
   void update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr,
                    int64_t step) override;
   std::vector<std::string> slot_names() const override { return {"accumulator"}; }
-  double slot_initial_value(size_t) const override { return initial_accumulator_value_; }
+  double slot_initial_value(size_t) const override { return options_.initial_accumulator_value; }
 
  private:
-  double initial_accumulator_value_, epsilon_;
+  AdagradOptions options_;
 };
 
 }  // namespace kiln::optimizers

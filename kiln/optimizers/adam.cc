@@ -1,68 +1,67 @@
 #include "kiln/optimizers/adam.h"
-#include "kiln/optimizers/betas.h"
 
 #include <cmath>
 
 #include "kiln/core/error.h"
+#include "kiln/optimizers/betas.h"
 
 namespace kiln::optimizers {
 namespace {
 
-Json with_default_weight_decay(const Json& config) {
-  Json c = config.is_null() ? Json::object() : config;
-  if (!c.is_object()) return c;  // the base constructor reports it
-  if (c.contains("weight_decay") && c["weight_decay"].is_null())
+// Adam's own keys (after the base optimizer's).
+const config::FieldTable<AdamOptions>& adam_fields() {
+  static const config::FieldTable<AdamOptions> t =
+      beta_fields<AdamOptions>() + config::FieldTable<AdamOptions>{config::field("amsgrad", &AdamOptions::amsgrad)};
+  return t;
+}
+
+// AdamW's default weight decay (Keras's 0.004) where none is given.
+AdamWOptions with_default_weight_decay(AdamWOptions o) {
+  if (!o.base.weight_decay) o.base.weight_decay = 0.004;
+  return o;
+}
+
+AdamWOptions adamw_options(const Json& config) {
+  if (config.is_object() && config.contains("weight_decay") && config["weight_decay"].is_null())
     throw ValueError("AdamW: argument `weight_decay` must be a float. Received: weight_decay=None");
-  if (!c.contains("weight_decay")) c["weight_decay"] = 0.004;
-  return c;
+  return read_optimizer_options(config, "AdamW", adam_fields());
 }
 
 }  // namespace
 
-namespace {
-Json adam_config(const AdamOptions& o) {
-  Json c = beta_optimizer_config(o);
-  c["amsgrad"] = o.amsgrad;
-  return c;
+Adam::Adam(const Json& config) : Adam(read_optimizer_options(config, "Adam", adam_fields())) {}
+
+Adam::Adam(const AdamOptions& o) : Adam(o, "Adam", "adam") {}
+
+Adam::Adam(const AdamOptions& o, const std::string& class_name, const std::string& default_name)
+    : Optimizer(class_name, o.base, o.learning_rate, default_name), options_(o) {
+  config::check_fields(class_name, options_, adam_fields());
 }
-}  // namespace
 
-Adam::Adam(const AdamOptions& o) : Adam(adam_config(o)) {}
+AdamW::AdamW(const Json& config) : AdamW(adamw_options(config)) {}
 
-AdamW::AdamW(const AdamWOptions& o) : AdamW(adam_config(o)) {}
-
-Adam::Adam(const Json& config) : Adam(config, "adam") {}
-
-Adam::Adam(const Json& config, const std::string& default_name)
-    : Optimizer(config, 0.001, default_name),
-      beta_1_(get_or<double>(config, "beta_1", 0.9)),
-      beta_2_(get_or<double>(config, "beta_2", 0.999)),
-      epsilon_(get_or<double>(config, "epsilon", 1e-7)),
-      amsgrad_(get_or<bool>(config, "amsgrad", false)) {
-  check_keys(config, {"beta_1", "beta_2", "epsilon", "amsgrad"});
-  check_betas(class_name(), beta_1_, beta_2_, epsilon_);
-}
+AdamW::AdamW(const AdamWOptions& o) : Adam(with_default_weight_decay(o), "AdamW", "adamw") {}
 
 std::vector<std::string> Adam::slot_names() const {
-  if (amsgrad_) return {"momentum", "velocity", "velocity_hat"};
+  if (options_.amsgrad) return {"momentum", "velocity", "velocity_hat"};
   return {"momentum", "velocity"};
 }
 
 void Adam::update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr,
                        int64_t step) {
   const double t = static_cast<double>(step);
-  const double alpha = lr * std::sqrt(1.0 - std::pow(beta_2_, t)) / (1.0 - std::pow(beta_1_, t));
+  const double alpha = lr * std::sqrt(1.0 - std::pow(options_.beta_2, t)) / (1.0 - std::pow(options_.beta_1, t));
   at::Tensor& m = slots[0];
   at::Tensor& v = slots[1];
-  m.add_((grad - m) * (1.0 - beta_1_));
-  v.add_((grad.square() - v) * (1.0 - beta_2_));
+  m.add_((grad - m) * (1.0 - options_.beta_1));
+  v.add_((grad.square() - v) * (1.0 - options_.beta_2));
   at::Tensor denom_v = v;
-  if (amsgrad_) {
+  if (options_.amsgrad) {
     at::Tensor& v_hat = slots[2];
     v_hat.copy_(at::maximum(v_hat, v));
     denom_v = v_hat;
   }
-  var.sub_(m * alpha / (denom_v.sqrt() + epsilon_));
+  var.sub_(m * alpha / (denom_v.sqrt() + options_.epsilon));
 }
 
 bool Adam::update_all(const std::vector<at::Tensor>& grads, std::vector<at::Tensor>& vars,
@@ -80,7 +79,7 @@ bool Adam::update_all(const std::vector<at::Tensor>& grads, std::vector<at::Tens
     g.push_back(grads[i].contiguous());
     m.push_back((*slots[i])[0]);
     v.push_back((*slots[i])[1]);
-    if (amsgrad_) v_hat.push_back((*slots[i])[2]);
+    if (options_.amsgrad) v_hat.push_back((*slots[i])[2]);
   }
   const double t = static_cast<double>(step);
   // One step tensor read by every variable's update (the kernel does not
@@ -89,8 +88,9 @@ bool Adam::update_all(const std::vector<at::Tensor>& grads, std::vector<at::Tens
     step_ = at::empty({}, at::TensorOptions().dtype(at::kFloat).device(device));
   step_.fill_(t);
   steps.assign(vars.size(), step_);
-  const double eps = epsilon_ / std::sqrt(1.0 - std::pow(beta_2_, t));
-  at::_fused_adam_(vars, g, m, v, v_hat, steps, lr, beta_1_, beta_2_, /*weight_decay=*/0.0, eps, amsgrad_,
+  const double eps = options_.epsilon / std::sqrt(1.0 - std::pow(options_.beta_2, t));
+  at::_fused_adam_(vars, g, m, v, v_hat, steps, lr, options_.beta_1, options_.beta_2, /*weight_decay=*/0.0, eps,
+                   options_.amsgrad,
                    /*maximize=*/false);
   last_fused_ = true;
   return true;
@@ -98,13 +98,8 @@ bool Adam::update_all(const std::vector<at::Tensor>& grads, std::vector<at::Tens
 
 Json Adam::get_config() const {
   Json c = Optimizer::get_config();
-  c["beta_1"] = beta_1_;
-  c["beta_2"] = beta_2_;
-  c["epsilon"] = epsilon_;
-  c["amsgrad"] = amsgrad_;
+  config::write_fields(c, options_, adam_fields());
   return c;
 }
-
-AdamW::AdamW(const Json& config) : Adam(with_default_weight_decay(config), "adamw") {}
 
 }  // namespace kiln::optimizers

@@ -51,7 +51,7 @@ class Adam : public Optimizer {
   bool last_update_fused() const { return last_fused_; }
 
  protected:
-  Adam(const Json& config, const std::string& default_name);
+  Adam(const AdamOptions& options, const std::string& class_name, const std::string& default_name);
   void update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr,
                    int64_t step) override;
   bool update_all(const std::vector<at::Tensor>& grads, std::vector<at::Tensor>& vars,
@@ -60,8 +60,7 @@ class Adam : public Optimizer {
   std::vector<std::string> slot_names() const override;
 
  private:
-  double beta_1_, beta_2_, epsilon_;
-  bool amsgrad_;
+  AdamOptions options_;
   std::optional<bool> fused_;
   bool last_fused_ = false;
   at::Tensor step_;  // the fused kernel's step count, on the variables' device

@@ -2,37 +2,37 @@
 
 #include <cmath>
 
-#include "kiln/core/error.h"
 #include "kiln/optimizers/betas.h"
 
 namespace kiln::optimizers {
 
-Adamax::Adamax(const AdamaxOptions& o) : Adamax(beta_optimizer_config(o)) {}
+namespace {
+// Adamax's own keys (after the base optimizer's).
+const config::FieldTable<AdamaxOptions>& adamax_fields() {
+  static const config::FieldTable<AdamaxOptions> t = beta_fields<AdamaxOptions>();
+  return t;
+}
+}  // namespace
 
-Adamax::Adamax(const Json& config)
-    : Optimizer(config, 0.001, "adamax"),
-      beta_1_(get_or<double>(config, "beta_1", 0.9)),
-      beta_2_(get_or<double>(config, "beta_2", 0.999)),
-      epsilon_(get_or<double>(config, "epsilon", 1e-7)) {
-  check_keys(config, {"beta_1", "beta_2", "epsilon"});
-  check_betas("Adamax", beta_1_, beta_2_, epsilon_);
+Adamax::Adamax(const Json& config) : Adamax(read_optimizer_options(config, "Adamax", adamax_fields())) {}
+
+Adamax::Adamax(const AdamaxOptions& o) : Optimizer("Adamax", o.base, o.learning_rate, "adamax"), options_(o) {
+  config::check_fields("Adamax", options_, adamax_fields());
 }
 
 void Adamax::update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr,
                          int64_t step) {
   at::Tensor& m = slots[0];
   at::Tensor& u = slots[1];
-  m.add_((grad - m) * (1.0 - beta_1_));
-  u.copy_(at::maximum(u * beta_2_, grad.abs()));
-  const double correction = 1.0 - std::pow(beta_1_, static_cast<double>(step));
-  var.sub_(m * lr / ((u + epsilon_) * correction));
+  m.add_((grad - m) * (1.0 - options_.beta_1));
+  u.copy_(at::maximum(u * options_.beta_2, grad.abs()));
+  const double correction = 1.0 - std::pow(options_.beta_1, static_cast<double>(step));
+  var.sub_(m * lr / ((u + options_.epsilon) * correction));
 }
 
 Json Adamax::get_config() const {
   Json c = Optimizer::get_config();
-  c["beta_1"] = beta_1_;
-  c["beta_2"] = beta_2_;
-  c["epsilon"] = epsilon_;
+  config::write_fields(c, options_, adamax_fields());
   return c;
 }
 

@@ -32,7 +32,7 @@ class Adamax : public Optimizer {
   std::vector<std::string> slot_names() const override { return {"momentum", "norm"}; }
 
  private:
-  double beta_1_, beta_2_, epsilon_;
+  AdamaxOptions options_;
 };
 
 }  // namespace kiln::optimizers

@@ -38,10 +38,12 @@ class Ftrl : public Optimizer {
   void update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr,
                    int64_t step) override;
   std::vector<std::string> slot_names() const override { return {"accumulator", "linear"}; }
-  double slot_initial_value(size_t index) const override { return index == 0 ? initial_accumulator_value_ : 0.0; }
+  double slot_initial_value(size_t index) const override {
+    return index == 0 ? options_.initial_accumulator_value : 0.0;
+  }
 
  private:
-  double learning_rate_power_, initial_accumulator_value_, l1_, l2_, l2_shrinkage_, beta_;
+  FtrlOptions options_;
 };
 
 }  // namespace kiln::optimizers

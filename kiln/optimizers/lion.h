@@ -30,7 +30,7 @@ class Lion : public Optimizer {
   std::vector<std::string> slot_names() const override { return {"momentum"}; }
 
  private:
-  double beta_1_, beta_2_;
+  LionOptions options_;
 };
 
 }  // namespace kiln::optimizers

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
 #include "kiln/core/variable.h"
@@ -10,19 +9,34 @@
 namespace kiln {
 namespace {
 
-Json inner_config(const OptimizerPtr& inner, const std::string& name) {
-  if (!inner) throw ValueError("LossScaleOptimizer: `inner_optimizer` is required (e.g. Optimizer::get(\"adam\"))");
-  if (dynamic_cast<LossScaleOptimizer*>(inner.get()))
-    throw ValueError("LossScaleOptimizer: the inner optimizer is already a LossScaleOptimizer");
-  Json c = inner->get_config();
-  c["name"] = name.empty() ? "loss_scale_optimizer" : name;
-  return c;
+const config::FieldTable<LossScaleOptions>& loss_scale_fields() {
+  using O = LossScaleOptions;
+  static const config::FieldTable<O> t = {config::field("initial_scale", &O::initial_scale),
+                                          config::field("dynamic_growth_steps", &O::dynamic_growth_steps),
+                                          config::field("dynamic", &O::dynamic)};
+  return t;
 }
 
 }  // namespace
 
+OptimizerOptions LossScaleOptimizer::inner_base(const OptimizerPtr& inner, const std::string& name) {
+  if (!inner) throw ValueError("LossScaleOptimizer: `inner_optimizer` is required (e.g. Optimizer::get(\"adam\"))");
+  if (dynamic_cast<LossScaleOptimizer*>(inner.get()))
+    throw ValueError("LossScaleOptimizer: the inner optimizer is already a LossScaleOptimizer");
+  OptimizerOptions base = inner->base_;
+  base.name = name.empty() ? "loss_scale_optimizer" : name;
+  return base;
+}
+
+LearningRate LossScaleOptimizer::inner_learning_rate(const OptimizerPtr& inner) {
+  if (!inner) return 0.0;  // inner_base reports it
+  return inner->schedule_ ? LearningRate(inner->schedule_) : LearningRate(inner->lr_);
+}
+
 LossScaleOptimizer::LossScaleOptimizer(OptimizerPtr inner, const LossScaleOptions& o, const std::string& name)
-    : Optimizer(inner_config(inner, name), 0.001, "loss_scale_optimizer"), inner_(std::move(inner)), options_(o) {
+    : Optimizer("LossScaleOptimizer", inner_base(inner, name), inner_learning_rate(inner), "loss_scale_optimizer"),
+      inner_(std::move(inner)),
+      options_(o) {
   if (!(o.initial_scale >= 1) || !std::isfinite(o.initial_scale))
     throw ValueError("LossScaleOptimizer: `initial_scale` must be a finite number >= 1. Received: initial_scale=" +
                      std::to_string(o.initial_scale));
@@ -30,36 +44,20 @@ LossScaleOptimizer::LossScaleOptimizer(OptimizerPtr inner, const LossScaleOption
     throw ValueError("LossScaleOptimizer: `dynamic_growth_steps` must be >= 1. Received: dynamic_growth_steps=" +
                      std::to_string(o.dynamic_growth_steps));
   scale_ = o.initial_scale;
-  weight_decay_ = inner_->weight_decay_;
   exclude_from_weight_decay(inner_->exclude_from_wd_);
 }
 
 std::shared_ptr<LossScaleOptimizer> LossScaleOptimizer::from_config(const Json& c) {
-  if (!c.is_object() || !c.contains("inner_optimizer"))
+  config::Reader r(c, "LossScaleOptimizer");
+  const Json* inner = r.get("inner_optimizer");
+  if (!inner)
     throw ValueError("LossScaleOptimizer config needs `inner_optimizer` ({\"class_name\": \"Adam\", ...}). Received: " +
                      json_excerpt(c));
-  check_config_keys(c, {"name", "inner_optimizer", "initial_scale", "dynamic_growth_steps", "dynamic"},
-                    "LossScaleOptimizer config");
+  const std::string name = r.string("name", "");
   LossScaleOptions o;
-  if (c.contains("initial_scale") && !c["initial_scale"].is_null()) {
-    if (!c["initial_scale"].is_number())
-      throw ValueError("LossScaleOptimizer: `initial_scale` must be a number. Received: " +
-                       json_excerpt(c["initial_scale"]));
-    o.initial_scale = c["initial_scale"].get<double>();
-  }
-  if (c.contains("dynamic_growth_steps") && !c["dynamic_growth_steps"].is_null()) {
-    if (!c["dynamic_growth_steps"].is_number_integer())
-      throw ValueError("LossScaleOptimizer: `dynamic_growth_steps` must be an integer. Received: " +
-                       json_excerpt(c["dynamic_growth_steps"]));
-    o.dynamic_growth_steps = c["dynamic_growth_steps"].get<int64_t>();
-  }
-  if (c.contains("dynamic") && !c["dynamic"].is_null()) {
-    if (!c["dynamic"].is_boolean())
-      throw ValueError("LossScaleOptimizer: `dynamic` must be true or false. Received: " + json_excerpt(c["dynamic"]));
-    o.dynamic = c["dynamic"].get<bool>();
-  }
-  return std::make_shared<LossScaleOptimizer>(Optimizer::from_json(c["inner_optimizer"]), o,
-                                              get_or<std::string>(c, "name", ""));
+  config::read_fields(r, o, loss_scale_fields());
+  r.finish();
+  return std::make_shared<LossScaleOptimizer>(Optimizer::from_json(*inner), o, name);
 }
 
 Json LossScaleOptimizer::get_config() const {
@@ -68,11 +66,9 @@ Json LossScaleOptimizer::get_config() const {
   Json inner = inner_->to_json();
   Json mine = Optimizer::get_config();
   inner["config"]["learning_rate"] = mine["learning_rate"];
-  return Json{{"name", name()},
-              {"inner_optimizer", inner},
-              {"initial_scale", options_.initial_scale},
-              {"dynamic_growth_steps", options_.dynamic_growth_steps},
-              {"dynamic", options_.dynamic}};
+  Json c{{"name", name()}, {"inner_optimizer", inner}};
+  config::write_fields(c, options_, loss_scale_fields());
+  return c;
 }
 
 at::Tensor LossScaleOptimizer::scale_loss(const at::Tensor& loss) const { return loss * scale_; }

@@ -63,6 +63,10 @@ class LossScaleOptimizer : public Optimizer {
   double slot_initial_value(size_t index) const override;
 
  private:
+  // The inner optimizer's base options, named `name` (or "loss_scale_optimizer").
+  static OptimizerOptions inner_base(const OptimizerPtr& inner, const std::string& name);
+  static LearningRate inner_learning_rate(const OptimizerPtr& inner);
+
   OptimizerPtr inner_;
   LossScaleOptions options_;
   double scale_;

@@ -2,23 +2,25 @@
 
 #include <cmath>
 
-#include "kiln/core/error.h"
 #include "kiln/optimizers/betas.h"
 
 namespace kiln::optimizers {
 
-Nadam::Nadam(const NadamOptions& o) : Nadam(beta_optimizer_config(o)) {}
+namespace {
+// Nadam's own keys (after the base optimizer's).
+const config::FieldTable<NadamOptions>& nadam_fields() {
+  static const config::FieldTable<NadamOptions> t = beta_fields<NadamOptions>();
+  return t;
+}
+}  // namespace
 
-Nadam::Nadam(const Json& config)
-    : Optimizer(config, 0.001, "nadam"),
-      beta_1_(get_or<double>(config, "beta_1", 0.9)),
-      beta_2_(get_or<double>(config, "beta_2", 0.999)),
-      epsilon_(get_or<double>(config, "epsilon", 1e-7)) {
-  check_keys(config, {"beta_1", "beta_2", "epsilon"});
-  check_betas("Nadam", beta_1_, beta_2_, epsilon_);
+Nadam::Nadam(const Json& config) : Nadam(read_optimizer_options(config, "Nadam", nadam_fields())) {}
+
+Nadam::Nadam(const NadamOptions& o) : Optimizer("Nadam", o.base, o.learning_rate, "nadam"), options_(o) {
+  config::check_fields("Nadam", options_, nadam_fields());
 }
 
-double Nadam::u(int64_t t) const { return beta_1_ * (1.0 - 0.5 * std::pow(0.96, static_cast<double>(t))); }
+double Nadam::u(int64_t t) const { return options_.beta_1 * (1.0 - 0.5 * std::pow(0.96, static_cast<double>(t))); }
 
 double Nadam::u_product(int64_t t) {
   if (t < cached_step_) {
@@ -36,18 +38,16 @@ void Nadam::update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at:
   const double p_next = p_t * u_next;
   at::Tensor& m = slots[0];
   at::Tensor& v = slots[1];
-  m.add_((grad - m) * (1.0 - beta_1_));
-  v.add_((grad.square() - v) * (1.0 - beta_2_));
+  m.add_((grad - m) * (1.0 - options_.beta_1));
+  v.add_((grad.square() - v) * (1.0 - options_.beta_2));
   at::Tensor m_hat = m * (u_next / (1.0 - p_next)) + grad * ((1.0 - u_t) / (1.0 - p_t));
-  at::Tensor v_hat = v / (1.0 - std::pow(beta_2_, static_cast<double>(step)));
-  var.sub_(m_hat * lr / (v_hat.sqrt() + epsilon_));
+  at::Tensor v_hat = v / (1.0 - std::pow(options_.beta_2, static_cast<double>(step)));
+  var.sub_(m_hat * lr / (v_hat.sqrt() + options_.epsilon));
 }
 
 Json Nadam::get_config() const {
   Json c = Optimizer::get_config();
-  c["beta_1"] = beta_1_;
-  c["beta_2"] = beta_2_;
-  c["epsilon"] = epsilon_;
+  config::write_fields(c, options_, nadam_fields());
   return c;
 }
 

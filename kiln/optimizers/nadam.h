@@ -39,7 +39,7 @@ class Nadam : public Optimizer {
   double u(int64_t t) const;
   double u_product(int64_t t);  // u_1 * ... * u_t, cached for consecutive steps
 
-  double beta_1_, beta_2_, epsilon_;
+  NadamOptions options_;
   int64_t cached_step_ = 0;
   double cached_product_ = 1.0;
 };

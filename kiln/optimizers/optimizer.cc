@@ -7,9 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
-#include "kiln/core/json_limits.h"
 #include "kiln/core/registry.h"
 #include "kiln/core/shape.h"
 #include "kiln/optimizers/adadelta.h"
@@ -36,34 +34,6 @@ std::string num_str(double v) {
   std::ostringstream os;
   os << v;
   return os.str();
-}
-
-// A non-negative number or null (absent) config entry; 0 when absent.
-double optional_non_negative(const Json& c, const char* key, const std::string& owner, bool* is_set) {
-  *is_set = false;
-  if (!c.is_object() || !c.contains(key) || c[key].is_null()) return 0.0;
-  const Json& v = c[key];
-  if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>()))
-    throw ValueError(owner + ": `" + key + "` must be a non-negative number. Received: " + key + "=" + json_excerpt(v));
-  *is_set = true;
-  return v.get<double>();
-}
-
-const std::vector<std::string>& base_keys() {
-  static const std::vector<std::string> k = {"name",
-                                             "learning_rate",
-                                             "weight_decay",
-                                             "clipnorm",
-                                             "clipvalue",
-                                             "global_clipnorm",
-                                             "use_ema",
-                                             "ema_momentum",
-                                             "ema_overwrite_frequency",
-                                             "loss_scale_factor",
-                                             "gradient_accumulation_steps",
-                                             "jit_compile",
-                                             "is_legacy_optimizer"};
-  return k;
 }
 
 using OptimizerRegistry = Registry<OptimizerPtr, const Json&>;
@@ -98,89 +68,33 @@ const std::map<std::string, std::string>& aliases() {
 
 }  // namespace
 
-Optimizer::Optimizer(const Json& config, double default_learning_rate, const std::string& default_name)
-    : lr_(default_learning_rate) {
-  const Json c = config.is_null() ? Json::object() : config;
-  if (!c.is_object()) throw ValueError(default_name + ": config must be a JSON object. Received: " + json_excerpt(c));
-  name_ = get_or<std::string>(c, "name", default_name);
-  const std::string owner = name_;
-
-  if (c.contains("learning_rate") && !c["learning_rate"].is_null()) {
-    const Json& lr = c["learning_rate"];
-    if (lr.is_object()) {
-      schedule_ = LearningRateSchedule::from_json(lr);
-    } else if (lr.is_number() && lr.get<double>() >= 0 && std::isfinite(lr.get<double>())) {
-      lr_ = lr.get<double>();
-    } else {
-      throw ValueError(owner +
-                       ": `learning_rate` must be a non-negative number or a schedule "
-                       "{\"class_name\", \"config\"}. Received: learning_rate=" +
-                       json_excerpt(lr));
-    }
+Optimizer::Optimizer(const std::string& class_name, OptimizerOptions base, const LearningRate& learning_rate,
+                     const std::string& default_name)
+    : base_(std::move(base)) {
+  if (base_.name.empty()) base_.name = default_name;
+  config::check_fields(class_name, base_, optimizer_base_fields());
+  check_learning_rate(class_name, learning_rate);
+  if (const auto* s = std::get_if<SchedulePtr>(&learning_rate))
+    schedule_ = *s;
+  else
+    lr_ = std::get<double>(learning_rate);
+  const auto& o = base_;
+  if (int(o.clipnorm.has_value()) + int(o.clipvalue.has_value()) + int(o.global_clipnorm.has_value()) > 1) {
+    auto str = [](const std::optional<double>& v) { return v ? num_str(*v) : std::string("None"); };
+    throw ValueError(class_name + ": only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. Received: " +
+                     "clipnorm=" + str(o.clipnorm) + ", clipvalue=" + str(o.clipvalue) +
+                     ", global_clipnorm=" + str(o.global_clipnorm));
   }
-  bool set = false;
-  weight_decay_ = optional_non_negative(c, "weight_decay", owner, &set);
-  bool clipnorm_set = false, clipvalue_set = false, global_set = false;
-  clipnorm_ = optional_non_negative(c, "clipnorm", owner, &clipnorm_set);
-  clipvalue_ = optional_non_negative(c, "clipvalue", owner, &clipvalue_set);
-  global_clipnorm_ = optional_non_negative(c, "global_clipnorm", owner, &global_set);
-  if (int(clipnorm_set) + int(clipvalue_set) + int(global_set) > 1)
-    throw ValueError(owner +
-                     ": only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. Received: "
-                     "clipnorm=" +
-                     (clipnorm_set ? num_str(clipnorm_) : "None") +
-                     ", clipvalue=" + (clipvalue_set ? num_str(clipvalue_) : "None") +
-                     ", global_clipnorm=" + (global_set ? num_str(global_clipnorm_) : "None"));
-  // Keras's loss_scale_factor: kiln scales losses in the trainer instead.
-  if (c.contains("loss_scale_factor") && !c["loss_scale_factor"].is_null())
-    throw ValueError(owner + ": loss_scale_factor is not supported (use the trainer's loss scaling). Received: " +
-                     json_excerpt(c["loss_scale_factor"]));
-  if (c.contains("gradient_accumulation_steps") && !c["gradient_accumulation_steps"].is_null()) {
-    const Json& v = c["gradient_accumulation_steps"];
-    // Keras: a falsy value (0) turns it off; anything else must be an integer >= 2.
-    const bool is_int = v.is_number_integer() || (v.is_number() && std::floor(v.get<double>()) == v.get<double>());
-    if (!is_int || (v.get<double>() != 0 && v.get<double>() < 2))
-      throw ValueError(owner +
-                       ": `gradient_accumulation_steps` must be an integer >= 2. Received: "
-                       "gradient_accumulation_steps=" +
-                       v.dump());
-    accumulation_steps_ = v.get<int64_t>();
-  }
-  if (c.contains("use_ema") && !c["use_ema"].is_null() && !c["use_ema"].is_boolean())
-    throw ValueError(owner + ": `use_ema` must be true or false. Received: use_ema=" + c["use_ema"].dump());
-  use_ema_ = get_or<bool>(c, "use_ema", false);
-  if (c.contains("ema_momentum") && !c["ema_momentum"].is_null()) {
-    const Json& v = c["ema_momentum"];
-    if (!v.is_number() || !(v.get<double>() >= 0 && v.get<double>() <= 1))
-      throw ValueError(owner + ": `ema_momentum` must be in the range [0, 1]. Received: ema_momentum=" + v.dump());
-    ema_momentum_ = v.get<double>();
-  }
-  if (c.contains("ema_overwrite_frequency") && !c["ema_overwrite_frequency"].is_null()) {
-    const Json& v = c["ema_overwrite_frequency"];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0)
-      throw ValueError(owner +
-                       ": `ema_overwrite_frequency` must be an integer >= 1 or null. Received: "
-                       "ema_overwrite_frequency=" +
-                       v.dump());
-    ema_overwrite_frequency_ = v.get<int64_t>();
-  }
-}
-
-void Optimizer::check_keys(const Json& config, const std::vector<std::string>& own) const {
-  if (!config.is_object()) return;  // the base constructor reports it
-  std::vector<std::string> known = own;
-  known.insert(known.end(), base_keys().begin(), base_keys().end());
-  check_config_keys(config, known, class_name() + " config");
 }
 
 double Optimizer::learning_rate() const { return schedule_ ? (*schedule_)(iterations_) : lr_; }
 
 void Optimizer::set_learning_rate(double lr) {
   if (schedule_)
-    throw StateError(name_ + ": cannot set the learning rate: it is a " + schedule_->class_name() +
+    throw StateError(name() + ": cannot set the learning rate: it is a " + schedule_->class_name() +
                      " schedule. Set a constant learning_rate in the optimizer's config to adjust it by hand");
   if (!(lr >= 0) || !std::isfinite(lr))
-    throw ValueError(name_ + ": the learning rate must be a non-negative number. Received: " + num_str(lr));
+    throw ValueError(name() + ": the learning rate must be a non-negative number. Received: " + num_str(lr));
   lr_ = lr;
 }
 
@@ -189,13 +103,15 @@ void Optimizer::exclude_from_weight_decay(const std::vector<std::string>& var_na
 }
 
 std::vector<at::Tensor> Optimizer::clip(std::vector<at::Tensor> grads) const {
-  if (clipnorm_ > 0) {
+  const double clipnorm = base_.clipnorm.value_or(0), global_clipnorm = base_.global_clipnorm.value_or(0),
+               clipvalue = base_.clipvalue.value_or(0);
+  if (clipnorm > 0) {
     // Per gradient: g * clipnorm / max(||g||, clipnorm).
     for (auto& g : grads) {
       at::Tensor norm = g.to(at::kFloat).square().sum().sqrt();
-      g = g * (clipnorm_ / at::clamp_min(norm, clipnorm_)).to(g.scalar_type());
+      g = g * (clipnorm / at::clamp_min(norm, clipnorm)).to(g.scalar_type());
     }
-  } else if (global_clipnorm_ > 0) {
+  } else if (global_clipnorm > 0) {
     at::Tensor sq = at::zeros({}, grads.empty() ? at::TensorOptions(at::kFloat) : grads[0].options().dtype(at::kFloat));
     for (auto& g : grads) sq = sq + g.to(at::kFloat).square().sum().to(sq.device());
     if (owns_) {
@@ -209,31 +125,31 @@ std::vector<at::Tensor> Optimizer::clip(std::vector<at::Tensor> grads) const {
     }
     at::Tensor norm = sq.sqrt();
     // Keras's form: a NaN/inf norm makes the scale NaN rather than zeroing.
-    at::Tensor scale = global_clipnorm_ * at::minimum(1.0 / norm, at::full({}, 1.0 / global_clipnorm_, norm.options()));
+    at::Tensor scale = global_clipnorm * at::minimum(1.0 / norm, at::full({}, 1.0 / global_clipnorm, norm.options()));
     scale = scale + (norm - norm);
     for (auto& g : grads) g = g * scale.to(g.device(), g.scalar_type());
-  } else if (clipvalue_ > 0) {
-    for (auto& g : grads) g = g.clamp(-clipvalue_, clipvalue_);
+  } else if (clipvalue > 0) {
+    for (auto& g : grads) g = g.clamp(-clipvalue, clipvalue);
   }
   return grads;
 }
 
 void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std::vector<VariablePtr>& vars) {
   if (grads.size() != vars.size())
-    throw ValueError(name_ + ": apply_gradients got " + std::to_string(grads.size()) + " gradients for " +
+    throw ValueError(name() + ": apply_gradients got " + std::to_string(grads.size()) + " gradients for " +
                      std::to_string(vars.size()) + " variables");
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> g;
   std::vector<Variable*> v;
   std::set<std::string> paths;
   for (size_t i = 0; i < vars.size(); ++i) {
-    if (!vars[i]) throw ValueError(name_ + ": apply_gradients got a null variable at index " + std::to_string(i));
+    if (!vars[i]) throw ValueError(name() + ": apply_gradients got a null variable at index " + std::to_string(i));
     if (!grads[i].defined()) continue;
     if (!paths.insert(vars[i]->path()).second)
-      throw ValueError(name_ + ": two variables share the path '" + vars[i]->path() +
+      throw ValueError(name() + ": two variables share the path '" + vars[i]->path() +
                        "'; optimizer state is keyed by path, so paths must be unique");
     if (!grads[i].sizes().equals(vars[i]->value().sizes()))
-      throw ShapeError(name_ + ": gradient of shape " + sizes_str(grads[i]) + " for variable " + vars[i]->path() +
+      throw ShapeError(name() + ": gradient of shape " + sizes_str(grads[i]) + " for variable " + vars[i]->path() +
                        " of shape " + sizes_str(vars[i]->value()));
     g.push_back(grads[i].detach());
     v.push_back(vars[i].get());
@@ -242,15 +158,15 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std:
     if (vars.empty()) return;
     std::vector<std::string> names;
     for (auto& var : vars) names.push_back(var->path());
-    throw ValueError(name_ + ": no gradients provided for any variable. Variables: " + join(names));
+    throw ValueError(name() + ": no gradients provided for any variable. Variables: " + join(names));
   }
   if (!prepare_gradients(g)) return;
 
   // Gradient accumulation (Keras's _backend_apply_gradients): add to the
   // accumulators, and on every N-th call update with their mean.
   bool update = true;
-  if (accumulation_steps_ > 1) {
-    update = (iterations_ + 1) % accumulation_steps_ == 0;
+  if (base_.gradient_accumulation_steps > 1) {
+    update = (iterations_ + 1) % base_.gradient_accumulation_steps == 0;
     for (size_t i = 0; i < v.size(); ++i) {
       at::Tensor value = v[i]->value();
       at::Tensor& acc = accumulators_[v[i]->path()];
@@ -259,7 +175,8 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std:
       else if (acc.device() != value.device() || acc.scalar_type() != value.scalar_type())
         acc = acc.to(value.device(), value.scalar_type());
       if (update) {
-        g[i] = (g[i].to(value.device(), value.scalar_type()) + acc) / static_cast<double>(accumulation_steps_);
+        g[i] = (g[i].to(value.device(), value.scalar_type()) + acc) /
+               static_cast<double>(base_.gradient_accumulation_steps);
         acc.zero_();
       } else {
         acc.add_(g[i].to(value.device(), value.scalar_type()));
@@ -279,11 +196,12 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std:
     }
   }
 
-  if (use_ema_) {
+  if (base_.use_ema) {
     // Every variable given (Keras: all trainable variables), with or without
     // a gradient this step.
-    const double m = iterations() != 0 ? ema_momentum_ : 0.0;
-    const bool overwrite = ema_overwrite_frequency_ > 0 && (iterations() + 1) % ema_overwrite_frequency_ == 0;
+    const double m = iterations() != 0 ? base_.ema_momentum : 0.0;
+    const int64_t every = base_.ema_overwrite_frequency.value_or(0);
+    const bool overwrite = every > 0 && (iterations() + 1) % every == 0;
     for (auto& var : vars) {
       if (!owns(var->path())) continue;
       at::Tensor value = var->value();
@@ -302,14 +220,15 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& grads, const std:
 void Optimizer::update_variables(std::vector<at::Tensor> g, const std::vector<Variable*>& v) {
   g = clip(std::move(g));
   const double lr = learning_rate();
-  if (weight_decay_ > 0) {
+  const double weight_decay = this->weight_decay();
+  if (weight_decay > 0) {
     for (auto* var : v) {
       bool excluded = false;
       for (auto& pat : exclude_from_wd_)
         if (var->path().find(pat) != std::string::npos) excluded = true;
       if (excluded) continue;
       at::Tensor value = var->value();
-      value.sub_(value * (weight_decay_ * lr));
+      value.sub_(value * (weight_decay * lr));
     }
   }
   const std::vector<std::string> names = slot_names();
@@ -328,7 +247,7 @@ void Optimizer::update_variables(std::vector<at::Tensor> g, const std::vector<Va
     } else {
       for (size_t s = 0; s < slots.size(); ++s) {
         if (!slots[s].sizes().equals(value.sizes()))
-          throw ShapeError(name_ + ": optimizer slot " + v[i]->path() + "/" + names[s] + " has shape " +
+          throw ShapeError(name() + ": optimizer slot " + v[i]->path() + "/" + names[s] + " has shape " +
                            sizes_str(slots[s]) + " but the variable has shape " + sizes_str(value));
         if (slots[s].device() != value.device() || slots[s].scalar_type() != value.scalar_type())
           slots[s] = slots[s].to(value.device(), value.scalar_type());
@@ -343,7 +262,7 @@ void Optimizer::update_variables(std::vector<at::Tensor> g, const std::vector<Va
 }
 
 void Optimizer::finalize_variable_values(const std::vector<VariablePtr>& vars) {
-  if (!use_ema_) return;
+  if (!base_.use_ema) return;
   at::NoGradGuard no_grad;
   for (auto& var : vars) {
     if (!var) continue;
@@ -351,26 +270,17 @@ void Optimizer::finalize_variable_values(const std::vector<VariablePtr>& vars) {
     if (it == averages_.end()) continue;
     at::Tensor value = var->value();
     if (!it->second.sizes().equals(value.sizes()))
-      throw ShapeError(name_ + ": moving average of " + var->path() + " has shape " + sizes_str(it->second) +
+      throw ShapeError(name() + ": moving average of " + var->path() + " has shape " + sizes_str(it->second) +
                        " but the variable has shape " + sizes_str(value));
     value.copy_(it->second);
   }
 }
 
 Json Optimizer::get_config() const {
-  auto opt = [](double v) { return v > 0 ? Json(v) : Json(nullptr); };
   Json c;
-  c["name"] = name_;
+  c["name"] = base_.name;
   c["learning_rate"] = schedule_ ? schedule_->to_json() : Json(lr_);
-  c["weight_decay"] = opt(weight_decay_);
-  c["clipnorm"] = opt(clipnorm_);
-  c["global_clipnorm"] = opt(global_clipnorm_);
-  c["clipvalue"] = opt(clipvalue_);
-  c["use_ema"] = use_ema_;
-  c["ema_momentum"] = ema_momentum_;
-  c["ema_overwrite_frequency"] = ema_overwrite_frequency_ > 0 ? Json(ema_overwrite_frequency_) : Json(nullptr);
-  c["loss_scale_factor"] = nullptr;
-  c["gradient_accumulation_steps"] = accumulation_steps_ > 0 ? Json(accumulation_steps_) : Json(nullptr);
+  config::write_fields(c, base_, optimizer_base_fields());
   return c;
 }
 
@@ -394,17 +304,17 @@ void Optimizer::load_state_dict(const std::map<std::string, at::Tensor>& state) 
     if (key == "iterations" || key == "learning_rate") continue;
     const auto pos = key.rfind('/');
     const std::string slot = pos == std::string::npos ? key : key.substr(pos + 1);
-    if (pos != std::string::npos && use_ema_ && slot == "average") {
+    if (pos != std::string::npos && base_.use_ema && slot == "average") {
       averages[key.substr(0, pos)] = t.detach().clone();
       continue;
     }
-    if (pos != std::string::npos && accumulation_steps_ > 1 && slot == "gradient_accumulator") {
+    if (pos != std::string::npos && base_.gradient_accumulation_steps > 1 && slot == "gradient_accumulator") {
       accumulators[key.substr(0, pos)] = t.detach().clone();
       continue;
     }
     const auto it = std::find(names.begin(), names.end(), slot);
     if (pos == std::string::npos || it == names.end())
-      throw ValueError(name_ + ": state entry '" + key + "' is not a slot of this " + class_name() +
+      throw ValueError(name() + ": state entry '" + key + "' is not a slot of this " + class_name() +
                        " (slots: " + join(names) + ")");
     auto& v = slots[key.substr(0, pos)];
     v.resize(names.size());
@@ -413,7 +323,7 @@ void Optimizer::load_state_dict(const std::map<std::string, at::Tensor>& state) 
   for (const auto& [path, v] : slots)
     for (size_t s = 0; s < v.size(); ++s)
       if (!v[s].defined())
-        throw ValueError(name_ + ": state for variable '" + path + "' lacks its slot '" + names[s] + "'");
+        throw ValueError(name() + ": state for variable '" + path + "' lacks its slot '" + names[s] + "'");
   slots_ = std::move(slots);
   averages_ = std::move(averages);
   accumulators_ = std::move(accumulators);

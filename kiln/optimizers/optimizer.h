@@ -45,6 +45,7 @@
 
 #include "kiln/core/json.h"
 #include "kiln/core/variable.h"
+#include "kiln/optimizers/optimizer_options.h"
 
 namespace kiln {
 
@@ -60,13 +61,12 @@ class LearningRateSchedule {
   // (see schedules.h). ValueError for an unknown class or a bad config.
   static std::shared_ptr<LearningRateSchedule> from_json(const Json& j);
 };
-using SchedulePtr = std::shared_ptr<LearningRateSchedule>;
-
 class Optimizer {
  public:
-  // `config` keys: learning_rate (number or schedule JSON), weight_decay,
-  // clipnorm, clipvalue, global_clipnorm, name, plus the subclass's own.
-  Optimizer(const Json& config, double default_learning_rate, const std::string& default_name);
+  // The base options of class `class_name` (named in errors), checked;
+  // an empty base.name becomes `default_name`.
+  Optimizer(const std::string& class_name, OptimizerOptions base, const LearningRate& learning_rate,
+            const std::string& default_name);
   virtual ~Optimizer() = default;
 
   // grads[i] is the gradient of vars[i]; undefined gradients are skipped
@@ -76,15 +76,19 @@ class Optimizer {
 
   // Applied updates: the call count, divided by gradient_accumulation_steps
   // when accumulating (Keras's `optimizer.iterations`).
-  int64_t iterations() const { return accumulation_steps_ > 1 ? iterations_ / accumulation_steps_ : iterations_; }
+  int64_t iterations() const {
+    return base_.gradient_accumulation_steps > 1 ? iterations_ / base_.gradient_accumulation_steps : iterations_;
+  }
   // Sets the raw call count (state_dict's "iterations").
   void set_iterations(int64_t it) { iterations_ = it; }
-  bool use_ema() const { return use_ema_; }
-  int64_t gradient_accumulation_steps() const { return accumulation_steps_; }  // 0 when off
+  bool use_ema() const { return base_.use_ema; }
+  int64_t gradient_accumulation_steps() const { return base_.gradient_accumulation_steps; }  // 0 when off
   // Whether the next apply_gradients call updates the variables (false on
   // the calls that only accumulate). Data-parallel training synchronizes
   // only those that update.
-  bool next_call_applies() const { return accumulation_steps_ <= 1 || (iterations_ + 1) % accumulation_steps_ == 0; }
+  bool next_call_applies() const {
+    return base_.gradient_accumulation_steps <= 1 || (iterations_ + 1) % base_.gradient_accumulation_steps == 0;
+  }
   // The gradient accumulators by variable path (undefined until the first
   // accumulating call). Data-parallel training folds them into the
   // synchronized gradients of an applying call and zeroes them.
@@ -99,14 +103,16 @@ class Optimizer {
   void set_learning_rate(double lr);
   bool has_schedule() const { return schedule_ != nullptr; }
   SchedulePtr schedule() const { return schedule_; }
-  double weight_decay() const { return weight_decay_; }
+  double weight_decay() const { return base_.weight_decay.value_or(0.0); }
   // Variables whose path contains one of `var_names` get no weight decay
   // (Keras's exclude_from_weight_decay; e.g. {"bias", "gamma", "beta"}).
   void exclude_from_weight_decay(const std::vector<std::string>& var_names);
 
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return base_.name; }
   virtual std::string class_name() const = 0;
-  virtual Json get_config() const;  // Keras keys, learning_rate possibly a schedule
+  // Keras keys, learning_rate possibly a schedule: the base keys
+  // (optimizer_fields()); a subclass adds its own.
+  virtual Json get_config() const;
   Json to_json() const { return Json{{"class_name", class_name()}, {"config", get_config()}}; }
 
   // Slots by "<variable path>/<slot name>" (e.g. "dense/kernel/momentum"),
@@ -174,27 +180,18 @@ class Optimizer {
   virtual std::vector<std::string> slot_names() const { return {}; }
   // Initial value of slot `index` (Adagrad's and Ftrl's accumulators).
   virtual double slot_initial_value(size_t /*index*/) const { return 0.0; }
-  // ValueError naming any key of `config` that neither the base nor `own`
-  // knows (Keras's "Argument(s) not recognized").
-  void check_keys(const Json& config, const std::vector<std::string>& own) const;
-  double weight_decay_ = 0.0;
 
  private:
   std::vector<at::Tensor> clip(std::vector<at::Tensor> grads) const;
   // clip -> weight decay -> update_step for each variable (one applied update).
   void update_variables(std::vector<at::Tensor> grads, const std::vector<Variable*>& vars);
 
-  std::string name_;
-  double lr_ = 0.001;
+  OptimizerOptions base_;  // name resolved
+  double lr_ = 0.001;      // the live learning rate, unless schedule_
   SchedulePtr schedule_;
-  double clipnorm_ = 0, clipvalue_ = 0, global_clipnorm_ = 0;
   int64_t iterations_ = 0;
   std::map<std::string, std::vector<at::Tensor>> slots_;  // by variable path
   std::vector<std::string> exclude_from_wd_;
-  bool use_ema_ = false;
-  double ema_momentum_ = 0.99;
-  int64_t ema_overwrite_frequency_ = 0;             // 0: never
-  int64_t accumulation_steps_ = 0;                  // 0: off
   std::map<std::string, at::Tensor> averages_;      // by variable path (use_ema)
   std::map<std::string, at::Tensor> accumulators_;  // by variable path
   std::function<bool(const std::string&)> owns_;    // null: every variable (see set_ownership)

@@ -1,64 +1,47 @@
 #include "kiln/optimizers/rmsprop.h"
 
-#include <sstream>
-
-#include "kiln/core/error.h"
-
 namespace kiln::optimizers {
 
 namespace {
-Json rmsprop_config(const RMSpropOptions& o) {
-  Json c = optimizer_config(o.base, o.learning_rate);
-  c["rho"] = o.rho;
-  c["momentum"] = o.momentum;
-  c["epsilon"] = o.epsilon;
-  c["centered"] = o.centered;
-  return c;
+// RMSprop's own keys (after the base optimizer's).
+const config::FieldTable<RMSpropOptions>& rmsprop_fields() {
+  static const config::FieldTable<RMSpropOptions> t = {
+      config::field("rho", &RMSpropOptions::rho).in_range(0, 1, false),
+      config::field("momentum", &RMSpropOptions::momentum).in_range(0, 1),
+      non_negative("epsilon", &RMSpropOptions::epsilon), config::field("centered", &RMSpropOptions::centered)};
+  return t;
 }
 }  // namespace
 
-RMSprop::RMSprop(const RMSpropOptions& o) : RMSprop(rmsprop_config(o)) {}
+RMSprop::RMSprop(const Json& config) : RMSprop(read_optimizer_options(config, "RMSprop", rmsprop_fields())) {}
 
-RMSprop::RMSprop(const Json& config)
-    : Optimizer(config, 0.001, "rmsprop"),
-      rho_(get_or<double>(config, "rho", 0.9)),
-      momentum_(get_or<double>(config, "momentum", 0.0)),
-      epsilon_(get_or<double>(config, "epsilon", 1e-7)),
-      centered_(get_or<bool>(config, "centered", false)) {
-  check_keys(config, {"rho", "momentum", "epsilon", "centered"});
-  std::ostringstream os;
-  if (!(rho_ >= 0.0 && rho_ < 1.0))
-    os << "RMSprop: `rho` must be in [0, 1). Received: rho=" << rho_;
-  else if (!(momentum_ >= 0.0 && momentum_ <= 1.0))
-    os << "RMSprop: `momentum` must be in [0, 1]. Received: momentum=" << momentum_;
-  else if (!(epsilon_ >= 0.0))
-    os << "RMSprop: `epsilon` must be non-negative. Received: epsilon=" << epsilon_;
-  if (!os.str().empty()) throw ValueError(os.str());
+RMSprop::RMSprop(const RMSpropOptions& o) : Optimizer("RMSprop", o.base, o.learning_rate, "rmsprop"), options_(o) {
+  config::check_fields("RMSprop", options_, rmsprop_fields());
 }
 
 std::vector<std::string> RMSprop::slot_names() const {
   std::vector<std::string> names = {"velocity"};
-  if (momentum_ > 0) names.push_back("momentum");
-  if (centered_) names.push_back("average_gradient");
+  if (options_.momentum > 0) names.push_back("momentum");
+  if (options_.centered) names.push_back("average_gradient");
   return names;
 }
 
 void RMSprop::update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr,
                           int64_t step) {
   at::Tensor& velocity = slots[0];
-  velocity.mul_(rho_).add_(grad.square() * (1.0 - rho_));
+  velocity.mul_(options_.rho).add_(grad.square() * (1.0 - options_.rho));
   at::Tensor denominator;
-  if (centered_) {
+  if (options_.centered) {
     at::Tensor& average_grad = slots.back();
-    average_grad.mul_(rho_).add_(grad * (1.0 - rho_));
-    denominator = velocity - average_grad.square() + epsilon_;
+    average_grad.mul_(options_.rho).add_(grad * (1.0 - options_.rho));
+    denominator = velocity - average_grad.square() + options_.epsilon;
   } else {
-    denominator = velocity + epsilon_;
+    denominator = velocity + options_.epsilon;
   }
   at::Tensor increment = grad * lr / denominator.sqrt();
-  if (momentum_ > 0) {
+  if (options_.momentum > 0) {
     at::Tensor& momentum = slots[1];
-    momentum.mul_(momentum_).add_(increment);
+    momentum.mul_(options_.momentum).add_(increment);
     var.sub_(momentum);
   } else {
     var.sub_(increment);
@@ -67,10 +50,7 @@ void RMSprop::update_step(const at::Tensor& grad, at::Tensor& var, std::vector<a
 
 Json RMSprop::get_config() const {
   Json c = Optimizer::get_config();
-  c["rho"] = rho_;
-  c["momentum"] = momentum_;
-  c["epsilon"] = epsilon_;
-  c["centered"] = centered_;
+  config::write_fields(c, options_, rmsprop_fields());
   return c;
 }
 

@@ -36,8 +36,7 @@ class RMSprop : public Optimizer {
   std::vector<std::string> slot_names() const override;
 
  private:
-  double rho_, momentum_, epsilon_;
-  bool centered_;
+  RMSpropOptions options_;
 };
 
 }  // namespace kiln::optimizers

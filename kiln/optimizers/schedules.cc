@@ -4,17 +4,12 @@
 #include <cmath>
 #include <sstream>
 
-#include "kiln/core/config_keys.h"
+#include "kiln/core/config_fields.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
 
 namespace kiln {
 namespace {
-
-void check_schedule_keys(const Json& c, const std::vector<std::string>& allowed, const std::string& owner) {
-  if (c.is_null()) return;
-  check_config_keys(c, allowed, owner + " config");
-}
 
 void check_decay_steps(int64_t decay_steps, const std::string& owner) {
   if (decay_steps <= 0)
@@ -22,11 +17,53 @@ void check_decay_steps(int64_t decay_steps, const std::string& owner) {
                      ": argument `decay_steps` must be > 0. Received: decay_steps=" + std::to_string(decay_steps));
 }
 
-double required_number(const Json& c, const char* key, const std::string& owner) {
-  const Json& v = require(c, key, owner);
-  if (!v.is_number())
-    throw ValueError(owner + ": `" + key + "` must be a number. Received: " + key + "=" + json_excerpt(v));
-  return v.get<double>();
+// A required number.
+template <class O>
+config::Field<O, double> required_number(const char* key, double O::*member) {
+  return config::field(key, member).required("a number");
+}
+
+// A required step count, given as any number (Keras's are Python ints or
+// floats) and rounded.
+template <class O>
+config::FieldDef<O> required_steps(const char* key, int64_t O::*member) {
+  return config::FieldDef<O>{key,
+                             [key, member](config::Reader& r, O& o) {
+                               if (!r.has(key))
+                                 throw ValueError(r.owner() + ": the config is missing `" + key + "` (a number)");
+                               o.*member = static_cast<int64_t>(std::llround(r.number(key, 0.0)));
+                             },
+                             nullptr, [key, member](Json& j, const O& o) { j[key] = o.*member; }};
+}
+
+// A required list of numbers (rounded for integer T).
+template <class O, class T>
+config::FieldDef<O> required_list(const char* key, std::vector<T> O::*member) {
+  return config::FieldDef<O>{
+      key,
+      [key, member](config::Reader& r, O& o) {
+        const Json* j = r.get(key);
+        if (!j) throw ValueError(r.owner() + ": the config is missing `" + key + "` (a list of numbers)");
+        if (!j->is_array()) r.invalid(key, "a list of numbers");
+        std::vector<T> v;
+        for (const auto& e : *j) {
+          if (!e.is_number()) r.invalid(key, "a list of numbers");
+          if constexpr (std::is_integral_v<T>)
+            v.push_back(static_cast<T>(std::llround(e.get<double>())));
+          else
+            v.push_back(e.get<T>());
+        }
+        o.*member = std::move(v);
+      },
+      nullptr, [key, member](Json& j, const O& o) { j[key] = o.*member; }};
+}
+
+// The config of a schedule: its Options struct's fields, in table order.
+template <class O>
+Json schedule_config(const O& o, const config::FieldTable<O>& table) {
+  Json j = Json::object();
+  config::write_fields(j, o, table);
+  return j;
 }
 
 }  // namespace
@@ -52,274 +89,258 @@ namespace optimizers {
 
 // --- ExponentialDecay -------------------------------------------------------------------
 
-ExponentialDecay::ExponentialDecay(const ExponentialDecayOptions& o)
-    : initial_learning_rate_(o.initial_learning_rate),
-      decay_steps_(o.decay_steps),
-      decay_rate_(o.decay_rate),
-      staircase_(o.staircase),
-      name_(o.name) {
-  check_decay_steps(decay_steps_, "ExponentialDecay");
+namespace {
+const config::FieldTable<ExponentialDecayOptions>& exponential_decay_fields() {
+  using O = ExponentialDecayOptions;
+  static const config::FieldTable<O> t = {required_number("initial_learning_rate", &O::initial_learning_rate),
+                                          required_steps("decay_steps", &O::decay_steps),
+                                          required_number("decay_rate", &O::decay_rate),
+                                          config::field("staircase", &O::staircase), config::field("name", &O::name)};
+  return t;
+}
+}  // namespace
+
+ExponentialDecay::ExponentialDecay(const ExponentialDecayOptions& o) : options_(o) {
+  check_decay_steps(o.decay_steps, "ExponentialDecay");
 }
 
 std::shared_ptr<ExponentialDecay> ExponentialDecay::from_config(const Json& c) {
-  check_schedule_keys(c, {"initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name"},
-                      "ExponentialDecay");
-  return std::make_shared<ExponentialDecay>(ExponentialDecayOptions{
-      .initial_learning_rate = required_number(c, "initial_learning_rate", "ExponentialDecay"),
-      .decay_steps = static_cast<int64_t>(std::llround(required_number(c, "decay_steps", "ExponentialDecay"))),
-      .decay_rate = required_number(c, "decay_rate", "ExponentialDecay"),
-      .staircase = get_or<bool>(c, "staircase", false),
-      .name = get_or<std::string>(c, "name", "ExponentialDecay")});
+  return std::make_shared<ExponentialDecay>(config::read_fields(c, "ExponentialDecay", exponential_decay_fields()));
 }
 
 double ExponentialDecay::operator()(int64_t step) const {
-  double p = static_cast<double>(step) / static_cast<double>(decay_steps_);
-  if (staircase_) p = std::floor(p);
-  return initial_learning_rate_ * std::pow(decay_rate_, p);
+  double p = static_cast<double>(step) / static_cast<double>(options_.decay_steps);
+  if (options_.staircase) p = std::floor(p);
+  return options_.initial_learning_rate * std::pow(options_.decay_rate, p);
 }
 
-Json ExponentialDecay::get_config() const {
-  return Json{{"initial_learning_rate", initial_learning_rate_},
-              {"decay_steps", decay_steps_},
-              {"decay_rate", decay_rate_},
-              {"staircase", staircase_},
-              {"name", name_}};
-}
+Json ExponentialDecay::get_config() const { return schedule_config(options_, exponential_decay_fields()); }
 
 // --- CosineDecay -------------------------------------------------------------------------
 
+namespace {
+const config::FieldTable<CosineDecayOptions>& cosine_decay_fields() {
+  using O = CosineDecayOptions;
+  static const config::FieldTable<O> t = {required_number("initial_learning_rate", &O::initial_learning_rate),
+                                          required_steps("decay_steps", &O::decay_steps),
+                                          config::field("alpha", &O::alpha),
+                                          config::field("name", &O::name),
+                                          config::field("warmup_target", &O::warmup_target),
+                                          config::field("warmup_steps", &O::warmup_steps)};
+  return t;
+}
+}  // namespace
+
 CosineDecay::CosineDecay(double initial_learning_rate, int64_t decay_steps, double alpha,
                          std::optional<double> warmup_target, int64_t warmup_steps, std::string name)
-    : initial_learning_rate_(initial_learning_rate),
-      decay_steps_(decay_steps),
-      alpha_(alpha),
-      warmup_target_(warmup_target),
-      warmup_steps_(warmup_steps),
-      name_(std::move(name)) {
-  check_decay_steps(decay_steps, "CosineDecay");
-  if (warmup_steps < 0)
+    : CosineDecay(CosineDecayOptions{.initial_learning_rate = initial_learning_rate,
+                                     .decay_steps = decay_steps,
+                                     .alpha = alpha,
+                                     .warmup_target = warmup_target,
+                                     .warmup_steps = warmup_steps,
+                                     .name = std::move(name)}) {}
+
+CosineDecay::CosineDecay(const CosineDecayOptions& o) : options_(o) {
+  check_decay_steps(o.decay_steps, "CosineDecay");
+  if (o.warmup_steps < 0)
     throw ValueError("CosineDecay: argument `warmup_steps` must be >= 0. Received: warmup_steps=" +
-                     std::to_string(warmup_steps));
+                     std::to_string(o.warmup_steps));
 }
 
 std::shared_ptr<CosineDecay> CosineDecay::from_config(const Json& c) {
-  check_schedule_keys(c, {"initial_learning_rate", "decay_steps", "alpha", "name", "warmup_target", "warmup_steps"},
-                      "CosineDecay");
-  std::optional<double> warmup_target;
-  if (c.contains("warmup_target") && !c["warmup_target"].is_null())
-    warmup_target = get_or<double>(c, "warmup_target", 0.0);
-  return std::make_shared<CosineDecay>(
-      required_number(c, "initial_learning_rate", "CosineDecay"),
-      static_cast<int64_t>(std::llround(required_number(c, "decay_steps", "CosineDecay"))),
-      get_or<double>(c, "alpha", 0.0), warmup_target, get_or<int64_t>(c, "warmup_steps", 0),
-      get_or<std::string>(c, "name", "CosineDecay"));
+  return std::make_shared<CosineDecay>(config::read_fields(c, "CosineDecay", cosine_decay_fields()));
 }
 
 double CosineDecay::operator()(int64_t step_in) const {
-  const double decay_steps = static_cast<double>(decay_steps_);
+  const CosineDecayOptions& o = options_;
+  const double decay_steps = static_cast<double>(o.decay_steps);
   double step = static_cast<double>(step_in);
   auto decay = [&](double s, double from_lr) {
     const double cosine = 0.5 * (1.0 + std::cos(M_PI * s / decay_steps));
-    return from_lr * ((1.0 - alpha_) * cosine + alpha_);
+    return from_lr * ((1.0 - o.alpha) * cosine + o.alpha);
   };
-  if (!warmup_target_) return decay(std::min(step, decay_steps), initial_learning_rate_);
-  const double warmup_steps = static_cast<double>(warmup_steps_);
+  if (!o.warmup_target) return decay(std::min(step, decay_steps), o.initial_learning_rate);
+  const double warmup_steps = static_cast<double>(o.warmup_steps);
   step = std::min(step, decay_steps + warmup_steps);
   if (step < warmup_steps)
-    return (*warmup_target_ - initial_learning_rate_) * (step / warmup_steps) + initial_learning_rate_;
-  return decay(step - warmup_steps, *warmup_target_);
+    return (*o.warmup_target - o.initial_learning_rate) * (step / warmup_steps) + o.initial_learning_rate;
+  return decay(step - warmup_steps, *o.warmup_target);
 }
 
-Json CosineDecay::get_config() const {
-  return Json{{"initial_learning_rate", initial_learning_rate_},
-              {"decay_steps", decay_steps_},
-              {"alpha", alpha_},
-              {"name", name_},
-              {"warmup_target", warmup_target_ ? Json(*warmup_target_) : Json(nullptr)},
-              {"warmup_steps", warmup_steps_}};
-}
+Json CosineDecay::get_config() const { return schedule_config(options_, cosine_decay_fields()); }
 
 // --- PiecewiseConstantDecay -------------------------------------------------------------
 
+namespace {
+const config::FieldTable<PiecewiseConstantDecayOptions>& piecewise_constant_decay_fields() {
+  using O = PiecewiseConstantDecayOptions;
+  static const config::FieldTable<O> t = {required_list("boundaries", &O::boundaries),
+                                          required_list("values", &O::values), config::field("name", &O::name)};
+  return t;
+}
+}  // namespace
+
 PiecewiseConstantDecay::PiecewiseConstantDecay(std::vector<int64_t> boundaries, std::vector<double> values,
                                                std::string name)
-    : boundaries_(std::move(boundaries)), values_(std::move(values)), name_(std::move(name)) {
-  if (boundaries_.size() + 1 != values_.size()) {
+    : PiecewiseConstantDecay(PiecewiseConstantDecayOptions{std::move(boundaries), std::move(values), std::move(name)}) {
+}
+
+PiecewiseConstantDecay::PiecewiseConstantDecay(PiecewiseConstantDecayOptions o) : options_(std::move(o)) {
+  const auto& boundaries = options_.boundaries;
+  if (boundaries.size() + 1 != options_.values.size()) {
     std::ostringstream os;
     os << "PiecewiseConstantDecay: the length of boundaries should be 1 less than the length of values. "
           "Received: boundaries of length "
-       << boundaries_.size() << " and values of length " << values_.size();
+       << boundaries.size() << " and values of length " << options_.values.size();
     throw ValueError(os.str());
   }
-  for (size_t i = 1; i < boundaries_.size(); ++i)
-    if (boundaries_[i] <= boundaries_[i - 1])
+  for (size_t i = 1; i < boundaries.size(); ++i)
+    if (boundaries[i] <= boundaries[i - 1])
       throw ValueError("PiecewiseConstantDecay: boundaries must be strictly increasing. Received: " +
-                       json_excerpt(Json(boundaries_)));
+                       json_excerpt(Json(boundaries)));
 }
 
 std::shared_ptr<PiecewiseConstantDecay> PiecewiseConstantDecay::from_config(const Json& c) {
-  check_schedule_keys(c, {"boundaries", "values", "name"}, "PiecewiseConstantDecay");
-  std::vector<int64_t> boundaries;
-  for (const auto& b : require(c, "boundaries", "PiecewiseConstantDecay")) {
-    if (!b.is_number())
-      throw ValueError("PiecewiseConstantDecay: boundaries must be numbers. Received: " + json_excerpt(b));
-    boundaries.push_back(static_cast<int64_t>(std::llround(b.get<double>())));
-  }
-  require(c, "values", "PiecewiseConstantDecay");
-  return std::make_shared<PiecewiseConstantDecay>(boundaries, get_or<std::vector<double>>(c, "values", {}),
-                                                  get_or<std::string>(c, "name", "PiecewiseConstant"));
+  return std::make_shared<PiecewiseConstantDecay>(
+      config::read_fields(c, "PiecewiseConstantDecay", piecewise_constant_decay_fields()));
 }
 
 double PiecewiseConstantDecay::operator()(int64_t step) const {
-  for (size_t i = 0; i < boundaries_.size(); ++i)
-    if (step <= boundaries_[i]) return values_[i];
-  return values_.back();
+  for (size_t i = 0; i < options_.boundaries.size(); ++i)
+    if (step <= options_.boundaries[i]) return options_.values[i];
+  return options_.values.back();
 }
 
-Json PiecewiseConstantDecay::get_config() const {
-  return Json{{"boundaries", boundaries_}, {"values", values_}, {"name", name_}};
-}
+Json PiecewiseConstantDecay::get_config() const { return schedule_config(options_, piecewise_constant_decay_fields()); }
 
 // --- PolynomialDecay ----------------------------------------------------------------------
 
-PolynomialDecay::PolynomialDecay(const PolynomialDecayOptions& o)
-    : initial_learning_rate_(o.initial_learning_rate),
-      decay_steps_(o.decay_steps),
-      end_learning_rate_(o.end_learning_rate),
-      power_(o.power),
-      cycle_(o.cycle),
-      name_(o.name) {
-  check_decay_steps(decay_steps_, "PolynomialDecay");
+namespace {
+const config::FieldTable<PolynomialDecayOptions>& polynomial_decay_fields() {
+  using O = PolynomialDecayOptions;
+  static const config::FieldTable<O> t = {required_number("initial_learning_rate", &O::initial_learning_rate),
+                                          required_steps("decay_steps", &O::decay_steps),
+                                          config::field("end_learning_rate", &O::end_learning_rate),
+                                          config::field("power", &O::power),
+                                          config::field("cycle", &O::cycle),
+                                          config::field("name", &O::name)};
+  return t;
+}
+}  // namespace
+
+PolynomialDecay::PolynomialDecay(const PolynomialDecayOptions& o) : options_(o) {
+  check_decay_steps(o.decay_steps, "PolynomialDecay");
 }
 
 std::shared_ptr<PolynomialDecay> PolynomialDecay::from_config(const Json& c) {
-  const std::string owner = "PolynomialDecay";
-  check_schedule_keys(c, {"initial_learning_rate", "decay_steps", "end_learning_rate", "power", "cycle", "name"},
-                      owner);
-  return std::make_shared<PolynomialDecay>(PolynomialDecayOptions{
-      .initial_learning_rate = required_number(c, "initial_learning_rate", owner),
-      .decay_steps = static_cast<int64_t>(std::llround(required_number(c, "decay_steps", owner))),
-      .end_learning_rate = get_or<double>(c, "end_learning_rate", 0.0001),
-      .power = get_or<double>(c, "power", 1.0),
-      .cycle = get_or<bool>(c, "cycle", false),
-      .name = get_or<std::string>(c, "name", owner)});
+  return std::make_shared<PolynomialDecay>(config::read_fields(c, "PolynomialDecay", polynomial_decay_fields()));
 }
 
 double PolynomialDecay::operator()(int64_t step_in) const {
+  const PolynomialDecayOptions& o = options_;
   double step = static_cast<double>(step_in);
-  double decay_steps = static_cast<double>(decay_steps_);
-  if (cycle_)
+  double decay_steps = static_cast<double>(o.decay_steps);
+  if (o.cycle)
     decay_steps *= step == 0 ? 1.0 : std::ceil(step / decay_steps);
   else
     step = std::min(step, decay_steps);
-  return (initial_learning_rate_ - end_learning_rate_) * std::pow(1.0 - step / decay_steps, power_) +
-         end_learning_rate_;
+  return (o.initial_learning_rate - o.end_learning_rate) * std::pow(1.0 - step / decay_steps, o.power) +
+         o.end_learning_rate;
 }
 
-Json PolynomialDecay::get_config() const {
-  return Json{{"initial_learning_rate", initial_learning_rate_},
-              {"decay_steps", decay_steps_},
-              {"end_learning_rate", end_learning_rate_},
-              {"power", power_},
-              {"cycle", cycle_},
-              {"name", name_}};
-}
+Json PolynomialDecay::get_config() const { return schedule_config(options_, polynomial_decay_fields()); }
 
 // --- InverseTimeDecay ---------------------------------------------------------------------
 
-InverseTimeDecay::InverseTimeDecay(const InverseTimeDecayOptions& o)
-    : initial_learning_rate_(o.initial_learning_rate),
-      decay_steps_(o.decay_steps),
-      decay_rate_(o.decay_rate),
-      staircase_(o.staircase),
-      name_(o.name) {
-  if (!(decay_steps_ > 0)) {
+namespace {
+const config::FieldTable<InverseTimeDecayOptions>& inverse_time_decay_fields() {
+  using O = InverseTimeDecayOptions;
+  static const config::FieldTable<O> t = {required_number("initial_learning_rate", &O::initial_learning_rate),
+                                          required_number("decay_steps", &O::decay_steps),
+                                          required_number("decay_rate", &O::decay_rate),
+                                          config::field("staircase", &O::staircase), config::field("name", &O::name)};
+  return t;
+}
+}  // namespace
+
+InverseTimeDecay::InverseTimeDecay(const InverseTimeDecayOptions& o) : options_(o) {
+  if (!(o.decay_steps > 0)) {
     std::ostringstream os;
-    os << "InverseTimeDecay: argument `decay_steps` must be > 0. Received: decay_steps=" << decay_steps_;
+    os << "InverseTimeDecay: argument `decay_steps` must be > 0. Received: decay_steps=" << o.decay_steps;
     throw ValueError(os.str());
   }
 }
 
 std::shared_ptr<InverseTimeDecay> InverseTimeDecay::from_config(const Json& c) {
-  const std::string owner = "InverseTimeDecay";
-  check_schedule_keys(c, {"initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name"}, owner);
-  return std::make_shared<InverseTimeDecay>(
-      InverseTimeDecayOptions{.initial_learning_rate = required_number(c, "initial_learning_rate", owner),
-                              .decay_steps = required_number(c, "decay_steps", owner),
-                              .decay_rate = required_number(c, "decay_rate", owner),
-                              .staircase = get_or<bool>(c, "staircase", false),
-                              .name = get_or<std::string>(c, "name", owner)});
+  return std::make_shared<InverseTimeDecay>(config::read_fields(c, "InverseTimeDecay", inverse_time_decay_fields()));
 }
 
 double InverseTimeDecay::operator()(int64_t step) const {
-  double p = static_cast<double>(step) / decay_steps_;
-  if (staircase_) p = std::floor(p);
-  return initial_learning_rate_ / (1.0 + decay_rate_ * p);
+  double p = static_cast<double>(step) / options_.decay_steps;
+  if (options_.staircase) p = std::floor(p);
+  return options_.initial_learning_rate / (1.0 + options_.decay_rate * p);
 }
 
-Json InverseTimeDecay::get_config() const {
-  return Json{{"initial_learning_rate", initial_learning_rate_},
-              {"decay_steps", decay_steps_},
-              {"decay_rate", decay_rate_},
-              {"staircase", staircase_},
-              {"name", name_}};
-}
+Json InverseTimeDecay::get_config() const { return schedule_config(options_, inverse_time_decay_fields()); }
 
 // --- CosineDecayRestarts ------------------------------------------------------------------
 
+namespace {
+const config::FieldTable<CosineDecayRestartsOptions>& cosine_decay_restarts_fields() {
+  using O = CosineDecayRestartsOptions;
+  static const config::FieldTable<O> t = {required_number("initial_learning_rate", &O::initial_learning_rate),
+                                          required_steps("first_decay_steps", &O::first_decay_steps),
+                                          config::field("t_mul", &O::t_mul),
+                                          config::field("m_mul", &O::m_mul),
+                                          config::field("alpha", &O::alpha),
+                                          config::field("name", &O::name)};
+  return t;
+}
+}  // namespace
+
 CosineDecayRestarts::CosineDecayRestarts(double initial_learning_rate, int64_t first_decay_steps, double t_mul,
                                          double m_mul, double alpha, std::string name)
-    : initial_learning_rate_(initial_learning_rate),
-      first_decay_steps_(first_decay_steps),
-      t_mul_(t_mul),
-      m_mul_(m_mul),
-      alpha_(alpha),
-      name_(std::move(name)) {
-  if (first_decay_steps <= 0)
+    : CosineDecayRestarts(CosineDecayRestartsOptions{.initial_learning_rate = initial_learning_rate,
+                                                     .first_decay_steps = first_decay_steps,
+                                                     .t_mul = t_mul,
+                                                     .m_mul = m_mul,
+                                                     .alpha = alpha,
+                                                     .name = std::move(name)}) {}
+
+CosineDecayRestarts::CosineDecayRestarts(const CosineDecayRestartsOptions& o) : options_(o) {
+  if (o.first_decay_steps <= 0)
     throw ValueError("CosineDecayRestarts: argument `first_decay_steps` must be > 0. Received: first_decay_steps=" +
-                     std::to_string(first_decay_steps));
-  if (!(t_mul > 0)) {
+                     std::to_string(o.first_decay_steps));
+  if (!(o.t_mul > 0)) {
     std::ostringstream os;
     os << "CosineDecayRestarts: argument `t_mul` must be > 0 (each period lasts t_mul times the previous one). "
           "Received: t_mul="
-       << t_mul;
+       << o.t_mul;
     throw ValueError(os.str());
   }
 }
 
 std::shared_ptr<CosineDecayRestarts> CosineDecayRestarts::from_config(const Json& c) {
-  const std::string owner = "CosineDecayRestarts";
-  check_schedule_keys(c, {"initial_learning_rate", "first_decay_steps", "t_mul", "m_mul", "alpha", "name"}, owner);
   return std::make_shared<CosineDecayRestarts>(
-      required_number(c, "initial_learning_rate", owner),
-      static_cast<int64_t>(std::llround(required_number(c, "first_decay_steps", owner))),
-      get_or<double>(c, "t_mul", 2.0), get_or<double>(c, "m_mul", 1.0), get_or<double>(c, "alpha", 0.0),
-      get_or<std::string>(c, "name", "SGDRDecay"));
+      config::read_fields(c, "CosineDecayRestarts", cosine_decay_restarts_fields()));
 }
 
 double CosineDecayRestarts::operator()(int64_t step) const {
-  double fraction = static_cast<double>(step) / static_cast<double>(first_decay_steps_);
+  double fraction = static_cast<double>(step) / static_cast<double>(options_.first_decay_steps);
   double i_restart;
-  if (t_mul_ == 1.0) {
+  if (options_.t_mul == 1.0) {
     i_restart = std::floor(fraction);
     fraction -= i_restart;
   } else {
-    i_restart = std::floor(std::log(1.0 - fraction * (1.0 - t_mul_)) / std::log(t_mul_));
-    const double sum_r = (1.0 - std::pow(t_mul_, i_restart)) / (1.0 - t_mul_);
-    fraction = (fraction - sum_r) / std::pow(t_mul_, i_restart);
+    i_restart = std::floor(std::log(1.0 - fraction * (1.0 - options_.t_mul)) / std::log(options_.t_mul));
+    const double sum_r = (1.0 - std::pow(options_.t_mul, i_restart)) / (1.0 - options_.t_mul);
+    fraction = (fraction - sum_r) / std::pow(options_.t_mul, i_restart);
   }
-  const double cosine = 0.5 * std::pow(m_mul_, i_restart) * (1.0 + std::cos(M_PI * fraction));
-  return initial_learning_rate_ * ((1.0 - alpha_) * cosine + alpha_);
+  const double cosine = 0.5 * std::pow(options_.m_mul, i_restart) * (1.0 + std::cos(M_PI * fraction));
+  return options_.initial_learning_rate * ((1.0 - options_.alpha) * cosine + options_.alpha);
 }
 
-Json CosineDecayRestarts::get_config() const {
-  return Json{{"initial_learning_rate", initial_learning_rate_},
-              {"first_decay_steps", first_decay_steps_},
-              {"t_mul", t_mul_},
-              {"m_mul", m_mul_},
-              {"alpha", alpha_},
-              {"name", name_}};
-}
+Json CosineDecayRestarts::get_config() const { return schedule_config(options_, cosine_decay_restarts_fields()); }
 
 }  // namespace optimizers
 }  // namespace kiln

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kiln/optimizers/optimizer.h"
@@ -31,11 +32,7 @@ class ExponentialDecay : public LearningRateSchedule {
   Json get_config() const override;
 
  private:
-  double initial_learning_rate_;
-  int64_t decay_steps_;
-  double decay_rate_;
-  bool staircase_;
-  std::string name_;
+  ExponentialDecayOptions options_;
 };
 
 // Keras 3's CosineDecay with optional linear warmup. Without warmup_target:
@@ -44,8 +41,18 @@ class ExponentialDecay : public LearningRateSchedule {
 // With warmup_target: for step < warmup_steps the rate rises linearly from
 // initial_learning_rate to warmup_target; afterwards it decays from
 // warmup_target as above over step - warmup_steps (capped at decay_steps).
+struct CosineDecayOptions {
+  double initial_learning_rate = 0.0;  // required
+  int64_t decay_steps = 0;             // required, > 0
+  double alpha = 0.0;
+  std::optional<double> warmup_target;
+  int64_t warmup_steps = 0;  // >= 0
+  std::string name = "CosineDecay";
+};
+
 class CosineDecay : public LearningRateSchedule {
  public:
+  explicit CosineDecay(const CosineDecayOptions& options);
   CosineDecay(double initial_learning_rate, int64_t decay_steps, double alpha = 0.0,
               std::optional<double> warmup_target = std::nullopt, int64_t warmup_steps = 0,
               std::string name = "CosineDecay");
@@ -55,20 +62,22 @@ class CosineDecay : public LearningRateSchedule {
   Json get_config() const override;
 
  private:
-  double initial_learning_rate_;
-  int64_t decay_steps_;
-  double alpha_;
-  std::optional<double> warmup_target_;
-  int64_t warmup_steps_;
-  std::string name_;
+  CosineDecayOptions options_;
 };
 
 // values[0] while step <= boundaries[0], values[i] while
 // boundaries[i-1] < step <= boundaries[i], values.back() after the last
 // boundary. Needs values.size() == boundaries.size() + 1 and increasing
 // boundaries.
+struct PiecewiseConstantDecayOptions {
+  std::vector<int64_t> boundaries;  // required
+  std::vector<double> values;       // required
+  std::string name = "PiecewiseConstant";
+};
+
 class PiecewiseConstantDecay : public LearningRateSchedule {
  public:
+  explicit PiecewiseConstantDecay(PiecewiseConstantDecayOptions options);
   PiecewiseConstantDecay(std::vector<int64_t> boundaries, std::vector<double> values,
                          std::string name = "PiecewiseConstant");
   static std::shared_ptr<PiecewiseConstantDecay> from_config(const Json& config);
@@ -77,9 +86,7 @@ class PiecewiseConstantDecay : public LearningRateSchedule {
   Json get_config() const override;
 
  private:
-  std::vector<int64_t> boundaries_;
-  std::vector<double> values_;
-  std::string name_;
+  PiecewiseConstantDecayOptions options_;
 };
 
 // Keras's PolynomialDecay:
@@ -105,11 +112,7 @@ class PolynomialDecay : public LearningRateSchedule {
   Json get_config() const override;
 
  private:
-  double initial_learning_rate_;
-  int64_t decay_steps_;
-  double end_learning_rate_, power_;
-  bool cycle_;
-  std::string name_;
+  PolynomialDecayOptions options_;
 };
 
 // Keras's InverseTimeDecay:
@@ -133,9 +136,7 @@ class InverseTimeDecay : public LearningRateSchedule {
   Json get_config() const override;
 
  private:
-  double initial_learning_rate_, decay_steps_, decay_rate_;
-  bool staircase_;
-  std::string name_;
+  InverseTimeDecayOptions options_;
 };
 
 // Keras's CosineDecayRestarts (SGDR, Loshchilov & Hutter): with
@@ -146,8 +147,18 @@ class InverseTimeDecay : public LearningRateSchedule {
 //               f = (f - (1 - t_mul^i) / (1 - t_mul)) / t_mul^i
 //   lr = initial * ((1 - alpha) * 0.5 * m_mul^i * (1 + cos(pi f)) + alpha)
 // Defaults: t_mul 2, m_mul 1, alpha 0, name "SGDRDecay"; first_decay_steps > 0.
+struct CosineDecayRestartsOptions {
+  double initial_learning_rate = 0.0;  // required
+  int64_t first_decay_steps = 0;       // required, > 0
+  double t_mul = 2.0;                  // > 0
+  double m_mul = 1.0;
+  double alpha = 0.0;
+  std::string name = "SGDRDecay";
+};
+
 class CosineDecayRestarts : public LearningRateSchedule {
  public:
+  explicit CosineDecayRestarts(const CosineDecayRestartsOptions& options);
   CosineDecayRestarts(double initial_learning_rate, int64_t first_decay_steps, double t_mul = 2.0, double m_mul = 1.0,
                       double alpha = 0.0, std::string name = "SGDRDecay");
   static std::shared_ptr<CosineDecayRestarts> from_config(const Json& config);
@@ -156,10 +167,7 @@ class CosineDecayRestarts : public LearningRateSchedule {
   Json get_config() const override;
 
  private:
-  double initial_learning_rate_;
-  int64_t first_decay_steps_;
-  double t_mul_, m_mul_, alpha_;
-  std::string name_;
+  CosineDecayRestartsOptions options_;
 };
 
 }  // namespace kiln::optimizers

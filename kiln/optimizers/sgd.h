@@ -25,8 +25,8 @@ class SGD : public Optimizer {
   explicit SGD(const Json& config = Json::object());
   std::string class_name() const override { return "SGD"; }
   Json get_config() const override;
-  double momentum() const { return momentum_; }
-  bool nesterov() const { return nesterov_; }
+  double momentum() const { return options_.momentum; }
+  bool nesterov() const { return options_.nesterov; }
 
  protected:
   void update_step(const at::Tensor& grad, at::Tensor& var, std::vector<at::Tensor>& slots, double lr,
@@ -34,8 +34,7 @@ class SGD : public Optimizer {
   std::vector<std::string> slot_names() const override;
 
  private:
-  double momentum_;
-  bool nesterov_;
+  SGDOptions options_;
 };
 
 }  // namespace kiln::optimizers
