@@ -83,7 +83,8 @@ class BasicField {
   Self& positive() { return positive_ = true, self(); }
   // int64_t sizes and tuples: absent is an error.
   Self& required() { return required_ = true, self(); }
-  // Any other kind: absent is "the config is missing `key` (<what>)".
+  // Any other kind: absent is "the config is missing `key` (<what>)" (for
+  // Json, null in typed options too).
   Self& required(std::string what) { return missing_ = std::move(what), self(); }
   // std::vector<int64_t>: one positive int for every one of `n` axes, or one per axis.
   Self& tuple(size_t n) { return tuple_ = n, self(); }
@@ -95,8 +96,8 @@ class BasicField {
     hi_inclusive_ = hi_inclusive;
     return self();
   }
-  // Any value (the inner value of an optional): `ok(v)` or "received an
-  // invalid value for `key`, expected <expected>".
+  // Any value (the inner value of an optional, a Json that is not null):
+  // `ok(v)` or "received an invalid value for `key`, expected <expected>".
   template <class P>
   Self& where(P ok, std::string expected) {
     ok_ = std::move(ok);
@@ -163,6 +164,8 @@ class BasicField {
       v = j ? std::optional<int64_t>(j->get<int64_t>()) : std::nullopt;
     } else if constexpr (std::is_same_v<T, std::optional<double>>) {
       v = r.has(k) ? std::optional<double>(r.number(k, 0.0)) : (r.get(k), std::nullopt);
+    } else if constexpr (std::is_same_v<T, Json>) {
+      if (const Json* j = r.get(k)) v = *j;  // a value of several forms, kept as given (check it with where())
     } else if constexpr (std::is_same_v<T, IntOrList>) {
       if (const Json* j = r.get(k)) {
         if (j->is_number_integer()) {
@@ -200,8 +203,11 @@ class BasicField {
     } else if constexpr (std::is_same_v<T, IntOrList>) {
       const auto* list = std::get_if<std::vector<int64_t>>(&v);
       if (list && list->empty()) oc::invalid(owner, key_, expected_, Json(*list));
+    } else if constexpr (std::is_same_v<T, Json>) {
+      if (!missing_.empty() && v.is_null())
+        throw ValueError(owner + ": the config is missing `" + key_ + "` (" + missing_ + ")");
     }
-    if constexpr (std::is_arithmetic_v<Inner> || std::is_same_v<Inner, std::string>)
+    if constexpr (std::is_arithmetic_v<Inner> || std::is_same_v<Inner, std::string> || std::is_same_v<Inner, Json>)
       if (ok_ && is_set(v) && !ok_(inner(v))) oc::invalid(owner, key_, expected_, Json(inner(v)));
   }
 
@@ -220,6 +226,8 @@ class BasicField {
   static bool is_set(const T& v) {
     if constexpr (is_optional<T>::value)
       return v.has_value();
+    else if constexpr (std::is_same_v<T, Json>)
+      return !v.is_null();
     else
       return true;
   }

@@ -12,10 +12,10 @@ std::vector<Shape> act_same_shapes(Layer& l, const std::vector<Shape>& s) {
   return s;
 }
 
-// An int or a list of ints; `what` names the expectation in errors.
-std::vector<int64_t> act_int_or_list(ConfigReader& r, const char* key, const Json& j) {
+// An int or a non-empty list of ints, in the form given.
+IntOrList act_int_or_list(ConfigReader& r, const char* key, const Json& j) {
   std::vector<int64_t> out;
-  if (j.is_number_integer()) return {j.get<int64_t>()};
+  if (j.is_number_integer()) return j.get<int64_t>();
   if (!j.is_array() || j.empty()) r.invalid(key, "an integer or a non-empty list of integers");
   for (auto& e : j) {
     if (!e.is_number_integer()) r.invalid(key, "an integer or a non-empty list of integers");
@@ -39,9 +39,22 @@ const FieldTable<ReLUOptions>& relu_fields() {
   return t;
 }
 
+// `alpha`, Keras 2's name of negative_slope, is read as it and never written.
 const FieldTable<LeakyReLUOptions>& leaky_relu_fields() {
-  static const FieldTable<LeakyReLUOptions> t = {
-      field("negative_slope", &LeakyReLUOptions::negative_slope).where(non_negative, "a non-negative number")};
+  using O = LeakyReLUOptions;
+  static const FieldTable<O> t = [] {
+    FieldDef<O> slope = field("negative_slope", &O::negative_slope).where(non_negative, "a non-negative number");
+    slope.read = [](ConfigReader& r, O& o) {
+      if (r.has("alpha") && r.has("negative_slope"))
+        throw ValueError("LeakyReLU: give `negative_slope` only (`alpha` is its legacy name). Received both");
+      const char* key = r.has("alpha") ? "alpha" : "negative_slope";
+      r.get("alpha");  // both are known keys
+      r.get("negative_slope");
+      o.negative_slope = r.number(key, o.negative_slope);
+      if (!non_negative(o.negative_slope)) r.invalid(key, "a non-negative number");
+    };
+    return FieldTable<O>{slope};
+  }();
   return t;
 }
 }  // namespace
@@ -78,19 +91,7 @@ KILN_REGISTER_LAYER(ReLU);
 
 // --- LeakyReLU ------------------------------------------------------------------
 LeakyReLUOptions LeakyReLU::options_from_config(const Json& config) {
-  ConfigReader r(config, "LeakyReLU");
-  if (r.has("alpha") && r.has("negative_slope"))
-    throw ValueError("LeakyReLU: give `negative_slope` only (`alpha` is its legacy name). Received both");
-  const char* key = r.has("alpha") ? "alpha" : "negative_slope";
-  if (key[0] == 'a')
-    r.get("negative_slope");
-  else
-    r.get("alpha");
-  LeakyReLUOptions o;
-  o.negative_slope = r.number(key, o.negative_slope);
-  if (o.negative_slope < 0) r.invalid(key, "a non-negative number");
-  r.finish();
-  return o;
+  return read_fields(config, "LeakyReLU", leaky_relu_fields());
 }
 
 LeakyReLU::LeakyReLU(const LeakyReLUOptions& o) : LeakyReLU(o, layer_base_config(o.base)) {}
@@ -117,20 +118,52 @@ Json LeakyReLU::get_config() const {
 KILN_REGISTER_LAYER(LeakyReLU);
 
 // --- PReLU -------------------------------------------------------------------------
-PReLU::PReLU(const Json& config) : SimpleLayer(config) {
-  ConfigReader r(config, "PReLU");
-  alpha_init_ = r.initializer("alpha_initializer", "zeros");
-  alpha_reg_ = r.regularizer("alpha_regularizer");
-  r.no_constraint("alpha_constraint");
-  if (const Json* s = r.get("shared_axes")) {
-    shared_axes_ = act_int_or_list(r, "shared_axes", *s);
-    for (auto a : shared_axes_)
-      if (a < 1) r.invalid("shared_axes", "1-based axes (1 is the first axis after the batch axis)");
-    shared_axes_json_ = *s;
-  } else {
-    shared_axes_json_ = nullptr;
-  }
-  r.finish();
+namespace {
+// The axes of `v` (an int or a list); ValueError unless a non-empty list of 1-based axes.
+std::vector<int64_t> prelu_shared_axes(const std::string& owner, const IntOrList& v) {
+  const auto* one = std::get_if<int64_t>(&v);
+  std::vector<int64_t> axes = one ? std::vector<int64_t>{*one} : std::get<std::vector<int64_t>>(v);
+  if (axes.empty())
+    option_check::invalid(owner, "shared_axes", "an integer or a non-empty list of integers", int_or_list_json(v));
+  for (auto a : axes)
+    if (a < 1)
+      option_check::invalid(owner, "shared_axes", "1-based axes (1 is the first axis after the batch axis)",
+                            int_or_list_json(v));
+  return axes;
+}
+
+const FieldTable<PReLUOptions>& prelu_fields() {
+  using O = PReLUOptions;
+  const char* const shared_axes = "shared_axes";
+  static const FieldTable<O> t = {
+      field("alpha_initializer", &O::alpha_initializer), field("alpha_regularizer", &O::alpha_regularizer),
+      no_constraint<O>("alpha_constraint"),
+      FieldDef<O>{shared_axes,
+                  [=](ConfigReader& r, O& o) {
+                    const Json* j = r.get(shared_axes);
+                    if (!j) return;
+                    o.shared_axes = act_int_or_list(r, shared_axes, *j);
+                    prelu_shared_axes(r.owner(), *o.shared_axes);
+                  },
+                  [=](const std::string& owner, O& o) {
+                    if (o.shared_axes) prelu_shared_axes(owner, *o.shared_axes);
+                  },
+                  [=](Json& j, const O& o) {
+                    j[shared_axes] = o.shared_axes ? int_or_list_json(*o.shared_axes) : Json(nullptr);
+                  }}};
+  return t;
+}
+}  // namespace
+
+PReLUOptions PReLU::options_from_config(const Json& config) { return read_fields(config, "PReLU", prelu_fields()); }
+
+PReLU::PReLU(const PReLUOptions& o) : PReLU(o, layer_base_config(o.base)) {}
+
+PReLU::PReLU(const Json& config) : PReLU(options_from_config(config), config) {}
+
+PReLU::PReLU(const PReLUOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+  check_fields("PReLU", options_, prelu_fields());
+  if (options_.shared_axes) shared_axes_ = prelu_shared_axes("PReLU", *options_.shared_axes);
 }
 
 void PReLU::build(const std::vector<Shape>& input_shapes) {
@@ -138,7 +171,7 @@ void PReLU::build(const std::vector<Shape>& input_shapes) {
   Shape alpha_shape(s.begin() + 1, s.end());
   for (auto a : shared_axes_) {
     if (a >= (int64_t)s.size())
-      throw ValueError("PReLU '" + name() + "': shared_axes=" + shared_axes_json_.dump() +
+      throw ValueError("PReLU '" + name() + "': shared_axes=" + int_or_list_json(*options_.shared_axes).dump() +
                        " names an axis beyond inputs of shape " + shape_to_string(s));
     alpha_shape[a - 1] = 1;
   }
@@ -146,7 +179,7 @@ void PReLU::build(const std::vector<Shape>& input_shapes) {
     if (alpha_shape[i] < 1)
       throw ShapeError("PReLU '" + name() + "' needs every non-shared axis known. Received input shape " +
                        shape_to_string(s) + "; share the unknown axes with `shared_axes`");
-  alpha_ = add_weight("alpha", alpha_shape, alpha_init_, true, alpha_reg_);
+  alpha_ = add_weight("alpha", alpha_shape, options_.alpha_initializer.resolved(), true, options_.alpha_regularizer);
 }
 
 at::Tensor PReLU::call1(const at::Tensor& x, bool training) {
@@ -158,10 +191,7 @@ std::vector<Shape> PReLU::compute_output_shape(const std::vector<Shape>& s) { re
 
 Json PReLU::get_config() const {
   Json j = base_config();
-  j["alpha_initializer"] = alpha_init_->to_json();
-  j["alpha_regularizer"] = regularizer_json(alpha_reg_);
-  j["alpha_constraint"] = nullptr;
-  j["shared_axes"] = shared_axes_json_;
+  write_fields(j, options_, prelu_fields());
   return j;
 }
 

@@ -17,7 +17,7 @@
 //   Softmax(axis=-1): exp(x) / sum(exp(x)) along `axis` (an int or a list
 //     of ints).
 //
-//   auto act = std::make_shared<PReLU>(Json{{"shared_axes", {1, 2}}});
+//   auto act = std::make_shared<PReLU>(PReLUOptions{.shared_axes = std::vector<int64_t>{1, 2}});
 //   y = (*act)(images);   // one slope per channel
 #pragma once
 
@@ -26,6 +26,7 @@
 
 #include "kiln/layers/layer.h"
 #include "kiln/layers/layer_options.h"
+#include "kiln/layers/regularizers.h"
 
 namespace kiln {
 
@@ -38,6 +39,14 @@ struct ReLUOptions {
 
 struct LeakyReLUOptions {
   double negative_slope = 0.3;  // >= 0
+  LayerOptions base;
+};
+
+struct PReLUOptions {
+  InitializerArg alpha_initializer = "zeros";
+  RegularizerPtr alpha_regularizer;  // null: none
+  // 1-based axes sharing one slope; unset: none. get_config() writes it in the form given.
+  std::optional<std::variant<int64_t, std::vector<int64_t>>> shared_axes;
   LayerOptions base;
 };
 
@@ -81,6 +90,7 @@ class LeakyReLU : public SimpleLayer {
 
 class PReLU : public SimpleLayer {
  public:
+  explicit PReLU(const PReLUOptions& options);
   explicit PReLU(const Json& config = Json::object());
   std::string class_name() const override { return "PReLU"; }
   void build(const std::vector<Shape>& input_shapes) override;
@@ -90,10 +100,10 @@ class PReLU : public SimpleLayer {
   const VariablePtr& alpha() const { return alpha_; }
 
  private:
-  InitializerPtr alpha_init_;
-  RegularizerPtr alpha_reg_;
-  std::vector<int64_t> shared_axes_;  // 1-based, as configured
-  Json shared_axes_json_;
+  PReLU(const PReLUOptions& options, const Json& base_config);
+  static PReLUOptions options_from_config(const Json& config);
+  PReLUOptions options_;              // checked: the layer's config
+  std::vector<int64_t> shared_axes_;  // options_.shared_axes as a list (1-based)
   VariablePtr alpha_;
 };
 

@@ -3,13 +3,50 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kiln/layers/config_reader.h"
+#include "kiln/layers/config_fields.h"
 #include "kiln/layers/conv_utils.h"
 
 namespace kiln {
 namespace {
 
 const std::vector<std::string> kAugFillModes = {"reflect", "wrap", "constant", "nearest"};
+const char* const kAugFactorExpected = "a number or a list of two numbers, each between -1.0 and 1.0";
+
+// A factor as Keras reads it: a number f means (-|f|, |f|), a pair is
+// sorted; std::nullopt unless one of those within [-1, 1].
+std::optional<std::pair<double, double>> aug_factor(const Json& j) {
+  std::pair<double, double> f;
+  if (j.is_number())
+    f = {-std::abs(j.get<double>()), std::abs(j.get<double>())};
+  else if (j.is_array() && j.size() == 2 && j[0].is_number() && j[1].is_number())
+    f = std::minmax({j[0].get<double>(), j[1].get<double>()});
+  else
+    return std::nullopt;
+  if (!(f.first >= -1.0 && f.second <= 1.0)) return std::nullopt;
+  return f;
+}
+
+template <class O>
+Field<O, Json> aug_factor_field(const char* key, Json O::*member) {
+  return field(key, member).where([](const Json& j) { return aug_factor(j).has_value(); }, kAugFactorExpected);
+}
+
+// The keys every image layer has, in get_config()'s order.
+template <class O>
+FieldTable<O> aug_layout_fields() {
+  return {field("data_format", &O::data_format).choice({"channels_last", "channels_first"})};
+}
+template <class O>
+FieldTable<O> aug_random_fields() {
+  return aug_layout_fields<O>() + FieldTable<O>{field("seed", &O::seed)};
+}
+template <class O>
+FieldTable<O> aug_affine_fields() {
+  return aug_random_fields<O>() +
+         FieldTable<O>{field("fill_mode", &O::fill_mode).choice(kAugFillModes),
+                       field("interpolation", &O::interpolation).choice({"bilinear", "nearest"}),
+                       field("fill_value", &O::fill_value)};
+}
 
 // An integer pixel index mapped into [0, size) by the fill mode; `valid`
 // (constant mode) marks indices inside the image.
@@ -57,12 +94,12 @@ at::Tensor affine_transform(const at::Tensor& images, const at::Tensor& transfor
 }
 
 // --- ImageLayer ---------------------------------------------------------------------
-ImageLayer::ImageLayer(const Json& config, const std::string& owner) : SimpleLayer(config), owner_(owner) {}
+ImageLayer::ImageLayer(const Json& base_config, const std::string& owner, bool random)
+    : SimpleLayer(base_config), owner_(owner), random_(random) {}
 
-void ImageLayer::read_common(ConfigReader& r, bool random) {
-  random_ = random;
-  channels_last_ = r.choice("data_format", "channels_last", {"channels_last", "channels_first"}) == "channels_last";
-  if (random_) seeds_ = SeedGenerator::from_config(r);
+void ImageLayer::set_layout(const std::string& data_format, const std::optional<int64_t>& seed) {
+  channels_last_ = data_format == "channels_last";
+  seeds_ = SeedGenerator(seed);
 }
 
 at::Tensor ImageLayer::call1(const at::Tensor& x_in, bool training) {
@@ -89,103 +126,125 @@ std::vector<Shape> ImageLayer::compute_output_shape(const std::vector<Shape>& in
   return input_shapes;
 }
 
-Json ImageLayer::get_config() const {
-  Json j = base_config();
-  j["data_format"] = channels_last_ ? "channels_last" : "channels_first";
-  if (random_) j["seed"] = seeds_.to_json();
-  return j;
+// --- Resizing -------------------------------------------------------------------------
+namespace {
+const FieldTable<ResizingOptions>& resizing_fields() {
+  using O = ResizingOptions;
+  static const FieldTable<O> t =
+      aug_layout_fields<O>() +
+      FieldTable<O>{field("height", &O::height).positive().required(),
+                    field("width", &O::width).positive().required(),
+                    field("interpolation", &O::interpolation).choice({"bilinear", "nearest"}),
+                    field("crop_to_aspect_ratio", &O::crop_to_aspect_ratio),
+                    field("pad_to_aspect_ratio", &O::pad_to_aspect_ratio),
+                    field("fill_mode", &O::fill_mode).choice({"constant"}),
+                    field("fill_value", &O::fill_value),
+                    field("antialias", &O::antialias)
+                        .where([](bool antialias) { return !antialias; }, "false (kiln resizes without antialiasing)")};
+  return t;
+}
+}  // namespace
+
+ResizingOptions Resizing::options_from_config(const Json& config) {
+  return read_fields(config, "Resizing", resizing_fields());
 }
 
-// --- Resizing -------------------------------------------------------------------------
-Resizing::Resizing(const Json& config) : ImageLayer(config, "Resizing") {
-  ConfigReader r(config, "Resizing");
-  height_ = r.positive_int("height");
-  width_ = r.positive_int("width");
-  interpolation_ = r.choice("interpolation", "bilinear", {"bilinear", "nearest"});
-  crop_ = r.boolean("crop_to_aspect_ratio", false);
-  pad_ = r.boolean("pad_to_aspect_ratio", false);
-  if (crop_ && pad_)
+Resizing::Resizing(const ResizingOptions& o) : Resizing(o, layer_base_config(o.base)) {}
+
+Resizing::Resizing(const Json& config) : Resizing(options_from_config(config), config) {}
+
+Resizing::Resizing(const ResizingOptions& o, const Json& base_config)
+    : ImageLayer(base_config, "Resizing", /*random=*/false), options_(o) {
+  check_fields("Resizing", options_, resizing_fields());
+  if (options_.crop_to_aspect_ratio && options_.pad_to_aspect_ratio)
     throw ValueError("Resizing: only one of `crop_to_aspect_ratio` and `pad_to_aspect_ratio` can be true");
-  r.choice("fill_mode", "constant", {"constant"});
-  fill_value_ = r.number("fill_value", 0.0);
-  if (r.boolean("antialias", false)) r.invalid("antialias", "false (kiln resizes without antialiasing)");
-  read_common(r, false);
-  r.finish();
+  set_layout(options_.data_format);
 }
 
 Resizing::Resizing(int64_t height, int64_t width, const Json& extra)
     : Resizing(merged_config(extra, Json{{"height", height}, {"width", width}})) {}
 
 at::Tensor Resizing::transform(const at::Tensor& images_in, bool training) {
+  const ResizingOptions& o = options_;
   at::Tensor images = images_in;
   int64_t h = images.size(1), w = images.size(2);
-  if (crop_) {
+  if (o.crop_to_aspect_ratio) {
     // Keras's centred crop box of the target aspect ratio.
-    int64_t ch = std::max<int64_t>(std::min<int64_t>(h, (int64_t)((double)(w * height_) / width_)), 1);
-    int64_t cw = std::max<int64_t>(std::min<int64_t>(w, (int64_t)((double)(h * width_) / height_)), 1);
+    int64_t ch = std::max<int64_t>(std::min<int64_t>(h, (int64_t)((double)(w * o.height) / o.width)), 1);
+    int64_t cw = std::max<int64_t>(std::min<int64_t>(w, (int64_t)((double)(h * o.width) / o.height)), 1);
     int64_t hs = (int64_t)((double)(h - ch) / 2), ws = (int64_t)((double)(w - cw) / 2);
     images = images.slice(1, hs, hs + ch).slice(2, ws, ws + cw);
-  } else if (pad_) {
-    int64_t ph = std::max<int64_t>(h, (int64_t)((double)(w * height_) / width_));
-    int64_t pw = std::max<int64_t>(w, (int64_t)((double)(h * width_) / height_));
+  } else if (o.pad_to_aspect_ratio) {
+    int64_t ph = std::max<int64_t>(h, (int64_t)((double)(w * o.height) / o.width));
+    int64_t pw = std::max<int64_t>(w, (int64_t)((double)(h * o.width) / o.height));
     int64_t hs = (int64_t)((double)(ph - h) / 2), ws = (int64_t)((double)(pw - w) / 2);
-    images = at::constant_pad_nd(images, {0, 0, ws, pw - w - ws, hs, ph - h - hs}, fill_value_);
+    images = at::constant_pad_nd(images, {0, 0, ws, pw - w - ws, hs, ph - h - hs}, o.fill_value);
   }
   h = images.size(1);
   w = images.size(2);
-  if (interpolation_ == "nearest") {
+  if (o.interpolation == "nearest") {
     // Half-pixel centres: source floor((i + 0.5) * in / out).
     auto source = [&](int64_t out, int64_t in) {
       at::Tensor i = at::arange(out, at::kDouble);
       return at::clamp_max(at::floor((i + 0.5) * ((double)in / out)), (double)(in - 1)).to(at::kLong);
     };
-    return images.index_select(1, source(height_, h)).index_select(2, source(width_, w));
+    return images.index_select(1, source(o.height, h)).index_select(2, source(o.width, w));
   }
   const at::ScalarType dt = images.scalar_type();
   at::Tensor cf = conv_utils::channels_last_to_first(images).to(at::promote_types(dt, at::kFloat));
-  at::Tensor y = at::upsample_bilinear2d(cf, {height_, width_}, /*align_corners=*/false);
+  at::Tensor y = at::upsample_bilinear2d(cf, {o.height, o.width}, /*align_corners=*/false);
   return conv_utils::channels_first_to_last(y).to(dt);
 }
 
 std::vector<Shape> Resizing::compute_output_shape(const std::vector<Shape>& input_shapes) {
   Shape s = ImageLayer::compute_output_shape(input_shapes).at(0);
   const int hdim = (int)s.size() - (channels_last_ ? 3 : 2);
-  s[hdim] = height_;
-  s[hdim + 1] = width_;
+  s[hdim] = options_.height;
+  s[hdim + 1] = options_.width;
   return {s};
 }
 
 Json Resizing::get_config() const {
-  Json j = ImageLayer::get_config();
-  j["height"] = height_;
-  j["width"] = width_;
-  j["interpolation"] = interpolation_;
-  j["crop_to_aspect_ratio"] = crop_;
-  j["pad_to_aspect_ratio"] = pad_;
-  j["fill_mode"] = "constant";
-  j["fill_value"] = fill_value_;
-  j["antialias"] = false;
+  Json j = base_config();
+  write_fields(j, options_, resizing_fields());
   return j;
 }
 
 KILN_REGISTER_LAYER(Resizing);
 
 // --- RandomFlip -------------------------------------------------------------------------
-RandomFlip::RandomFlip(const Json& config) : ImageLayer(config, "RandomFlip") {
-  ConfigReader r(config, "RandomFlip");
-  mode_ = r.choice("mode", "horizontal_and_vertical", {"horizontal", "vertical", "horizontal_and_vertical"});
-  read_common(r, true);
-  r.finish();
+namespace {
+const FieldTable<RandomFlipOptions>& random_flip_fields() {
+  using O = RandomFlipOptions;
+  static const FieldTable<O> t =
+      aug_random_fields<O>() +
+      FieldTable<O>{field("mode", &O::mode).choice({"horizontal", "vertical", "horizontal_and_vertical"})};
+  return t;
+}
+}  // namespace
+
+RandomFlipOptions RandomFlip::options_from_config(const Json& config) {
+  return read_fields(config, "RandomFlip", random_flip_fields());
+}
+
+RandomFlip::RandomFlip(const RandomFlipOptions& o) : RandomFlip(o, layer_base_config(o.base)) {}
+
+RandomFlip::RandomFlip(const Json& config) : RandomFlip(options_from_config(config), config) {}
+
+RandomFlip::RandomFlip(const RandomFlipOptions& o, const Json& base_config)
+    : ImageLayer(base_config, "RandomFlip", /*random=*/true), options_(o) {
+  check_fields("RandomFlip", options_, random_flip_fields());
+  set_layout(options_.data_format, options_.seed);
 }
 
 at::Tensor RandomFlip::transform(const at::Tensor& images, bool training) {
   const int64_t n = images.size(0);
   at::Tensor y = images;
-  if (mode_ != "vertical") {
+  if (options_.mode != "vertical") {
     at::Tensor flip = at::rand({n}, seeds_.generator(), at::kDouble) < 0.5;
     y = at::where(flip.view({n, 1, 1, 1}), y.flip({2}), y);
   }
-  if (mode_ != "horizontal") {
+  if (options_.mode != "horizontal") {
     at::Tensor flip = at::rand({n}, seeds_.generator(), at::kDouble) < 0.5;
     y = at::where(flip.view({n, 1, 1, 1}), y.flip({1}), y);
   }
@@ -193,40 +252,16 @@ at::Tensor RandomFlip::transform(const at::Tensor& images, bool training) {
 }
 
 Json RandomFlip::get_config() const {
-  Json j = ImageLayer::get_config();
-  j["mode"] = mode_;
+  Json j = base_config();
+  write_fields(j, options_, random_flip_fields());
   return j;
 }
 
 KILN_REGISTER_LAYER(RandomFlip);
 
 // --- random affine layers -----------------------------------------------------------------
-RandomAffineLayer::RandomAffineLayer(const Json& config, const std::string& owner) : ImageLayer(config, owner) {}
-
-std::pair<double, double> RandomAffineLayer::read_factor(ConfigReader& r, const char* key, double lo, double hi) {
-  const Json* j = r.get(key);
-  const std::string expected =
-      "a number or a list of two numbers, each between " + Json(lo).dump() + " and " + Json(hi).dump();
-  if (!j) throw ValueError(owner_ + ": the config is missing `" + key + "` (" + expected + ")");
-  std::pair<double, double> f;
-  // Keras: a number f means (-|f|, |f|); a pair is sorted.
-  if (j->is_number())
-    f = {-std::abs(j->get<double>()), std::abs(j->get<double>())};
-  else if (j->is_array() && j->size() == 2 && (*j)[0].is_number() && (*j)[1].is_number())
-    f = std::minmax({(*j)[0].get<double>(), (*j)[1].get<double>()});
-  else
-    r.invalid(key, expected);
-  const double raw_lo = j->is_number() ? j->get<double>() : f.first;
-  if (!(f.first >= lo && f.second <= hi && raw_lo >= lo)) r.invalid(key, expected);
-  return f;
-}
-
-void RandomAffineLayer::read_fill(ConfigReader& r) {
-  fill_mode_ = r.choice("fill_mode", "reflect", kAugFillModes);
-  interpolation_ = r.choice("interpolation", "bilinear", {"bilinear", "nearest"});
-  fill_value_ = r.number("fill_value", 0.0);
-  read_common(r, true);
-}
+RandomAffineLayer::RandomAffineLayer(const Json& base_config, const std::string& owner)
+    : ImageLayer(base_config, owner, /*random=*/true) {}
 
 at::Tensor RandomAffineLayer::uniform(int64_t n, double lower, double upper) {
   return at::rand({n}, seeds_.generator(), at::kDouble) * (upper - lower) + lower;
@@ -237,22 +272,32 @@ at::Tensor RandomAffineLayer::transform(const at::Tensor& images, bool training)
   return affine_transform(images, t, interpolation_, fill_mode_, fill_value_);
 }
 
-Json RandomAffineLayer::get_config() const {
-  Json j = ImageLayer::get_config();
-  j["fill_mode"] = fill_mode_;
-  j["interpolation"] = interpolation_;
-  j["fill_value"] = fill_value_;
-  return j;
+namespace {
+const FieldTable<RandomTranslationOptions>& random_translation_fields() {
+  using O = RandomTranslationOptions;
+  static const FieldTable<O> t =
+      aug_affine_fields<O>() +
+      FieldTable<O>{aug_factor_field("height_factor", &O::height_factor).required(kAugFactorExpected),
+                    aug_factor_field("width_factor", &O::width_factor).required(kAugFactorExpected)};
+  return t;
+}
+}  // namespace
+
+RandomTranslationOptions RandomTranslation::options_from_config(const Json& config) {
+  return read_fields(config, "RandomTranslation", random_translation_fields());
 }
 
-RandomTranslation::RandomTranslation(const Json& config) : RandomAffineLayer(config, "RandomTranslation") {
-  ConfigReader r(config, "RandomTranslation");
-  height_json_ = r.has("height_factor") ? config["height_factor"] : Json(nullptr);
-  width_json_ = r.has("width_factor") ? config["width_factor"] : Json(nullptr);
-  height_ = read_factor(r, "height_factor", -1.0, 1.0);
-  width_ = read_factor(r, "width_factor", -1.0, 1.0);
-  read_fill(r);
-  r.finish();
+RandomTranslation::RandomTranslation(const RandomTranslationOptions& o)
+    : RandomTranslation(o, layer_base_config(o.base)) {}
+
+RandomTranslation::RandomTranslation(const Json& config) : RandomTranslation(options_from_config(config), config) {}
+
+RandomTranslation::RandomTranslation(const RandomTranslationOptions& o, const Json& base_config)
+    : RandomAffineLayer(base_config, "RandomTranslation"), options_(o) {
+  check_fields("RandomTranslation", options_, random_translation_fields());
+  set_affine(options_);
+  height_ = *aug_factor(options_.height_factor);
+  width_ = *aug_factor(options_.width_factor);
 }
 
 at::Tensor RandomTranslation::draw(int64_t n, int64_t h, int64_t w) {
@@ -263,19 +308,36 @@ at::Tensor RandomTranslation::draw(int64_t n, int64_t h, int64_t w) {
 }
 
 Json RandomTranslation::get_config() const {
-  Json j = RandomAffineLayer::get_config();
-  j["height_factor"] = height_json_;
-  j["width_factor"] = width_json_;
+  Json j = base_config();
+  write_fields(j, options_, random_translation_fields());
   return j;
 }
 
 KILN_REGISTER_LAYER(RandomTranslation);
 
-RandomRotation::RandomRotation(const Json& config) : RandomAffineLayer(config, "RandomRotation") {
-  ConfigReader r(config, "RandomRotation");
-  factor_ = read_factor(r, "factor", -1.0, 1.0);
-  read_fill(r);
-  r.finish();
+namespace {
+const FieldTable<RandomRotationOptions>& random_rotation_fields() {
+  using O = RandomRotationOptions;
+  static const FieldTable<O> t =
+      aug_affine_fields<O>() + FieldTable<O>{aug_factor_field("factor", &O::factor).required(kAugFactorExpected)};
+  return t;
+}
+}  // namespace
+
+RandomRotationOptions RandomRotation::options_from_config(const Json& config) {
+  return read_fields(config, "RandomRotation", random_rotation_fields());
+}
+
+RandomRotation::RandomRotation(const RandomRotationOptions& o) : RandomRotation(o, layer_base_config(o.base)) {}
+
+RandomRotation::RandomRotation(const Json& config) : RandomRotation(options_from_config(config), config) {}
+
+RandomRotation::RandomRotation(const RandomRotationOptions& o, const Json& base_config)
+    : RandomAffineLayer(base_config, "RandomRotation"), options_(o) {
+  check_fields("RandomRotation", options_, random_rotation_fields());
+  set_affine(options_);
+  factor_ = *aug_factor(options_.factor);
+  options_.factor = Json::array({factor_.first, factor_.second});  // written as the pair, as Keras does
 }
 
 at::Tensor RandomRotation::draw(int64_t n, int64_t h, int64_t w) {
@@ -288,24 +350,38 @@ at::Tensor RandomRotation::draw(int64_t n, int64_t h, int64_t w) {
 }
 
 Json RandomRotation::get_config() const {
-  Json j = RandomAffineLayer::get_config();
-  j["factor"] = Json::array({factor_.first, factor_.second});  // Keras writes the (lower, upper) pair
+  Json j = base_config();
+  write_fields(j, options_, random_rotation_fields());
   return j;
 }
 
 KILN_REGISTER_LAYER(RandomRotation);
 
-RandomZoom::RandomZoom(const Json& config) : RandomAffineLayer(config, "RandomZoom") {
-  ConfigReader r(config, "RandomZoom");
-  height_json_ = r.has("height_factor") ? config["height_factor"] : Json(nullptr);
-  width_json_ = r.has("width_factor") ? config["width_factor"] : Json(nullptr);
-  height_ = read_factor(r, "height_factor", -1.0, 1.0);
-  if (r.has("width_factor"))
-    width_ = read_factor(r, "width_factor", -1.0, 1.0);
-  else
-    r.get("width_factor");
-  read_fill(r);
-  r.finish();
+namespace {
+const FieldTable<RandomZoomOptions>& random_zoom_fields() {
+  using O = RandomZoomOptions;
+  static const FieldTable<O> t =
+      aug_affine_fields<O>() +
+      FieldTable<O>{aug_factor_field("height_factor", &O::height_factor).required(kAugFactorExpected),
+                    aug_factor_field("width_factor", &O::width_factor)};
+  return t;
+}
+}  // namespace
+
+RandomZoomOptions RandomZoom::options_from_config(const Json& config) {
+  return read_fields(config, "RandomZoom", random_zoom_fields());
+}
+
+RandomZoom::RandomZoom(const RandomZoomOptions& o) : RandomZoom(o, layer_base_config(o.base)) {}
+
+RandomZoom::RandomZoom(const Json& config) : RandomZoom(options_from_config(config), config) {}
+
+RandomZoom::RandomZoom(const RandomZoomOptions& o, const Json& base_config)
+    : RandomAffineLayer(base_config, "RandomZoom"), options_(o) {
+  check_fields("RandomZoom", options_, random_zoom_fields());
+  set_affine(options_);
+  height_ = *aug_factor(options_.height_factor);
+  if (!options_.width_factor.is_null()) width_ = aug_factor(options_.width_factor);
 }
 
 at::Tensor RandomZoom::draw(int64_t n, int64_t h, int64_t w) {
@@ -318,9 +394,8 @@ at::Tensor RandomZoom::draw(int64_t n, int64_t h, int64_t w) {
 }
 
 Json RandomZoom::get_config() const {
-  Json j = RandomAffineLayer::get_config();
-  j["height_factor"] = height_json_;
-  j["width_factor"] = width_json_;
+  Json j = base_config();
+  write_fields(j, options_, random_zoom_fields());
   return j;
 }
 

@@ -40,16 +40,59 @@
 // LibTorch's default generator (kiln::set_random_seed repeats a run), an
 // integer gives the layer its own generator.
 //
-//   auto aug = std::make_shared<RandomRotation>(Json{{"factor", 0.1}, {"seed", 7}});
+//   auto aug = std::make_shared<RandomRotation>(RandomRotationOptions{.factor = 0.1, .seed = 7});
 //   at::Tensor y = (*aug)(images, /*training=*/true);
 #pragma once
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
 #include "kiln/layers/seed_generator.h"
 
 namespace kiln {
 
-class ConfigReader;
+struct ResizingOptions {
+  int64_t height = 0;                      // required, > 0
+  int64_t width = 0;                       // required, > 0
+  std::string interpolation = "bilinear";  // or "nearest"
+  bool crop_to_aspect_ratio = false;
+  bool pad_to_aspect_ratio = false;    // not with crop_to_aspect_ratio
+  std::string fill_mode = "constant";  // the only mode
+  double fill_value = 0.0;
+  bool antialias = false;  // must be false
+  std::string data_format = "channels_last";
+  LayerOptions base;
+};
+
+struct RandomFlipOptions {
+  std::string mode = "horizontal_and_vertical";  // or "horizontal", "vertical"
+  std::optional<int64_t> seed;
+  std::string data_format = "channels_last";
+  LayerOptions base;
+};
+
+// RandomTranslation and RandomZoom. A factor (a number or a pair, see
+// above) is written back by get_config() in the form given.
+struct RandomTranslationOptions {
+  Json height_factor;  // required
+  Json width_factor;   // required by RandomTranslation; RandomZoom: null keeps the aspect ratio
+  std::string fill_mode = "reflect";
+  std::string interpolation = "bilinear";
+  std::optional<int64_t> seed;
+  double fill_value = 0.0;
+  std::string data_format = "channels_last";
+  LayerOptions base;
+};
+using RandomZoomOptions = RandomTranslationOptions;
+
+struct RandomRotationOptions {
+  Json factor;  // required; get_config() writes the pair (lower, upper)
+  std::string fill_mode = "reflect";
+  std::string interpolation = "bilinear";
+  std::optional<int64_t> seed;
+  double fill_value = 0.0;
+  std::string data_format = "channels_last";
+  LayerOptions base;
+};
 
 // Keras's affine_transform on channels_last images (N, H, W, C): output
 // pixel (y, x) of image n reads the input at (b0*x + b1*y + b2,
@@ -58,19 +101,19 @@ class ConfigReader;
 at::Tensor affine_transform(const at::Tensor& images, const at::Tensor& transforms, const std::string& interpolation,
                             const std::string& fill_mode, double fill_value);
 
-// Shared config and layout handling of the image layers.
+// Shared layout handling of the image layers.
 class ImageLayer : public SimpleLayer {
  public:
   at::Tensor call1(const at::Tensor& x, bool training) final;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
-  Json get_config() const override;
 
  protected:
-  ImageLayer(const Json& config, const std::string& owner);
+  // `random`: the layer acts in training calls only.
+  ImageLayer(const Json& base_config, const std::string& owner, bool random);
   // channels_last (N, H, W, C) in the compute dtype -> the result, same layout.
   virtual at::Tensor transform(const at::Tensor& images, bool training) = 0;
-  // Called by subclasses' constructors with their reader before finish().
-  void read_common(ConfigReader& r, bool random);
+  // Called by subclasses' constructors with their checked options.
+  void set_layout(const std::string& data_format, const std::optional<int64_t>& seed = std::nullopt);
   std::string owner_;
   bool channels_last_ = true;
   bool random_ = false;
@@ -79,6 +122,7 @@ class ImageLayer : public SimpleLayer {
 
 class Resizing : public ImageLayer {
  public:
+  explicit Resizing(const ResizingOptions& options);
   explicit Resizing(const Json& config);
   Resizing(int64_t height, int64_t width, const Json& extra = Json::object());
   std::string class_name() const override { return "Resizing"; }
@@ -89,14 +133,14 @@ class Resizing : public ImageLayer {
   at::Tensor transform(const at::Tensor& images, bool training) override;
 
  private:
-  int64_t height_, width_;
-  std::string interpolation_;
-  bool crop_, pad_;
-  double fill_value_;
+  Resizing(const ResizingOptions& options, const Json& base_config);
+  static ResizingOptions options_from_config(const Json& config);
+  ResizingOptions options_;  // checked: the layer's config
 };
 
 class RandomFlip : public ImageLayer {
  public:
+  explicit RandomFlip(const RandomFlipOptions& options);
   explicit RandomFlip(const Json& config = Json::object());
   std::string class_name() const override { return "RandomFlip"; }
   Json get_config() const override;
@@ -105,29 +149,34 @@ class RandomFlip : public ImageLayer {
   at::Tensor transform(const at::Tensor& images, bool training) override;
 
  private:
-  std::string mode_;
+  RandomFlip(const RandomFlipOptions& options, const Json& base_config);
+  static RandomFlipOptions options_from_config(const Json& config);
+  RandomFlipOptions options_;  // checked: the layer's config
 };
 
 // RandomTranslation, RandomRotation and RandomZoom: a random affine map.
 class RandomAffineLayer : public ImageLayer {
- public:
-  Json get_config() const override;
-
  protected:
-  RandomAffineLayer(const Json& config, const std::string& owner);
+  RandomAffineLayer(const Json& base_config, const std::string& owner);
   at::Tensor transform(const at::Tensor& images, bool training) final;
   // (N, 6) float64 transforms for N images of size h x w.
   virtual at::Tensor draw(int64_t n, int64_t h, int64_t w) = 0;
-  // Reads a factor: a number f -> (-|f|, |f|), or a pair (sorted); checks range.
-  std::pair<double, double> read_factor(ConfigReader& r, const char* key, double lo, double hi);
+  // Called by subclasses' constructors with their checked options.
+  template <class O>
+  void set_affine(const O& o) {
+    set_layout(o.data_format, o.seed);
+    fill_mode_ = o.fill_mode;
+    interpolation_ = o.interpolation;
+    fill_value_ = o.fill_value;
+  }
   at::Tensor uniform(int64_t n, double lower, double upper);
-  void read_fill(ConfigReader& r);
   std::string fill_mode_, interpolation_;
   double fill_value_ = 0.0;
 };
 
 class RandomTranslation : public RandomAffineLayer {
  public:
+  explicit RandomTranslation(const RandomTranslationOptions& options);
   explicit RandomTranslation(const Json& config);
   std::string class_name() const override { return "RandomTranslation"; }
   Json get_config() const override;
@@ -136,12 +185,15 @@ class RandomTranslation : public RandomAffineLayer {
   at::Tensor draw(int64_t n, int64_t h, int64_t w) override;
 
  private:
-  std::pair<double, double> height_, width_;
-  Json height_json_, width_json_;
+  RandomTranslation(const RandomTranslationOptions& options, const Json& base_config);
+  static RandomTranslationOptions options_from_config(const Json& config);
+  RandomTranslationOptions options_;          // checked: the layer's config
+  std::pair<double, double> height_, width_;  // (lower, upper) of the factors
 };
 
 class RandomRotation : public RandomAffineLayer {
  public:
+  explicit RandomRotation(const RandomRotationOptions& options);
   explicit RandomRotation(const Json& config);
   std::string class_name() const override { return "RandomRotation"; }
   Json get_config() const override;
@@ -150,11 +202,15 @@ class RandomRotation : public RandomAffineLayer {
   at::Tensor draw(int64_t n, int64_t h, int64_t w) override;
 
  private:
-  std::pair<double, double> factor_;
+  RandomRotation(const RandomRotationOptions& options, const Json& base_config);
+  static RandomRotationOptions options_from_config(const Json& config);
+  RandomRotationOptions options_;     // checked: the layer's config
+  std::pair<double, double> factor_;  // (lower, upper)
 };
 
 class RandomZoom : public RandomAffineLayer {
  public:
+  explicit RandomZoom(const RandomZoomOptions& options);
   explicit RandomZoom(const Json& config);
   std::string class_name() const override { return "RandomZoom"; }
   Json get_config() const override;
@@ -163,9 +219,11 @@ class RandomZoom : public RandomAffineLayer {
   at::Tensor draw(int64_t n, int64_t h, int64_t w) override;
 
  private:
+  RandomZoom(const RandomZoomOptions& options, const Json& base_config);
+  static RandomZoomOptions options_from_config(const Json& config);
+  RandomZoomOptions options_;  // checked: the layer's config
   std::pair<double, double> height_;
-  std::optional<std::pair<double, double>> width_;
-  Json height_json_, width_json_;
+  std::optional<std::pair<double, double>> width_;  // unset: the height's zoom
 };
 
 }  // namespace kiln

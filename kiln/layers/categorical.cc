@@ -3,13 +3,20 @@
 #include <algorithm>
 #include <map>
 
-#include "kiln/layers/config_reader.h"
+#include "kiln/layers/config_fields.h"
 #include "kiln/layers/string_hash.h"
 
 namespace kiln {
 namespace {
 
 const std::vector<std::string> kCatModes = {"one_hot", "multi_hot", "count"};
+const std::vector<std::string> kCatIntModes = {"int", "one_hot", "multi_hot", "count"};
+
+// Keras's `sparse`, which kiln accepts only as false.
+template <class O>
+FieldDef<O> cat_sparse_field() {
+  return field("sparse", &O::sparse).where([](bool sparse) { return !sparse; }, "false (kiln has no sparse tensors)");
+}
 
 // Integer ids as int64 (floats truncate toward zero, as Keras's cast).
 at::Tensor cat_as_ids(const at::Tensor& x) { return x.scalar_type() == at::kLong ? x : x.to(at::kLong); }
@@ -53,71 +60,91 @@ at::Tensor encode_categorical(const at::Tensor& ids_in, int64_t depth, const std
 }
 
 // --- CategoryEncoding ----------------------------------------------------------------
-CategoryEncoding::CategoryEncoding(const Json& config) : SimpleLayer(config) {
-  ConfigReader r(config, "CategoryEncoding");
-  if (!r.has("num_tokens"))
-    throw ValueError("CategoryEncoding: the config is missing `num_tokens` (the number of distinct ids)");
-  num_tokens_ = r.positive_int("num_tokens");
-  output_mode_ = r.choice("output_mode", "multi_hot", kCatModes);
-  if (r.boolean("sparse", false)) r.invalid("sparse", "false (kiln has no sparse tensors)");
-  r.finish();
+namespace {
+const FieldTable<CategoryEncodingOptions>& category_encoding_fields() {
+  using O = CategoryEncodingOptions;
+  static const FieldTable<O> t = {field("num_tokens", &O::num_tokens).positive().required("the number of distinct ids"),
+                                  field("output_mode", &O::output_mode).choice(kCatModes), cat_sparse_field<O>()};
+  return t;
+}
+}  // namespace
+
+CategoryEncodingOptions CategoryEncoding::options_from_config(const Json& config) {
+  return read_fields(config, "CategoryEncoding", category_encoding_fields());
+}
+
+CategoryEncoding::CategoryEncoding(const CategoryEncodingOptions& o) : CategoryEncoding(o, layer_base_config(o.base)) {}
+
+CategoryEncoding::CategoryEncoding(const Json& config) : CategoryEncoding(options_from_config(config), config) {}
+
+CategoryEncoding::CategoryEncoding(const CategoryEncodingOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
+  check_fields("CategoryEncoding", options_, category_encoding_fields());
 }
 
 CategoryEncoding::CategoryEncoding(int64_t num_tokens, const std::string& output_mode, const Json& extra)
     : CategoryEncoding(merged_config(extra, Json{{"num_tokens", num_tokens}, {"output_mode", output_mode}})) {}
 
 at::Tensor CategoryEncoding::call1(const at::Tensor& x, bool training) {
-  return encode_categorical(x, num_tokens_, output_mode_, dtype_policy().compute_dtype(),
+  return encode_categorical(x, options_.num_tokens, options_.output_mode, dtype_policy().compute_dtype(),
                             "CategoryEncoding '" + name() + "'");
 }
 
 std::vector<Shape> CategoryEncoding::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
-  return {encoded_shape(input_shapes.at(0), num_tokens_, output_mode_, "CategoryEncoding '" + name() + "'")};
+  return {encoded_shape(input_shapes.at(0), options_.num_tokens, options_.output_mode,
+                        "CategoryEncoding '" + name() + "'")};
 }
 
 Json CategoryEncoding::get_config() const {
   Json j = base_config();
-  j["num_tokens"] = num_tokens_;
-  j["output_mode"] = output_mode_;
-  j["sparse"] = false;
+  write_fields(j, options_, category_encoding_fields());
   return j;
 }
 
 KILN_REGISTER_LAYER(CategoryEncoding);
 
 // --- Hashing ------------------------------------------------------------------------
-Hashing::Hashing(const Json& config) : SimpleLayer(config) {
-  ConfigReader r(config, "Hashing");
-  if (!r.has("num_bins")) throw ValueError("Hashing: the config is missing `num_bins` (a positive integer)");
-  num_bins_ = r.positive_int("num_bins");
-  const Json* m = r.get("mask_value");
-  if (m && !m->is_number_integer() && !m->is_string()) r.invalid("mask_value", "null, an integer or a string");
-  mask_value_ = m ? *m : Json(nullptr);
-  const Json* s = r.get("salt");
-  if (s) {
-    auto as_u64 = [&](const Json& e) {
-      if (!e.is_number_integer() || e.get<int64_t>() < 0) r.invalid("salt", "null, a non-negative int or a list of 2");
-      return (uint64_t)e.get<int64_t>();
-    };
-    if (s->is_array() && s->size() == 2)
-      salt_ = std::array<uint64_t, 2>{as_u64((*s)[0]), as_u64((*s)[1])};
-    else if (s->is_number_integer())
-      salt_ = std::array<uint64_t, 2>{as_u64(*s), as_u64(*s)};
-    else
-      r.invalid("salt", "null, a non-negative int or a list of 2");
-    salt_json_ = Json::array({(int64_t)(*salt_)[0], (int64_t)(*salt_)[1]});
-  } else {
-    salt_json_ = nullptr;
-  }
-  output_mode_ = r.choice("output_mode", "int", {"int", "one_hot", "multi_hot", "count"});
-  if (r.boolean("sparse", false)) r.invalid("sparse", "false (kiln has no sparse tensors)");
-  r.finish();
+namespace {
+// Keras's salt: k means (k, k); std::nullopt for null.
+std::optional<std::array<uint64_t, 2>> hashing_salt(const Json& salt) {
+  auto u64 = [](const Json& e) { return e.is_number_integer() && e.get<int64_t>() >= 0; };
+  if (salt.is_number_integer() && u64(salt)) return std::array<uint64_t, 2>{salt.get<uint64_t>(), salt.get<uint64_t>()};
+  if (salt.is_array() && salt.size() == 2 && u64(salt[0]) && u64(salt[1]))
+    return std::array<uint64_t, 2>{salt[0].get<uint64_t>(), salt[1].get<uint64_t>()};
+  return std::nullopt;
+}
+
+const FieldTable<HashingOptions>& hashing_fields() {
+  using O = HashingOptions;
+  static const FieldTable<O> t = {
+      field("num_bins", &O::num_bins).positive().required(),
+      field("mask_value", &O::mask_value)
+          .where([](const Json& m) { return m.is_number_integer() || m.is_string(); }, "null, an integer or a string"),
+      field("salt", &O::salt)
+          .where([](const Json& s) { return hashing_salt(s).has_value(); }, "null, a non-negative int or a list of 2"),
+      field("output_mode", &O::output_mode).choice(kCatIntModes), cat_sparse_field<O>()};
+  return t;
+}
+}  // namespace
+
+HashingOptions Hashing::options_from_config(const Json& config) {
+  return read_fields(config, "Hashing", hashing_fields());
+}
+
+Hashing::Hashing(const HashingOptions& o) : Hashing(o, layer_base_config(o.base)) {}
+
+Hashing::Hashing(const Json& config) : Hashing(options_from_config(config), config) {}
+
+Hashing::Hashing(const HashingOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+  check_fields("Hashing", options_, hashing_fields());
+  salt_ = hashing_salt(options_.salt);
+  if (salt_) options_.salt = Json::array({(int64_t)(*salt_)[0], (int64_t)(*salt_)[1]});  // written as the pair
 }
 
 int64_t Hashing::bin_of(const std::string& s) const {
-  const bool masked = !mask_value_.is_null() && num_bins_ > 1;
-  const uint64_t bins = (uint64_t)(masked ? num_bins_ - 1 : num_bins_);
+  const bool masked = !options_.mask_value.is_null() && options_.num_bins > 1;
+  const uint64_t bins = (uint64_t)(masked ? options_.num_bins - 1 : options_.num_bins);
   const uint64_t h = salt_ ? siphash24((*salt_)[0], (*salt_)[1], s) : fingerprint64(s);
   return (int64_t)(h % bins) + (masked ? 1 : 0);
 }
@@ -127,22 +154,23 @@ at::Tensor Hashing::call1(const at::Tensor& x, bool training) {
   at::Tensor out = at::empty_like(ids);
   const int64_t* in = ids.data_ptr<int64_t>();
   int64_t* o = out.data_ptr<int64_t>();
-  const bool int_mask = mask_value_.is_number_integer() && num_bins_ > 1;
-  const int64_t mask = int_mask ? mask_value_.get<int64_t>() : 0;
+  const bool int_mask = options_.mask_value.is_number_integer() && options_.num_bins > 1;
+  const int64_t mask = int_mask ? options_.mask_value.get<int64_t>() : 0;
   for (int64_t i = 0; i < ids.numel(); ++i) o[i] = int_mask && in[i] == mask ? 0 : bin_of(std::to_string(in[i]));
-  if (output_mode_ == "int") return out;
-  return encode_categorical(out, num_bins_, output_mode_, dtype_policy().compute_dtype(), "Hashing '" + name() + "'");
+  if (options_.output_mode == "int") return out;
+  return encode_categorical(out, options_.num_bins, options_.output_mode, dtype_policy().compute_dtype(),
+                            "Hashing '" + name() + "'");
 }
 
 at::Tensor Hashing::hash_strings(const std::vector<std::string>& values, const Shape& shape) const {
-  if (output_mode_ != "int")
+  if (options_.output_mode != "int")
     throw ValueError("Hashing '" + name() +
                      "': hash_strings() needs output_mode=\"int\"; encode its ids with "
                      "CategoryEncoding");
-  const bool str_mask = mask_value_.is_string() && num_bins_ > 1;
+  const bool str_mask = options_.mask_value.is_string() && options_.num_bins > 1;
   std::vector<int64_t> bins;
   bins.reserve(values.size());
-  for (auto& v : values) bins.push_back(str_mask && v == mask_value_.get<std::string>() ? 0 : bin_of(v));
+  for (auto& v : values) bins.push_back(str_mask && v == options_.mask_value.get<std::string>() ? 0 : bin_of(v));
   at::Tensor t = at::tensor(bins, at::kLong);
   if (shape.empty()) return t;
   if (num_elements(shape) != (int64_t)values.size())
@@ -153,76 +181,108 @@ at::Tensor Hashing::hash_strings(const std::vector<std::string>& values, const S
 
 std::vector<Shape> Hashing::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
-  if (output_mode_ == "int") return input_shapes;
-  return {encoded_shape(input_shapes.at(0), num_bins_, output_mode_, "Hashing '" + name() + "'")};
+  if (options_.output_mode == "int") return input_shapes;
+  return {encoded_shape(input_shapes.at(0), options_.num_bins, options_.output_mode, "Hashing '" + name() + "'")};
 }
 
 std::vector<at::ScalarType> Hashing::compute_output_dtype(const std::vector<at::ScalarType>& in) {
-  if (output_mode_ == "int") return {at::kLong};
+  if (options_.output_mode == "int") return {at::kLong};
   return {};
 }
 
 Json Hashing::get_config() const {
   Json j = base_config();
-  j["num_bins"] = num_bins_;
-  j["mask_value"] = mask_value_;
-  j["salt"] = salt_json_;
-  j["output_mode"] = output_mode_;
-  j["sparse"] = false;
+  write_fields(j, options_, hashing_fields());
   return j;
 }
 
 KILN_REGISTER_LAYER(Hashing);
 
 // --- IntegerLookup ------------------------------------------------------------------
-IntegerLookup::IntegerLookup(const Json& config) : SimpleLayer(config) {
-  ConfigReader r(config, "IntegerLookup");
-  if (r.has("max_tokens")) {
-    max_tokens_ = r.positive_int("max_tokens");
-    if (*max_tokens_ < 2) r.invalid("max_tokens", "null or an integer greater than 1");
-  } else {
-    r.get("max_tokens");
-  }
-  num_oov_ = r.integer("num_oov_indices", 1);
-  if (num_oov_ < 0) r.invalid("num_oov_indices", "a non-negative integer");
-  if (const Json* m = r.get("mask_token")) {
-    if (!m->is_number_integer()) r.invalid("mask_token", "null or an integer");
-    mask_token_ = m->get<int64_t>();
-  }
-  oov_token_ = r.integer("oov_token", -1);
-  const std::string vdt = r.choice("vocabulary_dtype", "int64", {"int64", "int32"});
-  (void)vdt;
-  if (r.get("idf_weights")) r.invalid("idf_weights", "null (kiln has no \"tf_idf\" output mode yet)");
-  invert_ = r.boolean("invert", false);
-  output_mode_ = r.choice("output_mode", "int", {"int", "one_hot", "multi_hot", "count"});
-  if (r.boolean("sparse", false)) r.invalid("sparse", "false (kiln has no sparse tensors)");
-  pad_to_max_tokens_ = r.boolean("pad_to_max_tokens", false);
-  if (invert_ && output_mode_ != "int") r.invalid("invert", "false unless output_mode is \"int\"");
-  if (pad_to_max_tokens_ && !max_tokens_) r.invalid("pad_to_max_tokens", "false unless max_tokens is set");
-  std::vector<int64_t> vocab;
-  if (const Json* v = r.get("vocabulary")) {
-    if (!v->is_array()) r.invalid("vocabulary", "null or a list of integers (vocabulary files are not supported)");
-    for (auto& e : *v) {
-      if (!e.is_number_integer()) r.invalid("vocabulary", "a list of integers");
-      vocab.push_back(e.get<int64_t>());
-    }
-  }
-  r.finish();
-  set_vocabulary(vocab);
+namespace {
+const FieldTable<IntegerLookupOptions>& integer_lookup_fields() {
+  using O = IntegerLookupOptions;
+  const char* const max_tokens = "max_tokens";
+  const char* const max_tokens_expected = "null or an integer greater than 1";
+  const char* const vocabulary = "vocabulary";
+  static const FieldTable<O> t = {
+      FieldDef<O>{max_tokens,
+                  [=](ConfigReader& r, O& o) {
+                    if (!r.has(max_tokens)) {
+                      r.get(max_tokens);  // marks it read
+                      return;
+                    }
+                    o.max_tokens = r.positive_int(max_tokens);
+                    if (*o.max_tokens < 2) r.invalid(max_tokens, max_tokens_expected);
+                  },
+                  [=](const std::string& owner, O& o) {
+                    if (o.max_tokens && option_check::positive(owner, max_tokens, *o.max_tokens) < 2)
+                      option_check::invalid(owner, max_tokens, max_tokens_expected, *o.max_tokens);
+                  },
+                  [=](Json& j, const O& o) { j[max_tokens] = o.max_tokens ? Json(*o.max_tokens) : Json(nullptr); }},
+      field("num_oov_indices", &O::num_oov_indices).where([](int64_t n) { return n >= 0; }, "a non-negative integer"),
+      field("mask_token", &O::mask_token), field("oov_token", &O::oov_token),
+      FieldDef<O>{
+          vocabulary,
+          [=](ConfigReader& r, O& o) {
+            const Json* v = r.get(vocabulary);
+            if (!v) return;
+            if (!v->is_array())
+              r.invalid(vocabulary, "null or a list of integers (vocabulary files are not supported)");
+            for (auto& e : *v) {
+              if (!e.is_number_integer()) r.invalid(vocabulary, "a list of integers");
+              o.vocabulary.push_back(e.get<int64_t>());
+            }
+          },
+          nullptr,  // set_vocabulary() checks the tokens
+          [=](Json& j, const O& o) { j[vocabulary] = o.vocabulary.empty() ? Json(nullptr) : Json(o.vocabulary); }},
+      // Tokens are int64 whatever the config asks for.
+      FieldDef<O>{"vocabulary_dtype",
+                  [](ConfigReader& r, O&) {
+                    r.choice("vocabulary_dtype", "int64", {"int64", "int32"});
+                  },
+                  nullptr, [](Json& j, const O&) { j["vocabulary_dtype"] = "int64"; }},
+      FieldDef<O>{"idf_weights",
+                  [](ConfigReader& r, O&) {
+                    if (r.get("idf_weights")) r.invalid("idf_weights", "null (kiln has no \"tf_idf\" output mode yet)");
+                  },
+                  nullptr, [](Json& j, const O&) { j["idf_weights"] = nullptr; }},
+      field("invert", &O::invert), field("output_mode", &O::output_mode).choice(kCatIntModes), cat_sparse_field<O>(),
+      field("pad_to_max_tokens", &O::pad_to_max_tokens)};
+  return t;
+}
+}  // namespace
+
+IntegerLookupOptions IntegerLookup::options_from_config(const Json& config) {
+  return read_fields(config, "IntegerLookup", integer_lookup_fields());
 }
 
-int64_t IntegerLookup::oov_start() const { return mask_token_ && output_mode_ == "int" ? 1 : 0; }
-int64_t IntegerLookup::token_start() const { return oov_start() + num_oov_; }
-int64_t IntegerLookup::vocabulary_size() const { return token_start() + (int64_t)vocabulary_.size(); }
+IntegerLookup::IntegerLookup(const IntegerLookupOptions& o) : IntegerLookup(o, layer_base_config(o.base)) {}
+
+IntegerLookup::IntegerLookup(const Json& config) : IntegerLookup(options_from_config(config), config) {}
+
+IntegerLookup::IntegerLookup(const IntegerLookupOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
+  check_fields("IntegerLookup", options_, integer_lookup_fields());
+  if (options_.invert && options_.output_mode != "int")
+    option_check::invalid("IntegerLookup", "invert", "false unless output_mode is \"int\"", true);
+  if (options_.pad_to_max_tokens && !options_.max_tokens)
+    option_check::invalid("IntegerLookup", "pad_to_max_tokens", "false unless max_tokens is set", true);
+  set_vocabulary(options_.vocabulary);
+}
+
+int64_t IntegerLookup::oov_start() const { return options_.mask_token && options_.output_mode == "int" ? 1 : 0; }
+int64_t IntegerLookup::token_start() const { return oov_start() + options_.num_oov_indices; }
+int64_t IntegerLookup::vocabulary_size() const { return token_start() + (int64_t)options_.vocabulary.size(); }
 int64_t IntegerLookup::depth() const {
-  return pad_to_max_tokens_ ? std::max(*max_tokens_, vocabulary_size()) : vocabulary_size();
+  return options_.pad_to_max_tokens ? std::max(*options_.max_tokens, vocabulary_size()) : vocabulary_size();
 }
 
 void IntegerLookup::set_vocabulary(const std::vector<int64_t>& vocabulary) {
   std::unordered_map<int64_t, int64_t> index;
   for (size_t i = 0; i < vocabulary.size(); ++i) {
     const int64_t t = vocabulary[i];
-    if ((mask_token_ && t == *mask_token_) || t == oov_token_)
+    if ((options_.mask_token && t == *options_.mask_token) || t == options_.oov_token)
       throw ValueError("IntegerLookup '" + name() +
                        "': the vocabulary must not contain the mask token or the OOV "
                        "token (they have reserved ids). Received " +
@@ -230,11 +290,11 @@ void IntegerLookup::set_vocabulary(const std::vector<int64_t>& vocabulary) {
     if (!index.emplace(t, (int64_t)i).second)
       throw ValueError("IntegerLookup '" + name() + "': the vocabulary has repeated token " + std::to_string(t));
   }
-  if (max_tokens_ && token_start() + (int64_t)vocabulary.size() > *max_tokens_)
+  if (options_.max_tokens && token_start() + (int64_t)vocabulary.size() > *options_.max_tokens)
     throw ValueError("IntegerLookup '" + name() + "': a vocabulary of " + std::to_string(vocabulary.size()) +
                      " tokens plus " + std::to_string(token_start()) +
-                     " reserved ids exceeds max_tokens=" + std::to_string(*max_tokens_));
-  vocabulary_ = vocabulary;
+                     " reserved ids exceeds max_tokens=" + std::to_string(*options_.max_tokens));
+  options_.vocabulary = vocabulary;
   index_ = std::move(index);
 }
 
@@ -256,15 +316,15 @@ void IntegerLookup::adapt(const std::function<at::Tensor()>& next_batch) {
     const int64_t* p = ids.data_ptr<int64_t>();
     for (int64_t i = 0; i < ids.numel(); ++i) ++counts[p[i]];
   }
-  if (mask_token_) counts.erase(*mask_token_);
-  counts.erase(oov_token_);
+  if (options_.mask_token) counts.erase(*options_.mask_token);
+  counts.erase(options_.oov_token);
   std::vector<std::pair<int64_t, int64_t>> order(counts.begin(), counts.end());
   // Keras: np.lexsort((tokens, counts))[::-1] -> count descending, then token descending.
   std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
     return a.second != b.second ? a.second > b.second : a.first > b.first;
   });
-  if (max_tokens_) {
-    const int64_t room = std::max<int64_t>(*max_tokens_ - token_start(), 0);
+  if (options_.max_tokens) {
+    const int64_t room = std::max<int64_t>(*options_.max_tokens - token_start(), 0);
     if ((int64_t)order.size() > room) order.resize(room);
   }
   std::vector<int64_t> vocab;
@@ -278,25 +338,25 @@ at::Tensor IntegerLookup::call1(const at::Tensor& x, bool training) {
   const int64_t* in = ids.data_ptr<int64_t>();
   int64_t* o = out.data_ptr<int64_t>();
   const int64_t n = ids.numel();
-  if (invert_) {
+  if (options_.invert) {
     for (int64_t i = 0; i < n; ++i) {
       const int64_t k = in[i] - token_start();
-      if (mask_token_ && in[i] == 0)
-        o[i] = *mask_token_;
+      if (options_.mask_token && in[i] == 0)
+        o[i] = *options_.mask_token;
       else
-        o[i] = k >= 0 && k < (int64_t)vocabulary_.size() ? vocabulary_[k] : oov_token_;
+        o[i] = k >= 0 && k < (int64_t)options_.vocabulary.size() ? options_.vocabulary[k] : options_.oov_token;
     }
     return out;
   }
   at::Tensor drop;
   bool* dp = nullptr;
-  if (mask_token_ && output_mode_ != "int") {
+  if (options_.mask_token && options_.output_mode != "int") {
     drop = at::zeros(ids.sizes(), ids.options().dtype(at::kBool));
     dp = drop.data_ptr<bool>();
   }
   for (int64_t i = 0; i < n; ++i) {
     const int64_t t = in[i];
-    if (mask_token_ && t == *mask_token_) {
+    if (options_.mask_token && t == *options_.mask_token) {
       o[i] = 0;
       if (dp) dp[i] = true;
       continue;
@@ -304,43 +364,34 @@ at::Tensor IntegerLookup::call1(const at::Tensor& x, bool training) {
     auto it = index_.find(t);
     if (it != index_.end()) {
       o[i] = token_start() + it->second;
-    } else if (num_oov_ == 0) {
+    } else if (options_.num_oov_indices == 0) {
       throw ValueError("IntegerLookup '" + name() + "': input " + std::to_string(t) +
                        " is not in the vocabulary and num_oov_indices=0; set num_oov_indices >= 1 to map "
                        "unknown values to an OOV id");
     } else {
-      o[i] = oov_start() + ((t % num_oov_) + num_oov_) % num_oov_;  // floormod
+      const int64_t n_oov = options_.num_oov_indices;
+      o[i] = oov_start() + ((t % n_oov) + n_oov) % n_oov;  // floormod
     }
   }
-  if (output_mode_ == "int") return out;
-  return encode_categorical(out, depth(), output_mode_, dtype_policy().compute_dtype(),
+  if (options_.output_mode == "int") return out;
+  return encode_categorical(out, depth(), options_.output_mode, dtype_policy().compute_dtype(),
                             "IntegerLookup '" + name() + "'", drop);
 }
 
 std::vector<Shape> IntegerLookup::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
-  if (output_mode_ == "int") return input_shapes;
-  return {encoded_shape(input_shapes.at(0), depth(), output_mode_, "IntegerLookup '" + name() + "'")};
+  if (options_.output_mode == "int") return input_shapes;
+  return {encoded_shape(input_shapes.at(0), depth(), options_.output_mode, "IntegerLookup '" + name() + "'")};
 }
 
 std::vector<at::ScalarType> IntegerLookup::compute_output_dtype(const std::vector<at::ScalarType>& in) {
-  if (output_mode_ == "int") return {at::kLong};
+  if (options_.output_mode == "int") return {at::kLong};
   return {};
 }
 
 Json IntegerLookup::get_config() const {
   Json j = base_config();
-  j["max_tokens"] = max_tokens_ ? Json(*max_tokens_) : Json(nullptr);
-  j["num_oov_indices"] = num_oov_;
-  j["mask_token"] = mask_token_ ? Json(*mask_token_) : Json(nullptr);
-  j["oov_token"] = oov_token_;
-  j["vocabulary"] = vocabulary_.empty() ? Json(nullptr) : Json(vocabulary_);
-  j["vocabulary_dtype"] = "int64";
-  j["idf_weights"] = nullptr;
-  j["invert"] = invert_;
-  j["output_mode"] = output_mode_;
-  j["sparse"] = false;
-  j["pad_to_max_tokens"] = pad_to_max_tokens_;
+  write_fields(j, options_, integer_lookup_fields());
   return j;
 }
 

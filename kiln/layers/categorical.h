@@ -44,7 +44,7 @@
 //   model. Unsupported (ValueError): a vocabulary file path, idf_weights /
 //   "tf_idf", sparse=true.
 //
-//   auto lookup = std::make_shared<IntegerLookup>();
+//   auto lookup = std::make_shared<IntegerLookup>(IntegerLookupOptions{.num_oov_indices = 1});
 //   lookup->adapt(at::tensor({12, 36, 12, 1138}));   // vocabulary [12, 1138, 36]
 //   (*lookup)(at::tensor({{12}, {36}, {7}}));         // [[1], [3], [0]]
 //
@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
 
 namespace kiln {
 
@@ -70,8 +71,38 @@ at::Tensor encode_categorical(const at::Tensor& ids, int64_t depth, const std::s
 // The shape encode_categorical gives for an input shape.
 Shape encoded_shape(const Shape& input, int64_t depth, const std::string& mode, const std::string& owner);
 
+struct CategoryEncodingOptions {
+  int64_t num_tokens = 0;                 // required, > 0
+  std::string output_mode = "multi_hot";  // "one_hot", "multi_hot" or "count"
+  bool sparse = false;                    // must be false: kiln has no sparse tensors
+  LayerOptions base;
+};
+
+struct HashingOptions {
+  int64_t num_bins = 0;             // required, > 0
+  Json mask_value = nullptr;        // null, an integer or a string
+  Json salt = nullptr;              // null, k (meaning [k, k]) or [k0, k1], non-negative; written as the pair
+  std::string output_mode = "int";  // "int", "one_hot", "multi_hot" or "count"
+  bool sparse = false;              // must be false
+  LayerOptions base;
+};
+
+struct IntegerLookupOptions {
+  std::optional<int64_t> max_tokens;  // unset: no limit; > 1
+  int64_t num_oov_indices = 1;        // >= 0
+  std::optional<int64_t> mask_token;
+  int64_t oov_token = -1;
+  std::vector<int64_t> vocabulary;  // empty: none (adapt() learns one)
+  bool invert = false;              // only with output_mode "int"
+  std::string output_mode = "int";  // "int", "one_hot", "multi_hot" or "count"
+  bool sparse = false;              // must be false
+  bool pad_to_max_tokens = false;   // needs max_tokens
+  LayerOptions base;
+};
+
 class CategoryEncoding : public SimpleLayer {
  public:
+  explicit CategoryEncoding(const CategoryEncodingOptions& options);
   explicit CategoryEncoding(const Json& config);
   CategoryEncoding(int64_t num_tokens, const std::string& output_mode, const Json& extra = Json::object());
   std::string class_name() const override { return "CategoryEncoding"; }
@@ -80,12 +111,14 @@ class CategoryEncoding : public SimpleLayer {
   Json get_config() const override;
 
  private:
-  int64_t num_tokens_;
-  std::string output_mode_;
+  CategoryEncoding(const CategoryEncodingOptions& options, const Json& base_config);
+  static CategoryEncodingOptions options_from_config(const Json& config);
+  CategoryEncodingOptions options_;  // checked: the layer's config
 };
 
 class Hashing : public SimpleLayer {
  public:
+  explicit Hashing(const HashingOptions& options);
   explicit Hashing(const Json& config);
   std::string class_name() const override { return "Hashing"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
@@ -98,15 +131,16 @@ class Hashing : public SimpleLayer {
   at::Tensor hash_strings(const std::vector<std::string>& values, const Shape& shape = {}) const;
 
  private:
+  Hashing(const HashingOptions& options, const Json& base_config);
+  static HashingOptions options_from_config(const Json& config);
   int64_t bin_of(const std::string& s) const;
-  int64_t num_bins_;
-  Json mask_value_, salt_json_;
+  HashingOptions options_;  // checked: the layer's config (salt as a pair)
   std::optional<std::array<uint64_t, 2>> salt_;
-  std::string output_mode_;
 };
 
 class IntegerLookup : public SimpleLayer {
  public:
+  explicit IntegerLookup(const IntegerLookupOptions& options);
   explicit IntegerLookup(const Json& config = Json::object());
   std::string class_name() const override { return "IntegerLookup"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
@@ -120,22 +154,18 @@ class IntegerLookup : public SimpleLayer {
   void adapt(const std::function<at::Tensor()>& next_batch);
   void set_vocabulary(const std::vector<int64_t>& vocabulary);
   // The learned or given tokens, without mask and OOV tokens.
-  const std::vector<int64_t>& get_vocabulary() const { return vocabulary_; }
+  const std::vector<int64_t>& get_vocabulary() const { return options_.vocabulary; }
   // Ids in use: reserved (mask, OOV) plus vocabulary.
   int64_t vocabulary_size() const;
 
  private:
+  IntegerLookup(const IntegerLookupOptions& options, const Json& base_config);
+  static IntegerLookupOptions options_from_config(const Json& config);
   int64_t oov_start() const;
   int64_t token_start() const;
   int64_t depth() const;
-  std::optional<int64_t> max_tokens_;
-  int64_t num_oov_;
-  std::optional<int64_t> mask_token_;
-  int64_t oov_token_;
-  bool invert_, pad_to_max_tokens_;
-  std::string output_mode_;
-  std::vector<int64_t> vocabulary_;
-  std::unordered_map<int64_t, int64_t> index_;  // token -> position in vocabulary_
+  IntegerLookupOptions options_;                // checked: the layer's config, vocabulary included
+  std::unordered_map<int64_t, int64_t> index_;  // token -> position in options_.vocabulary
 };
 
 }  // namespace kiln

@@ -4,7 +4,7 @@
 #include <cctype>
 #include <map>
 
-#include "kiln/layers/config_reader.h"
+#include "kiln/layers/config_fields.h"
 
 namespace kiln {
 namespace {
@@ -129,42 +129,73 @@ EinsumShapes analyze_einsum(const std::string& owner, const std::string& equatio
   return r;
 }
 
-EinsumDense::EinsumDense(const Json& config) : SimpleLayer(config) {
-  ConfigReader r(config, "EinsumDense");
-  if (!r.has("equation")) throw ValueError("EinsumDense: the config is missing `equation` (e.g. \"ab,bc->ac\")");
-  equation_ = r.string("equation", "");
-  const Json* os = r.get("output_shape");
-  if (!os) throw ValueError("EinsumDense: the config is missing `output_shape`");
-  auto dim_ok = [](const Json& d) { return d.is_null() || (d.is_number_integer() && d.get<int64_t>() >= 1); };
-  if (os->is_number_integer() && dim_ok(*os)) {
-    output_shape_ = {os->get<int64_t>()};
-  } else if (os->is_array()) {
-    for (auto& d : *os) {
-      if (!dim_ok(d)) r.invalid("output_shape", "a positive integer or a list of positive integers or nulls");
-      output_shape_.push_back(d.is_null() ? kNone : d.get<int64_t>());
-    }
-  } else {
-    r.invalid("output_shape", "a positive integer or a list of positive integers or nulls");
-  }
-  bias_axes_ = r.string("bias_axes", "");
-  activation_name_ = r.activation("activation", "linear");
-  kernel_init_ = r.initializer("kernel_initializer", "glorot_uniform");
-  bias_init_ = r.initializer("bias_initializer", "zeros");
-  kernel_reg_ = r.regularizer("kernel_regularizer");
-  bias_reg_ = r.regularizer("bias_regularizer");
-  activity_reg_ = r.regularizer("activity_regularizer");
-  r.no_constraint("kernel_constraint");
-  r.no_constraint("bias_constraint");
-  r.finish();
+namespace {
+const FieldTable<EinsumDenseOptions>& einsum_dense_fields() {
+  using O = EinsumDenseOptions;
+  const char* const output_shape = "output_shape";
+  const char* const expected = "a positive integer or a list of positive integers or nulls";
+  static const FieldTable<O> t = [=] {
+    FieldDef<O> bias_axes = field("bias_axes", &O::bias_axes);
+    bias_axes.write = [](Json& j, const O& o) {
+      j["bias_axes"] = o.bias_axes.empty() ? Json(nullptr) : Json(o.bias_axes);
+    };
+    return FieldTable<O>{FieldDef<O>{output_shape,
+                                     [=](ConfigReader& r, O& o) {
+                                       const Json* os = r.get(output_shape);
+                                       if (!os) throw ValueError(r.owner() + ": the config is missing `output_shape`");
+                                       const Json list = os->is_array() ? *os : Json::array({*os});
+                                       o.output_shape.clear();
+                                       for (auto& d : list) {
+                                         if (!d.is_null() && !(d.is_number_integer() && d.get<int64_t>() >= 1))
+                                           r.invalid(output_shape, expected);
+                                         o.output_shape.push_back(d.is_null() ? kNone : d.get<int64_t>());
+                                       }
+                                     },
+                                     [=](const std::string& owner, O& o) {
+                                       for (auto d : o.output_shape)
+                                         if (d != kNone && d < 1)
+                                           option_check::invalid(owner, output_shape, expected,
+                                                                 int_list_json(o.output_shape));
+                                     },
+                                     [=](Json& j, const O& o) { j[output_shape] = int_list_json(o.output_shape); }},
+                         field("equation", &O::equation).required("e.g. \"ab,bc->ac\""),
+                         field("activation", &O::activation).activation(),
+                         bias_axes,
+                         field("kernel_initializer", &O::kernel_initializer),
+                         field("bias_initializer", &O::bias_initializer),
+                         field("kernel_regularizer", &O::kernel_regularizer),
+                         field("bias_regularizer", &O::bias_regularizer),
+                         field("activity_regularizer", &O::activity_regularizer),
+                         no_constraint<O>("kernel_constraint"),
+                         no_constraint<O>("bias_constraint")};
+  }();
+  return t;
+}
+}  // namespace
 
-  ParsedEquation p = parse_equation("EinsumDense", equation_);
-  if (output_shape_.size() != expected_partial_rank(p))
-    r.invalid("output_shape", "a shape with " + std::to_string(expected_partial_rank(p)) +
-                                  " entries (the output spec without the batch axis) for equation '" + equation_ + "'");
-  for (char c : bias_axes_)
-    if (p.out.find(c) == std::string::npos) r.invalid("bias_axes", "letters of the output spec '" + p.out + "'");
-  activation_ = get_activation(activation_name_);
-  impl_ = float_einsum_impl(equation_);
+EinsumDenseOptions EinsumDense::options_from_config(const Json& config) {
+  return read_fields(config, "EinsumDense", einsum_dense_fields());
+}
+
+EinsumDense::EinsumDense(const EinsumDenseOptions& o) : EinsumDense(o, layer_base_config(o.base)) {}
+
+EinsumDense::EinsumDense(const Json& config) : EinsumDense(options_from_config(config), config) {}
+
+EinsumDense::EinsumDense(const EinsumDenseOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+  const std::string owner = "EinsumDense";
+  check_fields(owner, options_, einsum_dense_fields());
+  ParsedEquation p = parse_equation(owner, options_.equation);
+  if (options_.output_shape.size() != expected_partial_rank(p))
+    option_check::invalid(owner, "output_shape",
+                          "a shape with " + std::to_string(expected_partial_rank(p)) +
+                              " entries (the output spec without the batch axis) for equation '" + options_.equation +
+                              "'",
+                          int_list_json(options_.output_shape));
+  for (char c : options_.bias_axes)
+    if (p.out.find(c) == std::string::npos)
+      option_check::invalid(owner, "bias_axes", "letters of the output spec '" + p.out + "'", options_.bias_axes);
+  activation_ = get_activation(options_.activation);
+  impl_ = float_einsum_impl(options_.equation);
 }
 
 EinsumDense::EinsumDense(const std::string& equation, const Shape& output_shape, const std::string& bias_axes,
@@ -175,17 +206,20 @@ EinsumDense::EinsumDense(const std::string& equation, const Shape& output_shape,
                                             {"activation", activation}})) {}
 
 void EinsumDense::build(const std::vector<Shape>& input_shapes) {
-  auto s = analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, input_shapes.at(0), output_shape_);
+  auto s = analyze_einsum("EinsumDense '" + name() + "'", options_.equation, options_.bias_axes, input_shapes.at(0),
+                          options_.output_shape);
   spec_ = kernel_spec(s.kernel);
-  if (policy_keeps_float_kernel()) kernel_ = add_weight("kernel", s.kernel, kernel_init_, true, kernel_reg_);
-  if (!s.bias.empty()) bias_ = add_weight("bias", s.bias, bias_init_, true, bias_reg_);
+  const EinsumDenseOptions& o = options_;
+  if (policy_keeps_float_kernel())
+    kernel_ = add_weight("kernel", s.kernel, o.kernel_initializer.resolved(), true, o.kernel_regularizer);
+  if (!s.bias.empty()) bias_ = add_weight("bias", s.bias, o.bias_initializer.resolved(), true, o.bias_regularizer);
   impl_ = build_kernel_impl(spec_);
 }
 
 KernelSpec EinsumDense::kernel_spec(const Shape& kernel_shape) const {
-  ParsedEquation p = parse_equation("EinsumDense", equation_);
+  ParsedEquation p = parse_equation("EinsumDense", options_.equation);
   KernelSpec spec;
-  spec.equation = equation_;
+  spec.equation = options_.equation;
   spec.kernel_shape = kernel_shape;
   for (size_t j = 0; j < p.kernel.size(); ++j)
     if (p.out.find(p.kernel[j]) == std::string::npos) spec.kernel_reduced_axes.push_back(static_cast<int64_t>(j));
@@ -201,7 +235,8 @@ void EinsumDense::quantize(const std::string& mode) { quantize_kernel(mode, spec
 at::Tensor EinsumDense::call1(const at::Tensor& x, bool training) {
   const Shape xs = impl_->logical_input_shape(Shape(x.sizes().begin(), x.sizes().end()));
   // Validates the input against the built kernel with a readable error.
-  auto s = analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, xs, output_shape_);
+  auto s =
+      analyze_einsum("EinsumDense '" + name() + "'", options_.equation, options_.bias_axes, xs, options_.output_shape);
   if (s.kernel != spec_.kernel_shape)
     throw ShapeError("EinsumDense '" + name() + "' was built for a kernel of shape " +
                      shape_to_string(spec_.kernel_shape) + "; input of shape " + shape_to_string(xs) + " needs " +
@@ -209,29 +244,20 @@ at::Tensor EinsumDense::call1(const at::Tensor& x, bool training) {
   at::Tensor y =
       impl_->apply_with_bias(x, kernel_ ? value(kernel_) : at::Tensor(), bias_ ? value(bias_) : at::Tensor(), training);
   y = activation_(y);
-  if (activity_reg_ && training) add_loss((*activity_reg_)(y));
+  if (options_.activity_regularizer && training) add_loss((*options_.activity_regularizer)(y));
   return y;
 }
 
 std::vector<Shape> EinsumDense::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
-  return {analyze_einsum("EinsumDense '" + name() + "'", equation_, bias_axes_, input_shapes.at(0), output_shape_)
+  return {analyze_einsum("EinsumDense '" + name() + "'", options_.equation, options_.bias_axes, input_shapes.at(0),
+                         options_.output_shape)
               .full_output};
 }
 
 Json EinsumDense::get_config() const {
   Json j = base_config();
-  j["output_shape"] = int_list_json(output_shape_);
-  j["equation"] = equation_;
-  j["activation"] = activation_name_;
-  j["bias_axes"] = bias_axes_.empty() ? Json(nullptr) : Json(bias_axes_);
-  j["kernel_initializer"] = kernel_init_->to_json();
-  j["bias_initializer"] = bias_init_->to_json();
-  j["kernel_regularizer"] = regularizer_json(kernel_reg_);
-  j["bias_regularizer"] = regularizer_json(bias_reg_);
-  j["activity_regularizer"] = regularizer_json(activity_reg_);
-  j["kernel_constraint"] = nullptr;
-  j["bias_constraint"] = nullptr;
+  write_fields(j, options_, einsum_dense_fields());
   return j;
 }
 

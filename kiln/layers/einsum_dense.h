@@ -2,6 +2,8 @@
 //
 //   // (batch, 32) -> (batch, 64), like Dense(64):
 //   auto d = std::make_shared<EinsumDense>("ab,bc->ac", Shape{64}, "c");
+//   auto e = std::make_shared<EinsumDense>(
+//       EinsumDenseOptions{.equation = "ab,bc->ac", .output_shape = {64}, .bias_axes = "c"});
 //   // (batch, seq, 32) -> (batch, seq, 4 heads, 8): a projection in attention
 //   auto q = std::make_shared<EinsumDense>("abc,cde->abde", Shape{kNone, 4, 8}, "de");
 //
@@ -18,6 +20,8 @@
 #include "kiln/layers/activations.h"
 #include "kiln/layers/kernel_impl.h"
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
+#include "kiln/layers/regularizers.h"
 
 namespace kiln {
 
@@ -31,8 +35,20 @@ struct EinsumShapes {
 EinsumShapes analyze_einsum(const std::string& owner, const std::string& equation, const std::string& bias_axes,
                             const Shape& input_shape, const Shape& partial_output_shape);
 
+struct EinsumDenseOptions {
+  std::string equation;  // required
+  Shape output_shape;    // required: without the batch axis, kNone for a size taken from the input
+  std::string activation = "linear";
+  std::string bias_axes;  // empty: no bias
+  InitializerArg kernel_initializer = "glorot_uniform";
+  InitializerArg bias_initializer = "zeros";
+  RegularizerPtr kernel_regularizer, bias_regularizer, activity_regularizer;  // null: none
+  LayerOptions base;
+};
+
 class EinsumDense : public SimpleLayer {
  public:
+  explicit EinsumDense(const EinsumDenseOptions& options);
   explicit EinsumDense(const Json& config);
   EinsumDense(const std::string& equation, const Shape& output_shape, const std::string& bias_axes = "",
               const std::string& activation = "linear", const Json& extra = Json::object());
@@ -47,19 +63,17 @@ class EinsumDense : public SimpleLayer {
   bool supports_quantization(const std::string& mode) const override { return true; }
   KernelImpl* kernel_impl_ptr() override { return impl_.get(); }
 
-  const std::string& equation() const { return equation_; }
+  const std::string& equation() const { return options_.equation; }
   const VariablePtr& kernel() const { return kernel_; }
   const VariablePtr& bias() const { return bias_; }
   const KernelImpl& kernel_impl() const { return *impl_; }
 
  private:
-  std::string equation_;
-  Shape output_shape_;  // partial: without the batch axis
-  std::string bias_axes_;
-  std::string activation_name_;
+  EinsumDense(const EinsumDenseOptions& options, const Json& base_config);
+  static EinsumDenseOptions options_from_config(const Json& config);
+
+  EinsumDenseOptions options_;  // checked: the layer's config
   ActivationFn activation_;
-  InitializerPtr kernel_init_, bias_init_;
-  RegularizerPtr kernel_reg_, bias_reg_, activity_reg_;
   KernelImplPtr impl_;
   KernelSpec spec_;  // set by build
   KernelSpec kernel_spec(const Shape& kernel_shape) const;

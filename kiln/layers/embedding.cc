@@ -2,36 +2,35 @@
 
 #include "kiln/layers/sharded_kernel.h"
 
-#include "kiln/layers/config_reader.h"
+#include "kiln/layers/config_fields.h"
 #include "kiln/layers/kernel_impl.h"
 
 namespace kiln {
 
+namespace {
+const FieldTable<EmbeddingOptions>& embedding_fields() {
+  using O = EmbeddingOptions;
+  static const FieldTable<O> t = {field("input_dim", &O::input_dim).positive().required(),
+                                  field("output_dim", &O::output_dim).positive().required(),
+                                  field("embeddings_initializer", &O::embeddings_initializer),
+                                  field("embeddings_regularizer", &O::embeddings_regularizer),
+                                  field("activity_regularizer", &O::activity_regularizer),
+                                  no_constraint<O>("embeddings_constraint"),
+                                  field("mask_zero", &O::mask_zero)};
+  return t;
+}
+}  // namespace
+
 EmbeddingOptions Embedding::options_from_config(const Json& config) {
-  ConfigReader r(config, "Embedding");
-  EmbeddingOptions o;
-  o.input_dim = r.positive_int("input_dim");
-  o.output_dim = r.positive_int("output_dim");
-  o.embeddings_initializer = r.initializer("embeddings_initializer", "uniform");
-  o.embeddings_regularizer = r.regularizer("embeddings_regularizer");
-  o.activity_regularizer = r.regularizer("activity_regularizer");
-  r.no_constraint("embeddings_constraint");
-  o.mask_zero = r.boolean("mask_zero", false);
-  r.finish();
-  return o;
+  return read_fields(config, "Embedding", embedding_fields());
 }
 
 Embedding::Embedding(const EmbeddingOptions& o) : Embedding(o, layer_base_config(o.base)) {}
 
 Embedding::Embedding(const Json& config) : Embedding(options_from_config(config), config) {}
 
-Embedding::Embedding(const EmbeddingOptions& o, const Json& base_config) : SimpleLayer(base_config) {
-  input_dim_ = option_check::positive("Embedding", "input_dim", o.input_dim);
-  output_dim_ = option_check::positive("Embedding", "output_dim", o.output_dim);
-  init_ = o.embeddings_initializer.resolve("Embedding", "embeddings_initializer");
-  reg_ = o.embeddings_regularizer;
-  activity_reg_ = o.activity_regularizer;
-  mask_zero_ = o.mask_zero;
+Embedding::Embedding(const EmbeddingOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+  check_fields("Embedding", options_, embedding_fields());
 }
 
 Embedding::Embedding(int64_t input_dim, int64_t output_dim, const Json& extra)
@@ -42,13 +41,15 @@ void Embedding::build(const std::vector<Shape>& input_shapes) {
     build_int8(weight_adder());
     return;
   }
-  embeddings_ = add_weight("embeddings", {input_dim_, output_dim_}, init_, true, reg_);
+  embeddings_ = add_weight("embeddings", {options_.input_dim, options_.output_dim},
+                           options_.embeddings_initializer.resolved(), true, options_.embeddings_regularizer);
 }
 
 // Keras's int8 Embedding: rows stored as int8 with one abs-max scale per row.
 void Embedding::build_int8(const AddWeightFn& add) {
-  int8_embeddings_ = add("embeddings", {input_dim_, output_dim_}, constant_initializer(0.0), false, at::kChar);
-  embeddings_scale_ = add("embeddings_scale", {input_dim_}, constant_initializer(1.0), false, at::kFloat);
+  int8_embeddings_ =
+      add("embeddings", {options_.input_dim, options_.output_dim}, constant_initializer(0.0), false, at::kChar);
+  embeddings_scale_ = add("embeddings_scale", {options_.input_dim}, constant_initializer(1.0), false, at::kFloat);
 }
 
 void Embedding::quantize(const std::string& mode) {
@@ -73,9 +74,9 @@ at::Tensor Embedding::call1(const at::Tensor& x, bool training) {
   at::Tensor ids = at::isIntegralType(x.scalar_type(), /*includeBool=*/false) ? x : x.to(at::kLong);
   if (ids.numel() > 0) {
     const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
-    if (lo < 0 || hi >= input_dim_)
+    if (lo < 0 || hi >= options_.input_dim)
       throw ValueError("Embedding '" + name() + "': input id " + std::to_string(lo < 0 ? lo : hi) +
-                       " is out of range [0, " + std::to_string(input_dim_) + ")");
+                       " is out of range [0, " + std::to_string(options_.input_dim) + ")");
   }
   at::Tensor y;
   if (int8_embeddings_) {
@@ -87,31 +88,25 @@ at::Tensor Embedding::call1(const at::Tensor& x, bool training) {
     const std::string& path = embeddings_->path();
     y = sharded_embedding_lookup(embeddings_, value(embeddings_), ids, path.substr(0, path.rfind('/')));
   }
-  if (activity_reg_ && training) add_loss((*activity_reg_)(y));
+  if (options_.activity_regularizer && training) add_loss((*options_.activity_regularizer)(y));
   return y;
 }
 
 std::vector<Shape> Embedding::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   Shape s = input_shapes.at(0);
-  s.push_back(output_dim_);
+  s.push_back(options_.output_dim);
   return {s};
 }
 
 Json Embedding::get_config() const {
   Json j = base_config();
-  j["input_dim"] = input_dim_;
-  j["output_dim"] = output_dim_;
-  j["embeddings_initializer"] = init_->to_json();
-  j["embeddings_regularizer"] = regularizer_json(reg_);
-  j["activity_regularizer"] = regularizer_json(activity_reg_);
-  j["embeddings_constraint"] = nullptr;
-  j["mask_zero"] = mask_zero_;
+  write_fields(j, options_, embedding_fields());
   return j;
 }
 
 Tensors Embedding::compute_mask(const Tensors& inputs, const Tensors& masks) {
-  if (!mask_zero_) return {};
+  if (!options_.mask_zero) return {};
   return {inputs.at(0) != 0};
 }
 

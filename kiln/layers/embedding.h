@@ -41,7 +41,7 @@ class Embedding : public SimpleLayer {
   // Overridden: the default probe feeds float zeros.
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
-  bool supports_masking() const override { return mask_zero_; }
+  bool supports_masking() const override { return options_.mask_zero; }
   // mask_zero: `ids != 0` (bool, the ids' shape); otherwise none.
   Tensors compute_mask(const Tensors& inputs, const Tensors& masks) override;
   // Float ids stay float32 (bfloat16 would round ids above 256); the output
@@ -59,10 +59,7 @@ class Embedding : public SimpleLayer {
  private:
   Embedding(const EmbeddingOptions& options, const Json& base_config);
 
-  int64_t input_dim_, output_dim_;
-  bool mask_zero_ = false;
-  InitializerPtr init_;
-  RegularizerPtr reg_, activity_reg_;
+  EmbeddingOptions options_;  // checked: the layer's config
   VariablePtr embeddings_;
   VariablePtr int8_embeddings_, embeddings_scale_;  // int8 only
   void build_int8(const AddWeightFn& add);

@@ -93,11 +93,6 @@ std::vector<RegisteredMode>& registered_modes() {
   return modes;
 }
 
-std::vector<std::string>& mode_names() {
-  static std::vector<std::string> names = {"float"};
-  return names;
-}
-
 const RegisteredMode& registered_mode(const std::string& mode) {
   for (const RegisteredMode& m : registered_modes())
     if (m.mode == mode) return m;
@@ -115,10 +110,13 @@ const RegisteredMode& registered_mode(const std::string& mode) {
 
 void register_kernel_impl(const std::string& mode, KernelImplMaker make, TableQuantizer quantize_table) {
   registered_modes().push_back({mode, std::move(make), std::move(quantize_table)});
-  mode_names().push_back(mode);
 }
 
-const std::vector<std::string>& quantization_modes() { return mode_names(); }
+std::vector<std::string> quantization_modes() {
+  std::vector<std::string> modes = {"float"};
+  for (const RegisteredMode& m : registered_modes()) modes.push_back(m.mode);
+  return modes;
+}
 
 KernelImplPtr make_kernel_impl(const std::string& mode, const KernelSpec& spec, int64_t amax_history_length) {
   if (mode == "float") return spec.equation.empty() ? float_matmul_impl() : float_einsum_impl(spec.equation);

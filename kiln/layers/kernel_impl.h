@@ -107,7 +107,7 @@ KernelImplPtr float_einsum_impl(const std::string& equation);
 // is float8's.
 KernelImplPtr make_kernel_impl(const std::string& mode, const KernelSpec& spec, int64_t amax_history_length = 1024);
 // The modes make_kernel_impl knows: "float" and the registered ones.
-const std::vector<std::string>& quantization_modes();
+std::vector<std::string> quantization_modes();
 
 // The seam kiln/quantization fills (at load, from a static initializer):
 // a maker per quantized mode, and how a mode quantizes an embedding table

@@ -3,7 +3,7 @@
 // and carries the mask any(x != mask_value, last axis), shape x.shape[:-1],
 // which recurrent layers, losses and metrics honour (layer.h, masking).
 //
-//   auto m = std::make_shared<Masking>(Json{{"mask_value", 0.0}});
+//   auto m = std::make_shared<Masking>(MaskingOptions{.mask_value = 0.0});
 //   Tensors masks;
 //   at::Tensor y = m->call_with_masks({x}, {}, false, &masks)[0];  // masks[0]: (batch, time)
 //
@@ -11,11 +11,18 @@
 #pragma once
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
 
 namespace kiln {
 
+struct MaskingOptions {
+  double mask_value = 0.0;
+  LayerOptions base;
+};
+
 class Masking : public SimpleLayer {
  public:
+  explicit Masking(const MaskingOptions& options);
   explicit Masking(const Json& config);
   std::string class_name() const override { return "Masking"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
@@ -23,10 +30,12 @@ class Masking : public SimpleLayer {
   bool supports_masking() const override { return true; }
   Tensors compute_mask(const Tensors& inputs, const Tensors& masks) override;
   Json get_config() const override;
-  double mask_value() const { return mask_value_; }
+  double mask_value() const { return options_.mask_value; }
 
  private:
-  double mask_value_;
+  Masking(const MaskingOptions& options, const Json& base_config);
+  static MaskingOptions options_from_config(const Json& config);
+  MaskingOptions options_;  // checked: the layer's config
 };
 
 }  // namespace kiln

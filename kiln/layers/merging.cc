@@ -1,6 +1,6 @@
 #include "kiln/layers/merging.h"
 
-#include "kiln/layers/config_reader.h"
+#include "kiln/layers/config_fields.h"
 
 namespace kiln {
 namespace {
@@ -37,8 +37,7 @@ std::optional<Shape> broadcast(const Shape& a, const Shape& b) {
 ElementwiseMerge::ElementwiseMerge(const std::string& owner, const Json& config, Combine combine, size_t max_inputs,
                                    std::function<at::Tensor(const at::Tensor&, size_t)> finish)
     : Layer(config), owner_(owner), combine_(std::move(combine)), max_inputs_(max_inputs), finish_(std::move(finish)) {
-  ConfigReader r(config, owner);
-  r.finish();
+  read_fields(config, owner, FieldTable<MergeOptions>{});  // refuses any key but the base keys
 }
 
 std::vector<Shape> ElementwiseMerge::compute_output_shape(const std::vector<Shape>& shapes) {
@@ -72,6 +71,13 @@ Tensors ElementwiseMerge::call(const Tensors& inputs, bool training) {
   return {y};
 }
 
+Add::Add(const MergeOptions& o) : Add(layer_base_config(o.base)) {}
+Subtract::Subtract(const MergeOptions& o) : Subtract(layer_base_config(o.base)) {}
+Multiply::Multiply(const MergeOptions& o) : Multiply(layer_base_config(o.base)) {}
+Average::Average(const MergeOptions& o) : Average(layer_base_config(o.base)) {}
+Maximum::Maximum(const MergeOptions& o) : Maximum(layer_base_config(o.base)) {}
+Minimum::Minimum(const MergeOptions& o) : Minimum(layer_base_config(o.base)) {}
+
 Add::Add(const Json& c) : ElementwiseMerge("Add", c, [](const at::Tensor& a, const at::Tensor& b) { return a + b; }) {}
 Subtract::Subtract(const Json& c)
     : ElementwiseMerge(
@@ -95,10 +101,23 @@ KILN_REGISTER_LAYER(Maximum);
 KILN_REGISTER_LAYER(Minimum);
 
 // --- Concatenate ----------------------------------------------------------------
-Concatenate::Concatenate(const Json& config) : Layer(config) {
-  ConfigReader r(config, "Concatenate");
-  axis_ = r.integer("axis", -1);
-  r.finish();
+namespace {
+const FieldTable<ConcatenateOptions>& concatenate_fields() {
+  static const FieldTable<ConcatenateOptions> t = {field("axis", &ConcatenateOptions::axis)};
+  return t;
+}
+}  // namespace
+
+ConcatenateOptions Concatenate::options_from_config(const Json& config) {
+  return read_fields(config, "Concatenate", concatenate_fields());
+}
+
+Concatenate::Concatenate(const ConcatenateOptions& o) : Concatenate(o, layer_base_config(o.base)) {}
+
+Concatenate::Concatenate(const Json& config) : Concatenate(options_from_config(config), config) {}
+
+Concatenate::Concatenate(const ConcatenateOptions& o, const Json& base_config) : Layer(base_config), options_(o) {
+  check_fields("Concatenate", options_, concatenate_fields());
 }
 
 Concatenate::Concatenate(int64_t axis, const Json& extra) : Concatenate(merged_config(extra, Json{{"axis", axis}})) {}
@@ -107,9 +126,9 @@ Shape Concatenate::output_shape(const std::vector<Shape>& shapes) const {
   if (shapes.size() < 2)
     throw ValueError("Concatenate '" + name() + "' takes at least 2 inputs. Received " + std::to_string(shapes.size()));
   const int64_t rank = (int64_t)shapes[0].size();
-  const int64_t axis = axis_ < 0 ? axis_ + rank : axis_;
+  const int64_t axis = options_.axis < 0 ? options_.axis + rank : options_.axis;
   if (axis < 1 || axis >= rank)
-    throw ValueError("Concatenate '" + name() + "': axis=" + std::to_string(axis_) +
+    throw ValueError("Concatenate '" + name() + "': axis=" + std::to_string(options_.axis) +
                      " is not a non-batch axis of inputs of shape " + shape_to_string(shapes[0]));
   Shape out = shapes[0];
   for (size_t i = 1; i < shapes.size(); ++i) {
@@ -124,7 +143,7 @@ Shape Concatenate::output_shape(const std::vector<Shape>& shapes) const {
       throw ShapeError("Concatenate '" + name() +
                        "': a Concatenate layer requires inputs with matching shapes "
                        "except for the concatenation axis " +
-                       std::to_string(axis_) + ". Received: " + shapes_text(shapes));
+                       std::to_string(options_.axis) + ". Received: " + shapes_text(shapes));
     out[axis] = (out[axis] < 0 || s[axis] < 0) ? kNone : out[axis] + s[axis];
   }
   return out;
@@ -136,7 +155,7 @@ Tensors Concatenate::call(const Tensors& inputs, bool training) {
   std::vector<Shape> shapes;
   for (auto& t : inputs) shapes.push_back(sizes_of(t));
   output_shape(shapes);
-  const int64_t axis = axis_ < 0 ? axis_ + inputs[0].dim() : axis_;
+  const int64_t axis = options_.axis < 0 ? options_.axis + inputs[0].dim() : options_.axis;
   return {at::cat(inputs, axis)};
 }
 
@@ -147,7 +166,7 @@ std::vector<Shape> Concatenate::compute_output_shape(const std::vector<Shape>& i
 
 Json Concatenate::get_config() const {
   Json j = base_config();
-  j["axis"] = axis_;
+  write_fields(j, options_, concatenate_fields());
   return j;
 }
 
