@@ -231,6 +231,31 @@ FieldDef<O> no_constraint(const char* key) {
                      [key](Json& j, const O&) { j[key] = nullptr; }};
 }
 
+// A list of integers checked as a whole (`ok`, else "expected <expected>"),
+// written as given: Reshape's target_shape, Permute's dims. Absent is "the
+// config is missing `key` (<missing>)".
+template <class O>
+FieldDef<O> int_list_field(const char* key, std::vector<int64_t> O::*member,
+                           std::function<bool(const std::vector<int64_t>&)> ok, std::string expected,
+                           std::string missing) {
+  auto read = [=](ConfigReader& r, O& o) {
+    const Json* j = r.get(key);
+    if (!j) throw ValueError(r.owner() + ": the config is missing `" + key + "` (" + missing + ")");
+    if (!j->is_array()) r.invalid(key, expected);
+    std::vector<int64_t> list;
+    for (auto& e : *j) {
+      if (!e.is_number_integer()) r.invalid(key, expected);
+      list.push_back(e.get<int64_t>());
+    }
+    if (!ok(list)) r.invalid(key, expected);
+    o.*member = std::move(list);
+  };
+  auto check = [=](const std::string& owner, O& o) {
+    if (!ok(o.*member)) option_check::invalid(owner, key, expected, Json(o.*member));
+  };
+  return FieldDef<O>{key, read, check, [=](Json& j, const O& o) { j[key] = o.*member; }};
+}
+
 // `a` then `b`: a table built from shared parts.
 template <class O>
 FieldTable<O> operator+(FieldTable<O> a, const FieldTable<O>& b) {
