@@ -263,6 +263,31 @@ Field<O, T> field(const char* key, T O::*member) {
   return Field<O, T>(key, member);
 }
 
+// A list of integers checked as a whole (`ok`, else "expected <expected>"),
+// written as given: Reshape's target_shape, Permute's dims. Absent is "the
+// config is missing `key` (<missing>)".
+template <class O, class R = Reader>
+FieldDef<O, R> int_list_field(const char* key, std::vector<int64_t> O::*member,
+                              std::function<bool(const std::vector<int64_t>&)> ok, std::string expected,
+                              std::string missing) {
+  auto read = [=](R& r, O& o) {
+    const Json* j = r.get(key);
+    if (!j) throw ValueError(r.owner() + ": the config is missing `" + key + "` (" + missing + ")");
+    if (!j->is_array()) r.invalid(key, expected);
+    std::vector<int64_t> list;
+    for (auto& e : *j) {
+      if (!e.is_number_integer()) r.invalid(key, expected);
+      list.push_back(e.get<int64_t>());
+    }
+    if (!ok(list)) r.invalid(key, expected);
+    o.*member = std::move(list);
+  };
+  auto check = [=](const std::string& owner, O& o) {
+    if (!ok(o.*member)) option_check::invalid(owner, key, expected, Json(o.*member));
+  };
+  return FieldDef<O, R>{key, read, check, [=](Json& j, const O& o) { j[key] = o.*member; }};
+}
+
 // `a` then `b`: a table built from shared parts.
 template <class O, class R>
 FieldTable<O, R> operator+(FieldTable<O, R> a, const FieldTable<O, R>& b) {

@@ -5,8 +5,8 @@
 //   exporter::export_onnx(*model, "model.onnx");   // opset 17, float32
 //
 // Layers: every registered layer class with an ONNX form at opset 17 has an
-// exporter (one function per class or family, in a table keyed by class
-// name); onnx_layer_support() lists each registered class as exported or
+// exporter (one function per class or family, in onnx_<family>.cc, in a
+// table keyed by class name in onnx_export.cc); onnx_layer_support() lists each registered class as exported or
 // with the reason it is not, and docs/EXPORT.md carries that table. Among
 // them: Dense, EinsumDense, the activations and activation layers,
 // Conv1D/Conv2D/Conv2DTranspose/DepthwiseConv2D/SeparableConv2D, the 1D/2D

@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "kiln/layers/config_reader.h"
+#include "kiln/layers/config_fields.h"
 
 namespace kiln {
 namespace {
@@ -52,12 +52,25 @@ ActivationFn get_activation(const std::string& name) {
   return it->second;
 }
 
-Activation::Activation(const Json& config) : SimpleLayer(config) {
-  ConfigReader r(config, "Activation");
-  if (!r.has("activation")) throw ValueError("Activation: the config is missing `activation` (e.g. \"relu\")");
-  name_ = r.activation("activation", "linear");
-  r.finish();
-  fn_ = get_activation(name_);
+namespace {
+const FieldTable<ActivationOptions>& activation_fields() {
+  static const FieldTable<ActivationOptions> t = {
+      field("activation", &ActivationOptions::activation).activation().required("e.g. \"relu\"")};
+  return t;
+}
+}  // namespace
+
+ActivationOptions Activation::options_from_config(const Json& config) {
+  return read_fields(config, "Activation", activation_fields());
+}
+
+Activation::Activation(const ActivationOptions& o) : Activation(o, layer_base_config(o.base)) {}
+
+Activation::Activation(const Json& config) : Activation(options_from_config(config), config) {}
+
+Activation::Activation(const ActivationOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+  check_fields("Activation", options_, activation_fields());
+  fn_ = get_activation(options_.activation);
 }
 
 Activation::Activation(const std::string& activation, const Json& extra)
@@ -72,7 +85,7 @@ at::Tensor Activation::call1(const at::Tensor& x, bool training) { return fn_(x)
 
 Json Activation::get_config() const {
   Json j = base_config();
-  j["activation"] = name_;
+  write_fields(j, options_, activation_fields());
   return j;
 }
 

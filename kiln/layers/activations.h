@@ -3,6 +3,7 @@
 //   ActivationFn f = get_activation("gelu");
 //   at::Tensor y = f(x);
 //   auto layer = std::make_shared<Activation>("softmax");
+//   auto same = std::make_shared<Activation>(ActivationOptions{.activation = "softmax"});
 //
 // Known names (Keras's definitions and defaults): linear, relu, relu6, gelu
 // (exact erf form, Keras's approximate=False), sigmoid, hard_sigmoid, tanh,
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
 
 namespace kiln {
 
@@ -29,23 +31,32 @@ ActivationFn get_activation(const std::string& name);
 bool is_activation(const std::string& name);
 std::vector<std::string> activation_names();
 
+struct ActivationOptions {
+  std::string activation;  // required: a known name
+  LayerOptions base;
+};
+
 // Keras's Activation layer. Config: {"activation": "relu"}.
 class Activation : public SimpleLayer {
  public:
+  explicit Activation(const ActivationOptions& options);
   explicit Activation(const Json& config);
   explicit Activation(const std::string& activation, const Json& extra = Json::object());
   explicit Activation(const char* activation, const Json& extra = Json::object())
       : Activation(std::string(activation), extra) {}
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static ActivationOptions options_from_config(const Json& config);
 
   std::string class_name() const override { return "Activation"; }
   bool supports_masking() const override { return true; }  // as Keras: masks pass through
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
-  const std::string& activation() const { return name_; }
+  const std::string& activation() const { return options_.activation; }
 
  private:
-  std::string name_;
+  Activation(const ActivationOptions& options, const Json& base_config);
+  ActivationOptions options_;  // checked: the layer's config
   ActivationFn fn_;
 };
 

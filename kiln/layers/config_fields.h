@@ -96,6 +96,14 @@ using config::check_fields;
 using config::read_fields;
 using config::write_fields;
 
+// config::int_list_field for a layer config (Reshape's target_shape, Permute's dims).
+template <class O>
+FieldDef<O> int_list_field(const char* key, std::vector<int64_t> O::*member,
+                           std::function<bool(const std::vector<int64_t>&)> ok, std::string expected,
+                           std::string missing) {
+  return config::int_list_field<O, ConfigReader>(key, member, std::move(ok), std::move(expected), std::move(missing));
+}
+
 // A Keras key kiln accepts only as null (weight constraints) and writes as null.
 template <class O>
 FieldDef<O> no_constraint(const char* key) {

@@ -4,7 +4,7 @@
 #include <functional>
 
 #include "kiln/core/json_limits.h"
-#include "kiln/layers/config_reader.h"
+#include "kiln/layers/config_fields.h"
 
 namespace kiln {
 namespace {
@@ -36,23 +36,95 @@ at::Tensor as_compute(const Layer& l, const at::Tensor& x) {
   return at::isFloatingType(x.scalar_type()) ? x : x.to(l.dtype_policy().compute_dtype());
 }
 
+const char kNumbers[] = "a number or a list of numbers";
+
+// A number or a (nested) list of numbers, kept as given (Rescaling's scale
+// and offset, Normalization's mean and variance). `missing`: required, with
+// this hint; `non_negative`: every number >= 0.
+template <class O>
+FieldDef<O> numbers_field(const char* key, Json O::*member, const char* missing = nullptr, bool non_negative = false) {
+  // The error's expectation for `j`, or nullptr if `j` is fine.
+  auto problem = [=](const Json& j) -> const char* {
+    std::vector<double> v;
+    if (!flatten_numbers(j, &v)) return kNumbers;
+    if (non_negative && std::any_of(v.begin(), v.end(), [](double x) { return x < 0; })) return "non-negative numbers";
+    return nullptr;
+  };
+  auto read = [=](ConfigReader& r, O& o) {
+    const Json* j = r.get(key);
+    if (!j && missing) throw ValueError(r.owner() + ": the config is missing `" + key + "` (" + missing + ")");
+    if (!j) return;
+    if (const char* expected = problem(*j)) r.invalid(key, expected);
+    o.*member = *j;
+  };
+  auto check = [=](const std::string& owner, O& o) {
+    const Json& j = o.*member;
+    if (j.is_null() && missing) throw ValueError(owner + ": the config is missing `" + key + "` (" + missing + ")");
+    if (j.is_null()) return;
+    if (const char* expected = problem(j)) option_check::invalid(owner, key, expected, j);
+  };
+  return FieldDef<O>{key, read, check, [=](Json& j, const O& o) { j[key] = o.*member; }};
+}
+
+const FieldTable<RescalingOptions>& rescaling_fields() {
+  using O = RescalingOptions;
+  static const FieldTable<O> t = {numbers_field("scale", &O::scale, "e.g. 1/255"), numbers_field("offset", &O::offset)};
+  return t;
+}
+
+const char kAxisExpected[] = "an integer, a list of integers, or null";
+
+bool is_axis(const Json& a) {
+  if (a.is_array()) return std::all_of(a.begin(), a.end(), [](const Json& e) { return e.is_number_integer(); });
+  return a.is_null() || a.is_number_integer();
+}
+
+const FieldTable<NormalizationOptions>& normalization_fields() {
+  using O = NormalizationOptions;
+  static const FieldTable<O> t = [] {
+    // Absent is -1; a null axis is a value (see options_from_config).
+    FieldDef<O> axis{"axis",
+                     [](ConfigReader& r, O& o) {
+                       if (const Json* a = r.get("axis")) o.axis = *a;
+                       if (!is_axis(o.axis)) r.invalid("axis", kAxisExpected);
+                     },
+                     [](const std::string& owner, O& o) {
+                       if (!is_axis(o.axis)) option_check::invalid(owner, "axis", kAxisExpected, o.axis);
+                     },
+                     [](Json& j, const O& o) { j["axis"] = o.axis; }};
+    // mean and variance come together (checked before either's value).
+    const char* together = "a value as well, since `mean` and `variance` must be given together";
+    FieldDef<O> mean = numbers_field("mean", &O::mean);
+    mean.read = [together, read = mean.read](ConfigReader& r, O& o) {
+      if (r.has("mean") != r.has("variance")) r.invalid(r.has("mean") ? "variance" : "mean", together);
+      read(r, o);
+    };
+    mean.check = [together, check = mean.check](const std::string& owner, O& o) {
+      if (o.mean.is_null() != o.variance.is_null())
+        option_check::invalid(owner, o.mean.is_null() ? "mean" : "variance", together, nullptr);
+      check(owner, o);
+    };
+    return FieldTable<O>{axis, field("invert", &O::invert), mean,
+                         numbers_field("variance", &O::variance, nullptr, /*non_negative=*/true)};
+  }();
+  return t;
+}
+
 }  // namespace
 
 // --- Rescaling ------------------------------------------------------------------
-Rescaling::Rescaling(const Json& config) : SimpleLayer(config) {
-  ConfigReader r(config, "Rescaling");
-  const std::string expected = "a number or a list of numbers";
-  std::vector<double> tmp;
-  const Json* s = r.get("scale");
-  if (!s) throw ValueError("Rescaling: the config is missing `scale` (e.g. 1/255)");
-  if (!flatten_numbers(*s, &tmp)) r.invalid("scale", expected);
-  const Json* o = r.get("offset");
-  if (o && !flatten_numbers(*o, &tmp)) r.invalid("offset", expected);
-  scale_json_ = *s;
-  offset_json_ = o ? *o : Json(0.0);
-  r.finish();
-  scale_ = constant_from(scale_json_);
-  offset_ = constant_from(offset_json_);
+RescalingOptions Rescaling::options_from_config(const Json& config) {
+  return read_fields(config, "Rescaling", rescaling_fields());
+}
+
+Rescaling::Rescaling(const RescalingOptions& o) : Rescaling(o, layer_base_config(o.base)) {}
+
+Rescaling::Rescaling(const Json& config) : Rescaling(options_from_config(config), config) {}
+
+Rescaling::Rescaling(const RescalingOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+  check_fields("Rescaling", options_, rescaling_fields());
+  scale_ = constant_from(options_.scale);
+  offset_ = constant_from(options_.offset);
 }
 
 Rescaling::Rescaling(double scale, double offset, const Json& extra)
@@ -70,45 +142,37 @@ std::vector<Shape> Rescaling::compute_output_shape(const std::vector<Shape>& inp
 
 Json Rescaling::get_config() const {
   Json j = base_config();
-  j["scale"] = scale_json_;
-  j["offset"] = offset_json_;
+  write_fields(j, options_, rescaling_fields());
   return j;
 }
 
 KILN_REGISTER_LAYER(Rescaling);
 
 // --- Normalization ----------------------------------------------------------------
-Normalization::Normalization(const Json& config) : SimpleLayer(config) {
-  ConfigReader r(config, "Normalization");
-  const Json* a = r.get("axis");
-  const bool explicit_null = config.is_object() && config.contains("axis") && config["axis"].is_null();
-  axis_json_ = a ? *a : (explicit_null ? Json(nullptr) : Json(-1));
-  const std::string expected = "an integer, a list of integers, or null";
-  if (axis_json_.is_number_integer()) {
-    axes_ = std::vector<int64_t>{axis_json_.get<int64_t>()};
-  } else if (axis_json_.is_array()) {
-    axes_ = std::vector<int64_t>{};
-    for (auto& e : axis_json_) {
-      if (!e.is_number_integer()) r.invalid("axis", expected);
-      axes_->push_back(e.get<int64_t>());
-    }
-  } else if (!axis_json_.is_null()) {
-    r.invalid("axis", expected);
+NormalizationOptions Normalization::options_from_config(const Json& config) {
+  NormalizationOptions o = read_fields(config, "Normalization", normalization_fields());
+  // The reader takes null for absent; here null is a value.
+  if (config.is_object() && config.contains("axis") && config["axis"].is_null()) o.axis = nullptr;
+  return o;
+}
+
+Normalization::Normalization(const NormalizationOptions& o) : SimpleLayer(layer_base_config(o.base)), options_(o) {
+  init();
+}
+
+Normalization::Normalization(const Json& config) : SimpleLayer(config), options_(options_from_config(config)) {
+  init();
+}
+
+void Normalization::init() {
+  check_fields("Normalization", options_, normalization_fields());
+  const Json& axis = options_.axis;
+  if (axis.is_number_integer()) axes_ = std::vector<int64_t>{axis.get<int64_t>()};
+  if (axis.is_array()) axes_ = axis.get<std::vector<int64_t>>();
+  if (!options_.mean.is_null()) {
+    flatten_numbers(options_.mean, &given_mean_);
+    flatten_numbers(options_.variance, &given_variance_);
   }
-  invert_ = r.boolean("invert", false);
-  const Json* m = r.get("mean");
-  const Json* v = r.get("variance");
-  if ((m == nullptr) != (v == nullptr))
-    r.invalid(m ? "variance" : "mean", "a value as well, since `mean` and `variance` must be given together");
-  if (m) {
-    if (!flatten_numbers(*m, &given_mean_)) r.invalid("mean", "a number or a list of numbers");
-    if (!flatten_numbers(*v, &given_variance_)) r.invalid("variance", "a number or a list of numbers");
-    for (double x : given_variance_)
-      if (x < 0) r.invalid("variance", "non-negative numbers");
-    mean_json_ = *m;
-    variance_json_ = *v;
-  }
-  r.finish();
 }
 
 Normalization::Normalization(int64_t axis, const Json& extra)
@@ -124,7 +188,7 @@ std::vector<int64_t> Normalization::kept_axes(int64_t rank) const {
   for (auto a : *axes_) {
     int64_t r = a < 0 ? a + rank : a;
     if (r < 1 || r >= rank || std::count(out.begin(), out.end(), r))
-      throw ValueError("Normalization '" + name() + "': axis=" + json_excerpt(axis_json_) +
+      throw ValueError("Normalization '" + name() + "': axis=" + json_excerpt(options_.axis) +
                        " does not name distinct non-batch axes of inputs of rank " + std::to_string(rank));
     out.push_back(r);
   }
@@ -150,8 +214,8 @@ void Normalization::build(const std::vector<Shape>& input_shapes) {
     auto fit = [&](const std::vector<double>& v, const char* what) {
       if ((int64_t)v.size() != 1 && (int64_t)v.size() != n)
         throw ValueError("Normalization '" + name() + "': `" + what + "` has " + std::to_string(v.size()) +
-                         " values; inputs of shape " + shape_to_string(s) + " with axis=" + json_excerpt(axis_json_) +
-                         " need 1 or " + std::to_string(n));
+                         " values; inputs of shape " + shape_to_string(s) +
+                         " with axis=" + json_excerpt(options_.axis) + " need 1 or " + std::to_string(n));
       return at::tensor(v, at::kDouble).expand({n}).reshape(broadcast_shape_).contiguous();
     };
     const_mean_ = fit(given_mean_, "mean");
@@ -187,7 +251,7 @@ at::Tensor Normalization::call1(const at::Tensor& x, bool training) {
   at::Tensor xf = as_compute(*this, x);
   at::Tensor m = mean().to(xf.scalar_type()), v = variance().to(xf.scalar_type());
   at::Tensor stddev = at::clamp_min(at::sqrt(v), 1e-7);  // Keras's backend.epsilon()
-  return invert_ ? m + xf * stddev : (xf - m) / stddev;
+  return options_.invert ? m + xf * stddev : (xf - m) / stddev;
 }
 
 void Normalization::adapt(const at::Tensor& data) {
@@ -249,10 +313,7 @@ std::vector<Shape> Normalization::compute_output_shape(const std::vector<Shape>&
 
 Json Normalization::get_config() const {
   Json j = base_config();
-  j["axis"] = axis_json_;
-  j["invert"] = invert_;
-  j["mean"] = mean_json_;
-  j["variance"] = variance_json_;
+  write_fields(j, options_, normalization_fields());
   return j;
 }
 

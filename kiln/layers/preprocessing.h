@@ -16,18 +16,38 @@
 //
 //   auto norm = std::make_shared<Normalization>();
 //   norm->adapt(x_train);          // per-feature mean 0, variance 1 after
+//   auto scale = std::make_shared<Rescaling>(RescalingOptions{.scale = 1.0 / 255});
 #pragma once
 
 #include <functional>
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
 
 namespace kiln {
 
+// Numbers or (nested) lists of numbers, kept in the form given: the config
+// writes them back as they came.
+struct RescalingOptions {
+  Json scale;  // required
+  Json offset = 0.0;
+  LayerOptions base;
+};
+
+struct NormalizationOptions {
+  Json axis = -1;  // an int, a list of ints, or null (one statistic for everything)
+  bool invert = false;
+  Json mean, variance;  // null, or both given (fixed statistics instead of adapt())
+  LayerOptions base;
+};
+
 class Rescaling : public SimpleLayer {
  public:
+  explicit Rescaling(const RescalingOptions& options);
   explicit Rescaling(const Json& config);
   explicit Rescaling(double scale, double offset = 0.0, const Json& extra = Json::object());
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static RescalingOptions options_from_config(const Json& config);
 
   std::string class_name() const override { return "Rescaling"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
@@ -35,12 +55,14 @@ class Rescaling : public SimpleLayer {
   Json get_config() const override;
 
  private:
-  Json scale_json_, offset_json_;
+  Rescaling(const RescalingOptions& options, const Json& base_config);
+  RescalingOptions options_;   // checked: the layer's config
   at::Tensor scale_, offset_;  // float64 constants, cast at call time
 };
 
 class Normalization : public SimpleLayer {
  public:
+  explicit Normalization(const NormalizationOptions& options);
   explicit Normalization(const Json& config);
   Normalization() : Normalization(Json::object()) {}
   explicit Normalization(int64_t axis, const Json& extra = Json::object());
@@ -48,6 +70,7 @@ class Normalization : public SimpleLayer {
   // one value each).
   Normalization(const std::vector<double>& mean, const std::vector<double>& variance, int64_t axis = -1,
                 const Json& extra = Json::object());
+  static NormalizationOptions options_from_config(const Json& config);
 
   std::string class_name() const override { return "Normalization"; }
   void build(const std::vector<Shape>& input_shapes) override;
@@ -71,13 +94,14 @@ class Normalization : public SimpleLayer {
   at::Tensor variance() const;
 
  private:
+  // The constructors' common part (no delegating constructor: one taking
+  // (options, config) would make Normalization({...}, {...}) ambiguous).
+  void init();
   std::vector<int64_t> kept_axes(int64_t rank) const;  // resolved, sorted
   // ShapeError unless `x` matches the built shape (`what`: "the call", "adapt()").
   void check_shape(const at::Tensor& x, const char* what) const;
-  Json axis_json_;
+  NormalizationOptions options_;              // checked: the layer's config
   std::optional<std::vector<int64_t>> axes_;  // nullopt: axis=null
-  bool invert_;
-  Json mean_json_, variance_json_;
   std::vector<double> given_mean_, given_variance_;
   Shape broadcast_shape_;
   at::Tensor const_mean_, const_variance_;  // when given

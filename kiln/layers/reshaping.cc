@@ -1,19 +1,46 @@
 #include "kiln/layers/reshaping.h"
 
-#include "kiln/layers/config_reader.h"
+#include <algorithm>
+
+#include "kiln/layers/config_fields.h"
 
 namespace kiln {
+namespace {
+const FieldTable<FlattenOptions>& flatten_fields() {
+  static const FieldTable<FlattenOptions> t = {
+      field("data_format", &FlattenOptions::data_format).choice({"channels_last", "channels_first"})};
+  return t;
+}
+
+const FieldTable<ReshapeOptions>& reshape_fields() {
+  static const FieldTable<ReshapeOptions> t = {int_list_field<ReshapeOptions>(
+      "target_shape", &ReshapeOptions::target_shape,
+      [](const std::vector<int64_t>& v) {
+        return std::all_of(v.begin(), v.end(), [](int64_t d) { return d == -1 || d >= 1; }) &&
+               std::count(v.begin(), v.end(), -1) <= 1;
+      },
+      "a list of positive integers with at most one -1 (the batch axis excluded)", "a list, batch axis excluded")};
+  return t;
+}
+}  // namespace
+
 // --- Flatten ------------------------------------------------------------------
-Flatten::Flatten(const Json& config) : SimpleLayer(config) {
-  ConfigReader r(config, "Flatten");
-  data_format_ = r.choice("data_format", "channels_last", {"channels_last", "channels_first"});
-  r.finish();
+FlattenOptions Flatten::options_from_config(const Json& config) {
+  return read_fields(config, "Flatten", flatten_fields());
+}
+
+Flatten::Flatten(const FlattenOptions& o) : Flatten(o, layer_base_config(o.base)) {}
+
+Flatten::Flatten(const Json& config) : Flatten(options_from_config(config), config) {}
+
+Flatten::Flatten(const FlattenOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+  check_fields("Flatten", options_, flatten_fields());
 }
 
 at::Tensor Flatten::call1(const at::Tensor& x, bool training) {
   if (x.dim() < 1) throw ShapeError("Flatten '" + name() + "' needs an input with a batch axis");
   at::Tensor t = x;
-  if (data_format_ == "channels_first" && x.dim() > 2) {
+  if (options_.data_format == "channels_first" && x.dim() > 2) {
     std::vector<int64_t> perm = {0};
     for (int64_t i = 2; i < x.dim(); ++i) perm.push_back(i);
     perm.push_back(1);
@@ -32,38 +59,30 @@ std::vector<Shape> Flatten::compute_output_shape(const std::vector<Shape>& input
 
 Json Flatten::get_config() const {
   Json j = base_config();
-  j["data_format"] = data_format_;
+  write_fields(j, options_, flatten_fields());
   return j;
 }
 
 KILN_REGISTER_LAYER(Flatten);
 
 // --- Reshape ------------------------------------------------------------------
-Reshape::Reshape(const Json& config) : SimpleLayer(config) {
-  ConfigReader r(config, "Reshape");
-  const Json* t = r.get("target_shape");
-  if (!t) throw ValueError("Reshape: the config is missing `target_shape` (a list, batch axis excluded)");
-  const std::string expected = "a list of positive integers with at most one -1 (the batch axis excluded)";
-  if (!t->is_array()) r.invalid("target_shape", expected);
-  int unknown = 0;
-  for (auto& d : *t) {
-    if (!d.is_number_integer()) r.invalid("target_shape", expected);
-    int64_t v = d.get<int64_t>();
-    if (v == -1)
-      ++unknown;
-    else if (v < 1)
-      r.invalid("target_shape", expected);
-    target_.push_back(v);
-  }
-  if (unknown > 1) r.invalid("target_shape", expected);
-  r.finish();
+ReshapeOptions Reshape::options_from_config(const Json& config) {
+  return read_fields(config, "Reshape", reshape_fields());
+}
+
+Reshape::Reshape(const ReshapeOptions& o) : Reshape(o, layer_base_config(o.base)) {}
+
+Reshape::Reshape(const Json& config) : Reshape(options_from_config(config), config) {}
+
+Reshape::Reshape(const ReshapeOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+  check_fields("Reshape", options_, reshape_fields());
 }
 
 Reshape::Reshape(const Shape& target_shape, const Json& extra)
     : Reshape(merged_config(extra, Json{{"target_shape", target_shape}})) {}
 
 Shape Reshape::resolve(int64_t n, const Shape& input_shape) const {
-  Shape out = target_;
+  Shape out = options_.target_shape;
   int64_t known = 1;
   int64_t unknown_at = -1;
   for (size_t i = 0; i < out.size(); ++i) {
@@ -75,7 +94,8 @@ Shape Reshape::resolve(int64_t n, const Shape& input_shape) const {
   if (n < 0) return out;  // stays unknown (kNone == -1)
   if (unknown_at >= 0 ? (known == 0 || n % known != 0) : n != known)
     throw ShapeError("Reshape '" + name() + "': cannot reshape an input of shape " + shape_to_string(input_shape) +
-                     " (" + std::to_string(n) + " values per sample) to target_shape " + shape_to_string(target_));
+                     " (" + std::to_string(n) + " values per sample) to target_shape " +
+                     shape_to_string(options_.target_shape));
   if (unknown_at >= 0) out[unknown_at] = n / known;
   return out;
 }
@@ -99,7 +119,7 @@ std::vector<Shape> Reshape::compute_output_shape(const std::vector<Shape>& input
 
 Json Reshape::get_config() const {
   Json j = base_config();
-  j["target_shape"] = target_;
+  write_fields(j, options_, reshape_fields());
   return j;
 }
 

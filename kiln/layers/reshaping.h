@@ -6,15 +6,31 @@
 //     either layout agree.
 //   Reshape(Shape{4, -1}): (N, 12) -> (N, 4, 3). target_shape excludes the
 //     batch axis; one entry may be -1 (inferred).
+//
+//   auto r = std::make_shared<Reshape>(ReshapeOptions{.target_shape = {4, -1}});
 #pragma once
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
 
 namespace kiln {
 
+struct FlattenOptions {
+  std::string data_format = "channels_last";  // or "channels_first"
+  LayerOptions base;
+};
+
+struct ReshapeOptions {
+  Shape target_shape;  // required: positive sizes, at most one -1 (batch axis excluded)
+  LayerOptions base;
+};
+
 class Flatten : public SimpleLayer {
  public:
+  explicit Flatten(const FlattenOptions& options);
   explicit Flatten(const Json& config = Json::object());
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static FlattenOptions options_from_config(const Json& config);
 
   std::string class_name() const override { return "Flatten"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
@@ -22,24 +38,28 @@ class Flatten : public SimpleLayer {
   Json get_config() const override;
 
  private:
-  std::string data_format_;
+  Flatten(const FlattenOptions& options, const Json& base_config);
+  FlattenOptions options_;  // checked: the layer's config
 };
 
 class Reshape : public SimpleLayer {
  public:
+  explicit Reshape(const ReshapeOptions& options);
   explicit Reshape(const Json& config);
   explicit Reshape(const Shape& target_shape, const Json& extra = Json::object());
+  static ReshapeOptions options_from_config(const Json& config);
 
   std::string class_name() const override { return "Reshape"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
-  const Shape& target_shape() const { return target_; }
+  const Shape& target_shape() const { return options_.target_shape; }
 
  private:
-  // target_ with the -1 resolved for `n` elements per sample (n < 0: unknown).
+  Reshape(const ReshapeOptions& options, const Json& base_config);
+  // target_shape with the -1 resolved for `n` elements per sample (n < 0: unknown).
   Shape resolve(int64_t n, const Shape& input_shape) const;
-  Shape target_;
+  ReshapeOptions options_;  // checked: the layer's config
 };
 
 }  // namespace kiln

@@ -14,83 +14,128 @@
 //     Permute([2, 1]): (N, A, B) -> (N, B, A).
 //   RepeatVector(n): (N, F) -> (N, n, F).
 //
-//   auto up = std::make_shared<UpSampling2D>(Json{{"size", 2}, {"interpolation", "bilinear"}});
+//   auto up = std::make_shared<UpSampling2D>(UpSampling2DOptions{.size = {2}, .interpolation = "bilinear"});
 #pragma once
 
 #include <array>
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_options.h"
 
 namespace kiln {
 
+struct UpSampling2DOptions {
+  std::vector<int64_t> size = {2, 2};         // one factor for both axes, or (rows, columns)
+  std::string data_format = "channels_last";  // or "channels_first"
+  std::string interpolation = "nearest";      // or "bilinear"
+  LayerOptions base;
+};
+
+// Shared by ZeroPadding2D and Cropping2D: ((top, bottom), (left, right)).
+using Margins2D = std::array<std::array<int64_t, 2>, 2>;
+
+struct ZeroPadding2DOptions {
+  Margins2D padding = {{{1, 1}, {1, 1}}};  // non-negative
+  std::string data_format = "channels_last";
+  LayerOptions base;
+};
+
+struct Cropping2DOptions {
+  Margins2D cropping = {};  // non-negative
+  std::string data_format = "channels_last";
+  LayerOptions base;
+};
+
+struct PermuteOptions {
+  std::vector<int64_t> dims;  // required: a permutation of 1..rank-1
+  LayerOptions base;
+};
+
+struct RepeatVectorOptions {
+  int64_t n = 0;  // required, > 0
+  LayerOptions base;
+};
+
 class UpSampling2D : public SimpleLayer {
  public:
+  explicit UpSampling2D(const UpSampling2DOptions& options);
   explicit UpSampling2D(const Json& config = Json::object());
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static UpSampling2DOptions options_from_config(const Json& config);
   std::string class_name() const override { return "UpSampling2D"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
 
  private:
-  std::vector<int64_t> size_;
-  bool channels_last_;
-  std::string interpolation_;
+  UpSampling2D(const UpSampling2DOptions& options, const Json& base_config);
+  UpSampling2DOptions options_;  // checked: the layer's config
+  bool channels_last_;           // from options_.data_format
 };
-
-// Shared by ZeroPadding2D and Cropping2D: ((top, bottom), (left, right)).
-using Margins2D = std::array<std::array<int64_t, 2>, 2>;
 
 class ZeroPadding2D : public SimpleLayer {
  public:
+  explicit ZeroPadding2D(const ZeroPadding2DOptions& options);
   explicit ZeroPadding2D(const Json& config = Json::object());
+  static ZeroPadding2DOptions options_from_config(const Json& config);
   std::string class_name() const override { return "ZeroPadding2D"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
 
  private:
-  Margins2D padding_;
+  ZeroPadding2D(const ZeroPadding2DOptions& options, const Json& base_config);
+  ZeroPadding2DOptions options_;  // checked: the layer's config
   bool channels_last_;
 };
 
 class Cropping2D : public SimpleLayer {
  public:
+  explicit Cropping2D(const Cropping2DOptions& options);
   explicit Cropping2D(const Json& config = Json::object());
+  static Cropping2DOptions options_from_config(const Json& config);
   std::string class_name() const override { return "Cropping2D"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
 
  private:
-  Margins2D cropping_;
+  Cropping2D(const Cropping2DOptions& options, const Json& base_config);
+  Cropping2DOptions options_;  // checked: the layer's config
   bool channels_last_;
 };
 
 class Permute : public SimpleLayer {
  public:
+  explicit Permute(const PermuteOptions& options);
   explicit Permute(const Json& config);
   explicit Permute(const std::vector<int64_t>& dims, const Json& extra = Json::object());
+  static PermuteOptions options_from_config(const Json& config);
   std::string class_name() const override { return "Permute"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
 
  private:
+  Permute(const PermuteOptions& options, const Json& base_config);
   void check_rank(int64_t rank) const;
-  std::vector<int64_t> dims_;  // 1-based
+  PermuteOptions options_;  // checked: the layer's config
 };
 
 class RepeatVector : public SimpleLayer {
  public:
+  explicit RepeatVector(const RepeatVectorOptions& options);
   explicit RepeatVector(const Json& config);
   explicit RepeatVector(int64_t n, const Json& extra = Json::object());
+  static RepeatVectorOptions options_from_config(const Json& config);
   std::string class_name() const override { return "RepeatVector"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
 
  private:
-  int64_t n_;
+  RepeatVector(const RepeatVectorOptions& options, const Json& base_config);
+  RepeatVectorOptions options_;  // checked: the layer's config
 };
 
 }  // namespace kiln

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "kiln/layers/categorical.h"
-#include "kiln/layers/config_reader.h"
+#include "kiln/layers/config_fields.h"
 #include "kiln/layers/string_hash.h"
 
 namespace kiln {
@@ -13,57 +13,98 @@ namespace {
 
 const char kTextPunctuation[] = "!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~'";
 
+// A key kiln accepts only as null, written as null.
+template <class O>
+FieldDef<O> null_only(const char* key, const char* expected) {
+  return FieldDef<O>{key,
+                     [=](ConfigReader& r, O&) {
+                       if (r.get(key)) r.invalid(key, expected);
+                     },
+                     nullptr, [=](Json& j, const O&) { j[key] = nullptr; }};
+}
+
+const FieldTable<StringLookupOptions>& string_lookup_fields() {
+  using O = StringLookupOptions;
+  static const FieldTable<O> t = [] {
+    FieldDef<O> max_tokens{"max_tokens",
+                           [](ConfigReader& r, O& o) {
+                             if (!r.get("max_tokens")) return;
+                             o.max_tokens = r.positive_int("max_tokens");
+                             if (*o.max_tokens < 2) r.invalid("max_tokens", "null or an integer greater than 1");
+                           },
+                           [](const std::string& owner, O& o) {
+                             if (o.max_tokens && (*o.max_tokens < 2 || *o.max_tokens > kMaxConfigDim))
+                               option_check::invalid(owner, "max_tokens", "null or an integer greater than 1",
+                                                     *o.max_tokens);
+                           },
+                           [](Json& j, const O& o) { j["max_tokens"] = o.max_tokens ? Json(*o.max_tokens) : Json(); }};
+    FieldDef<O> mask_token{"mask_token",
+                           [](ConfigReader& r, O& o) {
+                             const Json* m = r.get("mask_token");
+                             if (m && !m->is_string()) r.invalid("mask_token", "null or a string");
+                             if (m) o.mask_token = m->get<std::string>();
+                           },
+                           nullptr,
+                           [](Json& j, const O& o) { j["mask_token"] = o.mask_token ? Json(*o.mask_token) : Json(); }};
+    FieldDef<O> vocabulary{
+        "vocabulary",
+        [](ConfigReader& r, O& o) {
+          const Json* v = r.get("vocabulary");
+          if (!v) return;
+          if (!v->is_array()) r.invalid("vocabulary", "null or a list of strings (vocabulary files are not supported)");
+          o.vocabulary.clear();
+          for (auto& e : *v) {
+            if (!e.is_string()) r.invalid("vocabulary", "a list of strings");
+            o.vocabulary.push_back(e.get<std::string>());
+          }
+        },
+        nullptr, [](Json& j, const O& o) { j["vocabulary"] = o.vocabulary.empty() ? Json() : Json(o.vocabulary); }};
+    return FieldTable<O>{
+        max_tokens,
+        field("num_oov_indices", &O::num_oov_indices).where([](int64_t n) { return n >= 0; }, "a non-negative integer"),
+        mask_token,
+        field("oov_token", &O::oov_token),
+        vocabulary,
+        null_only<O>("idf_weights", "null (no \"tf_idf\" output mode)"),
+        field("invert", &O::invert),
+        field("output_mode", &O::output_mode).choice({"int", "one_hot", "multi_hot", "count"}),
+        field("pad_to_max_tokens", &O::pad_to_max_tokens),
+        field("sparse", &O::sparse).where([](bool b) { return !b; }, "false (kiln has no sparse tensors)"),
+        field("encoding", &O::encoding).choice({"utf-8"})};
+  }();
+  return t;
+}
+
 }  // namespace
 
 // --- StringLookup ---------------------------------------------------------------
-StringLookup::StringLookup(const Json& config) {
-  ConfigReader r(config, "StringLookup");
-  for (const char* base : {"name", "trainable", "dtype"}) r.get(base);
-  if (r.has("max_tokens")) {
-    max_tokens_ = r.positive_int("max_tokens");
-    if (*max_tokens_ < 2) r.invalid("max_tokens", "null or an integer greater than 1");
-  } else {
-    r.get("max_tokens");
-  }
-  num_oov_ = r.integer("num_oov_indices", 1);
-  if (num_oov_ < 0) r.invalid("num_oov_indices", "a non-negative integer");
-  if (const Json* m = r.get("mask_token")) {
-    if (!m->is_string()) r.invalid("mask_token", "null or a string");
-    mask_token_ = m->get<std::string>();
-  }
-  oov_token_ = r.string("oov_token", "[UNK]");
-  if (r.get("idf_weights")) r.invalid("idf_weights", "null (no \"tf_idf\" output mode)");
-  invert_ = r.boolean("invert", false);
-  output_mode_ = r.choice("output_mode", "int", {"int", "one_hot", "multi_hot", "count"});
-  pad_to_max_tokens_ = r.boolean("pad_to_max_tokens", false);
-  if (r.boolean("sparse", false)) r.invalid("sparse", "false (kiln has no sparse tensors)");
-  r.choice("encoding", "utf-8", {"utf-8"});
-  if (invert_ && output_mode_ != "int") r.invalid("invert", "false unless output_mode is \"int\"");
-  if (pad_to_max_tokens_ && !max_tokens_) r.invalid("pad_to_max_tokens", "false unless max_tokens is set");
-  std::vector<std::string> vocab;
-  if (const Json* v = r.get("vocabulary")) {
-    if (!v->is_array()) r.invalid("vocabulary", "null or a list of strings (vocabulary files are not supported)");
-    for (auto& e : *v) {
-      if (!e.is_string()) r.invalid("vocabulary", "a list of strings");
-      vocab.push_back(e.get<std::string>());
-    }
-  }
-  r.finish();
-  set_vocabulary(vocab);
+StringLookupOptions StringLookup::options_from_config(const Json& config) {
+  return read_fields(config, "StringLookup", string_lookup_fields());
 }
 
-int64_t StringLookup::oov_start() const { return mask_token_ && output_mode_ == "int" ? 1 : 0; }
-int64_t StringLookup::token_start() const { return oov_start() + num_oov_; }
-int64_t StringLookup::vocabulary_size() const { return token_start() + (int64_t)vocabulary_.size(); }
+StringLookup::StringLookup(const Json& config) : StringLookup(options_from_config(config)) {}
+
+StringLookup::StringLookup(const StringLookupOptions& o) : options_(o) {
+  check_fields("StringLookup", options_, string_lookup_fields());
+  if (options_.invert && options_.output_mode != "int")
+    option_check::invalid("StringLookup", "invert", "false unless output_mode is \"int\"", true);
+  if (options_.pad_to_max_tokens && !options_.max_tokens)
+    option_check::invalid("StringLookup", "pad_to_max_tokens", "false unless max_tokens is set", true);
+  set_vocabulary(options_.vocabulary);
+}
+
+int64_t StringLookup::oov_start() const { return options_.mask_token && options_.output_mode == "int" ? 1 : 0; }
+int64_t StringLookup::token_start() const { return oov_start() + options_.num_oov_indices; }
+int64_t StringLookup::vocabulary_size() const { return token_start() + (int64_t)options_.vocabulary.size(); }
 int64_t StringLookup::depth() const {
-  return pad_to_max_tokens_ ? std::max(*max_tokens_, vocabulary_size()) : vocabulary_size();
+  return options_.pad_to_max_tokens ? std::max(*options_.max_tokens, vocabulary_size()) : vocabulary_size();
 }
 
 void StringLookup::set_vocabulary(const std::vector<std::string>& vocabulary) {
   std::unordered_map<std::string, int64_t> index;
   for (size_t i = 0; i < vocabulary.size(); ++i) {
     const std::string& t = vocabulary[i];
-    if ((mask_token_ && t == *mask_token_) || t == oov_token_)
+    if ((options_.mask_token && t == *options_.mask_token) || t == options_.oov_token)
       throw ValueError(
           "StringLookup: the vocabulary must not contain the mask token or the OOV token (they have "
           "reserved ids). Received '" +
@@ -71,11 +112,11 @@ void StringLookup::set_vocabulary(const std::vector<std::string>& vocabulary) {
     if (!index.emplace(t, (int64_t)i).second)
       throw ValueError("StringLookup: the vocabulary has repeated token '" + t.substr(0, 40) + "'");
   }
-  if (max_tokens_ && token_start() + (int64_t)vocabulary.size() > *max_tokens_)
+  if (options_.max_tokens && token_start() + (int64_t)vocabulary.size() > *options_.max_tokens)
     throw ValueError("StringLookup: a vocabulary of " + std::to_string(vocabulary.size()) + " tokens plus " +
                      std::to_string(token_start()) +
-                     " reserved ids exceeds max_tokens=" + std::to_string(*max_tokens_));
-  vocabulary_ = vocabulary;
+                     " reserved ids exceeds max_tokens=" + std::to_string(*options_.max_tokens));
+  options_.vocabulary = vocabulary;
   index_ = std::move(index);
 }
 
@@ -88,13 +129,14 @@ void StringLookup::adapt(const std::vector<std::string>& data) {
 void StringLookup::adapt_counts(const std::unordered_map<std::string, int64_t>& counts_in) {
   std::vector<std::pair<std::string, int64_t>> order;
   for (auto& [token, n] : counts_in)
-    if (!(mask_token_ && token == *mask_token_) && token != oov_token_) order.emplace_back(token, n);
+    if (!(options_.mask_token && token == *options_.mask_token) && token != options_.oov_token)
+      order.emplace_back(token, n);
   // Keras: np.lexsort((tokens, counts))[::-1] -> count descending, then token descending.
   std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
     return a.second != b.second ? a.second > b.second : a.first > b.first;
   });
-  if (max_tokens_) {
-    const int64_t room = std::max<int64_t>(*max_tokens_ - token_start(), 0);
+  if (options_.max_tokens) {
+    const int64_t room = std::max<int64_t>(*options_.max_tokens - token_start(), 0);
     if ((int64_t)order.size() > room) order.resize(room);
   }
   std::vector<std::string> vocab;
@@ -103,17 +145,18 @@ void StringLookup::adapt_counts(const std::unordered_map<std::string, int64_t>& 
 }
 
 int64_t StringLookup::index_of(const std::string& token) const {
-  if (mask_token_ && token == *mask_token_) return output_mode_ == "int" ? 0 : -1;
+  if (options_.mask_token && token == *options_.mask_token) return options_.output_mode == "int" ? 0 : -1;
   auto it = index_.find(token);
   if (it != index_.end()) return token_start() + it->second;
-  if (num_oov_ == 0)
+  if (options_.num_oov_indices == 0)
     throw ValueError("StringLookup: token '" + token.substr(0, 40) +
                      "' is not in the vocabulary and num_oov_indices=0; set num_oov_indices >= 1");
-  return oov_start() + (num_oov_ == 1 ? 0 : (int64_t)(fingerprint64(token) % (uint64_t)num_oov_));
+  return oov_start() +
+         (options_.num_oov_indices == 1 ? 0 : (int64_t)(fingerprint64(token) % (uint64_t)options_.num_oov_indices));
 }
 
 at::Tensor StringLookup::operator()(const std::vector<std::string>& tokens, const Shape& shape) const {
-  if (invert_) throw ValueError("StringLookup: invert=true maps ids to strings; call invert(ids)");
+  if (options_.invert) throw ValueError("StringLookup: invert=true maps ids to strings; call invert(ids)");
   Shape s = shape.empty() ? Shape{(int64_t)tokens.size()} : shape;
   if (num_elements(s) != (int64_t)tokens.size())
     throw ShapeError("StringLookup: " + std::to_string(tokens.size()) + " tokens do not fill shape " +
@@ -126,9 +169,9 @@ at::Tensor StringLookup::operator()(const std::vector<std::string>& tokens, cons
     any_dropped |= ids.back() < 0;
   }
   at::Tensor out = at::tensor(ids, at::kLong).reshape(s);
-  if (output_mode_ == "int") return out;
+  if (options_.output_mode == "int") return out;
   at::Tensor drop = any_dropped ? out < 0 : at::Tensor();
-  return encode_categorical(at::clamp_min(out, 0), depth(), output_mode_, at::kFloat, "StringLookup", drop);
+  return encode_categorical(at::clamp_min(out, 0), depth(), options_.output_mode, at::kFloat, "StringLookup", drop);
 }
 
 std::vector<std::string> StringLookup::invert(const at::Tensor& ids_in) const {
@@ -137,10 +180,10 @@ std::vector<std::string> StringLookup::invert(const at::Tensor& ids_in) const {
   const int64_t* p = ids.data_ptr<int64_t>();
   for (int64_t i = 0; i < ids.numel(); ++i) {
     const int64_t k = p[i] - token_start();
-    if (mask_token_ && p[i] == 0)
-      out.push_back(*mask_token_);
+    if (options_.mask_token && p[i] == 0)
+      out.push_back(*options_.mask_token);
     else
-      out.push_back(k >= 0 && k < (int64_t)vocabulary_.size() ? vocabulary_[k] : oov_token_);
+      out.push_back(k >= 0 && k < (int64_t)options_.vocabulary.size() ? options_.vocabulary[k] : options_.oov_token);
   }
   return out;
 }
@@ -148,26 +191,16 @@ std::vector<std::string> StringLookup::invert(const at::Tensor& ids_in) const {
 std::vector<std::string> StringLookup::get_vocabulary(bool include_special_tokens) const {
   std::vector<std::string> out;
   if (include_special_tokens) {
-    if (mask_token_ && output_mode_ == "int") out.push_back(*mask_token_);
-    for (int64_t i = 0; i < num_oov_; ++i) out.push_back(oov_token_);
+    if (options_.mask_token && options_.output_mode == "int") out.push_back(*options_.mask_token);
+    for (int64_t i = 0; i < options_.num_oov_indices; ++i) out.push_back(options_.oov_token);
   }
-  out.insert(out.end(), vocabulary_.begin(), vocabulary_.end());
+  out.insert(out.end(), options_.vocabulary.begin(), options_.vocabulary.end());
   return out;
 }
 
 Json StringLookup::get_config() const {
   Json j;
-  j["max_tokens"] = max_tokens_ ? Json(*max_tokens_) : Json(nullptr);
-  j["num_oov_indices"] = num_oov_;
-  j["mask_token"] = mask_token_ ? Json(*mask_token_) : Json(nullptr);
-  j["oov_token"] = oov_token_;
-  j["vocabulary"] = vocabulary_.empty() ? Json(nullptr) : Json(vocabulary_);
-  j["idf_weights"] = nullptr;
-  j["invert"] = invert_;
-  j["output_mode"] = output_mode_;
-  j["pad_to_max_tokens"] = pad_to_max_tokens_;
-  j["sparse"] = false;
-  j["encoding"] = "utf-8";
+  write_fields(j, options_, string_lookup_fields());
   return j;
 }
 
@@ -282,7 +315,7 @@ at::Tensor TextVectorization::operator()(const std::vector<std::string>& texts) 
 
 Json TextVectorization::get_config() const {
   Json j = config_;
-  j["vocabulary"] = lookup_.vocabulary_.empty() ? Json(nullptr) : Json(lookup_.vocabulary_);
+  j["vocabulary"] = lookup_.options_.vocabulary.empty() ? Json(nullptr) : Json(lookup_.options_.vocabulary);
   return j;
 }
 

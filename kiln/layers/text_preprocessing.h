@@ -50,9 +50,25 @@
 
 namespace kiln {
 
+struct StringLookupOptions {
+  std::optional<int64_t> max_tokens;  // null: no limit; else > 1, reserved ids included
+  int64_t num_oov_indices = 1;        // >= 0
+  std::optional<std::string> mask_token;
+  std::string oov_token = "[UNK]";
+  std::vector<std::string> vocabulary;  // learned ones only; adapt() replaces it
+  bool invert = false;                  // only with output_mode "int"
+  std::string output_mode = "int";      // "int", "one_hot", "multi_hot", "count"
+  bool pad_to_max_tokens = false;       // only with max_tokens
+  bool sparse = false;                  // false only (kiln has no sparse tensors)
+  std::string encoding = "utf-8";       // "utf-8" only
+};
+
 class StringLookup {
  public:
+  explicit StringLookup(const StringLookupOptions& options);
   explicit StringLookup(const Json& config = Json::object());
+  // The config's keys as options; ValueError for an unknown key or a bad value.
+  static StringLookupOptions options_from_config(const Json& config);
 
   // Replaces the vocabulary with the tokens of `data` (see above).
   void adapt(const std::vector<std::string>& data);
@@ -79,13 +95,7 @@ class StringLookup {
   int64_t oov_start() const;
   int64_t token_start() const;
   int64_t depth() const;
-  std::optional<int64_t> max_tokens_;
-  int64_t num_oov_;
-  std::optional<std::string> mask_token_;
-  std::string oov_token_;
-  bool invert_, pad_to_max_tokens_;
-  std::string output_mode_;
-  std::vector<std::string> vocabulary_;
+  StringLookupOptions options_;  // checked: the config (the vocabulary as set or adapted)
   std::unordered_map<std::string, int64_t> index_;
 };
 
