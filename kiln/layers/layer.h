@@ -39,6 +39,7 @@
 #include "kiln/core/shape.h"
 #include "kiln/core/variable.h"
 #include "kiln/layers/kernel_impl.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/regularizers.h"
 
 namespace kiln {
@@ -253,6 +254,11 @@ LayerPtr layer_from_json(const Json& j);
 #define KILN_REGISTER_LAYER(Class)                                              \
   static const bool kiln_layer_registered_##Class = ::kiln::LayerRegistry::add( \
       #Class, [](const ::kiln::Json& c) -> ::kiln::LayerPtr { return std::make_shared<Class>(c); })
+
+// Registers `Class` under the name `Name`: KILN_REGISTER_LAYER_AS(Dense, layers::DenseImpl).
+#define KILN_REGISTER_LAYER_AS(Name, Class)                                    \
+  static const bool kiln_layer_registered_##Name = ::kiln::LayerRegistry::add( \
+      #Name, [](const ::kiln::Json& c) -> ::kiln::LayerPtr { return std::make_shared<Class>(c); })
 
 // Symbolic input of a Functional model (Keras's keras.Input): `shape`
 // excludes the batch dimension.

@@ -12,6 +12,16 @@ Sequential::Sequential(std::vector<LayerPtr> layers, const std::string& name)
   for (auto& l : layers) add(l);
 }
 
+Sequential::Sequential(std::initializer_list<SequentialItem> items, const std::string& name)
+    : Model(name.empty() ? Json::object() : Json{{"name", name}}) {
+  for (const SequentialItem& item : items) {
+    if (item.layer())
+      add(item.layer());
+    else
+      add(item.input());
+  }
+}
+
 Sequential::Sequential(const Json& config) : Model(config) {
   check_config_keys(config, {"name", "trainable", "dtype", "layers", "build_input_shape", "input_dtype"},
                     "the Sequential config");

@@ -8,13 +8,33 @@
 // Without an Input, the model builds on its first call (or fit()).
 #pragma once
 
+#include <concepts>
+
 #include "kiln/models/model.h"
 
 namespace kiln {
 
+// One entry of Sequential's initializer list, as in Keras's
+// Sequential([keras.Input((784,)), Dense(256), ...]): an Input or a layer.
+class SequentialItem {
+ public:
+  SequentialItem(const KerasTensor& input) : input_(input) {}
+  template <class L>
+  requires std::convertible_to<L, LayerPtr> SequentialItem(L&& layer) : layer_(std::forward<L>(layer)) {}
+  const LayerPtr& layer() const { return layer_; }  // null for an Input
+  const KerasTensor& input() const { return input_; }
+
+ private:
+  LayerPtr layer_;
+  KerasTensor input_;
+};
+
 class Sequential : public Model {
  public:
   explicit Sequential(std::vector<LayerPtr> layers = {}, const std::string& name = "");
+  // Sequential({Input({784}), Dense(256, "relu"), Dense(10)}): each entry
+  // is add()ed in order, so an Input first builds the model at once.
+  explicit Sequential(std::initializer_list<SequentialItem> items, const std::string& name = "");
   // Registry form, as Keras 3 writes it: {"name", "trainable", "dtype",
   // "layers": [{"class_name": "InputLayer", ...}, {"class_name", "config"}...],
   // "build_input_shape": [null, 784]} (kiln's older "input_dtype" is read too).
