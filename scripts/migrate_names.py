@@ -44,7 +44,12 @@ LAYERS_SAME = """Conv ImageLayer RandomAffineLayer ElementwiseMerge Pooling Glob
 StringLookup TextVectorization ReLUOptions LeakyReLUOptions SoftmaxOptions MultiHeadAttentionOptions
 ConvOptions Conv2DTransposeOptions DepthwiseConv2DOptions DenseOptions DropoutOptions EmbeddingOptions
 GroupNormalizationOptions SpatialDropout2DOptions BatchNormalizationOptions LayerNormalizationOptions
-PoolingOptions GlobalPoolingOptions RecurrentOptions SeparableConv2DOptions Conv1DOptions Conv2DOptions""".split()
+PoolingOptions GlobalPoolingOptions RecurrentOptions SeparableConv2DOptions Conv1DOptions Conv2DOptions
+PReLUOptions ActivationOptions ResizingOptions RandomFlipOptions RandomTranslationOptions RandomRotationOptions
+RandomZoomOptions CategoryEncodingOptions IntegerLookupOptions HashingOptions EinsumDenseOptions MaskingOptions
+MergeOptions ConcatenateOptions RescalingOptions NormalizationOptions FlattenOptions ReshapeOptions
+UpSampling2DOptions PermuteOptions ZeroPadding2DOptions Cropping2DOptions RepeatVectorOptions
+StringLookupOptions""".split()
 LAYER_FUNCTIONS = ["Input"]
 MODELS = ["Sequential", "Functional"]
 MODELS_SAME = ["Model", "SequentialItem"]
