@@ -56,18 +56,18 @@ struct Timing {
   double best() const { return *std::min_element(step_ms.begin(), step_ms.end()); }
 };
 
-std::shared_ptr<Sequential> conv_net() {
+std::shared_ptr<models::SequentialImpl> conv_net() {
   set_random_seed(1);
-  auto model = std::make_shared<Sequential>();
-  model->add(Input({28, 28, 1}));
+  auto model = models::Sequential();
+  model->add(layers::Input({28, 28, 1}));
   for (int64_t filters : {32, 64}) {
-    model->add(std::make_shared<Conv2D>(filters, 3, "linear", Json{{"padding", "same"}}));
-    model->add(std::make_shared<BatchNormalization>());
-    model->add(std::make_shared<Activation>("relu"));
-    model->add(std::make_shared<MaxPooling2D>());
+    model->add(layers::Conv2D(filters, 3, "linear", Json{{"padding", "same"}}));
+    model->add(layers::BatchNormalization());
+    model->add(layers::Activation("relu"));
+    model->add(layers::MaxPooling2D());
   }
-  model->add(std::make_shared<Flatten>());
-  model->add(std::make_shared<Dense>(10));
+  model->add(layers::Flatten());
+  model->add(layers::Dense(10));
   model->compile(CompileArgs::from_json(
       Json{{"optimizer", {{"class_name", "Adam"}, {"config", {{"learning_rate", 1e-3}}}}},
            {"loss", {{"class_name", "SparseCategoricalCrossentropy"}, {"config", {{"from_logits", true}}}}}}));

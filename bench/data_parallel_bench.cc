@@ -69,10 +69,9 @@ int main(int argc, char** argv) {
   kiln::set_distribution(dp);
   kiln::set_random_seed(1);
   std::vector<kiln::LayerPtr> layers;
-  for (int i = 0; i < 4; ++i)
-    layers.push_back(std::make_shared<kiln::Dense>(kiln::DenseOptions{.units = width, .activation = "relu"}));
-  layers.push_back(std::make_shared<kiln::Dense>(kiln::DenseOptions{.units = 10}));
-  auto model = std::make_shared<kiln::Sequential>(layers, "mlp");
+  for (int i = 0; i < 4; ++i) layers.push_back(kiln::layers::Dense({.units = width, .activation = "relu"}));
+  layers.push_back(kiln::layers::Dense({.units = 10}));
+  auto model = kiln::models::Sequential(layers, "mlp");
   // Logits and cross-entropy, as torch.nn.CrossEntropyLoss in the peer.
   auto args = kiln::CompileArgs::from_names(optimizer, "sparse_categorical_crossentropy", {});
   args.loss = std::make_shared<kiln::losses::SparseCategoricalCrossentropy>(
@@ -82,7 +81,7 @@ int main(int argc, char** argv) {
   at::Tensor y = at::randint(0, 10, {batch * steps}, at::kLong);
   auto timer = std::make_shared<kiln::bench::StepTimer>();
   // This rank's optimizer slots while fit() runs (sharded with zero_stage).
-  auto state = std::make_shared<kiln::LambdaCallback>();
+  auto state = kiln::callbacks::LambdaCallback();
   int64_t state_bytes = 0, rss_in_fit = 0;
   state->on_epoch_end_fn = [&](int, kiln::Logs&) {
     // Resident memory after the last step (pages of /proc/self/statm), before

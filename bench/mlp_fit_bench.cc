@@ -107,11 +107,11 @@ Result with_fit(const at::Tensor& x, const at::Tensor& y, const at::Tensor& xt, 
                 int64_t batch, const std::string& policy = "float32") {
   set_random_seed(1);
   set_dtype_policy(policy);
-  auto model = std::make_shared<Sequential>();
-  model->add(Input({784}));
-  model->add(std::make_shared<Dense>(256, "relu"));
-  model->add(std::make_shared<Dense>(256, "relu"));
-  model->add(std::make_shared<Dense>(10));
+  auto model = models::Sequential();
+  model->add(layers::Input({784}));
+  model->add(layers::Dense(256, "relu"));
+  model->add(layers::Dense(256, "relu"));
+  model->add(layers::Dense(10));
   set_dtype_policy("float32");
   model->compile(CompileArgs::from_json(
       Json{{"optimizer", {{"class_name", "Adam"}, {"config", {{"learning_rate", 1e-3}}}}},
@@ -119,7 +119,7 @@ Result with_fit(const at::Tensor& x, const at::Tensor& y, const at::Tensor& xt, 
            {"metrics", {"accuracy"}}}));
   Result r{policy == "float32" ? "kiln fit()" : "kiln fit() " + policy, {}, 0};
   // Epochs are timed inside one fit() call, as a user runs it.
-  auto timer = std::make_shared<LambdaCallback>();
+  auto timer = callbacks::LambdaCallback();
   Clock::time_point t0;
   timer->on_epoch_begin_fn = [&](int, const Logs&) { t0 = Clock::now(); };
   timer->on_epoch_end_fn = [&](int, Logs&) { r.epoch_s.push_back(seconds_since(t0)); };

@@ -139,13 +139,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   kiln::set_random_seed(1);
-  auto model = std::make_shared<kiln::Sequential>(std::vector<kiln::LayerPtr>{}, "mlp");
-  model->add(kiln::Input({width}));
+  auto model = kiln::models::Sequential(std::vector<kiln::LayerPtr>{}, "mlp");
+  model->add(kiln::layers::Input({width}));
   for (int64_t i = 0; i < depth; ++i) {
-    model->add(std::make_shared<kiln::Dense>(4 * width, "relu", kiln::Json{{"name", "up_" + std::to_string(i)}}));
-    model->add(std::make_shared<kiln::Dense>(width, "linear", kiln::Json{{"name", "down_" + std::to_string(i)}}));
+    model->add(kiln::layers::Dense(4 * width, "relu", kiln::Json{{"name", "up_" + std::to_string(i)}}));
+    model->add(kiln::layers::Dense(width, "linear", kiln::Json{{"name", "down_" + std::to_string(i)}}));
   }
-  model->add(std::make_shared<kiln::Dense>(10, "linear", kiln::Json{{"name", "head"}}));
+  model->add(kiln::layers::Dense(10, "linear", kiln::Json{{"name", "head"}}));
   auto args = kiln::CompileArgs::from_names("adam", "sparse_categorical_crossentropy", {});
   args.loss = std::make_shared<kiln::losses::SparseCategoricalCrossentropy>(
       kiln::losses::SparseCategoricalCrossentropyOptions{.from_logits = true});

@@ -46,19 +46,19 @@ namespace {
 // processes only ever add time, so the minimum is the stable figure.
 double best_ms(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()) * 1e3; }
 
-std::shared_ptr<Sequential> mlp(const std::string& policy) {
+std::shared_ptr<models::SequentialImpl> mlp(const std::string& policy) {
   set_dtype_policy(policy);
   set_random_seed(1);
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({784}));
-  for (int i = 0; i < 4; ++i) m->add(std::make_shared<Dense>(1024, "relu"));
-  m->add(std::make_shared<Dense>(10, "softmax"));
+  auto m = models::Sequential();
+  m->add(layers::Input({784}));
+  for (int i = 0; i < 4; ++i) m->add(layers::Dense(1024, "relu"));
+  m->add(layers::Dense(10, "softmax"));
   set_dtype_policy("float32");
   m->predict(at::zeros({1, 784}));
   return m;
 }
 
-double infer_ms(Model& m, int64_t batch, int steps) {
+double infer_ms(models::Model& m, int64_t batch, int steps) {
   at::Tensor x = at::rand({batch, 784});
   at::NoGradGuard ng;
   for (int i = 0; i < 3; ++i) m.predict_on_batch({x});
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
     std::cout << "Training step, 4 x Dense(1024), batch 256 (ms, best of " << steps << ")\n";
     auto f32 = mlp("float32"), mixed = mlp("mixed_bfloat16"), f8 = mlp("float32");
     f8->quantize("float8");
-    std::vector<std::pair<std::string, Model*>> variants = {
+    std::vector<std::pair<std::string, models::Model*>> variants = {
         {"float32", f32.get()}, {"mixed_bfloat16", mixed.get()}, {"float8_emulated", f8.get()}};
     at::Tensor x = at::rand({256, 784}), y = at::randint(0, 10, {256}, at::kLong);
     for (auto& [name, m] : variants) {
@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
   i8->quantize("int8");
   struct Row {
     std::string name;
-    Model* model;
+    models::Model* model;
     std::string backend;
   };
   // "int8" runs the kernel this process picks by default (KILN_INT8_KERNEL

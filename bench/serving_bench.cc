@@ -343,12 +343,12 @@ double wait_available(httplib::Client& c, const std::string& model, int64_t vers
 int make_model(const Args& a) {
   set_random_seed((uint64_t)a.num("seed", 1));
   set_dtype_policy(a.get("dtype_policy", "float32"));  // e.g. bfloat16: bf16 weights
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({784}));
+  auto m = models::Sequential();
+  m->add(layers::Input({784}));
   std::stringstream ss(a.get("hidden", "2048,2048"));
   std::string units;
-  while (std::getline(ss, units, ',')) m->add(std::make_shared<Dense>(std::stoll(units), "relu"));
-  m->add(std::make_shared<Dense>(10, "softmax"));
+  while (std::getline(ss, units, ',')) m->add(layers::Dense(std::stoll(units), "relu"));
+  m->add(layers::Dense(10, "softmax"));
   std::string out = a.need("out");
   make_dirs(parent_path(out));
   m->save(out);

@@ -8,7 +8,7 @@
 
 namespace kiln::bench {
 
-class StepTimer : public kiln::Callback {
+class StepTimer : public kiln::callbacks::Callback {
  public:
   void on_train_batch_begin(int64_t batch, const kiln::Logs&) override { t0_ = Clock::now(); }
   void on_train_batch_end(int64_t batch, const kiln::Logs&) override {

@@ -84,7 +84,7 @@ void sync(bool gpu) {
 }
 
 // Wall time of each epoch, the device's queue drained at both ends.
-class EpochClock : public Callback {
+class EpochClock : public callbacks::Callback {
  public:
   explicit EpochClock(bool gpu) : gpu_(gpu) {}
   void on_epoch_begin(int, const Logs&) override {
@@ -120,7 +120,7 @@ LossPtr sparse_ce(bool from_logits) {
       Json{{"class_name", "SparseCategoricalCrossentropy"}, {"config", {{"from_logits", from_logits}}}});
 }
 
-void compile_adam(Model& m, LossPtr loss) {
+void compile_adam(models::Model& m, LossPtr loss) {
   CompileArgs args;
   args.optimizer = std::make_shared<optimizers::Adam>(Json{{"learning_rate", 1e-3}});
   args.loss = std::move(loss);
@@ -129,7 +129,7 @@ void compile_adam(Model& m, LossPtr loss) {
 
 // Seconds per epoch of fit() over `fa` (x/y or a dataset), 4 epochs: the
 // median of the last 3.
-double fit_epoch_seconds(Model& m, FitArgs fa, int64_t batch, bool gpu) {
+double fit_epoch_seconds(models::Model& m, FitArgs fa, int64_t batch, bool gpu) {
   auto clock = std::make_shared<EpochClock>(gpu);
   fa.epochs = 4;
   fa.batch_size = batch;
@@ -141,15 +141,15 @@ double fit_epoch_seconds(Model& m, FitArgs fa, int64_t batch, bool gpu) {
 
 // Dense(w, relu) for each of `widths`, then Dense(classes) logits, built
 // under `policy` (the caller resets the global policy).
-std::shared_ptr<Sequential> mlp(const std::vector<int64_t>& widths, int64_t in, int64_t classes,
-                                const std::string& policy) {
+std::shared_ptr<models::SequentialImpl> mlp(const std::vector<int64_t>& widths, int64_t in, int64_t classes,
+                                            const std::string& policy) {
   clear_session();
   set_random_seed(1);
   set_dtype_policy(policy);
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({in}));
-  for (int64_t w : widths) m->add(std::make_shared<Dense>(w, "relu"));
-  m->add(std::make_shared<Dense>(classes));
+  auto m = models::Sequential();
+  m->add(layers::Input({in}));
+  for (int64_t w : widths) m->add(layers::Dense(w, "relu"));
+  m->add(layers::Dense(classes));
   return m;
 }
 
@@ -199,15 +199,15 @@ void run_mlp(const at::Device& device, int64_t rows) {
 void run_conv(const at::Device& device, int64_t rows) {
   clear_session();
   set_random_seed(1);
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({28, 28, 1}));
-  m->add(std::make_shared<Conv2D>(32, 3, "relu"));
-  m->add(std::make_shared<MaxPooling2D>());
-  m->add(std::make_shared<Conv2D>(64, 3, "relu"));
-  m->add(std::make_shared<MaxPooling2D>());
-  m->add(std::make_shared<Flatten>());
-  m->add(std::make_shared<Dropout>(0.5));
-  m->add(std::make_shared<Dense>(10, "softmax"));
+  auto m = models::Sequential();
+  m->add(layers::Input({28, 28, 1}));
+  m->add(layers::Conv2D(32, 3, "relu"));
+  m->add(layers::MaxPooling2D());
+  m->add(layers::Conv2D(64, 3, "relu"));
+  m->add(layers::MaxPooling2D());
+  m->add(layers::Flatten());
+  m->add(layers::Dropout(0.5));
+  m->add(layers::Dense(10, "softmax"));
   compile_adam(*m, sparse_ce(false));
   FitArgs fa;
   fa.x = {at::rand({rows, 28, 28, 1}).to(device)};
@@ -265,12 +265,12 @@ void run_transformer(const at::Device& device, const TransformerShape& t, int64_
   set_random_seed(1);
   set_dtype_policy("mixed_bfloat16");
   const int64_t d = t.d_model;
-  KerasTensor in = Input({t.seq, d});
-  KerasTensor att = (*std::make_shared<MultiHeadAttention>(t.heads, d / t.heads))(KerasTensors{in, in})[0];
-  KerasTensor h = (*std::make_shared<LayerNormalization>())((*std::make_shared<Add>())(KerasTensors{in, att})[0]);
-  KerasTensor ff = (*std::make_shared<Dense>(d))((*std::make_shared<Dense>(4 * d, "relu"))(h));
-  KerasTensor out = (*std::make_shared<LayerNormalization>())((*std::make_shared<Add>())(KerasTensors{h, ff})[0]);
-  auto m = std::make_shared<Functional>(KerasTensors{in}, KerasTensors{out});
+  KerasTensor in = layers::Input({t.seq, d});
+  KerasTensor att = layers::MultiHeadAttention(t.heads, d / t.heads)(KerasTensors{in, in})[0];
+  KerasTensor h = layers::LayerNormalization()(layers::Add()(KerasTensors{in, att})[0]);
+  KerasTensor ff = layers::Dense(d)(layers::Dense(4 * d, "relu")(h));
+  KerasTensor out = layers::LayerNormalization()(layers::Add()(KerasTensors{h, ff})[0]);
+  auto m = models::Functional(KerasTensors{in}, KerasTensors{out});
   compile_adam(*m, Loss::from_json(Json{{"class_name", "MeanSquaredError"}, {"config", Json::object()}}));
   FitArgs fa;
   fa.x = {at::randn({t.batch * t.steps, t.seq, d}).to(device)};

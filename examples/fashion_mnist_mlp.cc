@@ -26,15 +26,15 @@ int main(int argc, char** argv) {
   auto x_train = d.x_train.to(at::kFloat).div(255.0).reshape({-1, 784});
   auto x_test = d.x_test.to(at::kFloat).div(255.0).reshape({-1, 784});
 
-  auto model = std::make_shared<Sequential>();
-  model->add(Input({784}));
-  model->add(std::make_shared<Dense>(256, "relu"));
-  model->add(std::make_shared<Dropout>(0.2));
-  model->add(std::make_shared<Dense>(10, "softmax"));
+  auto model = models::Sequential();
+  model->add(layers::Input({784}));
+  model->add(layers::Dense(256, "relu"));
+  model->add(layers::Dropout(0.2));
+  model->add(layers::Dense(10, "softmax"));
   model->compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
   model->summary();
 
-  EarlyStoppingOptions es;
+  callbacks::EarlyStoppingOptions es;
   es.monitor = "val_loss";
   es.patience = 2;
   es.restore_best_weights = true;
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
               .batch_size = 128,
               .epochs = epochs,
               .verbose = 2,
-              .callbacks = {std::make_shared<EarlyStopping>(es)},
+              .callbacks = {callbacks::EarlyStopping(es)},
               .validation_split = 0.1});
 
   auto scores = model->evaluate({.x = {x_test}, .y = {d.y_test}, .batch_size = 512});

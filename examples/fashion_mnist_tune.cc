@@ -28,15 +28,15 @@ using namespace kiln;
 using namespace kiln::tuning;
 
 ModelPtr build_model(HyperParameters& hp) {
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({784}));
+  auto m = models::Sequential();
+  m->add(layers::Input({784}));
   const int64_t layers = hp.Int("layers", 1, 2);
-  for (int64_t i = 0; i < layers; ++i) m->add(std::make_shared<Dense>(hp.Int("units", 64, 512, {.step = 64}), "relu"));
+  for (int64_t i = 0; i < layers; ++i) m->add(layers::Dense(hp.Int("units", 64, 512, {.step = 64}), "relu"));
   if (hp.Boolean("dropout")) {
     auto scope = hp.conditional_scope("dropout", {true});
-    m->add(std::make_shared<Dropout>(hp.Float("rate", 0.1, 0.5, {.step = 0.1})));
+    m->add(layers::Dropout(hp.Float("rate", 0.1, 0.5, {.step = 0.1})));
   }
-  m->add(std::make_shared<Dense>(10, "softmax"));
+  m->add(layers::Dense(10, "softmax"));
   CompileArgs c = CompileArgs::from_names(hp.Choice("optimizer", std::vector<std::string>{"adam", "rmsprop"}),
                                           "sparse_categorical_crossentropy", {"accuracy"});
   c.optimizer->set_learning_rate(

@@ -54,13 +54,13 @@ int main(int argc, char** argv) {
   auto x_train = x.narrow(0, 0, n_train), y_train = d.y_train.narrow(0, 0, n_train);
   auto x_val = x.narrow(0, x.size(0) - n_val, n_val), y_val = d.y_train.narrow(0, x.size(0) - n_val, n_val);
 
-  auto model = std::make_shared<Sequential>();
-  model->add(Input({784}));
+  auto model = models::Sequential();
+  model->add(layers::Input({784}));
   for (int l = 0; l < (int)f["num_layers"]; ++l) {
-    model->add(std::make_shared<Dense>((int64_t)f["units"], "relu"));
-    if (f["dropout"] > 0) model->add(std::make_shared<Dropout>(f["dropout"]));
+    model->add(layers::Dense((int64_t)f["units"], "relu"));
+    if (f["dropout"] > 0) model->add(layers::Dropout(f["dropout"]));
   }
-  model->add(std::make_shared<Dense>(10, "softmax"));
+  model->add(layers::Dense(10, "softmax"));
   CompileArgs c = CompileArgs::from_names("adam", "sparse_categorical_crossentropy", {"accuracy"});
   c.optimizer = std::make_shared<optimizers::Adam>(Json{{"learning_rate", f["learning_rate"]}});
   model->compile(c);

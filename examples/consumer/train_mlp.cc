@@ -13,10 +13,10 @@ int main(int argc, char** argv) {
   auto d = datasets::fashion_mnist();
   auto x = d.x_train.slice(0, 0, 6000).to(at::kFloat).div(255.0).reshape({-1, 784});
   auto y = d.y_train.slice(0, 0, 6000);
-  auto model = std::make_shared<Sequential>();
-  model->add(Input({784}));
-  model->add(std::make_shared<Dense>(64, "relu"));
-  model->add(std::make_shared<Dense>(10, "softmax"));
+  auto model = models::Sequential();
+  model->add(layers::Input({784}));
+  model->add(layers::Dense(64, "relu"));
+  model->add(layers::Dense(10, "softmax"));
   model->compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
   model->fit({.x = {x}, .y = {y}, .batch_size = 64, .epochs = 1, .verbose = 0});
   model->save(out);

@@ -26,10 +26,10 @@ namespace {
 
 ModelPtr save_mlp(const std::string& dir) {
   set_random_seed(5);
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({4}));
-  m->add(std::make_shared<Dense>(8, "relu"));
-  m->add(std::make_shared<Dense>(3, "softmax"));
+  auto m = models::Sequential();
+  m->add(layers::Input({4}));
+  m->add(layers::Dense(8, "relu"));
+  m->add(layers::Dense(3, "softmax"));
   m->save(dir);
   return m;
 }
@@ -118,11 +118,11 @@ TEST(BatchPredict, ShardsKeepInputOrderAndBadLinesGoToErrorFiles) {
 
 TEST(BatchPredict, NamedInputsOfAFunctionalModelAndMultipleOutputs) {
   TempDir dir;
-  auto a = Input({2}, at::kFloat, "a");
-  auto b = Input({2}, at::kFloat, "b");
-  auto sum = (*std::make_shared<Add>())(KerasTensors{a, b});
-  auto y1 = (*std::make_shared<Dense>(1))(sum);
-  auto model = std::make_shared<Functional>(KerasTensors{a, b}, KerasTensors{y1[0], sum[0]});
+  auto a = layers::Input({2}, at::kFloat, "a");
+  auto b = layers::Input({2}, at::kFloat, "b");
+  auto sum = layers::Add()(KerasTensors{a, b});
+  auto y1 = layers::Dense(1)(sum);
+  auto model = models::Functional(KerasTensors{a, b}, KerasTensors{y1[0], sum[0]});
   model->save(dir.path() + "/f");
   atomic_write_file(dir.path() + "/in.jsonl",
                     "{\"a\": [1, 2], \"b\": [3, 4]}\n{\"inputs\": {\"b\": [0, 0], \"a\": [1, 1]}}\n{\"a\": [1, 2]}\n");

@@ -31,7 +31,7 @@ std::string names_of(const std::vector<InstanceInput>& inputs) {
 
 }  // namespace
 
-std::vector<InstanceInput> instance_inputs(const Model& model) {
+std::vector<InstanceInput> instance_inputs(const models::Model& model) {
   auto shapes = model.input_shapes();
   auto dtypes = model.input_dtypes();
   auto names = model.input_names();

@@ -21,7 +21,9 @@
 #include "kiln/core/shape.h"
 
 namespace kiln {
+namespace models {
 class Model;
+}
 using Tensors = std::vector<at::Tensor>;
 }  // namespace kiln
 
@@ -42,7 +44,7 @@ struct InstanceValue {
 using Instance = std::vector<InstanceValue>;  // in the order of the inputs
 
 // The model's inputs (names, dtypes, shapes without the batch dimension).
-std::vector<InstanceInput> instance_inputs(const Model& model);
+std::vector<InstanceInput> instance_inputs(const models::Model& model);
 
 // Parses one line against `inputs`. ValueError (bad JSON, unknown or missing
 // input, ragged list, non-number) or ShapeError (a shape the input does not

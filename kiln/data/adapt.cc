@@ -4,7 +4,7 @@
 
 namespace kiln {
 
-void adapt(Normalization& layer, const Dataset& dataset, int64_t steps, size_t component) {
+void adapt(layers::NormalizationImpl& layer, const Dataset& dataset, int64_t steps, size_t component) {
   auto it = dataset.iterator();
   int64_t seen = 0;
   layer.adapt([&]() -> at::Tensor {

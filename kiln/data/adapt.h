@@ -15,6 +15,6 @@
 
 namespace kiln {
 
-void adapt(Normalization& layer, const Dataset& dataset, int64_t steps = 0, size_t component = 0);
+void adapt(layers::NormalizationImpl& layer, const Dataset& dataset, int64_t steps = 0, size_t component = 0);
 
 }  // namespace kiln

@@ -618,9 +618,9 @@ TEST(Adapt, DatasetBatchesGiveTheSameStatisticsAsOneTensor) {
   at::Tensor x = at::randn({103, 4}, at::kDouble) * 3 + 2;
   x.select(1, 2).mul_(100);  // features on very different scales
   at::Tensor y = at::zeros({103}, at::kLong);
-  auto whole = std::make_shared<Normalization>();
+  auto whole = layers::Normalization();
   whole->adapt(x.to(at::kFloat));
-  auto streamed = std::make_shared<Normalization>();
+  auto streamed = layers::Normalization();
   adapt(*streamed, Dataset::from_tensor_slices({x.to(at::kFloat), y}).batch(10));  // uneven last batch
   EXPECT_TRUE(at::allclose(streamed->mean(), whole->mean(), 1e-5, 1e-6));
   EXPECT_TRUE(at::allclose(streamed->variance(), whole->variance(), 1e-5, 1e-6));
@@ -628,11 +628,11 @@ TEST(Adapt, DatasetBatchesGiveTheSameStatisticsAsOneTensor) {
   EXPECT_TRUE(at::allclose(streamed->variance().reshape({4}), expected_var, 1e-4, 1e-5));
   EXPECT_EQ(streamed->weights().back()->value().item<int64_t>(), 103);
   // steps limits the batches read: 2 batches = the first 20 rows.
-  auto partial = std::make_shared<Normalization>();
+  auto partial = layers::Normalization();
   adapt(*partial, Dataset::from_tensor_slices({x.to(at::kFloat)}).batch(10), /*steps=*/2);
   EXPECT_TRUE(at::allclose(partial->mean().reshape({4}), x.narrow(0, 0, 20).mean(0).to(at::kFloat), 1e-5, 1e-6));
   // An empty dataset is a clear error.
-  auto empty = std::make_shared<Normalization>();
+  auto empty = layers::Normalization();
   EXPECT_THROW(adapt(*empty, Dataset::from_tensor_slices({x}).take(0).batch(4)), ValueError);
 }
 

@@ -160,11 +160,10 @@ TEST(Cluster, BadValuesAreOneClearError) {
 
 // --- one process ----------------------------------------------------------------------
 
-std::shared_ptr<Sequential> small_model() {
-  auto m = std::make_shared<Sequential>(
-      std::vector<LayerPtr>{std::make_shared<Dense>(DenseOptions{.units = 16, .activation = "relu"}),
-                            std::make_shared<BatchNormalization>(BatchNormalizationOptions{.synchronized = true}),
-                            std::make_shared<Dense>(DenseOptions{.units = 3})},
+std::shared_ptr<models::SequentialImpl> small_model() {
+  auto m = models::Sequential(
+      std::vector<LayerPtr>{layers::Dense({.units = 16, .activation = "relu"}),
+                            layers::BatchNormalization({.synchronized = true}), layers::Dense({.units = 3})},
       "small");
   m->compile(CompileArgs::from_names("adam", "sparse_categorical_crossentropy", {"accuracy"}));
   return m;
@@ -482,10 +481,8 @@ std::vector<at::Tensor> train_odd_split() {
   set_random_seed(11);
   at::Tensor x = at::randn({30, 5});
   at::Tensor y = at::randn({30, 2});
-  auto m = std::make_shared<Sequential>(
-      std::vector<LayerPtr>{std::make_shared<Dense>(DenseOptions{.units = 4, .activation = "tanh"}),
-                            std::make_shared<Dense>(DenseOptions{.units = 2})},
-      "odd");
+  auto m = models::Sequential(
+      std::vector<LayerPtr>{layers::Dense({.units = 4, .activation = "tanh"}), layers::Dense({.units = 2})}, "odd");
   m->compile(CompileArgs::from_names("sgd", "mse", {"mae"}));
   auto h = m->fit({.x = {x}, .y = {y}, .batch_size = 7, .epochs = 3, .verbose = 0, .shuffle = true});
   std::vector<at::Tensor> w;
@@ -500,7 +497,7 @@ int64_t train_uneven_off() {
   set_random_seed(5);
   const int64_t rows = replica_id() == 0 ? 40 : 24;
   at::Tensor x = at::randn({rows, 3}), y = at::randn({rows, 1});
-  auto m = std::make_shared<Sequential>(std::vector<LayerPtr>{std::make_shared<Dense>(DenseOptions{.units = 1})}, "u");
+  auto m = models::Sequential(std::vector<LayerPtr>{layers::Dense({.units = 1})}, "u");
   m->compile(CompileArgs::from_names("sgd", "mse", {}));
   m->fit({.x = {x}, .y = {y}, .batch_size = 8, .epochs = 2, .verbose = 0});
   return m->train_state().optimizer().iterations();
@@ -524,10 +521,9 @@ NamedTensors train_zero(const std::string& variant, const std::string& out) {
   set_random_seed(21);
   at::Tensor x = at::randn({96, 16});
   at::Tensor y = at::randn({96, 16});
-  auto m = std::make_shared<Sequential>(
-      std::vector<LayerPtr>{std::make_shared<Dense>(DenseOptions{.units = 24, .activation = "relu"}),
-                            std::make_shared<Dense>(DenseOptions{.units = 24, .activation = "tanh"}),
-                            std::make_shared<Dense>(DenseOptions{.units = 16})},
+  auto m = models::Sequential(
+      std::vector<LayerPtr>{layers::Dense({.units = 24, .activation = "relu"}),
+                            layers::Dense({.units = 24, .activation = "tanh"}), layers::Dense({.units = 16})},
       "zero");
   OptimizerPtr opt;
   if (variant == "features")
@@ -540,14 +536,14 @@ NamedTensors train_zero(const std::string& variant, const std::string& out) {
   m->compile(CompileArgs{.optimizer = opt, .loss = Loss::get("mse")});
   NamedTensors result;
   int64_t in_fit = -1;
-  auto probe = std::make_shared<LambdaCallback>();
+  auto probe = callbacks::LambdaCallback();
   probe->on_epoch_end_fn = [&](int, Logs&) { in_fit = optimizer_slot_bytes(m->train_state().optimizer()); };
   std::vector<CallbackPtr> cbs = {probe};
   if (variant == "features") {
     cbs.push_back(
-        std::make_shared<BackupAndRestore>(out + ".backup", BackupAndRestoreOptions{.delete_checkpoint = false}));
+        callbacks::BackupAndRestore(out + ".backup", callbacks::BackupAndRestoreOptions{.delete_checkpoint = false}));
     // A full model every epoch: the optimizer state is gathered to the chief.
-    cbs.push_back(std::make_shared<ModelCheckpoint>(out + ".model", ModelCheckpointOptions{.monitor = "loss"}));
+    cbs.push_back(callbacks::ModelCheckpoint(out + ".model", callbacks::ModelCheckpointOptions{.monitor = "loss"}));
   }
   FitArgs fa{.x = {x}, .y = {y}, .batch_size = 16, .epochs = 3, .verbose = 0, .callbacks = cbs};
   auto h = m->fit(fa);

@@ -51,17 +51,17 @@ constexpr double kBfloat16Tolerance = 3e-2;
 
 struct Case {
   std::string name;
-  std::function<std::shared_ptr<Model>()> build;
+  std::function<std::shared_ptr<models::Model>()> build;
   std::function<at::Tensor()> input;  // drawn after the build, from the case's seed
   std::map<std::string, TensorLayout> layouts;
 };
 
 TensorLayout L(std::vector<std::string> axes) { return TensorLayout{std::move(axes)}; }
 
-std::shared_ptr<Model> sequential(const std::string& name, Shape input, std::vector<LayerPtr> layers,
-                                  at::ScalarType dtype = at::kFloat) {
-  auto m = std::make_shared<Sequential>(std::vector<LayerPtr>{}, name);
-  m->add(Input(input, dtype));
+std::shared_ptr<models::Model> sequential(const std::string& name, Shape input, std::vector<LayerPtr> layers,
+                                          at::ScalarType dtype = at::kFloat) {
+  auto m = models::Sequential(std::vector<LayerPtr>{}, name);
+  m->add(layers::Input(input, dtype));
   for (auto& l : layers) m->add(l);
   return m;
 }
@@ -76,8 +76,7 @@ std::vector<Case> cases() {
   c.push_back({"col",
                [] {
                  return sequential("col", {8},
-                                   {std::make_shared<Dense>(16, "relu", named("d1")),
-                                    std::make_shared<Dense>(4, "linear", named("d2"))});
+                                   {layers::Dense(16, "relu", named("d1")), layers::Dense(4, "linear", named("d2"))});
                },
                [] {
                  return floats({kRows, 8});
@@ -87,10 +86,9 @@ std::vector<Case> cases() {
   // first bias is replicated (its gradient is summed over the axis).
   c.push_back({"mlp",
                [] {
-                 return sequential(
-                     "mlp", {8},
-                     {std::make_shared<Dense>(16, "relu", named("d1")), std::make_shared<Dense>(8, "tanh", named("d2")),
-                      std::make_shared<Dense>(4, "linear", named("d3"))});
+                 return sequential("mlp", {8},
+                                   {layers::Dense(16, "relu", named("d1")), layers::Dense(8, "tanh", named("d2")),
+                                    layers::Dense(4, "linear", named("d3"))});
                },
                [] {
                  return floats({kRows, 8});
@@ -101,9 +99,9 @@ std::vector<Case> cases() {
                [] {
                  Json bf16{{"dtype", "mixed_bfloat16"}};
                  return sequential("mlp_bf16", {8},
-                                   {std::make_shared<Dense>(16, "relu", merged_config(named("d1"), bf16)),
-                                    std::make_shared<Dense>(8, "tanh", merged_config(named("d2"), bf16)),
-                                    std::make_shared<Dense>(4, "linear", merged_config(named("d3"), bf16))});
+                                   {layers::Dense(16, "relu", merged_config(named("d1"), bf16)),
+                                    layers::Dense(8, "tanh", merged_config(named("d2"), bf16)),
+                                    layers::Dense(4, "linear", merged_config(named("d3"), bf16))});
                },
                [] {
                  return floats({kRows, 8});
@@ -113,8 +111,7 @@ std::vector<Case> cases() {
   c.push_back({"row",
                [] {
                  return sequential("row", {8},
-                                   {std::make_shared<Dense>(16, "relu", named("d1")),
-                                    std::make_shared<Dense>(4, "linear", named("d2"))});
+                                   {layers::Dense(16, "relu", named("d1")), layers::Dense(4, "linear", named("d2"))});
                },
                [] {
                  return floats({kRows, 8});
@@ -122,10 +119,9 @@ std::vector<Case> cases() {
                {{"row/d2/kernel", L({"model", ""})}}});
   c.push_back({"einsum",
                [] {
-                 return sequential(
-                     "einsum", {3, 8},
-                     {std::make_shared<EinsumDense>("abc,cde->abde", Shape{kNone, 4, 2}, "de", "relu", named("e1")),
-                      std::make_shared<Flatten>(), std::make_shared<Dense>(4, "linear", named("d2"))});
+                 return sequential("einsum", {3, 8},
+                                   {layers::EinsumDense("abc,cde->abde", Shape{kNone, 4, 2}, "de", "relu", named("e1")),
+                                    layers::Flatten(), layers::Dense(4, "linear", named("d2"))});
                },
                [] {
                  return floats({kRows, 3, 8});
@@ -136,8 +132,8 @@ std::vector<Case> cases() {
     c.push_back({name,
                  [name] {
                    return sequential(name, {5},
-                                     {std::make_shared<Embedding>(12, 6, named("emb")), std::make_shared<Flatten>(),
-                                      std::make_shared<Dense>(4, "linear", named("d2"))},
+                                     {layers::Embedding(12, 6, named("emb")), layers::Flatten(),
+                                      layers::Dense(4, "linear", named("d2"))},
                                      at::kLong);
                  },
                  [] {
@@ -150,12 +146,12 @@ std::vector<Case> cases() {
   // is gathered.
   c.push_back({"fmlp",
                [] {
-                 auto x = Input({8});
-                 auto h = (*std::make_shared<Dense>(16, "relu", named("f1")))(x);
-                 h = (*std::make_shared<Dropout>(0.0))(h);
-                 h = (*std::make_shared<Dense>(8, "tanh", named("f2")))(h);
-                 auto out = (*std::make_shared<Dense>(4, "linear", named("f3")))(h);
-                 return std::make_shared<Functional>(KerasTensors{x}, KerasTensors{out}, "fmlp");
+                 auto x = layers::Input({8});
+                 auto h = layers::Dense(16, "relu", named("f1"))(x);
+                 h = layers::Dropout(0.0)(h);
+                 h = layers::Dense(8, "tanh", named("f2"))(h);
+                 auto out = layers::Dense(4, "linear", named("f3"))(h);
+                 return models::Functional(KerasTensors{x}, KerasTensors{out}, "fmlp");
                },
                [] {
                  return floats({kRows, 8});
@@ -163,13 +159,13 @@ std::vector<Case> cases() {
                {{"f1/kernel", L({"", "model"})}, {"f1/bias", L({"model"})}, {"f2/kernel", L({"model", ""})}}});
   c.push_back({"fmix",
                [] {
-                 auto x = Input({8});
-                 auto h = (*std::make_shared<Dense>(16, "relu", named("m1")))(x);
-                 auto a = (*std::make_shared<Dense>(8, "linear", named("m2")))(h);
-                 auto b = (*std::make_shared<Dense>(8, "linear", named("m3")))(h);
-                 auto s = (*std::make_shared<Add>())(KerasTensors{a, b})[0];
-                 auto out = (*std::make_shared<Dense>(4, "linear", named("m4")))(s);
-                 return std::make_shared<Functional>(KerasTensors{x}, KerasTensors{out}, "fmix");
+                 auto x = layers::Input({8});
+                 auto h = layers::Dense(16, "relu", named("m1"))(x);
+                 auto a = layers::Dense(8, "linear", named("m2"))(h);
+                 auto b = layers::Dense(8, "linear", named("m3"))(h);
+                 auto s = layers::Add()(KerasTensors{a, b})[0];
+                 auto out = layers::Dense(4, "linear", named("m4"))(s);
+                 return models::Functional(KerasTensors{x}, KerasTensors{out}, "fmix");
                },
                [] {
                  return floats({kRows, 8});
@@ -178,38 +174,36 @@ std::vector<Case> cases() {
   // A transformer block: attention heads sharded (query/key/value
   // column-parallel, the output projection row-parallel), then an MLP kept
   // sharded between its layers by the layout map's output key.
-  c.push_back(
-      {"block",
-       [] {
-         auto x = Input({4, 8});
-         auto att = (*std::make_shared<MultiHeadAttention>(2, 4, named("att")))(KerasTensors{x, x})[0];
-         auto h = (*std::make_shared<LayerNormalization>(-1, 1e-3, named("ln")))(
-             (*std::make_shared<Add>())(KerasTensors{x, att})[0]);
-         auto f = (*std::make_shared<Dense>(16, "relu", named("ffn_in")))(h);
-         f = (*std::make_shared<Dense>(8, "linear", named("ffn_out")))(f);
-         auto p = (*std::make_shared<GlobalAveragePooling1D>())((*std::make_shared<Add>())(KerasTensors{h, f})[0]);
-         auto out = (*std::make_shared<Dense>(4, "linear", named("head")))(p);
-         return std::make_shared<Functional>(KerasTensors{x}, KerasTensors{out}, "block");
-       },
-       [] {
-         return floats({kRows, 4, 8});
-       },
-       {{"att/query/kernel", L({"", "model", ""})},
-        {"att/query/bias", L({"model", ""})},
-        {"att/key/kernel", L({"", "model", ""})},
-        {"att/key/bias", L({"model", ""})},
-        {"att/value/kernel", L({"", "model", ""})},
-        {"att/value/bias", L({"model", ""})},
-        {"att/attention_output/kernel", L({"model", "", ""})},
-        {"ffn_in/kernel", L({"", "model"})},
-        {"ffn_in/bias", L({"model"})},
-        {"ffn_in/output", L({"", "", "model"})},
-        {"ffn_out/kernel", L({"model", ""})}}});
+  c.push_back({"block",
+               [] {
+                 auto x = layers::Input({4, 8});
+                 auto att = layers::MultiHeadAttention(2, 4, named("att"))(KerasTensors{x, x})[0];
+                 auto h = layers::LayerNormalization(-1, 1e-3, named("ln"))(layers::Add()(KerasTensors{x, att})[0]);
+                 auto f = layers::Dense(16, "relu", named("ffn_in"))(h);
+                 f = layers::Dense(8, "linear", named("ffn_out"))(f);
+                 auto p = layers::GlobalAveragePooling1D()(layers::Add()(KerasTensors{h, f})[0]);
+                 auto out = layers::Dense(4, "linear", named("head"))(p);
+                 return models::Functional(KerasTensors{x}, KerasTensors{out}, "block");
+               },
+               [] {
+                 return floats({kRows, 4, 8});
+               },
+               {{"att/query/kernel", L({"", "model", ""})},
+                {"att/query/bias", L({"model", ""})},
+                {"att/key/kernel", L({"", "model", ""})},
+                {"att/key/bias", L({"model", ""})},
+                {"att/value/kernel", L({"", "model", ""})},
+                {"att/value/bias", L({"model", ""})},
+                {"att/attention_output/kernel", L({"model", "", ""})},
+                {"ffn_in/kernel", L({"", "model"})},
+                {"ffn_in/bias", L({"model"})},
+                {"ffn_in/output", L({"", "", "model"})},
+                {"ffn_out/kernel", L({"model", ""})}}});
   return c;
 }
 
 // Every variable's whole value (gathered from the shards: a collective).
-void add_weights(NamedTensors& out, const std::string& prefix, Model& m) {
+void add_weights(NamedTensors& out, const std::string& prefix, models::Model& m) {
   auto d = distribution();
   for (auto& v : m.weights()) out.emplace_back(prefix + v->path(), (d ? d->gather_variable(*v) : v->value()).clone());
 }
@@ -395,12 +389,11 @@ TEST(ModelParallel, OneDeviceMeshIsTheSingleProcessRun) {
 // --- checkpoints across layouts -----------------------------------------------------
 
 // A Megatron MLP trained with BackupAndRestore (Adam, shuffled batches).
-std::shared_ptr<Model> checkpointed_model() {
+std::shared_ptr<models::Model> checkpointed_model() {
   set_random_seed(5);
-  auto m =
-      sequential("ckpt", {8},
-                 {std::make_shared<Dense>(16, "relu", named("d1")), std::make_shared<Dense>(8, "tanh", named("d2")),
-                  std::make_shared<Dense>(4, "linear", named("d3"))});
+  auto m = sequential("ckpt", {8},
+                      {layers::Dense(16, "relu", named("d1")), layers::Dense(8, "tanh", named("d2")),
+                       layers::Dense(4, "linear", named("d3"))});
   m->compile(CompileArgs::from_names("adam", "mse"));
   return m;
 }
@@ -420,15 +413,16 @@ LayoutMap checkpoint_layouts(const DeviceMesh& mesh) {
 
 // With BackupAndRestore, and a ModelCheckpoint of the whole model each
 // epoch ("<backup>/../epoch_<n>"; every process takes part in its save).
-void fit_with_backup(Model& m, const std::string& backup, int epochs) {
+void fit_with_backup(models::Model& m, const std::string& backup, int epochs) {
   auto [x, y] = checkpoint_data();
   m.fit({.x = {x},
          .y = {y},
          .batch_size = kRows / 2,
          .epochs = epochs,
          .verbose = 0,
-         .callbacks = {std::make_shared<BackupAndRestore>(backup, BackupAndRestoreOptions{.delete_checkpoint = false}),
-                       std::make_shared<ModelCheckpoint>(backup + "/../epoch_{epoch}")}});
+         .callbacks = {
+             callbacks::BackupAndRestore(backup, callbacks::BackupAndRestoreOptions{.delete_checkpoint = false}),
+             callbacks::ModelCheckpoint(backup + "/../epoch_{epoch}")}});
 }
 
 // Phase "first": one epoch with BackupAndRestore, then the model saved

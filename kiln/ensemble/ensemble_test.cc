@@ -150,10 +150,10 @@ TEST(GradientBoostedTrees, LearnsANonLinearRuleAndRoundTrips) {
 }
 
 ModelPtr tiny_model(int64_t units, const std::string& last_activation) {
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({6}));
-  m->add(std::make_shared<Dense>(units, "relu"));
-  m->add(std::make_shared<Dense>(2, last_activation));
+  auto m = models::Sequential();
+  m->add(layers::Input({6}));
+  m->add(layers::Dense(units, "relu"));
+  m->add(layers::Dense(2, last_activation));
   m->compile("adam",
              last_activation == "softmax" ? "sparse_categorical_crossentropy" : "sparse_categorical_crossentropy",
              {"accuracy"});

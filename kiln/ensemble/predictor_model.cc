@@ -33,7 +33,7 @@ const bool kRegistered = register_model_directory_loader("Ensemble", load_predic
 }  // namespace
 
 PredictorModel::PredictorModel(PredictorPtr predictor, std::string class_name, const std::string& name)
-    : Model(Json{{"name", name}}), predictor_(std::move(predictor)), class_name_(std::move(class_name)) {
+    : models::Model(Json{{"name", name}}), predictor_(std::move(predictor)), class_name_(std::move(class_name)) {
   (void)kRegistered;
   Json sig = predictor_->signatures();
   const Json& def = sig.contains("serving_default") ? sig["serving_default"] : Json::object();

@@ -25,7 +25,7 @@
 
 namespace kiln::ensemble {
 
-class PredictorModel : public Model {
+class PredictorModel : public models::Model {
  public:
   // `class_name` as model.json names it; `signatures` as Predictor::signatures().
   PredictorModel(PredictorPtr predictor, std::string class_name, const std::string& name);

@@ -61,7 +61,7 @@ Json tensor_json(const at::Tensor& t) {
 // Runs the ONNX file at `path` in ONNX Runtime on `x`: its outputs in the
 // order of kiln's output names, as float32 (empty, with a test failure,
 // when it does not run or lacks one).
-Tensors onnx_runtime_outputs(const std::string& path, Model& model, const Tensors& x, const std::string& what) {
+Tensors onnx_runtime_outputs(const std::string& path, models::Model& model, const Tensors& x, const std::string& what) {
   TempDir dir;
   Json inputs;
   auto names = model.input_names();
@@ -88,7 +88,7 @@ Tensors onnx_runtime_outputs(const std::string& path, Model& model, const Tensor
 
 // Runs the ONNX file at `path` in ONNX Runtime on `x` and returns the
 // largest absolute difference from `want` over all outputs (by kiln's names).
-double max_diff_from_onnx_runtime(const std::string& path, Model& model, const Tensors& x, const Tensors& want,
+double max_diff_from_onnx_runtime(const std::string& path, models::Model& model, const Tensors& x, const Tensors& want,
                                   const std::string& what) {
   Tensors got = onnx_runtime_outputs(path, model, x, what);
   if (got.size() != want.size()) return INFINITY;
@@ -104,7 +104,8 @@ double max_diff_from_onnx_runtime(const std::string& path, Model& model, const T
 // Exports `model`, runs it in ONNX Runtime on `x` and compares with kiln's
 // predictions: every output within `tolerance` (absolute). Returns the
 // largest difference seen.
-double expect_same_as_onnx_runtime(Model& model, const Tensors& x, const std::string& what, double tolerance = 1e-4) {
+double expect_same_as_onnx_runtime(models::Model& model, const Tensors& x, const std::string& what,
+                                   double tolerance = 1e-4) {
   TempDir dir;
   export_onnx(model, dir.path() + "/model.onnx");
   double diff = max_diff_from_onnx_runtime(dir.path() + "/model.onnx", model, x, model.predict(x), what);
@@ -117,8 +118,8 @@ TEST(OnnxExport, MlpMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
   if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(1);
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({12}));
+  auto m = models::Sequential();
+  m->add(layers::Input({12}));
   m->add(L("Rescaling", {{"scale", 0.5}, {"offset", 0.1}}));
   m->add(L("Dense", {{"units", 16}, {"activation", "relu"}}));
   m->add(L("Dropout", {{"rate", 0.3}}));
@@ -137,8 +138,8 @@ TEST(OnnxExport, CnnMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
   if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(2);
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({11, 10, 3}));
+  auto m = models::Sequential();
+  m->add(layers::Input({11, 10, 3}));
   m->add(
       L("Conv2D", {{"filters", 6}, {"kernel_size", 3}, {"strides", 2}, {"padding", "same"}, {"activation", "relu"}}));
   auto bn = L("BatchNormalization");
@@ -154,8 +155,8 @@ TEST(OnnxExport, CnnMatchesOnnxRuntime) {
     v->assign(v->name() == "moving_variance" ? at::rand(v->value().sizes()) + 0.5 : at::randn(v->value().sizes()));
   expect_same_as_onnx_runtime(*m, {at::randn({4, 11, 10, 3})}, "CNN");
 
-  auto g = std::make_shared<Sequential>();
-  g->add(Input({8, 8, 2}));
+  auto g = models::Sequential();
+  g->add(layers::Input({8, 8, 2}));
   g->add(L("Conv2D", {{"filters", 3}, {"kernel_size", 3}, {"padding", "same"}}));
   g->add(L("AveragePooling2D", {{"pool_size", 3}, {"strides", 2}, {"padding", "same"}}));
   g->add(L("GlobalAveragePooling2D"));
@@ -166,9 +167,9 @@ TEST(OnnxExport, FunctionalWithAddAndConcatenateMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
   if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(3);
-  auto a = Input({6}, at::kFloat, "a");
-  auto b = Input({6}, at::kFloat, "b");
-  auto norm = std::make_shared<Normalization>();
+  auto a = layers::Input({6}, at::kFloat, "a");
+  auto b = layers::Input({6}, at::kFloat, "b");
+  auto norm = layers::Normalization();
   auto na = (*norm)(a);
   auto h1 = (*L("Dense", {{"units", 8}, {"activation", "relu"}}))(na);
   auto h2 = (*L("Dense", {{"units", 8}}))(b);
@@ -177,20 +178,20 @@ TEST(OnnxExport, FunctionalWithAddAndConcatenateMatchesOnnxRuntime) {
   auto shared = L("Dense", {{"units", 4}, {"activation", "tanh"}});
   auto y1 = (*shared)(cat);
   auto y2 = (*L("Dense", {{"units", 2}}))(sum);
-  auto model = std::make_shared<Functional>(KerasTensors{a, b}, KerasTensors{y1[0], y2[0]});
+  auto model = models::Functional(KerasTensors{a, b}, KerasTensors{y1[0], y2[0]});
   norm->adapt(at::randn({50, 6}) * 3 + 1);
   expect_same_as_onnx_runtime(*model, {at::randn({5, 6}), at::randn({5, 6})}, "Functional");
 
-  auto ids = Input({4}, at::kLong, "ids");
+  auto ids = layers::Input({4}, at::kLong, "ids");
   auto e = (*L("Embedding", {{"input_dim", 10}, {"output_dim", 3}}))(ids);
   auto f = (*L("Flatten"))(e);
-  auto emb = std::make_shared<Functional>(KerasTensors{ids}, KerasTensors{(*L("Dense", {{"units", 2}}))(f)});
+  auto emb = models::Functional(KerasTensors{ids}, KerasTensors{(*L("Dense", {{"units", 2}}))(f)});
   expect_same_as_onnx_runtime(*emb, {at::randint(10, {3, 4}, at::kLong)}, "Embedding");
 }
 
 TEST(OnnxExport, GraphIsWellFormed) {
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({3}));
+  auto m = models::Sequential();
+  m->add(layers::Input({3}));
   m->add(L("Dense", {{"units", 2}}));
   kiln_onnx::ModelProto p;
   ASSERT_TRUE(p.ParseFromString(export_onnx_bytes(*m)));
@@ -202,10 +203,10 @@ TEST(OnnxExport, GraphIsWellFormed) {
 }
 
 TEST(OnnxExport, LayerWithoutOnnxFormIsNamedWithTheAlternative) {
-  auto ids = Input({3}, at::kLong, "ids");
+  auto ids = layers::Input({3}, at::kLong, "ids");
   auto h = (*L("Hashing", {{"num_bins", 8}}))(ids);
-  auto m = std::make_shared<Functional>(KerasTensors{ids},
-                                        KerasTensors{(*L("Embedding", {{"input_dim", 8}, {"output_dim", 2}}))(h)});
+  auto m =
+      models::Functional(KerasTensors{ids}, KerasTensors{(*L("Embedding", {{"input_dim", 8}, {"output_dim", 2}}))(h)});
   const std::string name = m->layers()[1]->name();
   try {
     export_onnx_bytes(*m);
@@ -252,8 +253,8 @@ TEST(OnnxExport, ConformanceTableCoversTheRegistryAndMatchesTheDocs) {
 
 TEST(OnnxExportCli, ExportsASavedModel) {
   TempDir dir;
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({4}));
+  auto m = models::Sequential();
+  m->add(layers::Input({4}));
   m->add(L("Dense", {{"units", 3}, {"activation", "softmax"}}));
   m->save(dir.path() + "/m/1");
   auto r = run_command(q(cli_path()) + " export --format onnx --model " + q(dir.path() + "/m/1") + " --output " +
@@ -290,8 +291,8 @@ constexpr double kLayerTolerance = 1e-5;
 // (and other weights) so that every term is checked, compared on `x`.
 void check_sequential(const Shape& shape, const std::vector<LayerPtr>& layers, const at::Tensor& x,
                       const std::string& what) {
-  auto m = std::make_shared<Sequential>();
-  m->add(Input(shape));
+  auto m = models::Sequential();
+  m->add(layers::Input(shape));
   for (auto& l : layers) m->add(l);
   for (auto& v : m->weights())
     if (v->name() == "bias" || v->name() == "beta" || v->name() == "alpha" || v->name() == "gamma")
@@ -421,13 +422,13 @@ TEST(OnnxExportLayers, RecurrentLayersMatchOnnxRuntime) {
 
   // return_state and initial states (Functional).
   for (const std::string cls : {"LSTM", "GRU"}) {
-    auto seq = Input({7, 5}, at::kFloat, "seq");
-    auto h0 = Input({6}, at::kFloat, "h0");
-    auto c0 = Input({6}, at::kFloat, "c0");
+    auto seq = layers::Input({7, 5}, at::kFloat, "seq");
+    auto h0 = layers::Input({6}, at::kFloat, "h0");
+    auto c0 = layers::Input({6}, at::kFloat, "c0");
     KerasTensors ins = {seq, h0};
     if (cls == "LSTM") ins.push_back(c0);
     auto outs = (*L(cls, {{"units", 6}, {"return_sequences", true}, {"return_state", true}}))(ins);
-    auto model = std::make_shared<Functional>(ins, outs);
+    auto model = models::Functional(ins, outs);
     Tensors xs = {x, at::randn({4, 6})};
     if (cls == "LSTM") xs.push_back(at::randn({4, 6}));
     expect_same_as_onnx_runtime(*model, xs, cls + " return_state with initial states", kLayerTolerance);
@@ -445,13 +446,13 @@ TEST(OnnxExportLayers, RecurrentLayersMatchOnnxRuntime) {
             x,
             "Bidirectional " + cls + " " + mode.get<std::string>() + " return_sequences " + std::to_string(sequences));
   {
-    auto seq = Input({7, 5}, at::kFloat, "seq");
+    auto seq = layers::Input({7, 5}, at::kFloat, "seq");
     auto bi =
         L("Bidirectional",
           {{"layer",
             {{"class_name", "LSTM"}, {"config", {{"units", 4}, {"return_sequences", true}, {"return_state", true}}}}},
            {"merge_mode", nullptr}});
-    auto model = std::make_shared<Functional>(KerasTensors{seq}, (*bi)(KerasTensors{seq}));
+    auto model = models::Functional(KerasTensors{seq}, (*bi)(KerasTensors{seq}));
     expect_same_as_onnx_runtime(*model, {x}, "Bidirectional LSTM merge_mode null with states", kLayerTolerance);
     kiln_onnx::ModelProto p;
     ASSERT_TRUE(p.ParseFromString(export_onnx_bytes(*model)));
@@ -478,9 +479,9 @@ TEST(OnnxExportLayers, CategoryEncodingMatchesOnnxRuntime) {
   SKIP_WITHOUT_ONNX_RUNTIME();
   for (const std::string mode : {"one_hot", "multi_hot", "count"})
     for (int64_t k : {1, 3}) {
-      auto ids = Input({k}, at::kLong, "ids");
+      auto ids = layers::Input({k}, at::kLong, "ids");
       auto y = (*L("CategoryEncoding", {{"num_tokens", 6}, {"output_mode", mode}}))(ids);
-      auto model = std::make_shared<Functional>(KerasTensors{ids}, KerasTensors{y});
+      auto model = models::Functional(KerasTensors{ids}, KerasTensors{y});
       at::Tensor x = at::randint(6, {5, k}, at::kLong);
       x[0].fill_(2);  // repeated ids count twice
       expect_same_as_onnx_runtime(*model, {x}, "CategoryEncoding " + mode + " on " + std::to_string(k) + " ids",
@@ -512,12 +513,11 @@ TEST(OnnxExportLayers, IntegerLookupMatchesOnnxRuntime) {
   for (const Json& extra : {Json::object(), Json{{"num_oov_indices", 3}, {"mask_token", 0}}}) {
     Json cfg = {{"vocabulary", vocabulary}};
     cfg.update(extra);
-    auto ids = Input({6}, at::kLong, "ids");
+    auto ids = layers::Input({6}, at::kLong, "ids");
     auto idx = (*L("IntegerLookup", cfg))(ids);
-    auto lookup_only = std::make_shared<Functional>(KerasTensors{ids}, KerasTensors{idx});
+    auto lookup_only = models::Functional(KerasTensors{ids}, KerasTensors{idx});
     auto e = (*L("Embedding", {{"input_dim", 10}, {"output_dim", 3}}))(idx);
-    auto model = std::make_shared<Functional>(KerasTensors{ids},
-                                              KerasTensors{(*L("Dense", {{"units", 2}}))((*L("Flatten"))(e))});
+    auto model = models::Functional(KerasTensors{ids}, KerasTensors{(*L("Dense", {{"units", 2}}))((*L("Flatten"))(e))});
     at::Tensor x = at::tensor({12, 1138, 36, -4, 7, 0, 5, -9, 36, 1000, 0, 12}, at::kLong).reshape({2, 6});
     expect_same_as_onnx_runtime(*lookup_only, {x}, "IntegerLookup " + extra.dump(), kLayerTolerance);
     expect_same_as_onnx_runtime(*model, {x}, "IntegerLookup, Embedding " + extra.dump(), kLayerTolerance);
@@ -525,10 +525,10 @@ TEST(OnnxExportLayers, IntegerLookupMatchesOnnxRuntime) {
 }
 
 TEST(OnnxExportLayers, MaskedRecurrentLayerIsRefusedWithTheReason) {
-  auto ids = Input({5}, at::kLong, "ids");
+  auto ids = layers::Input({5}, at::kLong, "ids");
   auto e = (*L("Embedding", {{"input_dim", 10}, {"output_dim", 3}, {"mask_zero", true}}))(ids);
   auto lstm = L("LSTM", {{"units", 2}});
-  auto model = std::make_shared<Functional>(KerasTensors{ids}, KerasTensors{(*lstm)(e)});
+  auto model = models::Functional(KerasTensors{ids}, KerasTensors{(*lstm)(e)});
   try {
     export_onnx_bytes(*model);
     FAIL() << "a masked LSTM was exported";
@@ -543,9 +543,9 @@ TEST(OnnxExportLayers, MultiHeadAttentionMatchesOnnxRuntime) {
   SKIP_WITHOUT_ONNX_RUNTIME();
   set_random_seed(25);
   for (bool causal : {false, true}) {
-    auto x = Input({6, 8}, at::kFloat, "x");
+    auto x = layers::Input({6, 8}, at::kFloat, "x");
     auto mha = L("MultiHeadAttention", {{"num_heads", 2}, {"key_dim", 4}, {"use_causal_mask", causal}});
-    auto model = std::make_shared<Functional>(KerasTensors{x}, (*mha)(KerasTensors{x, x}));
+    auto model = models::Functional(KerasTensors{x}, (*mha)(KerasTensors{x, x}));
     for (auto& v : model->weights())
       if (v->name() == "bias") v->assign(at::randn(v->value().sizes()) * 0.5);
     expect_same_as_onnx_runtime(*model, {at::randn({3, 6, 8})},
@@ -553,14 +553,14 @@ TEST(OnnxExportLayers, MultiHeadAttentionMatchesOnnxRuntime) {
   }
   // Cross attention with a key, value_dim, output_shape and an attention mask (and causal).
   for (bool causal : {false, true}) {
-    auto q = Input({5, 8}, at::kFloat, "query");
-    auto v = Input({7, 6}, at::kFloat, "value");
-    auto k = Input({7, 3}, at::kFloat, "key");
-    auto mask = Input({5, 7}, at::kFloat, "attention_mask");
+    auto q = layers::Input({5, 8}, at::kFloat, "query");
+    auto v = layers::Input({7, 6}, at::kFloat, "value");
+    auto k = layers::Input({7, 3}, at::kFloat, "key");
+    auto mask = layers::Input({5, 7}, at::kFloat, "attention_mask");
     auto mha =
         L("MultiHeadAttention",
           {{"num_heads", 3}, {"key_dim", 4}, {"value_dim", 2}, {"output_shape", 5}, {"use_causal_mask", causal}});
-    auto model = std::make_shared<Functional>(KerasTensors{q, v, k, mask}, (*mha)(KerasTensors{q, v, k, mask}));
+    auto model = models::Functional(KerasTensors{q, v, k, mask}, (*mha)(KerasTensors{q, v, k, mask}));
     at::Tensor m = (at::rand({2, 5, 7}) > 0.3).to(at::kFloat);
     m.index_put_({0, 1}, 0.0);  // a fully masked query row
     expect_same_as_onnx_runtime(*model, {at::randn({2, 5, 8}), at::randn({2, 7, 6}), at::randn({2, 7, 3}), m},
@@ -572,13 +572,13 @@ TEST(OnnxExportLayers, MultiHeadAttentionMatchesOnnxRuntime) {
 TEST(OnnxExportLayers, NestedModelsMatchOnnxRuntime) {
   SKIP_WITHOUT_ONNX_RUNTIME();
   set_random_seed(26);
-  auto inner = std::make_shared<Sequential>();
-  inner->add(Input({6}));
+  auto inner = models::Sequential();
+  inner->add(layers::Input({6}));
   inner->add(L("Dense", {{"units", 5}, {"activation", "relu"}}));
-  auto a = Input({6}, at::kFloat, "a");
-  auto b = Input({6}, at::kFloat, "b");
+  auto a = layers::Input({6}, at::kFloat, "a");
+  auto b = layers::Input({6}, at::kFloat, "b");
   auto sub = (*L("Subtract"))(KerasTensors{(*inner)(a), (*inner)(b)});
-  auto model = std::make_shared<Functional>(KerasTensors{a, b}, (*L("Dense", {{"units", 2}}))(sub));
+  auto model = models::Functional(KerasTensors{a, b}, (*L("Dense", {{"units", 2}}))(sub));
   expect_same_as_onnx_runtime(*model, {at::randn({4, 6}), at::randn({4, 6})}, "a shared nested Sequential",
                               kLayerTolerance);
 }
@@ -588,7 +588,7 @@ TEST(OnnxExportLayers, NestedModelsMatchOnnxRuntime) {
 // Trains `m` (token ids of length `len` below `vocab` -> 3 classes, the class
 // read off one token) for two epochs, then compares it with ONNX Runtime on
 // new ids.
-void train_and_check(Model& m, int64_t vocab, int64_t len, const std::string& what) {
+void train_and_check(models::Model& m, int64_t vocab, int64_t len, const std::string& what) {
   m.compile("adam", "sparse_categorical_crossentropy");
   at::Tensor ids = at::randint(vocab, {64, len}, at::kLong);
   FitArgs fa;
@@ -604,8 +604,8 @@ void train_and_check(Model& m, int64_t vocab, int64_t len, const std::string& wh
 TEST(OnnxExportModels, LstmTextClassifierMatchesOnnxRuntime) {
   SKIP_WITHOUT_ONNX_RUNTIME();
   set_random_seed(27);
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({12}, at::kLong));
+  auto m = models::Sequential();
+  m->add(layers::Input({12}, at::kLong));
   m->add(L("Embedding", {{"input_dim", 50}, {"output_dim", 8}}));
   m->add(L("LSTM", {{"units", 16}}));
   m->add(L("Dense", {{"units", 3}, {"activation", "softmax"}}));
@@ -615,7 +615,7 @@ TEST(OnnxExportModels, LstmTextClassifierMatchesOnnxRuntime) {
 TEST(OnnxExportModels, TransformerEncoderMatchesOnnxRuntime) {
   SKIP_WITHOUT_ONNX_RUNTIME();
   set_random_seed(28);
-  auto ids = Input({10}, at::kLong, "tokens");
+  auto ids = layers::Input({10}, at::kLong, "tokens");
   auto x = (*L("Embedding", {{"input_dim", 40}, {"output_dim", 16}}))(ids);
   auto attn = (*L("MultiHeadAttention", {{"num_heads", 2}, {"key_dim", 8}}))(KerasTensors{x, x})[0];
   auto h = (*L("LayerNormalization"))((*L("Add"))(KerasTensors{x, attn}))[0];
@@ -624,7 +624,7 @@ TEST(OnnxExportModels, TransformerEncoderMatchesOnnxRuntime) {
   h = (*L("LayerNormalization"))((*L("Add"))(KerasTensors{h, ff}))[0];
   auto pooled = (*L("GlobalAveragePooling1D"))(h);
   auto y = (*L("Dense", {{"units", 3}, {"activation", "softmax"}}))(pooled);
-  auto m = std::make_shared<Functional>(KerasTensors{ids}, KerasTensors{y});
+  auto m = models::Functional(KerasTensors{ids}, KerasTensors{y});
   train_and_check(*m, 40, 10, "trained transformer encoder block");
 
   // Saved, then exported by the CLI from the model directory.
@@ -652,7 +652,7 @@ constexpr double kFloat16WeightsTolerance = 2e-3;
 // at most 0.55x the float32 one, stores every float initializer as float16,
 // and ONNX Runtime's outputs of it are within kFloat16WeightsTolerance of
 // kiln's on `x`.
-void check_float16_weights(Model& model, const Tensors& x, const std::string& what) {
+void check_float16_weights(models::Model& model, const Tensors& x, const std::string& what) {
   TempDir dir;
   export_onnx(model, dir.path() + "/f32.onnx");
   OnnxExportOptions o;
@@ -678,8 +678,8 @@ void check_float16_weights(Model& model, const Tensors& x, const std::string& wh
 TEST(OnnxExportFloat16Weights, TrainedMlpCnnAndTransformerMatchOnnxRuntimeAtHalfTheSize) {
   SKIP_WITHOUT_ONNX_RUNTIME();
   set_random_seed(31);
-  auto mlp = std::make_shared<Sequential>();
-  mlp->add(Input({64}));
+  auto mlp = models::Sequential();
+  mlp->add(layers::Input({64}));
   mlp->add(L("Dense", {{"units", 128}, {"activation", "relu"}}));
   mlp->add(L("Dropout", {{"rate", 0.2}}));
   mlp->add(L("Dense", {{"units", 64}, {"activation", "gelu"}}));
@@ -695,8 +695,8 @@ TEST(OnnxExportFloat16Weights, TrainedMlpCnnAndTransformerMatchOnnxRuntimeAtHalf
   mlp->fit(fa);
   check_float16_weights(*mlp, {at::randn({16, 64}) * 2}, "trained MLP");
 
-  auto cnn = std::make_shared<Sequential>();
-  cnn->add(Input({16, 16, 3}));
+  auto cnn = models::Sequential();
+  cnn->add(layers::Input({16, 16, 3}));
   cnn->add(L("Conv2D", {{"filters", 32}, {"kernel_size", 3}, {"padding", "same"}, {"activation", "relu"}}));
   auto bn = L("BatchNormalization");
   cnn->add(bn);
@@ -708,7 +708,7 @@ TEST(OnnxExportFloat16Weights, TrainedMlpCnnAndTransformerMatchOnnxRuntimeAtHalf
     v->assign(v->name() == "moving_variance" ? at::rand(v->value().sizes()) + 0.5 : at::randn(v->value().sizes()));
   check_float16_weights(*cnn, {at::randn({4, 16, 16, 3})}, "CNN");
 
-  auto ids = Input({10}, at::kLong, "tokens");
+  auto ids = layers::Input({10}, at::kLong, "tokens");
   auto e = (*L("Embedding", {{"input_dim", 1000}, {"output_dim", 32}}))(ids);
   auto attn = (*L("MultiHeadAttention", {{"num_heads", 2}, {"key_dim", 16}}))(KerasTensors{e, e})[0];
   auto h = (*L("LayerNormalization"))((*L("Add"))(KerasTensors{e, attn}))[0];
@@ -716,7 +716,7 @@ TEST(OnnxExportFloat16Weights, TrainedMlpCnnAndTransformerMatchOnnxRuntimeAtHalf
   auto pooled = (*L("GlobalAveragePooling1D"))((*L("Dense", {{"units", 32}}))(ff));
   auto lstm = (*L("LSTM", {{"units", 32}}))(h);
   auto y = (*L("Dense", {{"units", 3}, {"activation", "softmax"}}))((*L("Concatenate"))(KerasTensors{pooled, lstm}));
-  auto tm = std::make_shared<Functional>(KerasTensors{ids}, KerasTensors{y});
+  auto tm = models::Functional(KerasTensors{ids}, KerasTensors{y});
   tm->compile("adam", "sparse_categorical_crossentropy");
   at::Tensor tokens = at::randint(1000, {64, 10}, at::kLong);
   fa.x = {tokens};
@@ -727,8 +727,8 @@ TEST(OnnxExportFloat16Weights, TrainedMlpCnnAndTransformerMatchOnnxRuntimeAtHalf
 }
 
 TEST(OnnxExportFloat16Weights, OutOfRangeInitializerStaysFloat32AndBadValuesAreNamed) {
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({3}));
+  auto m = models::Sequential();
+  m->add(layers::Input({3}));
   m->add(L("Dense", {{"units", 2}}));
   m->add(L("Dense", {{"units", 2}}));
   m->layers()[0]->weights()[0]->assign(at::full({3, 2}, 1e5));  // beyond float16's 65504
@@ -761,7 +761,7 @@ TEST(OnnxExportFloat16Weights, OutOfRangeInitializerStaysFloat32AndBadValuesAreN
 
 // Exports `model` plain and optimized: the optimized graph has fewer nodes
 // and ONNX Runtime gives the same outputs, bit for bit.
-void check_optimized(Model& model, const Tensors& x, const std::string& what) {
+void check_optimized(models::Model& model, const Tensors& x, const std::string& what) {
   TempDir dir;
   OnnxExportOptions o;
   export_onnx(model, dir.path() + "/plain.onnx", o);
@@ -784,16 +784,16 @@ void check_optimized(Model& model, const Tensors& x, const std::string& what) {
 TEST(OnnxExportOptimize, DropsPassThroughNodesWithTheSameOutputs) {
   SKIP_WITHOUT_ONNX_RUNTIME();
   set_random_seed(32);
-  auto mlp = std::make_shared<Sequential>();
-  mlp->add(Input({12}));
+  auto mlp = models::Sequential();
+  mlp->add(layers::Input({12}));
   mlp->add(L("Dense", {{"units", 16}, {"activation", "relu"}}));
   mlp->add(L("Dropout", {{"rate", 0.3}}));
   mlp->add(L("GaussianNoise", {{"stddev", 0.1}}));
   mlp->add(L("Dense", {{"units", 5}, {"activation", "softmax"}}));
   check_optimized(*mlp, {at::randn({7, 12})}, "MLP with Dropout and GaussianNoise");
 
-  auto cnn = std::make_shared<Sequential>();
-  cnn->add(Input({8, 8, 3}));
+  auto cnn = models::Sequential();
+  cnn->add(layers::Input({8, 8, 3}));
   cnn->add(L("Conv2D", {{"filters", 4}, {"kernel_size", 3}, {"activation", "relu"}}));
   cnn->add(L("Reshape", {{"target_shape", Json::array({-1, 4})}}));
   cnn->add(L("Flatten"));
@@ -821,7 +821,7 @@ TEST(OnnxExportOptimize, DropsPassThroughNodesWithTheSameOutputs) {
 // --- Mixed precision and int8 ---------------------------------------------
 
 // How many nodes of `op` the exported graph has; for Cast, only those to `to`.
-int count_ops(Model& model, const std::string& op, int64_t to = -1) {
+int count_ops(models::Model& model, const std::string& op, int64_t to = -1) {
   kiln_onnx::ModelProto p;
   EXPECT_TRUE(p.ParseFromString(export_onnx_bytes(model)));
   int n = 0;
@@ -840,9 +840,10 @@ struct PolicyScope {
   ~PolicyScope() { set_dtype_policy("float32"); }
 };
 
-std::shared_ptr<Sequential> mlp(const Shape& input, const std::vector<std::string>& activations, int64_t units = 16) {
-  auto m = std::make_shared<Sequential>();
-  m->add(Input(input));
+std::shared_ptr<models::SequentialImpl> mlp(const Shape& input, const std::vector<std::string>& activations,
+                                            int64_t units = 16) {
+  auto m = models::Sequential();
+  m->add(layers::Input(input));
   for (size_t i = 0; i < activations.size(); ++i)
     m->add(
         L("Dense",
@@ -955,10 +956,10 @@ TEST(OnnxExportInt8, EmbeddingMatchesOnnxRuntime) {
   if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   ExactInt8Kernel exact;
   set_random_seed(13);
-  auto ids = Input({4}, at::kLong, "ids");
+  auto ids = layers::Input({4}, at::kLong, "ids");
   auto e = (*L("Embedding", {{"input_dim", 20}, {"output_dim", 6}}))(ids);
   auto f = (*L("Flatten"))(e);
-  auto model = std::make_shared<Functional>(KerasTensors{ids}, KerasTensors{(*L("Dense", {{"units", 3}}))(f)});
+  auto model = models::Functional(KerasTensors{ids}, KerasTensors{(*L("Dense", {{"units", 3}}))(f)});
   model->quantize("int8");
   EXPECT_EQ(model->layers()[1]->dtype_policy().quantization_mode(), "int8");
   EXPECT_EQ(count_ops(*model, "MatMulInteger"), 1);
@@ -976,7 +977,7 @@ TEST(OnnxExportMixedPrecision, Bfloat16MlpMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
   if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(14);
-  std::shared_ptr<Sequential> m;
+  std::shared_ptr<models::SequentialImpl> m;
   {
     PolicyScope p("mixed_bfloat16");
     m = mlp({32}, {"relu", "gelu", "silu", "tanh", "softmax"}, 32);
@@ -997,7 +998,7 @@ TEST(OnnxExportMixedPrecision, Bfloat16MlpMatchesOnnxRuntime) {
   EXPECT_LT(diff, float_diff);
 
   // Inputs of rank 3: kiln rounds the product, then adds the bias.
-  std::shared_ptr<Sequential> seq;
+  std::shared_ptr<models::SequentialImpl> seq;
   {
     PolicyScope p("mixed_bfloat16");
     seq = mlp({4, 32}, {"linear", "relu", "linear"}, 32);
@@ -1019,8 +1020,8 @@ TEST(OnnxExportMixedPrecision, Bfloat16CnnMatchesOnnxRuntime) {
   if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(17);
   PolicyScope p("mixed_bfloat16");
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({11, 10, 3}));
+  auto m = models::Sequential();
+  m->add(layers::Input({11, 10, 3}));
   m->add(L("Rescaling", {{"scale", 0.37}, {"offset", 0.1}}));  // two roundings in kiln
   m->add(
       L("Conv2D", {{"filters", 6}, {"kernel_size", 3}, {"strides", 2}, {"padding", "same"}, {"activation", "relu"}}));
@@ -1041,7 +1042,7 @@ TEST(OnnxExportMixedPrecision, Float16LinearMlpMatchesOnnxRuntime) {
   auto why = onnx_runtime_missing();
   if (!why.empty()) KILN_SKIP_OR_FAIL("ONNX Runtime check skipped: " << why);
   set_random_seed(16);
-  std::shared_ptr<Sequential> m;
+  std::shared_ptr<models::SequentialImpl> m;
   {
     // Linear layers only: LibTorch 1.13 has no float16 relu on CPU.
     PolicyScope p("mixed_float16");

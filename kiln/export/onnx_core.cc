@@ -187,7 +187,7 @@ std::vector<std::string> export_masking(LayerCall& c) {
 }
 
 std::vector<std::string> export_model(LayerCall& c) {
-  auto* m = dynamic_cast<Model*>(&c.layer);
+  auto* m = dynamic_cast<models::Model*>(&c.layer);
   if (!m) c.refuse("is not a kiln model");
   return c.e.emit_model(*m, c.in);
 }

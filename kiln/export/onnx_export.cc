@@ -230,7 +230,7 @@ void OnnxExportOptions::validate() const {
         std::to_string(opset));
 }
 
-std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options) {
+std::string export_onnx_bytes(models::Model& model, const OnnxExportOptions& options) {
   options.validate();
   if (!model.built()) throw StateError("export_onnx: the model is not built; call it on data or give it an Input");
   kiln_onnx::ModelProto proto;
@@ -296,7 +296,7 @@ std::string onnx_conformance_table() {
   return t;
 }
 
-void export_onnx(Model& model, const std::string& path, const OnnxExportOptions& options) {
+void export_onnx(models::Model& model, const std::string& path, const OnnxExportOptions& options) {
   atomic_write_file(path, export_onnx_bytes(model, options));
 }
 

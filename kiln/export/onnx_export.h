@@ -72,8 +72,8 @@ struct OnnxExportOptions {
 };
 
 // The serialized ModelProto.
-std::string export_onnx_bytes(Model& model, const OnnxExportOptions& options = {});
-void export_onnx(Model& model, const std::string& path, const OnnxExportOptions& options = {});
+std::string export_onnx_bytes(models::Model& model, const OnnxExportOptions& options = {});
+void export_onnx(models::Model& model, const std::string& path, const OnnxExportOptions& options = {});
 
 // The conformance of the layer registry: one entry per registered layer
 // class (LayerRegistry::names()), sorted by name. `exported`: the class has

@@ -124,8 +124,8 @@ std::vector<std::string> LayerEmitter::emit(Layer& layer, const std::vector<std:
   return out;
 }
 
-std::vector<std::string> LayerEmitter::emit_model(Model& model, const std::vector<std::string>& in) {
-  if (auto* f = dynamic_cast<Functional*>(&model)) return emit_functional(*f, in);
+std::vector<std::string> LayerEmitter::emit_model(models::Model& model, const std::vector<std::string>& in) {
+  if (auto* f = dynamic_cast<models::FunctionalImpl*>(&model)) return emit_functional(*f, in);
   std::string x = in.at(0);
   for (auto& layer : model.layers()) {
     if (layer->class_name() == "InputLayer") continue;
@@ -235,7 +235,7 @@ const std::set<std::string>& LayerEmitter::exporters_that_consume_masks() {
   return s;
 }
 
-std::vector<std::string> LayerEmitter::emit_functional(Functional& f, const std::vector<std::string>& in) {
+std::vector<std::string> LayerEmitter::emit_functional(models::FunctionalImpl& f, const std::vector<std::string>& in) {
   // Walk the config's graph: tensors are "<layer>:<node>:<index>".
   Json cfg = f.get_config();
   auto key = [](const Json& ref) {

@@ -231,7 +231,7 @@ class LayerEmitter {
 
   // The ops of a whole Sequential or Functional model applied to `in` (graph
   // inputs at the top level, values of the outer graph when nested).
-  std::vector<std::string> emit_model(Model& model, const std::vector<std::string>& in);
+  std::vector<std::string> emit_model(models::Model& model, const std::vector<std::string>& in);
 
   // `compute`: the dtype kiln applies the activation in; the result is rounded
   // to it by the caller.
@@ -256,7 +256,7 @@ class LayerEmitter {
   // Layers whose kiln implementation uses the input's mask.
   static const std::set<std::string>& exporters_that_consume_masks();
 
-  std::vector<std::string> emit_functional(Functional& f, const std::vector<std::string>& in);
+  std::vector<std::string> emit_functional(models::FunctionalImpl& f, const std::vector<std::string>& in);
 
   // Refuses precisions whose numerics the graph would not reproduce; true
   // for a layer exported as int8.

@@ -21,7 +21,7 @@ std::vector<std::string> export_rescaling(LayerCall& c) {
 }
 
 std::vector<std::string> export_normalization(LayerCall& c) {
-  auto* n = dynamic_cast<Normalization*>(&c.layer);
+  auto* n = dynamic_cast<layers::NormalizationImpl*>(&c.layer);
   if (!n) c.refuse("is not kiln's Normalization");
   at::Tensor m = n->mean().to(at::kFloat), v = n->variance().to(at::kFloat);
   at::Tensor sd = at::clamp_min(at::sqrt(v), 1e-7);

@@ -30,8 +30,8 @@ IntOrList act_int_or_list(ConfigReader& r, const char* key, const Json& j) {
 namespace {
 bool non_negative(double v) { return v >= 0; }
 
-const FieldTable<ReLUOptions>& relu_fields() {
-  using O = ReLUOptions;
+const FieldTable<layers::ReLUOptions>& relu_fields() {
+  using O = layers::ReLUOptions;
   static const FieldTable<O> t = {
       field("max_value", &O::max_value).where(non_negative, "a non-negative number or null"),
       field("negative_slope", &O::negative_slope).where(non_negative, "a non-negative number"),
@@ -40,8 +40,8 @@ const FieldTable<ReLUOptions>& relu_fields() {
 }
 
 // `alpha`, Keras 2's name of negative_slope, is read as it and never written.
-const FieldTable<LeakyReLUOptions>& leaky_relu_fields() {
-  using O = LeakyReLUOptions;
+const FieldTable<layers::LeakyReLUOptions>& leaky_relu_fields() {
+  using O = layers::LeakyReLUOptions;
   static const FieldTable<O> t = [] {
     FieldDef<O> slope = field("negative_slope", &O::negative_slope).where(non_negative, "a non-negative number");
     slope.read = [](ConfigReader& r, O& o) {
@@ -59,19 +59,22 @@ const FieldTable<LeakyReLUOptions>& leaky_relu_fields() {
 }
 }  // namespace
 
-ReLUOptions ReLU::options_from_config(const Json& config) { return read_fields(config, "ReLU", relu_fields()); }
+layers::ReLUOptions layers::ReLUImpl::options_from_config(const Json& config) {
+  return read_fields(config, "ReLU", relu_fields());
+}
 
-ReLU::ReLU(const ReLUOptions& o) : ReLU(o, layer_base_config(o.base)) {}
+layers::ReLUImpl::ReLUImpl(const layers::ReLUOptions& o) : layers::ReLUImpl(o, layer_base_config(o.base)) {}
 
-ReLU::ReLU(const Json& config) : ReLU(options_from_config(config), config) {}
+layers::ReLUImpl::ReLUImpl(const Json& config) : layers::ReLUImpl(options_from_config(config), config) {}
 
-ReLU::ReLU(const ReLUOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+layers::ReLUImpl::ReLUImpl(const layers::ReLUOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
   check_fields("ReLU", options_, relu_fields());
 }
 
-at::Tensor ReLU::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::ReLUImpl::call1(const at::Tensor& x, bool training) {
   // Keras 3's activations.relu, term by term.
-  const ReLUOptions& o = options_;
+  const layers::ReLUOptions& o = options_;
   if (o.negative_slope != 0.0 && !o.max_value && o.threshold == 0.0) return at::leaky_relu(x, o.negative_slope);
   at::Tensor y = o.threshold != 0.0 ? x * at::gt(x, o.threshold).to(x.scalar_type()) : at::relu(x);
   if (o.max_value) y = at::clamp(y, 0.0, *o.max_value);
@@ -79,43 +82,51 @@ at::Tensor ReLU::call1(const at::Tensor& x, bool training) {
   return y;
 }
 
-std::vector<Shape> ReLU::compute_output_shape(const std::vector<Shape>& s) { return act_same_shapes(*this, s); }
+std::vector<Shape> layers::ReLUImpl::compute_output_shape(const std::vector<Shape>& s) {
+  return act_same_shapes(*this, s);
+}
 
-Json ReLU::get_config() const {
+Json layers::ReLUImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, relu_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(ReLU);
+KILN_REGISTER_LAYER_AS(ReLU, layers::ReLUImpl);
 
 // --- LeakyReLU ------------------------------------------------------------------
-LeakyReLUOptions LeakyReLU::options_from_config(const Json& config) {
+layers::LeakyReLUOptions layers::LeakyReLUImpl::options_from_config(const Json& config) {
   return read_fields(config, "LeakyReLU", leaky_relu_fields());
 }
 
-LeakyReLU::LeakyReLU(const LeakyReLUOptions& o) : LeakyReLU(o, layer_base_config(o.base)) {}
+layers::LeakyReLUImpl::LeakyReLUImpl(const layers::LeakyReLUOptions& o)
+    : layers::LeakyReLUImpl(o, layer_base_config(o.base)) {}
 
-LeakyReLU::LeakyReLU(const Json& config) : LeakyReLU(options_from_config(config), config) {}
+layers::LeakyReLUImpl::LeakyReLUImpl(const Json& config) : layers::LeakyReLUImpl(options_from_config(config), config) {}
 
-LeakyReLU::LeakyReLU(const LeakyReLUOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+layers::LeakyReLUImpl::LeakyReLUImpl(const layers::LeakyReLUOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
   check_fields("LeakyReLU", options_, leaky_relu_fields());
 }
 
-LeakyReLU::LeakyReLU(double negative_slope, const Json& extra)
-    : LeakyReLU(merged_config(extra, Json{{"negative_slope", negative_slope}})) {}
+layers::LeakyReLUImpl::LeakyReLUImpl(double negative_slope, const Json& extra)
+    : layers::LeakyReLUImpl(merged_config(extra, Json{{"negative_slope", negative_slope}})) {}
 
-at::Tensor LeakyReLU::call1(const at::Tensor& x, bool training) { return at::leaky_relu(x, options_.negative_slope); }
+at::Tensor layers::LeakyReLUImpl::call1(const at::Tensor& x, bool training) {
+  return at::leaky_relu(x, options_.negative_slope);
+}
 
-std::vector<Shape> LeakyReLU::compute_output_shape(const std::vector<Shape>& s) { return act_same_shapes(*this, s); }
+std::vector<Shape> layers::LeakyReLUImpl::compute_output_shape(const std::vector<Shape>& s) {
+  return act_same_shapes(*this, s);
+}
 
-Json LeakyReLU::get_config() const {
+Json layers::LeakyReLUImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, leaky_relu_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(LeakyReLU);
+KILN_REGISTER_LAYER_AS(LeakyReLU, layers::LeakyReLUImpl);
 
 // --- PReLU -------------------------------------------------------------------------
 namespace {
@@ -132,8 +143,8 @@ std::vector<int64_t> prelu_shared_axes(const std::string& owner, const IntOrList
   return axes;
 }
 
-const FieldTable<PReLUOptions>& prelu_fields() {
-  using O = PReLUOptions;
+const FieldTable<layers::PReLUOptions>& prelu_fields() {
+  using O = layers::PReLUOptions;
   const char* const shared_axes = "shared_axes";
   static const FieldTable<O> t = {
       field("alpha_initializer", &O::alpha_initializer), field("alpha_regularizer", &O::alpha_regularizer),
@@ -155,18 +166,21 @@ const FieldTable<PReLUOptions>& prelu_fields() {
 }
 }  // namespace
 
-PReLUOptions PReLU::options_from_config(const Json& config) { return read_fields(config, "PReLU", prelu_fields()); }
+layers::PReLUOptions layers::PReLUImpl::options_from_config(const Json& config) {
+  return read_fields(config, "PReLU", prelu_fields());
+}
 
-PReLU::PReLU(const PReLUOptions& o) : PReLU(o, layer_base_config(o.base)) {}
+layers::PReLUImpl::PReLUImpl(const layers::PReLUOptions& o) : layers::PReLUImpl(o, layer_base_config(o.base)) {}
 
-PReLU::PReLU(const Json& config) : PReLU(options_from_config(config), config) {}
+layers::PReLUImpl::PReLUImpl(const Json& config) : layers::PReLUImpl(options_from_config(config), config) {}
 
-PReLU::PReLU(const PReLUOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+layers::PReLUImpl::PReLUImpl(const layers::PReLUOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
   check_fields("PReLU", options_, prelu_fields());
   if (options_.shared_axes) shared_axes_ = prelu_shared_axes("PReLU", *options_.shared_axes);
 }
 
-void PReLU::build(const std::vector<Shape>& input_shapes) {
+void layers::PReLUImpl::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   Shape alpha_shape(s.begin() + 1, s.end());
   for (auto a : shared_axes_) {
@@ -182,45 +196,48 @@ void PReLU::build(const std::vector<Shape>& input_shapes) {
   alpha_ = add_weight("alpha", alpha_shape, options_.alpha_initializer.resolved(), true, options_.alpha_regularizer);
 }
 
-at::Tensor PReLU::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::PReLUImpl::call1(const at::Tensor& x, bool training) {
   // Keras: relu(x) - alpha * relu(-x).
   return at::relu(x) - value(alpha_) * at::relu(-x);
 }
 
-std::vector<Shape> PReLU::compute_output_shape(const std::vector<Shape>& s) { return act_same_shapes(*this, s); }
+std::vector<Shape> layers::PReLUImpl::compute_output_shape(const std::vector<Shape>& s) {
+  return act_same_shapes(*this, s);
+}
 
-Json PReLU::get_config() const {
+Json layers::PReLUImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, prelu_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(PReLU);
+KILN_REGISTER_LAYER_AS(PReLU, layers::PReLUImpl);
 
 // --- Softmax -----------------------------------------------------------------------
 namespace {
-const FieldTable<SoftmaxOptions>& softmax_fields() {
-  static const FieldTable<SoftmaxOptions> t = {
-      field("axis", &SoftmaxOptions::axis).described("an integer or a non-empty list of integers")};
+const FieldTable<layers::SoftmaxOptions>& softmax_fields() {
+  static const FieldTable<layers::SoftmaxOptions> t = {
+      field("axis", &layers::SoftmaxOptions::axis).described("an integer or a non-empty list of integers")};
   return t;
 }
 }  // namespace
 
-SoftmaxOptions Softmax::options_from_config(const Json& config) {
+layers::SoftmaxOptions layers::SoftmaxImpl::options_from_config(const Json& config) {
   return read_fields(config, "Softmax", softmax_fields());
 }
 
-Softmax::Softmax(const SoftmaxOptions& o) : Softmax(o, layer_base_config(o.base)) {}
+layers::SoftmaxImpl::SoftmaxImpl(const layers::SoftmaxOptions& o) : layers::SoftmaxImpl(o, layer_base_config(o.base)) {}
 
-Softmax::Softmax(const Json& config) : Softmax(options_from_config(config), config) {}
+layers::SoftmaxImpl::SoftmaxImpl(const Json& config) : layers::SoftmaxImpl(options_from_config(config), config) {}
 
-Softmax::Softmax(const SoftmaxOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+layers::SoftmaxImpl::SoftmaxImpl(const layers::SoftmaxOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
   check_fields("Softmax", options_, softmax_fields());
   const auto* one = std::get_if<int64_t>(&options_.axis);
   axes_ = one ? std::vector<int64_t>{*one} : std::get<std::vector<int64_t>>(options_.axis);
 }
 
-at::Tensor Softmax::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::SoftmaxImpl::call1(const at::Tensor& x, bool training) {
   std::vector<int64_t> dims;
   for (auto a : axes_) {
     int64_t d = a < 0 ? a + x.dim() : a;
@@ -233,14 +250,16 @@ at::Tensor Softmax::call1(const at::Tensor& x, bool training) {
   return at::exp(x - at::logsumexp(x, dims, /*keepdim=*/true));
 }
 
-std::vector<Shape> Softmax::compute_output_shape(const std::vector<Shape>& s) { return act_same_shapes(*this, s); }
+std::vector<Shape> layers::SoftmaxImpl::compute_output_shape(const std::vector<Shape>& s) {
+  return act_same_shapes(*this, s);
+}
 
-Json Softmax::get_config() const {
+Json layers::SoftmaxImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, softmax_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(Softmax);
+KILN_REGISTER_LAYER_AS(Softmax, layers::SoftmaxImpl);
 
 }  // namespace kiln

@@ -25,10 +25,13 @@
 #include <variant>
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 #include "kiln/layers/regularizers.h"
 
 namespace kiln {
+
+namespace layers {
 
 struct ReLUOptions {
   std::optional<double> max_value;  // unset: no cap; >= 0
@@ -56,26 +59,27 @@ struct SoftmaxOptions {
   LayerOptions base;
 };
 
-class ReLU : public SimpleLayer {
+class ReLUImpl : public SimpleLayer {
  public:
-  explicit ReLU(const ReLUOptions& options);
-  explicit ReLU(const Json& config = Json::object());
+  explicit ReLUImpl(const ReLUOptions& options);
+  explicit ReLUImpl(const Json& config = Json::object());
   std::string class_name() const override { return "ReLU"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
 
  private:
-  ReLU(const ReLUOptions& options, const Json& base_config);
+  ReLUImpl(const ReLUOptions& options, const Json& base_config);
   static ReLUOptions options_from_config(const Json& config);
   ReLUOptions options_;  // checked: the layer's config
 };
+KILN_LAYER_HOLDER(ReLU, ReLUOptions);
 
-class LeakyReLU : public SimpleLayer {
+class LeakyReLUImpl : public SimpleLayer {
  public:
-  explicit LeakyReLU(const LeakyReLUOptions& options);
-  explicit LeakyReLU(const Json& config = Json::object());
-  explicit LeakyReLU(double negative_slope, const Json& extra = Json::object());
+  explicit LeakyReLUImpl(const LeakyReLUOptions& options);
+  explicit LeakyReLUImpl(const Json& config = Json::object());
+  explicit LeakyReLUImpl(double negative_slope, const Json& extra = Json::object());
   std::string class_name() const override { return "LeakyReLU"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
@@ -83,15 +87,16 @@ class LeakyReLU : public SimpleLayer {
   double negative_slope() const { return options_.negative_slope; }
 
  private:
-  LeakyReLU(const LeakyReLUOptions& options, const Json& base_config);
+  LeakyReLUImpl(const LeakyReLUOptions& options, const Json& base_config);
   static LeakyReLUOptions options_from_config(const Json& config);
   LeakyReLUOptions options_;  // checked: the layer's config
 };
+KILN_LAYER_HOLDER(LeakyReLU, LeakyReLUOptions);
 
-class PReLU : public SimpleLayer {
+class PReLUImpl : public SimpleLayer {
  public:
-  explicit PReLU(const PReLUOptions& options);
-  explicit PReLU(const Json& config = Json::object());
+  explicit PReLUImpl(const PReLUOptions& options);
+  explicit PReLUImpl(const Json& config = Json::object());
   std::string class_name() const override { return "PReLU"; }
   void build(const std::vector<Shape>& input_shapes) override;
   at::Tensor call1(const at::Tensor& x, bool training) override;
@@ -100,27 +105,34 @@ class PReLU : public SimpleLayer {
   const VariablePtr& alpha() const { return alpha_; }
 
  private:
-  PReLU(const PReLUOptions& options, const Json& base_config);
+  PReLUImpl(const PReLUOptions& options, const Json& base_config);
   static PReLUOptions options_from_config(const Json& config);
   PReLUOptions options_;              // checked: the layer's config
   std::vector<int64_t> shared_axes_;  // options_.shared_axes as a list (1-based)
   VariablePtr alpha_;
 };
+KILN_LAYER_HOLDER(PReLU, PReLUOptions);
 
-class Softmax : public SimpleLayer {
+class SoftmaxImpl : public SimpleLayer {
  public:
-  explicit Softmax(const SoftmaxOptions& options);
-  explicit Softmax(const Json& config = Json::object());
+  explicit SoftmaxImpl(const SoftmaxOptions& options);
+  explicit SoftmaxImpl(const Json& config = Json::object());
   std::string class_name() const override { return "Softmax"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
 
  private:
-  Softmax(const SoftmaxOptions& options, const Json& base_config);
+  SoftmaxImpl(const SoftmaxOptions& options, const Json& base_config);
   static SoftmaxOptions options_from_config(const Json& config);
   SoftmaxOptions options_;     // checked: the layer's config
   std::vector<int64_t> axes_;  // options_.axis as a list
 };
+KILN_LAYER_HOLDER(Softmax, SoftmaxOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_ACTIVATION_LAYERS_H
+#include "kiln/layers/legacy_names.h"

@@ -53,42 +53,45 @@ ActivationFn get_activation(const std::string& name) {
 }
 
 namespace {
-const FieldTable<ActivationOptions>& activation_fields() {
-  static const FieldTable<ActivationOptions> t = {
-      field("activation", &ActivationOptions::activation).activation().required("e.g. \"relu\"")};
+const FieldTable<layers::ActivationOptions>& activation_fields() {
+  static const FieldTable<layers::ActivationOptions> t = {
+      field("activation", &layers::ActivationOptions::activation).activation().required("e.g. \"relu\"")};
   return t;
 }
 }  // namespace
 
-ActivationOptions Activation::options_from_config(const Json& config) {
+layers::ActivationOptions layers::ActivationImpl::options_from_config(const Json& config) {
   return read_fields(config, "Activation", activation_fields());
 }
 
-Activation::Activation(const ActivationOptions& o) : Activation(o, layer_base_config(o.base)) {}
+layers::ActivationImpl::ActivationImpl(const layers::ActivationOptions& o)
+    : layers::ActivationImpl(o, layer_base_config(o.base)) {}
 
-Activation::Activation(const Json& config) : Activation(options_from_config(config), config) {}
+layers::ActivationImpl::ActivationImpl(const Json& config)
+    : layers::ActivationImpl(options_from_config(config), config) {}
 
-Activation::Activation(const ActivationOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+layers::ActivationImpl::ActivationImpl(const layers::ActivationOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
   check_fields("Activation", options_, activation_fields());
   fn_ = get_activation(options_.activation);
 }
 
-Activation::Activation(const std::string& activation, const Json& extra)
-    : Activation(merged_config(extra, Json{{"activation", activation}})) {}
+layers::ActivationImpl::ActivationImpl(const std::string& activation, const Json& extra)
+    : layers::ActivationImpl(merged_config(extra, Json{{"activation", activation}})) {}
 
-std::vector<Shape> Activation::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::ActivationImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   return input_shapes;
 }
 
-at::Tensor Activation::call1(const at::Tensor& x, bool training) { return fn_(x); }
+at::Tensor layers::ActivationImpl::call1(const at::Tensor& x, bool training) { return fn_(x); }
 
-Json Activation::get_config() const {
+Json layers::ActivationImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, activation_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(Activation);
+KILN_REGISTER_LAYER_AS(Activation, layers::ActivationImpl);
 
 }  // namespace kiln

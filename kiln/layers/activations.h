@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 
 namespace kiln {
@@ -31,19 +32,21 @@ ActivationFn get_activation(const std::string& name);
 bool is_activation(const std::string& name);
 std::vector<std::string> activation_names();
 
+namespace layers {
+
 struct ActivationOptions {
   std::string activation;  // required: a known name
   LayerOptions base;
 };
 
 // Keras's Activation layer. Config: {"activation": "relu"}.
-class Activation : public SimpleLayer {
+class ActivationImpl : public SimpleLayer {
  public:
-  explicit Activation(const ActivationOptions& options);
-  explicit Activation(const Json& config);
-  explicit Activation(const std::string& activation, const Json& extra = Json::object());
-  explicit Activation(const char* activation, const Json& extra = Json::object())
-      : Activation(std::string(activation), extra) {}
+  explicit ActivationImpl(const ActivationOptions& options);
+  explicit ActivationImpl(const Json& config);
+  explicit ActivationImpl(const std::string& activation, const Json& extra = Json::object());
+  explicit ActivationImpl(const char* activation, const Json& extra = Json::object())
+      : ActivationImpl(std::string(activation), extra) {}
   // The config's keys as options; ValueError for an unknown key or a bad value.
   static ActivationOptions options_from_config(const Json& config);
 
@@ -55,9 +58,15 @@ class Activation : public SimpleLayer {
   const std::string& activation() const { return options_.activation; }
 
  private:
-  Activation(const ActivationOptions& options, const Json& base_config);
+  ActivationImpl(const ActivationOptions& options, const Json& base_config);
   ActivationOptions options_;  // checked: the layer's config
   ActivationFn fn_;
 };
+KILN_LAYER_HOLDER(Activation, ActivationOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_ACTIVATIONS_H
+#include "kiln/layers/legacy_names.h"

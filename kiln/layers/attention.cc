@@ -10,8 +10,8 @@ namespace kiln {
 namespace {
 const char* const kOutputShapeExpected = "null, a positive integer or a list of positive integers";
 
-const FieldTable<MultiHeadAttentionOptions>& attention_fields() {
-  using O = MultiHeadAttentionOptions;
+const FieldTable<layers::MultiHeadAttentionOptions>& attention_fields() {
+  using O = layers::MultiHeadAttentionOptions;
   const char* const value_dim = "value_dim";
   const char* const output_shape = "output_shape";
   const char* const attention_axes = "attention_axes";
@@ -69,16 +69,18 @@ const FieldTable<MultiHeadAttentionOptions>& attention_fields() {
 }
 }  // namespace
 
-MultiHeadAttentionOptions MultiHeadAttention::options_from_config(const Json& config) {
+layers::MultiHeadAttentionOptions layers::MultiHeadAttentionImpl::options_from_config(const Json& config) {
   return read_fields(config, "MultiHeadAttention", attention_fields());
 }
 
-MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o)
-    : MultiHeadAttention(o, layer_base_config(o.base)) {}
+layers::MultiHeadAttentionImpl::MultiHeadAttentionImpl(const layers::MultiHeadAttentionOptions& o)
+    : layers::MultiHeadAttentionImpl(o, layer_base_config(o.base)) {}
 
-MultiHeadAttention::MultiHeadAttention(const Json& config) : MultiHeadAttention(options_from_config(config), config) {}
+layers::MultiHeadAttentionImpl::MultiHeadAttentionImpl(const Json& config)
+    : layers::MultiHeadAttentionImpl(options_from_config(config), config) {}
 
-MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o, const Json& base_config)
+layers::MultiHeadAttentionImpl::MultiHeadAttentionImpl(const layers::MultiHeadAttentionOptions& o,
+                                                       const Json& base_config)
     : Layer(base_config), options_(o) {
   check_fields("MultiHeadAttention", options_, attention_fields());
   if (options_.output_shape) {
@@ -87,12 +89,12 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o, const
   }
 }
 
-MultiHeadAttention::MultiHeadAttention(int64_t num_heads, int64_t key_dim, const Json& extra)
-    : MultiHeadAttention(merged_config(extra, Json{{"num_heads", num_heads}, {"key_dim", key_dim}})) {}
+layers::MultiHeadAttentionImpl::MultiHeadAttentionImpl(int64_t num_heads, int64_t key_dim, const Json& extra)
+    : layers::MultiHeadAttentionImpl(merged_config(extra, Json{{"num_heads", num_heads}, {"key_dim", key_dim}})) {}
 
-std::shared_ptr<EinsumDense> MultiHeadAttention::make_dense(const std::string& name, const std::string& equation,
-                                                            const Shape& output_shape,
-                                                            const std::string& bias_axes) const {
+std::shared_ptr<layers::EinsumDenseImpl> layers::MultiHeadAttentionImpl::make_dense(
+    const std::string& name, const std::string& equation, const Shape& output_shape,
+    const std::string& bias_axes) const {
   Json c;
   c["name"] = name;
   c["trainable"] = trainable();
@@ -104,10 +106,10 @@ std::shared_ptr<EinsumDense> MultiHeadAttention::make_dense(const std::string& n
   c["bias_initializer"] = options_.bias_initializer.resolved()->to_json();
   c["kernel_regularizer"] = regularizer_json(options_.kernel_regularizer);
   c["bias_regularizer"] = regularizer_json(options_.bias_regularizer);
-  return std::make_shared<EinsumDense>(c);
+  return layers::EinsumDense(c);
 }
 
-void MultiHeadAttention::check_inputs(const std::vector<Shape>& all) const {
+void layers::MultiHeadAttentionImpl::check_inputs(const std::vector<Shape>& all) const {
   if (all.size() < 2 || all.size() > 4)
     throw ValueError("MultiHeadAttention '" + name() +
                      "' takes [query, value], [query, value, key] or [query, value, key, attention_mask]. "
@@ -137,8 +139,9 @@ void MultiHeadAttention::check_inputs(const std::vector<Shape>& all) const {
   }
 }
 
-at::Tensor MultiHeadAttention::combined_mask(const at::Tensor& attention_mask, bool use_causal_mask, int64_t query_len,
-                                             int64_t key_len, const at::Device& device) const {
+at::Tensor layers::MultiHeadAttentionImpl::combined_mask(const at::Tensor& attention_mask, bool use_causal_mask,
+                                                         int64_t query_len, int64_t key_len,
+                                                         const at::Device& device) const {
   at::Tensor mask;  // (B or 1, T, S) bool, true = attend
   if (attention_mask.defined()) {
     if (attention_mask.dim() != 3 || attention_mask.size(1) != query_len || attention_mask.size(2) != key_len)
@@ -156,7 +159,7 @@ at::Tensor MultiHeadAttention::combined_mask(const at::Tensor& attention_mask, b
   return mask;
 }
 
-void MultiHeadAttention::build(const std::vector<Shape>& input_shapes) {
+void layers::MultiHeadAttentionImpl::build(const std::vector<Shape>& input_shapes) {
   check_inputs(input_shapes);
   const Shape& q = input_shapes[0];
   const Shape& v = input_shapes[1];
@@ -187,20 +190,20 @@ void MultiHeadAttention::build(const std::vector<Shape>& input_shapes) {
       if (ShardedKernel* s = sharded_kernel(d->kernel_impl_ptr())) s->keep_output_sharded(false);
 }
 
-std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(const Tensors& inputs, bool training) {
+std::pair<at::Tensor, at::Tensor> layers::MultiHeadAttentionImpl::attention_with_scores(const Tensors& inputs,
+                                                                                        bool training) {
   return attention_with_scores(inputs, training, inputs.size() > 3 ? inputs[3] : at::Tensor(),
                                options_.use_causal_mask);
 }
 
-std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attention_with_scores(const Tensors& all_inputs, bool training,
-                                                                            const at::Tensor& attention_mask,
-                                                                            bool use_causal_mask) {
+std::pair<at::Tensor, at::Tensor> layers::MultiHeadAttentionImpl::attention_with_scores(
+    const Tensors& all_inputs, bool training, const at::Tensor& attention_mask, bool use_causal_mask) {
   return attend(all_inputs, training, attention_mask, use_causal_mask, /*want_scores=*/true);
 }
 
-std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attend(const Tensors& all_inputs, bool training,
-                                                             const at::Tensor& attention_mask, bool use_causal_mask,
-                                                             bool want_scores) {
+std::pair<at::Tensor, at::Tensor> layers::MultiHeadAttentionImpl::attend(const Tensors& all_inputs, bool training,
+                                                                         const at::Tensor& attention_mask,
+                                                                         bool use_causal_mask, bool want_scores) {
   const Tensors inputs(all_inputs.begin(), all_inputs.begin() + std::min<size_t>(all_inputs.size(), 3));
   std::vector<Shape> shapes;
   for (auto& t : inputs) shapes.push_back(sizes_of(t));
@@ -253,13 +256,13 @@ std::pair<at::Tensor, at::Tensor> MultiHeadAttention::attend(const Tensors& all_
   return {out, scores};
 }
 
-Tensors MultiHeadAttention::call(const Tensors& inputs, bool training) {
+Tensors layers::MultiHeadAttentionImpl::call(const Tensors& inputs, bool training) {
   return {attend(inputs, training, inputs.size() > 3 ? inputs[3] : at::Tensor(), options_.use_causal_mask,
                  /*want_scores=*/false)
               .first};
 }
 
-std::vector<Shape> MultiHeadAttention::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::MultiHeadAttentionImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   check_inputs(input_shapes);
   build_if_needed(input_shapes);
   Shape out = {input_shapes[0][0], input_shapes[0][1]};
@@ -267,12 +270,12 @@ std::vector<Shape> MultiHeadAttention::compute_output_shape(const std::vector<Sh
   return {out};
 }
 
-Json MultiHeadAttention::get_config() const {
+Json layers::MultiHeadAttentionImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, attention_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(MultiHeadAttention);
+KILN_REGISTER_LAYER_AS(MultiHeadAttention, layers::MultiHeadAttentionImpl);
 
 }  // namespace kiln

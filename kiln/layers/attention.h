@@ -34,12 +34,15 @@
 #include <optional>
 #include <variant>
 #include "kiln/layers/einsum_dense.h"
+#include "kiln/layers/layer_holder.h"
 
 #include "kiln/layers/layer.h"
 #include "kiln/layers/layer_options.h"
 #include "kiln/layers/regularizers.h"
 
 namespace kiln {
+
+namespace layers {
 
 struct MultiHeadAttentionOptions {
   int64_t num_heads = 0;             // required, > 0
@@ -57,11 +60,11 @@ struct MultiHeadAttentionOptions {
   LayerOptions base;
 };
 
-class MultiHeadAttention : public Layer {
+class MultiHeadAttentionImpl : public Layer {
  public:
-  explicit MultiHeadAttention(const MultiHeadAttentionOptions& options);
-  explicit MultiHeadAttention(const Json& config);
-  MultiHeadAttention(int64_t num_heads, int64_t key_dim, const Json& extra = Json::object());
+  explicit MultiHeadAttentionImpl(const MultiHeadAttentionOptions& options);
+  explicit MultiHeadAttentionImpl(const Json& config);
+  MultiHeadAttentionImpl(int64_t num_heads, int64_t key_dim, const Json& extra = Json::object());
 
   std::string class_name() const override { return "MultiHeadAttention"; }
   // input_shapes: {query, value} or {query, value, key}.
@@ -80,18 +83,18 @@ class MultiHeadAttention : public Layer {
   int64_t num_heads() const { return options_.num_heads; }
   int64_t key_dim() const { return options_.key_dim; }
   int64_t value_dim() const { return *options_.value_dim; }
-  const std::shared_ptr<EinsumDense>& query_dense() const { return query_; }
-  const std::shared_ptr<EinsumDense>& key_dense() const { return key_; }
-  const std::shared_ptr<EinsumDense>& value_dense() const { return value_; }
-  const std::shared_ptr<EinsumDense>& output_dense() const { return output_; }
+  const std::shared_ptr<EinsumDenseImpl>& query_dense() const { return query_; }
+  const std::shared_ptr<EinsumDenseImpl>& key_dense() const { return key_; }
+  const std::shared_ptr<EinsumDenseImpl>& value_dense() const { return value_; }
+  const std::shared_ptr<EinsumDenseImpl>& output_dense() const { return output_; }
   // The config's keys as options; ValueError for an unknown key or a bad value.
   static MultiHeadAttentionOptions options_from_config(const Json& config);
 
  private:
-  MultiHeadAttention(const MultiHeadAttentionOptions& options, const Json& base_config);
+  MultiHeadAttentionImpl(const MultiHeadAttentionOptions& options, const Json& base_config);
 
-  std::shared_ptr<EinsumDense> make_dense(const std::string& name, const std::string& equation,
-                                          const Shape& output_shape, const std::string& bias_axes) const;
+  std::shared_ptr<EinsumDenseImpl> make_dense(const std::string& name, const std::string& equation,
+                                              const Shape& output_shape, const std::string& bias_axes) const;
   void check_inputs(const std::vector<Shape>& shapes) const;
   at::Tensor combined_mask(const at::Tensor& attention_mask, bool use_causal_mask, int64_t query_len, int64_t key_len,
                            const at::Device& device) const;
@@ -103,7 +106,13 @@ class MultiHeadAttention : public Layer {
 
   MultiHeadAttentionOptions options_;  // checked: the layer's config (value_dim set)
   Shape output_shape_;                 // resolved at build (empty: query's last dim)
-  std::shared_ptr<EinsumDense> query_, key_, value_, output_;
+  std::shared_ptr<EinsumDenseImpl> query_, key_, value_, output_;
 };
+KILN_LAYER_HOLDER(MultiHeadAttention, MultiHeadAttentionOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_ATTENTION_H
+#include "kiln/layers/legacy_names.h"

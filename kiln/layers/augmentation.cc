@@ -94,15 +94,15 @@ at::Tensor affine_transform(const at::Tensor& images, const at::Tensor& transfor
 }
 
 // --- ImageLayer ---------------------------------------------------------------------
-ImageLayer::ImageLayer(const Json& base_config, const std::string& owner, bool random)
+layers::ImageLayer::ImageLayer(const Json& base_config, const std::string& owner, bool random)
     : SimpleLayer(base_config), owner_(owner), random_(random) {}
 
-void ImageLayer::set_layout(const std::string& data_format, const std::optional<int64_t>& seed) {
+void layers::ImageLayer::set_layout(const std::string& data_format, const std::optional<int64_t>& seed) {
   channels_last_ = data_format == "channels_last";
   seeds_ = SeedGenerator(seed);
 }
 
-at::Tensor ImageLayer::call1(const at::Tensor& x_in, bool training) {
+at::Tensor layers::ImageLayer::call1(const at::Tensor& x_in, bool training) {
   at::Tensor x = at::isFloatingType(x_in.scalar_type()) ? x_in : x_in.to(dtype_policy().compute_dtype());
   if (x.dim() != 3 && x.dim() != 4)
     throw ShapeError(owner_ + " '" + name() + "' expects images (batch, height, width, channels) or one image " +
@@ -117,7 +117,7 @@ at::Tensor ImageLayer::call1(const at::Tensor& x_in, bool training) {
   return unbatched ? y.squeeze(0) : y;
 }
 
-std::vector<Shape> ImageLayer::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::ImageLayer::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   const Shape& s = input_shapes.at(0);
   if (s.size() != 3 && s.size() != 4)
@@ -128,8 +128,8 @@ std::vector<Shape> ImageLayer::compute_output_shape(const std::vector<Shape>& in
 
 // --- Resizing -------------------------------------------------------------------------
 namespace {
-const FieldTable<ResizingOptions>& resizing_fields() {
-  using O = ResizingOptions;
+const FieldTable<layers::ResizingOptions>& resizing_fields() {
+  using O = layers::ResizingOptions;
   static const FieldTable<O> t =
       aug_layout_fields<O>() +
       FieldTable<O>{field("height", &O::height).positive().required(),
@@ -145,27 +145,28 @@ const FieldTable<ResizingOptions>& resizing_fields() {
 }
 }  // namespace
 
-ResizingOptions Resizing::options_from_config(const Json& config) {
+layers::ResizingOptions layers::ResizingImpl::options_from_config(const Json& config) {
   return read_fields(config, "Resizing", resizing_fields());
 }
 
-Resizing::Resizing(const ResizingOptions& o) : Resizing(o, layer_base_config(o.base)) {}
+layers::ResizingImpl::ResizingImpl(const layers::ResizingOptions& o)
+    : layers::ResizingImpl(o, layer_base_config(o.base)) {}
 
-Resizing::Resizing(const Json& config) : Resizing(options_from_config(config), config) {}
+layers::ResizingImpl::ResizingImpl(const Json& config) : layers::ResizingImpl(options_from_config(config), config) {}
 
-Resizing::Resizing(const ResizingOptions& o, const Json& base_config)
-    : ImageLayer(base_config, "Resizing", /*random=*/false), options_(o) {
+layers::ResizingImpl::ResizingImpl(const layers::ResizingOptions& o, const Json& base_config)
+    : layers::ImageLayer(base_config, "Resizing", /*random=*/false), options_(o) {
   check_fields("Resizing", options_, resizing_fields());
   if (options_.crop_to_aspect_ratio && options_.pad_to_aspect_ratio)
     throw ValueError("Resizing: only one of `crop_to_aspect_ratio` and `pad_to_aspect_ratio` can be true");
   set_layout(options_.data_format);
 }
 
-Resizing::Resizing(int64_t height, int64_t width, const Json& extra)
-    : Resizing(merged_config(extra, Json{{"height", height}, {"width", width}})) {}
+layers::ResizingImpl::ResizingImpl(int64_t height, int64_t width, const Json& extra)
+    : layers::ResizingImpl(merged_config(extra, Json{{"height", height}, {"width", width}})) {}
 
-at::Tensor Resizing::transform(const at::Tensor& images_in, bool training) {
-  const ResizingOptions& o = options_;
+at::Tensor layers::ResizingImpl::transform(const at::Tensor& images_in, bool training) {
+  const layers::ResizingOptions& o = options_;
   at::Tensor images = images_in;
   int64_t h = images.size(1), w = images.size(2);
   if (o.crop_to_aspect_ratio) {
@@ -196,26 +197,26 @@ at::Tensor Resizing::transform(const at::Tensor& images_in, bool training) {
   return conv_utils::channels_first_to_last(y).to(dt);
 }
 
-std::vector<Shape> Resizing::compute_output_shape(const std::vector<Shape>& input_shapes) {
-  Shape s = ImageLayer::compute_output_shape(input_shapes).at(0);
+std::vector<Shape> layers::ResizingImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
+  Shape s = layers::ImageLayer::compute_output_shape(input_shapes).at(0);
   const int hdim = (int)s.size() - (channels_last_ ? 3 : 2);
   s[hdim] = options_.height;
   s[hdim + 1] = options_.width;
   return {s};
 }
 
-Json Resizing::get_config() const {
+Json layers::ResizingImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, resizing_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(Resizing);
+KILN_REGISTER_LAYER_AS(Resizing, layers::ResizingImpl);
 
 // --- RandomFlip -------------------------------------------------------------------------
 namespace {
-const FieldTable<RandomFlipOptions>& random_flip_fields() {
-  using O = RandomFlipOptions;
+const FieldTable<layers::RandomFlipOptions>& random_flip_fields() {
+  using O = layers::RandomFlipOptions;
   static const FieldTable<O> t =
       aug_random_fields<O>() +
       FieldTable<O>{field("mode", &O::mode).choice({"horizontal", "vertical", "horizontal_and_vertical"})};
@@ -223,21 +224,23 @@ const FieldTable<RandomFlipOptions>& random_flip_fields() {
 }
 }  // namespace
 
-RandomFlipOptions RandomFlip::options_from_config(const Json& config) {
+layers::RandomFlipOptions layers::RandomFlipImpl::options_from_config(const Json& config) {
   return read_fields(config, "RandomFlip", random_flip_fields());
 }
 
-RandomFlip::RandomFlip(const RandomFlipOptions& o) : RandomFlip(o, layer_base_config(o.base)) {}
+layers::RandomFlipImpl::RandomFlipImpl(const layers::RandomFlipOptions& o)
+    : layers::RandomFlipImpl(o, layer_base_config(o.base)) {}
 
-RandomFlip::RandomFlip(const Json& config) : RandomFlip(options_from_config(config), config) {}
+layers::RandomFlipImpl::RandomFlipImpl(const Json& config)
+    : layers::RandomFlipImpl(options_from_config(config), config) {}
 
-RandomFlip::RandomFlip(const RandomFlipOptions& o, const Json& base_config)
-    : ImageLayer(base_config, "RandomFlip", /*random=*/true), options_(o) {
+layers::RandomFlipImpl::RandomFlipImpl(const layers::RandomFlipOptions& o, const Json& base_config)
+    : layers::ImageLayer(base_config, "RandomFlip", /*random=*/true), options_(o) {
   check_fields("RandomFlip", options_, random_flip_fields());
   set_layout(options_.data_format, options_.seed);
 }
 
-at::Tensor RandomFlip::transform(const at::Tensor& images, bool training) {
+at::Tensor layers::RandomFlipImpl::transform(const at::Tensor& images, bool training) {
   const int64_t n = images.size(0);
   at::Tensor y = images;
   if (options_.mode != "vertical") {
@@ -251,30 +254,30 @@ at::Tensor RandomFlip::transform(const at::Tensor& images, bool training) {
   return y;
 }
 
-Json RandomFlip::get_config() const {
+Json layers::RandomFlipImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, random_flip_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(RandomFlip);
+KILN_REGISTER_LAYER_AS(RandomFlip, layers::RandomFlipImpl);
 
 // --- random affine layers -----------------------------------------------------------------
-RandomAffineLayer::RandomAffineLayer(const Json& base_config, const std::string& owner)
-    : ImageLayer(base_config, owner, /*random=*/true) {}
+layers::RandomAffineLayer::RandomAffineLayer(const Json& base_config, const std::string& owner)
+    : layers::ImageLayer(base_config, owner, /*random=*/true) {}
 
-at::Tensor RandomAffineLayer::uniform(int64_t n, double lower, double upper) {
+at::Tensor layers::RandomAffineLayer::uniform(int64_t n, double lower, double upper) {
   return at::rand({n}, seeds_.generator(), at::kDouble) * (upper - lower) + lower;
 }
 
-at::Tensor RandomAffineLayer::transform(const at::Tensor& images, bool training) {
+at::Tensor layers::RandomAffineLayer::transform(const at::Tensor& images, bool training) {
   at::Tensor t = draw(images.size(0), images.size(1), images.size(2));
   return affine_transform(images, t, interpolation_, fill_mode_, fill_value_);
 }
 
 namespace {
-const FieldTable<RandomTranslationOptions>& random_translation_fields() {
-  using O = RandomTranslationOptions;
+const FieldTable<layers::RandomTranslationOptions>& random_translation_fields() {
+  using O = layers::RandomTranslationOptions;
   static const FieldTable<O> t =
       aug_affine_fields<O>() +
       FieldTable<O>{aug_factor_field("height_factor", &O::height_factor).required(kAugFactorExpected),
@@ -283,64 +286,67 @@ const FieldTable<RandomTranslationOptions>& random_translation_fields() {
 }
 }  // namespace
 
-RandomTranslationOptions RandomTranslation::options_from_config(const Json& config) {
+layers::RandomTranslationOptions layers::RandomTranslationImpl::options_from_config(const Json& config) {
   return read_fields(config, "RandomTranslation", random_translation_fields());
 }
 
-RandomTranslation::RandomTranslation(const RandomTranslationOptions& o)
-    : RandomTranslation(o, layer_base_config(o.base)) {}
+layers::RandomTranslationImpl::RandomTranslationImpl(const layers::RandomTranslationOptions& o)
+    : layers::RandomTranslationImpl(o, layer_base_config(o.base)) {}
 
-RandomTranslation::RandomTranslation(const Json& config) : RandomTranslation(options_from_config(config), config) {}
+layers::RandomTranslationImpl::RandomTranslationImpl(const Json& config)
+    : layers::RandomTranslationImpl(options_from_config(config), config) {}
 
-RandomTranslation::RandomTranslation(const RandomTranslationOptions& o, const Json& base_config)
-    : RandomAffineLayer(base_config, "RandomTranslation"), options_(o) {
+layers::RandomTranslationImpl::RandomTranslationImpl(const layers::RandomTranslationOptions& o, const Json& base_config)
+    : layers::RandomAffineLayer(base_config, "RandomTranslation"), options_(o) {
   check_fields("RandomTranslation", options_, random_translation_fields());
   set_affine(options_);
   height_ = *aug_factor(options_.height_factor);
   width_ = *aug_factor(options_.width_factor);
 }
 
-at::Tensor RandomTranslation::draw(int64_t n, int64_t h, int64_t w) {
+at::Tensor layers::RandomTranslationImpl::draw(int64_t n, int64_t h, int64_t w) {
   at::Tensor dy = uniform(n, height_.first, height_.second) * (double)h;
   at::Tensor dx = uniform(n, width_.first, width_.second) * (double)w;
   at::Tensor one = at::ones({n}, at::kDouble), zero = at::zeros({n}, at::kDouble);
   return at::stack({one, zero, -dx, zero, one, -dy}, 1);
 }
 
-Json RandomTranslation::get_config() const {
+Json layers::RandomTranslationImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, random_translation_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(RandomTranslation);
+KILN_REGISTER_LAYER_AS(RandomTranslation, layers::RandomTranslationImpl);
 
 namespace {
-const FieldTable<RandomRotationOptions>& random_rotation_fields() {
-  using O = RandomRotationOptions;
+const FieldTable<layers::RandomRotationOptions>& random_rotation_fields() {
+  using O = layers::RandomRotationOptions;
   static const FieldTable<O> t =
       aug_affine_fields<O>() + FieldTable<O>{aug_factor_field("factor", &O::factor).required(kAugFactorExpected)};
   return t;
 }
 }  // namespace
 
-RandomRotationOptions RandomRotation::options_from_config(const Json& config) {
+layers::RandomRotationOptions layers::RandomRotationImpl::options_from_config(const Json& config) {
   return read_fields(config, "RandomRotation", random_rotation_fields());
 }
 
-RandomRotation::RandomRotation(const RandomRotationOptions& o) : RandomRotation(o, layer_base_config(o.base)) {}
+layers::RandomRotationImpl::RandomRotationImpl(const layers::RandomRotationOptions& o)
+    : layers::RandomRotationImpl(o, layer_base_config(o.base)) {}
 
-RandomRotation::RandomRotation(const Json& config) : RandomRotation(options_from_config(config), config) {}
+layers::RandomRotationImpl::RandomRotationImpl(const Json& config)
+    : layers::RandomRotationImpl(options_from_config(config), config) {}
 
-RandomRotation::RandomRotation(const RandomRotationOptions& o, const Json& base_config)
-    : RandomAffineLayer(base_config, "RandomRotation"), options_(o) {
+layers::RandomRotationImpl::RandomRotationImpl(const layers::RandomRotationOptions& o, const Json& base_config)
+    : layers::RandomAffineLayer(base_config, "RandomRotation"), options_(o) {
   check_fields("RandomRotation", options_, random_rotation_fields());
   set_affine(options_);
   factor_ = *aug_factor(options_.factor);
   options_.factor = Json::array({factor_.first, factor_.second});  // written as the pair, as Keras does
 }
 
-at::Tensor RandomRotation::draw(int64_t n, int64_t h, int64_t w) {
+at::Tensor layers::RandomRotationImpl::draw(int64_t n, int64_t h, int64_t w) {
   at::Tensor angle = uniform(n, factor_.first, factor_.second) * (2.0 * M_PI);
   at::Tensor cs = at::cos(angle), sn = at::sin(angle);
   const double hh = (double)(h - 1), ww = (double)(w - 1);
@@ -349,17 +355,17 @@ at::Tensor RandomRotation::draw(int64_t n, int64_t h, int64_t w) {
   return at::stack({cs, -sn, x_off, sn, cs, y_off}, 1);
 }
 
-Json RandomRotation::get_config() const {
+Json layers::RandomRotationImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, random_rotation_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(RandomRotation);
+KILN_REGISTER_LAYER_AS(RandomRotation, layers::RandomRotationImpl);
 
 namespace {
-const FieldTable<RandomZoomOptions>& random_zoom_fields() {
-  using O = RandomZoomOptions;
+const FieldTable<layers::RandomZoomOptions>& random_zoom_fields() {
+  using O = layers::RandomZoomOptions;
   static const FieldTable<O> t =
       aug_affine_fields<O>() +
       FieldTable<O>{aug_factor_field("height_factor", &O::height_factor).required(kAugFactorExpected),
@@ -368,23 +374,25 @@ const FieldTable<RandomZoomOptions>& random_zoom_fields() {
 }
 }  // namespace
 
-RandomZoomOptions RandomZoom::options_from_config(const Json& config) {
+layers::RandomZoomOptions layers::RandomZoomImpl::options_from_config(const Json& config) {
   return read_fields(config, "RandomZoom", random_zoom_fields());
 }
 
-RandomZoom::RandomZoom(const RandomZoomOptions& o) : RandomZoom(o, layer_base_config(o.base)) {}
+layers::RandomZoomImpl::RandomZoomImpl(const layers::RandomZoomOptions& o)
+    : layers::RandomZoomImpl(o, layer_base_config(o.base)) {}
 
-RandomZoom::RandomZoom(const Json& config) : RandomZoom(options_from_config(config), config) {}
+layers::RandomZoomImpl::RandomZoomImpl(const Json& config)
+    : layers::RandomZoomImpl(options_from_config(config), config) {}
 
-RandomZoom::RandomZoom(const RandomZoomOptions& o, const Json& base_config)
-    : RandomAffineLayer(base_config, "RandomZoom"), options_(o) {
+layers::RandomZoomImpl::RandomZoomImpl(const layers::RandomZoomOptions& o, const Json& base_config)
+    : layers::RandomAffineLayer(base_config, "RandomZoom"), options_(o) {
   check_fields("RandomZoom", options_, random_zoom_fields());
   set_affine(options_);
   height_ = *aug_factor(options_.height_factor);
   if (!options_.width_factor.is_null()) width_ = aug_factor(options_.width_factor);
 }
 
-at::Tensor RandomZoom::draw(int64_t n, int64_t h, int64_t w) {
+at::Tensor layers::RandomZoomImpl::draw(int64_t n, int64_t h, int64_t w) {
   at::Tensor zy = 1.0 + uniform(n, height_.first, height_.second);
   at::Tensor zx = width_ ? 1.0 + uniform(n, width_->first, width_->second) : zy;
   at::Tensor zero = at::zeros({n}, at::kDouble);
@@ -393,12 +401,12 @@ at::Tensor RandomZoom::draw(int64_t n, int64_t h, int64_t w) {
   return at::stack({zx, zero, x_off, zero, zy, y_off}, 1);
 }
 
-Json RandomZoom::get_config() const {
+Json layers::RandomZoomImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, random_zoom_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(RandomZoom);
+KILN_REGISTER_LAYER_AS(RandomZoom, layers::RandomZoomImpl);
 
 }  // namespace kiln

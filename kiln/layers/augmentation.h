@@ -45,10 +45,13 @@
 #pragma once
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 #include "kiln/layers/seed_generator.h"
 
 namespace kiln {
+
+namespace layers {
 
 struct ResizingOptions {
   int64_t height = 0;                      // required, > 0
@@ -94,12 +97,16 @@ struct RandomRotationOptions {
   LayerOptions base;
 };
 
+}  // namespace layers
+
 // Keras's affine_transform on channels_last images (N, H, W, C): output
 // pixel (y, x) of image n reads the input at (b0*x + b1*y + b2,
 // a0*x + a1*y + a2) for transforms[n] = [a0, a1, a2, b0, b1, b2] (x, y in
 // pixels, centres at integers). Differentiable in `images`.
 at::Tensor affine_transform(const at::Tensor& images, const at::Tensor& transforms, const std::string& interpolation,
                             const std::string& fill_mode, double fill_value);
+
+namespace layers {
 
 // Shared layout handling of the image layers.
 class ImageLayer : public SimpleLayer {
@@ -120,11 +127,11 @@ class ImageLayer : public SimpleLayer {
   SeedGenerator seeds_;
 };
 
-class Resizing : public ImageLayer {
+class ResizingImpl : public ImageLayer {
  public:
-  explicit Resizing(const ResizingOptions& options);
-  explicit Resizing(const Json& config);
-  Resizing(int64_t height, int64_t width, const Json& extra = Json::object());
+  explicit ResizingImpl(const ResizingOptions& options);
+  explicit ResizingImpl(const Json& config);
+  ResizingImpl(int64_t height, int64_t width, const Json& extra = Json::object());
   std::string class_name() const override { return "Resizing"; }
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
@@ -133,15 +140,16 @@ class Resizing : public ImageLayer {
   at::Tensor transform(const at::Tensor& images, bool training) override;
 
  private:
-  Resizing(const ResizingOptions& options, const Json& base_config);
+  ResizingImpl(const ResizingOptions& options, const Json& base_config);
   static ResizingOptions options_from_config(const Json& config);
   ResizingOptions options_;  // checked: the layer's config
 };
+KILN_LAYER_HOLDER(Resizing, ResizingOptions);
 
-class RandomFlip : public ImageLayer {
+class RandomFlipImpl : public ImageLayer {
  public:
-  explicit RandomFlip(const RandomFlipOptions& options);
-  explicit RandomFlip(const Json& config = Json::object());
+  explicit RandomFlipImpl(const RandomFlipOptions& options);
+  explicit RandomFlipImpl(const Json& config = Json::object());
   std::string class_name() const override { return "RandomFlip"; }
   Json get_config() const override;
 
@@ -149,10 +157,11 @@ class RandomFlip : public ImageLayer {
   at::Tensor transform(const at::Tensor& images, bool training) override;
 
  private:
-  RandomFlip(const RandomFlipOptions& options, const Json& base_config);
+  RandomFlipImpl(const RandomFlipOptions& options, const Json& base_config);
   static RandomFlipOptions options_from_config(const Json& config);
   RandomFlipOptions options_;  // checked: the layer's config
 };
+KILN_LAYER_HOLDER(RandomFlip, RandomFlipOptions);
 
 // RandomTranslation, RandomRotation and RandomZoom: a random affine map.
 class RandomAffineLayer : public ImageLayer {
@@ -174,10 +183,10 @@ class RandomAffineLayer : public ImageLayer {
   double fill_value_ = 0.0;
 };
 
-class RandomTranslation : public RandomAffineLayer {
+class RandomTranslationImpl : public RandomAffineLayer {
  public:
-  explicit RandomTranslation(const RandomTranslationOptions& options);
-  explicit RandomTranslation(const Json& config);
+  explicit RandomTranslationImpl(const RandomTranslationOptions& options);
+  explicit RandomTranslationImpl(const Json& config);
   std::string class_name() const override { return "RandomTranslation"; }
   Json get_config() const override;
 
@@ -185,16 +194,17 @@ class RandomTranslation : public RandomAffineLayer {
   at::Tensor draw(int64_t n, int64_t h, int64_t w) override;
 
  private:
-  RandomTranslation(const RandomTranslationOptions& options, const Json& base_config);
+  RandomTranslationImpl(const RandomTranslationOptions& options, const Json& base_config);
   static RandomTranslationOptions options_from_config(const Json& config);
   RandomTranslationOptions options_;          // checked: the layer's config
   std::pair<double, double> height_, width_;  // (lower, upper) of the factors
 };
+KILN_LAYER_HOLDER(RandomTranslation, RandomTranslationOptions);
 
-class RandomRotation : public RandomAffineLayer {
+class RandomRotationImpl : public RandomAffineLayer {
  public:
-  explicit RandomRotation(const RandomRotationOptions& options);
-  explicit RandomRotation(const Json& config);
+  explicit RandomRotationImpl(const RandomRotationOptions& options);
+  explicit RandomRotationImpl(const Json& config);
   std::string class_name() const override { return "RandomRotation"; }
   Json get_config() const override;
 
@@ -202,16 +212,17 @@ class RandomRotation : public RandomAffineLayer {
   at::Tensor draw(int64_t n, int64_t h, int64_t w) override;
 
  private:
-  RandomRotation(const RandomRotationOptions& options, const Json& base_config);
+  RandomRotationImpl(const RandomRotationOptions& options, const Json& base_config);
   static RandomRotationOptions options_from_config(const Json& config);
   RandomRotationOptions options_;     // checked: the layer's config
   std::pair<double, double> factor_;  // (lower, upper)
 };
+KILN_LAYER_HOLDER(RandomRotation, RandomRotationOptions);
 
-class RandomZoom : public RandomAffineLayer {
+class RandomZoomImpl : public RandomAffineLayer {
  public:
-  explicit RandomZoom(const RandomZoomOptions& options);
-  explicit RandomZoom(const Json& config);
+  explicit RandomZoomImpl(const RandomZoomOptions& options);
+  explicit RandomZoomImpl(const Json& config);
   std::string class_name() const override { return "RandomZoom"; }
   Json get_config() const override;
 
@@ -219,11 +230,17 @@ class RandomZoom : public RandomAffineLayer {
   at::Tensor draw(int64_t n, int64_t h, int64_t w) override;
 
  private:
-  RandomZoom(const RandomZoomOptions& options, const Json& base_config);
+  RandomZoomImpl(const RandomZoomOptions& options, const Json& base_config);
   static RandomZoomOptions options_from_config(const Json& config);
   RandomZoomOptions options_;  // checked: the layer's config
   std::pair<double, double> height_;
   std::optional<std::pair<double, double>> width_;  // unset: the height's zoom
 };
+KILN_LAYER_HOLDER(RandomZoom, RandomZoomOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_AUGMENTATION_H
+#include "kiln/layers/legacy_names.h"

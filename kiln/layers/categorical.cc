@@ -61,48 +61,52 @@ at::Tensor encode_categorical(const at::Tensor& ids_in, int64_t depth, const std
 
 // --- CategoryEncoding ----------------------------------------------------------------
 namespace {
-const FieldTable<CategoryEncodingOptions>& category_encoding_fields() {
-  using O = CategoryEncodingOptions;
+const FieldTable<layers::CategoryEncodingOptions>& category_encoding_fields() {
+  using O = layers::CategoryEncodingOptions;
   static const FieldTable<O> t = {field("num_tokens", &O::num_tokens).positive().required("the number of distinct ids"),
                                   field("output_mode", &O::output_mode).choice(kCatModes), cat_sparse_field<O>()};
   return t;
 }
 }  // namespace
 
-CategoryEncodingOptions CategoryEncoding::options_from_config(const Json& config) {
+layers::CategoryEncodingOptions layers::CategoryEncodingImpl::options_from_config(const Json& config) {
   return read_fields(config, "CategoryEncoding", category_encoding_fields());
 }
 
-CategoryEncoding::CategoryEncoding(const CategoryEncodingOptions& o) : CategoryEncoding(o, layer_base_config(o.base)) {}
+layers::CategoryEncodingImpl::CategoryEncodingImpl(const layers::CategoryEncodingOptions& o)
+    : layers::CategoryEncodingImpl(o, layer_base_config(o.base)) {}
 
-CategoryEncoding::CategoryEncoding(const Json& config) : CategoryEncoding(options_from_config(config), config) {}
+layers::CategoryEncodingImpl::CategoryEncodingImpl(const Json& config)
+    : layers::CategoryEncodingImpl(options_from_config(config), config) {}
 
-CategoryEncoding::CategoryEncoding(const CategoryEncodingOptions& o, const Json& base_config)
+layers::CategoryEncodingImpl::CategoryEncodingImpl(const layers::CategoryEncodingOptions& o, const Json& base_config)
     : SimpleLayer(base_config), options_(o) {
   check_fields("CategoryEncoding", options_, category_encoding_fields());
 }
 
-CategoryEncoding::CategoryEncoding(int64_t num_tokens, const std::string& output_mode, const Json& extra)
-    : CategoryEncoding(merged_config(extra, Json{{"num_tokens", num_tokens}, {"output_mode", output_mode}})) {}
+layers::CategoryEncodingImpl::CategoryEncodingImpl(int64_t num_tokens, const std::string& output_mode,
+                                                   const Json& extra)
+    : layers::CategoryEncodingImpl(
+          merged_config(extra, Json{{"num_tokens", num_tokens}, {"output_mode", output_mode}})) {}
 
-at::Tensor CategoryEncoding::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::CategoryEncodingImpl::call1(const at::Tensor& x, bool training) {
   return encode_categorical(x, options_.num_tokens, options_.output_mode, dtype_policy().compute_dtype(),
                             "CategoryEncoding '" + name() + "'");
 }
 
-std::vector<Shape> CategoryEncoding::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::CategoryEncodingImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   return {encoded_shape(input_shapes.at(0), options_.num_tokens, options_.output_mode,
                         "CategoryEncoding '" + name() + "'")};
 }
 
-Json CategoryEncoding::get_config() const {
+Json layers::CategoryEncodingImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, category_encoding_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(CategoryEncoding);
+KILN_REGISTER_LAYER_AS(CategoryEncoding, layers::CategoryEncodingImpl);
 
 // --- Hashing ------------------------------------------------------------------------
 namespace {
@@ -115,8 +119,8 @@ std::optional<std::array<uint64_t, 2>> hashing_salt(const Json& salt) {
   return std::nullopt;
 }
 
-const FieldTable<HashingOptions>& hashing_fields() {
-  using O = HashingOptions;
+const FieldTable<layers::HashingOptions>& hashing_fields() {
+  using O = layers::HashingOptions;
   static const FieldTable<O> t = {
       field("num_bins", &O::num_bins).positive().required(),
       field("mask_value", &O::mask_value)
@@ -128,28 +132,29 @@ const FieldTable<HashingOptions>& hashing_fields() {
 }
 }  // namespace
 
-HashingOptions Hashing::options_from_config(const Json& config) {
+layers::HashingOptions layers::HashingImpl::options_from_config(const Json& config) {
   return read_fields(config, "Hashing", hashing_fields());
 }
 
-Hashing::Hashing(const HashingOptions& o) : Hashing(o, layer_base_config(o.base)) {}
+layers::HashingImpl::HashingImpl(const layers::HashingOptions& o) : layers::HashingImpl(o, layer_base_config(o.base)) {}
 
-Hashing::Hashing(const Json& config) : Hashing(options_from_config(config), config) {}
+layers::HashingImpl::HashingImpl(const Json& config) : layers::HashingImpl(options_from_config(config), config) {}
 
-Hashing::Hashing(const HashingOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+layers::HashingImpl::HashingImpl(const layers::HashingOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
   check_fields("Hashing", options_, hashing_fields());
   salt_ = hashing_salt(options_.salt);
   if (salt_) options_.salt = Json::array({(int64_t)(*salt_)[0], (int64_t)(*salt_)[1]});  // written as the pair
 }
 
-int64_t Hashing::bin_of(const std::string& s) const {
+int64_t layers::HashingImpl::bin_of(const std::string& s) const {
   const bool masked = !options_.mask_value.is_null() && options_.num_bins > 1;
   const uint64_t bins = (uint64_t)(masked ? options_.num_bins - 1 : options_.num_bins);
   const uint64_t h = salt_ ? siphash24((*salt_)[0], (*salt_)[1], s) : fingerprint64(s);
   return (int64_t)(h % bins) + (masked ? 1 : 0);
 }
 
-at::Tensor Hashing::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::HashingImpl::call1(const at::Tensor& x, bool training) {
   at::Tensor ids = cat_as_ids(x).contiguous();
   at::Tensor out = at::empty_like(ids);
   const int64_t* in = ids.data_ptr<int64_t>();
@@ -162,7 +167,7 @@ at::Tensor Hashing::call1(const at::Tensor& x, bool training) {
                             "Hashing '" + name() + "'");
 }
 
-at::Tensor Hashing::hash_strings(const std::vector<std::string>& values, const Shape& shape) const {
+at::Tensor layers::HashingImpl::hash_strings(const std::vector<std::string>& values, const Shape& shape) const {
   if (options_.output_mode != "int")
     throw ValueError("Hashing '" + name() +
                      "': hash_strings() needs output_mode=\"int\"; encode its ids with "
@@ -179,29 +184,29 @@ at::Tensor Hashing::hash_strings(const std::vector<std::string>& values, const S
   return t.reshape(shape);
 }
 
-std::vector<Shape> Hashing::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::HashingImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   if (options_.output_mode == "int") return input_shapes;
   return {encoded_shape(input_shapes.at(0), options_.num_bins, options_.output_mode, "Hashing '" + name() + "'")};
 }
 
-std::vector<at::ScalarType> Hashing::compute_output_dtype(const std::vector<at::ScalarType>& in) {
+std::vector<at::ScalarType> layers::HashingImpl::compute_output_dtype(const std::vector<at::ScalarType>& in) {
   if (options_.output_mode == "int") return {at::kLong};
   return {};
 }
 
-Json Hashing::get_config() const {
+Json layers::HashingImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, hashing_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(Hashing);
+KILN_REGISTER_LAYER_AS(Hashing, layers::HashingImpl);
 
 // --- IntegerLookup ------------------------------------------------------------------
 namespace {
-const FieldTable<IntegerLookupOptions>& integer_lookup_fields() {
-  using O = IntegerLookupOptions;
+const FieldTable<layers::IntegerLookupOptions>& integer_lookup_fields() {
+  using O = layers::IntegerLookupOptions;
   const char* const max_tokens = "max_tokens";
   const char* const max_tokens_expected = "null or an integer greater than 1";
   const char* const vocabulary = "vocabulary";
@@ -253,15 +258,17 @@ const FieldTable<IntegerLookupOptions>& integer_lookup_fields() {
 }
 }  // namespace
 
-IntegerLookupOptions IntegerLookup::options_from_config(const Json& config) {
+layers::IntegerLookupOptions layers::IntegerLookupImpl::options_from_config(const Json& config) {
   return read_fields(config, "IntegerLookup", integer_lookup_fields());
 }
 
-IntegerLookup::IntegerLookup(const IntegerLookupOptions& o) : IntegerLookup(o, layer_base_config(o.base)) {}
+layers::IntegerLookupImpl::IntegerLookupImpl(const layers::IntegerLookupOptions& o)
+    : layers::IntegerLookupImpl(o, layer_base_config(o.base)) {}
 
-IntegerLookup::IntegerLookup(const Json& config) : IntegerLookup(options_from_config(config), config) {}
+layers::IntegerLookupImpl::IntegerLookupImpl(const Json& config)
+    : layers::IntegerLookupImpl(options_from_config(config), config) {}
 
-IntegerLookup::IntegerLookup(const IntegerLookupOptions& o, const Json& base_config)
+layers::IntegerLookupImpl::IntegerLookupImpl(const layers::IntegerLookupOptions& o, const Json& base_config)
     : SimpleLayer(base_config), options_(o) {
   check_fields("IntegerLookup", options_, integer_lookup_fields());
   if (options_.invert && options_.output_mode != "int")
@@ -271,14 +278,18 @@ IntegerLookup::IntegerLookup(const IntegerLookupOptions& o, const Json& base_con
   set_vocabulary(options_.vocabulary);
 }
 
-int64_t IntegerLookup::oov_start() const { return options_.mask_token && options_.output_mode == "int" ? 1 : 0; }
-int64_t IntegerLookup::token_start() const { return oov_start() + options_.num_oov_indices; }
-int64_t IntegerLookup::vocabulary_size() const { return token_start() + (int64_t)options_.vocabulary.size(); }
-int64_t IntegerLookup::depth() const {
+int64_t layers::IntegerLookupImpl::oov_start() const {
+  return options_.mask_token && options_.output_mode == "int" ? 1 : 0;
+}
+int64_t layers::IntegerLookupImpl::token_start() const { return oov_start() + options_.num_oov_indices; }
+int64_t layers::IntegerLookupImpl::vocabulary_size() const {
+  return token_start() + (int64_t)options_.vocabulary.size();
+}
+int64_t layers::IntegerLookupImpl::depth() const {
   return options_.pad_to_max_tokens ? std::max(*options_.max_tokens, vocabulary_size()) : vocabulary_size();
 }
 
-void IntegerLookup::set_vocabulary(const std::vector<int64_t>& vocabulary) {
+void layers::IntegerLookupImpl::set_vocabulary(const std::vector<int64_t>& vocabulary) {
   std::unordered_map<int64_t, int64_t> index;
   for (size_t i = 0; i < vocabulary.size(); ++i) {
     const int64_t t = vocabulary[i];
@@ -298,7 +309,7 @@ void IntegerLookup::set_vocabulary(const std::vector<int64_t>& vocabulary) {
   index_ = std::move(index);
 }
 
-void IntegerLookup::adapt(const at::Tensor& data) {
+void layers::IntegerLookupImpl::adapt(const at::Tensor& data) {
   bool given = false;
   adapt([&]() -> at::Tensor {
     if (given) return at::Tensor();
@@ -307,7 +318,7 @@ void IntegerLookup::adapt(const at::Tensor& data) {
   });
 }
 
-void IntegerLookup::adapt(const std::function<at::Tensor()>& next_batch) {
+void layers::IntegerLookupImpl::adapt(const std::function<at::Tensor()>& next_batch) {
   std::map<int64_t, int64_t> counts;
   while (true) {
     at::Tensor batch = next_batch();
@@ -332,7 +343,7 @@ void IntegerLookup::adapt(const std::function<at::Tensor()>& next_batch) {
   set_vocabulary(vocab);
 }
 
-at::Tensor IntegerLookup::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::IntegerLookupImpl::call1(const at::Tensor& x, bool training) {
   at::Tensor ids = cat_as_ids(x).contiguous();
   at::Tensor out = at::empty_like(ids);
   const int64_t* in = ids.data_ptr<int64_t>();
@@ -378,23 +389,23 @@ at::Tensor IntegerLookup::call1(const at::Tensor& x, bool training) {
                             "IntegerLookup '" + name() + "'", drop);
 }
 
-std::vector<Shape> IntegerLookup::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::IntegerLookupImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   if (options_.output_mode == "int") return input_shapes;
   return {encoded_shape(input_shapes.at(0), depth(), options_.output_mode, "IntegerLookup '" + name() + "'")};
 }
 
-std::vector<at::ScalarType> IntegerLookup::compute_output_dtype(const std::vector<at::ScalarType>& in) {
+std::vector<at::ScalarType> layers::IntegerLookupImpl::compute_output_dtype(const std::vector<at::ScalarType>& in) {
   if (options_.output_mode == "int") return {at::kLong};
   return {};
 }
 
-Json IntegerLookup::get_config() const {
+Json layers::IntegerLookupImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, integer_lookup_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(IntegerLookup);
+KILN_REGISTER_LAYER_AS(IntegerLookup, layers::IntegerLookupImpl);
 
 }  // namespace kiln

@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 
 namespace kiln {
@@ -70,6 +71,8 @@ at::Tensor encode_categorical(const at::Tensor& ids, int64_t depth, const std::s
                               const std::string& owner, const at::Tensor& drop = at::Tensor());
 // The shape encode_categorical gives for an input shape.
 Shape encoded_shape(const Shape& input, int64_t depth, const std::string& mode, const std::string& owner);
+
+namespace layers {
 
 struct CategoryEncodingOptions {
   int64_t num_tokens = 0;                 // required, > 0
@@ -100,26 +103,27 @@ struct IntegerLookupOptions {
   LayerOptions base;
 };
 
-class CategoryEncoding : public SimpleLayer {
+class CategoryEncodingImpl : public SimpleLayer {
  public:
-  explicit CategoryEncoding(const CategoryEncodingOptions& options);
-  explicit CategoryEncoding(const Json& config);
-  CategoryEncoding(int64_t num_tokens, const std::string& output_mode, const Json& extra = Json::object());
+  explicit CategoryEncodingImpl(const CategoryEncodingOptions& options);
+  explicit CategoryEncodingImpl(const Json& config);
+  CategoryEncodingImpl(int64_t num_tokens, const std::string& output_mode, const Json& extra = Json::object());
   std::string class_name() const override { return "CategoryEncoding"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
 
  private:
-  CategoryEncoding(const CategoryEncodingOptions& options, const Json& base_config);
+  CategoryEncodingImpl(const CategoryEncodingOptions& options, const Json& base_config);
   static CategoryEncodingOptions options_from_config(const Json& config);
   CategoryEncodingOptions options_;  // checked: the layer's config
 };
+KILN_LAYER_HOLDER(CategoryEncoding, CategoryEncodingOptions);
 
-class Hashing : public SimpleLayer {
+class HashingImpl : public SimpleLayer {
  public:
-  explicit Hashing(const HashingOptions& options);
-  explicit Hashing(const Json& config);
+  explicit HashingImpl(const HashingOptions& options);
+  explicit HashingImpl(const Json& config);
   std::string class_name() const override { return "Hashing"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
@@ -131,17 +135,18 @@ class Hashing : public SimpleLayer {
   at::Tensor hash_strings(const std::vector<std::string>& values, const Shape& shape = {}) const;
 
  private:
-  Hashing(const HashingOptions& options, const Json& base_config);
+  HashingImpl(const HashingOptions& options, const Json& base_config);
   static HashingOptions options_from_config(const Json& config);
   int64_t bin_of(const std::string& s) const;
   HashingOptions options_;  // checked: the layer's config (salt as a pair)
   std::optional<std::array<uint64_t, 2>> salt_;
 };
+KILN_LAYER_HOLDER(Hashing, HashingOptions);
 
-class IntegerLookup : public SimpleLayer {
+class IntegerLookupImpl : public SimpleLayer {
  public:
-  explicit IntegerLookup(const IntegerLookupOptions& options);
-  explicit IntegerLookup(const Json& config = Json::object());
+  explicit IntegerLookupImpl(const IntegerLookupOptions& options);
+  explicit IntegerLookupImpl(const Json& config = Json::object());
   std::string class_name() const override { return "IntegerLookup"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
@@ -159,7 +164,7 @@ class IntegerLookup : public SimpleLayer {
   int64_t vocabulary_size() const;
 
  private:
-  IntegerLookup(const IntegerLookupOptions& options, const Json& base_config);
+  IntegerLookupImpl(const IntegerLookupOptions& options, const Json& base_config);
   static IntegerLookupOptions options_from_config(const Json& config);
   int64_t oov_start() const;
   int64_t token_start() const;
@@ -167,5 +172,11 @@ class IntegerLookup : public SimpleLayer {
   IntegerLookupOptions options_;                // checked: the layer's config, vocabulary included
   std::unordered_map<int64_t, int64_t> index_;  // token -> position in options_.vocabulary
 };
+KILN_LAYER_HOLDER(IntegerLookup, IntegerLookupOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_CATEGORICAL_H
+#include "kiln/layers/legacy_names.h"

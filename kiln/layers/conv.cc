@@ -53,9 +53,9 @@ class FloatConv : public KernelImpl {
 KernelImplPtr float_conv_impl(const ConvGeometry& geometry) { return std::make_unique<FloatConv>(geometry); }
 
 namespace {
-const FieldTable<ConvOptions>& conv_fields(int rank) {
+const FieldTable<layers::ConvOptions>& conv_fields(int rank) {
   auto table = [](int rank) {
-    using O = ConvOptions;
+    using O = layers::ConvOptions;
     return FieldTable<O>{
                field("filters", &O::filters).positive().required(),
                field("kernel_size", &O::kernel_size).tuple(rank).required(),
@@ -69,16 +69,16 @@ const FieldTable<ConvOptions>& conv_fields(int rank) {
            } +
            kernel_fields<O>();
   };
-  static const FieldTable<ConvOptions> t1 = table(1), t2 = table(2);
+  static const FieldTable<layers::ConvOptions> t1 = table(1), t2 = table(2);
   return rank == 1 ? t1 : t2;
 }
 }  // namespace
 
-ConvOptions Conv::options_from_config(int rank, const std::string& owner, const Json& config) {
+layers::ConvOptions layers::Conv::options_from_config(int rank, const std::string& owner, const Json& config) {
   return read_fields(config, owner, conv_fields(rank));
 }
 
-Conv::Conv(int rank, const std::string& owner, const ConvOptions& o, const Json& base_config)
+layers::Conv::Conv(int rank, const std::string& owner, const layers::ConvOptions& o, const Json& base_config)
     : SimpleLayer(base_config), rank_(rank), owner_(owner), options_(o) {
   check_fields(owner, options_, conv_fields(rank));
   if (options_.filters % options_.groups != 0)
@@ -89,7 +89,7 @@ Conv::Conv(int rank, const std::string& owner, const ConvOptions& o, const Json&
   impl_ = float_conv_impl(geom_);
 }
 
-void Conv::build(const std::vector<Shape>& input_shapes) {
+void layers::Conv::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   if ((int)s.size() != rank_ + 2)
     throw ShapeError(owner_ + " '" + name() + "' expects inputs of rank " + std::to_string(rank_ + 2) +
@@ -112,7 +112,7 @@ void Conv::build(const std::vector<Shape>& input_shapes) {
         add_weight("bias", {options_.filters}, options_.bias_initializer.resolved(), true, options_.bias_regularizer);
 }
 
-at::Tensor Conv::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::Conv::call1(const at::Tensor& x, bool training) {
   const int64_t channels = kernel_->shape()[rank_] * geom_.groups;
   if (x.dim() != rank_ + 2 || (geom_.channels_last ? x.size(-1) : x.size(1)) != channels)
     throw ShapeError(owner_ + " '" + name() + "' expects inputs of rank " + std::to_string(rank_ + 2) + " with " +
@@ -142,7 +142,7 @@ at::Tensor Conv::call1(const at::Tensor& x, bool training) {
   return y;
 }
 
-std::vector<Shape> Conv::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::Conv::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   const Shape& s = input_shapes.at(0);
   Shape out = {s[0]};
@@ -160,29 +160,33 @@ std::vector<Shape> Conv::compute_output_shape(const std::vector<Shape>& input_sh
   return {out};
 }
 
-Json Conv::get_config() const {
+Json layers::Conv::get_config() const {
   Json j = base_config();
   write_fields(j, options_, conv_fields(rank_));
   return j;
 }
 
-Conv1D::Conv1D(const ConvOptions& o) : Conv(1, "Conv1D", o, layer_base_config(o.base)) {}
-Conv1D::Conv1D(const Json& config) : Conv(1, "Conv1D", options_from_config(1, "Conv1D", config), config) {}
-Conv1D::Conv1D(int64_t filters, int64_t kernel_size, const std::string& activation, const Json& extra)
-    : Conv1D(
+layers::Conv1DImpl::Conv1DImpl(const layers::ConvOptions& o)
+    : layers::Conv(1, "Conv1D", o, layer_base_config(o.base)) {}
+layers::Conv1DImpl::Conv1DImpl(const Json& config)
+    : layers::Conv(1, "Conv1D", options_from_config(1, "Conv1D", config), config) {}
+layers::Conv1DImpl::Conv1DImpl(int64_t filters, int64_t kernel_size, const std::string& activation, const Json& extra)
+    : layers::Conv1DImpl(
           merged_config(extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
 
-Conv2D::Conv2D(const ConvOptions& o) : Conv(2, "Conv2D", o, layer_base_config(o.base)) {}
-Conv2D::Conv2D(const Json& config) : Conv(2, "Conv2D", options_from_config(2, "Conv2D", config), config) {}
-Conv2D::Conv2D(int64_t filters, int64_t kernel_size, const std::string& activation, const Json& extra)
-    : Conv2D(
+layers::Conv2DImpl::Conv2DImpl(const layers::ConvOptions& o)
+    : layers::Conv(2, "Conv2D", o, layer_base_config(o.base)) {}
+layers::Conv2DImpl::Conv2DImpl(const Json& config)
+    : layers::Conv(2, "Conv2D", options_from_config(2, "Conv2D", config), config) {}
+layers::Conv2DImpl::Conv2DImpl(int64_t filters, int64_t kernel_size, const std::string& activation, const Json& extra)
+    : layers::Conv2DImpl(
           merged_config(extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
-Conv2D::Conv2D(int64_t filters, const std::vector<int64_t>& kernel_size, const std::string& activation,
-               const Json& extra)
-    : Conv2D(
+layers::Conv2DImpl::Conv2DImpl(int64_t filters, const std::vector<int64_t>& kernel_size, const std::string& activation,
+                               const Json& extra)
+    : layers::Conv2DImpl(
           merged_config(extra, Json{{"filters", filters}, {"kernel_size", kernel_size}, {"activation", activation}})) {}
 
-KILN_REGISTER_LAYER(Conv1D);
-KILN_REGISTER_LAYER(Conv2D);
+KILN_REGISTER_LAYER_AS(Conv1D, layers::Conv1DImpl);
+KILN_REGISTER_LAYER_AS(Conv2D, layers::Conv2DImpl);
 
 }  // namespace kiln

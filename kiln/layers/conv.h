@@ -24,10 +24,13 @@
 #include "kiln/layers/activations.h"
 #include "kiln/layers/kernel_impl.h"
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 #include "kiln/layers/regularizers.h"
 
 namespace kiln {
+
+namespace layers {
 
 // Conv1D/Conv2D options (Keras's names and defaults). A size list holds one
 // value for every spatial axis or one per axis.
@@ -49,6 +52,8 @@ struct ConvOptions {
 using Conv1DOptions = ConvOptions;
 using Conv2DOptions = ConvOptions;
 
+}  // namespace layers
+
 struct ConvGeometry {
   std::vector<int64_t> kernel_size, strides, dilation_rate;  // one entry per spatial axis
   std::string padding = "valid";
@@ -60,6 +65,8 @@ struct ConvGeometry {
 // layer's data_format and kernel (k..., in/groups, filters); returns the
 // output in the same data_format, without bias.
 KernelImplPtr float_conv_impl(const ConvGeometry& geometry);
+
+namespace layers {
 
 // Shared implementation of Conv1D and Conv2D (rank = number of spatial axes).
 class Conv : public SimpleLayer {
@@ -90,24 +97,31 @@ class Conv : public SimpleLayer {
   VariablePtr kernel_, bias_;
 };
 
-class Conv1D : public Conv {
+class Conv1DImpl : public Conv {
  public:
-  explicit Conv1D(const ConvOptions& options);
-  explicit Conv1D(const Json& config);
-  Conv1D(int64_t filters, int64_t kernel_size, const std::string& activation = "linear",
-         const Json& extra = Json::object());
+  explicit Conv1DImpl(const ConvOptions& options);
+  explicit Conv1DImpl(const Json& config);
+  Conv1DImpl(int64_t filters, int64_t kernel_size, const std::string& activation = "linear",
+             const Json& extra = Json::object());
   std::string class_name() const override { return "Conv1D"; }
 };
+KILN_LAYER_HOLDER(Conv1D, ConvOptions);
 
-class Conv2D : public Conv {
+class Conv2DImpl : public Conv {
  public:
-  explicit Conv2D(const ConvOptions& options);
-  explicit Conv2D(const Json& config);
-  Conv2D(int64_t filters, int64_t kernel_size, const std::string& activation = "linear",
-         const Json& extra = Json::object());
-  Conv2D(int64_t filters, const std::vector<int64_t>& kernel_size, const std::string& activation = "linear",
-         const Json& extra = Json::object());
+  explicit Conv2DImpl(const ConvOptions& options);
+  explicit Conv2DImpl(const Json& config);
+  Conv2DImpl(int64_t filters, int64_t kernel_size, const std::string& activation = "linear",
+             const Json& extra = Json::object());
+  Conv2DImpl(int64_t filters, const std::vector<int64_t>& kernel_size, const std::string& activation = "linear",
+             const Json& extra = Json::object());
   std::string class_name() const override { return "Conv2D"; }
 };
+KILN_LAYER_HOLDER(Conv2D, ConvOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_CONV_H
+#include "kiln/layers/legacy_names.h"

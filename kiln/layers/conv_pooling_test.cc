@@ -33,7 +33,7 @@ at::Tensor reference_conv2d(const at::Tensor& x, const at::Tensor& k, int64_t sh
 }
 
 TEST(Conv2D, MatchesDirectLoopsWithKerasKernelLayout) {
-  auto conv = std::make_shared<Conv2D>(3, std::vector<int64_t>{2, 3}, "linear", Json{{"strides", {1, 2}}});
+  auto conv = layers::Conv2D(3, std::vector<int64_t>{2, 3}, "linear", Json{{"strides", {1, 2}}});
   at::Tensor x = at::randn({2, 5, 7, 4});
   at::Tensor y = (*conv)(x);
   EXPECT_EQ(conv->kernel()->shape(), (Shape{2, 3, 4, 3}));  // (kh, kw, in, out)
@@ -43,15 +43,15 @@ TEST(Conv2D, MatchesDirectLoopsWithKerasKernelLayout) {
 }
 
 TEST(Conv2D, SamePaddingKeepsHeightAndWidth) {
-  auto conv = std::make_shared<Conv2D>(8, 3, "relu", Json{{"padding", "same"}});
+  auto conv = layers::Conv2D(8, 3, "relu", Json{{"padding", "same"}});
   EXPECT_EQ(sizes_of((*conv)(at::randn({2, 9, 7, 3}))), (Shape{2, 9, 7, 8}));
-  auto c5 = std::make_shared<Conv2D>(2, 5, "linear", Json{{"padding", "same"}});
+  auto c5 = layers::Conv2D(2, 5, "linear", Json{{"padding", "same"}});
   EXPECT_EQ(sizes_of((*c5)(at::randn({1, 6, 6, 1}))), (Shape{1, 6, 6, 2}));
 }
 
 TEST(Conv2D, SamePaddingWithStridesPutsTheOddPadAfterLikeTensorFlow) {
   // n=6, k=3, s=2: output 3, total padding 1, all of it after.
-  auto conv = std::make_shared<Conv2D>(2, 3, "linear", Json{{"padding", "same"}, {"strides", 2}, {"use_bias", false}});
+  auto conv = layers::Conv2D(2, 3, "linear", Json{{"padding", "same"}, {"strides", 2}, {"use_bias", false}});
   at::Tensor x = at::randn({1, 6, 6, 2});
   at::Tensor y = (*conv)(x);
   EXPECT_EQ(sizes_of(y), (Shape{1, 3, 3, 2}));
@@ -61,8 +61,8 @@ TEST(Conv2D, SamePaddingWithStridesPutsTheOddPadAfterLikeTensorFlow) {
 }
 
 TEST(Conv2D, ChannelsFirstAgreesWithChannelsLast) {
-  auto last = std::make_shared<Conv2D>(4, 3, "linear", Json{{"padding", "same"}});
-  auto first = std::make_shared<Conv2D>(4, 3, "linear", Json{{"padding", "same"}, {"data_format", "channels_first"}});
+  auto last = layers::Conv2D(4, 3, "linear", Json{{"padding", "same"}});
+  auto first = layers::Conv2D(4, 3, "linear", Json{{"padding", "same"}, {"data_format", "channels_first"}});
   at::Tensor x = at::randn({2, 5, 5, 3});
   at::Tensor a = (*last)(x);
   (*first)(x.permute({0, 3, 1, 2}).contiguous());
@@ -73,7 +73,7 @@ TEST(Conv2D, ChannelsFirstAgreesWithChannelsLast) {
 }
 
 TEST(Conv2D, GroupsSplitChannels) {
-  auto conv = std::make_shared<Conv2D>(4, 1, "linear", Json{{"groups", 2}, {"use_bias", false}});
+  auto conv = layers::Conv2D(4, 1, "linear", Json{{"groups", 2}, {"use_bias", false}});
   at::Tensor x = at::randn({1, 3, 3, 4});
   at::Tensor y = (*conv)(x);
   EXPECT_EQ(conv->kernel()->shape(), (Shape{1, 1, 2, 4}));
@@ -85,7 +85,7 @@ TEST(Conv2D, GroupsSplitChannels) {
 }
 
 TEST(Conv1D, CausalPaddingNeverLooksAhead) {
-  auto conv = std::make_shared<Conv1D>(2, 3, "linear", Json{{"padding", "causal"}, {"dilation_rate", 2}});
+  auto conv = layers::Conv1D(2, 3, "linear", Json{{"padding", "causal"}, {"dilation_rate", 2}});
   at::Tensor x = at::randn({1, 10, 3});
   at::Tensor y = (*conv)(x);
   EXPECT_EQ(sizes_of(y), (Shape{1, 10, 2}));
@@ -97,32 +97,40 @@ TEST(Conv1D, CausalPaddingNeverLooksAhead) {
 }
 
 TEST(Conv, RejectsBadConfigs) {
-  expect_error<ValueError>([] { (void)Conv2D(0, 3); }, {"Conv2D", "`filters`", "filters=0"});
+  expect_error<ValueError>([] { (void)layers::Conv2DImpl(0, 3); }, {"Conv2D", "`filters`", "filters=0"});
   expect_error<ValueError>(
       [] {
-        (void)Conv2D(Json{{"filters", 2}, {"kernel_size", {3}}});
+        (void)layers::Conv2DImpl(Json{{"filters", 2}, {"kernel_size", {3}}});
       },
       {"`kernel_size`", "list of 2"});
-  expect_error<ValueError>([] { (void)Conv2D(Json{{"filters", 2}}); }, {"missing `kernel_size`"});
-  expect_error<ValueError>([] { (void)Conv2D(2, 3, "linear", Json{{"padding", "causal"}}); }, {"`padding`", "causal"});
+  expect_error<ValueError>([] { (void)layers::Conv2DImpl(Json{{"filters", 2}}); }, {"missing `kernel_size`"});
   expect_error<ValueError>(
       [] {
-        (void)Conv2D(2, 3, "linear", Json{{"strides", 2}, {"dilation_rate", 2}});
+        (void)layers::Conv2DImpl(2, 3, "linear", Json{{"padding", "causal"}});
+      },
+      {"`padding`", "causal"});
+  expect_error<ValueError>(
+      [] {
+        (void)layers::Conv2DImpl(2, 3, "linear", Json{{"strides", 2}, {"dilation_rate", 2}});
       },
       {"strides > 1", "dilation_rate > 1"});
-  expect_error<ValueError>([] { (void)Conv2D(3, 3, "linear", Json{{"groups", 2}}); }, {"`groups`"});
-  expect_error<ValueError>([] { (void)Conv1D(2, 3, "linear", Json{{"data_format", "NWC"}}); }, {"`data_format`"});
-  auto conv = std::make_shared<Conv2D>(2, 1, "linear", Json{{"groups", 2}});
+  expect_error<ValueError>([] { (void)layers::Conv2DImpl(3, 3, "linear", Json{{"groups", 2}}); }, {"`groups`"});
+  expect_error<ValueError>(
+      [] {
+        (void)layers::Conv1DImpl(2, 3, "linear", Json{{"data_format", "NWC"}});
+      },
+      {"`data_format`"});
+  auto conv = layers::Conv2D(2, 1, "linear", Json{{"groups", 2}});
   expect_error<ValueError>([&] { (*conv)(at::randn({1, 3, 3, 3})); }, {"divisible by the number of groups"});
-  auto small = std::make_shared<Conv2D>(2, 5);
+  auto small = layers::Conv2D(2, 5);
   expect_error<ShapeError>([&] { small->compute_output_shape({{kNone, 3, 3, 1}}); }, {"smaller than"});
-  auto wrong = std::make_shared<Conv1D>(2, 3);
+  auto wrong = layers::Conv1D(2, 3);
   expect_error<ShapeError>([&] { (*wrong)(at::randn({1, 8})); }, {"rank 3"});
 }
 
 // --- pooling ----------------------------------------------------------------------------
 TEST(MaxPooling2D, PicksWindowMaxima) {
-  auto pool = std::make_shared<MaxPooling2D>();
+  auto pool = layers::MaxPooling2D();
   at::Tensor x = at::arange(16, at::kFloat).reshape({1, 4, 4, 1});
   at::Tensor y = (*pool)(x);
   EXPECT_TRUE(at::equal(y.reshape({2, 2}), at::tensor({5.0f, 7.0f, 13.0f, 15.0f}).reshape({2, 2})));
@@ -131,7 +139,7 @@ TEST(MaxPooling2D, PicksWindowMaxima) {
 }
 
 TEST(MaxPooling2D, SamePaddingNeverWinsAMax) {
-  auto pool = std::make_shared<MaxPooling2D>(std::vector<int64_t>{2, 2}, std::vector<int64_t>{2, 2}, "same");
+  auto pool = layers::MaxPooling2D(std::vector<int64_t>{2, 2}, std::vector<int64_t>{2, 2}, "same");
   at::Tensor x = -at::ones({1, 3, 3, 2});
   at::Tensor y = (*pool)(x);
   EXPECT_EQ(sizes_of(y), (Shape{1, 2, 2, 2}));
@@ -139,10 +147,10 @@ TEST(MaxPooling2D, SamePaddingNeverWinsAMax) {
 }
 
 TEST(AveragePooling2D, AveragesWindowsAndExcludesPadding) {
-  auto pool = std::make_shared<AveragePooling2D>();
+  auto pool = layers::AveragePooling2D();
   at::Tensor x = at::arange(16, at::kFloat).reshape({1, 4, 4, 1});
   EXPECT_TRUE(at::allclose((*pool)(x).reshape({2, 2}), at::tensor({2.5f, 4.5f, 10.5f, 12.5f}).reshape({2, 2})));
-  auto same = std::make_shared<AveragePooling2D>(std::vector<int64_t>{2, 2}, std::vector<int64_t>{2, 2}, "same");
+  auto same = layers::AveragePooling2D(std::vector<int64_t>{2, 2}, std::vector<int64_t>{2, 2}, "same");
   at::Tensor y = (*same)(at::ones({1, 3, 3, 1}));
   EXPECT_TRUE(at::allclose(y, at::ones({1, 2, 2, 1})));  // counted padding would give 0.5 and 0.25
   at::Tensor z = (*same)(at::arange(9, at::kFloat).reshape({1, 3, 3, 1}));
@@ -151,33 +159,37 @@ TEST(AveragePooling2D, AveragesWindowsAndExcludesPadding) {
 }
 
 TEST(Pooling1D, WorksOnSequences) {
-  auto mp = std::make_shared<MaxPooling1D>(3, 1);
+  auto mp = layers::MaxPooling1D(3, 1);
   at::Tensor x = at::tensor({1.0f, 5.0f, 2.0f, 0.0f, 3.0f}).reshape({1, 5, 1});
   EXPECT_TRUE(at::equal((*mp)(x).reshape({3}), at::tensor({5.0f, 5.0f, 3.0f})));
-  auto ap = std::make_shared<AveragePooling1D>(2);
+  auto ap = layers::AveragePooling1D(2);
   EXPECT_TRUE(at::allclose((*ap)(x).reshape({2}), at::tensor({3.0f, 1.0f})));
 }
 
 TEST(GlobalPooling, ReducesSpatialAxes) {
   at::Tensor x = at::randn({2, 4, 5, 3});
-  auto gap = std::make_shared<GlobalAveragePooling2D>();
+  auto gap = layers::GlobalAveragePooling2D();
   EXPECT_TRUE(at::allclose((*gap)(x), x.mean({1, 2})));
-  auto keep = std::make_shared<GlobalAveragePooling2D>(Json{{"keepdims", true}});
+  auto keep = layers::GlobalAveragePooling2D(Json{{"keepdims", true}});
   EXPECT_EQ(sizes_of((*keep)(x)), (Shape{2, 1, 1, 3}));
-  auto gap1 = std::make_shared<GlobalAveragePooling1D>();
+  auto gap1 = layers::GlobalAveragePooling1D();
   at::Tensor s = at::randn({2, 7, 3});
   EXPECT_TRUE(at::allclose((*gap1)(s), s.mean(1)));
-  auto gmp = std::make_shared<GlobalMaxPooling2D>();
+  auto gmp = layers::GlobalMaxPooling2D();
   EXPECT_TRUE(at::equal((*gmp)(x), at::amax(x, {1, 2})));
   expect_error<ShapeError>([&] { (*gap)(at::randn({2, 3})); }, {"rank 4"});
 }
 
 TEST(Pooling, RejectsBadConfigs) {
-  expect_error<ValueError>([] { (void)MaxPooling2D(Json{{"pool_size", 0}}); }, {"`pool_size`"});
-  expect_error<ValueError>([] { (void)MaxPooling2D(Json{{"padding", "full"}}); }, {"`padding`"});
-  expect_error<ValueError>([] { (void)AveragePooling2D(Json{{"strides", {1, 2, 3}}}); }, {"`strides`"});
-  expect_error<ValueError>([] { (void)GlobalAveragePooling2D(Json{{"keep_dims", true}}); }, {"`keep_dims`"});
-  auto pool = std::make_shared<MaxPooling2D>(std::vector<int64_t>{3, 3});
+  expect_error<ValueError>([] { (void)layers::MaxPooling2DImpl(Json{{"pool_size", 0}}); }, {"`pool_size`"});
+  expect_error<ValueError>([] { (void)layers::MaxPooling2DImpl(Json{{"padding", "full"}}); }, {"`padding`"});
+  expect_error<ValueError>([] { (void)layers::AveragePooling2DImpl(Json{{"strides", {1, 2, 3}}}); }, {"`strides`"});
+  expect_error<ValueError>(
+      [] {
+        (void)layers::GlobalAveragePooling2DImpl(Json{{"keep_dims", true}});
+      },
+      {"`keep_dims`"});
+  auto pool = layers::MaxPooling2D(std::vector<int64_t>{3, 3});
   expect_error<ShapeError>([&] { (*pool)(at::randn({1, 2, 2, 1})); }, {"smaller than pool_size"});
 }
 

@@ -23,8 +23,8 @@ namespace {
 const char kOutputPaddingExpected[] = "null, a non-negative int or a list of 2 non-negative ints";
 
 // Checked against the strides, which come before it in the table.
-FieldDef<Conv2DTransposeOptions> output_padding_field() {
-  using O = Conv2DTransposeOptions;
+FieldDef<layers::Conv2DTransposeOptions> output_padding_field() {
+  using O = layers::Conv2DTransposeOptions;
   const char* key = "output_padding";
   auto smaller_than_strides = [](const O& o) {
     return "values smaller than the strides " + int_list_json(o.strides).dump();
@@ -58,8 +58,8 @@ FieldDef<Conv2DTransposeOptions> output_padding_field() {
           [=](Json& j, const O& o) { j[key] = o.output_padding ? int_list_json(*o.output_padding) : Json(nullptr); }};
 }
 
-const FieldTable<Conv2DTransposeOptions>& conv_transpose_fields() {
-  using O = Conv2DTransposeOptions;
+const FieldTable<layers::Conv2DTransposeOptions>& conv_transpose_fields() {
+  using O = layers::Conv2DTransposeOptions;
   static const FieldTable<O> t =
       FieldTable<O>{
           field("filters", &O::filters).positive().required(),
@@ -75,22 +75,24 @@ const FieldTable<Conv2DTransposeOptions>& conv_transpose_fields() {
 }
 }  // namespace
 
-Conv2DTransposeOptions Conv2DTranspose::options_from_config(const Json& config) {
+layers::Conv2DTransposeOptions layers::Conv2DTransposeImpl::options_from_config(const Json& config) {
   return read_fields(config, "Conv2DTranspose", conv_transpose_fields());
 }
 
-Conv2DTranspose::Conv2DTranspose(const Conv2DTransposeOptions& o) : Conv2DTranspose(o, layer_base_config(o.base)) {}
+layers::Conv2DTransposeImpl::Conv2DTransposeImpl(const layers::Conv2DTransposeOptions& o)
+    : layers::Conv2DTransposeImpl(o, layer_base_config(o.base)) {}
 
-Conv2DTranspose::Conv2DTranspose(const Json& config) : Conv2DTranspose(options_from_config(config), config) {}
+layers::Conv2DTransposeImpl::Conv2DTransposeImpl(const Json& config)
+    : layers::Conv2DTransposeImpl(options_from_config(config), config) {}
 
-Conv2DTranspose::Conv2DTranspose(const Conv2DTransposeOptions& o, const Json& base_config)
+layers::Conv2DTransposeImpl::Conv2DTransposeImpl(const layers::Conv2DTransposeOptions& o, const Json& base_config)
     : SimpleLayer(base_config), options_(o) {
   check_fields("Conv2DTranspose", options_, conv_transpose_fields());
   geom_ = conv_utils::checked_geometry("Conv2DTranspose", options_);
   activation_ = get_activation(options_.activation);
 }
 
-int64_t Conv2DTranspose::output_length(int i, int64_t n) const {
+int64_t layers::Conv2DTransposeImpl::output_length(int i, int64_t n) const {
   if (n < 0) return kNone;
   const int64_t s = geom_.strides[i];
   const int64_t k = geom_.dilation_rate[i] * (geom_.kernel_size[i] - 1) + 1;
@@ -100,17 +102,17 @@ int64_t Conv2DTranspose::output_length(int i, int64_t n) const {
   return (n - 1) * s + k - 2 * pad + (*output_padding)[i];
 }
 
-void Conv2DTranspose::build(const std::vector<Shape>& input_shapes) {
+void layers::Conv2DTransposeImpl::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   convt_check_image(*this, s, geom_.channels_last);
   const int64_t channels = geom_.channels_last ? s[3] : s[1];
-  const Conv2DTransposeOptions& o = options_;
+  const layers::Conv2DTransposeOptions& o = options_;
   kernel_ = add_weight("kernel", {geom_.kernel_size[0], geom_.kernel_size[1], o.filters, channels},
                        o.kernel_initializer.resolved(), true, o.kernel_regularizer);
   if (o.use_bias) bias_ = add_weight("bias", {o.filters}, o.bias_initializer.resolved(), true, o.bias_regularizer);
 }
 
-at::Tensor Conv2DTranspose::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::Conv2DTransposeImpl::call1(const at::Tensor& x, bool training) {
   const int64_t channels = kernel_->shape()[3];
   if (x.dim() != 4 || (geom_.channels_last ? x.size(3) : x.size(1)) != channels)
     throw ShapeError("Conv2DTranspose '" + name() + "' expects inputs of rank 4 with " + std::to_string(channels) +
@@ -146,7 +148,7 @@ at::Tensor Conv2DTranspose::call1(const at::Tensor& x, bool training) {
   return y;
 }
 
-std::vector<Shape> Conv2DTranspose::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::Conv2DTransposeImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   const Shape& s = input_shapes.at(0);
   convt_check_image(*this, s, geom_.channels_last);
@@ -158,18 +160,18 @@ std::vector<Shape> Conv2DTranspose::compute_output_shape(const std::vector<Shape
   return {out};
 }
 
-Json Conv2DTranspose::get_config() const {
+Json layers::Conv2DTransposeImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, conv_transpose_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(Conv2DTranspose);
+KILN_REGISTER_LAYER_AS(Conv2DTranspose, layers::Conv2DTransposeImpl);
 
 // --- DepthwiseConv2D / SeparableConv2D ---------------------------------------------
 namespace {
-const FieldTable<DepthwiseConv2DOptions>& depthwise_fields(bool separable) {
-  using O = DepthwiseConv2DOptions;
+const FieldTable<layers::DepthwiseConv2DOptions>& depthwise_fields(bool separable) {
+  using O = layers::DepthwiseConv2DOptions;
   auto table = [](bool separable) {
     FieldTable<O> t;
     if (separable) t.push_back(field("filters", &O::filters).positive().required());
@@ -198,17 +200,18 @@ const FieldTable<DepthwiseConv2DOptions>& depthwise_fields(bool separable) {
 }
 }  // namespace
 
-DepthwiseConv2DOptions DepthwiseConv2D::options_from_config(const Json& config, bool separable) {
+layers::DepthwiseConv2DOptions layers::DepthwiseConv2DImpl::options_from_config(const Json& config, bool separable) {
   return read_fields(config, separable ? "SeparableConv2D" : "DepthwiseConv2D", depthwise_fields(separable));
 }
 
-DepthwiseConv2D::DepthwiseConv2D(const DepthwiseConv2DOptions& o)
-    : DepthwiseConv2D(o, layer_base_config(o.base), false) {}
+layers::DepthwiseConv2DImpl::DepthwiseConv2DImpl(const layers::DepthwiseConv2DOptions& o)
+    : layers::DepthwiseConv2DImpl(o, layer_base_config(o.base), false) {}
 
-DepthwiseConv2D::DepthwiseConv2D(const Json& config)
-    : DepthwiseConv2D(options_from_config(config, false), config, false) {}
+layers::DepthwiseConv2DImpl::DepthwiseConv2DImpl(const Json& config)
+    : layers::DepthwiseConv2DImpl(options_from_config(config, false), config, false) {}
 
-DepthwiseConv2D::DepthwiseConv2D(const DepthwiseConv2DOptions& o, const Json& base_config, bool separable)
+layers::DepthwiseConv2DImpl::DepthwiseConv2DImpl(const layers::DepthwiseConv2DOptions& o, const Json& base_config,
+                                                 bool separable)
     : SimpleLayer(base_config),
       separable_(separable),
       owner_(separable ? "SeparableConv2D" : "DepthwiseConv2D"),
@@ -220,11 +223,11 @@ DepthwiseConv2D::DepthwiseConv2D(const DepthwiseConv2DOptions& o, const Json& ba
   activation_ = get_activation(options_.activation);
 }
 
-void DepthwiseConv2D::build(const std::vector<Shape>& input_shapes) {
+void layers::DepthwiseConv2DImpl::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   convt_check_image(*this, s, geom_.channels_last);
   in_channels_ = geom_.channels_last ? s[3] : s[1];
-  const DepthwiseConv2DOptions& o = options_;
+  const layers::DepthwiseConv2DOptions& o = options_;
   const int64_t mid = in_channels_ * o.depth_multiplier;
   depthwise_ =
       add_weight("depthwise_kernel", {geom_.kernel_size[0], geom_.kernel_size[1], in_channels_, o.depth_multiplier},
@@ -247,7 +250,7 @@ void DepthwiseConv2D::build(const std::vector<Shape>& input_shapes) {
   }
 }
 
-at::Tensor DepthwiseConv2D::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::DepthwiseConv2DImpl::call1(const at::Tensor& x, bool training) {
   if (x.dim() != 4 || (geom_.channels_last ? x.size(3) : x.size(1)) != in_channels_)
     throw ShapeError(owner_ + " '" + name() + "' expects inputs of rank 4 with " + std::to_string(in_channels_) +
                      " channels. Received: " + shape_to_string(sizes_of(x)));
@@ -270,7 +273,7 @@ at::Tensor DepthwiseConv2D::call1(const at::Tensor& x, bool training) {
   return y;
 }
 
-std::vector<Shape> DepthwiseConv2D::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::DepthwiseConv2DImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   const Shape& s = input_shapes.at(0);
   convt_check_image(*this, s, geom_.channels_last);
@@ -288,20 +291,20 @@ std::vector<Shape> DepthwiseConv2D::compute_output_shape(const std::vector<Shape
   return {out};
 }
 
-Json DepthwiseConv2D::get_config() const {
+Json layers::DepthwiseConv2DImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, depthwise_fields(separable_));
   return j;
 }
 
-KILN_REGISTER_LAYER(DepthwiseConv2D);
+KILN_REGISTER_LAYER_AS(DepthwiseConv2D, layers::DepthwiseConv2DImpl);
 
-SeparableConv2D::SeparableConv2D(const SeparableConv2DOptions& o)
-    : DepthwiseConv2D(o, layer_base_config(o.base), true) {}
+layers::SeparableConv2DImpl::SeparableConv2DImpl(const layers::SeparableConv2DOptions& o)
+    : layers::DepthwiseConv2DImpl(o, layer_base_config(o.base), true) {}
 
-SeparableConv2D::SeparableConv2D(const Json& config)
-    : DepthwiseConv2D(options_from_config(config, true), config, true) {}
+layers::SeparableConv2DImpl::SeparableConv2DImpl(const Json& config)
+    : layers::DepthwiseConv2DImpl(options_from_config(config, true), config, true) {}
 
-KILN_REGISTER_LAYER(SeparableConv2D);
+KILN_REGISTER_LAYER_AS(SeparableConv2D, layers::SeparableConv2DImpl);
 
 }  // namespace kiln

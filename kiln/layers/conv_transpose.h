@@ -44,10 +44,13 @@
 #include "kiln/layers/conv.h"
 #include "kiln/layers/kernel_impl.h"
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 #include "kiln/layers/regularizers.h"
 
 namespace kiln {
+
+namespace layers {
 
 // A size list holds one value for both spatial axes or one per axis.
 struct Conv2DTransposeOptions {
@@ -88,10 +91,10 @@ struct DepthwiseConv2DOptions {
 };
 using SeparableConv2DOptions = DepthwiseConv2DOptions;
 
-class Conv2DTranspose : public SimpleLayer {
+class Conv2DTransposeImpl : public SimpleLayer {
  public:
-  explicit Conv2DTranspose(const Conv2DTransposeOptions& options);
-  explicit Conv2DTranspose(const Json& config);
+  explicit Conv2DTransposeImpl(const Conv2DTransposeOptions& options);
+  explicit Conv2DTransposeImpl(const Json& config);
   // The config's keys as options; ValueError for an unknown key or a bad value.
   static Conv2DTransposeOptions options_from_config(const Json& config);
   std::string class_name() const override { return "Conv2DTranspose"; }
@@ -103,7 +106,7 @@ class Conv2DTranspose : public SimpleLayer {
   const VariablePtr& bias() const { return bias_; }
 
  private:
-  Conv2DTranspose(const Conv2DTransposeOptions& options, const Json& base_config);
+  Conv2DTransposeImpl(const Conv2DTransposeOptions& options, const Json& base_config);
   // Output length along spatial axis i for an input length n (-1 stays -1).
   int64_t output_length(int i, int64_t n) const;
   Conv2DTransposeOptions options_;  // checked: the layer's config
@@ -111,12 +114,13 @@ class Conv2DTranspose : public SimpleLayer {
   ActivationFn activation_;
   VariablePtr kernel_, bias_;
 };
+KILN_LAYER_HOLDER(Conv2DTranspose, Conv2DTransposeOptions);
 
 // DepthwiseConv2D and, with a pointwise step, SeparableConv2D.
-class DepthwiseConv2D : public SimpleLayer {
+class DepthwiseConv2DImpl : public SimpleLayer {
  public:
-  explicit DepthwiseConv2D(const DepthwiseConv2DOptions& options);
-  explicit DepthwiseConv2D(const Json& config);
+  explicit DepthwiseConv2DImpl(const DepthwiseConv2DOptions& options);
+  explicit DepthwiseConv2DImpl(const Json& config);
   std::string class_name() const override { return "DepthwiseConv2D"; }
   void build(const std::vector<Shape>& input_shapes) override;
   at::Tensor call1(const at::Tensor& x, bool training) override;
@@ -127,7 +131,7 @@ class DepthwiseConv2D : public SimpleLayer {
   const VariablePtr& bias() const { return bias_; }
 
  protected:
-  DepthwiseConv2D(const DepthwiseConv2DOptions& options, const Json& base_config, bool separable);
+  DepthwiseConv2DImpl(const DepthwiseConv2DOptions& options, const Json& base_config, bool separable);
   // The config's keys as options; ValueError for an unknown key or a bad value.
   static DepthwiseConv2DOptions options_from_config(const Json& config, bool separable);
 
@@ -141,12 +145,19 @@ class DepthwiseConv2D : public SimpleLayer {
   int64_t in_channels_ = 0;
   VariablePtr depthwise_, pointwise_, bias_;
 };
+KILN_LAYER_HOLDER(DepthwiseConv2D, DepthwiseConv2DOptions);
 
-class SeparableConv2D : public DepthwiseConv2D {
+class SeparableConv2DImpl : public DepthwiseConv2DImpl {
  public:
-  explicit SeparableConv2D(const SeparableConv2DOptions& options);
-  explicit SeparableConv2D(const Json& config);
+  explicit SeparableConv2DImpl(const SeparableConv2DOptions& options);
+  explicit SeparableConv2DImpl(const Json& config);
   std::string class_name() const override { return "SeparableConv2D"; }
 };
+KILN_LAYER_HOLDER(SeparableConv2D, SeparableConv2DOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_CONV_TRANSPOSE_H
+#include "kiln/layers/legacy_names.h"

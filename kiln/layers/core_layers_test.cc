@@ -18,7 +18,7 @@ namespace {
 
 // --- Dense ---------------------------------------------------------------------------
 TEST(Dense, ComputesXTimesKernelPlusBias) {
-  auto d = std::make_shared<Dense>(2);
+  auto d = layers::Dense(2);
   at::Tensor x = at::tensor({1.0f, 2.0f, 3.0f}).reshape({1, 3});
   (*d)(x);
   d->set_weights({at::tensor({1.0f, 0.0f, 0.0f, 1.0f, 2.0f, -1.0f}).reshape({3, 2}), at::tensor({0.5f, -0.5f})});
@@ -28,7 +28,7 @@ TEST(Dense, ComputesXTimesKernelPlusBias) {
 }
 
 TEST(Dense, AppliesActivationAndWorksOnTheLastAxis) {
-  auto d = std::make_shared<Dense>(3, "relu");
+  auto d = layers::Dense(3, "relu");
   at::Tensor x = at::randn({2, 5, 4});
   at::Tensor y = (*d)(x);
   EXPECT_EQ(sizes_of(y), (Shape{2, 5, 3}));
@@ -39,7 +39,7 @@ TEST(Dense, AppliesActivationAndWorksOnTheLastAxis) {
 
 TEST(Dense, KerasWeightShapesNamesAndDefaults) {
   clear_session();
-  auto d = std::make_shared<Dense>(64);
+  auto d = layers::Dense(64);
   (*d)(at::randn({2, 784}));
   ASSERT_EQ(d->weights().size(), 2u);
   EXPECT_EQ(d->kernel()->path(), "dense/kernel");
@@ -62,46 +62,58 @@ TEST(Dense, KerasWeightShapesNamesAndDefaults) {
 }
 
 TEST(Dense, TypedConstructorEqualsConfigConstructor) {
-  Dense a(8, "gelu", Json{{"use_bias", false}, {"name", "d_typed"}});
-  Dense b(Json{{"units", 8}, {"activation", "gelu"}, {"use_bias", false}, {"name", "d_typed"}});
+  layers::DenseImpl a(8, "gelu", Json{{"use_bias", false}, {"name", "d_typed"}});
+  layers::DenseImpl b(Json{{"units", 8}, {"activation", "gelu"}, {"use_bias", false}, {"name", "d_typed"}});
   EXPECT_EQ(a.get_config(), b.get_config());
 }
 
 TEST(Dense, RejectsBadConfigsNamingTheKey) {
   expect_error<ValueError>(
       [] {
-        Dense(Json{{"units", 0}});
+        layers::DenseImpl(Json{{"units", 0}});
       },
       {"Dense", "`units`", "expected a positive integer", "units=0"});
-  expect_error<ValueError>([] { Dense(Json{{"units", 2.5}}); }, {"`units`", "units=2.5"});
-  expect_error<ValueError>([] { (void)Dense(Json::object()); }, {"Dense", "missing `units`"});
-  expect_error<ValueError>([] { Dense(Json{{"units", 3}, {"unitz", 3}}); }, {"unknown key `unitz`", "units"});
-  expect_error<ValueError>([] { Dense(3, "relux"); }, {"`activation`", "relux", "relu", "gelu"});
-  expect_error<ValueError>([] { Dense(Json{{"units", 3}, {"use_bias", "yes"}}); }, {"`use_bias`", "a boolean"});
+  expect_error<ValueError>([] { layers::DenseImpl(Json{{"units", 2.5}}); }, {"`units`", "units=2.5"});
+  expect_error<ValueError>([] { (void)layers::DenseImpl(Json::object()); }, {"Dense", "missing `units`"});
   expect_error<ValueError>(
       [] {
-        Dense(Json{{"units", 3}, {"kernel_initializer", "glorot_unifrom"}});
+        layers::DenseImpl(Json{{"units", 3}, {"unitz", 3}});
+      },
+      {"unknown key `unitz`", "units"});
+  expect_error<ValueError>([] { layers::DenseImpl(3, "relux"); }, {"`activation`", "relux", "relu", "gelu"});
+  expect_error<ValueError>(
+      [] {
+        layers::DenseImpl(Json{{"units", 3}, {"use_bias", "yes"}});
+      },
+      {"`use_bias`", "a boolean"});
+  expect_error<ValueError>(
+      [] {
+        layers::DenseImpl(Json{{"units", 3}, {"kernel_initializer", "glorot_unifrom"}});
       },
       {"`kernel_initializer`", "glorot_unifrom"});
-  expect_error<ValueError>([] { Dense(Json{{"units", 3}, {"kernel_regularizer", "l3"}}); }, {"`kernel_regularizer`"});
   expect_error<ValueError>(
       [] {
-        Dense(Json{{"units", 3}, {"kernel_constraint", "max_norm"}});
+        layers::DenseImpl(Json{{"units", 3}, {"kernel_regularizer", "l3"}});
+      },
+      {"`kernel_regularizer`"});
+  expect_error<ValueError>(
+      [] {
+        layers::DenseImpl(Json{{"units", 3}, {"kernel_constraint", "max_norm"}});
       },
       {"`kernel_constraint`"});
-  expect_error<ValueError>([] { Dense(Json{{"units", 3}, {"dtype", "float31"}}); }, {"float31"});
+  expect_error<ValueError>([] { layers::DenseImpl(Json{{"units", 3}, {"dtype", "float31"}}); }, {"float31"});
 }
 
 TEST(Dense, RejectsInputsOfTheWrongWidth) {
-  auto d = std::make_shared<Dense>(3);
+  auto d = layers::Dense(3);
   (*d)(at::randn({2, 4}));
   expect_error<ShapeError>([&] { (*d)(at::randn({2, 5})); }, {"last dimension 4", "(2, 5)"});
 }
 
 TEST(Dense, RegularizersAddToTheLoss) {
-  auto d = std::make_shared<Dense>(3, "linear",
-                                   Json{{"kernel_regularizer", {{"class_name", "L2"}, {"config", {{"l2", 0.1}}}}},
-                                        {"activity_regularizer", {{"class_name", "L1"}, {"config", {{"l1", 0.01}}}}}});
+  auto d = layers::Dense(3, "linear",
+                         Json{{"kernel_regularizer", {{"class_name", "L2"}, {"config", {{"l2", 0.1}}}}},
+                              {"activity_regularizer", {{"class_name", "L1"}, {"config", {{"l1", 0.01}}}}}});
   at::Tensor x = at::randn({2, 4});
   at::Tensor y = (*d)(x, /*training=*/true);
   double weights_only = 0.1 * d->kernel()->value().square().sum().item<double>();
@@ -113,7 +125,7 @@ TEST(Dense, RegularizersAddToTheLoss) {
 }
 
 TEST(Dense, KernelProductGoesThroughTheFloatStrategyUntilQuantized) {
-  auto d = std::make_shared<Dense>(3);
+  auto d = layers::Dense(3);
   EXPECT_THROW(d->quantize("int8"), StateError);  // not built
   (*d)(at::randn({2, 4}));
   EXPECT_EQ(d->kernel_impl().mode(), "float");
@@ -128,7 +140,7 @@ TEST(Dense, KernelProductGoesThroughTheFloatStrategyUntilQuantized) {
 // gradient when one is asked for.
 TEST(Dense, OneRowInferenceGivesTheBatchedProduct) {
   for (bool use_bias : {true, false}) {
-    auto d = std::make_shared<Dense>(37, "linear", Json{{"use_bias", use_bias}});
+    auto d = layers::Dense(37, "linear", Json{{"use_bias", use_bias}});
     at::Tensor batch = at::randn({5, 300});
     (*d)(batch);
     if (use_bias) d->weights()[1]->assign(at::randn({37}));  // a bias of zeros would hide a missing add
@@ -140,7 +152,7 @@ TEST(Dense, OneRowInferenceGivesTheBatchedProduct) {
       EXPECT_TRUE(at::allclose(got, want.narrow(0, r, 1), 1e-5, 1e-5)) << "use_bias=" << use_bias << " row " << r;
     }
   }
-  auto d = std::make_shared<Dense>(4);
+  auto d = layers::Dense(4);
   at::Tensor x = at::randn({1, 3}).requires_grad_(true);
   (*d)(x, /*training=*/false).sum().backward();
   ASSERT_TRUE(x.grad().defined());
@@ -168,7 +180,7 @@ TEST(Activation, KerasNumericFacts) {
 }
 
 TEST(Activation, SoftmaxRowsSumToOne) {
-  auto layer = std::make_shared<Activation>("softmax");
+  auto layer = layers::Activation("softmax");
   at::Tensor y = (*layer)(at::randn({4, 7}) * 5);
   EXPECT_TRUE(at::allclose(y.sum(-1), at::ones({4})));
   EXPECT_GE(y.min().item<float>(), 0.0f);
@@ -177,15 +189,15 @@ TEST(Activation, SoftmaxRowsSumToOne) {
 
 TEST(Activation, UnknownNamesListTheKnownOnes) {
   expect_error<ValueError>([] { get_activation("relux"); }, {"relux", "relu", "softmax", "swish"});
-  expect_error<ValueError>([] { Activation("relux"); }, {"Activation", "`activation`", "relux"});
-  expect_error<ValueError>([] { (void)Activation(Json::object()); }, {"missing `activation`"});
+  expect_error<ValueError>([] { layers::ActivationImpl("relux"); }, {"Activation", "`activation`", "relux"});
+  expect_error<ValueError>([] { (void)layers::ActivationImpl(Json::object()); }, {"missing `activation`"});
   EXPECT_TRUE(is_activation("gelu"));
   EXPECT_FALSE(is_activation("Gelu"));
 }
 
 // --- Dropout ----------------------------------------------------------------------------
 TEST(Dropout, TrainingZeroesAboutRateAndScalesTheRest) {
-  auto d = std::make_shared<Dropout>(0.3);
+  auto d = layers::Dropout(0.3);
   at::Tensor x = at::rand({200, 100}) + 1.0;  // no zeros of its own
   at::Tensor y = (*d)(x, /*training=*/true);
   at::Tensor dropped = y == 0;
@@ -196,13 +208,13 @@ TEST(Dropout, TrainingZeroesAboutRateAndScalesTheRest) {
 }
 
 TEST(Dropout, IsIdentityAtInference) {
-  auto d = std::make_shared<Dropout>(0.5);
+  auto d = layers::Dropout(0.5);
   at::Tensor x = at::randn({8, 8});
   EXPECT_TRUE(at::equal((*d)(x, false), x));
 }
 
 TEST(Dropout, SeedMakesMasksRepeat) {
-  auto d = std::make_shared<Dropout>(0.5);
+  auto d = layers::Dropout(0.5);
   at::Tensor x = at::ones({16, 16});
   set_random_seed(42);
   at::Tensor a = (*d)(x, true);
@@ -214,7 +226,7 @@ TEST(Dropout, SeedMakesMasksRepeat) {
 }
 
 TEST(Dropout, NoiseShapeSharesTheMask) {
-  auto d = std::make_shared<Dropout>(0.5, Json{{"noise_shape", {nullptr, 1, 6}}});
+  auto d = layers::Dropout(0.5, Json{{"noise_shape", {nullptr, 1, 6}}});
   at::Tensor y = (*d)(at::ones({4, 5, 6}), true);
   // Every position along axis 1 is kept or dropped together.
   EXPECT_TRUE(at::equal(y, y.select(1, 0).unsqueeze(1).expand_as(y)));
@@ -223,15 +235,15 @@ TEST(Dropout, NoiseShapeSharesTheMask) {
 }
 
 TEST(Dropout, RateOneDropsEverythingAndBadRatesThrow) {
-  auto d = std::make_shared<Dropout>(1.0);
+  auto d = layers::Dropout(1.0);
   EXPECT_TRUE(at::equal((*d)(at::ones({3, 3}), true), at::zeros({3, 3})));
-  expect_error<ValueError>([] { Dropout(1.5); }, {"Dropout", "`rate`", "rate=1.5"});
-  expect_error<ValueError>([] { Dropout(-0.1); }, {"`rate`"});
-  expect_error<ValueError>([] { (void)Dropout(Json::object()); }, {"missing `rate`"});
+  expect_error<ValueError>([] { layers::DropoutImpl(1.5); }, {"Dropout", "`rate`", "rate=1.5"});
+  expect_error<ValueError>([] { layers::DropoutImpl(-0.1); }, {"`rate`"});
+  expect_error<ValueError>([] { (void)layers::DropoutImpl(Json::object()); }, {"missing `rate`"});
 }
 
 TEST(Dropout, BFloat16TrainingWorks) {
-  auto d = std::make_shared<Dropout>(0.5, Json{{"dtype", "mixed_bfloat16"}});
+  auto d = layers::Dropout(0.5, Json{{"dtype", "mixed_bfloat16"}});
   at::Tensor y = (*d)(at::ones({64, 64}), true);
   EXPECT_EQ(y.scalar_type(), at::kBFloat16);
   double frac = (y == 0).to(at::kDouble).mean().item<double>();
@@ -241,19 +253,19 @@ TEST(Dropout, BFloat16TrainingWorks) {
 
 // --- Flatten / Reshape -------------------------------------------------------------------
 TEST(Flatten, KeepsRowMajorOrderAndChannelsFirstFlattensAsChannelsLast) {
-  auto f = std::make_shared<Flatten>();
+  auto f = layers::Flatten();
   at::Tensor x = at::arange(24, at::kFloat).reshape({2, 3, 4});
   EXPECT_TRUE(at::equal((*f)(x), x.reshape({2, 12})));
-  auto cf = std::make_shared<Flatten>(Json{{"data_format", "channels_first"}});
+  auto cf = layers::Flatten(Json{{"data_format", "channels_first"}});
   at::Tensor img = at::randn({2, 3, 4, 5});  // (N, C, H, W)
   EXPECT_TRUE(at::equal((*cf)(img), img.permute({0, 2, 3, 1}).reshape({2, 60})));
-  auto r1 = std::make_shared<Flatten>();
+  auto r1 = layers::Flatten();
   EXPECT_EQ(sizes_of((*r1)(at::randn({4}))), (Shape{4, 1}));
-  EXPECT_THROW(Flatten(Json{{"data_format", "nhwc"}}), ValueError);
+  EXPECT_THROW(layers::FlattenImpl(Json{{"data_format", "nhwc"}}), ValueError);
 }
 
 TEST(Reshape, InfersMinusOneAndRejectsBadTargets) {
-  auto r = std::make_shared<Reshape>(Shape{-1, 3});
+  auto r = layers::Reshape(Shape{-1, 3});
   at::Tensor x = at::arange(24, at::kFloat).reshape({2, 12});
   at::Tensor y = (*r)(x);
   EXPECT_EQ(sizes_of(y), (Shape{2, 4, 3}));
@@ -261,15 +273,15 @@ TEST(Reshape, InfersMinusOneAndRejectsBadTargets) {
   EXPECT_EQ(r->compute_output_shape({{kNone, 12}})[0], (Shape{kNone, 4, 3}));
   EXPECT_EQ(r->compute_output_shape({{kNone, kNone}})[0], (Shape{kNone, kNone, 3}));
   expect_error<ShapeError>([&] { (*r)(at::randn({2, 10})); }, {"Reshape", "(2, 10)"});
-  expect_error<ValueError>([] { Reshape(Shape{-1, -1}); }, {"`target_shape`"});
-  expect_error<ValueError>([] { Reshape(Shape{0, 3}); }, {"`target_shape`"});
-  expect_error<ValueError>([] { (void)Reshape(Json::object()); }, {"missing `target_shape`"});
+  expect_error<ValueError>([] { layers::ReshapeImpl(Shape{-1, -1}); }, {"`target_shape`"});
+  expect_error<ValueError>([] { layers::ReshapeImpl(Shape{0, 3}); }, {"`target_shape`"});
+  expect_error<ValueError>([] { (void)layers::ReshapeImpl(Json::object()); }, {"missing `target_shape`"});
 }
 
 // --- EinsumDense --------------------------------------------------------------------------
 TEST(EinsumDense, MatchesDenseWithTheSameWeights) {
-  auto e = std::make_shared<EinsumDense>("ab,bc->ac", Shape{3}, "c", "tanh");
-  auto d = std::make_shared<Dense>(3, "tanh");
+  auto e = layers::EinsumDense("ab,bc->ac", Shape{3}, "c", "tanh");
+  auto d = layers::Dense(3, "tanh");
   at::Tensor x = at::randn({5, 4});
   (*e)(x);
   (*d)(x);
@@ -294,21 +306,21 @@ TEST(EinsumDense, KernelAndBiasShapesFollowTheEquation) {
   auto r = analyze_einsum("t", "ab...,bc->ac...", "", {kNone, 3, 6}, {2});
   EXPECT_EQ(r.kernel, (Shape{3, 2}));
   EXPECT_EQ(r.full_output, (Shape{kNone, 2, 6}));
-  auto rl = std::make_shared<EinsumDense>("ab...,bc->ac...", Shape{2});
+  auto rl = layers::EinsumDense("ab...,bc->ac...", Shape{2});
   at::Tensor x = at::randn({4, 3, 6});
   at::Tensor y = (*rl)(x);
   EXPECT_TRUE(at::allclose(y, at::einsum("abd,bc->acd", {x, rl->kernel()->value()})));
 }
 
 TEST(EinsumDense, RejectsBadEquationsAndShapes) {
-  expect_error<ValueError>([] { EinsumDense("ab,bc", Shape{3}); }, {"invalid einsum equation"});
-  expect_error<ValueError>([] { EinsumDense("ab,bc->a1", Shape{3}); }, {"invalid einsum equation"});
-  expect_error<ValueError>([] { EinsumDense("ab,bc->ac", Shape{3}, "z"); }, {"`bias_axes`"});
-  expect_error<ValueError>([] { EinsumDense("ab,bc->ac", Shape{3, 4}); }, {"`output_shape`"});
-  expect_error<ValueError>([] { EinsumDense(Json{{"output_shape", 3}}); }, {"missing `equation`"});
-  auto e = std::make_shared<EinsumDense>("abc,cd->abd", Shape{5, 2});
+  expect_error<ValueError>([] { layers::EinsumDenseImpl("ab,bc", Shape{3}); }, {"invalid einsum equation"});
+  expect_error<ValueError>([] { layers::EinsumDenseImpl("ab,bc->a1", Shape{3}); }, {"invalid einsum equation"});
+  expect_error<ValueError>([] { layers::EinsumDenseImpl("ab,bc->ac", Shape{3}, "z"); }, {"`bias_axes`"});
+  expect_error<ValueError>([] { layers::EinsumDenseImpl("ab,bc->ac", Shape{3, 4}); }, {"`output_shape`"});
+  expect_error<ValueError>([] { layers::EinsumDenseImpl(Json{{"output_shape", 3}}); }, {"missing `equation`"});
+  auto e = layers::EinsumDense("abc,cd->abd", Shape{5, 2});
   expect_error<ValueError>([&] { (*e)(at::randn({2, 4, 3})); }, {"shared dimension 'b'"});
-  auto f = std::make_shared<EinsumDense>("ab,bc->ac", Shape{3});
+  auto f = layers::EinsumDense("ab,bc->ac", Shape{3});
   (*f)(at::randn({2, 4}));
   expect_error<ShapeError>([&] { (*f)(at::randn({2, 5})); }, {"kernel of shape (4, 3)"});
 }

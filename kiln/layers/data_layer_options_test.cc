@@ -24,67 +24,100 @@ TEST(DataLayerOptions, ConfigEqualsJsonConfig) {
     b.erase("name");
     EXPECT_EQ(a.dump(), b.dump()) << json.class_name();
   };
-  expect_same(Flatten(FlattenOptions{.data_format = "channels_first"}),
-              Flatten(Json{{"data_format", "channels_first"}}));
-  expect_same(Reshape(ReshapeOptions{.target_shape = {4, -1}}), Reshape(Json{{"target_shape", {4, -1}}}));
-  expect_same(UpSampling2D(UpSampling2DOptions{.size = {3}, .interpolation = "BILINEAR"}),
-              UpSampling2D(Json{{"size", 3}, {"interpolation", "bilinear"}}));
-  expect_same(ZeroPadding2D(ZeroPadding2DOptions{.padding = {{{1, 2}, {0, 3}}}}),
-              ZeroPadding2D(Json{{"padding", {{1, 2}, {0, 3}}}}));
-  expect_same(Cropping2D(Cropping2DOptions{.cropping = {{{1, 1}, {2, 2}}}, .data_format = "channels_first"}),
-              Cropping2D(Json{{"cropping", {1, 2}}, {"data_format", "channels_first"}}));
-  expect_same(Permute(PermuteOptions{.dims = {2, 1}}), Permute(Json{{"dims", {2, 1}}}));
-  expect_same(RepeatVector(RepeatVectorOptions{.n = 3}), RepeatVector(Json{{"n", 3}}));
-  expect_same(Activation(ActivationOptions{.activation = "gelu"}), Activation(Json{{"activation", "gelu"}}));
-  expect_same(Rescaling(RescalingOptions{.scale = 1.0 / 255}), Rescaling(Json{{"scale", 1.0 / 255}}));
-  expect_same(Normalization(NormalizationOptions{.axis = nullptr, .mean = 0.5, .variance = 0.25}),
-              Normalization(Json{{"axis", nullptr}, {"mean", 0.5}, {"variance", 0.25}}));
-  StringLookup lookup_typed(StringLookupOptions{.mask_token = "", .vocabulary = {"a", "b"}});
-  StringLookup lookup_json(Json{{"mask_token", ""}, {"vocabulary", {"a", "b"}}});
+  expect_same(layers::FlattenImpl(layers::FlattenOptions{.data_format = "channels_first"}),
+              layers::FlattenImpl(Json{{"data_format", "channels_first"}}));
+  expect_same(layers::ReshapeImpl(layers::ReshapeOptions{.target_shape = {4, -1}}),
+              layers::ReshapeImpl(Json{{"target_shape", {4, -1}}}));
+  expect_same(layers::UpSampling2DImpl(layers::UpSampling2DOptions{.size = {3}, .interpolation = "BILINEAR"}),
+              layers::UpSampling2DImpl(Json{{"size", 3}, {"interpolation", "bilinear"}}));
+  expect_same(layers::ZeroPadding2DImpl(layers::ZeroPadding2DOptions{.padding = {{{1, 2}, {0, 3}}}}),
+              layers::ZeroPadding2DImpl(Json{{"padding", {{1, 2}, {0, 3}}}}));
+  expect_same(layers::Cropping2DImpl(
+                  layers::Cropping2DOptions{.cropping = {{{1, 1}, {2, 2}}}, .data_format = "channels_first"}),
+              layers::Cropping2DImpl(Json{{"cropping", {1, 2}}, {"data_format", "channels_first"}}));
+  expect_same(layers::PermuteImpl(layers::PermuteOptions{.dims = {2, 1}}), layers::PermuteImpl(Json{{"dims", {2, 1}}}));
+  expect_same(layers::RepeatVectorImpl(layers::RepeatVectorOptions{.n = 3}), layers::RepeatVectorImpl(Json{{"n", 3}}));
+  expect_same(layers::ActivationImpl(layers::ActivationOptions{.activation = "gelu"}),
+              layers::ActivationImpl(Json{{"activation", "gelu"}}));
+  expect_same(layers::RescalingImpl(layers::RescalingOptions{.scale = 1.0 / 255}),
+              layers::RescalingImpl(Json{{"scale", 1.0 / 255}}));
+  expect_same(layers::NormalizationImpl(layers::NormalizationOptions{.axis = nullptr, .mean = 0.5, .variance = 0.25}),
+              layers::NormalizationImpl(Json{{"axis", nullptr}, {"mean", 0.5}, {"variance", 0.25}}));
+  layers::StringLookup lookup_typed(layers::StringLookupOptions{.mask_token = "", .vocabulary = {"a", "b"}});
+  layers::StringLookup lookup_json(Json{{"mask_token", ""}, {"vocabulary", {"a", "b"}}});
   EXPECT_EQ(lookup_typed.get_config().dump(), lookup_json.get_config().dump());
   // A config read back gives the same config (the registry path).
-  Normalization norm(Json{{"axis", {1, 2}}, {"invert", true}, {"mean", {1.0, 2.0}}, {"variance", {4.0, 1.0}}});
-  EXPECT_EQ(Normalization(norm.get_config()).get_config().dump(), norm.get_config().dump());
+  layers::NormalizationImpl norm(
+      Json{{"axis", {1, 2}}, {"invert", true}, {"mean", {1.0, 2.0}}, {"variance", {4.0, 1.0}}});
+  EXPECT_EQ(layers::NormalizationImpl(norm.get_config()).get_config().dump(), norm.get_config().dump());
 }
 
 TEST(DataLayerOptions, TypedOptionsGetTheJsonPathsMessages) {
   auto same = [](const std::function<void()>& from_json, const std::function<void()>& typed) {
     EXPECT_EQ(error_of<ValueError>(from_json), error_of<ValueError>(typed));
   };
-  same([] { Reshape(Json{{"target_shape", {-1, -1}}}); }, [] { Reshape(ReshapeOptions{.target_shape = {-1, -1}}); });
-  same([] { Permute(Json{{"dims", {1, 3}}}); }, [] { Permute(PermuteOptions{.dims = {1, 3}}); });
-  same([] { RepeatVector(Json{{"n", 0}}); }, [] { RepeatVector(RepeatVectorOptions{.n = 0}); });
   same(
       [] {
-        UpSampling2D(Json{{"interpolation", "cubic"}});
+        layers::ReshapeImpl(Json{{"target_shape", {-1, -1}}});
       },
-      [] { UpSampling2D(UpSampling2DOptions{.interpolation = "cubic"}); });
-  same([] { Flatten(Json{{"data_format", "nhwc"}}); }, [] { Flatten(FlattenOptions{.data_format = "nhwc"}); });
-  same([] { Rescaling(Json{{"scale", "big"}}); }, [] { Rescaling(RescalingOptions{.scale = "big"}); });
-  same([] { Rescaling(Json::object()); }, [] { Rescaling(RescalingOptions{}); });
-  same([] { Normalization(Json{{"mean", 1.0}}); }, [] { Normalization(NormalizationOptions{.mean = 1.0}); });
+      [] {
+        layers::ReshapeImpl(layers::ReshapeOptions{.target_shape = {-1, -1}});
+      });
   same(
       [] {
-        Normalization(Json{{"mean", 0.0}, {"variance", -1.0}});
+        layers::PermuteImpl(Json{{"dims", {1, 3}}});
       },
-      [] { Normalization(NormalizationOptions{.mean = 0.0, .variance = -1.0}); });
+      [] {
+        layers::PermuteImpl(layers::PermuteOptions{.dims = {1, 3}});
+      });
   same(
       [] {
-        StringLookup(Json{{"num_oov_indices", -1}});
+        layers::RepeatVectorImpl(Json{{"n", 0}});
       },
-      [] { StringLookup(StringLookupOptions{.num_oov_indices = -1}); });
+      [] { layers::RepeatVectorImpl(layers::RepeatVectorOptions{.n = 0}); });
   same(
       [] {
-        StringLookup(Json{{"invert", true}, {"output_mode", "count"}});
+        layers::UpSampling2DImpl(Json{{"interpolation", "cubic"}});
       },
-      [] { StringLookup(StringLookupOptions{.invert = true, .output_mode = "count"}); });
+      [] { layers::UpSampling2DImpl(layers::UpSampling2DOptions{.interpolation = "cubic"}); });
+  same(
+      [] {
+        layers::FlattenImpl(Json{{"data_format", "nhwc"}});
+      },
+      [] { layers::FlattenImpl(layers::FlattenOptions{.data_format = "nhwc"}); });
+  same(
+      [] {
+        layers::RescalingImpl(Json{{"scale", "big"}});
+      },
+      [] { layers::RescalingImpl(layers::RescalingOptions{.scale = "big"}); });
+  same([] { layers::RescalingImpl(Json::object()); }, [] { layers::RescalingImpl(layers::RescalingOptions{}); });
+  same(
+      [] {
+        layers::NormalizationImpl(Json{{"mean", 1.0}});
+      },
+      [] { layers::NormalizationImpl(layers::NormalizationOptions{.mean = 1.0}); });
+  same(
+      [] {
+        layers::NormalizationImpl(Json{{"mean", 0.0}, {"variance", -1.0}});
+      },
+      [] { layers::NormalizationImpl(layers::NormalizationOptions{.mean = 0.0, .variance = -1.0}); });
+  same(
+      [] {
+        layers::StringLookup(Json{{"num_oov_indices", -1}});
+      },
+      [] { layers::StringLookup(layers::StringLookupOptions{.num_oov_indices = -1}); });
+  same(
+      [] {
+        layers::StringLookup(Json{{"invert", true}, {"output_mode", "count"}});
+      },
+      [] { layers::StringLookup(layers::StringLookupOptions{.invert = true, .output_mode = "count"}); });
   // A typed Margins2D with a negative entry: the JSON form's message.
   expect_error<ValueError>(
       [] {
-        ZeroPadding2D(ZeroPadding2DOptions{.padding = {{{-1, 0}, {0, 0}}}});
+        layers::ZeroPadding2DImpl(layers::ZeroPadding2DOptions{.padding = {{{-1, 0}, {0, 0}}}});
       },
       {"ZeroPadding2D", "`padding`", "non-negative"});
-  expect_error<ValueError>([] { Activation(ActivationOptions{}); }, {"Activation", "`activation`"});
+  expect_error<ValueError>([] { layers::ActivationImpl(layers::ActivationOptions{}); }, {"Activation", "`activation`"});
 }
 
 }  // namespace

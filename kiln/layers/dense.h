@@ -16,10 +16,13 @@
 #include "kiln/layers/activations.h"
 #include "kiln/layers/kernel_impl.h"
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 #include "kiln/layers/regularizers.h"
 
 namespace kiln {
+
+namespace layers {
 
 struct DenseOptions {
   int64_t units = 0;  // required, > 0
@@ -31,11 +34,11 @@ struct DenseOptions {
   LayerOptions base;
 };
 
-class Dense : public SimpleLayer {
+class DenseImpl : public SimpleLayer {
  public:
-  explicit Dense(const DenseOptions& options);
-  explicit Dense(const Json& config);
-  explicit Dense(int64_t units, const std::string& activation = "linear", const Json& extra = Json::object());
+  explicit DenseImpl(const DenseOptions& options);
+  explicit DenseImpl(const Json& config);
+  explicit DenseImpl(int64_t units, const std::string& activation = "linear", const Json& extra = Json::object());
   // The config's keys as options; ValueError for an unknown key or a bad value.
   static DenseOptions options_from_config(const Json& config);
 
@@ -57,7 +60,7 @@ class Dense : public SimpleLayer {
   const KernelImpl& kernel_impl() const { return *impl_; }
 
  private:
-  Dense(const DenseOptions& options, const Json& base_config);
+  DenseImpl(const DenseOptions& options, const Json& base_config);
   KernelSpec kernel_spec(int64_t input_dim) const;
 
   DenseOptions options_;   // checked: the layer's config
@@ -66,5 +69,11 @@ class Dense : public SimpleLayer {
   KernelImplPtr impl_;
   VariablePtr kernel_, bias_;
 };
+KILN_LAYER_HOLDER(Dense, DenseOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_DENSE_H
+#include "kiln/layers/legacy_names.h"

@@ -7,10 +7,10 @@ namespace kiln {
 namespace {
 const char kNoiseShapeExpected[] = "null or a list of positive integers or nulls";
 
-FieldDef<DropoutOptions> noise_shape_field() {
+FieldDef<layers::DropoutOptions> noise_shape_field() {
   const char* key = "noise_shape";
   return {key,
-          [=](ConfigReader& r, DropoutOptions& o) {
+          [=](ConfigReader& r, layers::DropoutOptions& o) {
             const Json* ns = r.get(key);
             if (!ns) return;
             if (!ns->is_array()) r.invalid(key, kNoiseShapeExpected);
@@ -22,41 +22,43 @@ FieldDef<DropoutOptions> noise_shape_field() {
             }
             o.noise_shape = s;
           },
-          [=](const std::string& owner, DropoutOptions& o) {
+          [=](const std::string& owner, layers::DropoutOptions& o) {
             if (!o.noise_shape) return;
             for (auto d : *o.noise_shape)
               if (d != kNone && d < 1)
                 option_check::invalid(owner, key, kNoiseShapeExpected, int_list_json(*o.noise_shape));
           },
-          [=](Json& j, const DropoutOptions& o) {
+          [=](Json& j, const layers::DropoutOptions& o) {
             j[key] = o.noise_shape ? int_list_json(*o.noise_shape) : Json(nullptr);
           }};
 }
 
 // In the order of the config Keras writes (the noise shape is read before the seed).
-const FieldTable<DropoutOptions>& dropout_fields() {
-  static const FieldTable<DropoutOptions> t = {
-      field("rate", &DropoutOptions::rate).in_range(0.0, 1.0).required("a float between 0 and 1"),
-      field("seed", &DropoutOptions::seed), noise_shape_field()};
+const FieldTable<layers::DropoutOptions>& dropout_fields() {
+  static const FieldTable<layers::DropoutOptions> t = {
+      field("rate", &layers::DropoutOptions::rate).in_range(0.0, 1.0).required("a float between 0 and 1"),
+      field("seed", &layers::DropoutOptions::seed), noise_shape_field()};
   return t;
 }
 }  // namespace
 
-DropoutOptions Dropout::options_from_config(const Json& config) {
+layers::DropoutOptions layers::DropoutImpl::options_from_config(const Json& config) {
   return read_fields(config, "Dropout", dropout_fields());
 }
 
-Dropout::Dropout(const DropoutOptions& o) : Dropout(o, layer_base_config(o.base)) {}
+layers::DropoutImpl::DropoutImpl(const layers::DropoutOptions& o) : layers::DropoutImpl(o, layer_base_config(o.base)) {}
 
-Dropout::Dropout(const Json& config) : Dropout(options_from_config(config), config) {}
+layers::DropoutImpl::DropoutImpl(const Json& config) : layers::DropoutImpl(options_from_config(config), config) {}
 
-Dropout::Dropout(const DropoutOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+layers::DropoutImpl::DropoutImpl(const layers::DropoutOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
   check_fields("Dropout", options_, dropout_fields());
 }
 
-Dropout::Dropout(double rate, const Json& extra) : Dropout(merged_config(extra, Json{{"rate", rate}})) {}
+layers::DropoutImpl::DropoutImpl(double rate, const Json& extra)
+    : layers::DropoutImpl(merged_config(extra, Json{{"rate", rate}})) {}
 
-at::Tensor Dropout::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::DropoutImpl::call1(const at::Tensor& x, bool training) {
   const double rate = options_.rate;
   const std::optional<Shape>& noise_shape = options_.noise_shape;
   if (!training || rate == 0.0) return x;
@@ -79,17 +81,17 @@ at::Tensor Dropout::call1(const at::Tensor& x, bool training) {
   return x * keep / (1.0 - rate);
 }
 
-std::vector<Shape> Dropout::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::DropoutImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   return input_shapes;
 }
 
-Json Dropout::get_config() const {
+Json layers::DropoutImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, dropout_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(Dropout);
+KILN_REGISTER_LAYER_AS(Dropout, layers::DropoutImpl);
 
 }  // namespace kiln

@@ -14,9 +14,12 @@
 #include <optional>
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 
 namespace kiln {
+
+namespace layers {
 
 struct DropoutOptions {
   double rate = 0.0;                 // in [0, 1]
@@ -25,11 +28,11 @@ struct DropoutOptions {
   LayerOptions base;
 };
 
-class Dropout : public SimpleLayer {
+class DropoutImpl : public SimpleLayer {
  public:
-  explicit Dropout(const DropoutOptions& options);
-  explicit Dropout(const Json& config);
-  explicit Dropout(double rate, const Json& extra = Json::object());
+  explicit DropoutImpl(const DropoutOptions& options);
+  explicit DropoutImpl(const Json& config);
+  explicit DropoutImpl(double rate, const Json& extra = Json::object());
 
   std::string class_name() const override { return "Dropout"; }
   bool supports_masking() const override { return true; }  // as Keras: masks pass through
@@ -41,9 +44,15 @@ class Dropout : public SimpleLayer {
   static DropoutOptions options_from_config(const Json& config);
 
  private:
-  Dropout(const DropoutOptions& options, const Json& base_config);
+  DropoutImpl(const DropoutOptions& options, const Json& base_config);
 
   DropoutOptions options_;  // checked: the layer's config
 };
+KILN_LAYER_HOLDER(Dropout, DropoutOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_DROPOUT_H
+#include "kiln/layers/legacy_names.h"

@@ -130,8 +130,8 @@ EinsumShapes analyze_einsum(const std::string& owner, const std::string& equatio
 }
 
 namespace {
-const FieldTable<EinsumDenseOptions>& einsum_dense_fields() {
-  using O = EinsumDenseOptions;
+const FieldTable<layers::EinsumDenseOptions>& einsum_dense_fields() {
+  using O = layers::EinsumDenseOptions;
   const char* const output_shape = "output_shape";
   const char* const expected = "a positive integer or a list of positive integers or nulls";
   static const FieldTable<O> t = [=] {
@@ -173,15 +173,18 @@ const FieldTable<EinsumDenseOptions>& einsum_dense_fields() {
 }
 }  // namespace
 
-EinsumDenseOptions EinsumDense::options_from_config(const Json& config) {
+layers::EinsumDenseOptions layers::EinsumDenseImpl::options_from_config(const Json& config) {
   return read_fields(config, "EinsumDense", einsum_dense_fields());
 }
 
-EinsumDense::EinsumDense(const EinsumDenseOptions& o) : EinsumDense(o, layer_base_config(o.base)) {}
+layers::EinsumDenseImpl::EinsumDenseImpl(const layers::EinsumDenseOptions& o)
+    : layers::EinsumDenseImpl(o, layer_base_config(o.base)) {}
 
-EinsumDense::EinsumDense(const Json& config) : EinsumDense(options_from_config(config), config) {}
+layers::EinsumDenseImpl::EinsumDenseImpl(const Json& config)
+    : layers::EinsumDenseImpl(options_from_config(config), config) {}
 
-EinsumDense::EinsumDense(const EinsumDenseOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+layers::EinsumDenseImpl::EinsumDenseImpl(const layers::EinsumDenseOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
   const std::string owner = "EinsumDense";
   check_fields(owner, options_, einsum_dense_fields());
   ParsedEquation p = parse_equation(owner, options_.equation);
@@ -198,25 +201,26 @@ EinsumDense::EinsumDense(const EinsumDenseOptions& o, const Json& base_config) :
   impl_ = float_einsum_impl(options_.equation);
 }
 
-EinsumDense::EinsumDense(const std::string& equation, const Shape& output_shape, const std::string& bias_axes,
-                         const std::string& activation, const Json& extra)
-    : EinsumDense(merged_config(extra, Json{{"equation", equation},
-                                            {"output_shape", int_list_json(output_shape)},
-                                            {"bias_axes", bias_axes.empty() ? Json(nullptr) : Json(bias_axes)},
-                                            {"activation", activation}})) {}
+layers::EinsumDenseImpl::EinsumDenseImpl(const std::string& equation, const Shape& output_shape,
+                                         const std::string& bias_axes, const std::string& activation, const Json& extra)
+    : layers::EinsumDenseImpl(
+          merged_config(extra, Json{{"equation", equation},
+                                    {"output_shape", int_list_json(output_shape)},
+                                    {"bias_axes", bias_axes.empty() ? Json(nullptr) : Json(bias_axes)},
+                                    {"activation", activation}})) {}
 
-void EinsumDense::build(const std::vector<Shape>& input_shapes) {
+void layers::EinsumDenseImpl::build(const std::vector<Shape>& input_shapes) {
   auto s = analyze_einsum("EinsumDense '" + name() + "'", options_.equation, options_.bias_axes, input_shapes.at(0),
                           options_.output_shape);
   spec_ = kernel_spec(s.kernel);
-  const EinsumDenseOptions& o = options_;
+  const layers::EinsumDenseOptions& o = options_;
   if (policy_keeps_float_kernel())
     kernel_ = add_weight("kernel", s.kernel, o.kernel_initializer.resolved(), true, o.kernel_regularizer);
   if (!s.bias.empty()) bias_ = add_weight("bias", s.bias, o.bias_initializer.resolved(), true, o.bias_regularizer);
   impl_ = build_kernel_impl(spec_);
 }
 
-KernelSpec EinsumDense::kernel_spec(const Shape& kernel_shape) const {
+KernelSpec layers::EinsumDenseImpl::kernel_spec(const Shape& kernel_shape) const {
   ParsedEquation p = parse_equation("EinsumDense", options_.equation);
   KernelSpec spec;
   spec.equation = options_.equation;
@@ -230,9 +234,9 @@ KernelSpec EinsumDense::kernel_spec(const Shape& kernel_shape) const {
   return spec;
 }
 
-void EinsumDense::quantize(const std::string& mode) { quantize_kernel(mode, spec_, impl_, kernel_); }
+void layers::EinsumDenseImpl::quantize(const std::string& mode) { quantize_kernel(mode, spec_, impl_, kernel_); }
 
-at::Tensor EinsumDense::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::EinsumDenseImpl::call1(const at::Tensor& x, bool training) {
   const Shape xs = impl_->logical_input_shape(Shape(x.sizes().begin(), x.sizes().end()));
   // Validates the input against the built kernel with a readable error.
   auto s =
@@ -248,19 +252,19 @@ at::Tensor EinsumDense::call1(const at::Tensor& x, bool training) {
   return y;
 }
 
-std::vector<Shape> EinsumDense::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::EinsumDenseImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   return {analyze_einsum("EinsumDense '" + name() + "'", options_.equation, options_.bias_axes, input_shapes.at(0),
                          options_.output_shape)
               .full_output};
 }
 
-Json EinsumDense::get_config() const {
+Json layers::EinsumDenseImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, einsum_dense_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(EinsumDense);
+KILN_REGISTER_LAYER_AS(EinsumDense, layers::EinsumDenseImpl);
 
 }  // namespace kiln

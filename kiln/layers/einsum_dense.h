@@ -20,6 +20,7 @@
 #include "kiln/layers/activations.h"
 #include "kiln/layers/kernel_impl.h"
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 #include "kiln/layers/regularizers.h"
 
@@ -35,6 +36,8 @@ struct EinsumShapes {
 EinsumShapes analyze_einsum(const std::string& owner, const std::string& equation, const std::string& bias_axes,
                             const Shape& input_shape, const Shape& partial_output_shape);
 
+namespace layers {
+
 struct EinsumDenseOptions {
   std::string equation;  // required
   Shape output_shape;    // required: without the batch axis, kNone for a size taken from the input
@@ -46,12 +49,12 @@ struct EinsumDenseOptions {
   LayerOptions base;
 };
 
-class EinsumDense : public SimpleLayer {
+class EinsumDenseImpl : public SimpleLayer {
  public:
-  explicit EinsumDense(const EinsumDenseOptions& options);
-  explicit EinsumDense(const Json& config);
-  EinsumDense(const std::string& equation, const Shape& output_shape, const std::string& bias_axes = "",
-              const std::string& activation = "linear", const Json& extra = Json::object());
+  explicit EinsumDenseImpl(const EinsumDenseOptions& options);
+  explicit EinsumDenseImpl(const Json& config);
+  EinsumDenseImpl(const std::string& equation, const Shape& output_shape, const std::string& bias_axes = "",
+                  const std::string& activation = "linear", const Json& extra = Json::object());
 
   std::string class_name() const override { return "EinsumDense"; }
   void build(const std::vector<Shape>& input_shapes) override;
@@ -69,7 +72,7 @@ class EinsumDense : public SimpleLayer {
   const KernelImpl& kernel_impl() const { return *impl_; }
 
  private:
-  EinsumDense(const EinsumDenseOptions& options, const Json& base_config);
+  EinsumDenseImpl(const EinsumDenseOptions& options, const Json& base_config);
   static EinsumDenseOptions options_from_config(const Json& config);
 
   EinsumDenseOptions options_;  // checked: the layer's config
@@ -79,5 +82,11 @@ class EinsumDense : public SimpleLayer {
   KernelSpec kernel_spec(const Shape& kernel_shape) const;
   VariablePtr kernel_, bias_;
 };
+KILN_LAYER_HOLDER(EinsumDense, EinsumDenseOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_EINSUM_DENSE_H
+#include "kiln/layers/legacy_names.h"

@@ -8,8 +8,8 @@
 namespace kiln {
 
 namespace {
-const FieldTable<EmbeddingOptions>& embedding_fields() {
-  using O = EmbeddingOptions;
+const FieldTable<layers::EmbeddingOptions>& embedding_fields() {
+  using O = layers::EmbeddingOptions;
   static const FieldTable<O> t = {field("input_dim", &O::input_dim).positive().required(),
                                   field("output_dim", &O::output_dim).positive().required(),
                                   field("embeddings_initializer", &O::embeddings_initializer),
@@ -21,22 +21,24 @@ const FieldTable<EmbeddingOptions>& embedding_fields() {
 }
 }  // namespace
 
-EmbeddingOptions Embedding::options_from_config(const Json& config) {
+layers::EmbeddingOptions layers::EmbeddingImpl::options_from_config(const Json& config) {
   return read_fields(config, "Embedding", embedding_fields());
 }
 
-Embedding::Embedding(const EmbeddingOptions& o) : Embedding(o, layer_base_config(o.base)) {}
+layers::EmbeddingImpl::EmbeddingImpl(const layers::EmbeddingOptions& o)
+    : layers::EmbeddingImpl(o, layer_base_config(o.base)) {}
 
-Embedding::Embedding(const Json& config) : Embedding(options_from_config(config), config) {}
+layers::EmbeddingImpl::EmbeddingImpl(const Json& config) : layers::EmbeddingImpl(options_from_config(config), config) {}
 
-Embedding::Embedding(const EmbeddingOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+layers::EmbeddingImpl::EmbeddingImpl(const layers::EmbeddingOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
   check_fields("Embedding", options_, embedding_fields());
 }
 
-Embedding::Embedding(int64_t input_dim, int64_t output_dim, const Json& extra)
-    : Embedding(merged_config(extra, Json{{"input_dim", input_dim}, {"output_dim", output_dim}})) {}
+layers::EmbeddingImpl::EmbeddingImpl(int64_t input_dim, int64_t output_dim, const Json& extra)
+    : layers::EmbeddingImpl(merged_config(extra, Json{{"input_dim", input_dim}, {"output_dim", output_dim}})) {}
 
-void Embedding::build(const std::vector<Shape>& input_shapes) {
+void layers::EmbeddingImpl::build(const std::vector<Shape>& input_shapes) {
   if (dtype_policy().quantization_mode() == "int8") {
     build_int8(weight_adder());
     return;
@@ -46,13 +48,13 @@ void Embedding::build(const std::vector<Shape>& input_shapes) {
 }
 
 // Keras's int8 Embedding: rows stored as int8 with one abs-max scale per row.
-void Embedding::build_int8(const AddWeightFn& add) {
+void layers::EmbeddingImpl::build_int8(const AddWeightFn& add) {
   int8_embeddings_ =
       add("embeddings", {options_.input_dim, options_.output_dim}, constant_initializer(0.0), false, at::kChar);
   embeddings_scale_ = add("embeddings_scale", {options_.input_dim}, constant_initializer(1.0), false, at::kFloat);
 }
 
-void Embedding::quantize(const std::string& mode) {
+void layers::EmbeddingImpl::quantize(const std::string& mode) {
   if (mode != "int8")
     throw ValueError("Embedding '" + name() + "' supports quantize(\"int8\") only. Received: mode=" + mode);
   if (!built() || !embeddings_)
@@ -70,7 +72,7 @@ void Embedding::quantize(const std::string& mode) {
   set_dtype_policy(dtype_policy().quantized("int8"));
 }
 
-at::Tensor Embedding::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::EmbeddingImpl::call1(const at::Tensor& x, bool training) {
   at::Tensor ids = at::isIntegralType(x.scalar_type(), /*includeBool=*/false) ? x : x.to(at::kLong);
   if (ids.numel() > 0) {
     const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
@@ -92,24 +94,24 @@ at::Tensor Embedding::call1(const at::Tensor& x, bool training) {
   return y;
 }
 
-std::vector<Shape> Embedding::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::EmbeddingImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   Shape s = input_shapes.at(0);
   s.push_back(options_.output_dim);
   return {s};
 }
 
-Json Embedding::get_config() const {
+Json layers::EmbeddingImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, embedding_fields());
   return j;
 }
 
-Tensors Embedding::compute_mask(const Tensors& inputs, const Tensors& masks) {
+Tensors layers::EmbeddingImpl::compute_mask(const Tensors& inputs, const Tensors& masks) {
   if (!options_.mask_zero) return {};
   return {inputs.at(0) != 0};
 }
 
-KILN_REGISTER_LAYER(Embedding);
+KILN_REGISTER_LAYER_AS(Embedding, layers::EmbeddingImpl);
 
 }  // namespace kiln

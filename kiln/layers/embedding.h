@@ -15,10 +15,13 @@
 #pragma once
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 #include "kiln/layers/regularizers.h"
 
 namespace kiln {
+
+namespace layers {
 
 struct EmbeddingOptions {
   int64_t input_dim = 0;   // required: the vocabulary size
@@ -29,11 +32,11 @@ struct EmbeddingOptions {
   LayerOptions base;
 };
 
-class Embedding : public SimpleLayer {
+class EmbeddingImpl : public SimpleLayer {
  public:
-  explicit Embedding(const EmbeddingOptions& options);
-  explicit Embedding(const Json& config);
-  Embedding(int64_t input_dim, int64_t output_dim, const Json& extra = Json::object());
+  explicit EmbeddingImpl(const EmbeddingOptions& options);
+  explicit EmbeddingImpl(const Json& config);
+  EmbeddingImpl(int64_t input_dim, int64_t output_dim, const Json& extra = Json::object());
 
   std::string class_name() const override { return "Embedding"; }
   void build(const std::vector<Shape>& input_shapes) override;
@@ -57,12 +60,18 @@ class Embedding : public SimpleLayer {
   static EmbeddingOptions options_from_config(const Json& config);
 
  private:
-  Embedding(const EmbeddingOptions& options, const Json& base_config);
+  EmbeddingImpl(const EmbeddingOptions& options, const Json& base_config);
 
   EmbeddingOptions options_;  // checked: the layer's config
   VariablePtr embeddings_;
   VariablePtr int8_embeddings_, embeddings_scale_;  // int8 only
   void build_int8(const AddWeightFn& add);
 };
+KILN_LAYER_HOLDER(Embedding, EmbeddingOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_EMBEDDING_H
+#include "kiln/layers/legacy_names.h"

@@ -15,7 +15,7 @@ namespace {
 
 // --- Embedding ----------------------------------------------------------------------
 TEST(Embedding, LooksUpRows) {
-  auto e = std::make_shared<Embedding>(6, 3);
+  auto e = layers::Embedding(6, 3);
   at::Tensor ids = at::tensor({0, 5, 2, 2}, at::kLong).reshape({2, 2});
   at::Tensor y = (*e)(ids);
   EXPECT_EQ(sizes_of(y), (Shape{2, 2, 3}));
@@ -32,24 +32,24 @@ TEST(Embedding, LooksUpRows) {
 }
 
 TEST(Embedding, OutOfRangeIdsAreAUserError) {
-  auto e = std::make_shared<Embedding>(4, 2);
+  auto e = layers::Embedding(4, 2);
   expect_error<ValueError>([&] { (*e)(at::tensor({1, 4}, at::kLong)); }, {"input id 4", "[0, 4)"});
   expect_error<ValueError>([&] { (*e)(at::tensor({-1}, at::kLong)); }, {"input id -1"});
 }
 
 TEST(Embedding, SymbolicIntegerInputsAndFunctionalModels) {
-  auto in = Input({5}, at::kLong);
-  auto e = std::make_shared<Embedding>(10, 4);
+  auto in = layers::Input({5}, at::kLong);
+  auto e = layers::Embedding(10, 4);
   auto out = (*e)(in);
   EXPECT_EQ(out.shape, (Shape{kNone, 5, 4}));
   EXPECT_EQ(out.dtype, at::kFloat);
-  auto model = std::make_shared<Functional>(KerasTensors{in}, KerasTensors{out});
+  auto model = models::Functional(KerasTensors{in}, KerasTensors{out});
   at::Tensor ids = at::randint(0, 10, {3, 5}, at::kLong);
   EXPECT_TRUE(at::equal((*model)(ids), (*e)(ids)));
 }
 
 TEST(Embedding, MixedPrecisionKeepsLargeIdsExact) {
-  auto e = std::make_shared<Embedding>(2000, 2, Json{{"dtype", "mixed_bfloat16"}});
+  auto e = layers::Embedding(2000, 2, Json{{"dtype", "mixed_bfloat16"}});
   at::Tensor ids = at::tensor({1001.0f, 1999.0f});  // not representable in bfloat16
   at::Tensor y = (*e)(ids);
   EXPECT_EQ(y.scalar_type(), at::kBFloat16);
@@ -58,15 +58,15 @@ TEST(Embedding, MixedPrecisionKeepsLargeIdsExact) {
 }
 
 TEST(Embedding, RejectsBadConfigs) {
-  expect_error<ValueError>([] { (void)Embedding(0, 4); }, {"Embedding", "`input_dim`", "input_dim=0"});
-  expect_error<ValueError>([] { (void)Embedding(Json{{"input_dim", 4}}); }, {"missing `output_dim`"});
-  expect_error<ValueError>([] { (void)Embedding(4, 2, Json{{"mask_zero", "yes"}}); }, {"`mask_zero`"});
+  expect_error<ValueError>([] { (void)layers::EmbeddingImpl(0, 4); }, {"Embedding", "`input_dim`", "input_dim=0"});
+  expect_error<ValueError>([] { (void)layers::EmbeddingImpl(Json{{"input_dim", 4}}); }, {"missing `output_dim`"});
+  expect_error<ValueError>([] { (void)layers::EmbeddingImpl(4, 2, Json{{"mask_zero", "yes"}}); }, {"`mask_zero`"});
 }
 
 // --- MultiHeadAttention -----------------------------------------------------------------
 TEST(MultiHeadAttention, KerasWeightNamesAndShapes) {
   clear_session();
-  auto mha = std::make_shared<MultiHeadAttention>(4, 8, Json{{"value_dim", 6}});
+  auto mha = layers::MultiHeadAttention(4, 8, Json{{"value_dim", 6}});
   (*mha)(Tensors{at::randn({2, 5, 16}), at::randn({2, 7, 12})});
   std::vector<std::pair<std::string, Shape>> expected = {
       {"multi_head_attention/query/kernel", {16, 4, 8}},
@@ -93,10 +93,10 @@ TEST(MultiHeadAttention, KerasWeightNamesAndShapes) {
 }
 
 // Per-head matmuls: an independent reference for the einsum formulation.
-at::Tensor reference_mha(const MultiHeadAttention& m, const at::Tensor& xq, const at::Tensor& xv,
+at::Tensor reference_mha(const layers::MultiHeadAttentionImpl& m, const at::Tensor& xq, const at::Tensor& xv,
                          at::Tensor* scores_out) {
   const int64_t heads = m.num_heads(), kd = m.key_dim(), vd = m.value_dim();
-  auto proj = [](const at::Tensor& x, const EinsumDense& d, int64_t h, int64_t k) {
+  auto proj = [](const at::Tensor& x, const layers::EinsumDenseImpl& d, int64_t h, int64_t k) {
     at::Tensor w = d.kernel()->value();
     at::Tensor y = at::matmul(x, w.reshape({w.size(0), h * k})) + d.bias()->value().reshape({h * k});
     return y.reshape({x.size(0), x.size(1), h, k});
@@ -118,7 +118,7 @@ at::Tensor reference_mha(const MultiHeadAttention& m, const at::Tensor& xq, cons
 }
 
 TEST(MultiHeadAttention, MatchesPerHeadReference) {
-  auto mha = std::make_shared<MultiHeadAttention>(3, 4, Json{{"bias_initializer", "random_normal"}});
+  auto mha = layers::MultiHeadAttention(3, 4, Json{{"bias_initializer", "random_normal"}});
   at::Tensor xq = at::randn({2, 5, 6}), xv = at::randn({2, 7, 6});
   auto [out, scores] = mha->attention_with_scores({xq, xv});
   at::Tensor ref_scores;
@@ -133,7 +133,7 @@ TEST(MultiHeadAttention, MatchesPerHeadReference) {
 }
 
 TEST(MultiHeadAttention, SelfAttentionIsPermutationEquivariant) {
-  auto mha = std::make_shared<MultiHeadAttention>(2, 4);
+  auto mha = layers::MultiHeadAttention(2, 4);
   at::Tensor x = at::randn({1, 6, 8});
   at::Tensor perm = at::tensor({3, 0, 5, 1, 4, 2}, at::kLong);
   at::Tensor y = (*mha)(Tensors{x, x})[0];
@@ -143,7 +143,7 @@ TEST(MultiHeadAttention, SelfAttentionIsPermutationEquivariant) {
 }
 
 TEST(MultiHeadAttention, DropoutAppliesToScoresOnlyInTraining) {
-  auto mha = std::make_shared<MultiHeadAttention>(2, 4, Json{{"dropout", 0.5}});
+  auto mha = layers::MultiHeadAttention(2, 4, Json{{"dropout", 0.5}});
   at::Tensor x = at::randn({2, 6, 8});
   at::Tensor a = (*mha)(Tensors{x, x}, false)[0];
   EXPECT_TRUE(at::equal(a, (*mha)(Tensors{x, x}, false)[0]));
@@ -151,7 +151,7 @@ TEST(MultiHeadAttention, DropoutAppliesToScoresOnlyInTraining) {
 }
 
 TEST(MultiHeadAttention, OutputShapeAndSeparateKey) {
-  auto mha = std::make_shared<MultiHeadAttention>(2, 3, Json{{"output_shape", {2, 5}}});
+  auto mha = layers::MultiHeadAttention(2, 3, Json{{"output_shape", {2, 5}}});
   at::Tensor y = (*mha)(Tensors{at::randn({2, 4, 6}), at::randn({2, 3, 7}), at::randn({2, 3, 9})})[0];
   EXPECT_EQ(sizes_of(y), (Shape{2, 4, 2, 5}));
   EXPECT_EQ(mha->key_dense()->kernel()->shape(), (Shape{9, 2, 3}));
@@ -159,10 +159,14 @@ TEST(MultiHeadAttention, OutputShapeAndSeparateKey) {
 }
 
 TEST(MultiHeadAttention, RejectsBadConfigsAndInputs) {
-  expect_error<ValueError>([] { (void)MultiHeadAttention(0, 4); }, {"MultiHeadAttention", "`num_heads`"});
-  expect_error<ValueError>([] { (void)MultiHeadAttention(2, 4, Json{{"dropout", 1.0}}); }, {"`dropout`"});
-  expect_error<ValueError>([] { (void)MultiHeadAttention(2, 4, Json{{"attention_axes", {1}}}); }, {"`attention_axes`"});
-  auto mha = std::make_shared<MultiHeadAttention>(2, 4);
+  expect_error<ValueError>([] { (void)layers::MultiHeadAttentionImpl(0, 4); }, {"MultiHeadAttention", "`num_heads`"});
+  expect_error<ValueError>([] { (void)layers::MultiHeadAttentionImpl(2, 4, Json{{"dropout", 1.0}}); }, {"`dropout`"});
+  expect_error<ValueError>(
+      [] {
+        (void)layers::MultiHeadAttentionImpl(2, 4, Json{{"attention_axes", {1}}});
+      },
+      {"`attention_axes`"});
+  auto mha = layers::MultiHeadAttention(2, 4);
   expect_error<ValueError>([&] { (*mha)(Tensors{at::randn({2, 3, 4})}); }, {"[query, value]"});
   expect_error<ShapeError>([&] { (*mha)(Tensors{at::randn({2, 4}), at::randn({2, 4})}); }, {"(batch, seq, features)"});
   expect_error<ShapeError>(
@@ -173,7 +177,7 @@ TEST(MultiHeadAttention, RejectsBadConfigsAndInputs) {
 }
 
 TEST(MultiHeadAttention, PaddingMaskEqualsDroppingTheMaskedKeys) {
-  auto mha = std::make_shared<MultiHeadAttention>(2, 4, Json{{"bias_initializer", "random_normal"}});
+  auto mha = layers::MultiHeadAttention(2, 4, Json{{"bias_initializer", "random_normal"}});
   at::Tensor q = at::randn({2, 3, 6}), v = at::randn({2, 5, 6});
   (*mha)(Tensors{q, v});
   // Keys 3 and 4 masked for every query: the result must equal attention over
@@ -191,7 +195,7 @@ TEST(MultiHeadAttention, PaddingMaskEqualsDroppingTheMaskedKeys) {
 }
 
 TEST(MultiHeadAttention, CausalMaskHidesTheFuture) {
-  auto mha = std::make_shared<MultiHeadAttention>(2, 4, Json{{"use_causal_mask", true}});
+  auto mha = layers::MultiHeadAttention(2, 4, Json{{"use_causal_mask", true}});
   at::Tensor x = at::randn({1, 6, 8});
   at::Tensor y = (*mha)(Tensors{x, x})[0];
   // Changing positions 4 and 5 changes nothing before position 4.
@@ -205,7 +209,7 @@ TEST(MultiHeadAttention, CausalMaskHidesTheFuture) {
   EXPECT_NEAR(scores.index({0, 0, 0, 0}).item<float>(), 1.0f, 1e-6);
   // The flag survives the config round trip; without it the future leaks in.
   EXPECT_TRUE(mha->get_config()["use_causal_mask"].get<bool>());
-  auto plain = std::make_shared<MultiHeadAttention>(2, 4);
+  auto plain = layers::MultiHeadAttention(2, 4);
   plain->build_if_needed({{kNone, 6, 8}, {kNone, 6, 8}});
   for (size_t i = 0; i < plain->weights().size(); ++i) plain->weights()[i]->assign(mha->weights()[i]->value());
   EXPECT_FALSE(at::allclose((*plain)(Tensors{x, x})[0].narrow(1, 0, 4), y.narrow(1, 0, 4)));
@@ -221,7 +225,7 @@ TEST(MultiHeadAttentionCUDA, FusedAttentionMatchesTheScoresPath) {
   const bool tf32 = tf32_enabled();
   set_tf32_enabled(false);  // IEEE float32 products on both paths
   for (bool causal : {false, true}) {
-    auto mha = std::make_shared<MultiHeadAttention>(4, 16, Json{{"use_causal_mask", causal}});
+    auto mha = layers::MultiHeadAttention(4, 16, Json{{"use_causal_mask", causal}});
     at::Tensor q = at::randn({2, 7, 32}).to(gpu), v = at::randn({2, 7, 32}).to(gpu);
     at::Tensor fused = (*mha)(Tensors{q, v})[0];
     at::Tensor reference = mha->attention_with_scores(Tensors{q, v}).first;
@@ -234,14 +238,14 @@ TEST(MultiHeadAttentionCUDA, FusedAttentionMatchesTheScoresPath) {
     EXPECT_FALSE(fused.isnan().any().item<bool>());
     EXPECT_TRUE(at::allclose(fused, reference, 1e-5, 1e-5)) << "masked, causal " << causal;
   }
-  auto mha = std::make_shared<MultiHeadAttention>(2, 8, Json{{"use_causal_mask", true}});
+  auto mha = layers::MultiHeadAttention(2, 8, Json{{"use_causal_mask", true}});
   at::Tensor q = at::randn({1, 3, 16}).to(gpu), v = at::randn({1, 5, 16}).to(gpu);
   EXPECT_TRUE(at::allclose((*mha)(Tensors{q, v})[0], mha->attention_with_scores(Tensors{q, v}).first, 1e-5, 1e-5));
   set_tf32_enabled(tf32);
 }
 
 TEST(MultiHeadAttention, FrozenBeforeBuildFreezesItsSublayers) {
-  auto mha = std::make_shared<MultiHeadAttention>(2, 4, Json{{"trainable", false}});
+  auto mha = layers::MultiHeadAttention(2, 4, Json{{"trainable", false}});
   (*mha)(Tensors{at::randn({1, 3, 4}), at::randn({1, 3, 4})});
   EXPECT_TRUE(mha->trainable_weights().empty());
   mha->set_trainable(true);

@@ -5,8 +5,8 @@
 namespace kiln {
 
 namespace {
-const FieldTable<GroupNormalizationOptions>& group_norm_fields() {
-  using O = GroupNormalizationOptions;
+const FieldTable<layers::GroupNormalizationOptions>& group_norm_fields() {
+  using O = layers::GroupNormalizationOptions;
   static const FieldTable<O> t =
       FieldTable<O>{
           field("groups", &O::groups).where([](int64_t g) { return g > 0 || g == -1; }, "a positive integer, or -1"),
@@ -20,24 +20,26 @@ const FieldTable<GroupNormalizationOptions>& group_norm_fields() {
 }
 }  // namespace
 
-GroupNormalizationOptions GroupNormalization::options_from_config(const Json& config) {
+layers::GroupNormalizationOptions layers::GroupNormalizationImpl::options_from_config(const Json& config) {
   return read_fields(config, "GroupNormalization", group_norm_fields());
 }
 
-GroupNormalization::GroupNormalization(const GroupNormalizationOptions& o)
-    : GroupNormalization(o, layer_base_config(o.base)) {}
+layers::GroupNormalizationImpl::GroupNormalizationImpl(const layers::GroupNormalizationOptions& o)
+    : layers::GroupNormalizationImpl(o, layer_base_config(o.base)) {}
 
-GroupNormalization::GroupNormalization(const Json& config) : GroupNormalization(options_from_config(config), config) {}
+layers::GroupNormalizationImpl::GroupNormalizationImpl(const Json& config)
+    : layers::GroupNormalizationImpl(options_from_config(config), config) {}
 
-GroupNormalization::GroupNormalization(const GroupNormalizationOptions& o, const Json& base_config)
+layers::GroupNormalizationImpl::GroupNormalizationImpl(const layers::GroupNormalizationOptions& o,
+                                                       const Json& base_config)
     : SimpleLayer(base_config), options_(o) {
   check_fields("GroupNormalization", options_, group_norm_fields());
 }
 
-void GroupNormalization::build(const std::vector<Shape>& input_shapes) {
+void layers::GroupNormalizationImpl::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   const int64_t rank = (int64_t)s.size();
-  const GroupNormalizationOptions& o = options_;
+  const layers::GroupNormalizationOptions& o = options_;
   resolved_axis_ = o.axis < 0 ? o.axis + rank : o.axis;
   if (rank < 2 || resolved_axis_ < 1 || resolved_axis_ >= rank)
     throw ValueError("GroupNormalization '" + name() + "': axis=" + std::to_string(o.axis) +
@@ -55,7 +57,7 @@ void GroupNormalization::build(const std::vector<Shape>& input_shapes) {
   if (o.center) beta_ = add_weight("beta", {channels_}, o.beta_initializer.resolved(), true, o.beta_regularizer);
 }
 
-at::Tensor GroupNormalization::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::GroupNormalizationImpl::call1(const at::Tensor& x, bool training) {
   const int64_t a = resolved_axis_;
   if (x.dim() != (int64_t)build_input_shapes().at(0).size() || x.size(a) != channels_)
     throw ShapeError("GroupNormalization '" + name() + "' was built for inputs of shape " +
@@ -77,17 +79,17 @@ at::Tensor GroupNormalization::call1(const at::Tensor& x, bool training) {
   return y.movedim(1, a).to(out_dtype);
 }
 
-std::vector<Shape> GroupNormalization::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::GroupNormalizationImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   return input_shapes;
 }
 
-Json GroupNormalization::get_config() const {
+Json layers::GroupNormalizationImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, group_norm_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(GroupNormalization);
+KILN_REGISTER_LAYER_AS(GroupNormalization, layers::GroupNormalizationImpl);
 
 }  // namespace kiln

@@ -16,10 +16,13 @@
 #pragma once
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 #include "kiln/layers/regularizers.h"
 
 namespace kiln {
+
+namespace layers {
 
 struct GroupNormalizationOptions {
   int64_t groups = 32;    // > 0, or -1 (one group per channel: instance normalization)
@@ -33,10 +36,10 @@ struct GroupNormalizationOptions {
   LayerOptions base;
 };
 
-class GroupNormalization : public SimpleLayer {
+class GroupNormalizationImpl : public SimpleLayer {
  public:
-  explicit GroupNormalization(const GroupNormalizationOptions& options);
-  explicit GroupNormalization(const Json& config = Json::object());
+  explicit GroupNormalizationImpl(const GroupNormalizationOptions& options);
+  explicit GroupNormalizationImpl(const Json& config = Json::object());
   // The config's keys as options; ValueError for an unknown key or a bad value.
   static GroupNormalizationOptions options_from_config(const Json& config);
   std::string class_name() const override { return "GroupNormalization"; }
@@ -48,11 +51,17 @@ class GroupNormalization : public SimpleLayer {
   const VariablePtr& beta() const { return beta_; }
 
  private:
-  GroupNormalization(const GroupNormalizationOptions& options, const Json& base_config);
+  GroupNormalizationImpl(const GroupNormalizationOptions& options, const Json& base_config);
 
   GroupNormalizationOptions options_;                      // checked: the layer's config
   int64_t groups_ = 0, resolved_axis_ = 0, channels_ = 0;  // set by build
   VariablePtr gamma_, beta_;
 };
+KILN_LAYER_HOLDER(GroupNormalization, GroupNormalizationOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_GROUP_NORM_H
+#include "kiln/layers/legacy_names.h"

@@ -128,19 +128,19 @@ TEST(Harness, CatchesWrongShapesAndParameterCounts) {
 
 TEST(Harness, WeightsFileRoundTripsAndRejectsBadFiles) {
   TempDir dir;
-  auto a = std::make_shared<Dense>(3);
+  auto a = layers::Dense(3);
   (*a)(at::randn({2, 4}));
   const std::string path = join_path(dir.path(), "w.bin");
   save_layer_weights(*a, path);
-  auto b = std::make_shared<Dense>(3, "linear", Json{{"name", a->name()}});
+  auto b = layers::Dense(3, "linear", Json{{"name", a->name()}});
   (*b)(at::randn({2, 4}));
   load_layer_weights(*b, path);
   EXPECT_TRUE(at::equal(a->kernel()->value(), b->kernel()->value()));
 
-  auto other = std::make_shared<Dense>(3, "linear", Json{{"name", "another_name"}});
+  auto other = layers::Dense(3, "linear", Json{{"name", "another_name"}});
   (*other)(at::randn({2, 4}));
   EXPECT_THROW(load_layer_weights(*other, path), NotFoundError);  // keyed by path
-  auto wider = std::make_shared<Dense>(5, "linear", Json{{"name", a->name()}});
+  auto wider = layers::Dense(5, "linear", Json{{"name", a->name()}});
   (*wider)(at::randn({2, 4}));
   EXPECT_THROW(load_layer_weights(*wider, path), ShapeError);
   atomic_write_file(path, read_file(path).substr(0, 30));

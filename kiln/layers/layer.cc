@@ -495,7 +495,7 @@ Json without_dtype(Json c) {
 }
 }  // namespace
 
-InputLayer::InputLayer(const Json& config) : Layer(without_dtype(config)) {
+layers::InputLayerImpl::InputLayerImpl(const Json& config) : Layer(without_dtype(config)) {
   // Keras 3 writes batch_shape (and sparse, ragged, optional); Keras 2
   // batch_input_shape; kiln's spec form may give shape (no batch dim).
   check_config_keys(
@@ -515,7 +515,7 @@ InputLayer::InputLayer(const Json& config) : Layer(without_dtype(config)) {
   mark_built();
 }
 
-Json InputLayer::get_config() const {
+Json layers::InputLayerImpl::get_config() const {
   Json j;
   Json bs = Json::array();
   for (auto d : batch_shape_) bs.push_back(d < 0 ? Json(nullptr) : Json(d));
@@ -525,9 +525,9 @@ Json InputLayer::get_config() const {
   j["name"] = name();
   return j;
 }
-KILN_REGISTER_LAYER(InputLayer);
+KILN_REGISTER_LAYER_AS(InputLayer, layers::InputLayerImpl);
 
-KerasTensor Input(const Shape& shape, at::ScalarType dtype, const std::string& name) {
+KerasTensor layers::Input(const Shape& shape, at::ScalarType dtype, const std::string& name) {
   for (auto d : shape)
     if (d == 0 || d < -1)
       throw ValueError("Input: every dimension must be positive or -1 (None). Received: shape=" +
@@ -538,7 +538,7 @@ KerasTensor Input(const Shape& shape, at::ScalarType dtype, const std::string& n
   cfg["batch_shape"] = bs;
   cfg["dtype"] = dtype_to_string(dtype);
   cfg["name"] = name.empty() ? unique_name("input_layer") : name;
-  auto layer = std::make_shared<InputLayer>(cfg);
+  auto layer = layers::InputLayer(cfg);
   auto node = std::make_shared<Node>();
   node->layer = layer;
   Shape full = layer->batch_shape();

@@ -260,14 +260,16 @@ LayerPtr layer_from_json(const Json& j);
   static const bool kiln_layer_registered_##Name = ::kiln::LayerRegistry::add( \
       #Name, [](const ::kiln::Json& c) -> ::kiln::LayerPtr { return std::make_shared<Class>(c); })
 
+namespace layers {
+
 // Symbolic input of a Functional model (Keras's keras.Input): `shape`
 // excludes the batch dimension.
 KerasTensor Input(const Shape& shape, at::ScalarType dtype = at::kFloat, const std::string& name = "");
 
 // The layer behind keras.Input.
-class InputLayer : public Layer {
+class InputLayerImpl : public Layer {
  public:
-  explicit InputLayer(const Json& config);
+  explicit InputLayerImpl(const Json& config);
   std::string class_name() const override { return "InputLayer"; }
   Tensors call(const Tensors& inputs, bool training) override { return inputs; }
   Json get_config() const override;
@@ -278,5 +280,11 @@ class InputLayer : public Layer {
   Shape batch_shape_;
   at::ScalarType dtype_;
 };
+KILN_LAYER_HOLDER(InputLayer, void);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_LAYER_H
+#include "kiln/layers/legacy_names.h"

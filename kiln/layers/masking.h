@@ -11,19 +11,22 @@
 #pragma once
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 
 namespace kiln {
+
+namespace layers {
 
 struct MaskingOptions {
   double mask_value = 0.0;
   LayerOptions base;
 };
 
-class Masking : public SimpleLayer {
+class MaskingImpl : public SimpleLayer {
  public:
-  explicit Masking(const MaskingOptions& options);
-  explicit Masking(const Json& config);
+  explicit MaskingImpl(const MaskingOptions& options);
+  explicit MaskingImpl(const Json& config);
   std::string class_name() const override { return "Masking"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
@@ -33,9 +36,15 @@ class Masking : public SimpleLayer {
   double mask_value() const { return options_.mask_value; }
 
  private:
-  Masking(const MaskingOptions& options, const Json& base_config);
+  MaskingImpl(const MaskingOptions& options, const Json& base_config);
   static MaskingOptions options_from_config(const Json& config);
   MaskingOptions options_;  // checked: the layer's config
 };
+KILN_LAYER_HOLDER(Masking, MaskingOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_MASKING_H
+#include "kiln/layers/legacy_names.h"

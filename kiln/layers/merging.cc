@@ -34,13 +34,14 @@ std::optional<Shape> broadcast(const Shape& a, const Shape& b) {
 
 }  // namespace
 
-ElementwiseMerge::ElementwiseMerge(const std::string& owner, const Json& config, Combine combine, size_t max_inputs,
-                                   std::function<at::Tensor(const at::Tensor&, size_t)> finish)
+layers::ElementwiseMerge::ElementwiseMerge(const std::string& owner, const Json& config, Combine combine,
+                                           size_t max_inputs,
+                                           std::function<at::Tensor(const at::Tensor&, size_t)> finish)
     : Layer(config), owner_(owner), combine_(std::move(combine)), max_inputs_(max_inputs), finish_(std::move(finish)) {
-  read_fields(config, owner, FieldTable<MergeOptions>{});  // refuses any key but the base keys
+  read_fields(config, owner, FieldTable<layers::MergeOptions>{});  // refuses any key but the base keys
 }
 
-std::vector<Shape> ElementwiseMerge::compute_output_shape(const std::vector<Shape>& shapes) {
+std::vector<Shape> layers::ElementwiseMerge::compute_output_shape(const std::vector<Shape>& shapes) {
   if (shapes.size() < 2 || (max_inputs_ && shapes.size() > max_inputs_))
     throw ValueError(owner_ + " '" + name() + "' takes " +
                      (max_inputs_ == 2 ? std::string("exactly 2") : std::string("at least 2")) + " inputs. Received " +
@@ -59,9 +60,9 @@ std::vector<Shape> ElementwiseMerge::compute_output_shape(const std::vector<Shap
   return {out};
 }
 
-void ElementwiseMerge::build(const std::vector<Shape>& input_shapes) {}
+void layers::ElementwiseMerge::build(const std::vector<Shape>& input_shapes) {}
 
-Tensors ElementwiseMerge::call(const Tensors& inputs, bool training) {
+Tensors layers::ElementwiseMerge::call(const Tensors& inputs, bool training) {
   std::vector<Shape> shapes;
   for (auto& t : inputs) shapes.push_back(sizes_of(t));
   compute_output_shape(shapes);  // validates with a readable error
@@ -71,58 +72,65 @@ Tensors ElementwiseMerge::call(const Tensors& inputs, bool training) {
   return {y};
 }
 
-Add::Add(const MergeOptions& o) : Add(layer_base_config(o.base)) {}
-Subtract::Subtract(const MergeOptions& o) : Subtract(layer_base_config(o.base)) {}
-Multiply::Multiply(const MergeOptions& o) : Multiply(layer_base_config(o.base)) {}
-Average::Average(const MergeOptions& o) : Average(layer_base_config(o.base)) {}
-Maximum::Maximum(const MergeOptions& o) : Maximum(layer_base_config(o.base)) {}
-Minimum::Minimum(const MergeOptions& o) : Minimum(layer_base_config(o.base)) {}
+layers::AddImpl::AddImpl(const layers::MergeOptions& o) : layers::AddImpl(layer_base_config(o.base)) {}
+layers::SubtractImpl::SubtractImpl(const layers::MergeOptions& o) : layers::SubtractImpl(layer_base_config(o.base)) {}
+layers::MultiplyImpl::MultiplyImpl(const layers::MergeOptions& o) : layers::MultiplyImpl(layer_base_config(o.base)) {}
+layers::AverageImpl::AverageImpl(const layers::MergeOptions& o) : layers::AverageImpl(layer_base_config(o.base)) {}
+layers::MaximumImpl::MaximumImpl(const layers::MergeOptions& o) : layers::MaximumImpl(layer_base_config(o.base)) {}
+layers::MinimumImpl::MinimumImpl(const layers::MergeOptions& o) : layers::MinimumImpl(layer_base_config(o.base)) {}
 
-Add::Add(const Json& c) : ElementwiseMerge("Add", c, [](const at::Tensor& a, const at::Tensor& b) { return a + b; }) {}
-Subtract::Subtract(const Json& c)
-    : ElementwiseMerge(
+layers::AddImpl::AddImpl(const Json& c)
+    : layers::ElementwiseMerge("Add", c, [](const at::Tensor& a, const at::Tensor& b) { return a + b; }) {}
+layers::SubtractImpl::SubtractImpl(const Json& c)
+    : layers::ElementwiseMerge(
           "Subtract", c, [](const at::Tensor& a, const at::Tensor& b) { return a - b; }, 2) {}
-Multiply::Multiply(const Json& c)
-    : ElementwiseMerge("Multiply", c, [](const at::Tensor& a, const at::Tensor& b) { return a * b; }) {}
-Average::Average(const Json& c)
-    : ElementwiseMerge(
+layers::MultiplyImpl::MultiplyImpl(const Json& c)
+    : layers::ElementwiseMerge("Multiply", c, [](const at::Tensor& a, const at::Tensor& b) { return a * b; }) {}
+layers::AverageImpl::AverageImpl(const Json& c)
+    : layers::ElementwiseMerge(
           "Average", c, [](const at::Tensor& a, const at::Tensor& b) { return a + b; }, 0,
           [](const at::Tensor& s, size_t n) { return s / (double)n; }) {}
-Maximum::Maximum(const Json& c)
-    : ElementwiseMerge("Maximum", c, [](const at::Tensor& a, const at::Tensor& b) { return at::maximum(a, b); }) {}
-Minimum::Minimum(const Json& c)
-    : ElementwiseMerge("Minimum", c, [](const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); }) {}
+layers::MaximumImpl::MaximumImpl(const Json& c)
+    : layers::ElementwiseMerge("Maximum", c,
+                               [](const at::Tensor& a, const at::Tensor& b) { return at::maximum(a, b); }) {}
+layers::MinimumImpl::MinimumImpl(const Json& c)
+    : layers::ElementwiseMerge("Minimum", c,
+                               [](const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); }) {}
 
-KILN_REGISTER_LAYER(Add);
-KILN_REGISTER_LAYER(Subtract);
-KILN_REGISTER_LAYER(Multiply);
-KILN_REGISTER_LAYER(Average);
-KILN_REGISTER_LAYER(Maximum);
-KILN_REGISTER_LAYER(Minimum);
+KILN_REGISTER_LAYER_AS(Add, layers::AddImpl);
+KILN_REGISTER_LAYER_AS(Subtract, layers::SubtractImpl);
+KILN_REGISTER_LAYER_AS(Multiply, layers::MultiplyImpl);
+KILN_REGISTER_LAYER_AS(Average, layers::AverageImpl);
+KILN_REGISTER_LAYER_AS(Maximum, layers::MaximumImpl);
+KILN_REGISTER_LAYER_AS(Minimum, layers::MinimumImpl);
 
 // --- Concatenate ----------------------------------------------------------------
 namespace {
-const FieldTable<ConcatenateOptions>& concatenate_fields() {
-  static const FieldTable<ConcatenateOptions> t = {field("axis", &ConcatenateOptions::axis)};
+const FieldTable<layers::ConcatenateOptions>& concatenate_fields() {
+  static const FieldTable<layers::ConcatenateOptions> t = {field("axis", &layers::ConcatenateOptions::axis)};
   return t;
 }
 }  // namespace
 
-ConcatenateOptions Concatenate::options_from_config(const Json& config) {
+layers::ConcatenateOptions layers::ConcatenateImpl::options_from_config(const Json& config) {
   return read_fields(config, "Concatenate", concatenate_fields());
 }
 
-Concatenate::Concatenate(const ConcatenateOptions& o) : Concatenate(o, layer_base_config(o.base)) {}
+layers::ConcatenateImpl::ConcatenateImpl(const layers::ConcatenateOptions& o)
+    : layers::ConcatenateImpl(o, layer_base_config(o.base)) {}
 
-Concatenate::Concatenate(const Json& config) : Concatenate(options_from_config(config), config) {}
+layers::ConcatenateImpl::ConcatenateImpl(const Json& config)
+    : layers::ConcatenateImpl(options_from_config(config), config) {}
 
-Concatenate::Concatenate(const ConcatenateOptions& o, const Json& base_config) : Layer(base_config), options_(o) {
+layers::ConcatenateImpl::ConcatenateImpl(const layers::ConcatenateOptions& o, const Json& base_config)
+    : Layer(base_config), options_(o) {
   check_fields("Concatenate", options_, concatenate_fields());
 }
 
-Concatenate::Concatenate(int64_t axis, const Json& extra) : Concatenate(merged_config(extra, Json{{"axis", axis}})) {}
+layers::ConcatenateImpl::ConcatenateImpl(int64_t axis, const Json& extra)
+    : layers::ConcatenateImpl(merged_config(extra, Json{{"axis", axis}})) {}
 
-Shape Concatenate::output_shape(const std::vector<Shape>& shapes) const {
+Shape layers::ConcatenateImpl::output_shape(const std::vector<Shape>& shapes) const {
   if (shapes.size() < 2)
     throw ValueError("Concatenate '" + name() + "' takes at least 2 inputs. Received " + std::to_string(shapes.size()));
   const int64_t rank = (int64_t)shapes[0].size();
@@ -149,9 +157,9 @@ Shape Concatenate::output_shape(const std::vector<Shape>& shapes) const {
   return out;
 }
 
-void Concatenate::build(const std::vector<Shape>& input_shapes) { output_shape(input_shapes); }
+void layers::ConcatenateImpl::build(const std::vector<Shape>& input_shapes) { output_shape(input_shapes); }
 
-Tensors Concatenate::call(const Tensors& inputs, bool training) {
+Tensors layers::ConcatenateImpl::call(const Tensors& inputs, bool training) {
   std::vector<Shape> shapes;
   for (auto& t : inputs) shapes.push_back(sizes_of(t));
   output_shape(shapes);
@@ -159,17 +167,17 @@ Tensors Concatenate::call(const Tensors& inputs, bool training) {
   return {at::cat(inputs, axis)};
 }
 
-std::vector<Shape> Concatenate::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::ConcatenateImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   return {output_shape(input_shapes)};
 }
 
-Json Concatenate::get_config() const {
+Json layers::ConcatenateImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, concatenate_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(Concatenate);
+KILN_REGISTER_LAYER_AS(Concatenate, layers::ConcatenateImpl);
 
 }  // namespace kiln

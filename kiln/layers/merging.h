@@ -14,9 +14,12 @@
 #include <functional>
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 
 namespace kiln {
+
+namespace layers {
 
 // Add, Subtract, Multiply, Average, Maximum, Minimum: only the base keys.
 struct MergeOptions {
@@ -50,48 +53,54 @@ class ElementwiseMerge : public Layer {
   std::function<at::Tensor(const at::Tensor&, size_t)> finish_;
 };
 
-class Add : public ElementwiseMerge {
+class AddImpl : public ElementwiseMerge {
  public:
-  explicit Add(const MergeOptions& options);
-  explicit Add(const Json& config = Json::object());
+  explicit AddImpl(const MergeOptions& options);
+  explicit AddImpl(const Json& config = Json::object());
   std::string class_name() const override { return "Add"; }
 };
-class Subtract : public ElementwiseMerge {
+KILN_LAYER_HOLDER(Add, MergeOptions);
+class SubtractImpl : public ElementwiseMerge {
  public:
-  explicit Subtract(const MergeOptions& options);
-  explicit Subtract(const Json& config = Json::object());
+  explicit SubtractImpl(const MergeOptions& options);
+  explicit SubtractImpl(const Json& config = Json::object());
   std::string class_name() const override { return "Subtract"; }
 };
-class Multiply : public ElementwiseMerge {
+KILN_LAYER_HOLDER(Subtract, MergeOptions);
+class MultiplyImpl : public ElementwiseMerge {
  public:
-  explicit Multiply(const MergeOptions& options);
-  explicit Multiply(const Json& config = Json::object());
+  explicit MultiplyImpl(const MergeOptions& options);
+  explicit MultiplyImpl(const Json& config = Json::object());
   std::string class_name() const override { return "Multiply"; }
 };
-class Average : public ElementwiseMerge {
+KILN_LAYER_HOLDER(Multiply, MergeOptions);
+class AverageImpl : public ElementwiseMerge {
  public:
-  explicit Average(const MergeOptions& options);
-  explicit Average(const Json& config = Json::object());
+  explicit AverageImpl(const MergeOptions& options);
+  explicit AverageImpl(const Json& config = Json::object());
   std::string class_name() const override { return "Average"; }
 };
-class Maximum : public ElementwiseMerge {
+KILN_LAYER_HOLDER(Average, MergeOptions);
+class MaximumImpl : public ElementwiseMerge {
  public:
-  explicit Maximum(const MergeOptions& options);
-  explicit Maximum(const Json& config = Json::object());
+  explicit MaximumImpl(const MergeOptions& options);
+  explicit MaximumImpl(const Json& config = Json::object());
   std::string class_name() const override { return "Maximum"; }
 };
-class Minimum : public ElementwiseMerge {
+KILN_LAYER_HOLDER(Maximum, MergeOptions);
+class MinimumImpl : public ElementwiseMerge {
  public:
-  explicit Minimum(const MergeOptions& options);
-  explicit Minimum(const Json& config = Json::object());
+  explicit MinimumImpl(const MergeOptions& options);
+  explicit MinimumImpl(const Json& config = Json::object());
   std::string class_name() const override { return "Minimum"; }
 };
+KILN_LAYER_HOLDER(Minimum, MergeOptions);
 
-class Concatenate : public Layer {
+class ConcatenateImpl : public Layer {
  public:
-  explicit Concatenate(const ConcatenateOptions& options);
-  explicit Concatenate(const Json& config);
-  explicit Concatenate(int64_t axis = -1, const Json& extra = Json::object());
+  explicit ConcatenateImpl(const ConcatenateOptions& options);
+  explicit ConcatenateImpl(const Json& config);
+  explicit ConcatenateImpl(int64_t axis = -1, const Json& extra = Json::object());
 
   std::string class_name() const override { return "Concatenate"; }
   void build(const std::vector<Shape>& input_shapes) override;
@@ -101,10 +110,16 @@ class Concatenate : public Layer {
   int64_t axis() const { return options_.axis; }
 
  private:
-  Concatenate(const ConcatenateOptions& options, const Json& base_config);
+  ConcatenateImpl(const ConcatenateOptions& options, const Json& base_config);
   static ConcatenateOptions options_from_config(const Json& config);
   Shape output_shape(const std::vector<Shape>& shapes) const;  // validates
   ConcatenateOptions options_;                                 // checked: the layer's config
 };
+KILN_LAYER_HOLDER(Concatenate, ConcatenateOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_MERGING_H
+#include "kiln/layers/legacy_names.h"

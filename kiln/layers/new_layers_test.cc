@@ -152,16 +152,16 @@ TEST(Conv2DTranspose, IsTheAdjointOfConv2D) {
               G{4, 2, 3, 5, "same"}}) {
     SCOPED_TRACE(std::string(g.padding) + " k=" + std::to_string(g.k) + " s=" + std::to_string(g.s));
     Json cfg = {{"filters", 3}, {"kernel_size", g.k}, {"strides", g.s}, {"padding", g.padding}, {"use_bias", false}};
-    Conv2DTranspose t(cfg);
+    layers::Conv2DTransposeImpl t(cfg);
     at::Tensor x = at::randn({2, g.h, g.w, 4}, at::kDouble);
     t.set_dtype_policy(DTypePolicy("float64"));
     at::Tensor y = t(x);
-    Conv2D conv(Json{{"filters", 4},
-                     {"kernel_size", g.k},
-                     {"strides", g.s},
-                     {"padding", g.padding},
-                     {"use_bias", false},
-                     {"dtype", "float64"}});
+    layers::Conv2DImpl conv(Json{{"filters", 4},
+                                 {"kernel_size", g.k},
+                                 {"strides", g.s},
+                                 {"padding", g.padding},
+                                 {"use_bias", false},
+                                 {"dtype", "float64"}});
     at::Tensor z = at::randn(y.sizes(), at::kDouble);
     conv.build_if_needed({sizes_of(z)});
     conv.set_weights({t.get_weights()[0]});  // (k, k, 3, 4): conv from 3 to 4 channels
@@ -174,29 +174,33 @@ TEST(Conv2DTranspose, IsTheAdjointOfConv2D) {
 TEST(Conv2DTranspose, RejectsBadConfig) {
   expect_error<ValueError>(
       [] {
-        Conv2DTranspose(Json{{"filters", 2}, {"kernel_size", 3}, {"strides", 2}, {"output_padding", 2}});
+        layers::Conv2DTransposeImpl(Json{{"filters", 2}, {"kernel_size", 3}, {"strides", 2}, {"output_padding", 2}});
       },
       {"output_padding", "smaller than the strides"});
   expect_error<ValueError>(
       [] {
-        Conv2DTranspose(Json{{"filters", 2}, {"kernel_size", 3}, {"groups", 2}});
+        layers::Conv2DTransposeImpl(Json{{"filters", 2}, {"kernel_size", 3}, {"groups", 2}});
       },
       {"groups"});
   expect_error<ValueError>(
       [] {
-        Conv2DTranspose(Json{{"filters", 2}, {"kernel_size", 3}, {"strides", 2}, {"dilation_rate", 2}});
+        layers::Conv2DTransposeImpl(Json{{"filters", 2}, {"kernel_size", 3}, {"strides", 2}, {"dilation_rate", 2}});
       },
       {"Conv2DTranspose", "dilation_rate > 1"});
   expect_error<ValueError>(
       [] {
-        DepthwiseConv2D(Json{{"kernel_size", 3}, {"strides", 2}, {"dilation_rate", 2}});
+        layers::DepthwiseConv2DImpl(Json{{"kernel_size", 3}, {"strides", 2}, {"dilation_rate", 2}});
       },
       {"DepthwiseConv2D", "dilation_rate > 1"});
-  expect_error<ValueError>([] { SeparableConv2D(Json{{"kernel_size", 3}}); }, {"SeparableConv2D", "filters"});
+  expect_error<ValueError>(
+      [] {
+        layers::SeparableConv2DImpl(Json{{"kernel_size", 3}});
+      },
+      {"SeparableConv2D", "filters"});
 }
 
 TEST(DepthwiseConv2D, KerasWeightNamesAndShapes) {
-  SeparableConv2D s(Json{{"filters", 5}, {"kernel_size", 3}, {"depth_multiplier", 2}, {"name", "sep"}});
+  layers::SeparableConv2DImpl s(Json{{"filters", 5}, {"kernel_size", 3}, {"depth_multiplier", 2}, {"name", "sep"}});
   s.build_if_needed({{kNone, 8, 8, 3}});
   auto w = s.weights();
   ASSERT_EQ(w.size(), 3u);
@@ -210,49 +214,53 @@ TEST(DepthwiseConv2D, KerasWeightNamesAndShapes) {
 // --- reshaping ------------------------------------------------------------------------------
 TEST(SpatialLayers, ValuesAndErrors) {
   at::Tensor x = at::arange(6, at::kFloat).reshape({1, 2, 3});
-  RepeatVector rv(2);
+  layers::RepeatVectorImpl rv(2);
   EXPECT_TRUE(
       at::equal(rv(at::tensor({1.0f, 2.0f}).reshape({1, 2})), at::tensor({1.0f, 2.0f, 1.0f, 2.0f}).reshape({1, 2, 2})));
-  Permute p(std::vector<int64_t>{2, 1});
+  layers::PermuteImpl p(std::vector<int64_t>{2, 1});
   EXPECT_TRUE(at::equal(p(x), x.transpose(1, 2)));
-  expect_error<ValueError>([] { Permute(std::vector<int64_t>{1, 3}); }, {"Permute", "dims", "permutation"});
-  expect_error<ShapeError>([] { RepeatVector(2)(at::zeros({1, 2, 3})); }, {"RepeatVector", "(batch, features)"});
+  expect_error<ValueError>([] { layers::PermuteImpl(std::vector<int64_t>{1, 3}); }, {"Permute", "dims", "permutation"});
   expect_error<ShapeError>(
       [] {
-        Cropping2D(Json{{"cropping", 2}})(at::zeros({1, 4, 5, 1}));
+        layers::RepeatVectorImpl(2)(at::zeros({1, 2, 3}));
+      },
+      {"RepeatVector", "(batch, features)"});
+  expect_error<ShapeError>(
+      [] {
+        layers::Cropping2DImpl(Json{{"cropping", 2}})(at::zeros({1, 4, 5, 1}));
       },
       {"Cropping2D", "leaves nothing"});
-  ZeroPadding2D z(Json{{"padding", {{1, 0}, {2, 1}}}});
+  layers::ZeroPadding2DImpl z(Json{{"padding", {{1, 0}, {2, 1}}}});
   EXPECT_EQ(z.get_config()["padding"].dump(), "[[1,0],[2,1]]");
   EXPECT_EQ(shape_to_string(z.compute_output_shape({{kNone, 3, kNone, 2}})[0]), shape_to_string({kNone, 4, kNone, 2}));
 }
 
 // --- activations ------------------------------------------------------------------------------
 TEST(ActivationLayers, KerasDefaultsAndValidation) {
-  EXPECT_DOUBLE_EQ(LeakyReLU().negative_slope(), 0.3);
-  EXPECT_DOUBLE_EQ(LeakyReLU(Json{{"alpha", 0.1}}).negative_slope(), 0.1);  // Keras 2 key
-  expect_error<ValueError>([] { LeakyReLU(-0.1); }, {"LeakyReLU", "negative_slope", "non-negative"});
-  expect_error<ValueError>([] { ReLU(Json{{"max_value", -1}}); }, {"ReLU", "max_value"});
-  expect_error<ValueError>([] { ReLU(Json{{"threshold", -1}}); }, {"ReLU", "threshold"});
-  expect_error<ValueError>([] { ReLU(Json{{"maxvalue", 1}}); }, {"maxvalue"});
+  EXPECT_DOUBLE_EQ(layers::LeakyReLUImpl().negative_slope(), 0.3);
+  EXPECT_DOUBLE_EQ(layers::LeakyReLUImpl(Json{{"alpha", 0.1}}).negative_slope(), 0.1);  // Keras 2 key
+  expect_error<ValueError>([] { layers::LeakyReLUImpl(-0.1); }, {"LeakyReLU", "negative_slope", "non-negative"});
+  expect_error<ValueError>([] { layers::ReLUImpl(Json{{"max_value", -1}}); }, {"ReLU", "max_value"});
+  expect_error<ValueError>([] { layers::ReLUImpl(Json{{"threshold", -1}}); }, {"ReLU", "threshold"});
+  expect_error<ValueError>([] { layers::ReLUImpl(Json{{"maxvalue", 1}}); }, {"maxvalue"});
   // threshold: x > threshold passes, at or below it the slope applies.
-  ReLU r(Json{{"threshold", 1.0}, {"negative_slope", 0.5}});
+  layers::ReLUImpl r(Json{{"threshold", 1.0}, {"negative_slope", 0.5}});
   EXPECT_TRUE(at::allclose(r(at::tensor({0.0f, 1.0f, 2.0f})), at::tensor({-0.5f, 0.0f, 2.0f})));
-  PReLU pr(Json{{"shared_axes", {1, 2}}});
+  layers::PReLUImpl pr(Json{{"shared_axes", {1, 2}}});
   pr.build_if_needed({{kNone, 4, 4, 3}});
   EXPECT_EQ(shape_to_string(pr.alpha()->shape()), shape_to_string({1, 1, 3}));
   EXPECT_EQ(pr.alpha()->value().abs().sum().item<float>(), 0.0f);  // zeros: starts as ReLU
-  expect_error<ValueError>([] { PReLU(Json{{"shared_axes", 0}}); }, {"shared_axes", "1-based"});
-  expect_error<ValueError>([] { Softmax(Json{{"axis", 3}})(at::zeros({2, 3})); }, {"Softmax", "axis=3"});
+  expect_error<ValueError>([] { layers::PReLUImpl(Json{{"shared_axes", 0}}); }, {"shared_axes", "1-based"});
+  expect_error<ValueError>([] { layers::SoftmaxImpl(Json{{"axis", 3}})(at::zeros({2, 3})); }, {"Softmax", "axis=3"});
 }
 
 TEST(GroupNormalization, ChannelsMustDivide) {
   expect_error<ValueError>(
       [] {
-        GroupNormalization(Json{{"groups", 3}})(at::zeros({2, 4}));
+        layers::GroupNormalizationImpl(Json{{"groups", 3}})(at::zeros({2, 4}));
       },
       {"GroupNormalization", "multiple of the number of groups (3)"});
-  GroupNormalization gn(Json{{"groups", 2}});
+  layers::GroupNormalizationImpl gn(Json{{"groups", 2}});
   at::Tensor x = at::randn({3, 5, 4}) * 3 + 2;
   at::Tensor y = gn(x);
   // Per sample and group of 2 channels: mean 0, variance 1 - eps effect.
@@ -265,7 +273,7 @@ TEST(GroupNormalization, ChannelsMustDivide) {
 // used to crash in LibTorch 2.11's group_norm backward (a write through a
 // null input-gradient pointer, channels-last kernel, < 2048 positions).
 TEST(GroupNormalization, ChannelsLastInputWithoutGradientTrainsGammaAndBeta) {
-  GroupNormalization gn(Json{{"groups", 4}});
+  layers::GroupNormalizationImpl gn(Json{{"groups", 4}});
   at::Tensor x = at::randn({2, 8, 8, 16});  // (N, H, W, C): 64 positions per channel
   gn.build_if_needed({{kNone, 8, 8, 16}});
   at::Tensor loss = (gn(x, true) * at::linspace(-1, 1, 16)).pow(2).sum();
@@ -282,7 +290,7 @@ TEST(GroupNormalization, ChannelsLastInputWithoutGradientTrainsGammaAndBeta) {
 // --- noise ------------------------------------------------------------------------------------
 TEST(SpatialDropout2D, DropsWholeChannelsInTrainingOnly) {
   at::Tensor x = at::ones({16, 3, 3, 8});
-  SpatialDropout2D d(0.5);
+  layers::SpatialDropout2DImpl d(0.5);
   EXPECT_TRUE(at::equal(d(x, false), x));
   at::Tensor y = d(x, true);
   at::Tensor per_map = y.amax({1, 2});
@@ -291,21 +299,21 @@ TEST(SpatialDropout2D, DropsWholeChannelsInTrainingOnly) {
   const double kept = (per_map == 2).to(at::kDouble).mean().item<double>();
   EXPECT_GT(kept, 0.3);
   EXPECT_LT(kept, 0.7);
-  SpatialDropout2D cf(Json{{"rate", 0.5}, {"data_format", "channels_first"}});
+  layers::SpatialDropout2DImpl cf(Json{{"rate", 0.5}, {"data_format", "channels_first"}});
   at::Tensor z = cf(at::ones({8, 4, 3, 3}), true);
   EXPECT_TRUE(at::equal(z.amax({2, 3}), z.amin({2, 3})));
 }
 
 TEST(GaussianNoise, NoiseInTrainingOnlyAndSeeded) {
   at::Tensor x = at::zeros({2000, 10});
-  GaussianNoise n(0.5);
+  layers::GaussianNoiseImpl n(0.5);
   EXPECT_TRUE(at::equal(n(x, false), x));
   at::Tensor y = n(x, true);
   EXPECT_NEAR(y.mean().item<double>(), 0.0, 0.02);
   EXPECT_NEAR(y.std().item<double>(), 0.5, 0.02);
-  GaussianNoise a(Json{{"stddev", 0.1}, {"seed", 9}}), b(Json{{"stddev", 0.1}, {"seed", 9}});
+  layers::GaussianNoiseImpl a(Json{{"stddev", 0.1}, {"seed", 9}}), b(Json{{"stddev", 0.1}, {"seed", 9}});
   EXPECT_TRUE(at::equal(a(x, true), b(x, true))) << "the same seed gives the same noise";
-  expect_error<ValueError>([] { GaussianNoise(1.5); }, {"GaussianNoise", "stddev"});
+  expect_error<ValueError>([] { layers::GaussianNoiseImpl(1.5); }, {"GaussianNoise", "stddev"});
 }
 
 // --- augmentation -------------------------------------------------------------------------------
@@ -336,7 +344,7 @@ TEST(Augmentation, IdentityAtInferenceAndSeededInTraining) {
 
 TEST(Augmentation, RandomFlipFlipsWholeImages) {
   at::Tensor x = at::randn({64, 4, 5, 2});
-  RandomFlip h(Json{{"mode", "horizontal"}, {"seed", 2}});
+  layers::RandomFlipImpl h(Json{{"mode", "horizontal"}, {"seed", 2}});
   at::Tensor y = h(x, true);
   int flipped = 0;
   for (int64_t i = 0; i < 64; ++i) {
@@ -351,13 +359,15 @@ TEST(Augmentation, RandomFlipFlipsWholeImages) {
 TEST(Augmentation, TranslationWrapAndRotationByQuarterTurn) {
   at::Tensor x = at::randn({2, 4, 4, 3});
   // dy = 0.5 * 4 = 2 rows down, dx = -0.25 * 4 = 1 column left, wrapped around.
-  RandomTranslation t(Json{{"height_factor", {0.5, 0.5}}, {"width_factor", {-0.25, -0.25}}, {"fill_mode", "wrap"}});
+  layers::RandomTranslationImpl t(
+      Json{{"height_factor", {0.5, 0.5}}, {"width_factor", {-0.25, -0.25}}, {"fill_mode", "wrap"}});
   EXPECT_TRUE(at::allclose(t(x, true), at::roll(x, {2, -1}, {1, 2})));
   // factor 0.25 = a quarter turn counter-clockwise (Keras: positive is counter-clockwise).
-  RandomRotation r(Json{{"factor", {0.25, 0.25}}, {"interpolation", "nearest"}});
+  layers::RandomRotationImpl r(Json{{"factor", {0.25, 0.25}}, {"interpolation", "nearest"}});
   EXPECT_TRUE(at::equal(r(x, true), at::rot90(x, 1, {1, 2})));
   // Unbatched images and channels_first work too.
-  RandomRotation rc(Json{{"factor", {0.25, 0.25}}, {"interpolation", "nearest"}, {"data_format", "channels_first"}});
+  layers::RandomRotationImpl rc(
+      Json{{"factor", {0.25, 0.25}}, {"interpolation", "nearest"}, {"data_format", "channels_first"}});
   at::Tensor cf = x.permute({0, 3, 1, 2});
   EXPECT_TRUE(at::equal(rc(cf, true), at::rot90(cf, 1, {2, 3})));
   EXPECT_TRUE(at::equal(r(x[0], true), at::rot90(x[0], 1, {0, 1})));
@@ -366,27 +376,31 @@ TEST(Augmentation, TranslationWrapAndRotationByQuarterTurn) {
 TEST(Augmentation, RejectsBadFactors) {
   expect_error<ValueError>(
       [] {
-        RandomTranslation(Json{{"height_factor", 1.5}, {"width_factor", 0.1}});
+        layers::RandomTranslationImpl(Json{{"height_factor", 1.5}, {"width_factor", 0.1}});
       },
       {"RandomTranslation", "height_factor"});
-  expect_error<ValueError>([] { RandomTranslation(Json{{"height_factor", 0.1}}); }, {"width_factor"});
-  expect_error<ValueError>([] { RandomZoom(Json{{"height_factor", {-1.5, 0.0}}}); }, {"RandomZoom"});
-  expect_error<ValueError>([] { RandomRotation(Json{{"factor", 1.5}}); }, {"RandomRotation", "factor"});
+  expect_error<ValueError>([] { layers::RandomTranslationImpl(Json{{"height_factor", 0.1}}); }, {"width_factor"});
+  expect_error<ValueError>([] { layers::RandomZoomImpl(Json{{"height_factor", {-1.5, 0.0}}}); }, {"RandomZoom"});
+  expect_error<ValueError>([] { layers::RandomRotationImpl(Json{{"factor", 1.5}}); }, {"RandomRotation", "factor"});
   expect_error<ValueError>(
       [] {
-        RandomZoom(Json{{"height_factor", 0.5}, {"width_factor", {0.0, 2.0}}});
+        layers::RandomZoomImpl(Json{{"height_factor", 0.5}, {"width_factor", {0.0, 2.0}}});
       },
       {"width_factor"});
   // Keras's reading: a reversed pair is sorted, a negative number is its magnitude.
-  RandomRotation rr(Json{{"factor", {0.3, 0.1}}});
+  layers::RandomRotationImpl rr(Json{{"factor", {0.3, 0.1}}});
   EXPECT_EQ(rr.get_config()["factor"].dump(), "[0.1,0.3]");
-  EXPECT_EQ(RandomRotation(Json{{"factor", -0.2}}).get_config()["factor"].dump(), "[-0.2,0.2]");
-  expect_error<ValueError>([] { RandomRotation(Json{{"factor", 0.1}, {"fill_mode", "mirror"}}); }, {"fill_mode"});
-  expect_error<ValueError>([] { Resizing(Json{{"height", 2}}); }, {"Resizing", "width"});
+  EXPECT_EQ(layers::RandomRotationImpl(Json{{"factor", -0.2}}).get_config()["factor"].dump(), "[-0.2,0.2]");
+  expect_error<ValueError>(
+      [] {
+        layers::RandomRotationImpl(Json{{"factor", 0.1}, {"fill_mode", "mirror"}});
+      },
+      {"fill_mode"});
+  expect_error<ValueError>([] { layers::ResizingImpl(Json{{"height", 2}}); }, {"Resizing", "width"});
 }
 
 TEST(Resizing, IntegerImagesAndShapes) {
-  Resizing r(4, 6);
+  layers::ResizingImpl r(4, 6);
   at::Tensor img = at::randint(0, 256, {2, 8, 12, 3}, at::kByte);
   at::Tensor y = r(img);
   EXPECT_EQ(y.scalar_type(), at::kFloat);
@@ -401,13 +415,13 @@ at::Tensor nl_long(std::vector<int64_t> v, Shape s) { return at::tensor(v, at::k
 at::Tensor nl_float(std::vector<float> v, Shape s) { return at::tensor(v, at::kFloat).reshape(s); }
 
 TEST(CategoryEncoding, KerasExamples) {
-  CategoryEncoding one_hot(4, "one_hot");
+  layers::CategoryEncodingImpl one_hot(4, "one_hot");
   EXPECT_TRUE(at::equal(one_hot(nl_long({3, 2, 0, 1}, {4})),
                         nl_float({0, 0, 0, 1, 0, 0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0}, {4, 4})));
-  CategoryEncoding multi(4, "multi_hot");
+  layers::CategoryEncodingImpl multi(4, "multi_hot");
   at::Tensor in = nl_long({0, 1, 0, 0, 1, 2, 3, 1}, {4, 2});
   EXPECT_TRUE(at::equal(multi(in), nl_float({1, 1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1}, {4, 4})));
-  CategoryEncoding count(4, "count");
+  layers::CategoryEncodingImpl count(4, "count");
   EXPECT_TRUE(at::equal(count(in), nl_float({1, 1, 0, 0, 2, 0, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1}, {4, 4})));
   EXPECT_EQ(shape_to_string(one_hot.compute_output_shape({{kNone, 3}})[0]), shape_to_string({kNone, 3, 4}));
   expect_error<ValueError>([&] { count(nl_long({0, 4}, {1, 2})); }, {"CategoryEncoding", "[0, 4)", "4"});
@@ -417,29 +431,29 @@ TEST(CategoryEncoding, KerasExamples) {
 TEST(IntegerLookup, KerasExamples) {
   const std::vector<int64_t> vocab = {12, 36, 1138, 42};
   at::Tensor data = nl_long({12, 1138, 42, 42, 1000, 36}, {2, 3});
-  IntegerLookup lookup(Json{{"vocabulary", vocab}});
+  layers::IntegerLookupImpl lookup(Json{{"vocabulary", vocab}});
   EXPECT_TRUE(at::equal(lookup(data), nl_long({1, 3, 4, 4, 0, 2}, {2, 3})));
-  IntegerLookup two_oov(Json{{"vocabulary", vocab}, {"num_oov_indices", 2}});
+  layers::IntegerLookupImpl two_oov(Json{{"vocabulary", vocab}, {"num_oov_indices", 2}});
   EXPECT_TRUE(at::equal(two_oov(nl_long({12, 1138, 42, 37, 1000, 36}, {2, 3})), nl_long({2, 4, 5, 1, 0, 3}, {2, 3})));
-  IntegerLookup masked(Json{{"vocabulary", vocab}, {"mask_token", 0}});
+  layers::IntegerLookupImpl masked(Json{{"vocabulary", vocab}, {"mask_token", 0}});
   EXPECT_TRUE(at::equal(masked(nl_long({12, 0, 42, 42, 1000, 36}, {2, 3})), nl_long({2, 0, 5, 5, 1, 3}, {2, 3})));
-  IntegerLookup one_hot(Json{{"vocabulary", vocab}, {"output_mode", "one_hot"}});
+  layers::IntegerLookupImpl one_hot(Json{{"vocabulary", vocab}, {"output_mode", "one_hot"}});
   EXPECT_TRUE(at::equal(one_hot(nl_long({12, 36, 1138, 42, 7}, {5, 1})),
                         nl_float({0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0}, {5, 5})));
-  IntegerLookup multi(Json{{"vocabulary", vocab}, {"output_mode", "multi_hot"}});
+  layers::IntegerLookupImpl multi(Json{{"vocabulary", vocab}, {"output_mode", "multi_hot"}});
   at::Tensor md = nl_long({12, 1138, 42, 42, 42, 7, 36, 7}, {2, 4});
   EXPECT_TRUE(at::equal(multi(md), nl_float({0, 1, 0, 1, 1, 1, 0, 1, 0, 1}, {2, 5})));
-  IntegerLookup count(Json{{"vocabulary", vocab}, {"output_mode", "count"}});
+  layers::IntegerLookupImpl count(Json{{"vocabulary", vocab}, {"output_mode", "count"}});
   EXPECT_TRUE(at::equal(count(md), nl_float({0, 1, 0, 1, 2, 2, 0, 1, 0, 1}, {2, 5})));
-  IntegerLookup inverse(Json{{"vocabulary", vocab}, {"invert", true}});
+  layers::IntegerLookupImpl inverse(Json{{"vocabulary", vocab}, {"invert", true}});
   EXPECT_TRUE(at::equal(inverse(nl_long({1, 3, 4, 4, 0, 2}, {2, 3})), nl_long({12, 1138, 42, 42, -1, 36}, {2, 3})));
   // count with a mask token: the mask is dropped, not counted.
-  IntegerLookup mcount(Json{{"vocabulary", vocab}, {"mask_token", 0}, {"output_mode", "count"}});
+  layers::IntegerLookupImpl mcount(Json{{"vocabulary", vocab}, {"mask_token", 0}, {"output_mode", "count"}});
   EXPECT_TRUE(at::equal(mcount(nl_long({0, 12, 0, 7}, {1, 4})), nl_float({1, 1, 0, 0, 0}, {1, 5})));
 }
 
 TEST(IntegerLookup, AdaptSortsByFrequencyThenValueDescending) {
-  IntegerLookup lookup;
+  layers::IntegerLookupImpl lookup;
   lookup.adapt(nl_long({12, 1138, 42, 42, 1000, 36}, {2, 3}));
   // Keras: layer.get_vocabulary() == [-1, 42, 1138, 1000, 36, 12] (-1 is the OOV token).
   EXPECT_EQ(lookup.get_vocabulary(), (std::vector<int64_t>{42, 1138, 1000, 36, 12}));
@@ -449,11 +463,11 @@ TEST(IntegerLookup, AdaptSortsByFrequencyThenValueDescending) {
   LayerPtr copy = layer_from_json(lookup.to_json());
   EXPECT_TRUE(at::equal((*copy)(nl_long({42, 12, 5}, {3})), nl_long({1, 5, 0}, {3})));
   // max_tokens counts the reserved OOV id; mask and OOV tokens are not learned.
-  IntegerLookup small(Json{{"max_tokens", 3}, {"mask_token", 0}});
+  layers::IntegerLookupImpl small(Json{{"max_tokens", 3}, {"mask_token", 0}});
   small.adapt(nl_long({0, 0, 0, -1, -1, 7, 7, 8, 9}, {9}));
   EXPECT_EQ(small.get_vocabulary(), (std::vector<int64_t>{7}));
   // Streaming adapt equals one pass.
-  IntegerLookup streamed;
+  layers::IntegerLookupImpl streamed;
   int calls = 0;
   streamed.adapt([&]() -> at::Tensor {
     ++calls;
@@ -465,12 +479,16 @@ TEST(IntegerLookup, AdaptSortsByFrequencyThenValueDescending) {
 }
 
 TEST(IntegerLookup, Errors) {
-  IntegerLookup strict(Json{{"vocabulary", {1, 2}}, {"num_oov_indices", 0}});
+  layers::IntegerLookupImpl strict(Json{{"vocabulary", {1, 2}}, {"num_oov_indices", 0}});
   expect_error<ValueError>([&] { strict(nl_long({1, 5}, {2})); }, {"IntegerLookup", "5", "num_oov_indices"});
-  expect_error<ValueError>([] { IntegerLookup(Json{{"vocabulary", {1, -1}}}); }, {"OOV token"});
-  expect_error<ValueError>([] { IntegerLookup(Json{{"vocabulary", {1, 1}}}); }, {"repeated token 1"});
-  expect_error<ValueError>([] { IntegerLookup(Json{{"output_mode", "tf_idf"}}); }, {"output_mode"});
-  expect_error<ValueError>([] { IntegerLookup(Json{{"invert", true}, {"output_mode", "count"}}); }, {"invert"});
+  expect_error<ValueError>([] { layers::IntegerLookupImpl(Json{{"vocabulary", {1, -1}}}); }, {"OOV token"});
+  expect_error<ValueError>([] { layers::IntegerLookupImpl(Json{{"vocabulary", {1, 1}}}); }, {"repeated token 1"});
+  expect_error<ValueError>([] { layers::IntegerLookupImpl(Json{{"output_mode", "tf_idf"}}); }, {"output_mode"});
+  expect_error<ValueError>(
+      [] {
+        layers::IntegerLookupImpl(Json{{"invert", true}, {"output_mode", "count"}});
+      },
+      {"invert"});
 }
 
 // Reference values: TensorFlow's frozen Fingerprint64 values and its
@@ -493,65 +511,65 @@ TEST(StringHash, MatchesReferenceValues) {
 
 TEST(Hashing, KerasTestExpectations) {
   const std::vector<std::string> words = {"omar", "stringer", "marlo", "wire", "skywalker"};
-  Hashing farm(Json{{"num_bins", 2}});
+  layers::HashingImpl farm(Json{{"num_bins", 2}});
   EXPECT_TRUE(at::equal(farm.hash_strings(words, {5, 1}), nl_long({0, 0, 1, 0, 0}, {5, 1})));
-  Hashing ints(Json{{"num_bins", 3}});
+  layers::HashingImpl ints(Json{{"num_bins", 3}});
   EXPECT_TRUE(at::equal(ints(nl_long({0, 1, 2, 3, 4}, {5, 1})), nl_long({1, 0, 1, 0, 2}, {5, 1})));
-  Hashing sip(Json{{"num_bins", 2}, {"salt", {133, 137}}});
+  layers::HashingImpl sip(Json{{"num_bins", 2}, {"salt", {133, 137}}});
   EXPECT_TRUE(at::equal(sip.hash_strings(words), nl_long({0, 1, 0, 1, 0}, {5})));
-  Hashing sip2(Json{{"num_bins", 2}, {"salt", {211, 137}}});
+  layers::HashingImpl sip2(Json{{"num_bins", 2}, {"salt", {211, 137}}});
   EXPECT_TRUE(at::equal(sip2.hash_strings(words), nl_long({1, 0, 1, 0, 1}, {5})));
-  Hashing sip_ints(Json{{"num_bins", 3}, {"salt", {133, 137}}});
+  layers::HashingImpl sip_ints(Json{{"num_bins", 3}, {"salt", {133, 137}}});
   EXPECT_TRUE(at::equal(sip_ints(nl_long({0, 1, 2, 3, 4}, {5, 1})), nl_long({1, 1, 2, 0, 1}, {5, 1})));
   // mask_value: bin 0 is the mask's, the rest hash into [1, num_bins).
-  Hashing masked(Json{{"num_bins", 3}, {"mask_value", 0}});
+  layers::HashingImpl masked(Json{{"num_bins", 3}, {"mask_value", 0}});
   at::Tensor y = masked(nl_long({0, 1, 2, 3, 4, 0}, {6}));
   EXPECT_EQ(y[0].item<int64_t>(), 0);
   EXPECT_EQ(y[5].item<int64_t>(), 0);
   EXPECT_TRUE((y.slice(0, 1, 5) >= 1).all().item<bool>());
-  Hashing one_hot(Json{{"num_bins", 3}, {"output_mode", "one_hot"}});
+  layers::HashingImpl one_hot(Json{{"num_bins", 3}, {"output_mode", "one_hot"}});
   EXPECT_TRUE(at::equal(one_hot(nl_long({0, 1}, {2, 1})), nl_float({0, 1, 0, 1, 0, 0}, {2, 3})));
 }
 
 // --- strings, before the model (Keras's documented examples) ----------------------------------
 TEST(StringLookup, KerasExamples) {
   const Json vocab = {"a", "b", "c", "d"};
-  StringLookup lookup(Json{{"vocabulary", vocab}});
+  layers::StringLookup lookup(Json{{"vocabulary", vocab}});
   EXPECT_TRUE(at::equal(lookup({"a", "c", "d", "d", "z", "b"}, {2, 3}), nl_long({1, 3, 4, 4, 0, 2}, {2, 3})));
   // Two OOV ids: Fingerprint64("m") % 2 == 0, Fingerprint64("z") % 2 == 1 (Keras's example).
-  StringLookup two_oov(Json{{"vocabulary", vocab}, {"num_oov_indices", 2}});
+  layers::StringLookup two_oov(Json{{"vocabulary", vocab}, {"num_oov_indices", 2}});
   EXPECT_TRUE(at::equal(two_oov({"a", "c", "d", "m", "z", "b"}, {2, 3}), nl_long({2, 4, 5, 0, 1, 3}, {2, 3})));
-  StringLookup masked(Json{{"vocabulary", vocab}, {"mask_token", ""}});
+  layers::StringLookup masked(Json{{"vocabulary", vocab}, {"mask_token", ""}});
   EXPECT_TRUE(at::equal(masked({"a", "c", "d", "d", "", "b"}, {2, 3}), nl_long({2, 4, 5, 5, 0, 3}, {2, 3})));
-  StringLookup inverse(Json{{"vocabulary", vocab}, {"invert", true}});
+  layers::StringLookup inverse(Json{{"vocabulary", vocab}, {"invert", true}});
   EXPECT_EQ(inverse.invert(nl_long({1, 3, 4, 4, 0, 2}, {2, 3})),
             (std::vector<std::string>{"a", "c", "d", "d", "[UNK]", "b"}));
-  StringLookup multi(Json{{"vocabulary", vocab}, {"output_mode", "multi_hot"}});
+  layers::StringLookup multi(Json{{"vocabulary", vocab}, {"output_mode", "multi_hot"}});
   EXPECT_TRUE(at::equal(multi({"a", "b", "a", "z"}, {2, 2}), nl_float({0, 1, 1, 0, 0, 1, 1, 0, 0, 0}, {2, 5})));
-  StringLookup adapted;
+  layers::StringLookup adapted;
   adapted.adapt({"a", "c", "d", "d", "z", "b"});
   EXPECT_EQ(adapted.get_vocabulary(), (std::vector<std::string>{"[UNK]", "d", "z", "c", "b", "a"}));
-  StringLookup copy(adapted.get_config());
+  layers::StringLookup copy(adapted.get_config());
   EXPECT_EQ(copy.get_vocabulary(), adapted.get_vocabulary());
-  expect_error<ValueError>([] { StringLookup(Json{{"vocabulary", {"a", "[UNK]"}}}); }, {"OOV token"});
-  expect_error<ValueError>([] { StringLookup(Json{{"vocab", {"a"}}}); }, {"StringLookup", "vocab"});
+  expect_error<ValueError>([] { layers::StringLookup(Json{{"vocabulary", {"a", "[UNK]"}}}); }, {"OOV token"});
+  expect_error<ValueError>([] { layers::StringLookup(Json{{"vocab", {"a"}}}); }, {"StringLookup", "vocab"});
 }
 
 TEST(TextVectorization, StandardizeSplitAndPad) {
-  TextVectorization tv(Json{{"output_sequence_length", 4}});
+  layers::TextVectorization tv(Json{{"output_sequence_length", 4}});
   EXPECT_EQ(tv.tokenize("The cat, the HAT!"), (std::vector<std::string>{"the", "cat", "the", "hat"}));
   tv.adapt({"the cat sat", "The dog sat.", "the end"});
   // Frequencies: the 3, sat 2, then cat, dog, end (ties by descending value).
   EXPECT_EQ(tv.get_vocabulary(), (std::vector<std::string>{"", "[UNK]", "the", "sat", "end", "dog", "cat"}));
   EXPECT_TRUE(at::equal(tv({"The cat ran away fast", "dog"}), nl_long({2, 6, 1, 1, 5, 0, 0, 0}, {2, 4})));
-  TextVectorization counts(Json{{"output_mode", "count"}, {"vocabulary", {"the", "cat"}}});
+  layers::TextVectorization counts(Json{{"output_mode", "count"}, {"vocabulary", {"the", "cat"}}});
   EXPECT_TRUE(at::equal(counts({"the cat the bird"}), nl_float({1, 2, 1}, {1, 3})));
-  TextVectorization limited(Json{{"max_tokens", 4}});
+  layers::TextVectorization limited(Json{{"max_tokens", 4}});
   limited.adapt({"a a a b b c"});
   EXPECT_EQ(limited.get_vocabulary(false), (std::vector<std::string>{"a", "b"}));
-  TextVectorization chars(Json{{"split", "character"}, {"standardize", nullptr}});
+  layers::TextVectorization chars(Json{{"split", "character"}, {"standardize", nullptr}});
   EXPECT_EQ(chars.tokenize("Ab"), (std::vector<std::string>{"A", "b"}));
-  expect_error<ValueError>([] { TextVectorization(Json{{"ngrams", 2}}); }, {"ngrams"});
+  expect_error<ValueError>([] { layers::TextVectorization(Json{{"ngrams", 2}}); }, {"ngrams"});
 }
 
 // --- inside a model -------------------------------------------------------------------------------
@@ -559,25 +577,24 @@ TEST(TextVectorization, StandardizeSplitAndPad) {
 // in fit, inactive in predict) and survive save / load_model.
 TEST(NewLayersInAModel, TrainSaveLoadPredict) {
   set_random_seed(3);
-  auto model = std::make_shared<Sequential>();
-  model->add(Input({8, 8, 1}));
+  auto model = models::Sequential();
+  model->add(layers::Input({8, 8, 1}));
   model->add(layer_from_json(Json{{"class_name", "RandomFlip"}, {"config", {{"seed", 1}}}}));
   model->add(layer_from_json(Json{{"class_name", "RandomRotation"}, {"config", {{"factor", 0.05}}}}));
   model->add(layer_from_json(Json{{"class_name", "GaussianNoise"}, {"config", {{"stddev", 0.05}}}}));
-  model->add(std::make_shared<Conv2D>(4, 3, "linear", Json{{"padding", "same"}}));
-  model->add(std::make_shared<GroupNormalization>(Json{{"groups", 2}}));
-  model->add(std::make_shared<PReLU>(Json{{"shared_axes", {1, 2}}}));
-  model->add(std::make_shared<SpatialDropout2D>(0.2));
-  model->add(std::make_shared<DepthwiseConv2D>(Json{{"kernel_size", 3}, {"padding", "same"}}));
-  model->add(
-      std::make_shared<Conv2DTranspose>(Json{{"filters", 2}, {"kernel_size", 3}, {"strides", 2}, {"padding", "same"}}));
-  model->add(std::make_shared<Cropping2D>(Json{{"cropping", 4}}));
-  model->add(std::make_shared<LeakyReLU>());
-  model->add(std::make_shared<UpSampling2D>(Json{{"interpolation", "bilinear"}}));
-  model->add(std::make_shared<Resizing>(4, 4));
-  model->add(std::make_shared<Flatten>());
-  model->add(std::make_shared<Dense>(3));
-  model->add(std::make_shared<Softmax>());
+  model->add(layers::Conv2D(4, 3, "linear", Json{{"padding", "same"}}));
+  model->add(layers::GroupNormalization(Json{{"groups", 2}}));
+  model->add(layers::PReLU(Json{{"shared_axes", {1, 2}}}));
+  model->add(layers::SpatialDropout2D(0.2));
+  model->add(layers::DepthwiseConv2D(Json{{"kernel_size", 3}, {"padding", "same"}}));
+  model->add(layers::Conv2DTranspose(Json{{"filters", 2}, {"kernel_size", 3}, {"strides", 2}, {"padding", "same"}}));
+  model->add(layers::Cropping2D(Json{{"cropping", 4}}));
+  model->add(layers::LeakyReLU());
+  model->add(layers::UpSampling2D(Json{{"interpolation", "bilinear"}}));
+  model->add(layers::Resizing(4, 4));
+  model->add(layers::Flatten());
+  model->add(layers::Dense(3));
+  model->add(layers::Softmax());
   model->compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
   at::Tensor x = at::randn({32, 8, 8, 1});
   at::Tensor y = at::randint(0, 3, {32}, at::kLong);

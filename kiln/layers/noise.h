@@ -14,10 +14,13 @@
 #pragma once
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 #include "kiln/layers/seed_generator.h"
 
 namespace kiln {
+
+namespace layers {
 
 struct SpatialDropout2DOptions {
   double rate = 0.0;  // in [0, 1]
@@ -26,28 +29,29 @@ struct SpatialDropout2DOptions {
   LayerOptions base;
 };
 
-class SpatialDropout2D : public SimpleLayer {
+class SpatialDropout2DImpl : public SimpleLayer {
  public:
-  explicit SpatialDropout2D(const SpatialDropout2DOptions& options);
-  explicit SpatialDropout2D(const Json& config);
-  explicit SpatialDropout2D(double rate, const Json& extra = Json::object());
+  explicit SpatialDropout2DImpl(const SpatialDropout2DOptions& options);
+  explicit SpatialDropout2DImpl(const Json& config);
+  explicit SpatialDropout2DImpl(double rate, const Json& extra = Json::object());
   std::string class_name() const override { return "SpatialDropout2D"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
   Json get_config() const override;
 
  private:
-  SpatialDropout2D(const SpatialDropout2DOptions& options, const Json& base_config);
+  SpatialDropout2DImpl(const SpatialDropout2DOptions& options, const Json& base_config);
   static SpatialDropout2DOptions options_from_config(const Json& config);
 
   SpatialDropout2DOptions options_;  // checked: the layer's config
   SeedGenerator seeds_;
 };
+KILN_LAYER_HOLDER(SpatialDropout2D, SpatialDropout2DOptions);
 
-class GaussianNoise : public SimpleLayer {
+class GaussianNoiseImpl : public SimpleLayer {
  public:
-  explicit GaussianNoise(const Json& config);
-  explicit GaussianNoise(double stddev, const Json& extra = Json::object());
+  explicit GaussianNoiseImpl(const Json& config);
+  explicit GaussianNoiseImpl(double stddev, const Json& extra = Json::object());
   std::string class_name() const override { return "GaussianNoise"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& input_shapes) override;
@@ -57,5 +61,11 @@ class GaussianNoise : public SimpleLayer {
   double stddev_;
   SeedGenerator seeds_;
 };
+KILN_LAYER_HOLDER(GaussianNoise, void);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_NOISE_H
+#include "kiln/layers/legacy_names.h"

@@ -64,8 +64,8 @@ struct AllReduceSum : public torch::autograd::Function<AllReduceSum> {
 namespace {
 bool positive_number(double v) { return v > 0; }
 
-const FieldTable<BatchNormalizationOptions>& batch_norm_fields() {
-  using O = BatchNormalizationOptions;
+const FieldTable<layers::BatchNormalizationOptions>& batch_norm_fields() {
+  using O = layers::BatchNormalizationOptions;
   static const FieldTable<O> t = {field("axis", &O::axis),
                                   field("momentum", &O::momentum).in_range(0.0, 1.0),
                                   field("epsilon", &O::epsilon).where(positive_number, "a positive number"),
@@ -83,8 +83,8 @@ const FieldTable<BatchNormalizationOptions>& batch_norm_fields() {
   return t;
 }
 
-const FieldTable<LayerNormalizationOptions>& layer_norm_fields() {
-  using O = LayerNormalizationOptions;
+const FieldTable<layers::LayerNormalizationOptions>& layer_norm_fields() {
+  using O = layers::LayerNormalizationOptions;
   static const FieldTable<O> t =
       FieldTable<O>{
           field("axis", &O::axis).described("an integer or a non-empty list of distinct integers"),
@@ -98,27 +98,30 @@ const FieldTable<LayerNormalizationOptions>& layer_norm_fields() {
 }
 }  // namespace
 
-BatchNormalizationOptions BatchNormalization::options_from_config(const Json& config) {
+layers::BatchNormalizationOptions layers::BatchNormalizationImpl::options_from_config(const Json& config) {
   return read_fields(config, "BatchNormalization", batch_norm_fields());
 }
 
-BatchNormalization::BatchNormalization(const BatchNormalizationOptions& o)
-    : BatchNormalization(o, layer_base_config(o.base)) {}
+layers::BatchNormalizationImpl::BatchNormalizationImpl(const layers::BatchNormalizationOptions& o)
+    : layers::BatchNormalizationImpl(o, layer_base_config(o.base)) {}
 
-BatchNormalization::BatchNormalization(const Json& config) : BatchNormalization(options_from_config(config), config) {}
+layers::BatchNormalizationImpl::BatchNormalizationImpl(const Json& config)
+    : layers::BatchNormalizationImpl(options_from_config(config), config) {}
 
-BatchNormalization::BatchNormalization(const BatchNormalizationOptions& o, const Json& base_config)
+layers::BatchNormalizationImpl::BatchNormalizationImpl(const layers::BatchNormalizationOptions& o,
+                                                       const Json& base_config)
     : SimpleLayer(base_config), options_(o) {
   check_fields("BatchNormalization", options_, batch_norm_fields());
 }
 
-BatchNormalization::BatchNormalization(int64_t axis, double momentum, double epsilon, const Json& extra)
-    : BatchNormalization(merged_config(extra, Json{{"axis", axis}, {"momentum", momentum}, {"epsilon", epsilon}})) {}
+layers::BatchNormalizationImpl::BatchNormalizationImpl(int64_t axis, double momentum, double epsilon, const Json& extra)
+    : layers::BatchNormalizationImpl(
+          merged_config(extra, Json{{"axis", axis}, {"momentum", momentum}, {"epsilon", epsilon}})) {}
 
-void BatchNormalization::build(const std::vector<Shape>& input_shapes) {
+void layers::BatchNormalizationImpl::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   const int64_t rank = (int64_t)s.size();
-  const BatchNormalizationOptions& o = options_;
+  const layers::BatchNormalizationOptions& o = options_;
   resolved_axis_ = o.axis < 0 ? o.axis + rank : o.axis;
   if (rank < 2 || resolved_axis_ < 1 || resolved_axis_ >= rank)
     throw ValueError("BatchNormalization '" + name() + "': axis=" + std::to_string(o.axis) +
@@ -133,7 +136,7 @@ void BatchNormalization::build(const std::vector<Shape>& input_shapes) {
   moving_variance_ = add_weight("moving_variance", {c}, o.moving_variance_initializer.resolved(), false);
 }
 
-at::Tensor BatchNormalization::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::BatchNormalizationImpl::call1(const at::Tensor& x, bool training) {
   const int64_t c = moving_mean_->shape()[0];
   const int64_t rank = (int64_t)build_input_shapes().at(0).size();
   if (x.dim() != rank || x.size(resolved_axis_) != c)
@@ -159,7 +162,7 @@ at::Tensor BatchNormalization::call1(const at::Tensor& x, bool training) {
 // which the biased one is var_sum / n to a rounding. That costs no extra
 // pass over x; recomputing the variance from the saved inverse standard
 // deviation (1 / invstd^2 - eps) would lose digits when var << eps.
-at::Tensor BatchNormalization::call_fused(const at::Tensor& x, bool update) {
+at::Tensor layers::BatchNormalizationImpl::call_fused(const at::Tensor& x, bool update) {
   const int64_t c = moving_mean_->shape()[0];
   const auto dt = stat_dtype(x.scalar_type());
   const auto opts = x.options().dtype(dt);
@@ -195,7 +198,7 @@ at::Tensor BatchNormalization::call_fused(const at::Tensor& x, bool update) {
 
 // Training statistics written out: the synchronized path's cross-replica
 // sums, and batches too small for the fused path's unbiased variance.
-at::Tensor BatchNormalization::call_by_formula(const at::Tensor& x, Distribution* dist) {
+at::Tensor layers::BatchNormalizationImpl::call_by_formula(const at::Tensor& x, Distribution* dist) {
   const int64_t c = moving_mean_->shape()[0];
   const int64_t rank = x.dim();
   const auto dt = stat_dtype(x.scalar_type());
@@ -229,46 +232,48 @@ at::Tensor BatchNormalization::call_by_formula(const at::Tensor& x, Distribution
 }
 
 // Keras: moving = moving * momentum + batch * (1 - momentum).
-void BatchNormalization::update_moving_statistics(const at::Tensor& mean, const at::Tensor& var) {
+void layers::BatchNormalizationImpl::update_moving_statistics(const at::Tensor& mean, const at::Tensor& var) {
   const double m = options_.momentum;
   moving_mean_->assign(moving_mean_->value() * m + mean.to(moving_mean_->dtype()) * (1.0 - m));
   moving_variance_->assign(moving_variance_->value() * m + var.to(moving_variance_->dtype()) * (1.0 - m));
 }
 
-std::vector<Shape> BatchNormalization::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::BatchNormalizationImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   return input_shapes;
 }
 
-Json BatchNormalization::get_config() const {
+Json layers::BatchNormalizationImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, batch_norm_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(BatchNormalization);
+KILN_REGISTER_LAYER_AS(BatchNormalization, layers::BatchNormalizationImpl);
 
 // --- LayerNormalization -------------------------------------------------------
-LayerNormalizationOptions LayerNormalization::options_from_config(const Json& config) {
+layers::LayerNormalizationOptions layers::LayerNormalizationImpl::options_from_config(const Json& config) {
   return read_fields(config, "LayerNormalization", layer_norm_fields());
 }
 
-LayerNormalization::LayerNormalization(const LayerNormalizationOptions& o)
-    : LayerNormalization(o, layer_base_config(o.base)) {}
+layers::LayerNormalizationImpl::LayerNormalizationImpl(const layers::LayerNormalizationOptions& o)
+    : layers::LayerNormalizationImpl(o, layer_base_config(o.base)) {}
 
-LayerNormalization::LayerNormalization(const Json& config) : LayerNormalization(options_from_config(config), config) {}
+layers::LayerNormalizationImpl::LayerNormalizationImpl(const Json& config)
+    : layers::LayerNormalizationImpl(options_from_config(config), config) {}
 
-LayerNormalization::LayerNormalization(const LayerNormalizationOptions& o, const Json& base_config)
+layers::LayerNormalizationImpl::LayerNormalizationImpl(const layers::LayerNormalizationOptions& o,
+                                                       const Json& base_config)
     : SimpleLayer(base_config), options_(o) {
   check_fields("LayerNormalization", options_, layer_norm_fields());
   const auto* one = std::get_if<int64_t>(&options_.axis);
   axes_ = one ? std::vector<int64_t>{*one} : std::get<std::vector<int64_t>>(options_.axis);
 }
 
-LayerNormalization::LayerNormalization(int64_t axis, double epsilon, const Json& extra)
-    : LayerNormalization(merged_config(extra, Json{{"axis", axis}, {"epsilon", epsilon}})) {}
+layers::LayerNormalizationImpl::LayerNormalizationImpl(int64_t axis, double epsilon, const Json& extra)
+    : layers::LayerNormalizationImpl(merged_config(extra, Json{{"axis", axis}, {"epsilon", epsilon}})) {}
 
-void LayerNormalization::build(const std::vector<Shape>& input_shapes) {
+void layers::LayerNormalizationImpl::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   const int64_t rank = (int64_t)s.size();
   resolved_.clear();
@@ -285,14 +290,14 @@ void LayerNormalization::build(const std::vector<Shape>& input_shapes) {
   std::sort(resolved_.begin(), resolved_.end());
   Shape param;
   for (auto r : resolved_) param.push_back(s[r]);
-  const LayerNormalizationOptions& o = options_;
+  const layers::LayerNormalizationOptions& o = options_;
   if (o.scale || o.rms_scaling)
     gamma_ = add_weight("gamma", param, o.gamma_initializer.resolved(), true, o.gamma_regularizer);
   if (o.center && !o.rms_scaling)
     beta_ = add_weight("beta", param, o.beta_initializer.resolved(), true, o.beta_regularizer);
 }
 
-at::Tensor LayerNormalization::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::LayerNormalizationImpl::call1(const at::Tensor& x, bool training) {
   const Shape& built = build_input_shapes().at(0);
   bool ok = x.dim() == (int64_t)built.size();
   for (size_t i = 0; ok && i < resolved_.size(); ++i) ok = x.size(resolved_[i]) == built[resolved_[i]];
@@ -327,17 +332,17 @@ at::Tensor LayerNormalization::call1(const at::Tensor& x, bool training) {
   return y.to(x.scalar_type());
 }
 
-std::vector<Shape> LayerNormalization::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::LayerNormalizationImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   return input_shapes;
 }
 
-Json LayerNormalization::get_config() const {
+Json layers::LayerNormalizationImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, layer_norm_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(LayerNormalization);
+KILN_REGISTER_LAYER_AS(LayerNormalization, layers::LayerNormalizationImpl);
 
 }  // namespace kiln

@@ -41,10 +41,13 @@
 #include <variant>
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 #include "kiln/layers/regularizers.h"
 
 namespace kiln {
+
+namespace layers {
 
 struct BatchNormalizationOptions {
   int64_t axis = -1;
@@ -75,12 +78,12 @@ struct LayerNormalizationOptions {
   LayerOptions base;
 };
 
-class BatchNormalization : public SimpleLayer {
+class BatchNormalizationImpl : public SimpleLayer {
  public:
-  explicit BatchNormalization(const BatchNormalizationOptions& options);
-  explicit BatchNormalization(const Json& config);
-  explicit BatchNormalization(int64_t axis = -1, double momentum = 0.99, double epsilon = 1e-3,
-                              const Json& extra = Json::object());
+  explicit BatchNormalizationImpl(const BatchNormalizationOptions& options);
+  explicit BatchNormalizationImpl(const Json& config);
+  explicit BatchNormalizationImpl(int64_t axis = -1, double momentum = 0.99, double epsilon = 1e-3,
+                                  const Json& extra = Json::object());
 
   std::string class_name() const override { return "BatchNormalization"; }
   void build(const std::vector<Shape>& input_shapes) override;
@@ -96,7 +99,7 @@ class BatchNormalization : public SimpleLayer {
   static BatchNormalizationOptions options_from_config(const Json& config);
 
  private:
-  BatchNormalization(const BatchNormalizationOptions& options, const Json& base_config);
+  BatchNormalizationImpl(const BatchNormalizationOptions& options, const Json& base_config);
   // LibTorch's fused batch norm (training with the batch statistics, or
   // inference with the moving ones).
   at::Tensor call_fused(const at::Tensor& x, bool update);
@@ -109,12 +112,13 @@ class BatchNormalization : public SimpleLayer {
   int64_t resolved_axis_ = -1;
   VariablePtr gamma_, beta_, moving_mean_, moving_variance_;
 };
+KILN_LAYER_HOLDER(BatchNormalization, BatchNormalizationOptions);
 
-class LayerNormalization : public SimpleLayer {
+class LayerNormalizationImpl : public SimpleLayer {
  public:
-  explicit LayerNormalization(const LayerNormalizationOptions& options);
-  explicit LayerNormalization(const Json& config);
-  explicit LayerNormalization(int64_t axis = -1, double epsilon = 1e-3, const Json& extra = Json::object());
+  explicit LayerNormalizationImpl(const LayerNormalizationOptions& options);
+  explicit LayerNormalizationImpl(const Json& config);
+  explicit LayerNormalizationImpl(int64_t axis = -1, double epsilon = 1e-3, const Json& extra = Json::object());
 
   std::string class_name() const override { return "LayerNormalization"; }
   bool supports_masking() const override { return true; }  // as Keras: masks pass through
@@ -129,12 +133,18 @@ class LayerNormalization : public SimpleLayer {
   static LayerNormalizationOptions options_from_config(const Json& config);
 
  private:
-  LayerNormalization(const LayerNormalizationOptions& options, const Json& base_config);
+  LayerNormalizationImpl(const LayerNormalizationOptions& options, const Json& base_config);
 
   LayerNormalizationOptions options_;  // checked: the layer's config
   std::vector<int64_t> axes_;          // options_.axis as a list (may be negative)
   std::vector<int64_t> resolved_;      // sorted, non-negative, set by build
   VariablePtr gamma_, beta_;
 };
+KILN_LAYER_HOLDER(LayerNormalization, LayerNormalizationOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_NORMALIZATION_H
+#include "kiln/layers/legacy_names.h"

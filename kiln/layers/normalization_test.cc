@@ -15,7 +15,7 @@ namespace {
 
 TEST(BatchNormalization, KerasWeightsAndDefaults) {
   clear_session();
-  auto bn = std::make_shared<BatchNormalization>();
+  auto bn = layers::BatchNormalization();
   (*bn)(at::randn({4, 3}));
   auto ws = bn->weights();
   ASSERT_EQ(ws.size(), 4u);
@@ -38,7 +38,7 @@ TEST(BatchNormalization, KerasWeightsAndDefaults) {
 }
 
 TEST(BatchNormalization, TrainingUpdatesMovingStatisticsWithMomentum) {
-  auto bn = std::make_shared<BatchNormalization>();
+  auto bn = layers::BatchNormalization();
   at::Tensor x = at::randn({64, 3}) * 2.0 + at::tensor({1.0f, -2.0f, 5.0f});
   at::Tensor y = (*bn)(x, /*training=*/true);
   at::Tensor mean = x.mean(0), var = (x - mean).square().mean(0);  // biased
@@ -53,7 +53,7 @@ TEST(BatchNormalization, TrainingUpdatesMovingStatisticsWithMomentum) {
 }
 
 TEST(BatchNormalization, InferenceUsesMovingStatistics) {
-  auto bn = std::make_shared<BatchNormalization>(-1, 0.9, 1e-3);
+  auto bn = layers::BatchNormalization(-1, 0.9, 1e-3);
   at::Tensor x = at::randn({8, 2});
   (*bn)(x);
   bn->set_weights(
@@ -69,7 +69,7 @@ TEST(BatchNormalization, InferenceUsesMovingStatistics) {
 }
 
 TEST(BatchNormalization, FrozenLayerRunsInInferenceMode) {
-  auto bn = std::make_shared<BatchNormalization>();
+  auto bn = layers::BatchNormalization();
   at::Tensor x = at::randn({16, 3}) + 4.0;
   (*bn)(x);
   bn->set_trainable(false);
@@ -81,7 +81,7 @@ TEST(BatchNormalization, FrozenLayerRunsInInferenceMode) {
 }
 
 TEST(BatchNormalization, NormalisesTheConfiguredAxis) {
-  auto bn = std::make_shared<BatchNormalization>(1);
+  auto bn = layers::BatchNormalization(1);
   at::Tensor x = at::randn({4, 3, 5}) * 3 + 1;  // channels on axis 1
   at::Tensor y = (*bn)(x, true);
   EXPECT_EQ(bn->moving_mean()->shape(), (Shape{3}));
@@ -90,7 +90,7 @@ TEST(BatchNormalization, NormalisesTheConfiguredAxis) {
 }
 
 TEST(BatchNormalization, MixedPrecisionKeepsFloat32Statistics) {
-  auto bn = std::make_shared<BatchNormalization>(-1, 0.99, 1e-3, Json{{"dtype", "mixed_bfloat16"}});
+  auto bn = layers::BatchNormalization(-1, 0.99, 1e-3, Json{{"dtype", "mixed_bfloat16"}});
   at::Tensor x = at::randn({32, 4}) + 100.0;  // where bfloat16 means would lose digits
   at::Tensor y = (*bn)(x, true);
   EXPECT_EQ(y.scalar_type(), at::kBFloat16);
@@ -100,13 +100,18 @@ TEST(BatchNormalization, MixedPrecisionKeepsFloat32Statistics) {
 }
 
 TEST(BatchNormalization, RejectsBadConfigs) {
-  expect_error<ValueError>([] { (void)BatchNormalization(-1, 1.5); }, {"BatchNormalization", "`momentum`", "1.5"});
-  expect_error<ValueError>([] { (void)BatchNormalization(-1, 0.9, 0.0); }, {"`epsilon`"});
-  expect_error<ValueError>([] { (void)BatchNormalization(Json{{"synchronized", "yes"}}); }, {"`synchronized`"});
-  expect_error<ValueError>([] { (void)BatchNormalization(Json{{"axis", "channels"}}); }, {"`axis`"});
-  auto bn = std::make_shared<BatchNormalization>(0);
+  expect_error<ValueError>([] { (void)layers::BatchNormalizationImpl(-1, 1.5); },
+                           {"BatchNormalization", "`momentum`", "1.5"});
+  expect_error<ValueError>([] { (void)layers::BatchNormalizationImpl(-1, 0.9, 0.0); }, {"`epsilon`"});
+  expect_error<ValueError>(
+      [] {
+        (void)layers::BatchNormalizationImpl(Json{{"synchronized", "yes"}});
+      },
+      {"`synchronized`"});
+  expect_error<ValueError>([] { (void)layers::BatchNormalizationImpl(Json{{"axis", "channels"}}); }, {"`axis`"});
+  auto bn = layers::BatchNormalization(0);
   expect_error<ValueError>([&] { (*bn)(at::randn({2, 3})); }, {"axis=0"});
-  auto ok = std::make_shared<BatchNormalization>();
+  auto ok = layers::BatchNormalization();
   (*ok)(at::randn({2, 3}));
   expect_error<ShapeError>([&] { (*ok)(at::randn({2, 4})); }, {"built for inputs of shape (None, 3)"});
 }
@@ -153,7 +158,7 @@ double max_rel(const at::Tensor& a, const at::Tensor& b) {
 void expect_matches_formula(const at::Tensor& x_in, int64_t axis, double tol, double grad_tol,
                             const Json& extra = Json::object()) {
   const int64_t rank = x_in.dim(), resolved = axis < 0 ? axis + rank : axis, c = x_in.size(resolved);
-  auto bn = std::make_shared<BatchNormalization>(axis, 0.9, 1e-3, extra);
+  auto bn = layers::BatchNormalization(axis, 0.9, 1e-3, extra);
   (*bn)(x_in, false);  // builds
   const auto opt = at::TensorOptions().dtype(at::kFloat);
   at::Tensor g0 = at::rand({c}, opt) + 0.5, b0 = at::randn({c}, opt), m0 = at::randn({c}, opt),
@@ -220,7 +225,7 @@ TEST(BatchNormalization, FusedMatchesKerasFormulaInBfloat16) {
 }
 
 TEST(BatchNormalization, NoScaleNoCenterOnTheFusedPath) {
-  auto bn = std::make_shared<BatchNormalization>(-1, 0.99, 1e-3, Json{{"scale", false}, {"center", false}});
+  auto bn = layers::BatchNormalization(-1, 0.99, 1e-3, Json{{"scale", false}, {"center", false}});
   at::Tensor x = nhwc(at::randn({4, 3, 5, 5}) * 2 + 1);
   at::Tensor y = (*bn)(x, true);
   EXPECT_EQ(bn->weights().size(), 2u);
@@ -229,7 +234,7 @@ TEST(BatchNormalization, NoScaleNoCenterOnTheFusedPath) {
 }
 
 TEST(BatchNormalization, OneRowBatchHasZeroVariance) {
-  auto bn = std::make_shared<BatchNormalization>(-1, 0.5, 1e-3);
+  auto bn = layers::BatchNormalization(-1, 0.5, 1e-3);
   at::Tensor x = at::tensor({3.0f, -1.0f}).reshape({1, 2});
   at::Tensor y = (*bn)(x, true);
   EXPECT_TRUE(at::allclose(y, at::zeros({1, 2})));  // beta
@@ -250,10 +255,10 @@ class TwoIdenticalReplicas : public Distribution {
 
 TEST(BatchNormalization, SynchronizedStatisticsMatchTheFusedPath) {
   at::Tensor x = nhwc(at::randn({8, 4, 3, 3}) * 2 + 1);
-  auto local = std::make_shared<BatchNormalization>();
+  auto local = layers::BatchNormalization();
   at::Tensor y_local = (*local)(x, true);
   set_distribution(std::make_shared<TwoIdenticalReplicas>());
-  auto synced = std::make_shared<BatchNormalization>(BatchNormalizationOptions{.synchronized = true});
+  auto synced = layers::BatchNormalization({.synchronized = true});
   at::Tensor y_synced = (*synced)(x, true);
   set_distribution(nullptr);
   EXPECT_LT(max_rel(y_synced, y_local), 1e-5);
@@ -266,10 +271,10 @@ TEST(BatchNormalization, SynchronizedStatisticsMatchTheFusedPath) {
 // tensor whose NCHW view is channels_last-contiguous, so no layer between
 // them reorders the data, forward or (the same layouts) backward.
 TEST(BatchNormalization, KeepsConvBlocksInChannelsLastMemory) {
-  auto conv = std::make_shared<Conv2D>(8, 3, "linear", Json{{"padding", "same"}});
-  auto bn = std::make_shared<BatchNormalization>();
-  auto relu = std::make_shared<Activation>("relu");
-  auto pool = std::make_shared<MaxPooling2D>();
+  auto conv = layers::Conv2D(8, 3, "linear", Json{{"padding", "same"}});
+  auto bn = layers::BatchNormalization();
+  auto relu = layers::Activation("relu");
+  auto pool = layers::MaxPooling2D();
   at::Tensor x = at::randn({4, 10, 10, 3});
   for (bool training : {true, false}) {
     SCOPED_TRACE(training ? "training" : "inference");
@@ -284,7 +289,7 @@ TEST(BatchNormalization, KeepsConvBlocksInChannelsLastMemory) {
 }
 
 TEST(LayerNormalization, NormalisesEachSample) {
-  auto ln = std::make_shared<LayerNormalization>();
+  auto ln = layers::LayerNormalization();
   at::Tensor x = at::randn({3, 5, 16}) * 4 + 2;
   at::Tensor y = (*ln)(x);
   EXPECT_TRUE(at::allclose(y.mean(-1), at::zeros({3, 5}), 1e-4, 1e-5));
@@ -297,12 +302,12 @@ TEST(LayerNormalization, NormalisesEachSample) {
 }
 
 TEST(LayerNormalization, SeveralAxesAndNonTrailingAxes) {
-  auto ln = std::make_shared<LayerNormalization>(Json{{"axis", {1, 2}}});
+  auto ln = layers::LayerNormalization(Json{{"axis", {1, 2}}});
   at::Tensor x = at::randn({2, 3, 4}) * 3;
   at::Tensor y = (*ln)(x);
   EXPECT_EQ(ln->gamma()->shape(), (Shape{3, 4}));
   EXPECT_TRUE(at::allclose(y.mean({1, 2}), at::zeros({2}), 1e-4, 1e-5));
-  auto mid = std::make_shared<LayerNormalization>(1);
+  auto mid = layers::LayerNormalization(1);
   at::Tensor z = (*mid)(x);
   EXPECT_TRUE(at::allclose(z.mean(1), at::zeros({2, 4}), 1e-4, 1e-5));
   EXPECT_EQ(mid->get_config()["axis"], 1);
@@ -310,7 +315,7 @@ TEST(LayerNormalization, SeveralAxesAndNonTrailingAxes) {
 }
 
 TEST(LayerNormalization, RmsScalingDividesByRootMeanSquare) {
-  auto ln = std::make_shared<LayerNormalization>(-1, 1e-3, Json{{"rms_scaling", true}});
+  auto ln = layers::LayerNormalization(-1, 1e-3, Json{{"rms_scaling", true}});
   at::Tensor x = at::randn({4, 8}) + 3;
   at::Tensor y = (*ln)(x);
   EXPECT_EQ(ln->beta(), nullptr);
@@ -318,9 +323,9 @@ TEST(LayerNormalization, RmsScalingDividesByRootMeanSquare) {
 }
 
 TEST(LayerNormalization, RejectsBadConfigs) {
-  expect_error<ValueError>([] { (void)LayerNormalization(-1, -1.0); }, {"LayerNormalization", "`epsilon`"});
-  expect_error<ValueError>([] { (void)LayerNormalization(Json{{"axis", Json::array()}}); }, {"`axis`"});
-  auto ln = std::make_shared<LayerNormalization>(Json{{"axis", {-1, 2}}});
+  expect_error<ValueError>([] { (void)layers::LayerNormalizationImpl(-1, -1.0); }, {"LayerNormalization", "`epsilon`"});
+  expect_error<ValueError>([] { (void)layers::LayerNormalizationImpl(Json{{"axis", Json::array()}}); }, {"`axis`"});
+  auto ln = layers::LayerNormalization(Json{{"axis", {-1, 2}}});
   expect_error<ValueError>([&] { (*ln)(at::randn({2, 3, 4})); }, {"distinct"});
 }
 

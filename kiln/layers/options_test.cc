@@ -32,11 +32,11 @@ Json config_of(const Layer& l) {
 }
 
 TEST(Options, ModelFromOptionsStructsTrains) {
-  auto model = std::make_shared<Sequential>();
-  model->add(Input({6}));
-  model->add(std::make_shared<Dense>(DenseOptions{.units = 8, .activation = "relu", .base = {.name = "hidden"}}));
-  model->add(std::make_shared<Dropout>(DropoutOptions{.rate = 0.1}));
-  model->add(std::make_shared<Dense>(DenseOptions{.units = 3}));
+  auto model = models::Sequential();
+  model->add(layers::Input({6}));
+  model->add(layers::Dense({.units = 8, .activation = "relu", .base = {.name = "hidden"}}));
+  model->add(layers::Dropout({.rate = 0.1}));
+  model->add(layers::Dense({.units = 3}));
   model->compile({.optimizer = std::make_shared<optimizers::Adam>(optimizers::AdamOptions{.learning_rate = 1e-2}),
                   .loss = std::make_shared<losses::SparseCategoricalCrossentropy>(
                       losses::SparseCategoricalCrossentropyOptions{.from_logits = true})});
@@ -49,59 +49,64 @@ TEST(Options, ModelFromOptionsStructsTrains) {
 }
 
 TEST(Options, DenseOptionsConfigEqualsJsonConfig) {
-  Dense typed(DenseOptions{.units = 5,
-                           .activation = "tanh",
-                           .use_bias = false,
-                           .kernel_initializer = "he_normal",
-                           .kernel_regularizer = l2(0.02),
-                           .base = {.name = "d_typed"}});
-  Dense json(Json{{"units", 5},
-                  {"activation", "tanh"},
-                  {"use_bias", false},
-                  {"kernel_initializer", "he_normal"},
-                  {"kernel_regularizer", l2(0.02)->to_json()},
-                  {"name", "d_json"}});
+  layers::DenseImpl typed(layers::DenseOptions{.units = 5,
+                                               .activation = "tanh",
+                                               .use_bias = false,
+                                               .kernel_initializer = "he_normal",
+                                               .kernel_regularizer = l2(0.02),
+                                               .base = {.name = "d_typed"}});
+  layers::DenseImpl json(Json{{"units", 5},
+                              {"activation", "tanh"},
+                              {"use_bias", false},
+                              {"kernel_initializer", "he_normal"},
+                              {"kernel_regularizer", l2(0.02)->to_json()},
+                              {"name", "d_json"}});
   EXPECT_EQ(config_of(typed).dump(), config_of(json).dump());
   // A config read back gives the same config (the registry path).
-  Dense again(json.get_config());
+  layers::DenseImpl again(json.get_config());
   EXPECT_EQ(again.get_config().dump(), json.get_config().dump());
 }
 
 TEST(Options, ConvDropoutEmbeddingOptionsConfigEqualJsonConfig) {
-  Conv2D conv_typed(Conv2DOptions{.filters = 4, .kernel_size = {3}, .strides = {2, 1}, .padding = "same"});
-  Conv2D conv_json(Json{{"filters", 4}, {"kernel_size", 3}, {"strides", {2, 1}}, {"padding", "same"}});
+  layers::Conv2DImpl conv_typed(
+      layers::Conv2DOptions{.filters = 4, .kernel_size = {3}, .strides = {2, 1}, .padding = "same"});
+  layers::Conv2DImpl conv_json(Json{{"filters", 4}, {"kernel_size", 3}, {"strides", {2, 1}}, {"padding", "same"}});
   EXPECT_EQ(config_of(conv_typed).dump(), config_of(conv_json).dump());
 
-  Dropout drop_typed(DropoutOptions{.rate = 0.25, .noise_shape = Shape{kNone, 1}, .seed = 7});
-  Dropout drop_json(Json{{"rate", 0.25}, {"noise_shape", {nullptr, 1}}, {"seed", 7}});
+  layers::DropoutImpl drop_typed(layers::DropoutOptions{.rate = 0.25, .noise_shape = Shape{kNone, 1}, .seed = 7});
+  layers::DropoutImpl drop_json(Json{{"rate", 0.25}, {"noise_shape", {nullptr, 1}}, {"seed", 7}});
   EXPECT_EQ(config_of(drop_typed).dump(), config_of(drop_json).dump());
 
-  Embedding emb_typed(EmbeddingOptions{.input_dim = 10, .output_dim = 4, .mask_zero = true});
-  Embedding emb_json(Json{{"input_dim", 10}, {"output_dim", 4}, {"mask_zero", true}});
+  layers::EmbeddingImpl emb_typed(layers::EmbeddingOptions{.input_dim = 10, .output_dim = 4, .mask_zero = true});
+  layers::EmbeddingImpl emb_json(Json{{"input_dim", 10}, {"output_dim", 4}, {"mask_zero", true}});
   EXPECT_EQ(config_of(emb_typed).dump(), config_of(emb_json).dump());
 }
 
 TEST(Options, ConvenienceConstructorsMatchOptions) {
-  Dense a(4, "relu");
-  Dense b(DenseOptions{.units = 4, .activation = "relu"});
+  layers::DenseImpl a(4, "relu");
+  layers::DenseImpl b(layers::DenseOptions{.units = 4, .activation = "relu"});
   EXPECT_EQ(config_of(a).dump(), config_of(b).dump());
 }
 
 TEST(Options, TypedOptionsGetTheJsonPathsErrors) {
-  expect_error<ValueError>([] { Dense(DenseOptions{.units = 0}); },
+  expect_error<ValueError>([] { layers::DenseImpl(layers::DenseOptions{.units = 0}); },
                            {"Dense", "`units`", "positive integer", "units=0"});
-  expect_error<ValueError>([] { Dense(DenseOptions{.units = 2, .activation = "relux"}); }, {"`activation`", "relux"});
-  expect_error<ValueError>([] { Dense(DenseOptions{.units = 2, .kernel_initializer = "nope"}); },
+  expect_error<ValueError>([] { layers::DenseImpl(layers::DenseOptions{.units = 2, .activation = "relux"}); },
+                           {"`activation`", "relux"});
+  expect_error<ValueError>([] { layers::DenseImpl(layers::DenseOptions{.units = 2, .kernel_initializer = "nope"}); },
                            {"Dense", "`kernel_initializer`"});
   expect_error<ValueError>(
       [] {
-        Conv1D(ConvOptions{.filters = 2, .kernel_size = {3, 3}});
+        layers::Conv1DImpl(layers::ConvOptions{.filters = 2, .kernel_size = {3, 3}});
       },
       {"Conv1D", "`kernel_size`"});
-  expect_error<ValueError>([] { Conv2D(ConvOptions{.filters = 2, .kernel_size = {3}, .padding = "causal"}); },
-                           {"Conv2D", "`padding`", "causal"});
-  expect_error<ValueError>([] { Dropout(DropoutOptions{.rate = 1.5}); }, {"Dropout", "`rate`", "rate=1.5"});
-  expect_error<ValueError>([] { Embedding(EmbeddingOptions{.input_dim = 3}); }, {"Embedding", "`output_dim`"});
+  expect_error<ValueError>(
+      [] { layers::Conv2DImpl(layers::ConvOptions{.filters = 2, .kernel_size = {3}, .padding = "causal"}); },
+      {"Conv2D", "`padding`", "causal"});
+  expect_error<ValueError>([] { layers::DropoutImpl(layers::DropoutOptions{.rate = 1.5}); },
+                           {"Dropout", "`rate`", "rate=1.5"});
+  expect_error<ValueError>([] { layers::EmbeddingImpl(layers::EmbeddingOptions{.input_dim = 3}); },
+                           {"Embedding", "`output_dim`"});
 }
 
 // One field table checks both paths (config_fields.h): a bad value gives
@@ -122,37 +127,45 @@ TEST(Options, FieldTablesGiveJsonAndTypedOptionsTheSameMessage) {
   };
   same(
       [] {
-        GroupNormalization(Json{{"groups", 0}});
+        layers::GroupNormalizationImpl(Json{{"groups", 0}});
       },
-      [] { GroupNormalization(GroupNormalizationOptions{.groups = 0}); });
+      [] { layers::GroupNormalizationImpl(layers::GroupNormalizationOptions{.groups = 0}); });
   same(
       [] {
-        BatchNormalization(Json{{"momentum", 1.5}});
+        layers::BatchNormalizationImpl(Json{{"momentum", 1.5}});
       },
-      [] { BatchNormalization(BatchNormalizationOptions{.momentum = 1.5}); });
+      [] { layers::BatchNormalizationImpl(layers::BatchNormalizationOptions{.momentum = 1.5}); });
   same(
       [] {
-        LayerNormalization(Json{{"epsilon", 0.0}});
+        layers::LayerNormalizationImpl(Json{{"epsilon", 0.0}});
       },
-      [] { LayerNormalization(LayerNormalizationOptions{.epsilon = 0.0}); });
+      [] { layers::LayerNormalizationImpl(layers::LayerNormalizationOptions{.epsilon = 0.0}); });
   same(
       [] {
-        Conv2D(Json{{"filters", 2}, {"kernel_size", 3}, {"padding", "causal"}});
+        layers::Conv2DImpl(Json{{"filters", 2}, {"kernel_size", 3}, {"padding", "causal"}});
       },
-      [] { Conv2D(ConvOptions{.filters = 2, .kernel_size = {3}, .padding = "causal"}); });
-  same([] { LSTM(Json{{"units", 2}, {"dropout", 1.0}}); }, [] { LSTM(RecurrentOptions{.units = 2, .dropout = 1.0}); });
+      [] { layers::Conv2DImpl(layers::ConvOptions{.filters = 2, .kernel_size = {3}, .padding = "causal"}); });
   same(
       [] {
-        Dense(Json{{"units", 2}, {"activation", "relux"}});
+        layers::LSTMImpl(Json{{"units", 2}, {"dropout", 1.0}});
       },
-      [] { Dense(DenseOptions{.units = 2, .activation = "relux"}); });
+      [] { layers::LSTMImpl(layers::RecurrentOptions{.units = 2, .dropout = 1.0}); });
+  same(
+      [] {
+        layers::DenseImpl(Json{{"units", 2}, {"activation", "relux"}});
+      },
+      [] { layers::DenseImpl(layers::DenseOptions{.units = 2, .activation = "relux"}); });
 }
 
 TEST(Options, UnknownJsonKeyIsAValueErrorNamingTheKey) {
-  expect_error<ValueError>([] { Dense(Json{{"units", 3}, {"unitz", 3}}); }, {"unknown key `unitz`", "Dense"});
   expect_error<ValueError>(
       [] {
-        Conv2D(Json{{"filters", 3}, {"kernel_size", 3}, {"stride", 2}});
+        layers::DenseImpl(Json{{"units", 3}, {"unitz", 3}});
+      },
+      {"unknown key `unitz`", "Dense"});
+  expect_error<ValueError>(
+      [] {
+        layers::Conv2DImpl(Json{{"filters", 3}, {"kernel_size", 3}, {"stride", 2}});
       },
       {"unknown key `stride`", "Conv2D", "strides"});
   expect_error<ValueError>(

@@ -15,8 +15,8 @@ Json pooling_config(const Json& extra, const std::vector<int64_t>& pool_size, co
                                    {"padding", padding}});
 }
 
-const FieldTable<PoolingOptions>& pooling_fields(int rank) {
-  using O = PoolingOptions;
+const FieldTable<layers::PoolingOptions>& pooling_fields(int rank) {
+  using O = layers::PoolingOptions;
   auto table = [](int rank) {
     const char* strides = "strides";
     // Absent, null or empty: the pool size (read before it).
@@ -34,25 +34,26 @@ const FieldTable<PoolingOptions>& pooling_fields(int rank) {
   return rank == 1 ? t1 : t2;
 }
 
-const FieldTable<GlobalPoolingOptions>& global_pooling_fields() {
-  using O = GlobalPoolingOptions;
+const FieldTable<layers::GlobalPoolingOptions>& global_pooling_fields() {
+  using O = layers::GlobalPoolingOptions;
   static const FieldTable<O> t = {field("data_format", &O::data_format).choice({"channels_last", "channels_first"}),
                                   field("keepdims", &O::keepdims)};
   return t;
 }
 }  // namespace
 
-PoolingOptions Pooling::options_from_config(int rank, const std::string& owner, const Json& config) {
+layers::PoolingOptions layers::Pooling::options_from_config(int rank, const std::string& owner, const Json& config) {
   return read_fields(config, owner, pooling_fields(rank));
 }
 
-Pooling::Pooling(int rank, bool is_max, const std::string& owner, const PoolingOptions& o, const Json& base_config)
+layers::Pooling::Pooling(int rank, bool is_max, const std::string& owner, const layers::PoolingOptions& o,
+                         const Json& base_config)
     : SimpleLayer(base_config), rank_(rank), is_max_(is_max), owner_(owner), options_(o) {
   check_fields(owner, options_, pooling_fields(rank));
   channels_last_ = options_.data_format == "channels_last";
 }
 
-at::Tensor Pooling::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::Pooling::call1(const at::Tensor& x, bool training) {
   if (x.dim() != rank_ + 2)
     throw ShapeError(owner_ + " '" + name() + "' expects inputs of rank " + std::to_string(rank_ + 2) +
                      ". Received: " + shape_to_string(sizes_of(x)));
@@ -93,7 +94,7 @@ at::Tensor Pooling::call1(const at::Tensor& x, bool training) {
   return channels_last_ ? conv_utils::channels_first_to_last(y) : y;
 }
 
-std::vector<Shape> Pooling::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::Pooling::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   const Shape& s = input_shapes.at(0);
   if ((int)s.size() != rank_ + 2)
@@ -111,57 +112,62 @@ std::vector<Shape> Pooling::compute_output_shape(const std::vector<Shape>& input
   return {out};
 }
 
-Json Pooling::get_config() const {
+Json layers::Pooling::get_config() const {
   Json j = base_config();
   write_fields(j, options_, pooling_fields(rank_));
   return j;
 }
 
-MaxPooling1D::MaxPooling1D(const PoolingOptions& o) : Pooling(1, true, "MaxPooling1D", o, layer_base_config(o.base)) {}
-MaxPooling1D::MaxPooling1D(const Json& config)
-    : Pooling(1, true, "MaxPooling1D", options_from_config(1, "MaxPooling1D", config), config) {}
-MaxPooling1D::MaxPooling1D(int64_t pool_size, int64_t strides, const std::string& padding, const Json& extra)
-    : MaxPooling1D(pooling_config(extra, {pool_size}, strides ? std::vector<int64_t>{strides} : std::vector<int64_t>{},
-                                  padding)) {}
-AveragePooling1D::AveragePooling1D(const PoolingOptions& o)
-    : Pooling(1, false, "AveragePooling1D", o, layer_base_config(o.base)) {}
-AveragePooling1D::AveragePooling1D(const Json& config)
-    : Pooling(1, false, "AveragePooling1D", options_from_config(1, "AveragePooling1D", config), config) {}
-AveragePooling1D::AveragePooling1D(int64_t pool_size, int64_t strides, const std::string& padding, const Json& extra)
-    : AveragePooling1D(pooling_config(extra, {pool_size},
-                                      strides ? std::vector<int64_t>{strides} : std::vector<int64_t>{}, padding)) {}
-MaxPooling2D::MaxPooling2D(const PoolingOptions& o) : Pooling(2, true, "MaxPooling2D", o, layer_base_config(o.base)) {}
-MaxPooling2D::MaxPooling2D(const Json& config)
-    : Pooling(2, true, "MaxPooling2D", options_from_config(2, "MaxPooling2D", config), config) {}
-MaxPooling2D::MaxPooling2D(const std::vector<int64_t>& pool_size, const std::vector<int64_t>& strides,
-                           const std::string& padding, const Json& extra)
-    : MaxPooling2D(pooling_config(extra, pool_size, strides, padding)) {}
-AveragePooling2D::AveragePooling2D(const PoolingOptions& o)
-    : Pooling(2, false, "AveragePooling2D", o, layer_base_config(o.base)) {}
-AveragePooling2D::AveragePooling2D(const Json& config)
-    : Pooling(2, false, "AveragePooling2D", options_from_config(2, "AveragePooling2D", config), config) {}
-AveragePooling2D::AveragePooling2D(const std::vector<int64_t>& pool_size, const std::vector<int64_t>& strides,
-                                   const std::string& padding, const Json& extra)
-    : AveragePooling2D(pooling_config(extra, pool_size, strides, padding)) {}
+layers::MaxPooling1DImpl::MaxPooling1DImpl(const layers::PoolingOptions& o)
+    : layers::Pooling(1, true, "MaxPooling1D", o, layer_base_config(o.base)) {}
+layers::MaxPooling1DImpl::MaxPooling1DImpl(const Json& config)
+    : layers::Pooling(1, true, "MaxPooling1D", options_from_config(1, "MaxPooling1D", config), config) {}
+layers::MaxPooling1DImpl::MaxPooling1DImpl(int64_t pool_size, int64_t strides, const std::string& padding,
+                                           const Json& extra)
+    : layers::MaxPooling1DImpl(pooling_config(
+          extra, {pool_size}, strides ? std::vector<int64_t>{strides} : std::vector<int64_t>{}, padding)) {}
+layers::AveragePooling1DImpl::AveragePooling1DImpl(const layers::PoolingOptions& o)
+    : layers::Pooling(1, false, "AveragePooling1D", o, layer_base_config(o.base)) {}
+layers::AveragePooling1DImpl::AveragePooling1DImpl(const Json& config)
+    : layers::Pooling(1, false, "AveragePooling1D", options_from_config(1, "AveragePooling1D", config), config) {}
+layers::AveragePooling1DImpl::AveragePooling1DImpl(int64_t pool_size, int64_t strides, const std::string& padding,
+                                                   const Json& extra)
+    : layers::AveragePooling1DImpl(pooling_config(
+          extra, {pool_size}, strides ? std::vector<int64_t>{strides} : std::vector<int64_t>{}, padding)) {}
+layers::MaxPooling2DImpl::MaxPooling2DImpl(const layers::PoolingOptions& o)
+    : layers::Pooling(2, true, "MaxPooling2D", o, layer_base_config(o.base)) {}
+layers::MaxPooling2DImpl::MaxPooling2DImpl(const Json& config)
+    : layers::Pooling(2, true, "MaxPooling2D", options_from_config(2, "MaxPooling2D", config), config) {}
+layers::MaxPooling2DImpl::MaxPooling2DImpl(const std::vector<int64_t>& pool_size, const std::vector<int64_t>& strides,
+                                           const std::string& padding, const Json& extra)
+    : layers::MaxPooling2DImpl(pooling_config(extra, pool_size, strides, padding)) {}
+layers::AveragePooling2DImpl::AveragePooling2DImpl(const layers::PoolingOptions& o)
+    : layers::Pooling(2, false, "AveragePooling2D", o, layer_base_config(o.base)) {}
+layers::AveragePooling2DImpl::AveragePooling2DImpl(const Json& config)
+    : layers::Pooling(2, false, "AveragePooling2D", options_from_config(2, "AveragePooling2D", config), config) {}
+layers::AveragePooling2DImpl::AveragePooling2DImpl(const std::vector<int64_t>& pool_size,
+                                                   const std::vector<int64_t>& strides, const std::string& padding,
+                                                   const Json& extra)
+    : layers::AveragePooling2DImpl(pooling_config(extra, pool_size, strides, padding)) {}
 
-KILN_REGISTER_LAYER(MaxPooling1D);
-KILN_REGISTER_LAYER(AveragePooling1D);
-KILN_REGISTER_LAYER(MaxPooling2D);
-KILN_REGISTER_LAYER(AveragePooling2D);
+KILN_REGISTER_LAYER_AS(MaxPooling1D, layers::MaxPooling1DImpl);
+KILN_REGISTER_LAYER_AS(AveragePooling1D, layers::AveragePooling1DImpl);
+KILN_REGISTER_LAYER_AS(MaxPooling2D, layers::MaxPooling2DImpl);
+KILN_REGISTER_LAYER_AS(AveragePooling2D, layers::AveragePooling2DImpl);
 
 // --- global pooling ---------------------------------------------------------
-GlobalPoolingOptions GlobalPooling::options_from_config(const std::string& owner, const Json& config) {
+layers::GlobalPoolingOptions layers::GlobalPooling::options_from_config(const std::string& owner, const Json& config) {
   return read_fields(config, owner, global_pooling_fields());
 }
 
-GlobalPooling::GlobalPooling(int rank, bool is_max, const std::string& owner, const GlobalPoolingOptions& o,
-                             const Json& base_config)
+layers::GlobalPooling::GlobalPooling(int rank, bool is_max, const std::string& owner,
+                                     const layers::GlobalPoolingOptions& o, const Json& base_config)
     : SimpleLayer(base_config), rank_(rank), is_max_(is_max), owner_(owner), options_(o) {
   check_fields(owner, options_, global_pooling_fields());
   channels_last_ = options_.data_format == "channels_last";
 }
 
-at::Tensor GlobalPooling::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::GlobalPooling::call1(const at::Tensor& x, bool training) {
   if (x.dim() != rank_ + 2)
     throw ShapeError(owner_ + " '" + name() + "' expects inputs of rank " + std::to_string(rank_ + 2) +
                      ". Received: " + shape_to_string(sizes_of(x)));
@@ -171,7 +177,7 @@ at::Tensor GlobalPooling::call1(const at::Tensor& x, bool training) {
   return at::amax(x, axes, options_.keepdims);
 }
 
-std::vector<Shape> GlobalPooling::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::GlobalPooling::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   const Shape& s = input_shapes.at(0);
   if ((int)s.size() != rank_ + 2)
@@ -185,32 +191,32 @@ std::vector<Shape> GlobalPooling::compute_output_shape(const std::vector<Shape>&
   return {out};
 }
 
-Json GlobalPooling::get_config() const {
+Json layers::GlobalPooling::get_config() const {
   Json j = base_config();
   write_fields(j, options_, global_pooling_fields());
   return j;
 }
 
-GlobalAveragePooling1D::GlobalAveragePooling1D(const GlobalPoolingOptions& o)
-    : GlobalPooling(1, false, "GlobalAveragePooling1D", o, layer_base_config(o.base)) {}
-GlobalAveragePooling1D::GlobalAveragePooling1D(const Json& c)
-    : GlobalPooling(1, false, "GlobalAveragePooling1D", options_from_config("GlobalAveragePooling1D", c), c) {}
-GlobalAveragePooling2D::GlobalAveragePooling2D(const GlobalPoolingOptions& o)
-    : GlobalPooling(2, false, "GlobalAveragePooling2D", o, layer_base_config(o.base)) {}
-GlobalAveragePooling2D::GlobalAveragePooling2D(const Json& c)
-    : GlobalPooling(2, false, "GlobalAveragePooling2D", options_from_config("GlobalAveragePooling2D", c), c) {}
-GlobalMaxPooling1D::GlobalMaxPooling1D(const GlobalPoolingOptions& o)
-    : GlobalPooling(1, true, "GlobalMaxPooling1D", o, layer_base_config(o.base)) {}
-GlobalMaxPooling1D::GlobalMaxPooling1D(const Json& c)
-    : GlobalPooling(1, true, "GlobalMaxPooling1D", options_from_config("GlobalMaxPooling1D", c), c) {}
-GlobalMaxPooling2D::GlobalMaxPooling2D(const GlobalPoolingOptions& o)
-    : GlobalPooling(2, true, "GlobalMaxPooling2D", o, layer_base_config(o.base)) {}
-GlobalMaxPooling2D::GlobalMaxPooling2D(const Json& c)
-    : GlobalPooling(2, true, "GlobalMaxPooling2D", options_from_config("GlobalMaxPooling2D", c), c) {}
+layers::GlobalAveragePooling1DImpl::GlobalAveragePooling1DImpl(const layers::GlobalPoolingOptions& o)
+    : layers::GlobalPooling(1, false, "GlobalAveragePooling1D", o, layer_base_config(o.base)) {}
+layers::GlobalAveragePooling1DImpl::GlobalAveragePooling1DImpl(const Json& c)
+    : layers::GlobalPooling(1, false, "GlobalAveragePooling1D", options_from_config("GlobalAveragePooling1D", c), c) {}
+layers::GlobalAveragePooling2DImpl::GlobalAveragePooling2DImpl(const layers::GlobalPoolingOptions& o)
+    : layers::GlobalPooling(2, false, "GlobalAveragePooling2D", o, layer_base_config(o.base)) {}
+layers::GlobalAveragePooling2DImpl::GlobalAveragePooling2DImpl(const Json& c)
+    : layers::GlobalPooling(2, false, "GlobalAveragePooling2D", options_from_config("GlobalAveragePooling2D", c), c) {}
+layers::GlobalMaxPooling1DImpl::GlobalMaxPooling1DImpl(const layers::GlobalPoolingOptions& o)
+    : layers::GlobalPooling(1, true, "GlobalMaxPooling1D", o, layer_base_config(o.base)) {}
+layers::GlobalMaxPooling1DImpl::GlobalMaxPooling1DImpl(const Json& c)
+    : layers::GlobalPooling(1, true, "GlobalMaxPooling1D", options_from_config("GlobalMaxPooling1D", c), c) {}
+layers::GlobalMaxPooling2DImpl::GlobalMaxPooling2DImpl(const layers::GlobalPoolingOptions& o)
+    : layers::GlobalPooling(2, true, "GlobalMaxPooling2D", o, layer_base_config(o.base)) {}
+layers::GlobalMaxPooling2DImpl::GlobalMaxPooling2DImpl(const Json& c)
+    : layers::GlobalPooling(2, true, "GlobalMaxPooling2D", options_from_config("GlobalMaxPooling2D", c), c) {}
 
-KILN_REGISTER_LAYER(GlobalAveragePooling1D);
-KILN_REGISTER_LAYER(GlobalAveragePooling2D);
-KILN_REGISTER_LAYER(GlobalMaxPooling1D);
-KILN_REGISTER_LAYER(GlobalMaxPooling2D);
+KILN_REGISTER_LAYER_AS(GlobalAveragePooling1D, layers::GlobalAveragePooling1DImpl);
+KILN_REGISTER_LAYER_AS(GlobalAveragePooling2D, layers::GlobalAveragePooling2DImpl);
+KILN_REGISTER_LAYER_AS(GlobalMaxPooling1D, layers::GlobalMaxPooling1DImpl);
+KILN_REGISTER_LAYER_AS(GlobalMaxPooling2D, layers::GlobalMaxPooling2DImpl);
 
 }  // namespace kiln

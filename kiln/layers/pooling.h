@@ -10,9 +10,12 @@
 #pragma once
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 
 namespace kiln {
+
+namespace layers {
 
 // MaxPooling1D/2D, AveragePooling1D/2D options. A size list holds one value
 // for every spatial axis or one per axis.
@@ -23,10 +26,14 @@ struct PoolingOptions {
   std::string data_format = "channels_last";
   LayerOptions base;
 };
-using MaxPooling1DOptions = PoolingOptions;
-using MaxPooling2DOptions = PoolingOptions;
-using AveragePooling1DOptions = PoolingOptions;
-using AveragePooling2DOptions = PoolingOptions;
+
+}  // namespace layers
+using MaxPooling1DOptions = layers::PoolingOptions;
+using MaxPooling2DOptions = layers::PoolingOptions;
+using AveragePooling1DOptions = layers::PoolingOptions;
+using AveragePooling2DOptions = layers::PoolingOptions;
+
+namespace layers {
 
 // GlobalAverage/MaxPooling1D/2D options.
 struct GlobalPoolingOptions {
@@ -57,42 +64,47 @@ class Pooling : public SimpleLayer {
   bool channels_last_;      // from options_.data_format
 };
 
-class MaxPooling1D : public Pooling {
+class MaxPooling1DImpl : public Pooling {
  public:
-  explicit MaxPooling1D(const PoolingOptions& options);
-  explicit MaxPooling1D(const Json& config);
-  explicit MaxPooling1D(int64_t pool_size = 2, int64_t strides = 0, const std::string& padding = "valid",
-                        const Json& extra = Json::object());  // strides 0: pool_size
+  explicit MaxPooling1DImpl(const PoolingOptions& options);
+  explicit MaxPooling1DImpl(const Json& config);
+  explicit MaxPooling1DImpl(int64_t pool_size = 2, int64_t strides = 0, const std::string& padding = "valid",
+                            const Json& extra = Json::object());  // strides 0: pool_size
   std::string class_name() const override { return "MaxPooling1D"; }
 };
+KILN_LAYER_HOLDER(MaxPooling1D, PoolingOptions);
 
-class AveragePooling1D : public Pooling {
+class AveragePooling1DImpl : public Pooling {
  public:
-  explicit AveragePooling1D(const PoolingOptions& options);
-  explicit AveragePooling1D(const Json& config);
-  explicit AveragePooling1D(int64_t pool_size = 2, int64_t strides = 0, const std::string& padding = "valid",
-                            const Json& extra = Json::object());
+  explicit AveragePooling1DImpl(const PoolingOptions& options);
+  explicit AveragePooling1DImpl(const Json& config);
+  explicit AveragePooling1DImpl(int64_t pool_size = 2, int64_t strides = 0, const std::string& padding = "valid",
+                                const Json& extra = Json::object());
   std::string class_name() const override { return "AveragePooling1D"; }
 };
+KILN_LAYER_HOLDER(AveragePooling1D, PoolingOptions);
 
-class MaxPooling2D : public Pooling {
+class MaxPooling2DImpl : public Pooling {
  public:
-  explicit MaxPooling2D(const PoolingOptions& options);
-  explicit MaxPooling2D(const Json& config);
+  explicit MaxPooling2DImpl(const PoolingOptions& options);
+  explicit MaxPooling2DImpl(const Json& config);
   // Empty strides: pool_size.
-  explicit MaxPooling2D(const std::vector<int64_t>& pool_size = {2, 2}, const std::vector<int64_t>& strides = {},
-                        const std::string& padding = "valid", const Json& extra = Json::object());
+  explicit MaxPooling2DImpl(const std::vector<int64_t>& pool_size = {2, 2}, const std::vector<int64_t>& strides = {},
+                            const std::string& padding = "valid", const Json& extra = Json::object());
   std::string class_name() const override { return "MaxPooling2D"; }
 };
+KILN_LAYER_HOLDER(MaxPooling2D, PoolingOptions);
 
-class AveragePooling2D : public Pooling {
+class AveragePooling2DImpl : public Pooling {
  public:
-  explicit AveragePooling2D(const PoolingOptions& options);
-  explicit AveragePooling2D(const Json& config);
-  explicit AveragePooling2D(const std::vector<int64_t>& pool_size = {2, 2}, const std::vector<int64_t>& strides = {},
-                            const std::string& padding = "valid", const Json& extra = Json::object());
+  explicit AveragePooling2DImpl(const PoolingOptions& options);
+  explicit AveragePooling2DImpl(const Json& config);
+  explicit AveragePooling2DImpl(const std::vector<int64_t>& pool_size = {2, 2},
+                                const std::vector<int64_t>& strides = {}, const std::string& padding = "valid",
+                                const Json& extra = Json::object());
   std::string class_name() const override { return "AveragePooling2D"; }
 };
+KILN_LAYER_HOLDER(AveragePooling2D, PoolingOptions);
 
 // Shared implementation of the global poolings.
 class GlobalPooling : public SimpleLayer {
@@ -114,29 +126,38 @@ class GlobalPooling : public SimpleLayer {
   bool channels_last_;            // from options_.data_format
 };
 
-class GlobalAveragePooling1D : public GlobalPooling {
+class GlobalAveragePooling1DImpl : public GlobalPooling {
  public:
-  explicit GlobalAveragePooling1D(const GlobalPoolingOptions& options);
-  explicit GlobalAveragePooling1D(const Json& config = Json::object());
+  explicit GlobalAveragePooling1DImpl(const GlobalPoolingOptions& options);
+  explicit GlobalAveragePooling1DImpl(const Json& config = Json::object());
   std::string class_name() const override { return "GlobalAveragePooling1D"; }
 };
-class GlobalAveragePooling2D : public GlobalPooling {
+KILN_LAYER_HOLDER(GlobalAveragePooling1D, GlobalPoolingOptions);
+class GlobalAveragePooling2DImpl : public GlobalPooling {
  public:
-  explicit GlobalAveragePooling2D(const GlobalPoolingOptions& options);
-  explicit GlobalAveragePooling2D(const Json& config = Json::object());
+  explicit GlobalAveragePooling2DImpl(const GlobalPoolingOptions& options);
+  explicit GlobalAveragePooling2DImpl(const Json& config = Json::object());
   std::string class_name() const override { return "GlobalAveragePooling2D"; }
 };
-class GlobalMaxPooling1D : public GlobalPooling {
+KILN_LAYER_HOLDER(GlobalAveragePooling2D, GlobalPoolingOptions);
+class GlobalMaxPooling1DImpl : public GlobalPooling {
  public:
-  explicit GlobalMaxPooling1D(const GlobalPoolingOptions& options);
-  explicit GlobalMaxPooling1D(const Json& config = Json::object());
+  explicit GlobalMaxPooling1DImpl(const GlobalPoolingOptions& options);
+  explicit GlobalMaxPooling1DImpl(const Json& config = Json::object());
   std::string class_name() const override { return "GlobalMaxPooling1D"; }
 };
-class GlobalMaxPooling2D : public GlobalPooling {
+KILN_LAYER_HOLDER(GlobalMaxPooling1D, GlobalPoolingOptions);
+class GlobalMaxPooling2DImpl : public GlobalPooling {
  public:
-  explicit GlobalMaxPooling2D(const GlobalPoolingOptions& options);
-  explicit GlobalMaxPooling2D(const Json& config = Json::object());
+  explicit GlobalMaxPooling2DImpl(const GlobalPoolingOptions& options);
+  explicit GlobalMaxPooling2DImpl(const Json& config = Json::object());
   std::string class_name() const override { return "GlobalMaxPooling2D"; }
 };
+KILN_LAYER_HOLDER(GlobalMaxPooling2D, GlobalPoolingOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_POOLING_H
+#include "kiln/layers/legacy_names.h"

@@ -66,8 +66,8 @@ FieldDef<O> numbers_field(const char* key, Json O::*member, const char* missing 
   return FieldDef<O>{key, read, check, [=](Json& j, const O& o) { j[key] = o.*member; }};
 }
 
-const FieldTable<RescalingOptions>& rescaling_fields() {
-  using O = RescalingOptions;
+const FieldTable<layers::RescalingOptions>& rescaling_fields() {
+  using O = layers::RescalingOptions;
   static const FieldTable<O> t = {numbers_field("scale", &O::scale, "e.g. 1/255"), numbers_field("offset", &O::offset)};
   return t;
 }
@@ -79,8 +79,8 @@ bool is_axis(const Json& a) {
   return a.is_null() || a.is_number_integer();
 }
 
-const FieldTable<NormalizationOptions>& normalization_fields() {
-  using O = NormalizationOptions;
+const FieldTable<layers::NormalizationOptions>& normalization_fields() {
+  using O = layers::NormalizationOptions;
   static const FieldTable<O> t = [] {
     // Absent is -1; a null axis is a value (see options_from_config).
     FieldDef<O> axis{"axis",
@@ -113,58 +113,62 @@ const FieldTable<NormalizationOptions>& normalization_fields() {
 }  // namespace
 
 // --- Rescaling ------------------------------------------------------------------
-RescalingOptions Rescaling::options_from_config(const Json& config) {
+layers::RescalingOptions layers::RescalingImpl::options_from_config(const Json& config) {
   return read_fields(config, "Rescaling", rescaling_fields());
 }
 
-Rescaling::Rescaling(const RescalingOptions& o) : Rescaling(o, layer_base_config(o.base)) {}
+layers::RescalingImpl::RescalingImpl(const layers::RescalingOptions& o)
+    : layers::RescalingImpl(o, layer_base_config(o.base)) {}
 
-Rescaling::Rescaling(const Json& config) : Rescaling(options_from_config(config), config) {}
+layers::RescalingImpl::RescalingImpl(const Json& config) : layers::RescalingImpl(options_from_config(config), config) {}
 
-Rescaling::Rescaling(const RescalingOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+layers::RescalingImpl::RescalingImpl(const layers::RescalingOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
   check_fields("Rescaling", options_, rescaling_fields());
   scale_ = constant_from(options_.scale);
   offset_ = constant_from(options_.offset);
 }
 
-Rescaling::Rescaling(double scale, double offset, const Json& extra)
-    : Rescaling(merged_config(extra, Json{{"scale", scale}, {"offset", offset}})) {}
+layers::RescalingImpl::RescalingImpl(double scale, double offset, const Json& extra)
+    : layers::RescalingImpl(merged_config(extra, Json{{"scale", scale}, {"offset", offset}})) {}
 
-at::Tensor Rescaling::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::RescalingImpl::call1(const at::Tensor& x, bool training) {
   at::Tensor xf = as_compute(*this, x);
   return xf * scale_.to(xf.scalar_type()) + offset_.to(xf.scalar_type());
 }
 
-std::vector<Shape> Rescaling::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::RescalingImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   return input_shapes;
 }
 
-Json Rescaling::get_config() const {
+Json layers::RescalingImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, rescaling_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(Rescaling);
+KILN_REGISTER_LAYER_AS(Rescaling, layers::RescalingImpl);
 
 // --- Normalization ----------------------------------------------------------------
-NormalizationOptions Normalization::options_from_config(const Json& config) {
-  NormalizationOptions o = read_fields(config, "Normalization", normalization_fields());
+layers::NormalizationOptions layers::NormalizationImpl::options_from_config(const Json& config) {
+  layers::NormalizationOptions o = read_fields(config, "Normalization", normalization_fields());
   // The reader takes null for absent; here null is a value.
   if (config.is_object() && config.contains("axis") && config["axis"].is_null()) o.axis = nullptr;
   return o;
 }
 
-Normalization::Normalization(const NormalizationOptions& o) : SimpleLayer(layer_base_config(o.base)), options_(o) {
+layers::NormalizationImpl::NormalizationImpl(const layers::NormalizationOptions& o)
+    : SimpleLayer(layer_base_config(o.base)), options_(o) {
   init();
 }
 
-Normalization::Normalization(const Json& config) : SimpleLayer(config), options_(options_from_config(config)) {
+layers::NormalizationImpl::NormalizationImpl(const Json& config)
+    : SimpleLayer(config), options_(options_from_config(config)) {
   init();
 }
 
-void Normalization::init() {
+void layers::NormalizationImpl::init() {
   check_fields("Normalization", options_, normalization_fields());
   const Json& axis = options_.axis;
   if (axis.is_number_integer()) axes_ = std::vector<int64_t>{axis.get<int64_t>()};
@@ -175,14 +179,14 @@ void Normalization::init() {
   }
 }
 
-Normalization::Normalization(int64_t axis, const Json& extra)
-    : Normalization(merged_config(extra, Json{{"axis", axis}})) {}
+layers::NormalizationImpl::NormalizationImpl(int64_t axis, const Json& extra)
+    : layers::NormalizationImpl(merged_config(extra, Json{{"axis", axis}})) {}
 
-Normalization::Normalization(const std::vector<double>& mean, const std::vector<double>& variance, int64_t axis,
-                             const Json& extra)
-    : Normalization(merged_config(extra, Json{{"axis", axis}, {"mean", mean}, {"variance", variance}})) {}
+layers::NormalizationImpl::NormalizationImpl(const std::vector<double>& mean, const std::vector<double>& variance,
+                                             int64_t axis, const Json& extra)
+    : layers::NormalizationImpl(merged_config(extra, Json{{"axis", axis}, {"mean", mean}, {"variance", variance}})) {}
 
-std::vector<int64_t> Normalization::kept_axes(int64_t rank) const {
+std::vector<int64_t> layers::NormalizationImpl::kept_axes(int64_t rank) const {
   std::vector<int64_t> out;
   if (!axes_) return out;
   for (auto a : *axes_) {
@@ -196,7 +200,7 @@ std::vector<int64_t> Normalization::kept_axes(int64_t rank) const {
   return out;
 }
 
-void Normalization::build(const std::vector<Shape>& input_shapes) {
+void layers::NormalizationImpl::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   const int64_t rank = (int64_t)s.size();
   auto kept = kept_axes(rank);
@@ -227,17 +231,17 @@ void Normalization::build(const std::vector<Shape>& input_shapes) {
   count_ = add_weight("count", {}, Initializer::get("zeros"), false, nullptr, at::kLong);
 }
 
-at::Tensor Normalization::mean() const {
+at::Tensor layers::NormalizationImpl::mean() const {
   if (!built()) throw StateError("Normalization '" + name() + "' is not built yet; call adapt() or the layer first");
   return mean_ ? value(mean_).reshape(broadcast_shape_) : compute_cast(const_mean_);
 }
 
-at::Tensor Normalization::variance() const {
+at::Tensor layers::NormalizationImpl::variance() const {
   if (!built()) throw StateError("Normalization '" + name() + "' is not built yet; call adapt() or the layer first");
   return variance_ ? value(variance_).reshape(broadcast_shape_) : compute_cast(const_variance_);
 }
 
-void Normalization::check_shape(const at::Tensor& x, const char* what) const {
+void layers::NormalizationImpl::check_shape(const at::Tensor& x, const char* what) const {
   const Shape& built = build_input_shapes().at(0);
   bool ok = x.dim() == (int64_t)built.size();
   for (size_t i = 1; ok && i < built.size(); ++i) ok = broadcast_shape_[i] == 1 || x.size(i) == broadcast_shape_[i];
@@ -246,7 +250,7 @@ void Normalization::check_shape(const at::Tensor& x, const char* what) const {
                      what + " received " + shape_to_string(sizes_of(x)));
 }
 
-at::Tensor Normalization::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::NormalizationImpl::call1(const at::Tensor& x, bool training) {
   check_shape(x, "the call");
   at::Tensor xf = as_compute(*this, x);
   at::Tensor m = mean().to(xf.scalar_type()), v = variance().to(xf.scalar_type());
@@ -254,7 +258,7 @@ at::Tensor Normalization::call1(const at::Tensor& x, bool training) {
   return options_.invert ? m + xf * stddev : (xf - m) / stddev;
 }
 
-void Normalization::adapt(const at::Tensor& data) {
+void layers::NormalizationImpl::adapt(const at::Tensor& data) {
   bool given = false;
   adapt([&]() -> at::Tensor {
     if (given) return at::Tensor();
@@ -263,7 +267,7 @@ void Normalization::adapt(const at::Tensor& data) {
   });
 }
 
-void Normalization::adapt(const std::function<at::Tensor()>& next_batch) {
+void layers::NormalizationImpl::adapt(const std::function<at::Tensor()>& next_batch) {
   if (!given_mean_.empty())
     throw ValueError("Normalization '" + name() +
                      "': cannot adapt() a layer whose `mean` and `variance` were given "
@@ -306,17 +310,17 @@ void Normalization::adapt(const std::function<at::Tensor()>& next_batch) {
   count_->assign(at::scalar_tensor(count, at::kLong));
 }
 
-std::vector<Shape> Normalization::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::NormalizationImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   return input_shapes;
 }
 
-Json Normalization::get_config() const {
+Json layers::NormalizationImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, normalization_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(Normalization);
+KILN_REGISTER_LAYER_AS(Normalization, layers::NormalizationImpl);
 
 }  // namespace kiln

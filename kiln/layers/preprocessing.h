@@ -22,9 +22,12 @@
 #include <functional>
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 
 namespace kiln {
+
+namespace layers {
 
 // Numbers or (nested) lists of numbers, kept in the form given: the config
 // writes them back as they came.
@@ -41,11 +44,11 @@ struct NormalizationOptions {
   LayerOptions base;
 };
 
-class Rescaling : public SimpleLayer {
+class RescalingImpl : public SimpleLayer {
  public:
-  explicit Rescaling(const RescalingOptions& options);
-  explicit Rescaling(const Json& config);
-  explicit Rescaling(double scale, double offset = 0.0, const Json& extra = Json::object());
+  explicit RescalingImpl(const RescalingOptions& options);
+  explicit RescalingImpl(const Json& config);
+  explicit RescalingImpl(double scale, double offset = 0.0, const Json& extra = Json::object());
   // The config's keys as options; ValueError for an unknown key or a bad value.
   static RescalingOptions options_from_config(const Json& config);
 
@@ -55,21 +58,22 @@ class Rescaling : public SimpleLayer {
   Json get_config() const override;
 
  private:
-  Rescaling(const RescalingOptions& options, const Json& base_config);
+  RescalingImpl(const RescalingOptions& options, const Json& base_config);
   RescalingOptions options_;   // checked: the layer's config
   at::Tensor scale_, offset_;  // float64 constants, cast at call time
 };
+KILN_LAYER_HOLDER(Rescaling, RescalingOptions);
 
-class Normalization : public SimpleLayer {
+class NormalizationImpl : public SimpleLayer {
  public:
-  explicit Normalization(const NormalizationOptions& options);
-  explicit Normalization(const Json& config);
-  Normalization() : Normalization(Json::object()) {}
-  explicit Normalization(int64_t axis, const Json& extra = Json::object());
+  explicit NormalizationImpl(const NormalizationOptions& options);
+  explicit NormalizationImpl(const Json& config);
+  NormalizationImpl() : NormalizationImpl(Json::object()) {}
+  explicit NormalizationImpl(int64_t axis, const Json& extra = Json::object());
   // Fixed statistics for `axis` (mean/variance sized like the kept axes, or
   // one value each).
-  Normalization(const std::vector<double>& mean, const std::vector<double>& variance, int64_t axis = -1,
-                const Json& extra = Json::object());
+  NormalizationImpl(const std::vector<double>& mean, const std::vector<double>& variance, int64_t axis = -1,
+                    const Json& extra = Json::object());
   static NormalizationOptions options_from_config(const Json& config);
 
   std::string class_name() const override { return "Normalization"; }
@@ -107,5 +111,11 @@ class Normalization : public SimpleLayer {
   at::Tensor const_mean_, const_variance_;  // when given
   VariablePtr mean_, variance_, count_;     // when adapted
 };
+KILN_LAYER_HOLDER(Normalization, NormalizationOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_PREPROCESSING_H
+#include "kiln/layers/legacy_names.h"

@@ -40,8 +40,8 @@ std::string strip_prefix(const std::string& s, const std::string& prefix) {
 
 namespace {
 // `kind`: "lstm", "gru" or "simple_rnn"; the keys of the other kinds are not in the table.
-FieldTable<RecurrentOptions> recurrent_fields(const std::string& kind, bool has_recurrent_activation) {
-  using O = RecurrentOptions;
+FieldTable<layers::RecurrentOptions> recurrent_fields(const std::string& kind, bool has_recurrent_activation) {
+  using O = layers::RecurrentOptions;
   const char* const stateful = "stateful";
   const char* const use_cudnn = "use_cudnn";
   FieldTable<O> t = {field("units", &O::units).positive().required(), field("activation", &O::activation).activation()};
@@ -85,15 +85,17 @@ FieldTable<RecurrentOptions> recurrent_fields(const std::string& kind, bool has_
 }
 }  // namespace
 
-RecurrentOptions RecurrentLayer::options_from_config(const Json& config, const std::string& owner,
-                                                     const std::string& kind, bool has_recurrent_activation) {
+layers::RecurrentOptions layers::RecurrentLayer::options_from_config(const Json& config, const std::string& owner,
+                                                                     const std::string& kind,
+                                                                     bool has_recurrent_activation) {
   return read_fields(config, owner, recurrent_fields(kind, has_recurrent_activation));
 }
 
-RecurrentLayer::RecurrentLayer(const RecurrentOptions& o, const Json& base_config, const std::string& owner,
-                               const std::string& kind, int gates, bool has_recurrent_activation)
+layers::RecurrentLayer::RecurrentLayer(const layers::RecurrentOptions& o, const Json& base_config,
+                                       const std::string& owner, const std::string& kind, int gates,
+                                       bool has_recurrent_activation)
     : Layer(base_config), options_(o), gates_(gates), kind_(kind), has_recurrent_activation_(has_recurrent_activation) {
-  const RecurrentOptions defaults;
+  const layers::RecurrentOptions defaults;
   auto not_here = [&](const char* key, bool is_set) {
     if (is_set) throw ValueError(owner + ": `" + key + "` is not an option of " + owner + "; leave it at its default");
   };
@@ -106,9 +108,9 @@ RecurrentLayer::RecurrentLayer(const RecurrentOptions& o, const Json& base_confi
   if (has_recurrent_activation) recurrent_activation_ = get_activation(options_.recurrent_activation);
 }
 
-Shape RecurrentLayer::bias_shape() const { return {gates_ * options_.units}; }
+Shape layers::RecurrentLayer::bias_shape() const { return {gates_ * options_.units}; }
 
-void RecurrentLayer::build(const std::vector<Shape>& input_shapes) {
+void layers::RecurrentLayer::build(const std::vector<Shape>& input_shapes) {
   const Shape& s = input_shapes.at(0);
   if (s.size() != 3 || s[2] < 1)
     throw ShapeError(
@@ -127,11 +129,12 @@ void RecurrentLayer::build(const std::vector<Shape>& input_shapes) {
     bias_ = add_weight("bias", bias_shape(), bias_build_initializer(), true, options_.bias_regularizer);
 }
 
-Tensors RecurrentLayer::call(const Tensors& inputs, bool training) {
+Tensors layers::RecurrentLayer::call(const Tensors& inputs, bool training) {
   return call_masked(inputs, {}, training, nullptr);
 }
 
-Tensors RecurrentLayer::call_masked(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks) {
+Tensors layers::RecurrentLayer::call_masked(const Tensors& inputs, const Tensors& masks, bool training,
+                                            Tensors* output_masks) {
   const at::Tensor& x_in = inputs.at(0);
   const int64_t features = kernel_->shape()[0];
   if (x_in.dim() != 3 || x_in.size(2) != features)
@@ -209,13 +212,13 @@ Tensors RecurrentLayer::call_masked(const Tensors& inputs, const Tensors& masks,
   return result;
 }
 
-Tensors RecurrentLayer::compute_mask(const Tensors& inputs, const Tensors& masks) {
+Tensors layers::RecurrentLayer::compute_mask(const Tensors& inputs, const Tensors& masks) {
   Tensors out(1 + (options_.return_state ? num_states() : 0));
   if (options_.return_sequences && !masks.empty()) out[0] = masks[0];
   return out;
 }
 
-std::vector<Shape> RecurrentLayer::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::RecurrentLayer::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   const Shape& s = input_shapes.at(0);
   std::vector<Shape> out;
@@ -225,7 +228,7 @@ std::vector<Shape> RecurrentLayer::compute_output_shape(const std::vector<Shape>
   return out;
 }
 
-Json RecurrentLayer::get_config() const {
+Json layers::RecurrentLayer::get_config() const {
   Json j = base_config();
   write_fields(j, options_, recurrent_fields(kind_, has_recurrent_activation_));
   return j;
@@ -233,20 +236,21 @@ Json RecurrentLayer::get_config() const {
 
 // --- LSTM ---------------------------------------------------------------------------------------
 
-LSTM::LSTM(const RecurrentOptions& o) : LSTM(o, layer_base_config(o.base)) {}
+layers::LSTMImpl::LSTMImpl(const layers::RecurrentOptions& o) : layers::LSTMImpl(o, layer_base_config(o.base)) {}
 
-LSTM::LSTM(const RecurrentOptions& o, const Json& base_config)
-    : RecurrentLayer(o, base_config, "LSTM", "lstm", 4, true) {}
+layers::LSTMImpl::LSTMImpl(const layers::RecurrentOptions& o, const Json& base_config)
+    : layers::RecurrentLayer(o, base_config, "LSTM", "lstm", 4, true) {}
 
-LSTM::LSTM(const Json& config) : LSTM(options_from_config(config, "LSTM", "lstm", true), config) {}
+layers::LSTMImpl::LSTMImpl(const Json& config)
+    : layers::LSTMImpl(options_from_config(config, "LSTM", "lstm", true), config) {}
 
-InitializerPtr LSTM::bias_build_initializer() const {
-  const InitializerPtr base = RecurrentLayer::bias_build_initializer();
+InitializerPtr layers::LSTMImpl::bias_build_initializer() const {
+  const InitializerPtr base = layers::RecurrentLayer::bias_build_initializer();
   return options_.unit_forget_bias ? std::make_shared<UnitForgetBias>(base) : base;
 }
 
-Tensors LSTM::step(const at::Tensor& xw, const Tensors& states, const at::Tensor& h_rec, const at::Tensor& u,
-                   const at::Tensor& rb) {
+Tensors layers::LSTMImpl::step(const at::Tensor& xw, const Tensors& states, const at::Tensor& h_rec,
+                               const at::Tensor& u, const at::Tensor& rb) {
   at::Tensor z = xw + at::matmul(h_rec, u);
   auto g = z.chunk(4, 1);  // i, f, c, o
   at::Tensor i = recurrent_activation_(g[0]), f = recurrent_activation_(g[1]);
@@ -257,24 +261,28 @@ Tensors LSTM::step(const at::Tensor& xw, const Tensors& states, const at::Tensor
 
 // --- GRU ----------------------------------------------------------------------------------------
 
-GRU::GRU(const RecurrentOptions& o) : GRU(o, layer_base_config(o.base)) {}
+layers::GRUImpl::GRUImpl(const layers::RecurrentOptions& o) : layers::GRUImpl(o, layer_base_config(o.base)) {}
 
-GRU::GRU(const RecurrentOptions& o, const Json& base_config) : RecurrentLayer(o, base_config, "GRU", "gru", 3, true) {}
+layers::GRUImpl::GRUImpl(const layers::RecurrentOptions& o, const Json& base_config)
+    : layers::RecurrentLayer(o, base_config, "GRU", "gru", 3, true) {}
 
-GRU::GRU(const Json& config) : GRU(options_from_config(config, "GRU", "gru", true), config) {}
+layers::GRUImpl::GRUImpl(const Json& config)
+    : layers::GRUImpl(options_from_config(config, "GRU", "gru", true), config) {}
 
-Shape GRU::bias_shape() const {
+Shape layers::GRUImpl::bias_shape() const {
   return options_.reset_after ? Shape{2, 3 * options_.units} : Shape{3 * options_.units};
 }
 
-at::Tensor GRU::input_bias(const at::Tensor& bias) const { return options_.reset_after ? bias.select(0, 0) : bias; }
+at::Tensor layers::GRUImpl::input_bias(const at::Tensor& bias) const {
+  return options_.reset_after ? bias.select(0, 0) : bias;
+}
 
-at::Tensor GRU::recurrent_bias(const at::Tensor& bias) const {
+at::Tensor layers::GRUImpl::recurrent_bias(const at::Tensor& bias) const {
   return options_.reset_after ? bias.select(0, 1) : at::Tensor();
 }
 
-Tensors GRU::step(const at::Tensor& xw, const Tensors& states, const at::Tensor& h_rec, const at::Tensor& u,
-                  const at::Tensor& rb) {
+Tensors layers::GRUImpl::step(const at::Tensor& xw, const Tensors& states, const at::Tensor& h_rec, const at::Tensor& u,
+                              const at::Tensor& rb) {
   auto x = xw.chunk(3, 1);  // z, r, h
   const at::Tensor& h_prev = states[0];
   at::Tensor z, hh;
@@ -297,16 +305,17 @@ Tensors GRU::step(const at::Tensor& xw, const Tensors& states, const at::Tensor&
 
 // --- SimpleRNN ----------------------------------------------------------------------------------
 
-SimpleRNN::SimpleRNN(const RecurrentOptions& o) : SimpleRNN(o, layer_base_config(o.base)) {}
+layers::SimpleRNNImpl::SimpleRNNImpl(const layers::RecurrentOptions& o)
+    : layers::SimpleRNNImpl(o, layer_base_config(o.base)) {}
 
-SimpleRNN::SimpleRNN(const RecurrentOptions& o, const Json& base_config)
-    : RecurrentLayer(o, base_config, "SimpleRNN", "simple_rnn", 1, false) {}
+layers::SimpleRNNImpl::SimpleRNNImpl(const layers::RecurrentOptions& o, const Json& base_config)
+    : layers::RecurrentLayer(o, base_config, "SimpleRNN", "simple_rnn", 1, false) {}
 
-SimpleRNN::SimpleRNN(const Json& config)
-    : SimpleRNN(options_from_config(config, "SimpleRNN", "simple_rnn", false), config) {}
+layers::SimpleRNNImpl::SimpleRNNImpl(const Json& config)
+    : layers::SimpleRNNImpl(options_from_config(config, "SimpleRNN", "simple_rnn", false), config) {}
 
-Tensors SimpleRNN::step(const at::Tensor& xw, const Tensors& states, const at::Tensor& h_rec, const at::Tensor& u,
-                        const at::Tensor& rb) {
+Tensors layers::SimpleRNNImpl::step(const at::Tensor& xw, const Tensors& states, const at::Tensor& h_rec,
+                                    const at::Tensor& u, const at::Tensor& rb) {
   return {activation_(xw + at::matmul(h_rec, u))};
 }
 
@@ -316,8 +325,8 @@ namespace {
 
 // A recurrent layer from {"class_name", "config"}, renamed and, if asked,
 // with go_backwards flipped.
-std::shared_ptr<RecurrentLayer> make_recurrent(const Json& j, const std::string& name, bool flip,
-                                               const std::string& key) {
+std::shared_ptr<layers::RecurrentLayer> make_recurrent(const Json& j, const std::string& name, bool flip,
+                                                       const std::string& key) {
   if (!j.is_object() || !j.contains("class_name") || !j["class_name"].is_string())
     throw ValueError("Bidirectional: `" + key +
                      "` must be a recurrent layer as {\"class_name\": \"LSTM\", \"config\": {...}}. Received: " +
@@ -326,8 +335,8 @@ std::shared_ptr<RecurrentLayer> make_recurrent(const Json& j, const std::string&
   if (!config.is_object()) throw ValueError("Bidirectional: `" + key + "`'s config must be an object");
   config["name"] = name;
   if (flip) config["go_backwards"] = !get_or<bool>(config, "go_backwards", false);
-  auto layer =
-      std::dynamic_pointer_cast<RecurrentLayer>(LayerRegistry::create(j["class_name"].get<std::string>(), config));
+  auto layer = std::dynamic_pointer_cast<layers::RecurrentLayer>(
+      LayerRegistry::create(j["class_name"].get<std::string>(), config));
   if (!layer)
     throw ValueError("Bidirectional: `" + key + "` must be a recurrent layer (LSTM, GRU, SimpleRNN). Received: " +
                      j["class_name"].get<std::string>());
@@ -336,7 +345,7 @@ std::shared_ptr<RecurrentLayer> make_recurrent(const Json& j, const std::string&
 
 }  // namespace
 
-Bidirectional::Bidirectional(const Json& config) : Layer(config) {
+layers::BidirectionalImpl::BidirectionalImpl(const Json& config) : Layer(config) {
   ConfigReader r(config, "Bidirectional");
   const Json* layer = r.get("layer");
   if (!layer) throw ValueError("Bidirectional: the config is missing `layer` (e.g. {\"class_name\": \"LSTM\", ...})");
@@ -381,7 +390,7 @@ Bidirectional::Bidirectional(const Json& config) : Layer(config) {
   track(backward_);
 }
 
-void Bidirectional::build(const std::vector<Shape>& input_shapes) {
+void layers::BidirectionalImpl::build(const std::vector<Shape>& input_shapes) {
   const size_t n = forward_->num_states();
   if (input_shapes.size() != 1 && input_shapes.size() != 1 + 2 * n)
     throw ValueError("Bidirectional '" + name() + "' takes the sequence and optionally " + std::to_string(2 * n) +
@@ -393,9 +402,12 @@ void Bidirectional::build(const std::vector<Shape>& input_shapes) {
   backward_->build_if_needed(b);
 }
 
-Tensors Bidirectional::call(const Tensors& inputs, bool training) { return call_masked(inputs, {}, training, nullptr); }
+Tensors layers::BidirectionalImpl::call(const Tensors& inputs, bool training) {
+  return call_masked(inputs, {}, training, nullptr);
+}
 
-Tensors Bidirectional::call_masked(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks) {
+Tensors layers::BidirectionalImpl::call_masked(const Tensors& inputs, const Tensors& masks, bool training,
+                                               Tensors* output_masks) {
   const size_t n = forward_->num_states();
   if (inputs.size() != 1 && inputs.size() != 1 + 2 * n)
     throw ValueError("Bidirectional '" + name() + "' takes the sequence and optionally " + std::to_string(2 * n) +
@@ -426,7 +438,7 @@ Tensors Bidirectional::call_masked(const Tensors& inputs, const Tensors& masks, 
   return out;
 }
 
-Tensors Bidirectional::compute_mask(const Tensors& inputs, const Tensors& masks) {
+Tensors layers::BidirectionalImpl::compute_mask(const Tensors& inputs, const Tensors& masks) {
   const size_t merged = merge_mode_.empty() ? 2 : 1;
   Tensors out(merged + (forward_->return_state() ? 2 * forward_->num_states() : 0));
   if (forward_->return_sequences() && !masks.empty())
@@ -434,7 +446,7 @@ Tensors Bidirectional::compute_mask(const Tensors& inputs, const Tensors& masks)
   return out;
 }
 
-std::vector<Shape> Bidirectional::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::BidirectionalImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   const size_t n = forward_->num_states();
   std::vector<Shape> f = {input_shapes[0]}, b = {input_shapes[0]};
@@ -456,7 +468,7 @@ std::vector<Shape> Bidirectional::compute_output_shape(const std::vector<Shape>&
   return out;
 }
 
-Json Bidirectional::get_config() const {
+Json layers::BidirectionalImpl::get_config() const {
   Json j = base_config();
   j["merge_mode"] = merge_mode_.empty() ? Json(nullptr) : Json(merge_mode_);
   j["layer"] = Json{{"class_name", forward_->class_name()}, {"config", forward_->get_config()}};
@@ -466,7 +478,7 @@ Json Bidirectional::get_config() const {
 
 // --- TimeDistributed ----------------------------------------------------------------------------
 
-TimeDistributed::TimeDistributed(const Json& config) : Layer(config) {
+layers::TimeDistributedImpl::TimeDistributedImpl(const Json& config) : Layer(config) {
   ConfigReader r(config, "TimeDistributed");
   const Json* layer = r.get("layer");
   if (!layer || !layer->is_object() || !layer->contains("class_name"))
@@ -491,11 +503,11 @@ Shape step_shape(const Shape& s, const std::string& who) {
 }
 }  // namespace
 
-void TimeDistributed::build(const std::vector<Shape>& input_shapes) {
+void layers::TimeDistributedImpl::build(const std::vector<Shape>& input_shapes) {
   layer_->build_if_needed({step_shape(input_shapes.at(0), "TimeDistributed '" + name() + "'")});
 }
 
-Tensors TimeDistributed::call(const Tensors& inputs, bool training) {
+Tensors layers::TimeDistributedImpl::call(const Tensors& inputs, bool training) {
   if (inputs.size() != 1)
     throw ValueError("TimeDistributed '" + name() + "' takes one input. Received " + std::to_string(inputs.size()));
   const at::Tensor& x = inputs[0];
@@ -515,7 +527,7 @@ Tensors TimeDistributed::call(const Tensors& inputs, bool training) {
   return out;
 }
 
-std::vector<Shape> TimeDistributed::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::TimeDistributedImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   const Shape& s = input_shapes.at(0);
   std::vector<Shape> out;
@@ -527,16 +539,16 @@ std::vector<Shape> TimeDistributed::compute_output_shape(const std::vector<Shape
   return out;
 }
 
-Json TimeDistributed::get_config() const {
+Json layers::TimeDistributedImpl::get_config() const {
   Json j = base_config();
   j["layer"] = Json{{"class_name", layer_->class_name()}, {"config", layer_->get_config()}};
   return j;
 }
 
-KILN_REGISTER_LAYER(LSTM);
-KILN_REGISTER_LAYER(GRU);
-KILN_REGISTER_LAYER(SimpleRNN);
-KILN_REGISTER_LAYER(Bidirectional);
-KILN_REGISTER_LAYER(TimeDistributed);
+KILN_REGISTER_LAYER_AS(LSTM, layers::LSTMImpl);
+KILN_REGISTER_LAYER_AS(GRU, layers::GRUImpl);
+KILN_REGISTER_LAYER_AS(SimpleRNN, layers::SimpleRNNImpl);
+KILN_REGISTER_LAYER_AS(Bidirectional, layers::BidirectionalImpl);
+KILN_REGISTER_LAYER_AS(TimeDistributed, layers::TimeDistributedImpl);
 
 }  // namespace kiln

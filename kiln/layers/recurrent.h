@@ -46,10 +46,13 @@
 
 #include "kiln/layers/activations.h"
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 #include "kiln/layers/regularizers.h"
 
 namespace kiln {
+
+namespace layers {
 
 // LSTM, GRU and SimpleRNN options (Keras 3's names and defaults; see above).
 struct RecurrentOptions {
@@ -74,9 +77,13 @@ struct RecurrentOptions {
   bool zero_output_for_mask = false;
   LayerOptions base;
 };
-using LSTMOptions = RecurrentOptions;
-using GRUOptions = RecurrentOptions;
-using SimpleRNNOptions = RecurrentOptions;
+
+}  // namespace layers
+using LSTMOptions = layers::RecurrentOptions;
+using GRUOptions = layers::RecurrentOptions;
+using SimpleRNNOptions = layers::RecurrentOptions;
+
+namespace layers {
 
 // What LSTM, GRU and SimpleRNN share: config, weights, the time loop and
 // masking. Subclasses give the gate count, the state count and one step.
@@ -140,10 +147,10 @@ class RecurrentLayer : public Layer {
 // bc), c' = f c + i c~, h' = o tanh(c') (σ = recurrent_activation, tanh =
 // activation). Matches torch.nn.LSTM with weight_ih = kernel^T, weight_hh =
 // recurrent_kernel^T (same gate order), bias_ih = bias, bias_hh = 0.
-class LSTM : public RecurrentLayer {
+class LSTMImpl : public RecurrentLayer {
  public:
-  explicit LSTM(const RecurrentOptions& options);
-  explicit LSTM(const Json& config);
+  explicit LSTMImpl(const RecurrentOptions& options);
+  explicit LSTMImpl(const Json& config);
   std::string class_name() const override { return "LSTM"; }
   int num_states() const override { return 2; }
 
@@ -153,17 +160,18 @@ class LSTM : public RecurrentLayer {
   InitializerPtr bias_build_initializer() const override;
 
  private:
-  LSTM(const RecurrentOptions& options, const Json& base_config);
+  LSTMImpl(const RecurrentOptions& options, const Json& base_config);
 };
+KILN_LAYER_HOLDER(LSTM, RecurrentOptions);
 
 // Keras's GRU (gates z, r, h): z = σ(x Wz + bz + h Uz + rbz), r alike,
 // h~ = tanh(x Wh + bh + r (h Uh + rbh)) with reset_after (Keras 3 and
 // torch.nn.GRU; torch's gate order is r, z, n), or tanh(x Wh + bh + (r h) Uh)
 // without; h' = z h + (1 - z) h~.
-class GRU : public RecurrentLayer {
+class GRUImpl : public RecurrentLayer {
  public:
-  explicit GRU(const RecurrentOptions& options);
-  explicit GRU(const Json& config);
+  explicit GRUImpl(const RecurrentOptions& options);
+  explicit GRUImpl(const Json& config);
   std::string class_name() const override { return "GRU"; }
   bool reset_after() const { return options_.reset_after; }
 
@@ -175,15 +183,16 @@ class GRU : public RecurrentLayer {
   at::Tensor recurrent_bias(const at::Tensor& bias) const override;
 
  private:
-  GRU(const RecurrentOptions& options, const Json& base_config);
+  GRUImpl(const RecurrentOptions& options, const Json& base_config);
 };
+KILN_LAYER_HOLDER(GRU, RecurrentOptions);
 
 // Keras's SimpleRNN: h' = activation(x W + b + h U) (torch.nn.RNN with
 // bias_hh = 0).
-class SimpleRNN : public RecurrentLayer {
+class SimpleRNNImpl : public RecurrentLayer {
  public:
-  explicit SimpleRNN(const RecurrentOptions& options);
-  explicit SimpleRNN(const Json& config);
+  explicit SimpleRNNImpl(const RecurrentOptions& options);
+  explicit SimpleRNNImpl(const Json& config);
   std::string class_name() const override { return "SimpleRNN"; }
 
  protected:
@@ -191,8 +200,9 @@ class SimpleRNN : public RecurrentLayer {
                const at::Tensor& rb) override;
 
  private:
-  SimpleRNN(const RecurrentOptions& options, const Json& base_config);
+  SimpleRNNImpl(const RecurrentOptions& options, const Json& base_config);
 };
+KILN_LAYER_HOLDER(SimpleRNN, RecurrentOptions);
 
 // Keras's Bidirectional: runs a copy of `layer` forwards ("forward_<name>")
 // and one backwards ("backward_<name>", go_backwards flipped, or the given
@@ -202,9 +212,9 @@ class SimpleRNN : public RecurrentLayer {
 // the forward layer's states, then the backward layer's. Masks reach both
 // directions. Keys: layer (required, {"class_name", "config"} of a recurrent
 // layer), merge_mode, backward_layer (optional, same form).
-class Bidirectional : public Layer {
+class BidirectionalImpl : public Layer {
  public:
-  explicit Bidirectional(const Json& config);
+  explicit BidirectionalImpl(const Json& config);
   std::string class_name() const override { return "Bidirectional"; }
   void build(const std::vector<Shape>& input_shapes) override;
   Tensors call(const Tensors& inputs, bool training) override;
@@ -223,13 +233,14 @@ class Bidirectional : public Layer {
   std::string merge_mode_;  // "" for null
   std::shared_ptr<RecurrentLayer> forward_, backward_;
 };
+KILN_LAYER_HOLDER(Bidirectional, void);
 
 // Keras's TimeDistributed: applies `layer` to every step of (batch, time,
 // ...) by folding time into the batch; the layer's weights are shared
 // across steps. The input mask passes through. Keys: layer (required).
-class TimeDistributed : public Layer {
+class TimeDistributedImpl : public Layer {
  public:
-  explicit TimeDistributed(const Json& config);
+  explicit TimeDistributedImpl(const Json& config);
   std::string class_name() const override { return "TimeDistributed"; }
   void build(const std::vector<Shape>& input_shapes) override;
   Tensors call(const Tensors& inputs, bool training) override;
@@ -241,5 +252,11 @@ class TimeDistributed : public Layer {
  private:
   LayerPtr layer_;
 };
+KILN_LAYER_HOLDER(TimeDistributed, void);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_RECURRENT_H
+#include "kiln/layers/legacy_names.h"

@@ -75,7 +75,7 @@ TEST(RecurrentGolden, OutputsAndGradientsMatchPyTorch) {
 
 TEST(Recurrent, KerasWeightNamesShapesAndInitialValues) {
   clear_session();
-  auto lstm = std::make_shared<LSTM>(Json{{"units", 3}});
+  auto lstm = layers::LSTM(Json{{"units", 3}});
   (*lstm)(at::randn({2, 4, 5}));
   ASSERT_EQ(lstm->weights().size(), 3u);
   EXPECT_EQ(lstm->weights()[0]->path(), "lstm/lstm_cell/kernel");
@@ -91,30 +91,29 @@ TEST(Recurrent, KerasWeightNamesShapesAndInitialValues) {
   at::Tensor u = lstm->recurrent_kernel()->value();
   EXPECT_TRUE(at::allclose(at::matmul(u, u.t()), at::eye(3), 1e-5, 1e-5));
 
-  auto gru = std::make_shared<GRU>(Json{{"units", 3}});
+  auto gru = layers::GRU(Json{{"units", 3}});
   (*gru)(at::randn({2, 4, 5}));
   EXPECT_EQ(gru->weights()[0]->path(), "gru/gru_cell/kernel");
   EXPECT_EQ(gru->bias()->shape(), (Shape{2, 9}));  // reset_after: input and recurrent rows
-  EXPECT_EQ(std::make_shared<GRU>(Json{{"units", 3}, {"reset_after", false}})->to_json()["config"]["reset_after"],
-            false);
-  auto rnn = std::make_shared<SimpleRNN>(Json{{"units", 3}});
+  EXPECT_EQ(layers::GRU(Json{{"units", 3}, {"reset_after", false}})->to_json()["config"]["reset_after"], false);
+  auto rnn = layers::SimpleRNN(Json{{"units", 3}});
   (*rnn)(at::randn({2, 4, 5}));
   EXPECT_EQ(rnn->weights()[1]->path(), "simple_rnn/simple_rnn_cell/recurrent_kernel");
   EXPECT_EQ(rnn->count_params(), 5 * 3 + 3 * 3 + 3);
 
-  auto bi = std::make_shared<Bidirectional>(Json{{"layer", {{"class_name", "LSTM"}, {"config", {{"units", 2}}}}}});
+  auto bi = layers::Bidirectional(Json{{"layer", {{"class_name", "LSTM"}, {"config", {{"units", 2}}}}}});
   (*bi)(at::randn({2, 4, 5}));
   EXPECT_EQ(bi->weights()[0]->path(), "bidirectional/forward_lstm_1/lstm_cell/kernel");
   EXPECT_EQ(bi->weights()[3]->path(), "bidirectional/backward_lstm_1/lstm_cell/kernel");
   EXPECT_TRUE(bi->backward_layer()->go_backwards());
-  auto td = std::make_shared<TimeDistributed>(Json{{"layer", {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}});
+  auto td = layers::TimeDistributed(Json{{"layer", {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}});
   EXPECT_EQ((*td)(at::randn({2, 4, 5})).sizes(), (std::vector<int64_t>{2, 4, 2}));
   EXPECT_EQ(td->weights()[0]->path(), "time_distributed/dense/kernel");
 }
 
 TEST(Recurrent, KerasDefaultsInConfig) {
   clear_session();
-  Json c = LSTM(Json{{"units", 4}}).get_config();
+  Json c = layers::LSTMImpl(Json{{"units", 4}}).get_config();
   EXPECT_EQ(c["activation"], "tanh");
   EXPECT_EQ(c["recurrent_activation"], "sigmoid");
   EXPECT_EQ(c["unit_forget_bias"], true);
@@ -122,42 +121,46 @@ TEST(Recurrent, KerasDefaultsInConfig) {
   EXPECT_EQ(c["kernel_initializer"]["class_name"], "GlorotUniform");
   EXPECT_EQ(c["return_sequences"], false);
   EXPECT_EQ(c["stateful"], false);
-  EXPECT_EQ(GRU(Json{{"units", 4}}).get_config()["reset_after"], true);
-  EXPECT_FALSE(SimpleRNN(Json{{"units", 4}}).get_config().contains("recurrent_activation"));
-  EXPECT_EQ(
-      Bidirectional(Json{{"layer", {{"class_name", "GRU"}, {"config", {{"units", 2}}}}}}).get_config()["merge_mode"],
-      "concat");
+  EXPECT_EQ(layers::GRUImpl(Json{{"units", 4}}).get_config()["reset_after"], true);
+  EXPECT_FALSE(layers::SimpleRNNImpl(Json{{"units", 4}}).get_config().contains("recurrent_activation"));
+  EXPECT_EQ(layers::BidirectionalImpl(Json{{"layer", {{"class_name", "GRU"}, {"config", {{"units", 2}}}}}})
+                .get_config()["merge_mode"],
+            "concat");
 }
 
 TEST(Recurrent, BadConfigsNameTheProblem) {
-  expect_error<ValueError>([] { (void)LSTM(Json{{"units", 0}}); }, {"LSTM", "`units`", "units=0"});
-  expect_error<ValueError>([] { (void)LSTM(Json{{"units", 2}, {"stateful", true}}); }, {"`stateful`"});
-  expect_error<ValueError>([] { (void)GRU(Json{{"units", 2}, {"dropout", 1.0}}); }, {"`dropout`"});
+  expect_error<ValueError>([] { (void)layers::LSTMImpl(Json{{"units", 0}}); }, {"LSTM", "`units`", "units=0"});
+  expect_error<ValueError>([] { (void)layers::LSTMImpl(Json{{"units", 2}, {"stateful", true}}); }, {"`stateful`"});
+  expect_error<ValueError>([] { (void)layers::GRUImpl(Json{{"units", 2}, {"dropout", 1.0}}); }, {"`dropout`"});
   expect_error<ValueError>(
       [] {
-        (void)SimpleRNN(Json{{"units", 2}, {"recurrent_activation", "tanh"}});
+        (void)layers::SimpleRNNImpl(Json{{"units", 2}, {"recurrent_activation", "tanh"}});
       },
       {"recurrent_activation"});
-  expect_error<ValueError>([] { (void)LSTM(Json{{"units", 2}, {"unit_forget_bias", true}, {"typo", 1}}); }, {"typo"});
+  expect_error<ValueError>(
+      [] {
+        (void)layers::LSTMImpl(Json{{"units", 2}, {"unit_forget_bias", true}, {"typo", 1}});
+      },
+      {"typo"});
   Json lstm = {{"class_name", "LSTM"}, {"config", {{"units", 2}}}};
   expect_error<ValueError>(
       [&] {
-        (void)Bidirectional(Json{{"layer", lstm}, {"merge_mode", "max"}});
+        (void)layers::BidirectionalImpl(Json{{"layer", lstm}, {"merge_mode", "max"}});
       },
       {"`merge_mode`", "max"});
   expect_error<ValueError>(
       [] {
-        (void)Bidirectional(Json{{"layer", {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}});
+        (void)layers::BidirectionalImpl(Json{{"layer", {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}});
       },
       {"recurrent layer", "Dense"});
-  expect_error<ValueError>([] { (void)Bidirectional(Json::object()); }, {"missing `layer`"});
+  expect_error<ValueError>([] { (void)layers::BidirectionalImpl(Json::object()); }, {"missing `layer`"});
   expect_error<ValueError>(
       [&] {
-        (void)Bidirectional(
+        (void)layers::BidirectionalImpl(
             Json{{"layer", lstm}, {"backward_layer", {{"class_name", "LSTM"}, {"config", {{"units", 2}}}}}});
       },
       {"go_backwards"});
-  auto l = std::make_shared<LSTM>(Json{{"units", 2}});
+  auto l = layers::LSTM(Json{{"units", 2}});
   expect_error<ShapeError>([&] { (*l)(at::randn({2, 5})); }, {"(batch, time, features)"});
   (*l)(at::randn({2, 3, 4}));
   expect_error<ShapeError>(
@@ -169,7 +172,7 @@ TEST(Recurrent, BadConfigsNameTheProblem) {
 
 TEST(Recurrent, InitialStatesAreExtraInputs) {
   clear_session();
-  auto lstm = std::make_shared<LSTM>(Json{{"units", 3}, {"return_state", true}});
+  auto lstm = layers::LSTM(Json{{"units", 3}, {"return_state", true}});
   at::Tensor x = at::randn({2, 4, 5});
   auto first = (*lstm)(Tensors{x.narrow(1, 0, 2)});
   // Running the first two steps, then the last two from the states, is the whole run.
@@ -180,7 +183,7 @@ TEST(Recurrent, InitialStatesAreExtraInputs) {
 
 TEST(Recurrent, DropoutOnlyInTraining) {
   clear_session();
-  auto gru = std::make_shared<GRU>(Json{{"units", 4}, {"dropout", 0.5}, {"recurrent_dropout", 0.5}});
+  auto gru = layers::GRU(Json{{"units", 4}, {"dropout", 0.5}, {"recurrent_dropout", 0.5}});
   at::Tensor x = at::randn({3, 6, 5});
   at::Tensor a = (*gru)(x, false), b = (*gru)(x, false);
   EXPECT_TRUE(at::equal(a, b));
@@ -193,7 +196,7 @@ TEST(Recurrent, DropoutOnlyInTraining) {
 // --- masking ----------------------------------------------------------------------------------
 
 // Each sequence's outputs alone (unpadded, batch 1), stacked.
-void expect_padded_equals_alone(Model& model, const at::Tensor& padded, const std::vector<int64_t>& lengths,
+void expect_padded_equals_alone(models::Model& model, const at::Tensor& padded, const std::vector<int64_t>& lengths,
                                 const char* what) {
   SCOPED_TRACE(what);
   Tensors out = model.call_with_masks({padded}, {}, false, nullptr);
@@ -213,16 +216,14 @@ void expect_padded_equals_alone(Model& model, const at::Tensor& padded, const st
 
 TEST(Masking, EmbeddingMaskZeroThroughSequentialToLSTM) {
   clear_session();
-  auto model = std::make_shared<Sequential>(
-      std::vector<LayerPtr>{std::make_shared<Embedding>(10, 4, Json{{"mask_zero", true}}),
-                            std::make_shared<LSTM>(Json{{"units", 3}, {"return_sequences", true}}),
-                            std::make_shared<Dense>(2), std::make_shared<GRU>(Json{{"units", 3}})});
+  auto model = models::Sequential(std::vector<LayerPtr>{layers::Embedding(10, 4, Json{{"mask_zero", true}}),
+                                                        layers::LSTM(Json{{"units", 3}, {"return_sequences", true}}),
+                                                        layers::Dense(2), layers::GRU(Json{{"units", 3}})});
   // Sequences of lengths 5, 5, 1, 3 (zeros pad the end).
   at::Tensor ids = at::tensor({3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 0, 0, 0, 0, 8, 9, 7, 0, 0}, at::kLong).reshape({4, 5});
   expect_padded_equals_alone(*model, ids, {5, 5, 1, 3}, "embedding -> lstm -> dense -> gru");
   // Without the mask the padded run differs (the test can fail).
-  auto unmasked = std::make_shared<Sequential>(
-      std::vector<LayerPtr>{std::make_shared<Embedding>(10, 4), std::make_shared<LSTM>(Json{{"units", 3}})});
+  auto unmasked = models::Sequential(std::vector<LayerPtr>{layers::Embedding(10, 4), layers::LSTM(Json{{"units", 3}})});
   at::Tensor a = (*unmasked)(ids.narrow(0, 3, 1));
   at::Tensor b = (*unmasked)(ids.narrow(0, 3, 1).narrow(1, 0, 3));
   EXPECT_FALSE(at::allclose(a, b, 1e-5, 1e-6));
@@ -243,10 +244,10 @@ TEST(Masking, MaskingLayerThroughFunctionalToEveryRecurrentLayer) {
         Json{{"class_name", "Bidirectional"}, {"config", {{"layer", bi}, {"merge_mode", "sum"}}}},
         Json{{"class_name", "Bidirectional"},
              {"config", {{"layer", {{"class_name", "GRU"}, {"config", {{"units", 2}, {"return_state", true}}}}}}}}}) {
-    auto in = Input({kNone, 4});
+    auto in = layers::Input({kNone, 4});
     auto masked = (*layer_from_json(Json{{"class_name", "Masking"}, {"config", {{"mask_value", -1.0}}}}))(in);
     auto outs = (*layer_from_json(spec))(KerasTensors{masked});
-    Functional model(KerasTensors{in}, outs);
+    models::FunctionalImpl model(KerasTensors{in}, outs);
     const std::string what = spec.dump();
     if (spec["config"].value("go_backwards", false) && spec["config"].value("return_sequences", false)) {
       // Reversed outputs: only the final states line up; check the last output.
@@ -264,7 +265,7 @@ TEST(Masking, MaskingLayerThroughFunctionalToEveryRecurrentLayer) {
 
 TEST(Masking, MaskedStepsRepeatThePreviousOutput) {
   clear_session();
-  auto rnn = std::make_shared<SimpleRNN>(Json{{"units", 2}, {"return_sequences", true}});
+  auto rnn = layers::SimpleRNN(Json{{"units", 2}, {"return_sequences", true}});
   at::Tensor x = at::randn({1, 5, 3});
   at::Tensor mask = at::tensor({1, 0, 1, 0, 0}, at::kLong).to(at::kBool).unsqueeze(0);
   Tensors out_masks;
@@ -276,8 +277,7 @@ TEST(Masking, MaskedStepsRepeatThePreviousOutput) {
   // Step 2 sees the state after step 0 only: same as the unmasked run on steps 0 and 2.
   at::Tensor two = (*rnn)(at::cat({x.narrow(1, 0, 1), x.narrow(1, 2, 1)}, 1));
   EXPECT_TRUE(at::allclose(y[0][2], two[0][1], 1e-6, 1e-6));
-  auto zero =
-      std::make_shared<SimpleRNN>(Json{{"units", 2}, {"return_sequences", true}, {"zero_output_for_mask", true}});
+  auto zero = layers::SimpleRNN(Json{{"units", 2}, {"return_sequences", true}, {"zero_output_for_mask", true}});
   (*zero)(x);
   zero->set_weights(rnn->get_weights());
   at::Tensor z = zero->call_with_masks({x}, {mask}, false, nullptr)[0];
@@ -287,23 +287,23 @@ TEST(Masking, MaskedStepsRepeatThePreviousOutput) {
 
 TEST(Masking, MasksMadeAndPassedByLayers) {
   clear_session();
-  Embedding e(5, 2, Json{{"mask_zero", true}});
+  layers::EmbeddingImpl e(5, 2, Json{{"mask_zero", true}});
   Tensors m;
   e.call_with_masks({at::tensor({1, 0, 3}, at::kLong).unsqueeze(0)}, {}, false, &m);
   EXPECT_TRUE(at::equal(m.at(0), at::tensor({1, 0, 1}, at::kLong).to(at::kBool).unsqueeze(0)));
   EXPECT_EQ(e.get_config()["mask_zero"], true);
-  Embedding plain(5, 2);
+  layers::EmbeddingImpl plain(5, 2);
   plain.call_with_masks({at::tensor({1, 0, 3}, at::kLong)}, {}, false, &m);
   EXPECT_FALSE(m.at(0).defined());
 
-  Masking masking(Json{{"mask_value", 2.0}});
+  layers::MaskingImpl masking(Json{{"mask_value", 2.0}});
   at::Tensor x = at::tensor({2.0, 2.0, 1.0, 2.0, 0.0, 0.0}).reshape({1, 3, 2});
   at::Tensor y = masking.call_with_masks({x}, {}, false, &m)[0];
   EXPECT_TRUE(at::equal(m.at(0), at::tensor({0, 1, 1}, at::kLong).to(at::kBool).unsqueeze(0)));
   EXPECT_TRUE(at::equal(y, at::tensor({0.0, 0.0, 1.0, 2.0, 0.0, 0.0}).reshape({1, 3, 2})));
 
   // Dense passes a mask on (Keras: supports_masking); a layer that does not stops it.
-  Dense d(2);
+  layers::DenseImpl d(2);
   at::Tensor mask = at::ones({1, 3}, at::kBool);
   d.call_with_masks({x}, {mask}, false, &m);
   EXPECT_TRUE(at::equal(m.at(0), mask));
@@ -311,8 +311,8 @@ TEST(Masking, MasksMadeAndPassedByLayers) {
   flat->call_with_masks({x}, {mask}, false, &m);
   EXPECT_FALSE(m.at(0).defined());
   // A model hands its output's mask out.
-  Sequential model(std::vector<LayerPtr>{std::make_shared<Masking>(Json{{"mask_value", 2.0}}),
-                                         std::make_shared<LSTM>(Json{{"units", 2}, {"return_sequences", true}})});
+  models::SequentialImpl model(std::vector<LayerPtr>{layers::Masking(Json{{"mask_value", 2.0}}),
+                                                     layers::LSTM(Json{{"units", 2}, {"return_sequences", true}})});
   model.call_with_masks({x}, {}, false, &m);
   EXPECT_TRUE(at::equal(m.at(0), at::tensor({0, 1, 1}, at::kLong).to(at::kBool).unsqueeze(0)));
 }
@@ -320,8 +320,8 @@ TEST(Masking, MasksMadeAndPassedByLayers) {
 TEST(Recurrent, ModelSavesAndLoadsWithMasksAndWrappers) {
   clear_session();
   const Json lstm = {{"class_name", "LSTM"}, {"config", {{"units", 3}, {"return_sequences", true}}}};
-  auto model = std::make_shared<Sequential>(std::vector<LayerPtr>{
-      std::make_shared<Embedding>(10, 4, Json{{"mask_zero", true}}),
+  auto model = models::Sequential(std::vector<LayerPtr>{
+      layers::Embedding(10, 4, Json{{"mask_zero", true}}),
       layer_from_json(Json{{"class_name", "Bidirectional"}, {"config", {{"layer", lstm}}}}),
       layer_from_json(Json{{"class_name", "TimeDistributed"},
                            {"config", {{"layer", {{"class_name", "Dense"}, {"config", {{"units", 2}}}}}}}}),

@@ -6,15 +6,15 @@
 
 namespace kiln {
 namespace {
-const FieldTable<FlattenOptions>& flatten_fields() {
-  static const FieldTable<FlattenOptions> t = {
-      field("data_format", &FlattenOptions::data_format).choice({"channels_last", "channels_first"})};
+const FieldTable<layers::FlattenOptions>& flatten_fields() {
+  static const FieldTable<layers::FlattenOptions> t = {
+      field("data_format", &layers::FlattenOptions::data_format).choice({"channels_last", "channels_first"})};
   return t;
 }
 
-const FieldTable<ReshapeOptions>& reshape_fields() {
-  static const FieldTable<ReshapeOptions> t = {int_list_field<ReshapeOptions>(
-      "target_shape", &ReshapeOptions::target_shape,
+const FieldTable<layers::ReshapeOptions>& reshape_fields() {
+  static const FieldTable<layers::ReshapeOptions> t = {int_list_field<layers::ReshapeOptions>(
+      "target_shape", &layers::ReshapeOptions::target_shape,
       [](const std::vector<int64_t>& v) {
         return std::all_of(v.begin(), v.end(), [](int64_t d) { return d == -1 || d >= 1; }) &&
                std::count(v.begin(), v.end(), -1) <= 1;
@@ -25,19 +25,20 @@ const FieldTable<ReshapeOptions>& reshape_fields() {
 }  // namespace
 
 // --- Flatten ------------------------------------------------------------------
-FlattenOptions Flatten::options_from_config(const Json& config) {
+layers::FlattenOptions layers::FlattenImpl::options_from_config(const Json& config) {
   return read_fields(config, "Flatten", flatten_fields());
 }
 
-Flatten::Flatten(const FlattenOptions& o) : Flatten(o, layer_base_config(o.base)) {}
+layers::FlattenImpl::FlattenImpl(const layers::FlattenOptions& o) : layers::FlattenImpl(o, layer_base_config(o.base)) {}
 
-Flatten::Flatten(const Json& config) : Flatten(options_from_config(config), config) {}
+layers::FlattenImpl::FlattenImpl(const Json& config) : layers::FlattenImpl(options_from_config(config), config) {}
 
-Flatten::Flatten(const FlattenOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+layers::FlattenImpl::FlattenImpl(const layers::FlattenOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
   check_fields("Flatten", options_, flatten_fields());
 }
 
-at::Tensor Flatten::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::FlattenImpl::call1(const at::Tensor& x, bool training) {
   if (x.dim() < 1) throw ShapeError("Flatten '" + name() + "' needs an input with a batch axis");
   at::Tensor t = x;
   if (options_.data_format == "channels_first" && x.dim() > 2) {
@@ -49,7 +50,7 @@ at::Tensor Flatten::call1(const at::Tensor& x, bool training) {
   return t.reshape({x.size(0), -1});
 }
 
-std::vector<Shape> Flatten::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::FlattenImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   const Shape& s = input_shapes.at(0);
   if (s.empty()) throw ShapeError("Flatten '" + name() + "' needs an input with a batch axis");
@@ -57,31 +58,32 @@ std::vector<Shape> Flatten::compute_output_shape(const std::vector<Shape>& input
   return {{s[0], rest.empty() ? 1 : num_elements(rest)}};
 }
 
-Json Flatten::get_config() const {
+Json layers::FlattenImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, flatten_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(Flatten);
+KILN_REGISTER_LAYER_AS(Flatten, layers::FlattenImpl);
 
 // --- Reshape ------------------------------------------------------------------
-ReshapeOptions Reshape::options_from_config(const Json& config) {
+layers::ReshapeOptions layers::ReshapeImpl::options_from_config(const Json& config) {
   return read_fields(config, "Reshape", reshape_fields());
 }
 
-Reshape::Reshape(const ReshapeOptions& o) : Reshape(o, layer_base_config(o.base)) {}
+layers::ReshapeImpl::ReshapeImpl(const layers::ReshapeOptions& o) : layers::ReshapeImpl(o, layer_base_config(o.base)) {}
 
-Reshape::Reshape(const Json& config) : Reshape(options_from_config(config), config) {}
+layers::ReshapeImpl::ReshapeImpl(const Json& config) : layers::ReshapeImpl(options_from_config(config), config) {}
 
-Reshape::Reshape(const ReshapeOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+layers::ReshapeImpl::ReshapeImpl(const layers::ReshapeOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
   check_fields("Reshape", options_, reshape_fields());
 }
 
-Reshape::Reshape(const Shape& target_shape, const Json& extra)
-    : Reshape(merged_config(extra, Json{{"target_shape", target_shape}})) {}
+layers::ReshapeImpl::ReshapeImpl(const Shape& target_shape, const Json& extra)
+    : layers::ReshapeImpl(merged_config(extra, Json{{"target_shape", target_shape}})) {}
 
-Shape Reshape::resolve(int64_t n, const Shape& input_shape) const {
+Shape layers::ReshapeImpl::resolve(int64_t n, const Shape& input_shape) const {
   Shape out = options_.target_shape;
   int64_t known = 1;
   int64_t unknown_at = -1;
@@ -100,7 +102,7 @@ Shape Reshape::resolve(int64_t n, const Shape& input_shape) const {
   return out;
 }
 
-at::Tensor Reshape::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::ReshapeImpl::call1(const at::Tensor& x, bool training) {
   Shape xs = sizes_of(x);
   Shape rest(xs.begin() + 1, xs.end());
   Shape target = resolve(num_elements(rest), xs);
@@ -108,7 +110,7 @@ at::Tensor Reshape::call1(const at::Tensor& x, bool training) {
   return x.reshape(target);
 }
 
-std::vector<Shape> Reshape::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::ReshapeImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   const Shape& s = input_shapes.at(0);
   Shape rest(s.begin() + 1, s.end());
@@ -117,12 +119,12 @@ std::vector<Shape> Reshape::compute_output_shape(const std::vector<Shape>& input
   return {out};
 }
 
-Json Reshape::get_config() const {
+Json layers::ReshapeImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, reshape_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(Reshape);
+KILN_REGISTER_LAYER_AS(Reshape, layers::ReshapeImpl);
 
 }  // namespace kiln

@@ -11,9 +11,12 @@
 #pragma once
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 
 namespace kiln {
+
+namespace layers {
 
 struct FlattenOptions {
   std::string data_format = "channels_last";  // or "channels_first"
@@ -25,10 +28,10 @@ struct ReshapeOptions {
   LayerOptions base;
 };
 
-class Flatten : public SimpleLayer {
+class FlattenImpl : public SimpleLayer {
  public:
-  explicit Flatten(const FlattenOptions& options);
-  explicit Flatten(const Json& config = Json::object());
+  explicit FlattenImpl(const FlattenOptions& options);
+  explicit FlattenImpl(const Json& config = Json::object());
   // The config's keys as options; ValueError for an unknown key or a bad value.
   static FlattenOptions options_from_config(const Json& config);
 
@@ -38,15 +41,16 @@ class Flatten : public SimpleLayer {
   Json get_config() const override;
 
  private:
-  Flatten(const FlattenOptions& options, const Json& base_config);
+  FlattenImpl(const FlattenOptions& options, const Json& base_config);
   FlattenOptions options_;  // checked: the layer's config
 };
+KILN_LAYER_HOLDER(Flatten, FlattenOptions);
 
-class Reshape : public SimpleLayer {
+class ReshapeImpl : public SimpleLayer {
  public:
-  explicit Reshape(const ReshapeOptions& options);
-  explicit Reshape(const Json& config);
-  explicit Reshape(const Shape& target_shape, const Json& extra = Json::object());
+  explicit ReshapeImpl(const ReshapeOptions& options);
+  explicit ReshapeImpl(const Json& config);
+  explicit ReshapeImpl(const Shape& target_shape, const Json& extra = Json::object());
   static ReshapeOptions options_from_config(const Json& config);
 
   std::string class_name() const override { return "Reshape"; }
@@ -56,10 +60,16 @@ class Reshape : public SimpleLayer {
   const Shape& target_shape() const { return options_.target_shape; }
 
  private:
-  Reshape(const ReshapeOptions& options, const Json& base_config);
+  ReshapeImpl(const ReshapeOptions& options, const Json& base_config);
   // target_shape with the -1 resolved for `n` elements per sample (n < 0: unknown).
   Shape resolve(int64_t n, const Shape& input_shape) const;
   ReshapeOptions options_;  // checked: the layer's config
 };
+KILN_LAYER_HOLDER(Reshape, ReshapeOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_RESHAPING_H
+#include "kiln/layers/legacy_names.h"

@@ -62,28 +62,28 @@ Field<O, std::string> data_format_field() {
   return field("data_format", &O::data_format).choice({"channels_last", "channels_first"});
 }
 
-const FieldTable<UpSampling2DOptions>& up_sampling_fields() {
-  using O = UpSampling2DOptions;
+const FieldTable<layers::UpSampling2DOptions>& up_sampling_fields() {
+  using O = layers::UpSampling2DOptions;
   static const FieldTable<O> t = {field("size", &O::size).tuple(2), data_format_field<O>(),
                                   field("interpolation", &O::interpolation).choice({"nearest", "bilinear"})};
   return t;
 }
 
-const FieldTable<ZeroPadding2DOptions>& zero_padding_fields() {
-  using O = ZeroPadding2DOptions;
+const FieldTable<layers::ZeroPadding2DOptions>& zero_padding_fields() {
+  using O = layers::ZeroPadding2DOptions;
   static const FieldTable<O> t = {margins_field("padding", &O::padding), data_format_field<O>()};
   return t;
 }
 
-const FieldTable<Cropping2DOptions>& cropping_fields() {
-  using O = Cropping2DOptions;
+const FieldTable<layers::Cropping2DOptions>& cropping_fields() {
+  using O = layers::Cropping2DOptions;
   static const FieldTable<O> t = {margins_field("cropping", &O::cropping), data_format_field<O>()};
   return t;
 }
 
-const FieldTable<PermuteOptions>& permute_fields() {
-  static const FieldTable<PermuteOptions> t = {int_list_field<PermuteOptions>(
-      "dims", &PermuteOptions::dims,
+const FieldTable<layers::PermuteOptions>& permute_fields() {
+  static const FieldTable<layers::PermuteOptions> t = {int_list_field<layers::PermuteOptions>(
+      "dims", &layers::PermuteOptions::dims,
       [](const std::vector<int64_t>& dims) {
         std::vector<int64_t> sorted = dims;
         std::sort(sorted.begin(), sorted.end());
@@ -95,8 +95,9 @@ const FieldTable<PermuteOptions>& permute_fields() {
   return t;
 }
 
-const FieldTable<RepeatVectorOptions>& repeat_vector_fields() {
-  static const FieldTable<RepeatVectorOptions> t = {field("n", &RepeatVectorOptions::n).positive().required()};
+const FieldTable<layers::RepeatVectorOptions>& repeat_vector_fields() {
+  static const FieldTable<layers::RepeatVectorOptions> t = {
+      field("n", &layers::RepeatVectorOptions::n).positive().required()};
   return t;
 }
 
@@ -118,21 +119,23 @@ int64_t spatial_add(int64_t n, int64_t k) { return n < 0 ? kNone : n + k; }
 }  // namespace
 
 // --- UpSampling2D --------------------------------------------------------------
-UpSampling2DOptions UpSampling2D::options_from_config(const Json& config) {
+layers::UpSampling2DOptions layers::UpSampling2DImpl::options_from_config(const Json& config) {
   return read_fields(config, "UpSampling2D", up_sampling_fields());
 }
 
-UpSampling2D::UpSampling2D(const UpSampling2DOptions& o) : UpSampling2D(o, layer_base_config(o.base)) {}
+layers::UpSampling2DImpl::UpSampling2DImpl(const layers::UpSampling2DOptions& o)
+    : layers::UpSampling2DImpl(o, layer_base_config(o.base)) {}
 
-UpSampling2D::UpSampling2D(const Json& config) : UpSampling2D(options_from_config(config), config) {}
+layers::UpSampling2DImpl::UpSampling2DImpl(const Json& config)
+    : layers::UpSampling2DImpl(options_from_config(config), config) {}
 
-UpSampling2D::UpSampling2D(const UpSampling2DOptions& o, const Json& base_config)
+layers::UpSampling2DImpl::UpSampling2DImpl(const layers::UpSampling2DOptions& o, const Json& base_config)
     : SimpleLayer(base_config), options_(o) {
   check_fields("UpSampling2D", options_, up_sampling_fields());
   channels_last_ = options_.data_format == "channels_last";
 }
 
-at::Tensor UpSampling2D::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::UpSampling2DImpl::call1(const at::Tensor& x, bool training) {
   spatial_check_rank4(*this, x);
   at::Tensor t = channels_last_ ? conv_utils::channels_last_to_first(x) : x;
   at::Tensor y;
@@ -146,7 +149,7 @@ at::Tensor UpSampling2D::call1(const at::Tensor& x, bool training) {
   return channels_last_ ? conv_utils::channels_first_to_last(y).contiguous() : y;
 }
 
-std::vector<Shape> UpSampling2D::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::UpSampling2DImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   Shape s = input_shapes.at(0);
   spatial_check_rank4(*this, s);
@@ -156,30 +159,32 @@ std::vector<Shape> UpSampling2D::compute_output_shape(const std::vector<Shape>& 
   return {s};
 }
 
-Json UpSampling2D::get_config() const {
+Json layers::UpSampling2DImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, up_sampling_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(UpSampling2D);
+KILN_REGISTER_LAYER_AS(UpSampling2D, layers::UpSampling2DImpl);
 
 // --- ZeroPadding2D -------------------------------------------------------------
-ZeroPadding2DOptions ZeroPadding2D::options_from_config(const Json& config) {
+layers::ZeroPadding2DOptions layers::ZeroPadding2DImpl::options_from_config(const Json& config) {
   return read_fields(config, "ZeroPadding2D", zero_padding_fields());
 }
 
-ZeroPadding2D::ZeroPadding2D(const ZeroPadding2DOptions& o) : ZeroPadding2D(o, layer_base_config(o.base)) {}
+layers::ZeroPadding2DImpl::ZeroPadding2DImpl(const layers::ZeroPadding2DOptions& o)
+    : layers::ZeroPadding2DImpl(o, layer_base_config(o.base)) {}
 
-ZeroPadding2D::ZeroPadding2D(const Json& config) : ZeroPadding2D(options_from_config(config), config) {}
+layers::ZeroPadding2DImpl::ZeroPadding2DImpl(const Json& config)
+    : layers::ZeroPadding2DImpl(options_from_config(config), config) {}
 
-ZeroPadding2D::ZeroPadding2D(const ZeroPadding2DOptions& o, const Json& base_config)
+layers::ZeroPadding2DImpl::ZeroPadding2DImpl(const layers::ZeroPadding2DOptions& o, const Json& base_config)
     : SimpleLayer(base_config), options_(o) {
   check_fields("ZeroPadding2D", options_, zero_padding_fields());
   channels_last_ = options_.data_format == "channels_last";
 }
 
-at::Tensor ZeroPadding2D::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::ZeroPadding2DImpl::call1(const at::Tensor& x, bool training) {
   spatial_check_rank4(*this, x);
   // constant_pad_nd pads the last axes first: (left, right, top, bottom).
   std::vector<int64_t> pad = {options_.padding[1][0], options_.padding[1][1], options_.padding[0][0],
@@ -188,7 +193,7 @@ at::Tensor ZeroPadding2D::call1(const at::Tensor& x, bool training) {
   return at::constant_pad_nd(x, pad, 0.0);
 }
 
-std::vector<Shape> ZeroPadding2D::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::ZeroPadding2DImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   Shape s = input_shapes.at(0);
   spatial_check_rank4(*this, s);
@@ -198,29 +203,32 @@ std::vector<Shape> ZeroPadding2D::compute_output_shape(const std::vector<Shape>&
   return {s};
 }
 
-Json ZeroPadding2D::get_config() const {
+Json layers::ZeroPadding2DImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, zero_padding_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(ZeroPadding2D);
+KILN_REGISTER_LAYER_AS(ZeroPadding2D, layers::ZeroPadding2DImpl);
 
 // --- Cropping2D ----------------------------------------------------------------
-Cropping2DOptions Cropping2D::options_from_config(const Json& config) {
+layers::Cropping2DOptions layers::Cropping2DImpl::options_from_config(const Json& config) {
   return read_fields(config, "Cropping2D", cropping_fields());
 }
 
-Cropping2D::Cropping2D(const Cropping2DOptions& o) : Cropping2D(o, layer_base_config(o.base)) {}
+layers::Cropping2DImpl::Cropping2DImpl(const layers::Cropping2DOptions& o)
+    : layers::Cropping2DImpl(o, layer_base_config(o.base)) {}
 
-Cropping2D::Cropping2D(const Json& config) : Cropping2D(options_from_config(config), config) {}
+layers::Cropping2DImpl::Cropping2DImpl(const Json& config)
+    : layers::Cropping2DImpl(options_from_config(config), config) {}
 
-Cropping2D::Cropping2D(const Cropping2DOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+layers::Cropping2DImpl::Cropping2DImpl(const layers::Cropping2DOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
   check_fields("Cropping2D", options_, cropping_fields());
   channels_last_ = options_.data_format == "channels_last";
 }
 
-at::Tensor Cropping2D::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::Cropping2DImpl::call1(const at::Tensor& x, bool training) {
   spatial_check_rank4(*this, x);
   const int h = channels_last_ ? 1 : 2;
   for (int i = 0; i < 2; ++i)
@@ -231,7 +239,7 @@ at::Tensor Cropping2D::call1(const at::Tensor& x, bool training) {
       .slice(h + 1, options_.cropping[1][0], x.size(h + 1) - options_.cropping[1][1]);
 }
 
-std::vector<Shape> Cropping2D::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::Cropping2DImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   Shape s = input_shapes.at(0);
   spatial_check_rank4(*this, s);
@@ -246,45 +254,46 @@ std::vector<Shape> Cropping2D::compute_output_shape(const std::vector<Shape>& in
   return {s};
 }
 
-Json Cropping2D::get_config() const {
+Json layers::Cropping2DImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, cropping_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(Cropping2D);
+KILN_REGISTER_LAYER_AS(Cropping2D, layers::Cropping2DImpl);
 
 // --- Permute ------------------------------------------------------------------------
-PermuteOptions Permute::options_from_config(const Json& config) {
+layers::PermuteOptions layers::PermuteImpl::options_from_config(const Json& config) {
   return read_fields(config, "Permute", permute_fields());
 }
 
-Permute::Permute(const PermuteOptions& o) : Permute(o, layer_base_config(o.base)) {}
+layers::PermuteImpl::PermuteImpl(const layers::PermuteOptions& o) : layers::PermuteImpl(o, layer_base_config(o.base)) {}
 
-Permute::Permute(const Json& config) : Permute(options_from_config(config), config) {}
+layers::PermuteImpl::PermuteImpl(const Json& config) : layers::PermuteImpl(options_from_config(config), config) {}
 
-Permute::Permute(const PermuteOptions& o, const Json& base_config) : SimpleLayer(base_config), options_(o) {
+layers::PermuteImpl::PermuteImpl(const layers::PermuteOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
   check_fields("Permute", options_, permute_fields());
 }
 
-Permute::Permute(const std::vector<int64_t>& dims, const Json& extra)
-    : Permute(merged_config(extra, Json{{"dims", dims}})) {}
+layers::PermuteImpl::PermuteImpl(const std::vector<int64_t>& dims, const Json& extra)
+    : layers::PermuteImpl(merged_config(extra, Json{{"dims", dims}})) {}
 
-void Permute::check_rank(int64_t rank) const {
+void layers::PermuteImpl::check_rank(int64_t rank) const {
   if (rank != (int64_t)options_.dims.size() + 1)
     throw ShapeError("Permute '" + name() + "': dims=" + int_list_json(options_.dims).dump() +
                      " needs inputs of rank " + std::to_string(options_.dims.size() + 1) + ". Received rank " +
                      std::to_string(rank));
 }
 
-at::Tensor Permute::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::PermuteImpl::call1(const at::Tensor& x, bool training) {
   check_rank(x.dim());
   std::vector<int64_t> perm = {0};
   perm.insert(perm.end(), options_.dims.begin(), options_.dims.end());
   return x.permute(perm);
 }
 
-std::vector<Shape> Permute::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::PermuteImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   const Shape& s = input_shapes.at(0);
   check_rank((int64_t)s.size());
@@ -293,38 +302,41 @@ std::vector<Shape> Permute::compute_output_shape(const std::vector<Shape>& input
   return {out};
 }
 
-Json Permute::get_config() const {
+Json layers::PermuteImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, permute_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(Permute);
+KILN_REGISTER_LAYER_AS(Permute, layers::PermuteImpl);
 
 // --- RepeatVector -------------------------------------------------------------------
-RepeatVectorOptions RepeatVector::options_from_config(const Json& config) {
+layers::RepeatVectorOptions layers::RepeatVectorImpl::options_from_config(const Json& config) {
   return read_fields(config, "RepeatVector", repeat_vector_fields());
 }
 
-RepeatVector::RepeatVector(const RepeatVectorOptions& o) : RepeatVector(o, layer_base_config(o.base)) {}
+layers::RepeatVectorImpl::RepeatVectorImpl(const layers::RepeatVectorOptions& o)
+    : layers::RepeatVectorImpl(o, layer_base_config(o.base)) {}
 
-RepeatVector::RepeatVector(const Json& config) : RepeatVector(options_from_config(config), config) {}
+layers::RepeatVectorImpl::RepeatVectorImpl(const Json& config)
+    : layers::RepeatVectorImpl(options_from_config(config), config) {}
 
-RepeatVector::RepeatVector(const RepeatVectorOptions& o, const Json& base_config)
+layers::RepeatVectorImpl::RepeatVectorImpl(const layers::RepeatVectorOptions& o, const Json& base_config)
     : SimpleLayer(base_config), options_(o) {
   check_fields("RepeatVector", options_, repeat_vector_fields());
 }
 
-RepeatVector::RepeatVector(int64_t n, const Json& extra) : RepeatVector(merged_config(extra, Json{{"n", n}})) {}
+layers::RepeatVectorImpl::RepeatVectorImpl(int64_t n, const Json& extra)
+    : layers::RepeatVectorImpl(merged_config(extra, Json{{"n", n}})) {}
 
-at::Tensor RepeatVector::call1(const at::Tensor& x, bool training) {
+at::Tensor layers::RepeatVectorImpl::call1(const at::Tensor& x, bool training) {
   if (x.dim() != 2)
     throw ShapeError("RepeatVector '" + name() + "' expects inputs of shape (batch, features). Received " +
                      shape_to_string(sizes_of(x)));
   return x.unsqueeze(1).expand({x.size(0), options_.n, x.size(1)}).contiguous();
 }
 
-std::vector<Shape> RepeatVector::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> layers::RepeatVectorImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   const Shape& s = input_shapes.at(0);
   if (s.size() != 2)
@@ -333,12 +345,12 @@ std::vector<Shape> RepeatVector::compute_output_shape(const std::vector<Shape>& 
   return {{s[0], options_.n, s[1]}};
 }
 
-Json RepeatVector::get_config() const {
+Json layers::RepeatVectorImpl::get_config() const {
   Json j = base_config();
   write_fields(j, options_, repeat_vector_fields());
   return j;
 }
 
-KILN_REGISTER_LAYER(RepeatVector);
+KILN_REGISTER_LAYER_AS(RepeatVector, layers::RepeatVectorImpl);
 
 }  // namespace kiln

@@ -20,9 +20,12 @@
 #include <array>
 
 #include "kiln/layers/layer.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/layers/layer_options.h"
 
 namespace kiln {
+
+namespace layers {
 
 struct UpSampling2DOptions {
   std::vector<int64_t> size = {2, 2};         // one factor for both axes, or (rows, columns)
@@ -31,8 +34,12 @@ struct UpSampling2DOptions {
   LayerOptions base;
 };
 
+}  // namespace layers
+
 // Shared by ZeroPadding2D and Cropping2D: ((top, bottom), (left, right)).
 using Margins2D = std::array<std::array<int64_t, 2>, 2>;
+
+namespace layers {
 
 struct ZeroPadding2DOptions {
   Margins2D padding = {{{1, 1}, {1, 1}}};  // non-negative
@@ -56,10 +63,10 @@ struct RepeatVectorOptions {
   LayerOptions base;
 };
 
-class UpSampling2D : public SimpleLayer {
+class UpSampling2DImpl : public SimpleLayer {
  public:
-  explicit UpSampling2D(const UpSampling2DOptions& options);
-  explicit UpSampling2D(const Json& config = Json::object());
+  explicit UpSampling2DImpl(const UpSampling2DOptions& options);
+  explicit UpSampling2DImpl(const Json& config = Json::object());
   // The config's keys as options; ValueError for an unknown key or a bad value.
   static UpSampling2DOptions options_from_config(const Json& config);
   std::string class_name() const override { return "UpSampling2D"; }
@@ -68,15 +75,16 @@ class UpSampling2D : public SimpleLayer {
   Json get_config() const override;
 
  private:
-  UpSampling2D(const UpSampling2DOptions& options, const Json& base_config);
+  UpSampling2DImpl(const UpSampling2DOptions& options, const Json& base_config);
   UpSampling2DOptions options_;  // checked: the layer's config
   bool channels_last_;           // from options_.data_format
 };
+KILN_LAYER_HOLDER(UpSampling2D, UpSampling2DOptions);
 
-class ZeroPadding2D : public SimpleLayer {
+class ZeroPadding2DImpl : public SimpleLayer {
  public:
-  explicit ZeroPadding2D(const ZeroPadding2DOptions& options);
-  explicit ZeroPadding2D(const Json& config = Json::object());
+  explicit ZeroPadding2DImpl(const ZeroPadding2DOptions& options);
+  explicit ZeroPadding2DImpl(const Json& config = Json::object());
   static ZeroPadding2DOptions options_from_config(const Json& config);
   std::string class_name() const override { return "ZeroPadding2D"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
@@ -84,15 +92,16 @@ class ZeroPadding2D : public SimpleLayer {
   Json get_config() const override;
 
  private:
-  ZeroPadding2D(const ZeroPadding2DOptions& options, const Json& base_config);
+  ZeroPadding2DImpl(const ZeroPadding2DOptions& options, const Json& base_config);
   ZeroPadding2DOptions options_;  // checked: the layer's config
   bool channels_last_;
 };
+KILN_LAYER_HOLDER(ZeroPadding2D, ZeroPadding2DOptions);
 
-class Cropping2D : public SimpleLayer {
+class Cropping2DImpl : public SimpleLayer {
  public:
-  explicit Cropping2D(const Cropping2DOptions& options);
-  explicit Cropping2D(const Json& config = Json::object());
+  explicit Cropping2DImpl(const Cropping2DOptions& options);
+  explicit Cropping2DImpl(const Json& config = Json::object());
   static Cropping2DOptions options_from_config(const Json& config);
   std::string class_name() const override { return "Cropping2D"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
@@ -100,16 +109,17 @@ class Cropping2D : public SimpleLayer {
   Json get_config() const override;
 
  private:
-  Cropping2D(const Cropping2DOptions& options, const Json& base_config);
+  Cropping2DImpl(const Cropping2DOptions& options, const Json& base_config);
   Cropping2DOptions options_;  // checked: the layer's config
   bool channels_last_;
 };
+KILN_LAYER_HOLDER(Cropping2D, Cropping2DOptions);
 
-class Permute : public SimpleLayer {
+class PermuteImpl : public SimpleLayer {
  public:
-  explicit Permute(const PermuteOptions& options);
-  explicit Permute(const Json& config);
-  explicit Permute(const std::vector<int64_t>& dims, const Json& extra = Json::object());
+  explicit PermuteImpl(const PermuteOptions& options);
+  explicit PermuteImpl(const Json& config);
+  explicit PermuteImpl(const std::vector<int64_t>& dims, const Json& extra = Json::object());
   static PermuteOptions options_from_config(const Json& config);
   std::string class_name() const override { return "Permute"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
@@ -117,16 +127,17 @@ class Permute : public SimpleLayer {
   Json get_config() const override;
 
  private:
-  Permute(const PermuteOptions& options, const Json& base_config);
+  PermuteImpl(const PermuteOptions& options, const Json& base_config);
   void check_rank(int64_t rank) const;
   PermuteOptions options_;  // checked: the layer's config
 };
+KILN_LAYER_HOLDER(Permute, PermuteOptions);
 
-class RepeatVector : public SimpleLayer {
+class RepeatVectorImpl : public SimpleLayer {
  public:
-  explicit RepeatVector(const RepeatVectorOptions& options);
-  explicit RepeatVector(const Json& config);
-  explicit RepeatVector(int64_t n, const Json& extra = Json::object());
+  explicit RepeatVectorImpl(const RepeatVectorOptions& options);
+  explicit RepeatVectorImpl(const Json& config);
+  explicit RepeatVectorImpl(int64_t n, const Json& extra = Json::object());
   static RepeatVectorOptions options_from_config(const Json& config);
   std::string class_name() const override { return "RepeatVector"; }
   at::Tensor call1(const at::Tensor& x, bool training) override;
@@ -134,8 +145,14 @@ class RepeatVector : public SimpleLayer {
   Json get_config() const override;
 
  private:
-  RepeatVector(const RepeatVectorOptions& options, const Json& base_config);
+  RepeatVectorImpl(const RepeatVectorOptions& options, const Json& base_config);
   RepeatVectorOptions options_;  // checked: the layer's config
 };
+KILN_LAYER_HOLDER(RepeatVector, RepeatVectorOptions);
+
+}  // namespace layers
 
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_SPATIAL_H
+#include "kiln/layers/legacy_names.h"

@@ -23,8 +23,8 @@ FieldDef<O> null_only(const char* key, const char* expected) {
                      nullptr, [=](Json& j, const O&) { j[key] = nullptr; }};
 }
 
-const FieldTable<StringLookupOptions>& string_lookup_fields() {
-  using O = StringLookupOptions;
+const FieldTable<layers::StringLookupOptions>& string_lookup_fields() {
+  using O = layers::StringLookupOptions;
   static const FieldTable<O> t = [] {
     FieldDef<O> max_tokens{"max_tokens",
                            [](ConfigReader& r, O& o) {
@@ -78,13 +78,13 @@ const FieldTable<StringLookupOptions>& string_lookup_fields() {
 }  // namespace
 
 // --- StringLookup ---------------------------------------------------------------
-StringLookupOptions StringLookup::options_from_config(const Json& config) {
+layers::StringLookupOptions layers::StringLookup::options_from_config(const Json& config) {
   return read_fields(config, "StringLookup", string_lookup_fields());
 }
 
-StringLookup::StringLookup(const Json& config) : StringLookup(options_from_config(config)) {}
+layers::StringLookup::StringLookup(const Json& config) : layers::StringLookup(options_from_config(config)) {}
 
-StringLookup::StringLookup(const StringLookupOptions& o) : options_(o) {
+layers::StringLookup::StringLookup(const layers::StringLookupOptions& o) : options_(o) {
   check_fields("StringLookup", options_, string_lookup_fields());
   if (options_.invert && options_.output_mode != "int")
     option_check::invalid("StringLookup", "invert", "false unless output_mode is \"int\"", true);
@@ -93,14 +93,14 @@ StringLookup::StringLookup(const StringLookupOptions& o) : options_(o) {
   set_vocabulary(options_.vocabulary);
 }
 
-int64_t StringLookup::oov_start() const { return options_.mask_token && options_.output_mode == "int" ? 1 : 0; }
-int64_t StringLookup::token_start() const { return oov_start() + options_.num_oov_indices; }
-int64_t StringLookup::vocabulary_size() const { return token_start() + (int64_t)options_.vocabulary.size(); }
-int64_t StringLookup::depth() const {
+int64_t layers::StringLookup::oov_start() const { return options_.mask_token && options_.output_mode == "int" ? 1 : 0; }
+int64_t layers::StringLookup::token_start() const { return oov_start() + options_.num_oov_indices; }
+int64_t layers::StringLookup::vocabulary_size() const { return token_start() + (int64_t)options_.vocabulary.size(); }
+int64_t layers::StringLookup::depth() const {
   return options_.pad_to_max_tokens ? std::max(*options_.max_tokens, vocabulary_size()) : vocabulary_size();
 }
 
-void StringLookup::set_vocabulary(const std::vector<std::string>& vocabulary) {
+void layers::StringLookup::set_vocabulary(const std::vector<std::string>& vocabulary) {
   std::unordered_map<std::string, int64_t> index;
   for (size_t i = 0; i < vocabulary.size(); ++i) {
     const std::string& t = vocabulary[i];
@@ -120,13 +120,13 @@ void StringLookup::set_vocabulary(const std::vector<std::string>& vocabulary) {
   index_ = std::move(index);
 }
 
-void StringLookup::adapt(const std::vector<std::string>& data) {
+void layers::StringLookup::adapt(const std::vector<std::string>& data) {
   std::unordered_map<std::string, int64_t> counts;
   for (auto& s : data) ++counts[s];
   adapt_counts(counts);
 }
 
-void StringLookup::adapt_counts(const std::unordered_map<std::string, int64_t>& counts_in) {
+void layers::StringLookup::adapt_counts(const std::unordered_map<std::string, int64_t>& counts_in) {
   std::vector<std::pair<std::string, int64_t>> order;
   for (auto& [token, n] : counts_in)
     if (!(options_.mask_token && token == *options_.mask_token) && token != options_.oov_token)
@@ -144,7 +144,7 @@ void StringLookup::adapt_counts(const std::unordered_map<std::string, int64_t>& 
   set_vocabulary(vocab);
 }
 
-int64_t StringLookup::index_of(const std::string& token) const {
+int64_t layers::StringLookup::index_of(const std::string& token) const {
   if (options_.mask_token && token == *options_.mask_token) return options_.output_mode == "int" ? 0 : -1;
   auto it = index_.find(token);
   if (it != index_.end()) return token_start() + it->second;
@@ -155,7 +155,7 @@ int64_t StringLookup::index_of(const std::string& token) const {
          (options_.num_oov_indices == 1 ? 0 : (int64_t)(fingerprint64(token) % (uint64_t)options_.num_oov_indices));
 }
 
-at::Tensor StringLookup::operator()(const std::vector<std::string>& tokens, const Shape& shape) const {
+at::Tensor layers::StringLookup::operator()(const std::vector<std::string>& tokens, const Shape& shape) const {
   if (options_.invert) throw ValueError("StringLookup: invert=true maps ids to strings; call invert(ids)");
   Shape s = shape.empty() ? Shape{(int64_t)tokens.size()} : shape;
   if (num_elements(s) != (int64_t)tokens.size())
@@ -174,7 +174,7 @@ at::Tensor StringLookup::operator()(const std::vector<std::string>& tokens, cons
   return encode_categorical(at::clamp_min(out, 0), depth(), options_.output_mode, at::kFloat, "StringLookup", drop);
 }
 
-std::vector<std::string> StringLookup::invert(const at::Tensor& ids_in) const {
+std::vector<std::string> layers::StringLookup::invert(const at::Tensor& ids_in) const {
   at::Tensor ids = ids_in.to(at::kLong).contiguous().reshape(-1);
   std::vector<std::string> out;
   const int64_t* p = ids.data_ptr<int64_t>();
@@ -188,7 +188,7 @@ std::vector<std::string> StringLookup::invert(const at::Tensor& ids_in) const {
   return out;
 }
 
-std::vector<std::string> StringLookup::get_vocabulary(bool include_special_tokens) const {
+std::vector<std::string> layers::StringLookup::get_vocabulary(bool include_special_tokens) const {
   std::vector<std::string> out;
   if (include_special_tokens) {
     if (options_.mask_token && options_.output_mode == "int") out.push_back(*options_.mask_token);
@@ -198,7 +198,7 @@ std::vector<std::string> StringLookup::get_vocabulary(bool include_special_token
   return out;
 }
 
-Json StringLookup::get_config() const {
+Json layers::StringLookup::get_config() const {
   Json j;
   write_fields(j, options_, string_lookup_fields());
   return j;
@@ -234,7 +234,7 @@ Json text_lookup_config(const Json& config) {
 }
 }  // namespace
 
-TextVectorization::TextVectorization(const Json& config) : lookup_(text_lookup_config(config)) {
+layers::TextVectorization::TextVectorization(const Json& config) : lookup_(text_lookup_config(config)) {
   config_ = config.is_object() ? config : Json::object();
   config_.erase("vocabulary");
   // standardize/split may be given as null (none): ConfigReader treats null as absent.
@@ -249,7 +249,7 @@ TextVectorization::TextVectorization(const Json& config) : lookup_(text_lookup_c
     sequence_length_ = config_["output_sequence_length"].get<int64_t>();
 }
 
-std::vector<std::string> TextVectorization::tokenize(const std::string& text) const {
+std::vector<std::string> layers::TextVectorization::tokenize(const std::string& text) const {
   std::string s;
   s.reserve(text.size());
   const bool lower = standardize_ == "lower" || standardize_ == "lower_and_strip_punctuation";
@@ -278,14 +278,14 @@ std::vector<std::string> TextVectorization::tokenize(const std::string& text) co
   return out;
 }
 
-void TextVectorization::adapt(const std::vector<std::string>& texts) {
+void layers::TextVectorization::adapt(const std::vector<std::string>& texts) {
   std::unordered_map<std::string, int64_t> counts;
   for (auto& t : texts)
     for (auto& tok : tokenize(t)) ++counts[tok];
   lookup_.adapt_counts(counts);
 }
 
-at::Tensor TextVectorization::operator()(const std::vector<std::string>& texts) const {
+at::Tensor layers::TextVectorization::operator()(const std::vector<std::string>& texts) const {
   std::vector<std::vector<std::string>> tokens;
   size_t longest = 0;
   for (auto& t : texts) {
@@ -313,7 +313,7 @@ at::Tensor TextVectorization::operator()(const std::vector<std::string>& texts) 
   return out;
 }
 
-Json TextVectorization::get_config() const {
+Json layers::TextVectorization::get_config() const {
   Json j = config_;
   j["vocabulary"] = lookup_.options_.vocabulary.empty() ? Json(nullptr) : Json(lookup_.options_.vocabulary);
   return j;

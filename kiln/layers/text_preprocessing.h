@@ -50,6 +50,8 @@
 
 namespace kiln {
 
+namespace layers {
+
 struct StringLookupOptions {
   std::optional<int64_t> max_tokens;  // null: no limit; else > 1, reserved ids included
   int64_t num_oov_indices = 1;        // >= 0
@@ -122,4 +124,9 @@ class TextVectorization {
   StringLookup lookup_;
 };
 
+}  // namespace layers
+
 }  // namespace kiln
+
+#define KILN_LEGACY_LAYERS_TEXT_PREPROCESSING_H
+#include "kiln/layers/legacy_names.h"

@@ -23,7 +23,7 @@ namespace kiln {
 // Runs `x` through the model in batches of `batch_size` with calibration on;
 // then every int8 layer fixes its input scale. StateError when the model has
 // no int8 layer (call quantize("int8") first); ValueError for a bad method.
-void calibrate(Model& model, const Tensors& x, const quantization::CalibrationOptions& options,
+void calibrate(models::Model& model, const Tensors& x, const quantization::CalibrationOptions& options,
                int64_t batch_size = 256);
 
 }  // namespace kiln

@@ -20,8 +20,10 @@
 
 namespace kiln {
 
-class Callback;  // kiln/training/callbacks.h
-using CallbackPtr = std::shared_ptr<Callback>;
+namespace callbacks {
+class Callback;
+}  // namespace callbacks
+using CallbackPtr = std::shared_ptr<callbacks::Callback>;
 using Tensors = std::vector<at::Tensor>;
 
 struct CompileArgs {

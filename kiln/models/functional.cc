@@ -12,18 +12,18 @@
 
 namespace kiln {
 
-Functional::Functional(const KerasTensors& inputs, const KerasTensors& outputs, const std::string& name)
-    : Model(name.empty() ? Json::object() : Json{{"name", name}}) {
+models::FunctionalImpl::FunctionalImpl(const KerasTensors& inputs, const KerasTensors& outputs, const std::string& name)
+    : models::Model(name.empty() ? Json::object() : Json{{"name", name}}) {
   init(inputs, outputs);
 }
 
-void Functional::init(const KerasTensors& inputs, const KerasTensors& outputs) {
+void models::FunctionalImpl::init(const KerasTensors& inputs, const KerasTensors& outputs) {
   if (inputs.empty() || outputs.empty()) throw ValueError("Functional model needs at least one input and one output");
   inputs_ = inputs;
   outputs_ = outputs;
   std::set<Node*> input_nodes;
   for (auto& in : inputs) {
-    if (!in.node || !std::dynamic_pointer_cast<InputLayer>(in.node->layer))
+    if (!in.node || !std::dynamic_pointer_cast<layers::InputLayerImpl>(in.node->layer))
       throw ValueError("Functional model inputs must come from Input(); received '" + in.name() + "'");
     input_nodes.insert(in.node.get());
   }
@@ -59,43 +59,45 @@ void Functional::init(const KerasTensors& inputs, const KerasTensors& outputs) {
   build_if_needed(shapes);
 }
 
-std::vector<LayerPtr> Functional::layers() const { return layers_; }
+std::vector<LayerPtr> models::FunctionalImpl::layers() const { return layers_; }
 
-std::vector<LayerPtr> Functional::sublayers() const {
+std::vector<LayerPtr> models::FunctionalImpl::sublayers() const {
   std::vector<LayerPtr> out;
   for (auto& l : layers_)
-    if (!std::dynamic_pointer_cast<InputLayer>(l)) out.push_back(l);
+    if (!std::dynamic_pointer_cast<layers::InputLayerImpl>(l)) out.push_back(l);
   return out;
 }
 
-std::vector<Shape> Functional::input_shapes() const {
+std::vector<Shape> models::FunctionalImpl::input_shapes() const {
   std::vector<Shape> out;
   for (auto& in : inputs_) out.push_back(in.shape);
   return out;
 }
 
-std::vector<at::ScalarType> Functional::input_dtypes() const {
+std::vector<at::ScalarType> models::FunctionalImpl::input_dtypes() const {
   std::vector<at::ScalarType> out;
   for (auto& in : inputs_) out.push_back(in.dtype);
   return out;
 }
 
-std::vector<std::string> Functional::input_names() const {
+std::vector<std::string> models::FunctionalImpl::input_names() const {
   std::vector<std::string> out;
   for (auto& in : inputs_) out.push_back(in.node->layer->name());
   return out;
 }
 
-std::vector<std::string> Functional::output_names() const {
+std::vector<std::string> models::FunctionalImpl::output_names() const {
   std::vector<std::string> out;
   for (auto& o : outputs_) out.push_back(o.node->layer->name() + (o.index ? "_" + std::to_string(o.index) : ""));
   return out;
 }
 
-Tensors Functional::call(const Tensors& inputs, bool training) { return call_masked(inputs, {}, training, nullptr); }
+Tensors models::FunctionalImpl::call(const Tensors& inputs, bool training) {
+  return call_masked(inputs, {}, training, nullptr);
+}
 
-Tensors Functional::call_masked(const Tensors& inputs, const Tensors& input_masks, bool training,
-                                Tensors* output_masks) {
+Tensors models::FunctionalImpl::call_masked(const Tensors& inputs, const Tensors& input_masks, bool training,
+                                            Tensors* output_masks) {
   if (inputs.size() != inputs_.size())
     throw ValueError("model '" + name() + "' expects " + std::to_string(inputs_.size()) + " inputs, received " +
                      std::to_string(inputs.size()));
@@ -135,7 +137,7 @@ Tensors Functional::call_masked(const Tensors& inputs, const Tensors& input_mask
   return out;
 }
 
-void Functional::plan_sharded_layers() {
+void models::FunctionalImpl::plan_sharded_layers() {
   std::map<const Node*, std::vector<const Node*>> consumers;
   for (auto& n : nodes_)
     for (auto& t : n->inputs) consumers[t.node.get()].push_back(n.get());
@@ -163,7 +165,7 @@ void Functional::plan_sharded_layers() {
   for (auto& [layer, k] : keep) sharded_kernel(layer->kernel_impl_ptr())->keep_output_sharded(k);
 }
 
-std::vector<Shape> Functional::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> models::FunctionalImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   std::vector<Shape> out;
   for (auto& o : outputs_) out.push_back(o.shape);
   return out;
@@ -181,11 +183,11 @@ Json shape_json(const Shape& s) {
 
 // Keras numbers a nested Functional model's calls from 1: its node 0 is the
 // one its own graph made when it was built.
-size_t node_offset(const Layer* l) { return dynamic_cast<const Functional*>(l) ? 1 : 0; }
+size_t node_offset(const Layer* l) { return dynamic_cast<const models::FunctionalImpl*>(l) ? 1 : 0; }
 
 }  // namespace
 
-Json Functional::get_config() const {
+Json models::FunctionalImpl::get_config() const {
   // Node index of each node within its layer's applications in this model.
   std::map<const Node*, size_t> node_index;
   std::map<const Layer*, size_t> count;
@@ -397,12 +399,12 @@ LayerEntry parse_layer_entry(const Json& lj, size_t i) {
 
 KerasTensor make_input(const LayerEntry& e) {
   if (!e.nodes.empty()) throw FormatError("Functional config: InputLayer '" + e.name + "' cannot have inbound nodes");
-  InputLayer probe(e.config);  // validates the config (keys, shape, dtype)
+  layers::InputLayerImpl probe(e.config);  // validates the config (keys, shape, dtype)
   Shape s = probe.batch_shape();
   if (s.empty())
     throw FormatError("Functional config: InputLayer '" + e.name + "' needs a batch dimension in its shape");
   s.erase(s.begin());
-  return Input(s, probe.input_dtype(), e.name);
+  return layers::Input(s, probe.input_dtype(), e.name);
 }
 
 KerasTensors rebuild(const Json& config, KerasTensors* inputs_out) {
@@ -509,7 +511,7 @@ KerasTensors rebuild(const Json& config, KerasTensors* inputs_out) {
 
 }  // namespace
 
-Functional::Functional(const Json& config) : Model(config) {
+models::FunctionalImpl::FunctionalImpl(const Json& config) : models::Model(config) {
   check_config_keys(config, {"name", "trainable", "dtype", "layers", "input_layers", "output_layers"},
                     "the Functional config");
   KerasTensors ins;
@@ -517,6 +519,6 @@ Functional::Functional(const Json& config) : Model(config) {
   init(ins, outs);
 }
 
-KILN_REGISTER_LAYER(Functional);
+KILN_REGISTER_LAYER_AS(Functional, models::FunctionalImpl);
 
 }  // namespace kiln

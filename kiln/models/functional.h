@@ -14,14 +14,17 @@
 // forms are read too (see kiln/models/model_json.h).
 #pragma once
 
+#include "kiln/layers/layer_holder.h"
 #include "kiln/models/model.h"
 
 namespace kiln {
 
-class Functional : public Model {
+namespace models {
+
+class FunctionalImpl : public Model {
  public:
-  Functional(const KerasTensors& inputs, const KerasTensors& outputs, const std::string& name = "");
-  explicit Functional(const Json& config);  // registry form
+  FunctionalImpl(const KerasTensors& inputs, const KerasTensors& outputs, const std::string& name = "");
+  explicit FunctionalImpl(const Json& config);  // registry form
   std::string class_name() const override { return "Functional"; }
   void build(const std::vector<Shape>&) override {}  // its layers are built as the graph is made
 
@@ -53,5 +56,11 @@ class Functional : public Model {
   std::vector<LayerPtr> layers_;              // unique, topological order
   std::weak_ptr<Distribution> planned_for_;   // plan_sharded_layers ran under it
 };
+KILN_LAYER_HOLDER(Functional, void);
+
+}  // namespace models
 
 }  // namespace kiln
+
+#define KILN_LEGACY_MODELS_FUNCTIONAL_H
+#include "kiln/models/legacy_names.h"

@@ -27,7 +27,7 @@ Json without_compile(Json j) {
   return j;
 }
 
-Tensors random_inputs(Model& m, int64_t n) {
+Tensors random_inputs(models::Model& m, int64_t n) {
   Tensors x;
   for (auto& s : m.input_shapes()) x.push_back(at::randn(concrete(s, n)));
   return x;
@@ -160,7 +160,7 @@ TEST(Keras3Config, SharedLayerIsOneLayerCalledTwice) {
 
 TEST(Keras3Config, NestedSequentialIsOneLayerOfTheFunctional) {
   ModelPtr m = model_from_json(fixture("nested.json"));
-  auto encoder = std::dynamic_pointer_cast<Sequential>(m->get_layer("encoder"));
+  auto encoder = std::dynamic_pointer_cast<models::SequentialImpl>(m->get_layer("encoder"));
   ASSERT_TRUE(encoder);
   EXPECT_EQ(encoder->layers().size(), 1u);
   at::Tensor x = at::randn({4, 8});
@@ -228,13 +228,12 @@ TEST(Keras3Config, Keras2InboundNodesLoad) {
 TEST(Keras3Config, NestedFunctionalCallsCountFromOne) {
   // Keras numbers a nested Functional model's calls from 1 (node 0 is its
   // own graph's); kiln writes and reads that numbering.
-  auto in = Input({3}, at::kFloat, "inner_in");
-  auto inner = std::make_shared<Functional>(
-      KerasTensors{in}, KerasTensors{(*std::make_shared<Dense>(2, "linear", Json{{"name", "inner_dense"}}))(in)},
-      "inner");
-  auto x = Input({3}, at::kFloat, "outer_in");
-  auto y = (*std::make_shared<Dense>(1, "linear", Json{{"name", "outer_dense"}}))((*inner)(x));
-  auto outer = std::make_shared<Functional>(KerasTensors{x}, KerasTensors{y}, "outer");
+  auto in = layers::Input({3}, at::kFloat, "inner_in");
+  auto inner = models::Functional(KerasTensors{in},
+                                  KerasTensors{layers::Dense(2, "linear", Json{{"name", "inner_dense"}})(in)}, "inner");
+  auto x = layers::Input({3}, at::kFloat, "outer_in");
+  auto y = layers::Dense(1, "linear", Json{{"name", "outer_dense"}})((*inner)(x));
+  auto outer = models::Functional(KerasTensors{x}, KerasTensors{y}, "outer");
   Json j = model_to_json(*outer);
   const Json& layers = j["config"]["layers"];
   ASSERT_EQ(layers.size(), 3u);

@@ -5,9 +5,9 @@
 
 namespace kiln {
 
-Model::Model(const Json& config) : Layer(config) {}
+models::Model::Model(const Json& config) : Layer(config) {}
 
-bool Model::build_in_own_scope(const std::vector<Shape>& input_shapes) {
+bool models::Model::build_in_own_scope(const std::vector<Shape>& input_shapes) {
   if (built()) return false;
   // Called directly (model->build(shapes), as Keras users do): without the
   // scope the sublayers' paths would lack the model's name and the saved
@@ -22,7 +22,7 @@ bool Model::build_in_own_scope(const std::vector<Shape>& input_shapes) {
   return true;
 }
 
-void Model::build(const std::vector<Shape>& input_shapes) {
+void models::Model::build(const std::vector<Shape>& input_shapes) {
   // A subclassed model makes its sublayers' variables in its first call:
   // run it once on zeros (no grad), as Keras's Model.build does, so a model
   // rebuilt from its config has its variables before weights are loaded.
@@ -34,9 +34,9 @@ void Model::build(const std::vector<Shape>& input_shapes) {
   at::NoGradGuard no_grad;
   num_outputs_ = call(probe, false).size();
 }
-Model::~Model() = default;
+models::Model::~Model() = default;
 
-LayerPtr Model::get_layer(const std::string& name) const {
+LayerPtr models::Model::get_layer(const std::string& name) const {
   std::string known;
   for (auto& l : layers()) {
     if (l->name() == name) return l;
@@ -45,11 +45,11 @@ LayerPtr Model::get_layer(const std::string& name) const {
   throw NotFoundError("no layer named '" + name + "' in model '" + this->name() + "'; layers: " + known);
 }
 
-std::vector<at::ScalarType> Model::input_dtypes() const {
+std::vector<at::ScalarType> models::Model::input_dtypes() const {
   return std::vector<at::ScalarType>(input_shapes().size(), at::kFloat);
 }
 
-std::vector<std::string> Model::input_names() const {
+std::vector<std::string> models::Model::input_names() const {
   auto n = input_shapes().size();
   if (n <= 1) return {"inputs"};
   std::vector<std::string> out;
@@ -57,19 +57,19 @@ std::vector<std::string> Model::input_names() const {
   return out;
 }
 
-std::vector<std::string> Model::output_names() const {
+std::vector<std::string> models::Model::output_names() const {
   std::vector<std::string> names;
   for (size_t i = 0; i < num_outputs_; ++i) names.push_back("output_" + std::to_string(i));
   return names;
 }
 
-std::vector<Shape> Model::output_shapes() {
+std::vector<Shape> models::Model::output_shapes() {
   auto in = input_shapes();
   if (in.empty()) throw StateError("model '" + name() + "' has no known input shape yet; build it or call it once");
   return compute_output_shape(in);
 }
 
-Json Model::get_config() const { return base_config(); }
+Json models::Model::get_config() const { return base_config(); }
 
 double History::last(const std::string& key) const {
   auto it = history.find(key);

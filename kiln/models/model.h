@@ -32,6 +32,8 @@ namespace kiln {
 
 class TrainState;  // kiln/training: compiled state (optimizer, loss, metrics, step pipeline)
 
+namespace models {
+
 class Model : public Layer {
  public:
   explicit Model(const Json& config = Json::object());
@@ -159,7 +161,9 @@ class Model : public Layer {
   size_t num_outputs_ = 1;  // counted by build()
 };
 
-using ModelPtr = std::shared_ptr<Model>;
+}  // namespace models
+
+using ModelPtr = std::shared_ptr<models::Model>;
 
 // Restores a model directory written by Model::save (kiln/saving/model_io.cc,
 // through model_trainer.h):
@@ -170,6 +174,9 @@ ModelPtr load_model(const std::string& dir);
 // Warns once per process (stderr) when a dtype policy or quantization mode
 // the model uses cannot run fast on this CPU: fit(), evaluate() and
 // predict() call it (kiln/core/cpu_features.h says why and what is faster).
-void warn_about_slow_precision(const Model& model);
+void warn_about_slow_precision(const models::Model& model);
 
 }  // namespace kiln
+
+#define KILN_LEGACY_MODELS_MODEL_H
+#include "kiln/models/legacy_names.h"

@@ -9,15 +9,15 @@ namespace kiln {
 
 Json serialize_layer(const Layer& layer) {
   Json j = layer.to_json();
-  if (dynamic_cast<const Functional*>(&layer)) {
+  if (dynamic_cast<const models::FunctionalImpl*>(&layer)) {
     // Keras's Functional is not a public symbol: it serializes under its
     // module path, with a registered name, and builds from its graph.
     j["module"] = "keras.src.models.functional";
     j["registered_name"] = "Functional";
     j.erase("build_config");
-  } else if (dynamic_cast<const Sequential*>(&layer)) {
+  } else if (dynamic_cast<const models::SequentialImpl*>(&layer)) {
     j["module"] = "keras";
-  } else if (dynamic_cast<const Model*>(&layer)) {
+  } else if (dynamic_cast<const models::Model*>(&layer)) {
     // A subclassed model: a custom object, registered by class name.
     j["module"] = "kiln.models";
     j["registered_name"] = "kiln>" + layer.class_name();
@@ -25,7 +25,7 @@ Json serialize_layer(const Layer& layer) {
   return j;
 }
 
-Json model_to_json(const Model& model) {
+Json model_to_json(const models::Model& model) {
   Json j = serialize_layer(model);
   if (model.compiled()) j["compile_config"] = model.compile_args().to_json();
   return j;
@@ -38,7 +38,7 @@ ModelPtr model_from_json(const Json& j) {
                     "the model JSON");
   Json arch = j;
   arch.erase("compile_config");
-  auto model = std::dynamic_pointer_cast<Model>(layer_from_json(arch));
+  auto model = std::dynamic_pointer_cast<models::Model>(layer_from_json(arch));
   if (!model)
     throw ValueError("the model JSON describes a " + j["class_name"].get<std::string>() +
                      " layer, not a model (Sequential, Functional or a registered subclass)");

@@ -25,7 +25,7 @@ namespace kiln {
 Json serialize_layer(const Layer& layer);
 
 // model.to_json(), with "compile_config" when the model is compiled.
-Json model_to_json(const Model& model);
+Json model_to_json(const models::Model& model);
 
 // keras.models.model_from_json(): accepts model_to_json's form (a string or
 // parsed JSON). Compiles the model when a compile_config is present.

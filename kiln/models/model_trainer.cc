@@ -49,38 +49,41 @@ bool register_model_saver(std::unique_ptr<ModelSaver> s) {
 
 // --- training ------------------------------------------------------------------
 
-void Model::compile(const CompileArgs& compile_args) {
+void models::Model::compile(const CompileArgs& compile_args) {
   CompileArgs args = compile_args;
   auto state = trainer("compile").compile(*this, args);
   train_state_ = std::move(state);
   compile_args_ = std::make_unique<CompileArgs>(std::move(args));
 }
 
-void Model::compile(const std::string& optimizer, const std::string& loss, const std::vector<std::string>& metrics) {
+void models::Model::compile(const std::string& optimizer, const std::string& loss,
+                            const std::vector<std::string>& metrics) {
   compile(CompileArgs::from_names(optimizer, loss, metrics));
 }
 
-bool Model::compiled() const { return train_state_ != nullptr; }
+bool models::Model::compiled() const { return train_state_ != nullptr; }
 
-TrainState& Model::train_state() {
+TrainState& models::Model::train_state() {
   if (!train_state_) throw StateError("model '" + name() + "' is not compiled; call compile() first");
   return *train_state_;
 }
 
-const CompileArgs& Model::compile_args() const {
+const CompileArgs& models::Model::compile_args() const {
   if (!compile_args_) throw StateError("model '" + name() + "' is not compiled; call compile() first");
   return *compile_args_;
 }
 
-History Model::fit(const FitArgs& args) { return trainer("fit").fit(*this, args); }
+History models::Model::fit(const FitArgs& args) { return trainer("fit").fit(*this, args); }
 
-std::map<std::string, double> Model::evaluate(const EvaluateArgs& args) {
+std::map<std::string, double> models::Model::evaluate(const EvaluateArgs& args) {
   return trainer("evaluate").evaluate(*this, args);
 }
 
-Tensors Model::predict(const Tensors& x, const PredictArgs& args) { return trainer("predict").predict(*this, x, args); }
+Tensors models::Model::predict(const Tensors& x, const PredictArgs& args) {
+  return trainer("predict").predict(*this, x, args);
+}
 
-at::Tensor Model::predict(const at::Tensor& x, const PredictArgs& args) {
+at::Tensor models::Model::predict(const at::Tensor& x, const PredictArgs& args) {
   Tensors out = predict(Tensors{x}, args);
   if (out.size() != 1)
     throw ValueError("predict: model '" + name() + "' has " + std::to_string(out.size()) +
@@ -88,53 +91,55 @@ at::Tensor Model::predict(const at::Tensor& x, const PredictArgs& args) {
   return out[0];
 }
 
-Tensors Model::predict(const Dataset& ds, const PredictArgs& args) {
+Tensors models::Model::predict(const Dataset& ds, const PredictArgs& args) {
   return trainer("predict").predict(*this, ds, args);
 }
 
-Tensors Model::predict(const Tensors& x, int64_t batch_size, int verbose) {
+Tensors models::Model::predict(const Tensors& x, int64_t batch_size, int verbose) {
   return predict(x, PredictArgs{.batch_size = batch_size, .verbose = verbose});
 }
 
-at::Tensor Model::predict(const at::Tensor& x, int64_t batch_size, int verbose) {
+at::Tensor models::Model::predict(const at::Tensor& x, int64_t batch_size, int verbose) {
   return predict(x, PredictArgs{.batch_size = batch_size, .verbose = verbose});
 }
 
-Tensors Model::predict(const Dataset& ds, int verbose) { return predict(ds, PredictArgs{.verbose = verbose}); }
+Tensors models::Model::predict(const Dataset& ds, int verbose) { return predict(ds, PredictArgs{.verbose = verbose}); }
 
-std::map<std::string, double> Model::train_step(const Batch& data) {
+std::map<std::string, double> models::Model::train_step(const Batch& data) {
   return trainer("train_step").train_step(*this, data);
 }
 
-std::map<std::string, double> Model::test_step(const Batch& data) {
+std::map<std::string, double> models::Model::test_step(const Batch& data) {
   return trainer("test_step").test_step(*this, data);
 }
 
-Tensors Model::predict_step(const Tensors& x) { return (*this)(x, /*training=*/false); }
+Tensors models::Model::predict_step(const Tensors& x) { return (*this)(x, /*training=*/false); }
 
-void Model::reset_metrics() { trainer("reset_metrics").reset_metrics(*this); }
+void models::Model::reset_metrics() { trainer("reset_metrics").reset_metrics(*this); }
 
-std::map<std::string, double> Model::train_on_batch(const Tensors& x, const Tensors& y,
-                                                    const at::Tensor& sample_weight) {
+std::map<std::string, double> models::Model::train_on_batch(const Tensors& x, const Tensors& y,
+                                                            const at::Tensor& sample_weight) {
   return trainer("train_on_batch").train_on_batch(*this, x, y, sample_weight);
 }
 
-std::map<std::string, double> Model::test_on_batch(const Tensors& x, const Tensors& y,
-                                                   const at::Tensor& sample_weight) {
+std::map<std::string, double> models::Model::test_on_batch(const Tensors& x, const Tensors& y,
+                                                           const at::Tensor& sample_weight) {
   return trainer("test_on_batch").test_on_batch(*this, x, y, sample_weight);
 }
 
-Tensors Model::predict_on_batch(const Tensors& x) { return trainer("predict_on_batch").predict_on_batch(*this, x); }
+Tensors models::Model::predict_on_batch(const Tensors& x) {
+  return trainer("predict_on_batch").predict_on_batch(*this, x);
+}
 
 // --- saving --------------------------------------------------------------------
 
-void Model::save(const std::string& dir, bool include_optimizer) {
+void models::Model::save(const std::string& dir, bool include_optimizer) {
   saver("Model::save").save(*this, dir, include_optimizer);
 }
 
-void Model::save_weights(const std::string& path) { saver("Model::save_weights").save_weights(*this, path); }
+void models::Model::save_weights(const std::string& path) { saver("Model::save_weights").save_weights(*this, path); }
 
-void Model::load_weights(const std::string& path) { saver("Model::load_weights").load_weights(*this, path); }
+void models::Model::load_weights(const std::string& path) { saver("Model::load_weights").load_weights(*this, path); }
 
 ModelPtr load_model(const std::string& dir) { return saver("load_model").load_model(dir); }
 

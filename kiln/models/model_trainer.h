@@ -25,7 +25,9 @@
 
 namespace kiln {
 
+namespace models {
 class Model;
+}
 class TrainState;
 
 class ModelTrainer {
@@ -34,30 +36,30 @@ class ModelTrainer {
   // The compiled state for `args`; may adjust `args` (mixed_float16 wraps the
   // optimizer in a LossScaleOptimizer), which Model then keeps as its
   // compile_args().
-  virtual std::shared_ptr<TrainState> compile(Model& model, CompileArgs& args) = 0;
-  virtual History fit(Model& model, const FitArgs& args) = 0;
-  virtual std::map<std::string, double> evaluate(Model& model, const EvaluateArgs& args) = 0;
-  virtual Tensors predict(Model& model, const Tensors& x, const PredictArgs& args) = 0;
-  virtual Tensors predict(Model& model, const Dataset& ds, const PredictArgs& args) = 0;
+  virtual std::shared_ptr<TrainState> compile(models::Model& model, CompileArgs& args) = 0;
+  virtual History fit(models::Model& model, const FitArgs& args) = 0;
+  virtual std::map<std::string, double> evaluate(models::Model& model, const EvaluateArgs& args) = 0;
+  virtual Tensors predict(models::Model& model, const Tensors& x, const PredictArgs& args) = 0;
+  virtual Tensors predict(models::Model& model, const Dataset& ds, const PredictArgs& args) = 0;
   // Model::train_step / test_step's defaults: the compiled step pipeline on
   // one batch; {} (the compiled metrics are the logs).
-  virtual std::map<std::string, double> train_step(Model& model, const Batch& data) = 0;
-  virtual std::map<std::string, double> test_step(Model& model, const Batch& data) = 0;
-  virtual std::map<std::string, double> train_on_batch(Model& model, const Tensors& x, const Tensors& y,
+  virtual std::map<std::string, double> train_step(models::Model& model, const Batch& data) = 0;
+  virtual std::map<std::string, double> test_step(models::Model& model, const Batch& data) = 0;
+  virtual std::map<std::string, double> train_on_batch(models::Model& model, const Tensors& x, const Tensors& y,
                                                        const at::Tensor& sample_weight) = 0;
-  virtual std::map<std::string, double> test_on_batch(Model& model, const Tensors& x, const Tensors& y,
+  virtual std::map<std::string, double> test_on_batch(models::Model& model, const Tensors& x, const Tensors& y,
                                                       const at::Tensor& sample_weight) = 0;
-  virtual Tensors predict_on_batch(Model& model, const Tensors& x) = 0;
-  virtual void reset_metrics(Model& model) = 0;
+  virtual Tensors predict_on_batch(models::Model& model, const Tensors& x) = 0;
+  virtual void reset_metrics(models::Model& model) = 0;
 };
 
 class ModelSaver {
  public:
   virtual ~ModelSaver() = default;
-  virtual void save(Model& model, const std::string& dir, bool include_optimizer) = 0;
-  virtual void save_weights(Model& model, const std::string& path) = 0;
-  virtual void load_weights(Model& model, const std::string& path) = 0;
-  virtual std::shared_ptr<Model> load_model(const std::string& dir) = 0;
+  virtual void save(models::Model& model, const std::string& dir, bool include_optimizer) = 0;
+  virtual void save_weights(models::Model& model, const std::string& path) = 0;
+  virtual void load_weights(models::Model& model, const std::string& path) = 0;
+  virtual std::shared_ptr<models::Model> load_model(const std::string& dir) = 0;
 };
 
 // Install the implementation (one per process; a second replaces the first).

@@ -13,7 +13,8 @@ namespace {
 // Calls `fn` on every non-model layer inside `root`, depth first.
 void visit_leaves(const Layer& root, const std::function<void(Layer&)>& fn) {
   for (auto& l : root.sublayers()) {
-    if (dynamic_cast<Model*>(l.get()) == nullptr && (l->supports_quantization("int8") || l->sublayers().empty())) {
+    if (dynamic_cast<models::Model*>(l.get()) == nullptr &&
+        (l->supports_quantization("int8") || l->sublayers().empty())) {
       fn(*l);
       continue;
     }
@@ -23,13 +24,13 @@ void visit_leaves(const Layer& root, const std::function<void(Layer&)>& fn) {
 
 }  // namespace
 
-bool Model::supports_quantization(const std::string& mode) const {
+bool models::Model::supports_quantization(const std::string& mode) const {
   bool any = false;
   visit_leaves(*this, [&](Layer& l) { any = any || l.supports_quantization(mode); });
   return any;
 }
 
-void Model::quantize(const std::string& mode) {
+void models::Model::quantize(const std::string& mode) {
   if (mode != "int8" && mode != "float8" && mode != "int8_qat")
     throw ValueError("model.quantize: unknown mode '" + mode + "'; kiln knows int8, float8 and int8_qat");
   if (!built())
@@ -49,7 +50,7 @@ void Model::quantize(const std::string& mode) {
                      "\") (int8: Dense, EinsumDense, Embedding; float8 and int8_qat: Dense, EinsumDense)");
 }
 
-std::string Model::quantization_summary() const {
+std::string models::Model::quantization_summary() const {
   std::set<std::string> modes;
   visit_leaves(*this, [&](Layer& l) {
     if (l.dtype_policy().is_quantized()) modes.insert(l.dtype_policy().quantization_mode());
@@ -61,7 +62,7 @@ std::string Model::quantization_summary() const {
 
 // Warns once per process when a policy or quantization mode this model uses
 // cannot run fast on this CPU (kiln/core/cpu_features.h).
-void warn_about_slow_precision(const Model& model) {
+void warn_about_slow_precision(const models::Model& model) {
   std::set<std::string> seen;
   auto check = [&](const DTypePolicy& p) {
     const std::string& src = p.source_name();
@@ -75,7 +76,8 @@ void warn_about_slow_precision(const Model& model) {
   visit_leaves(model, [&](Layer& l) { check(l.dtype_policy()); });
 }
 
-void calibrate(Model& model, const Tensors& x, const quantization::CalibrationOptions& options, int64_t batch_size) {
+void calibrate(models::Model& model, const Tensors& x, const quantization::CalibrationOptions& options,
+               int64_t batch_size) {
   if (options.method != "minmax" && options.method != "percentile")
     throw ValueError("calibration method must be 'minmax' or 'percentile'. Received: '" + options.method + "'");
   if (!(options.percentile > 0 && options.percentile <= 100))

@@ -7,14 +7,14 @@
 
 namespace kiln {
 
-Sequential::Sequential(std::vector<LayerPtr> layers, const std::string& name)
-    : Model(name.empty() ? Json::object() : Json{{"name", name}}) {
+models::SequentialImpl::SequentialImpl(std::vector<LayerPtr> layers, const std::string& name)
+    : models::Model(name.empty() ? Json::object() : Json{{"name", name}}) {
   for (auto& l : layers) add(l);
 }
 
-Sequential::Sequential(std::initializer_list<SequentialItem> items, const std::string& name)
-    : Model(name.empty() ? Json::object() : Json{{"name", name}}) {
-  for (const SequentialItem& item : items) {
+models::SequentialImpl::SequentialImpl(std::initializer_list<models::SequentialItem> items, const std::string& name)
+    : models::Model(name.empty() ? Json::object() : Json{{"name", name}}) {
+  for (const models::SequentialItem& item : items) {
     if (item.layer())
       add(item.layer());
     else
@@ -22,7 +22,7 @@ Sequential::Sequential(std::initializer_list<SequentialItem> items, const std::s
   }
 }
 
-Sequential::Sequential(const Json& config) : Model(config) {
+models::SequentialImpl::SequentialImpl(const Json& config) : models::Model(config) {
   check_config_keys(config, {"name", "trainable", "dtype", "layers", "build_input_shape", "input_dtype"},
                     "the Sequential config");
   if (config.contains("build_input_shape") && !config["build_input_shape"].is_null()) {
@@ -55,7 +55,7 @@ Sequential::Sequential(const Json& config) : Model(config) {
       if (i != 0)
         throw FormatError("Sequential config: an InputLayer may only come first (found at layers[" + std::to_string(i) +
                           "])");
-      auto in = std::dynamic_pointer_cast<InputLayer>(layer_from_json(lj));
+      auto in = std::dynamic_pointer_cast<layers::InputLayerImpl>(layer_from_json(lj));
       input_shape_ = in->batch_shape();
       input_dtype_ = in->input_dtype();
       input_name_ = in->name();
@@ -74,9 +74,9 @@ Sequential::Sequential(const Json& config) : Model(config) {
   if (input_shape_) build_if_needed({*input_shape_});
 }
 
-void Sequential::add(LayerPtr layer) {
+void models::SequentialImpl::add(LayerPtr layer) {
   if (!layer) throw ValueError("Sequential.add: received a null layer");
-  if (auto in = std::dynamic_pointer_cast<InputLayer>(layer)) {
+  if (auto in = std::dynamic_pointer_cast<layers::InputLayerImpl>(layer)) {
     if (!layers_.empty()) throw ValueError("Sequential.add: an Input must come first");
     input_shape_ = in->batch_shape();
     input_dtype_ = in->input_dtype();
@@ -99,24 +99,24 @@ void Sequential::add(LayerPtr layer) {
   }
 }
 
-void Sequential::add(const KerasTensor& input) {
+void models::SequentialImpl::add(const KerasTensor& input) {
   if (!input.node) throw ValueError("Sequential.add: received an empty KerasTensor");
   add(input.node->layer);
 }
 
-void Sequential::pop() {
+void models::SequentialImpl::pop() {
   if (layers_.empty()) throw ValueError("Sequential.pop: the model has no layers");
   layers_.pop_back();
 }
 
-std::vector<Shape> Sequential::input_shapes() const {
+std::vector<Shape> models::SequentialImpl::input_shapes() const {
   if (input_shape_) return {*input_shape_};
   return build_input_shapes();
 }
 
-std::vector<at::ScalarType> Sequential::input_dtypes() const { return {input_dtype_}; }
+std::vector<at::ScalarType> models::SequentialImpl::input_dtypes() const { return {input_dtype_}; }
 
-void Sequential::build(const std::vector<Shape>& input_shapes) {
+void models::SequentialImpl::build(const std::vector<Shape>& input_shapes) {
   if (input_shapes.size() != 1)
     throw ValueError("Sequential model '" + name() + "' takes one input. Received " +
                      std::to_string(input_shapes.size()));
@@ -129,9 +129,12 @@ void Sequential::build(const std::vector<Shape>& input_shapes) {
   }
 }
 
-Tensors Sequential::call(const Tensors& inputs, bool training) { return call_masked(inputs, {}, training, nullptr); }
+Tensors models::SequentialImpl::call(const Tensors& inputs, bool training) {
+  return call_masked(inputs, {}, training, nullptr);
+}
 
-Tensors Sequential::call_masked(const Tensors& inputs, const Tensors& masks, bool training, Tensors* output_masks) {
+Tensors models::SequentialImpl::call_masked(const Tensors& inputs, const Tensors& masks, bool training,
+                                            Tensors* output_masks) {
   // ModelParallel: no gather between a column- and a row-parallel layer.
   if (distribution()) plan_sharded_chain(layers_);
   Tensors x = inputs;
@@ -146,14 +149,14 @@ Tensors Sequential::call_masked(const Tensors& inputs, const Tensors& masks, boo
   return x;
 }
 
-std::vector<Shape> Sequential::compute_output_shape(const std::vector<Shape>& input_shapes) {
+std::vector<Shape> models::SequentialImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
   build_if_needed(input_shapes);
   std::vector<Shape> shapes = input_shapes;
   for (auto& l : layers_) shapes = l->compute_output_shape(shapes);
   return shapes;
 }
 
-Json Sequential::get_config() const {
+Json models::SequentialImpl::get_config() const {
   // Keras 3's form: the InputLayer first, then each layer serialized, and
   // the build shape.
   Json j = base_config();
@@ -178,6 +181,6 @@ Json Sequential::get_config() const {
   return j;
 }
 
-KILN_REGISTER_LAYER(Sequential);
+KILN_REGISTER_LAYER_AS(Sequential, models::SequentialImpl);
 
 }  // namespace kiln

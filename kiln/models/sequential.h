@@ -10,9 +10,12 @@
 
 #include <concepts>
 
+#include "kiln/layers/layer_holder.h"
 #include "kiln/models/model.h"
 
 namespace kiln {
+
+namespace models {
 
 // One entry of Sequential's initializer list, as in Keras's
 // Sequential([keras.Input((784,)), Dense(256), ...]): an Input or a layer.
@@ -29,16 +32,16 @@ class SequentialItem {
   KerasTensor input_;
 };
 
-class Sequential : public Model {
+class SequentialImpl : public Model {
  public:
-  explicit Sequential(std::vector<LayerPtr> layers = {}, const std::string& name = "");
+  explicit SequentialImpl(std::vector<LayerPtr> layers = {}, const std::string& name = "");
   // Sequential({Input({784}), Dense(256, "relu"), Dense(10)}): each entry
   // is add()ed in order, so an Input first builds the model at once.
-  explicit Sequential(std::initializer_list<SequentialItem> items, const std::string& name = "");
+  explicit SequentialImpl(std::initializer_list<SequentialItem> items, const std::string& name = "");
   // Registry form, as Keras 3 writes it: {"name", "trainable", "dtype",
   // "layers": [{"class_name": "InputLayer", ...}, {"class_name", "config"}...],
   // "build_input_shape": [null, 784]} (kiln's older "input_dtype" is read too).
-  explicit Sequential(const Json& config);
+  explicit SequentialImpl(const Json& config);
   std::string class_name() const override { return "Sequential"; }
 
   void add(LayerPtr layer);
@@ -65,5 +68,11 @@ class Sequential : public Model {
   at::ScalarType input_dtype_ = at::kFloat;
   std::string input_name_;  // the InputLayer's name in the config
 };
+KILN_LAYER_HOLDER(Sequential, std::initializer_list<SequentialItem>);
+
+}  // namespace models
 
 }  // namespace kiln
+
+#define KILN_LEGACY_MODELS_SEQUENTIAL_H
+#include "kiln/models/legacy_names.h"

@@ -50,8 +50,8 @@ int64_t bytes_of(const std::vector<VariablePtr>& vs) {
 
 }  // namespace
 
-std::string Model::summary_string(int line_length) {
-  auto* functional = dynamic_cast<Functional*>(this);
+std::string models::Model::summary_string(int line_length) {
+  auto* functional = dynamic_cast<models::FunctionalImpl*>(this);
   std::vector<std::string> headers = {"Layer (type)", "Output Shape", "Param #"};
   std::vector<size_t> widths = {33, 24, 15};
   if (functional) {
@@ -99,7 +99,7 @@ std::string Model::summary_string(int line_length) {
         shapes.clear();
       }
     } else if (functional) {
-      if (auto in = std::dynamic_pointer_cast<InputLayer>(l)) {
+      if (auto in = std::dynamic_pointer_cast<layers::InputLayerImpl>(l)) {
         out_shape = shape_to_string(in->batch_shape());
       } else {
         try {
@@ -149,6 +149,6 @@ std::string Model::summary_string(int line_length) {
   return os.str();
 }
 
-void Model::summary(std::ostream& os, int line_length) { os << summary_string(line_length); }
+void models::Model::summary(std::ostream& os, int line_length) { os << summary_string(line_length); }
 
 }  // namespace kiln

@@ -66,21 +66,21 @@ std::unique_ptr<distribute::Partitioner> make_partitioner(const Json& cfg) {
 }
 
 // What lives on the ps tasks: every floating-point weight of the model.
-std::vector<VariablePtr> ps_variables(Model& model) {
+std::vector<VariablePtr> ps_variables(models::Model& model) {
   std::vector<VariablePtr> out;
   for (auto& v : model.weights())
     if (at::isFloatingType(v->dtype())) out.push_back(v);
   return out;
 }
 
-std::vector<distribute::PlacedVariable> place(Model& model, int num_ps, const Json& partitioner) {
+std::vector<distribute::PlacedVariable> place(models::Model& model, int num_ps, const Json& partitioner) {
   std::vector<distribute::VariableToPlace> vars;
   for (auto& v : ps_variables(model)) vars.push_back({v->path(), v->shape(), v->dtype()});
   auto p = make_partitioner(partitioner);
   return distribute::place_variables(vars, num_ps, p.get());
 }
 
-void assign_values(Model& model, const std::map<std::string, at::Tensor>& values) {
+void assign_values(models::Model& model, const std::map<std::string, at::Tensor>& values) {
   at::NoGradGuard ng;
   for (auto& v : ps_variables(model)) {
     auto it = values.find(v->path());
@@ -91,7 +91,8 @@ void assign_values(Model& model, const std::map<std::string, at::Tensor>& values
 // Builds the model with a one-row probe (the variables must exist to be
 // placed); returns the training data of this task as an adapter.
 // `shard`: (num_shards, index) for a worker's share.
-std::unique_ptr<DataAdapter> training_data(Model& model, const FitArgs& a, std::optional<std::pair<int, int>> shard,
+std::unique_ptr<DataAdapter> training_data(models::Model& model, const FitArgs& a,
+                                           std::optional<std::pair<int, int>> shard,
                                            std::optional<EvaluateArgs>* validation) {
   if (validation) {
     if (a.validation_dataset) {
@@ -228,7 +229,7 @@ int ParameterServerStrategy::process_index() const {
   return 1 + cluster_.num_workers() + cluster_.num_ps() + cluster_.task_index;
 }
 
-History ParameterServerStrategy::run_fit(Model& model, const FitArgs& a) {
+History ParameterServerStrategy::run_fit(models::Model& model, const FitArgs& a) {
   if (cluster_.is_ps()) {
     serve(model.train_state().optimizer());
     return {};
@@ -254,7 +255,7 @@ void ParameterServerStrategy::serve(const Optimizer& optimizer) {
 
 // --- worker ----------------------------------------------------------------------------------------
 
-void ParameterServerStrategy::run_worker(Model& model, const FitArgs& a) {
+void ParameterServerStrategy::run_worker(models::Model& model, const FitArgs& a) {
   TrainState& ts = model.train_state();
   const std::string name = "worker:" + std::to_string(cluster_.task_index);
   auto data = training_data(model, a, std::make_pair(cluster_.num_workers(), cluster_.task_index), nullptr);
@@ -390,7 +391,7 @@ void ParameterServerStrategy::run_worker(Model& model, const FitArgs& a) {
 
 // --- chief -----------------------------------------------------------------------------------------
 
-History ParameterServerStrategy::run_chief(Model& model, const FitArgs& a) {
+History ParameterServerStrategy::run_chief(models::Model& model, const FitArgs& a) {
   TrainState& ts = model.train_state();
   std::optional<EvaluateArgs> val;
   auto data = training_data(model, a, std::nullopt, &val);
@@ -449,8 +450,8 @@ History ParameterServerStrategy::run_chief(Model& model, const FitArgs& a) {
     ++stats_.checkpoints;
   };
   const int verbose = a.verbose < 0 ? 2 : a.verbose;
-  CallbackList cbs(a.callbacks, /*add_history=*/true, verbose != 0, &model,
-                   fit_params_json(verbose, a.epochs, steps, val.has_value()));
+  callbacks::CallbackList cbs(a.callbacks, /*add_history=*/true, verbose != 0, &model,
+                              fit_params_json(verbose, a.epochs, steps, val.has_value()));
   FitProgress& prog = ts.progress();
   prog = FitProgress();
   prog.in_fit = true;

@@ -123,7 +123,7 @@ class ParameterServerStrategy : public Distribution, public FitRunner {
   TensorLayout layout_for(const std::string& path, const Shape& shape) const override { return {}; }
   int process_index() const override;
 
-  History run_fit(Model& model, const FitArgs& args) override;
+  History run_fit(models::Model& model, const FitArgs& args) override;
 
   // A ps task's whole job (what fit() does on one): serve with `optimizer`
   // until the chief ends the job. `kiln train` calls it without building the
@@ -131,8 +131,8 @@ class ParameterServerStrategy : public Distribution, public FitRunner {
   void serve(const Optimizer& optimizer);
 
  private:
-  History run_chief(Model& model, const FitArgs& args);
-  void run_worker(Model& model, const FitArgs& args);
+  History run_chief(models::Model& model, const FitArgs& args);
+  void run_worker(models::Model& model, const FitArgs& args);
 
   ParameterServerStrategyOptions options_;
   distribute::PsClusterSpec cluster_;

@@ -32,10 +32,8 @@ using ps::ParameterServerClient;
 
 // A small model's variables: dense (5, 16) + (16), dense_1 (16, 3) + (3).
 std::vector<VariablePtr> model_variables() {
-  auto m = std::make_shared<Sequential>(
-      std::vector<LayerPtr>{std::make_shared<Dense>(DenseOptions{.units = 16, .activation = "relu"}),
-                            std::make_shared<Dense>(DenseOptions{.units = 3})},
-      "small");
+  auto m = models::Sequential(
+      std::vector<LayerPtr>{layers::Dense({.units = 16, .activation = "relu"}), layers::Dense({.units = 3})}, "small");
   m->build({{kNone, 5}});
   return m->weights();
 }

@@ -271,11 +271,11 @@ TEST(Int8, SmallAndLargeInputsGiveTheSameBits) {
 }
 
 // A built Dense with non-trivial weights.
-std::shared_ptr<Sequential> mlp(int64_t in = 64) {
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({in}));
-  m->add(std::make_shared<Dense>(48, "relu"));
-  m->add(std::make_shared<Dense>(10));
+std::shared_ptr<models::SequentialImpl> mlp(int64_t in = 64) {
+  auto m = models::Sequential();
+  m->add(layers::Input({in}));
+  m->add(layers::Dense(48, "relu"));
+  m->add(layers::Dense(10));
   return m;
 }
 
@@ -285,7 +285,7 @@ TEST(QuantizeInt8, DenseStoresInt8KernelsAndStaysCloseToFloat) {
   at::Tensor x = at::randn({32, 64});
   at::Tensor want = m->predict(x);
   m->quantize("int8");
-  auto d = std::dynamic_pointer_cast<Dense>(m->layers().at(0));
+  auto d = std::dynamic_pointer_cast<layers::DenseImpl>(m->layers().at(0));
   EXPECT_EQ(d->kernel(), nullptr);
   EXPECT_EQ(d->dtype_policy().name(), "int8_from_float32");
   EXPECT_EQ(d->kernel_impl().mode(), "int8");
@@ -311,7 +311,7 @@ TEST(QuantizeInt8, SavedModelReloadsBitIdentically) {
   m->save(dir.path() + "/m");
   auto back = load_model(dir.path() + "/m");
   EXPECT_TRUE(at::equal(back->predict(x), m->predict(x)));
-  auto d = std::dynamic_pointer_cast<Dense>(back->layers().at(0));
+  auto d = std::dynamic_pointer_cast<layers::DenseImpl>(back->layers().at(0));
   ASSERT_TRUE(d);
   EXPECT_EQ(d->dtype_policy().name(), "int8_from_float32");
   for (auto& v : d->weights())
@@ -320,7 +320,7 @@ TEST(QuantizeInt8, SavedModelReloadsBitIdentically) {
 
 TEST(QuantizeInt8, EinsumDenseAndEmbedding) {
   set_random_seed(4);
-  auto e = std::make_shared<EinsumDense>("abc,cd->abd", Shape{5, 12}, "d");
+  auto e = layers::EinsumDense("abc,cd->abd", Shape{5, 12}, "d");
   at::Tensor x = at::randn({3, 5, 8});
   at::Tensor want = (*e)(x);
   e->quantize("int8");
@@ -328,12 +328,12 @@ TEST(QuantizeInt8, EinsumDenseAndEmbedding) {
   EXPECT_LT(rel_err(got, want), 0.02);
   EXPECT_EQ(e->kernel(), nullptr);
 
-  auto emb = std::make_shared<Embedding>(20, 6);
+  auto emb = layers::Embedding(20, 6);
   at::Tensor ids = at::randint(0, 20, {4, 7}, at::kLong);
   at::Tensor e_want = (*emb)(ids);
   emb->quantize("int8");
   EXPECT_LT(rel_err((*emb)(ids), e_want), 0.01);
-  EXPECT_THROW(std::make_shared<Embedding>(5, 2)->quantize("float8"), ValueError);
+  EXPECT_THROW(layers::Embedding(5, 2)->quantize("float8"), ValueError);
 }
 
 TEST(QuantizeInt8, CalibratedStaticScalesAreSavedAndUsed) {
@@ -344,7 +344,7 @@ TEST(QuantizeInt8, CalibratedStaticScalesAreSavedAndUsed) {
   m->quantize("int8");
   EXPECT_THROW(calibrate(*m, {x}, {.method = "median"}), ValueError);
   calibrate(*m, {x}, {.method = "minmax"});
-  auto d = std::dynamic_pointer_cast<Dense>(m->layers().at(0));
+  auto d = std::dynamic_pointer_cast<layers::DenseImpl>(m->layers().at(0));
   EXPECT_EQ(d->kernel_impl().activation_scheme(), "static");
   EXPECT_TRUE(d->dtype_policy().static_inputs());
   at::Tensor scale;
@@ -363,7 +363,7 @@ TEST(QuantizeInt8, CalibratedStaticScalesAreSavedAndUsed) {
   p->predict(x);
   p->quantize("int8");
   calibrate(*p, {x}, {.method = "percentile", .percentile = 99.0});
-  for (auto& v : std::dynamic_pointer_cast<Dense>(p->layers().at(0))->weights())
+  for (auto& v : std::dynamic_pointer_cast<layers::DenseImpl>(p->layers().at(0))->weights())
     if (v->name() == "inputs_scale") EXPECT_GT(v->value().item<float>(), scale.item<float>());
 }
 
@@ -373,7 +373,7 @@ TEST(QuantizeInt8, QuantizationAwareTrainingMatchesTheConvertedModel) {
   at::Tensor x = at::randn({16, 64});
   m->predict(x);
   m->quantize("int8_qat");
-  auto d = std::dynamic_pointer_cast<Dense>(m->layers().at(0));
+  auto d = std::dynamic_pointer_cast<layers::DenseImpl>(m->layers().at(0));
   EXPECT_TRUE(d->kernel());  // the float kernel trains
   m->compile("sgd", "mse");
   at::Tensor before = d->kernel()->value().clone();
@@ -398,7 +398,7 @@ TEST(QuantizeFloat8, TrainingAdvancesScalesAndHistoriesWhichAreSaved) {
   m->predict(x);
   at::Tensor want = m->predict(x);
   m->quantize("float8");
-  auto d = std::dynamic_pointer_cast<Dense>(m->layers().at(0));
+  auto d = std::dynamic_pointer_cast<layers::DenseImpl>(m->layers().at(0));
   EXPECT_EQ(d->dtype_policy().name(), "float8_from_float32");
   std::map<std::string, VariablePtr> vars;
   for (auto& v : d->weights()) vars[v->name()] = v;
@@ -549,10 +549,10 @@ TEST(MixedPrecision, MixedFloat16CompilesWithLossScalingAndKeepsFloat32Variables
   // Linear layers only: LibTorch 1.13 has no float16 relu on CPU (kiln's
   // float16 GEMMs run upcast).
   set_dtype_policy("mixed_float16");
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({16}));
-  m->add(std::make_shared<Dense>(8));
-  m->add(std::make_shared<Dense>(10));
+  auto m = models::Sequential();
+  m->add(layers::Input({16}));
+  m->add(layers::Dense(8));
+  m->add(layers::Dense(10));
   set_dtype_policy("float32");
   m->compile("sgd", "mse");
   EXPECT_EQ(m->compile_args().optimizer->class_name(), "LossScaleOptimizer");
@@ -568,7 +568,7 @@ TEST(MixedPrecision, MixedFloat16CompilesWithLossScalingAndKeepsFloat32Variables
 TEST(MixedPrecision, Bfloat16DenseAccumulatesInFloat32EvenForOneRow) {
   set_random_seed(9);
   set_dtype_policy("mixed_bfloat16");
-  auto d = std::make_shared<Dense>(DenseOptions{.units = 64, .use_bias = false});
+  auto d = layers::Dense({.units = 64, .use_bias = false});
   set_dtype_policy("float32");
   for (int64_t rows : {1, 64}) {
     at::Tensor x = at::randn({rows, 64});
@@ -617,15 +617,15 @@ Mnist mnist() {
           d.x_test.reshape({-1, 784}).to(at::kFloat) / 255.0, d.y_test};
 }
 
-double accuracy(Model& m, const at::Tensor& x, const at::Tensor& y) {
+double accuracy(models::Model& m, const at::Tensor& x, const at::Tensor& y) {
   return (m.predict(x, {.batch_size = 1024}).argmax(-1) == y).to(at::kFloat).mean().item<double>() * 100;
 }
 
-std::shared_ptr<Sequential> fashion_mlp() {
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({784}));
-  m->add(std::make_shared<Dense>(128, "relu"));
-  m->add(std::make_shared<Dense>(10, "softmax"));
+std::shared_ptr<models::SequentialImpl> fashion_mlp() {
+  auto m = models::Sequential();
+  m->add(layers::Input({784}));
+  m->add(layers::Dense(128, "relu"));
+  m->add(layers::Dense(10, "softmax"));
   m->compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
   return m;
 }

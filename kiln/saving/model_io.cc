@@ -110,7 +110,7 @@ std::string staging_path(const std::string& dir, const std::string& what) {
   return join_path(dir, "." + what + ".tmp-" + host_tag() + "-" + std::to_string(::getpid()) + "-" + s);
 }
 
-NamedTensors named_weights(const Model& model) {
+NamedTensors named_weights(const models::Model& model) {
   NamedTensors out;
   std::set<std::string> seen;
   for (auto& v : model.weights()) {
@@ -122,7 +122,7 @@ NamedTensors named_weights(const Model& model) {
   return out;
 }
 
-bool has_sharded_variables(const Model& model) {
+bool has_sharded_variables(const models::Model& model) {
   for (auto& v : model.weights())
     if (v->sharded()) return true;
   return false;
@@ -139,7 +139,7 @@ const Variable* slot_owner(const std::map<std::string, const Variable*>& by_path
   return nullptr;
 }
 
-std::map<std::string, const Variable*> sharded_by_path(const Model& model) {
+std::map<std::string, const Variable*> sharded_by_path(const models::Model& model) {
   std::map<std::string, const Variable*> out;
   for (auto& v : model.weights())
     if (v->sharded()) out[v->path()] = v.get();
@@ -156,7 +156,7 @@ at::Tensor local_part(const Variable& v, const at::Tensor& t) {
 
 }  // namespace
 
-SavedState gather_saved_state(const Model& model, bool include_optimizer) {
+SavedState gather_saved_state(const models::Model& model, bool include_optimizer) {
   SavedState s;
   auto dist = distribution();
   std::set<std::string> seen;
@@ -186,7 +186,8 @@ SavedState gather_saved_state(const Model& model, bool include_optimizer) {
   return s;
 }
 
-std::map<std::string, at::Tensor> local_optimizer_state(const Model& model, std::map<std::string, at::Tensor> state) {
+std::map<std::string, at::Tensor> local_optimizer_state(const models::Model& model,
+                                                        std::map<std::string, at::Tensor> state) {
   const auto sharded = sharded_by_path(model);
   if (sharded.empty()) return state;
   for (auto& [k, t] : state)
@@ -236,7 +237,7 @@ bool assign_by_position(const std::vector<VariablePtr>& vars, const NamedTensors
 
 }  // namespace
 
-void assign_named_weights(Model& model, const NamedTensors& tensors, const std::string& what) {
+void assign_named_weights(models::Model& model, const NamedTensors& tensors, const std::string& what) {
   std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
   auto vars = model.weights();
   bool all_named = true;
@@ -269,7 +270,7 @@ void assign_named_weights(Model& model, const NamedTensors& tensors, const std::
   note();
 }
 
-Json model_signatures(Model& model) {
+Json model_signatures(models::Model& model) {
   Json inputs = Json::object(), outputs = Json::object();
   auto shapes = model.input_shapes();
   auto dtypes = model.input_dtypes();
@@ -294,9 +295,9 @@ namespace {
 // Saver when it loads.
 class Saver final : public ModelSaver {
  public:
-  void save(Model& model, const std::string& dir, bool include_optimizer) override;
-  void save_weights(Model& model, const std::string& path) override;
-  void load_weights(Model& model, const std::string& path) override;
+  void save(models::Model& model, const std::string& dir, bool include_optimizer) override;
+  void save_weights(models::Model& model, const std::string& path) override;
+  void load_weights(models::Model& model, const std::string& path) override;
   ModelPtr load_model(const std::string& dir) override;
 };
 
@@ -304,7 +305,7 @@ class Saver final : public ModelSaver {
 
 }  // namespace
 
-void Saver::save(Model& model, const std::string& dir, bool include_optimizer) {
+void Saver::save(models::Model& model, const std::string& dir, bool include_optimizer) {
   if (model.input_shapes().empty())
     throw StateError("model '" + model.name() + "' is not built; call it, fit it or give it an Input before save()");
   Json mj;
@@ -344,7 +345,7 @@ void Saver::save(Model& model, const std::string& dir, bool include_optimizer) {
   out.commit(/*replace=*/true);
 }
 
-void Saver::save_weights(Model& model, const std::string& path) {
+void Saver::save_weights(models::Model& model, const std::string& path) {
   if (path.size() < 12 || path.substr(path.size() - 12) != ".safetensors")
     throw ValueError("save_weights: the file name must end in .safetensors. Received: " + path);
   const SavedState state = gather_saved_state(model, false);  // ModelParallel: every process gathers
@@ -353,7 +354,7 @@ void Saver::save_weights(Model& model, const std::string& path) {
   save_safetensors(path, state.weights, {{"format", "kiln"}});
 }
 
-void Saver::load_weights(Model& model, const std::string& path) {
+void Saver::load_weights(models::Model& model, const std::string& path) {
   assign_named_weights(model, load_safetensors(path), path);
 }
 
@@ -407,7 +408,7 @@ ModelPtr Saver::load_model(const std::string& dir) {
   } catch (const NotFoundError& e) {
     throw FormatError(dir + "/model.json: " + e.what());
   }
-  auto model = std::dynamic_pointer_cast<Model>(layer);
+  auto model = std::dynamic_pointer_cast<models::Model>(layer);
   if (!model)
     throw FormatError(dir + "/model.json describes a " + mj["class_name"].get<std::string>() + ", not a model");
   if (model->input_shapes().empty()) throw FormatError(dir + "/model.json has no input shape to build the model with");

@@ -31,7 +31,7 @@ constexpr int kModelFormatVersion = 1;
 // Signatures as `kiln show` and the server see them:
 // {"serving_default": {"inputs": {name: {"dtype", "shape"}}, "outputs": {...},
 //  "method_name": "predict"}}
-Json model_signatures(Model& model);
+Json model_signatures(models::Model& model);
 
 // model.json of a model directory, validated (FormatError names what is missing).
 Json read_model_json(const std::string& dir);
@@ -63,14 +63,14 @@ bool register_model_directory_loader(const std::string& class_name, ModelDirecto
 // Variables keyed by path, in model order, as this process holds them (a
 // shard of each sharded variable under ModelParallel). Error on duplicate
 // paths.
-NamedTensors named_weights(const Model& model);
+NamedTensors named_weights(const models::Model& model);
 // Assigns by path; FormatError names missing/extra/mismatched entries. A
 // sharded variable (ModelParallel) takes its part of a whole tensor, so a
 // file saved from any mesh (or none) loads into any other.
-void assign_named_weights(Model& model, const NamedTensors& tensors, const std::string& what);
+void assign_named_weights(models::Model& model, const NamedTensors& tensors, const std::string& what);
 
 // --- Sharded variables (ModelParallel) ------------------------------------
-bool has_sharded_variables(const Model& model);
+bool has_sharded_variables(const models::Model& model);
 // What model files hold: the weights and, with `include_optimizer` (and an
 // optimizer), the optimizer's state, whole: sharded variables and their
 // optimizer slots gathered from their shards. With sharded variables this
@@ -82,9 +82,10 @@ bool has_sharded_variables(const Model& model);
 struct SavedState {
   NamedTensors weights, optimizer;
 };
-SavedState gather_saved_state(const Model& model, bool include_optimizer);
+SavedState gather_saved_state(const models::Model& model, bool include_optimizer);
 // The part of a saved (whole) optimizer state this process holds: the
 // slots of sharded variables cut like their variable.
-std::map<std::string, at::Tensor> local_optimizer_state(const Model& model, std::map<std::string, at::Tensor> state);
+std::map<std::string, at::Tensor> local_optimizer_state(const models::Model& model,
+                                                        std::map<std::string, at::Tensor> state);
 
 }  // namespace kiln

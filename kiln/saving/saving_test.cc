@@ -98,12 +98,12 @@ TEST(Safetensors, MissingFileIsNotFound) {
   EXPECT_THROW(load_safetensors("/nonexistent/w.safetensors"), NotFoundError);
 }
 
-std::shared_ptr<Sequential> small_mlp() {
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({6}));
-  m->add(std::make_shared<Dense>(8, "relu"));
-  m->add(std::make_shared<Dropout>(0.5));
-  m->add(std::make_shared<Dense>(3, "softmax"));
+std::shared_ptr<models::SequentialImpl> small_mlp() {
+  auto m = models::Sequential();
+  m->add(layers::Input({6}));
+  m->add(layers::Dense(8, "relu"));
+  m->add(layers::Dropout(0.5));
+  m->add(layers::Dense(3, "softmax"));
   return m;
 }
 
@@ -140,13 +140,13 @@ TEST(ModelDirectory, SaveLoadGivesBitIdenticalPredictionsAndCompileState) {
 
 TEST(ModelDirectory, FunctionalModelRoundTrips) {
   TempDir dir;
-  auto a = Input({4}, at::kFloat, "a");
-  auto b = Input({4}, at::kFloat, "b");
-  auto h = (*std::make_shared<Dense>(5, "relu"))(a);
-  auto g = (*std::make_shared<Dense>(5))(b);
-  auto sum = (*std::make_shared<Add>())(KerasTensors{h, g});
-  auto out = (*std::make_shared<Dense>(2))(sum);
-  auto model = std::make_shared<Functional>(KerasTensors{a, b}, KerasTensors{out});
+  auto a = layers::Input({4}, at::kFloat, "a");
+  auto b = layers::Input({4}, at::kFloat, "b");
+  auto h = layers::Dense(5, "relu")(a);
+  auto g = layers::Dense(5)(b);
+  auto sum = layers::Add()(KerasTensors{h, g});
+  auto out = layers::Dense(2)(sum);
+  auto model = models::Functional(KerasTensors{a, b}, KerasTensors{out});
   model->save(dir.path() + "/f");
   auto loaded = load_model(dir.path() + "/f");
   auto xa = at::randn({7, 4}), xb = at::randn({7, 4});
@@ -171,9 +171,9 @@ TEST(ModelDirectory, DamagedDirectoriesGiveErrorsNamingTheFile) {
   atomic_write_file(dir.path() + "/m/model.json", "{\"format\": ");
   EXPECT_THROW(load_model(dir.path() + "/m"), FormatError);
   // Weights of another architecture are rejected by name.
-  auto other = std::make_shared<Sequential>();
-  other->add(Input({6}));
-  other->add(std::make_shared<Dense>(4));
+  auto other = models::Sequential();
+  other->add(layers::Input({6}));
+  other->add(layers::Dense(4));
   other->save_weights(dir.path() + "/o.safetensors");
   EXPECT_THROW(model->load_weights(dir.path() + "/o.safetensors"), FormatError);
 }
@@ -251,7 +251,7 @@ TEST(ModelDirectory, WeightsInAnotherDtypeLoadOnlyWhenNoValueChanges) {
     for (auto& [name, t] : saved) out.emplace_back(name, f(t));
     save_safetensors(w, out);
   };
-  auto weights_of = [](Model& m) {
+  auto weights_of = [](models::Model& m) {
     std::vector<at::Tensor> out;
     for (auto& v : m.weights()) out.push_back(v->value().detach().clone());
     return out;

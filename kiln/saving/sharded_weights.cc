@@ -24,7 +24,7 @@ Ranges ranges_of(const Variable& v) {
 
 }  // namespace
 
-void save_sharded_weights(const Model& model, const std::string& dir) {
+void save_sharded_weights(const models::Model& model, const std::string& dir) {
   auto dist = distribution();
   const int me = process_index();
   const auto vars = model.weights();
@@ -68,7 +68,7 @@ void save_sharded_weights(const Model& model, const std::string& dir) {
   atomic_write_file(join_path(dir, "index.json"), index.dump(1) + "\n");
 }
 
-void load_sharded_weights(Model& model, const std::string& dir) {
+void load_sharded_weights(models::Model& model, const std::string& dir) {
   const std::string index_path = join_path(dir, "index.json");
   if (!path_exists(index_path))
     throw FormatError(dir + " has no index.json: not a sharded-weights directory, or its save was interrupted");

@@ -28,10 +28,10 @@ namespace kiln {
 
 // A collective under a distribution: every process calls it. `dir` must not
 // hold another save (ValueError).
-void save_sharded_weights(const Model& model, const std::string& dir);
+void save_sharded_weights(const models::Model& model, const std::string& dir);
 // Each process assembles its part of every variable from the pieces that
 // overlap it. FormatError for a missing index, a variable the files lack or
 // cover only in part, or a shape that differs.
-void load_sharded_weights(Model& model, const std::string& dir);
+void load_sharded_weights(models::Model& model, const std::string& dir);
 
 }  // namespace kiln

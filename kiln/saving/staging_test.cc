@@ -43,12 +43,10 @@ pid_t dead_pid() {
 }
 
 // 3 -> units -> units -> 2.
-std::shared_ptr<Sequential> small_model(int64_t units = 4) {
+std::shared_ptr<models::SequentialImpl> small_model(int64_t units = 4) {
   clear_session();
-  auto m = std::make_shared<Sequential>(
-      std::vector<LayerPtr>{std::make_shared<Dense>(units, "relu"), std::make_shared<Dense>(units, "relu"),
-                            std::make_shared<Dense>(2)},
-      "m");
+  auto m = models::Sequential(
+      std::vector<LayerPtr>{layers::Dense(units, "relu"), layers::Dense(units, "relu"), layers::Dense(2)}, "m");
   m->build_if_needed({{kNone, 3}});
   return m;
 }

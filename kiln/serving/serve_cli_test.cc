@@ -224,12 +224,12 @@ TEST(KilnServe, SigtermEndsTheServerWithinItsBoundWhileAVersionIsStillLoading) {
   ChildProcess& p = *served.process;
   httplib::Client& c = *served.client;
   {  // version 2: 4 -> 1024, repeated 512 times -> 1024 -> 1, with a warmup of many requests
-    auto m = std::make_shared<Sequential>();
-    m->add(Input({4}));
-    m->add(std::make_shared<Dense>(1024));
-    m->add(std::make_shared<RepeatVector>(512));
-    m->add(std::make_shared<Dense>(1024));
-    m->add(std::make_shared<Dense>(1));
+    auto m = models::Sequential();
+    m->add(layers::Input({4}));
+    m->add(layers::Dense(1024));
+    m->add(layers::RepeatVector(512));
+    m->add(layers::Dense(1024));
+    m->add(layers::Dense(1));
     m->save(dir.path() + "/staging");
     make_dirs(dir.path() + "/staging/assets/extra");
     std::ofstream f(dir.path() + "/staging/assets/extra/warmup_requests.jsonl");
@@ -636,10 +636,10 @@ TEST(KilnServe, BadTlsAndTokenFilesAreOneLineAndExitCode2) {
 TEST(KilnQuantize, PublishesAnInt8VersionThatShowPredictAndServeRun) {
   TempDir dir;
   set_random_seed(5);
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({4}));
-  m->add(std::make_shared<Dense>(16, "relu"));
-  m->add(std::make_shared<Dense>(3));
+  auto m = models::Sequential();
+  m->add(layers::Input({4}));
+  m->add(layers::Dense(16, "relu"));
+  m->add(layers::Dense(3));
   at::Tensor x = at::randn({5, 4});
   m->predict(x);
   m->save(dir.path() + "/m/1");

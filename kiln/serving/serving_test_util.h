@@ -22,9 +22,9 @@ namespace kiln::serving::testing {
 
 // Sequential(Input(4) -> Dense(3)) with every weight = `fill`, saved at dir.
 inline ModelPtr save_tiny_model(const std::string& dir, float fill) {
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({4}));
-  m->add(std::make_shared<Dense>(3));
+  auto m = models::Sequential();
+  m->add(layers::Input({4}));
+  m->add(layers::Dense(3));
   for (auto& w : m->weights()) w->value().data().fill_(fill);
   m->save(dir);
   return m;

@@ -68,7 +68,7 @@ DataSplits load_data(const Json& data);
 // The tensors for `model`'s inputs and outputs, in its order: named data
 // is matched by the model's input and output names (a single input or
 // output may have any name); ValueError naming what is missing.
-void model_data(const DataSplits& data, const Model& model, bool test, std::vector<at::Tensor>* x,
+void model_data(const DataSplits& data, const models::Model& model, bool test, std::vector<at::Tensor>* x,
                 std::vector<at::Tensor>* y);
 
 // --- model ("model" section) -------------------------------------------------

@@ -50,7 +50,7 @@ const std::vector<Maker>& makers() {
       {"EarlyStopping",
        {"monitor", "min_delta", "patience", "verbose", "mode", "baseline", "restore_best_weights", "start_from_epoch"},
        [](const Json& c, const std::string&) {
-         EarlyStoppingOptions o;
+         callbacks::EarlyStoppingOptions o;
          o.monitor = get_or<std::string>(c, "monitor", o.monitor);
          o.min_delta = get_or<double>(c, "min_delta", o.min_delta);
          o.patience = int_or<int>(c, "patience", o.patience, "");
@@ -59,13 +59,13 @@ const std::vector<Maker>& makers() {
          o.baseline = opt_double(c, "baseline");
          o.restore_best_weights = get_or<bool>(c, "restore_best_weights", o.restore_best_weights);
          o.start_from_epoch = int_or<int>(c, "start_from_epoch", o.start_from_epoch, "");
-         return std::make_shared<EarlyStopping>(o);
+         return callbacks::EarlyStopping(o);
        }},
       {"ModelCheckpoint",
        {"filepath", "monitor", "verbose", "save_best_only", "save_weights_only", "mode", "save_freq",
         "initial_value_threshold"},
        [](const Json& c, const std::string& where) {
-         ModelCheckpointOptions o;
+         callbacks::ModelCheckpointOptions o;
          o.monitor = get_or<std::string>(c, "monitor", o.monitor);
          o.verbose = int_or<int>(c, "verbose", o.verbose, "");
          o.save_best_only = get_or<bool>(c, "save_best_only", o.save_best_only);
@@ -73,35 +73,35 @@ const std::vector<Maker>& makers() {
          o.mode = get_or<std::string>(c, "mode", o.mode);
          o.save_freq = save_freq(c, "save_freq");
          o.initial_value_threshold = opt_double(c, "initial_value_threshold");
-         return std::make_shared<ModelCheckpoint>(required_path(c, "filepath", where), o);
+         return callbacks::ModelCheckpoint(required_path(c, "filepath", where), o);
        }},
       {"BackupAndRestore",
        {"backup_dir", "save_freq", "delete_checkpoint", "keep"},
        [](const Json& c, const std::string& where) {
-         BackupAndRestoreOptions o;
+         callbacks::BackupAndRestoreOptions o;
          o.save_freq = save_freq(c, "save_freq");
          o.delete_checkpoint = get_or<bool>(c, "delete_checkpoint", o.delete_checkpoint);
          o.keep = int_or<int>(c, "keep", o.keep, "");
-         return std::make_shared<BackupAndRestore>(required_path(c, "backup_dir", where), o);
+         return callbacks::BackupAndRestore(required_path(c, "backup_dir", where), o);
        }},
       {"CSVLogger",
        {"filename", "separator", "append"},
        [](const Json& c, const std::string& where) {
-         return std::make_shared<CSVLogger>(CSVLoggerOptions{.filename = required_path(c, "filename", where),
-                                                             .separator = get_or<std::string>(c, "separator", ","),
-                                                             .append = get_or<bool>(c, "append", false)});
+         return callbacks::CSVLogger({.filename = required_path(c, "filename", where),
+                                      .separator = get_or<std::string>(c, "separator", ","),
+                                      .append = get_or<bool>(c, "append", false)});
        }},
       {"TensorBoard",
        {"log_dir", "update_freq"},
        [](const Json& c, const std::string&) {
-         TensorBoardOptions o;
+         callbacks::TensorBoardOptions o;
          o.update_freq = save_freq(c, "update_freq");
-         return std::make_shared<TensorBoard>(get_or<std::string>(c, "log_dir", "logs"), o);
+         return callbacks::TensorBoard(get_or<std::string>(c, "log_dir", "logs"), o);
        }},
       {"ReduceLROnPlateau",
        {"monitor", "factor", "patience", "verbose", "mode", "min_delta", "cooldown", "min_lr"},
        [](const Json& c, const std::string&) {
-         ReduceLROnPlateauOptions o;
+         callbacks::ReduceLROnPlateauOptions o;
          o.monitor = get_or<std::string>(c, "monitor", o.monitor);
          o.factor = get_or<double>(c, "factor", o.factor);
          o.patience = int_or<int>(c, "patience", o.patience, "");
@@ -110,9 +110,9 @@ const std::vector<Maker>& makers() {
          o.min_delta = get_or<double>(c, "min_delta", o.min_delta);
          o.cooldown = int_or<int>(c, "cooldown", o.cooldown, "");
          o.min_lr = get_or<double>(c, "min_lr", o.min_lr);
-         return std::make_shared<ReduceLROnPlateau>(o);
+         return callbacks::ReduceLROnPlateau(o);
        }},
-      {"TerminateOnNaN", {}, [](const Json&, const std::string&) { return std::make_shared<TerminateOnNaN>(); }},
+      {"TerminateOnNaN", {}, [](const Json&, const std::string&) { return callbacks::TerminateOnNaN(); }},
   };
   return m;
 }

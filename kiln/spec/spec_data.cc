@@ -260,7 +260,7 @@ DataSplits load_named_csv(const Json& d, const std::string& source) {
 
 }  // namespace
 
-void model_data(const DataSplits& data, const Model& model, bool test, Tensors* x, Tensors* y) {
+void model_data(const DataSplits& data, const models::Model& model, bool test, Tensors* x, Tensors* y) {
   if (data.input_names.empty()) {
     *x = {test ? data.x_test : data.x_train};
     *y = {test ? data.y_test : data.y_train};

@@ -49,8 +49,8 @@ std::vector<int64_t> int_list(const Json& args, const char* key, std::vector<int
 // an error names the entry at fault.
 ModelPtr sequential_from(const std::vector<Json>& layers, const Shape& shape, at::ScalarType dtype,
                          const std::string& name, const std::string& where) {
-  auto model = std::make_shared<Sequential>(std::vector<LayerPtr>{}, name);
-  model->add(Input(shape, dtype));
+  auto model = models::Sequential(std::vector<LayerPtr>{}, name);
+  model->add(layers::Input(shape, dtype));
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::string at = where + "[" + std::to_string(i) + "]";
     const Json& lj = layers[i];
@@ -194,7 +194,7 @@ ModelPtr build_model(const Json& m, const std::optional<Shape>& input_shape) {
     } catch (const UserError& e) {
       throw ValueError(std::string("the `model` section: ") + e.what());
     }
-    auto model = std::dynamic_pointer_cast<Model>(layer);
+    auto model = std::dynamic_pointer_cast<models::Model>(layer);
     if (!model)
       throw ValueError("the `model` section describes a " + m["class_name"].get<std::string>() +
                        " layer, not a model; use \"Sequential\" or \"Functional\", or list layers under `layers`");

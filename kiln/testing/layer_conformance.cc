@@ -72,7 +72,8 @@ void check_shapes(const LayerTestCase& c, Layer& layer, const Tensors& inputs, c
   LayerPtr fresh = c.make();
   KerasTensors ins;
   for (size_t i = 0; i < c.input_shapes.size(); ++i)
-    ins.push_back(Input(Shape(c.input_shapes[i].begin() + 1, c.input_shapes[i].end()), inputs[i].scalar_type()));
+    ins.push_back(
+        layers::Input(Shape(c.input_shapes[i].begin() + 1, c.input_shapes[i].end()), inputs[i].scalar_type()));
   KerasTensors outs = (*fresh)(ins);
   ASSERT_EQ(outs.size(), expected_sym.size());
   for (size_t i = 0; i < outs.size(); ++i)

@@ -9,7 +9,8 @@
 
 namespace kiln {
 
-BackupAndRestore::BackupAndRestore(std::string backup_dir, BackupAndRestoreOptions options)
+callbacks::BackupAndRestoreImpl::BackupAndRestoreImpl(std::string backup_dir,
+                                                      callbacks::BackupAndRestoreOptions options)
     : dir_(std::move(backup_dir)), o_(options) {
   if (dir_.empty()) throw ValueError("BackupAndRestore: `backup_dir` must not be empty");
   if (o_.keep < 1) throw ValueError("BackupAndRestore: `keep` must be >= 1. Received: keep=" + std::to_string(o_.keep));
@@ -18,10 +19,10 @@ BackupAndRestore::BackupAndRestore(std::string backup_dir, BackupAndRestoreOptio
 namespace {
 
 // Every callback's state and stop_training, as they are now.
-void add_callback_state(Model& model, ResumePoint& point) {
+void add_callback_state(models::Model& model, ResumePoint& point) {
   point.stop_training = model.stop_training;
-  if (CallbackList* cbs = model.train_state().progress().callbacks) {
-    CallbackList::States st = cbs->get_states();
+  if (callbacks::CallbackList* cbs = model.train_state().progress().callbacks) {
+    callbacks::CallbackList::States st = cbs->get_states();
     point.callback_states = std::move(st.json);
     point.callback_tensors = std::move(st.tensors);
   }
@@ -29,7 +30,7 @@ void add_callback_state(Model& model, ResumePoint& point) {
 
 }  // namespace
 
-void BackupAndRestore::on_train_begin(const Logs&) {
+void callbacks::BackupAndRestoreImpl::on_train_begin(const Logs&) {
   counter_.reset();
   restored_ = false;
   auto point = restore_training_checkpoint(dir_, model());
@@ -41,7 +42,7 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   model().train_state().progress().resume = std::move(*point);
 }
 
-void BackupAndRestore::on_train_batch_end(int64_t batch, const Logs&) {
+void callbacks::BackupAndRestoreImpl::on_train_batch_end(int64_t batch, const Logs&) {
   if (o_.save_freq.per_epoch() || !counter_.should_save(batch, o_.save_freq.batches())) return;
   TrainState& ts = model().train_state();
   const FitProgress& p = ts.progress();
@@ -69,7 +70,7 @@ void BackupAndRestore::on_train_batch_end(int64_t batch, const Logs&) {
   });
 }
 
-void BackupAndRestore::on_epoch_end(int epoch, Logs&) {
+void callbacks::BackupAndRestoreImpl::on_epoch_end(int epoch, Logs&) {
   if (!o_.save_freq.per_epoch()) return;
   ResumePoint point;
   point.epoch = epoch + 1;
@@ -87,7 +88,7 @@ void BackupAndRestore::on_epoch_end(int epoch, Logs&) {
   });
 }
 
-void BackupAndRestore::on_train_end(const Logs&) {
+void callbacks::BackupAndRestoreImpl::on_train_end(const Logs&) {
   if (o_.delete_checkpoint && is_chief()) remove_all(dir_);
 }
 

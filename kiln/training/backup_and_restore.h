@@ -38,10 +38,13 @@
 
 #include <string>
 
+#include "kiln/layers/layer_holder.h"
 #include "kiln/training/callback.h"
 #include "kiln/training/save_freq.h"
 
 namespace kiln {
+
+namespace callbacks {
 
 struct BackupAndRestoreOptions {
   SaveFreq save_freq = SaveFreq();  // "epoch" or N batches
@@ -49,9 +52,9 @@ struct BackupAndRestoreOptions {
   int keep = 2;  // checkpoints kept (>= 1); older ones are the fallback if the newest is damaged
 };
 
-class BackupAndRestore : public Callback {
+class BackupAndRestoreImpl : public Callback {
  public:
-  explicit BackupAndRestore(std::string backup_dir, BackupAndRestoreOptions options = {});
+  explicit BackupAndRestoreImpl(std::string backup_dir, BackupAndRestoreOptions options = {});
 
   void on_train_begin(const Logs& logs) override;
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
@@ -78,5 +81,11 @@ class BackupAndRestore : public Callback {
   int restored_epoch_ = 0;
   int64_t restored_batch_ = 0;
 };
+KILN_LAYER_HOLDER(BackupAndRestore, void);
+
+}  // namespace callbacks
 
 }  // namespace kiln
+
+#define KILN_LEGACY_CALLBACKS_BACKUP_AND_RESTORE_H
+#include "kiln/training/legacy_names.h"

@@ -21,7 +21,7 @@ struct Interrupted : std::runtime_error {
 
 // Throws after the global batch `at_batch` (0-based, counted across epochs)
 // ends, or when epoch `at_epoch` begins: a process dying at that moment.
-class Crash : public Callback {
+class Crash : public callbacks::Callback {
  public:
   Crash(int64_t at_batch, int at_epoch = -1) : at_batch_(at_batch), at_epoch_(at_epoch) {}
   void on_epoch_begin(int epoch, const Logs&) override {
@@ -40,7 +40,7 @@ class Crash : public Callback {
 struct RunResult {
   Tensors weights;
   History history;
-  std::shared_ptr<BackupAndRestore> backup;
+  std::shared_ptr<callbacks::BackupAndRestoreImpl> backup;
 };
 
 enum class Source { kTensors, kDataset };
@@ -49,7 +49,7 @@ enum class Source { kTensors, kDataset };
 // 4 training batches per epoch after a 0.2 validation split). Adam, dropout
 // and shuffling exercise optimizer slots, the LibTorch generator and the
 // host RNG.
-RunResult program(const std::string& backup_dir, BackupAndRestoreOptions opt, CallbackPtr crash = nullptr,
+RunResult program(const std::string& backup_dir, callbacks::BackupAndRestoreOptions opt, CallbackPtr crash = nullptr,
                   Source input = Source::kTensors) {
   set_random_seed(21);
   auto model = make_model(optimizer("Adam", 0.02), /*dropout=*/0.25);
@@ -69,7 +69,7 @@ RunResult program(const std::string& backup_dir, BackupAndRestoreOptions opt, Ca
   }
   RunResult r;
   if (!backup_dir.empty()) {
-    r.backup = std::make_shared<BackupAndRestore>(backup_dir, opt);
+    r.backup = callbacks::BackupAndRestore(backup_dir, opt);
     a.callbacks.push_back(r.backup);
   }
   if (crash) a.callbacks.push_back(crash);

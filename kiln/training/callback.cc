@@ -11,7 +11,7 @@
 
 namespace kiln {
 
-Model& Callback::model() const {
+models::Model& callbacks::Callback::model() const {
   if (!model_) throw StateError("this callback has no model; it is only usable inside fit()/evaluate()/predict()");
   return *model_;
 }
@@ -25,7 +25,7 @@ void check_mode(const std::string& owner, const std::string& mode) {
         mode + "\"");
 }
 
-bool monitor_is_max(const std::string& monitor, const std::string& mode, Model* model) {
+bool monitor_is_max(const std::string& monitor, const std::string& mode, models::Model* model) {
   if (mode == "max") return true;
   if (mode == "min") return false;
   if (model && model->compiled()) {
@@ -37,21 +37,21 @@ bool monitor_is_max(const std::string& monitor, const std::string& mode, Model* 
 
 // --- CallbackList ------------------------------------------------------------
 
-CallbackList::CallbackList(std::vector<CallbackPtr> callbacks, bool add_history, bool add_progbar, Model* model,
-                           const Json& params)
+callbacks::CallbackList::CallbackList(std::vector<CallbackPtr> callbacks, bool add_history, bool add_progbar,
+                                      models::Model* model, const Json& params)
     : callbacks_(std::move(callbacks)) {
   for (auto& cb : callbacks_) {
     if (!cb) throw ValueError("callbacks: received a null callback");
-    if (auto h = dynamic_cast<HistoryCallback*>(cb.get())) history_ = h;
-    if (auto p = dynamic_cast<ProgbarLogger*>(cb.get())) progbar_ = p;
+    if (auto h = dynamic_cast<callbacks::HistoryCallback*>(cb.get())) history_ = h;
+    if (auto p = dynamic_cast<callbacks::ProgbarLoggerImpl*>(cb.get())) progbar_ = p;
   }
   if (!history_ && add_history) {
-    auto h = std::make_shared<HistoryCallback>();
+    auto h = std::make_shared<callbacks::HistoryCallback>();
     history_ = h.get();
     callbacks_.push_back(h);
   }
   if (!progbar_ && add_progbar) {
-    auto p = std::make_shared<ProgbarLogger>();
+    auto p = callbacks::ProgbarLogger();
     progbar_ = p.get();
     callbacks_.push_back(p);
   }
@@ -63,7 +63,7 @@ CallbackList::CallbackList(std::vector<CallbackPtr> callbacks, bool add_history,
   }
 }
 
-void CallbackList::on_train_begin(const Logs& logs) {
+void callbacks::CallbackList::on_train_begin(const Logs& logs) {
   // Checkpoint writers first: BackupAndRestore restores the weights and
   // sets the resume point the others may look at.
   for (auto& cb : callbacks_)
@@ -71,13 +71,13 @@ void CallbackList::on_train_begin(const Logs& logs) {
   for (auto& cb : callbacks_)
     if (!cb->is_checkpointer()) cb->on_train_begin(logs);
 }
-void CallbackList::on_train_end(const Logs& logs) {
+void callbacks::CallbackList::on_train_end(const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_train_end(logs);
 }
-void CallbackList::on_epoch_begin(int epoch, const Logs& logs) {
+void callbacks::CallbackList::on_epoch_begin(int epoch, const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_epoch_begin(epoch, logs);
 }
-void CallbackList::on_epoch_end(int epoch, Logs& logs) {
+void callbacks::CallbackList::on_epoch_end(int epoch, Logs& logs) {
   // Checkpoint writers last: a checkpoint holds the state after every other
   // callback acted on this epoch (a reduced learning rate, a patience count).
   for (auto& cb : callbacks_)
@@ -85,44 +85,44 @@ void CallbackList::on_epoch_end(int epoch, Logs& logs) {
   for (auto& cb : callbacks_)
     if (cb->is_checkpointer()) cb->on_epoch_end(epoch, logs);
 }
-void CallbackList::on_train_batch_begin(int64_t batch, const Logs& logs) {
+void callbacks::CallbackList::on_train_batch_begin(int64_t batch, const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_train_batch_begin(batch, logs);
 }
-void CallbackList::on_train_batch_end(int64_t batch, const Logs& logs) {
+void callbacks::CallbackList::on_train_batch_end(int64_t batch, const Logs& logs) {
   for (auto& cb : callbacks_)
     if (!cb->is_checkpointer()) cb->on_train_batch_end(batch, logs);
   for (auto& cb : callbacks_)
     if (cb->is_checkpointer()) cb->on_train_batch_end(batch, logs);
 }
-void CallbackList::on_test_begin(const Logs& logs) {
+void callbacks::CallbackList::on_test_begin(const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_test_begin(logs);
 }
-void CallbackList::on_test_end(const Logs& logs) {
+void callbacks::CallbackList::on_test_end(const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_test_end(logs);
 }
-void CallbackList::on_test_batch_begin(int64_t batch, const Logs& logs) {
+void callbacks::CallbackList::on_test_batch_begin(int64_t batch, const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_test_batch_begin(batch, logs);
 }
-void CallbackList::on_test_batch_end(int64_t batch, const Logs& logs) {
+void callbacks::CallbackList::on_test_batch_end(int64_t batch, const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_test_batch_end(batch, logs);
 }
-void CallbackList::on_predict_begin(const Logs& logs) {
+void callbacks::CallbackList::on_predict_begin(const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_predict_begin(logs);
 }
-void CallbackList::on_predict_end(const Logs& logs) {
+void callbacks::CallbackList::on_predict_end(const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_predict_end(logs);
 }
-void CallbackList::on_predict_batch_begin(int64_t batch, const Logs& logs) {
+void callbacks::CallbackList::on_predict_batch_begin(int64_t batch, const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_predict_batch_begin(batch, logs);
 }
-void CallbackList::on_predict_batch_end(int64_t batch, const Logs& logs) {
+void callbacks::CallbackList::on_predict_batch_end(int64_t batch, const Logs& logs) {
   for (auto& cb : callbacks_) cb->on_predict_batch_end(batch, logs);
 }
 
-CallbackList::States CallbackList::get_states() const {
+callbacks::CallbackList::States callbacks::CallbackList::get_states() const {
   States out;
   for (size_t i = 0; i < callbacks_.size(); ++i) {
-    const Callback& cb = *callbacks_[i];
+    const callbacks::Callback& cb = *callbacks_[i];
     Json state = cb.get_state();
     auto tensors = cb.get_state_tensors();
     if (state.is_null() && tensors.empty()) continue;
@@ -137,7 +137,7 @@ CallbackList::States CallbackList::get_states() const {
   return out;
 }
 
-void CallbackList::set_states(const States& states) {
+void callbacks::CallbackList::set_states(const States& states) {
   std::vector<bool> used(callbacks_.size(), false);
   for (auto& [key, entry] : states.json.items()) {
     size_t i = 0;
@@ -158,13 +158,13 @@ void CallbackList::set_states(const States& states) {
       auto it = states.tensors.find(key + "/" + n.get<std::string>());
       if (it != states.tensors.end()) tensors[n.get<std::string>()] = it->second;
     }
-    Callback& cb = *callbacks_[i];
+    callbacks::Callback& cb = *callbacks_[i];
     cb.set_state(entry.value("state", Json()));
     if (!tensors.empty()) cb.set_state_tensors(tensors);
     used[i] = true;
   }
   for (size_t i = 0; i < callbacks_.size(); ++i) {
-    const Callback& cb = *callbacks_[i];
+    const callbacks::Callback& cb = *callbacks_[i];
     if (used[i] || cb.is_checkpointer()) continue;
     if (!cb.get_state().is_null() || !cb.get_state_tensors().empty())
       warn("the checkpoint holds no state for callback " + std::to_string(i) + " (" + cb.state_name() +
@@ -191,19 +191,19 @@ double state_double(const Json& j) {
 
 // --- History -----------------------------------------------------------------
 
-void HistoryCallback::on_train_begin(const Logs&) {
+void callbacks::HistoryCallback::on_train_begin(const Logs&) {
   history_ = History();
   history_.params = params();
 }
 
-void HistoryCallback::on_epoch_end(int epoch, Logs& logs) {
+void callbacks::HistoryCallback::on_epoch_end(int epoch, Logs& logs) {
   history_.epoch.push_back(epoch);
   for (auto& [k, v] : logs) history_.history[k].push_back(v);
 }
 
 // --- TerminateOnNaN ----------------------------------------------------------
 
-void TerminateOnNaN::on_train_batch_end(int64_t batch, const Logs& logs) {
+void callbacks::TerminateOnNaNImpl::on_train_batch_end(int64_t batch, const Logs& logs) {
   auto it = logs.find("loss");
   if (it != logs.end() && !std::isfinite(it->second)) {
     std::cout << "Batch " << batch << ": Invalid loss, terminating training" << std::endl;

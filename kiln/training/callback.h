@@ -54,20 +54,25 @@
 #include <vector>
 
 #include "kiln/core/json.h"
+#include "kiln/layers/layer_holder.h"
 #include "kiln/models/fit_args.h"
 
 namespace kiln {
 
+namespace models {
 class Model;
+}
 using Logs = std::map<std::string, double>;
+
+namespace callbacks {
 
 class Callback {
  public:
   virtual ~Callback() = default;
 
-  void set_model(Model* model) { model_ = model; }
+  void set_model(models::Model* model) { model_ = model; }
   // StateError if no model was set (the callback is not inside fit()).
-  Model& model() const;
+  models::Model& model() const;
   bool has_model() const { return model_ != nullptr; }
   void set_params(const Json& params) { params_ = params; }
   const Json& params() const { return params_; }
@@ -100,24 +105,32 @@ class Callback {
   virtual bool is_checkpointer() const { return false; }
 
  private:
-  Model* model_ = nullptr;
+  models::Model* model_ = nullptr;
   Json params_ = Json::object();
 };
 
+}  // namespace callbacks
+
+namespace callbacks {
 class HistoryCallback;
-class ProgbarLogger;
+}
+namespace callbacks {
+class ProgbarLoggerImpl;
+}
+
+namespace callbacks {
 
 // Calls every callback in order. Like Keras's CallbackList, it appends a
 // HistoryCallback (fit) and a ProgbarLogger (verbose != 0) unless the list
 // already holds one.
 class CallbackList : public Callback {
  public:
-  CallbackList(std::vector<CallbackPtr> callbacks, bool add_history, bool add_progbar, Model* model,
+  CallbackList(std::vector<CallbackPtr> callbacks, bool add_history, bool add_progbar, models::Model* model,
                const Json& params);
 
   const std::vector<CallbackPtr>& callbacks() const { return callbacks_; }
   HistoryCallback* history() const { return history_; }
-  ProgbarLogger* progbar() const { return progbar_; }
+  ProgbarLoggerImpl* progbar() const { return progbar_; }
 
   // Every callback's get_state()/get_state_tensors(): JSON
   // {"<index>": {"name": state_name(), "state": ...}} (callbacks with state
@@ -149,7 +162,7 @@ class CallbackList : public Callback {
  private:
   std::vector<CallbackPtr> callbacks_;
   HistoryCallback* history_ = nullptr;
-  ProgbarLogger* progbar_ = nullptr;
+  ProgbarLoggerImpl* progbar_ = nullptr;
 };
 
 // Records per-epoch logs; fit() returns its History. Keras's History
@@ -166,7 +179,7 @@ class HistoryCallback : public Callback {
 
 // Callbacks from plain functions (Keras's LambdaCallback). Unset members do
 // nothing.
-class LambdaCallback : public Callback {
+class LambdaCallbackImpl : public Callback {
  public:
   std::function<void(const Logs&)> on_train_begin_fn, on_train_end_fn;
   std::function<void(int, const Logs&)> on_epoch_begin_fn;
@@ -192,19 +205,23 @@ class LambdaCallback : public Callback {
     if (on_train_batch_end_fn) on_train_batch_end_fn(batch, logs);
   }
 };
+KILN_LAYER_HOLDER(LambdaCallback, void);
 
 // Stops training when the loss becomes NaN or infinite (Keras's
 // TerminateOnNaN).
-class TerminateOnNaN : public Callback {
+class TerminateOnNaNImpl : public Callback {
  public:
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
 };
+KILN_LAYER_HOLDER(TerminateOnNaN, void);
+
+}  // namespace callbacks
 
 // Which direction "improves" for a monitored quantity: Keras's "auto" rule —
 // a compiled metric's own direction when the model knows it, otherwise
 // names containing "acc"/"auc" (and "fmeasure") are maximised, the rest
 // minimised. mode is "auto", "min" or "max".
-bool monitor_is_max(const std::string& monitor, const std::string& mode, Model* model);
+bool monitor_is_max(const std::string& monitor, const std::string& mode, models::Model* model);
 // ValueError naming the received mode unless it is auto/min/max.
 void check_mode(const std::string& owner, const std::string& mode);
 
@@ -217,3 +234,6 @@ Json state_double(double v);
 double state_double(const Json& j);
 
 }  // namespace kiln
+
+#define KILN_LEGACY_CALLBACKS_CALLBACK_H
+#include "kiln/training/legacy_names.h"

@@ -37,7 +37,7 @@ constexpr const char* kKillEnv = "KILN_RESUME_CHILD_KILL_AT";
 // SIGKILLs this process when global batch `at` (0-based, across epochs)
 // ends, or (at < 0) when epoch -at-1 ends after its checkpoint was written:
 // no unwinding, no destructors, no flushing — what kill -9 does.
-class KillSelf : public Callback {
+class KillSelf : public callbacks::Callback {
  public:
   explicit KillSelf(int64_t at) : at_(at) {}
   void on_train_batch_end(int64_t, const Logs&) override {
@@ -58,9 +58,9 @@ struct Outcome {
   Tensors weights;
   History history;
   std::string csv;
-  std::shared_ptr<BackupAndRestore> backup;
-  std::shared_ptr<EarlyStopping> early;
-  std::shared_ptr<ReduceLROnPlateau> plateau;
+  std::shared_ptr<callbacks::BackupAndRestoreImpl> backup;
+  std::shared_ptr<callbacks::EarlyStoppingImpl> early;
+  std::shared_ptr<callbacks::ReduceLROnPlateauImpl> plateau;
 };
 
 // One "program run" of a scenario: seed, fresh model, fit with the
@@ -82,35 +82,34 @@ Outcome program(const std::string& scenario, const std::string& dir, const std::
   a.verbose = 0;
   Outcome out;
   if (!dir.empty()) {
-    BackupAndRestoreOptions bo;
+    callbacks::BackupAndRestoreOptions bo;
     if (scenario == "scheduler") bo.save_freq = 3;  // mid-epoch checkpoints
-    out.backup = std::make_shared<BackupAndRestore>(dir, bo);
+    out.backup = callbacks::BackupAndRestore(dir, bo);
   }
   if (scenario == "plateau") {
     // min_delta 10: nothing improves after epoch 0, so with patience 2 the
     // rate halves at the ends of epochs 2, 4 and 6 — if the patience count
     // survives the kill.
     a.epochs = 7;
-    out.plateau = std::make_shared<ReduceLROnPlateau>(
-        ReduceLROnPlateauOptions{.monitor = "loss", .factor = 0.5, .patience = 2, .min_delta = 10.0});
+    out.plateau = callbacks::ReduceLROnPlateau({.monitor = "loss", .factor = 0.5, .patience = 2, .min_delta = 10.0});
     a.callbacks.push_back(out.plateau);
-    a.callbacks.push_back(std::make_shared<CSVLogger>(csv_path));
-    a.callbacks.push_back(std::make_shared<ModelCheckpoint>(
+    a.callbacks.push_back(callbacks::CSVLogger(csv_path));
+    a.callbacks.push_back(callbacks::ModelCheckpoint(
         join_path(parent_path(csv_path), "best.safetensors"),
-        ModelCheckpointOptions{.monitor = "val_loss", .save_best_only = true, .save_weights_only = true}));
+        callbacks::ModelCheckpointOptions{.monitor = "val_loss", .save_best_only = true, .save_weights_only = true}));
   } else if (scenario == "early_stopping") {
     // The highest validation loss is the best ("max"): an early epoch, so
     // the best weights are held across the kill, and training stops after
     // `patience` epochs without a new best.
     a.epochs = 10;
-    out.early = std::make_shared<EarlyStopping>(
-        EarlyStoppingOptions{.monitor = "val_loss", .patience = 3, .mode = "max", .restore_best_weights = true});
+    out.early =
+        callbacks::EarlyStopping({.monitor = "val_loss", .patience = 3, .mode = "max", .restore_best_weights = true});
     a.callbacks.push_back(out.early);
-    a.callbacks.push_back(std::make_shared<CSVLogger>(csv_path));
+    a.callbacks.push_back(callbacks::CSVLogger(csv_path));
   } else if (scenario == "scheduler") {
     a.epochs = 5;
     a.callbacks.push_back(
-        std::make_shared<LearningRateScheduler>([](int epoch, double lr) { return epoch == 0 ? lr : lr * 0.6; }));
+        callbacks::LearningRateScheduler([](int epoch, double lr) { return epoch == 0 ? lr : lr * 0.6; }));
   } else {
     ADD_FAILURE() << "unknown scenario " << scenario;
   }

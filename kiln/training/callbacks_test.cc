@@ -29,14 +29,14 @@ using namespace testing_training;
 // Overwrites logs[key] with a scripted value per epoch; put it before the
 // callback under test (on_epoch_end logs are shared, as in Keras).
 CallbackPtr script(const std::string& key, std::vector<double> values) {
-  auto cb = std::make_shared<LambdaCallback>();
+  auto cb = callbacks::LambdaCallback();
   cb->on_epoch_end_fn = [key, values](int epoch, Logs& logs) { logs[key] = values.at(epoch); };
   return cb;
 }
 
 // Weights at the end of each epoch.
-std::shared_ptr<LambdaCallback> weight_recorder(Model* model, std::vector<Tensors>* out) {
-  auto cb = std::make_shared<LambdaCallback>();
+std::shared_ptr<callbacks::LambdaCallbackImpl> weight_recorder(models::Model* model, std::vector<Tensors>* out) {
+  auto cb = callbacks::LambdaCallback();
   cb->on_epoch_end_fn = [model, out](int, Logs&) { out->push_back(model->get_weights()); };
   return cb;
 }
@@ -47,7 +47,7 @@ TEST(EarlyStopping, StopsAfterPatienceAndRestoresTheBestWeights) {
   set_random_seed(1);
   auto model = make_model(optimizer("SGD", 0.1));
   std::vector<Tensors> weights;
-  auto es = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.patience = 2, .restore_best_weights = true});
+  auto es = callbacks::EarlyStopping({.patience = 2, .restore_best_weights = true});
   FitArgs a = quiet(blobs(32), 20);
   a.callbacks = {script("val_loss", {1.0, 0.8, 0.9, 0.85, 0.95, 0.7, 0.6}), es, weight_recorder(model.get(), &weights)};
   History h = model->fit(a);
@@ -61,10 +61,10 @@ TEST(EarlyStopping, StopsAfterPatienceAndRestoresTheBestWeights) {
 }
 
 TEST(EarlyStopping, MinDeltaBaselineStartFromEpochAndModes) {
-  auto epochs_run = [](EarlyStoppingOptions o, const std::string& key, std::vector<double> seq) {
+  auto epochs_run = [](callbacks::EarlyStoppingOptions o, const std::string& key, std::vector<double> seq) {
     auto model = make_model(optimizer("SGD", 0.1));
     FitArgs a = quiet(blobs(16), (int)seq.size());
-    a.callbacks = {script(key, seq), std::make_shared<EarlyStopping>(o)};
+    a.callbacks = {script(key, seq), callbacks::EarlyStopping(o)};
     return (int)model->fit(a).history["loss"].size();
   };
   std::vector<double> rising{1.0, 1.1, 1.2, 1.3, 1.4, 1.5};
@@ -79,7 +79,7 @@ TEST(EarlyStopping, MinDeltaBaselineStartFromEpochAndModes) {
   std::vector<double> acc{0.5, 0.6, 0.7, 0.65, 0.6, 0.55};
   EXPECT_EQ(epochs_run({.monitor = "val_accuracy", .patience = 2}, "val_accuracy", acc), 5);
   EXPECT_EQ(epochs_run({.monitor = "val_accuracy", .patience = 2, .mode = "min"}, "val_accuracy", acc), 3);
-  EXPECT_THROW(EarlyStopping({.mode = "up"}), ValueError);
+  EXPECT_THROW(callbacks::EarlyStoppingImpl({.mode = "up"}), ValueError);
 }
 
 // --- ModelCheckpoint -----------------------------------------------------------
@@ -88,8 +88,8 @@ TEST(ModelCheckpoint, SaveBestOnlyWritesOnImprovementWithFormattedNames) {
   TempDir tmp;
   set_random_seed(2);
   auto model = make_model(optimizer("SGD", 0.1));
-  auto ckpt = std::make_shared<ModelCheckpoint>(tmp.path() + "/m-{epoch:02d}-{val_loss:.2f}",
-                                                ModelCheckpointOptions{.save_best_only = true});
+  auto ckpt = callbacks::ModelCheckpoint(tmp.path() + "/m-{epoch:02d}-{val_loss:.2f}",
+                                         callbacks::ModelCheckpointOptions{.save_best_only = true});
   FitArgs a = quiet(blobs(32), 5);
   a.callbacks = {script("val_loss", {0.9, 0.95, 0.456, 0.6, 0.456}), ckpt};
   model->fit(a);
@@ -105,11 +105,12 @@ TEST(ModelCheckpoint, WeightsOnlyEveryEpochAndEveryNBatches) {
   auto model = make_model(optimizer("SGD", 0.1));
   std::vector<Tensors> weights;
   FitArgs a = quiet(blobs(64), 3, 16);  // 4 batches per epoch
-  a.callbacks = {std::make_shared<ModelCheckpoint>(tmp.path() + "/w-{epoch}.safetensors",
-                                                   ModelCheckpointOptions{.save_weights_only = true}),
-                 std::make_shared<ModelCheckpoint>(tmp.path() + "/b/e{epoch}-b{batch}.safetensors",
-                                                   ModelCheckpointOptions{.save_weights_only = true, .save_freq = 3}),
-                 weight_recorder(model.get(), &weights)};
+  a.callbacks = {
+      callbacks::ModelCheckpoint(tmp.path() + "/w-{epoch}.safetensors",
+                                 callbacks::ModelCheckpointOptions{.save_weights_only = true}),
+      callbacks::ModelCheckpoint(tmp.path() + "/b/e{epoch}-b{batch}.safetensors",
+                                 callbacks::ModelCheckpointOptions{.save_weights_only = true, .save_freq = 3}),
+      weight_recorder(model.get(), &weights)};
   model->fit(a);
   EXPECT_EQ(list_directory(tmp.path() + "/b"), (std::vector<std::string>{"e1-b3.safetensors", "e2-b2.safetensors",
                                                                          "e3-b1.safetensors", "e3-b4.safetensors"}));
@@ -124,8 +125,8 @@ TEST(ModelCheckpoint, WeightsOnlyEveryEpochAndEveryNBatches) {
   model->load_weights(tmp.path() + "/w-1.safetensors");
   EXPECT_TRUE(same_weights(model->get_weights(), weights[0]));
 
-  EXPECT_THROW(ModelCheckpoint(tmp.path() + "/w.bin", {.save_weights_only = true}), ValueError);
-  EXPECT_THROW(ModelCheckpoint(tmp.path() + "/w", {.save_freq = 0}), ValueError);
+  EXPECT_THROW(callbacks::ModelCheckpointImpl(tmp.path() + "/w.bin", {.save_weights_only = true}), ValueError);
+  EXPECT_THROW(callbacks::ModelCheckpointImpl(tmp.path() + "/w", {.save_freq = 0}), ValueError);
 }
 
 // --- ReduceLROnPlateau ---------------------------------------------------------
@@ -133,9 +134,8 @@ TEST(ModelCheckpoint, WeightsOnlyEveryEpochAndEveryNBatches) {
 TEST(ReduceLROnPlateau, LowersTheRateAfterPatienceWithCooldownAndFloor) {
   auto model = make_model(optimizer("SGD", 0.1));
   FitArgs a = quiet(blobs(16), 6);
-  a.callbacks = {
-      script("val_loss", std::vector<double>(6, 1.0)),
-      std::make_shared<ReduceLROnPlateau>(ReduceLROnPlateauOptions{.factor = 0.5, .patience = 2, .cooldown = 1})};
+  a.callbacks = {script("val_loss", std::vector<double>(6, 1.0)),
+                 callbacks::ReduceLROnPlateau({.factor = 0.5, .patience = 2, .cooldown = 1})};
   History h = model->fit(a);
   ASSERT_EQ(h.history["learning_rate"].size(), 6u);
   std::vector<double> want{0.1, 0.1, 0.1, 0.05, 0.05, 0.025};
@@ -143,12 +143,11 @@ TEST(ReduceLROnPlateau, LowersTheRateAfterPatienceWithCooldownAndFloor) {
   EXPECT_NEAR(model->train_state().optimizer().learning_rate(), 0.025, 1e-12);
 
   auto floored = make_model(optimizer("SGD", 0.1));
-  a.callbacks = {
-      script("val_loss", std::vector<double>(6, 1.0)),
-      std::make_shared<ReduceLROnPlateau>(ReduceLROnPlateauOptions{.factor = 0.1, .patience = 1, .min_lr = 0.004})};
+  a.callbacks = {script("val_loss", std::vector<double>(6, 1.0)),
+                 callbacks::ReduceLROnPlateau({.factor = 0.1, .patience = 1, .min_lr = 0.004})};
   floored->fit(a);
   EXPECT_NEAR(floored->train_state().optimizer().learning_rate(), 0.004, 1e-12);
-  EXPECT_THROW(ReduceLROnPlateau({.factor = 1.0}), ValueError);
+  EXPECT_THROW(callbacks::ReduceLROnPlateauImpl({.factor = 1.0}), ValueError);
 }
 
 // A schedule's rate cannot be set: fit() refuses the pair before the first
@@ -158,8 +157,7 @@ TEST(ReduceLROnPlateau, AScheduledLearningRateIsRefusedBeforeTheFirstStep) {
       {"class_name": "ExponentialDecay", "config": {"initial_learning_rate": 0.1, "decay_steps": 2,
                                                     "decay_rate": 0.5}}}})")));
   FitArgs a = quiet(blobs(16), 3);
-  a.callbacks = {script("val_loss", std::vector<double>(3, 1.0)),
-                 std::make_shared<ReduceLROnPlateau>(ReduceLROnPlateauOptions{.patience = 1})};
+  a.callbacks = {script("val_loss", std::vector<double>(3, 1.0)), callbacks::ReduceLROnPlateau({.patience = 1})};
   std::string error;
   try {
     model->fit(a);
@@ -189,7 +187,7 @@ TEST(CSVLogger, WritesKerasColumnsAndAppends) {
   FitArgs a = quiet(p, 3);
   a.validation_x = {p.x};
   a.validation_y = {p.y};
-  a.callbacks = {std::make_shared<CSVLogger>(file)};
+  a.callbacks = {callbacks::CSVLogger(file)};
   History h = model->fit(a);
   auto lines = lines_of(read_file(file));
   ASSERT_EQ(lines.size(), 4u);
@@ -205,14 +203,14 @@ TEST(CSVLogger, WritesKerasColumnsAndAppends) {
     EXPECT_EQ(std::strtod(cols[4].c_str(), nullptr), h.history["val_loss"][e]);
   }
   a.epochs = 2;
-  a.callbacks = {std::make_shared<CSVLogger>(CSVLoggerOptions{.filename = file, .append = true})};
+  a.callbacks = {callbacks::CSVLogger({.filename = file, .append = true})};
   model->fit(a);
   lines = lines_of(read_file(file));
   ASSERT_EQ(lines.size(), 6u);
   EXPECT_EQ(lines[4].substr(0, 2), "0,");
 
   // validation_freq 2: the first epoch has no val_ values; columns still exist.
-  a.callbacks = {std::make_shared<CSVLogger>(CSVLoggerOptions{.filename = file, .separator = ";"})};
+  a.callbacks = {callbacks::CSVLogger({.filename = file, .separator = ";"})};
   a.validation_freq = 2;
   model->fit(a);
   lines = lines_of(read_file(file));
@@ -338,7 +336,7 @@ TEST(TensorBoard, WritesEventFilesTensorBoardCanRead) {
   FitArgs a = quiet(p, 3);
   a.validation_x = {p.x};
   a.validation_y = {p.y};
-  a.callbacks = {std::make_shared<TensorBoard>(tmp.path() + "/logs")};
+  a.callbacks = {callbacks::TensorBoard(tmp.path() + "/logs")};
   History h = model->fit(a);
 
   auto train = read_events(only_event_file(tmp.path() + "/logs/train"));
@@ -448,7 +446,7 @@ TEST(ProgbarLogger, OneLinePerEpochInKerasForm) {
   FitArgs a = quiet(p, 2);
   a.validation_x = {p.x};
   a.validation_y = {p.y};
-  a.callbacks = {std::make_shared<ProgbarLogger>(2, &os)};
+  a.callbacks = {callbacks::ProgbarLogger(2, &os)};
   model->fit(a);
   auto lines = lines_of(os.str());
   ASSERT_EQ(lines.size(), 4u) << os.str();
@@ -476,7 +474,7 @@ TEST(ProgbarLogger, VerboseTwoOnStdoutAndBarWhenVerboseOne) {
 
   std::ostringstream os;
   a.verbose = 0;
-  a.callbacks = {std::make_shared<ProgbarLogger>(1, &os, /*dynamic=*/0)};
+  a.callbacks = {callbacks::ProgbarLogger(1, &os, /*dynamic=*/0)};
   model->fit(a);
   auto lines = lines_of(os.str());
   ASSERT_GE(lines.size(), 1u);
@@ -504,7 +502,7 @@ TEST(Progbar, FormatsValuesAndTimesAsKeras) {
 
 // --- callback order, LambdaCallback, TerminateOnNaN ----------------------------------
 
-class Recorder : public Callback {
+class Recorder : public callbacks::Callback {
  public:
   std::vector<std::string> calls;
   void on_train_begin(const Logs&) override { calls.push_back("train_begin"); }
@@ -550,7 +548,7 @@ TEST(Callbacks, HooksRunInKerasOrderWithParams) {
 TEST(Callbacks, AnExceptionEndsFitWithoutTrainEnd) {
   auto model = make_model(optimizer("SGD", 0.1));
   auto rec = std::make_shared<Recorder>();
-  auto boom = std::make_shared<LambdaCallback>();
+  auto boom = callbacks::LambdaCallback();
   boom->on_train_batch_end_fn = [](int64_t b, const Logs&) {
     if (b == 1) throw std::runtime_error("interrupted");
   };
@@ -570,10 +568,10 @@ TEST(Callbacks, TerminateOnNaNStopsAtTheBatch) {
     s.loss = s.loss * std::nan("");
   };
   int batches = 0;
-  auto count = std::make_shared<LambdaCallback>();
+  auto count = callbacks::LambdaCallback();
   count->on_train_batch_end_fn = [&](int64_t, const Logs&) { ++batches; };
   FitArgs a = quiet(blobs(64), 3, 16);
-  a.callbacks = {count, std::make_shared<TerminateOnNaN>()};
+  a.callbacks = {count, callbacks::TerminateOnNaN()};
   ::testing::internal::CaptureStdout();
   History h = model->fit(a);
   ::testing::internal::GetCapturedStdout();
@@ -585,7 +583,7 @@ TEST(Callbacks, TerminateOnNaNStopsAtTheBatch) {
 
 // --- callback state (exact resume) ----------------------------------------------
 
-class Counter : public Callback {
+class Counter : public callbacks::Callback {
  public:
   int seen = 0;
   void on_epoch_end(int, Logs&) override { ++seen; }
@@ -595,25 +593,25 @@ class Counter : public Callback {
 };
 
 TEST(CallbackState, ListRoundTripsEveryCallbacksStateAndWarnsOnAMismatch) {
-  auto es = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "loss", .restore_best_weights = true});
+  auto es = callbacks::EarlyStopping({.monitor = "loss", .restore_best_weights = true});
   es->set_state(Json{{"wait", 2}, {"stopped_epoch", 0}, {"best_epoch", 1}, {"best", "inf"}});
   es->set_state_tensors({{"best_weights/000000", at::arange(3.0)}});
   auto counter = std::make_shared<Counter>();
   counter->seen = 7;
-  auto plateau = std::make_shared<ReduceLROnPlateau>();
+  auto plateau = callbacks::ReduceLROnPlateau();
   plateau->set_state(Json{{"best", 0.25}, {"wait", 3}, {"cooldown_counter", 1}});
-  auto tb = std::make_shared<TensorBoard>("unused");
+  auto tb = callbacks::TensorBoard("unused");
   tb->set_state(Json{{"global_batch", 41}});
-  CallbackList saved({es, counter, plateau, tb}, false, false, nullptr, Json::object());
-  CallbackList::States st = saved.get_states();
+  callbacks::CallbackList saved({es, counter, plateau, tb}, false, false, nullptr, Json::object());
+  callbacks::CallbackList::States st = saved.get_states();
   // Through JSON text, as a checkpoint stores it.
   st.json = Json::parse(st.json.dump());
 
-  auto es2 = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "loss", .restore_best_weights = true});
+  auto es2 = callbacks::EarlyStopping({.monitor = "loss", .restore_best_weights = true});
   auto counter2 = std::make_shared<Counter>();
-  auto plateau2 = std::make_shared<ReduceLROnPlateau>();
-  auto tb2 = std::make_shared<TensorBoard>("unused");
-  CallbackList restored({es2, counter2, plateau2, tb2}, false, false, nullptr, Json::object());
+  auto plateau2 = callbacks::ReduceLROnPlateau();
+  auto tb2 = callbacks::TensorBoard("unused");
+  callbacks::CallbackList restored({es2, counter2, plateau2, tb2}, false, false, nullptr, Json::object());
   restored.set_states(st);
   EXPECT_EQ(es2->wait(), 2);
   EXPECT_EQ(es2->best_epoch(), 1);
@@ -628,7 +626,7 @@ TEST(CallbackState, ListRoundTripsEveryCallbacksStateAndWarnsOnAMismatch) {
 
   // Another program's callbacks: warned about, left fresh.
   auto counter3 = std::make_shared<Counter>();
-  CallbackList other({counter3}, false, false, nullptr, Json::object());
+  callbacks::CallbackList other({counter3}, false, false, nullptr, Json::object());
   ::testing::internal::CaptureStderr();
   other.set_states(st);
   std::string err = ::testing::internal::GetCapturedStderr();
@@ -650,16 +648,16 @@ TEST(LearningRateScheduler, SetsTheRateEachEpochAndLogsIt) {
   auto model = make_model(optimizer("SGD", 0.1));
   std::vector<std::pair<int, double>> calls;
   FitArgs a = quiet(p, 3);
-  a.callbacks = {std::make_shared<LearningRateScheduler>([&](int epoch, double lr) {
+  a.callbacks = {callbacks::LearningRateScheduler([&](int epoch, double lr) {
     calls.emplace_back(epoch, lr);
     return lr * 0.5;
   })};
   History h = model->fit(a);
   EXPECT_EQ(calls, (std::vector<std::pair<int, double>>{{0, 0.1}, {1, 0.05}, {2, 0.025}}));
   EXPECT_EQ(h.history["learning_rate"], (std::vector<double>{0.05, 0.025, 0.0125}));
-  a.callbacks = {std::make_shared<LearningRateScheduler>([](int, double) { return -1.0; })};
+  a.callbacks = {callbacks::LearningRateScheduler([](int, double) { return -1.0; })};
   EXPECT_THROW(model->fit(a), ValueError);
-  EXPECT_THROW(LearningRateScheduler(nullptr), ValueError);
+  EXPECT_THROW(callbacks::LearningRateSchedulerImpl(nullptr), ValueError);
 }
 
 TEST(PathFormat, PythonFormatSpecs) {

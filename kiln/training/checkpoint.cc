@@ -216,7 +216,8 @@ std::vector<std::string> list_training_checkpoints(const std::string& backup_dir
   return out;
 }
 
-std::string write_training_checkpoint(const std::string& backup_dir, Model& model, const ResumePoint& point, int keep) {
+std::string write_training_checkpoint(const std::string& backup_dir, models::Model& model, const ResumePoint& point,
+                                      int keep) {
   // ModelParallel: every process gathers the shards, process 0 writes.
   SavedState state = gather_saved_state(model, /*include_optimizer=*/true);
   if (!is_chief()) return "";
@@ -276,7 +277,7 @@ std::string write_training_checkpoint(const std::string& backup_dir, Model& mode
   return target;
 }
 
-std::optional<ResumePoint> restore_training_checkpoint(const std::string& backup_dir, Model& model) {
+std::optional<ResumePoint> restore_training_checkpoint(const std::string& backup_dir, models::Model& model) {
   auto ckpts = list_training_checkpoints(backup_dir);
   if (ckpts.empty()) return std::nullopt;
   std::string errors;

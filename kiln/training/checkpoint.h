@@ -34,7 +34,9 @@
 
 namespace kiln {
 
+namespace models {
 class Model;
+}
 
 // kiln's host RNG and LibTorch's default CPU generator, as storable values.
 std::string host_rng_state();
@@ -50,12 +52,12 @@ void set_cuda_rng_state(const at::Device& device, const at::Tensor& state);
 // TrainState::all_metrics() order) with the model's weights and optimizer
 // state, then removes all but the newest `keep` checkpoints. Returns the
 // published directory.
-std::string write_training_checkpoint(const std::string& backup_dir, Model& model, const ResumePoint& point,
+std::string write_training_checkpoint(const std::string& backup_dir, models::Model& model, const ResumePoint& point,
                                       int keep = 2);
 
 // Restores the newest valid checkpoint into `model` (weights, optimizer
 // state) and returns its resume point; nullopt when there is none.
-std::optional<ResumePoint> restore_training_checkpoint(const std::string& backup_dir, Model& model);
+std::optional<ResumePoint> restore_training_checkpoint(const std::string& backup_dir, models::Model& model);
 
 // Checkpoint directories in backup_dir, oldest first.
 std::vector<std::string> list_training_checkpoints(const std::string& backup_dir);

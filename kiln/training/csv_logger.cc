@@ -23,20 +23,20 @@ int64_t file_size(std::FILE* f) {
 
 }  // namespace
 
-CSVLogger::CSVLogger(CSVLoggerOptions o)
+callbacks::CSVLoggerImpl::CSVLoggerImpl(callbacks::CSVLoggerOptions o)
     : filename_(std::move(o.filename)), sep_(std::move(o.separator)), append_(o.append) {
   if (filename_.empty()) throw ValueError("CSVLogger: `filename` must not be empty");
   if (sep_.empty()) throw ValueError("CSVLogger: `separator` must not be empty");
 }
 
-CSVLogger::~CSVLogger() { close(); }
+callbacks::CSVLoggerImpl::~CSVLoggerImpl() { close(); }
 
-void CSVLogger::close() {
+void callbacks::CSVLoggerImpl::close() {
   if (file_) std::fclose(file_);
   file_ = nullptr;
 }
 
-void CSVLogger::on_train_begin(const Logs&) {
+void callbacks::CSVLoggerImpl::on_train_begin(const Logs&) {
   close();
   if (!is_chief()) return;  // data parallel: the chief alone writes (file_ stays closed)
   keys_.clear();
@@ -68,9 +68,11 @@ void CSVLogger::on_train_begin(const Logs&) {
   bytes_ = file_size(file_);
 }
 
-Json CSVLogger::get_state() const { return Json{{"keys", keys_}, {"write_header", write_header_}, {"bytes", bytes_}}; }
+Json callbacks::CSVLoggerImpl::get_state() const {
+  return Json{{"keys", keys_}, {"write_header", write_header_}, {"bytes", bytes_}};
+}
 
-void CSVLogger::set_state(const Json& s) {
+void callbacks::CSVLoggerImpl::set_state(const Json& s) {
   keys_ = s.at("keys").get<std::vector<std::string>>();
   write_header_ = s.at("write_header").get<bool>();
   const int64_t bytes = s.at("bytes").get<int64_t>();
@@ -89,7 +91,7 @@ void CSVLogger::set_state(const Json& s) {
   bytes_ = bytes;
 }
 
-void CSVLogger::on_epoch_end(int epoch, Logs& logs) {
+void callbacks::CSVLoggerImpl::on_epoch_end(int epoch, Logs& logs) {
   if (!file_) return;
   if (keys_.empty()) {
     for (auto& [k, v] : logs) keys_.push_back(k);  // std::map: sorted
@@ -118,6 +120,6 @@ void CSVLogger::on_epoch_end(int epoch, Logs& logs) {
   bytes_ = file_size(file_);
 }
 
-void CSVLogger::on_train_end(const Logs&) { close(); }
+void callbacks::CSVLoggerImpl::on_train_end(const Logs&) { close(); }
 
 }  // namespace kiln

@@ -20,9 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "kiln/layers/layer_holder.h"
 #include "kiln/training/callback.h"
 
 namespace kiln {
+
+namespace callbacks {
 
 struct CSVLoggerOptions {
   std::string filename;  // required
@@ -30,11 +33,11 @@ struct CSVLoggerOptions {
   bool append = false;
 };
 
-class CSVLogger : public Callback {
+class CSVLoggerImpl : public Callback {
  public:
-  explicit CSVLogger(CSVLoggerOptions options);
-  explicit CSVLogger(std::string filename) : CSVLogger(CSVLoggerOptions{.filename = std::move(filename)}) {}
-  ~CSVLogger() override;
+  explicit CSVLoggerImpl(CSVLoggerOptions options);
+  explicit CSVLoggerImpl(std::string filename) : CSVLoggerImpl(CSVLoggerOptions{.filename = std::move(filename)}) {}
+  ~CSVLoggerImpl() override;
 
   void on_train_begin(const Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
@@ -55,5 +58,11 @@ class CSVLogger : public Callback {
   std::vector<std::string> keys_;
   int64_t bytes_ = 0;  // file length after the last row written
 };
+KILN_LAYER_HOLDER(CSVLogger, CSVLoggerOptions);
+
+}  // namespace callbacks
 
 }  // namespace kiln
+
+#define KILN_LEGACY_CALLBACKS_CSV_LOGGER_H
+#include "kiln/training/legacy_names.h"

@@ -17,11 +17,11 @@ namespace kiln {
 namespace {
 
 // A trunk and a head; call() is trunk then head.
-class TrunkAndHead : public Model {
+class TrunkAndHead : public models::Model {
  public:
   TrunkAndHead() {
-    trunk_ = std::make_shared<Dense>(8, "relu");
-    head_ = std::make_shared<Dense>(1);
+    trunk_ = layers::Dense(8, "relu");
+    head_ = layers::Dense(1);
     track(trunk_);
     track(head_);
   }
@@ -61,11 +61,11 @@ class CountsSteps : public TrunkAndHead {
  public:
   std::map<std::string, double> train_step(const Batch& data) override {
     ++train_steps;
-    return Model::train_step(data);
+    return models::Model::train_step(data);
   }
   std::map<std::string, double> test_step(const Batch& data) override {
     ++test_steps;
-    return Model::test_step(data);
+    return models::Model::test_step(data);
   }
   int train_steps = 0, test_steps = 0;
 };
@@ -173,7 +173,7 @@ TEST(PredictArgs, StepsAndCallbacks) {
   auto model = std::make_shared<TrunkAndHead>();
   model->compile(CompileArgs::from_names("sgd", "mse"));
   Problem d = regression(40);
-  struct CountBatches : Callback {
+  struct CountBatches : callbacks::Callback {
     int n = 0;
     void on_predict_batch_end(int64_t, const Logs&) override { ++n; }
   };

@@ -21,7 +21,9 @@
 
 namespace kiln {
 
+namespace models {
 class Model;
+}
 
 // Batch: kiln/models/fit_args.h (what Model::train_step receives).
 
@@ -71,7 +73,7 @@ std::unique_ptr<DataAdapter> shard_batches(std::unique_ptr<DataAdapter> inner);
 
 // The device `model` computes on: where its first variable lives, or
 // default_device() while it has none (an unbuilt model builds there).
-at::Device model_device(const Model& model);
+at::Device model_device(const models::Model& model);
 
 // Each tensor on `device`: the same tensor when it is already there (so on
 // the CPU this costs a comparison per tensor), else a copy.

@@ -24,14 +24,14 @@ using testing_training::blobs;
 
 // 20 -> 32 (relu) -> BatchNormalization -> 3, Adam, sparse CE, accuracy;
 // weights drawn with `seed` on the host, so every device starts equal.
-std::shared_ptr<Sequential> mlp(uint64_t seed) {
+std::shared_ptr<models::SequentialImpl> mlp(uint64_t seed) {
   clear_session();
   set_random_seed(seed);
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({20}));
-  m->add(std::make_shared<Dense>(32, "relu"));
-  m->add(std::make_shared<BatchNormalization>());
-  m->add(std::make_shared<Dense>(3));
+  auto m = models::Sequential();
+  m->add(layers::Input({20}));
+  m->add(layers::Dense(32, "relu"));
+  m->add(layers::BatchNormalization());
+  m->add(layers::Dense(3));
   CompileArgs args;
   args.optimizer = std::make_shared<optimizers::Adam>(Json{{"learning_rate", 0.01}});
   args.loss = testing_training::scce_logits();

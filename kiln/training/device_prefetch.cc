@@ -116,7 +116,7 @@ class DevicePrefetchAdapter : public DataAdapter {
 
 }  // namespace
 
-at::Device model_device(const Model& model) {
+at::Device model_device(const models::Model& model) {
   for (const auto& v : model.weights())
     if (v && v->value().defined()) return v->value().device();
   return default_device();

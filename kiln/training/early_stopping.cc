@@ -9,7 +9,7 @@
 
 namespace kiln {
 
-EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : o_(std::move(options)) {
+callbacks::EarlyStoppingImpl::EarlyStoppingImpl(callbacks::EarlyStoppingOptions options) : o_(std::move(options)) {
   check_mode("EarlyStopping", o_.mode);
   if (o_.patience < 0)
     throw ValueError("EarlyStopping: `patience` must be >= 0. Received: patience=" + std::to_string(o_.patience));
@@ -17,11 +17,11 @@ EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : o_(std::move(option
   o_.min_delta = std::fabs(o_.min_delta);
 }
 
-bool EarlyStopping::improves(double value, double reference) const {
+bool callbacks::EarlyStoppingImpl::improves(double value, double reference) const {
   return maximize_ ? value - o_.min_delta > reference : value + o_.min_delta < reference;
 }
 
-void EarlyStopping::on_train_begin(const Logs&) {
+void callbacks::EarlyStoppingImpl::on_train_begin(const Logs&) {
   wait_ = 0;
   stopped_epoch_ = 0;
   best_.reset();
@@ -30,7 +30,7 @@ void EarlyStopping::on_train_begin(const Logs&) {
   resolved_ = false;
 }
 
-void EarlyStopping::on_epoch_end(int epoch, Logs& logs) {
+void callbacks::EarlyStoppingImpl::on_epoch_end(int epoch, Logs& logs) {
   if (!resolved_) {
     maximize_ = monitor_is_max(o_.monitor, o_.mode, &model());
     resolved_ = true;
@@ -67,7 +67,7 @@ void EarlyStopping::on_epoch_end(int epoch, Logs& logs) {
   }
 }
 
-Json EarlyStopping::get_state() const {
+Json callbacks::EarlyStoppingImpl::get_state() const {
   return Json{{"wait", wait_},
               {"stopped_epoch", stopped_epoch_},
               {"best_epoch", best_epoch_},
@@ -75,7 +75,7 @@ Json EarlyStopping::get_state() const {
               {"warned", warned_}};
 }
 
-void EarlyStopping::set_state(const Json& s) {
+void callbacks::EarlyStoppingImpl::set_state(const Json& s) {
   wait_ = s.at("wait").get<int>();
   stopped_epoch_ = s.at("stopped_epoch").get<int>();
   best_epoch_ = s.at("best_epoch").get<int>();
@@ -92,13 +92,13 @@ std::string weight_key(size_t i) {
 }
 }  // namespace
 
-std::map<std::string, at::Tensor> EarlyStopping::get_state_tensors() const {
+std::map<std::string, at::Tensor> callbacks::EarlyStoppingImpl::get_state_tensors() const {
   std::map<std::string, at::Tensor> out;
   for (size_t i = 0; i < best_weights_.size(); ++i) out[weight_key(i)] = best_weights_[i];
   return out;
 }
 
-void EarlyStopping::set_state_tensors(const std::map<std::string, at::Tensor>& tensors) {
+void callbacks::EarlyStoppingImpl::set_state_tensors(const std::map<std::string, at::Tensor>& tensors) {
   best_weights_.clear();
   for (size_t i = 0;; ++i) {
     auto it = tensors.find(weight_key(i));
@@ -107,7 +107,7 @@ void EarlyStopping::set_state_tensors(const std::map<std::string, at::Tensor>& t
   }
 }
 
-void EarlyStopping::on_train_end(const Logs&) {
+void callbacks::EarlyStoppingImpl::on_train_end(const Logs&) {
   // Data parallel: every rank stops and restores alike; the chief alone prints.
   const bool print = o_.verbose > 0 && is_chief();
   if (stopped_epoch_ > 0 && print) std::cout << "Epoch " << stopped_epoch_ + 1 << ": early stopping\n";

@@ -16,9 +16,12 @@
 #include <optional>
 #include <string>
 
+#include "kiln/layers/layer_holder.h"
 #include "kiln/training/callback.h"
 
 namespace kiln {
+
+namespace callbacks {
 
 struct EarlyStoppingOptions {
   std::string monitor = "val_loss";
@@ -31,9 +34,9 @@ struct EarlyStoppingOptions {
   int start_from_epoch = 0;
 };
 
-class EarlyStopping : public Callback {
+class EarlyStoppingImpl : public Callback {
  public:
-  explicit EarlyStopping(EarlyStoppingOptions options = {});
+  explicit EarlyStoppingImpl(EarlyStoppingOptions options = {});
 
   void on_train_begin(const Logs& logs) override;
   void on_epoch_end(int epoch, Logs& logs) override;
@@ -64,5 +67,11 @@ class EarlyStopping : public Callback {
   Tensors best_weights_;
   bool warned_ = false;
 };
+KILN_LAYER_HOLDER(EarlyStopping, EarlyStoppingOptions);
+
+}  // namespace callbacks
 
 }  // namespace kiln
+
+#define KILN_LEGACY_CALLBACKS_EARLY_STOPPING_H
+#include "kiln/training/legacy_names.h"

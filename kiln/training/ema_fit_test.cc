@@ -12,7 +12,7 @@ namespace {
 
 using namespace testing_training;
 
-class RecordWeights : public Callback {
+class RecordWeights : public callbacks::Callback {
  public:
   std::vector<Tensors> after_batch;
   void on_train_batch_end(int64_t, const Logs&) override {

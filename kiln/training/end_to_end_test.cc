@@ -18,13 +18,13 @@ namespace {
 
 using namespace testing_training;
 
-std::shared_ptr<Sequential> keras_model() {
+std::shared_ptr<models::SequentialImpl> keras_model() {
   clear_session();
-  auto model = std::make_shared<Sequential>();
-  model->add(Input({2}));
-  model->add(std::make_shared<Dense>(16, "relu"));
-  model->add(std::make_shared<Dropout>(0.2));
-  model->add(std::make_shared<Dense>(2, "softmax"));
+  auto model = models::Sequential();
+  model->add(layers::Input({2}));
+  model->add(layers::Dense(16, "relu"));
+  model->add(layers::Dropout(0.2));
+  model->add(layers::Dense(2, "softmax"));
   model->compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
   return model;
 }
@@ -43,7 +43,7 @@ TEST(EndToEnd, RealLayersLearnAndTheCheckpointedModelLoadsBack) {
   a.validation_x = {val.x};
   a.validation_y = {val.y};
   a.callbacks = {
-      std::make_shared<ModelCheckpoint>(tmp.path() + "/best", ModelCheckpointOptions{.save_best_only = true})};
+      callbacks::ModelCheckpoint(tmp.path() + "/best", callbacks::ModelCheckpointOptions{.save_best_only = true})};
   History h = model->fit(a);
   EXPECT_LT(h.history["loss"].back(), h.history["loss"].front());
   EXPECT_GT(h.last("val_accuracy"), 0.97);
@@ -78,14 +78,14 @@ TEST(EndToEnd, BackupAndRestoreWithRealLayersIsBitIdentical) {
     return model->get_weights();
   };
   Tensors ref = run({});
-  auto crash = std::make_shared<LambdaCallback>();
+  auto crash = callbacks::LambdaCallback();
   crash->on_train_batch_end_fn = [](int64_t batch, const Logs&) {
     if (batch == 4) throw std::runtime_error("crash");
   };
   const std::string dir = tmp.path() + "/backup";
-  EXPECT_THROW(run({std::make_shared<BackupAndRestore>(dir, BackupAndRestoreOptions{.save_freq = 3}), crash}),
+  EXPECT_THROW(run({callbacks::BackupAndRestore(dir, callbacks::BackupAndRestoreOptions{.save_freq = 3}), crash}),
                std::runtime_error);
-  Tensors resumed = run({std::make_shared<BackupAndRestore>(dir, BackupAndRestoreOptions{.save_freq = 3})});
+  Tensors resumed = run({callbacks::BackupAndRestore(dir, callbacks::BackupAndRestoreOptions{.save_freq = 3})});
   EXPECT_TRUE(same_weights(resumed, ref));
 }
 

@@ -15,13 +15,15 @@
 
 namespace kiln {
 
+namespace models {
 class Model;
+}
 
 class FitRunner {
  public:
   virtual ~FitRunner();
   // fit(args) for `model` (compiled; args checked as fit() checks them).
-  virtual History run_fit(Model& model, const FitArgs& args) = 0;
+  virtual History run_fit(models::Model& model, const FitArgs& args) = 0;
 };
 
 // --- what fit() and a FitRunner share (defined with fit(), trainer.cc) ---
@@ -29,7 +31,7 @@ class FitRunner {
 // Builds the model (creating its variables) with a one-row probe of
 // `sample` when it is not built yet (or always, with `force_probe`);
 // returns its number of outputs (0 when nothing ran).
-size_t build_with_probe(Model& model, const Tensors& sample, bool force_probe);
+size_t build_with_probe(models::Model& model, const Tensors& sample, bool force_probe);
 
 // Keras's validation_split: the last `fraction` of the rows, taken before
 // shuffling. ValueError when either part would be empty.

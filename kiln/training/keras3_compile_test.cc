@@ -16,7 +16,7 @@ using namespace testing_training;
 TEST(CompileByKerasNames, NadamHingeF1Score) {
   set_random_seed(12);
   clear_session();
-  auto model = std::make_shared<Sequential>(std::vector<LayerPtr>{std::make_shared<TinyDense>(1)}, "model");
+  auto model = models::Sequential(std::vector<LayerPtr>{std::make_shared<TinyDense>(1)}, "model");
   model->compile("nadam", "hinge", {"f1_score", "root_mean_squared_error", "r2_score"});
   Problem p = blobs(64);
   p.y = p.y.to(at::kFloat).reshape({-1, 1});  // {0, 1}: hinge maps them to {-1, 1}

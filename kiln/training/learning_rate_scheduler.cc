@@ -9,14 +9,14 @@
 
 namespace kiln {
 
-LearningRateScheduler::LearningRateScheduler(Schedule schedule, int verbose)
+callbacks::LearningRateSchedulerImpl::LearningRateSchedulerImpl(Schedule schedule, int verbose)
     : schedule_(std::move(schedule)), verbose_(verbose) {
   if (!schedule_) throw ValueError("LearningRateScheduler: `schedule` must be a function (epoch, lr) -> lr");
 }
 
-void LearningRateScheduler::on_train_begin(const Logs&) { epoch_ = -1; }
+void callbacks::LearningRateSchedulerImpl::on_train_begin(const Logs&) { epoch_ = -1; }
 
-void LearningRateScheduler::on_epoch_begin(int epoch, const Logs&) {
+void callbacks::LearningRateSchedulerImpl::on_epoch_begin(int epoch, const Logs&) {
   Optimizer& opt = model().train_state().optimizer();
   // A run resumed inside `epoch` already holds the scheduled rate: start
   // from the rate the epoch began with.
@@ -32,15 +32,15 @@ void LearningRateScheduler::on_epoch_begin(int epoch, const Logs&) {
     std::cout << "\nEpoch " << epoch + 1 << ": LearningRateScheduler setting learning rate to " << lr << ".\n";
 }
 
-void LearningRateScheduler::on_epoch_end(int, Logs& logs) {
+void callbacks::LearningRateSchedulerImpl::on_epoch_end(int, Logs& logs) {
   logs["learning_rate"] = model().train_state().optimizer().learning_rate();
 }
 
-Json LearningRateScheduler::get_state() const {
+Json callbacks::LearningRateSchedulerImpl::get_state() const {
   return Json{{"epoch", epoch_}, {"lr_before", state_double(lr_before_)}};
 }
 
-void LearningRateScheduler::set_state(const Json& s) {
+void callbacks::LearningRateSchedulerImpl::set_state(const Json& s) {
   epoch_ = s.at("epoch").get<int>();
   lr_before_ = state_double(s.at("lr_before"));
 }

@@ -17,14 +17,17 @@
 
 #include <functional>
 
+#include "kiln/layers/layer_holder.h"
 #include "kiln/training/callback.h"
 
 namespace kiln {
 
-class LearningRateScheduler : public Callback {
+namespace callbacks {
+
+class LearningRateSchedulerImpl : public Callback {
  public:
   using Schedule = std::function<double(int epoch, double lr)>;
-  explicit LearningRateScheduler(Schedule schedule, int verbose = 0);
+  explicit LearningRateSchedulerImpl(Schedule schedule, int verbose = 0);
 
   void on_train_begin(const Logs& logs) override;
   void on_epoch_begin(int epoch, const Logs& logs) override;
@@ -40,5 +43,11 @@ class LearningRateScheduler : public Callback {
   int epoch_ = -1;          // the epoch whose rate was last set
   double lr_before_ = 0.0;  // the rate before that epoch's schedule call
 };
+KILN_LAYER_HOLDER(LearningRateScheduler, void);
+
+}  // namespace callbacks
 
 }  // namespace kiln
+
+#define KILN_LEGACY_CALLBACKS_LEARNING_RATE_SCHEDULER_H
+#include "kiln/training/legacy_names.h"

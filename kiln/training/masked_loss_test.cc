@@ -13,10 +13,10 @@
 namespace kiln {
 namespace {
 
-std::shared_ptr<Sequential> tagger() {
-  return std::make_shared<Sequential>(std::vector<LayerPtr>{
-      std::make_shared<Embedding>(6, 4, Json{{"mask_zero", true}}),
-      std::make_shared<LSTM>(Json{{"units", 3}, {"return_sequences", true}}), std::make_shared<Dense>(2, "softmax")});
+std::shared_ptr<models::SequentialImpl> tagger() {
+  return models::Sequential(std::vector<LayerPtr>{layers::Embedding(6, 4, Json{{"mask_zero", true}}),
+                                                  layers::LSTM(Json{{"units", 3}, {"return_sequences", true}}),
+                                                  layers::Dense(2, "softmax")});
 }
 
 TEST(MaskedLoss, LossAndAccuracyCountValidStepsOnly) {
@@ -28,7 +28,7 @@ TEST(MaskedLoss, LossAndAccuracyCountValidStepsOnly) {
   at::Tensor y = at::tensor({0, 1, 1, 0, 0, 1, 0, 0, 1, 0, 1, 1, 0, 1, 0}, at::kLong).reshape({3, 5});
   // Confident predictions (class 0), so the targets' values weigh.
   (void)model->predict(x);
-  std::dynamic_pointer_cast<Dense>(model->layers()[2])->bias()->assign(at::tensor({1.5f, -1.5f}));
+  std::dynamic_pointer_cast<layers::DenseImpl>(model->layers()[2])->bias()->assign(at::tensor({1.5f, -1.5f}));
   // test_on_batch reports running means since the last reset (Keras 3).
   auto score = [&](const at::Tensor& target, const at::Tensor& w = at::Tensor()) {
     model->train_state().reset_metrics();

@@ -16,7 +16,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions options)
+callbacks::ModelCheckpointImpl::ModelCheckpointImpl(std::string filepath, callbacks::ModelCheckpointOptions options)
     : filepath_(std::move(filepath)), o_(std::move(options)) {
   check_mode("ModelCheckpoint", o_.mode);
   if (filepath_.empty()) throw ValueError("ModelCheckpoint: `filepath` must not be empty");
@@ -33,23 +33,23 @@ ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions op
   best_ = o_.initial_value_threshold;
 }
 
-void ModelCheckpoint::on_train_begin(const Logs&) {
+void callbacks::ModelCheckpointImpl::on_train_begin(const Logs&) {
   maximize_ = monitor_is_max(o_.monitor, o_.mode, &model());
   counter_.reset();
 }
 
-void ModelCheckpoint::on_epoch_begin(int epoch, const Logs&) { current_epoch_ = epoch; }
+void callbacks::ModelCheckpointImpl::on_epoch_begin(int epoch, const Logs&) { current_epoch_ = epoch; }
 
-void ModelCheckpoint::on_train_batch_end(int64_t batch, const Logs& logs) {
+void callbacks::ModelCheckpointImpl::on_train_batch_end(int64_t batch, const Logs& logs) {
   if (o_.save_freq.per_epoch()) return;
   if (counter_.should_save(batch, o_.save_freq.batches())) save(current_epoch_, batch, logs);
 }
 
-void ModelCheckpoint::on_epoch_end(int epoch, Logs& logs) {
+void callbacks::ModelCheckpointImpl::on_epoch_end(int epoch, Logs& logs) {
   if (o_.save_freq.per_epoch()) save(epoch, std::nullopt, logs);
 }
 
-Json ModelCheckpoint::get_state() const {
+Json callbacks::ModelCheckpointImpl::get_state() const {
   auto [last_batch, since_save] = counter_.state();
   return Json{{"best", best_ ? state_double(*best_) : Json(nullptr)},
               {"current_epoch", current_epoch_},
@@ -57,14 +57,14 @@ Json ModelCheckpoint::get_state() const {
               {"since_save", since_save}};
 }
 
-void ModelCheckpoint::set_state(const Json& s) {
+void callbacks::ModelCheckpointImpl::set_state(const Json& s) {
   best_.reset();
   if (!s.at("best").is_null()) best_ = state_double(s.at("best"));
   current_epoch_ = s.at("current_epoch").get<int>();
   counter_.set_state(s.at("last_batch").get<int64_t>(), s.at("since_save").get<int64_t>());
 }
 
-std::string ModelCheckpoint::file_path(int epoch, std::optional<int64_t> batch, const Logs& logs) const {
+std::string callbacks::ModelCheckpointImpl::file_path(int epoch, std::optional<int64_t> batch, const Logs& logs) const {
   std::map<std::string, FormatValue> values;
   for (auto& [k, v] : logs) values[k] = v;
   values["epoch"] = (int64_t)epoch + 1;
@@ -72,7 +72,7 @@ std::string ModelCheckpoint::file_path(int epoch, std::optional<int64_t> batch, 
   return python_format(filepath_, values);
 }
 
-void ModelCheckpoint::save(int epoch, std::optional<int64_t> batch, const Logs& logs) {
+void callbacks::ModelCheckpointImpl::save(int epoch, std::optional<int64_t> batch, const Logs& logs) {
   // Data parallel: every replica decides (the logs are reduced, so they
   // agree) and the chief alone writes; a sharded optimizer state (ZeRO) is
   // gathered to it first, which needs every replica.

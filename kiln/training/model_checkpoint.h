@@ -22,10 +22,13 @@
 #include <optional>
 #include <string>
 
+#include "kiln/layers/layer_holder.h"
 #include "kiln/training/callback.h"
 #include "kiln/training/save_freq.h"
 
 namespace kiln {
+
+namespace callbacks {
 
 struct ModelCheckpointOptions {
   std::string monitor = "val_loss";
@@ -37,9 +40,9 @@ struct ModelCheckpointOptions {
   std::optional<double> initial_value_threshold;
 };
 
-class ModelCheckpoint : public Callback {
+class ModelCheckpointImpl : public Callback {
  public:
-  explicit ModelCheckpoint(std::string filepath, ModelCheckpointOptions options = {});
+  explicit ModelCheckpointImpl(std::string filepath, ModelCheckpointOptions options = {});
 
   void on_train_begin(const Logs& logs) override;
   void on_epoch_begin(int epoch, const Logs& logs) override;
@@ -68,5 +71,11 @@ class ModelCheckpoint : public Callback {
   BatchCounter counter_;
   std::vector<std::string> saved_;
 };
+KILN_LAYER_HOLDER(ModelCheckpoint, void);
+
+}  // namespace callbacks
 
 }  // namespace kiln
+
+#define KILN_LEGACY_CALLBACKS_MODEL_CHECKPOINT_H
+#include "kiln/training/legacy_names.h"

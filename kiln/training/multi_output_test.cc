@@ -23,12 +23,12 @@ struct DigitSign {
 
 DigitSign digit_sign() {
   set_random_seed(7);
-  auto in = Input({4}, at::kFloat, "features");
-  auto h = (*std::make_shared<Dense>(8, "tanh", Json{{"name", "trunk"}}))(in);
-  auto d = (*std::make_shared<Dense>(3, "softmax", Json{{"name", "digit"}}))(h);
-  auto s = (*std::make_shared<Dense>(1, "sigmoid", Json{{"name", "sign"}}))(h);
+  auto in = layers::Input({4}, at::kFloat, "features");
+  auto h = layers::Dense(8, "tanh", Json{{"name", "trunk"}})(in);
+  auto d = layers::Dense(3, "softmax", Json{{"name", "digit"}})(h);
+  auto s = layers::Dense(1, "sigmoid", Json{{"name", "sign"}})(h);
   DigitSign t;
-  t.model = std::make_shared<Functional>(KerasTensors{in}, KerasTensors{d, s}, "two_heads");
+  t.model = models::Functional(KerasTensors{in}, KerasTensors{d, s}, "two_heads");
   t.x = at::randn({40, 4});
   t.digit = at::randint(0, 3, {40}, at::kLong);
   t.sign = at::randint(0, 2, {40, 1}).to(at::kFloat);

@@ -114,16 +114,16 @@ void Progbar::update(int64_t current, const std::vector<std::pair<std::string, d
 
 // --- ProgbarLogger -----------------------------------------------------------
 
-ProgbarLogger::ProgbarLogger(int verbose, std::ostream* os, int dynamic)
+callbacks::ProgbarLoggerImpl::ProgbarLoggerImpl(int verbose, std::ostream* os, int dynamic)
     : verbose_(verbose), os_(os ? os : &std::cout), dynamic_(dynamic) {}
 
-int ProgbarLogger::verbose() const {
+int callbacks::ProgbarLoggerImpl::verbose() const {
   if (verbose_ >= 0) return verbose_;
   int v = params().value("verbose", 1);
   return v < 0 ? (stdout_is_terminal() ? 1 : 2) : v;
 }
 
-int64_t ProgbarLogger::target() const {
+int64_t callbacks::ProgbarLoggerImpl::target() const {
   if (params().contains("steps") && params()["steps"].is_number_integer()) {
     int64_t s = params()["steps"].get<int64_t>();
     if (s > 0) return s;
@@ -131,7 +131,7 @@ int64_t ProgbarLogger::target() const {
   return known_target_;
 }
 
-std::vector<std::pair<std::string, double>> ProgbarLogger::ordered(const Logs& logs) {
+std::vector<std::pair<std::string, double>> callbacks::ProgbarLoggerImpl::ordered(const Logs& logs) {
   std::vector<std::string> names;
   if (has_model() && model().compiled())
     names = model().train_state().metric_names();
@@ -149,19 +149,19 @@ std::vector<std::pair<std::string, double>> ProgbarLogger::ordered(const Logs& l
   return out;
 }
 
-void ProgbarLogger::reset() {
+void callbacks::ProgbarLoggerImpl::reset() {
   seen_ = 0;
   bar_.reset();
 }
 
-void ProgbarLogger::update(int64_t batch, const Logs& logs) {
+void callbacks::ProgbarLoggerImpl::update(int64_t batch, const Logs& logs) {
   if (verbose() == 0) return;
   if (!bar_) bar_ = std::make_unique<Progbar>(target(), verbose(), *os_, "step", dynamic_);
   seen_ = batch + 1;
   if (verbose() == 1) bar_->update(seen_, ordered(logs), false);
 }
 
-void ProgbarLogger::finalize(const Logs& logs) {
+void callbacks::ProgbarLoggerImpl::finalize(const Logs& logs) {
   if (verbose() == 0) return;
   if (!bar_) bar_ = std::make_unique<Progbar>(target(), verbose(), *os_, "step", dynamic_);
   int64_t t = target();
@@ -172,32 +172,32 @@ void ProgbarLogger::finalize(const Logs& logs) {
   bar_->update(t, ordered(logs), true);
 }
 
-void ProgbarLogger::on_train_begin(const Logs&) {
+void callbacks::ProgbarLoggerImpl::on_train_begin(const Logs&) {
   in_fit_ = true;
   known_target_ = -1;
 }
 
-void ProgbarLogger::on_epoch_begin(int epoch, const Logs&) {
+void callbacks::ProgbarLoggerImpl::on_epoch_begin(int epoch, const Logs&) {
   reset();
   int epochs = params().value("epochs", 1);
   if (verbose() != 0 && epochs > 1) *os_ << "Epoch " << epoch + 1 << "/" << epochs << "\n" << std::flush;
 }
 
-void ProgbarLogger::on_train_batch_end(int64_t batch, const Logs& logs) { update(batch, logs); }
-void ProgbarLogger::on_epoch_end(int, Logs& logs) { finalize(logs); }
+void callbacks::ProgbarLoggerImpl::on_train_batch_end(int64_t batch, const Logs& logs) { update(batch, logs); }
+void callbacks::ProgbarLoggerImpl::on_epoch_end(int, Logs& logs) { finalize(logs); }
 
-void ProgbarLogger::on_test_begin(const Logs&) {
+void callbacks::ProgbarLoggerImpl::on_test_begin(const Logs&) {
   if (!in_fit_) reset();
 }
-void ProgbarLogger::on_test_batch_end(int64_t batch, const Logs& logs) {
+void callbacks::ProgbarLoggerImpl::on_test_batch_end(int64_t batch, const Logs& logs) {
   if (!in_fit_) update(batch, logs);
 }
-void ProgbarLogger::on_test_end(const Logs& logs) {
+void callbacks::ProgbarLoggerImpl::on_test_end(const Logs& logs) {
   if (!in_fit_) finalize(logs);
 }
 
-void ProgbarLogger::on_predict_begin(const Logs&) { reset(); }
-void ProgbarLogger::on_predict_batch_end(int64_t batch, const Logs&) { update(batch, {}); }
-void ProgbarLogger::on_predict_end(const Logs&) { finalize({}); }
+void callbacks::ProgbarLoggerImpl::on_predict_begin(const Logs&) { reset(); }
+void callbacks::ProgbarLoggerImpl::on_predict_batch_end(int64_t batch, const Logs&) { update(batch, {}); }
+void callbacks::ProgbarLoggerImpl::on_predict_end(const Logs&) { finalize({}); }
 
 }  // namespace kiln

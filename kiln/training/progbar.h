@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/layers/layer_holder.h"
 #include "kiln/training/callback.h"
 
 namespace kiln {
@@ -59,11 +60,13 @@ class Progbar {
 // True when stdout is a terminal.
 bool stdout_is_terminal();
 
-class ProgbarLogger : public Callback {
+namespace callbacks {
+
+class ProgbarLoggerImpl : public Callback {
  public:
   // verbose -1: take fit()'s (params()["verbose"]). os: where to print.
   // dynamic: see Progbar (-1: auto).
-  explicit ProgbarLogger(int verbose = -1, std::ostream* os = nullptr, int dynamic = -1);
+  explicit ProgbarLoggerImpl(int verbose = -1, std::ostream* os = nullptr, int dynamic = -1);
 
   void on_train_begin(const Logs& logs) override;
   void on_epoch_begin(int epoch, const Logs& logs) override;
@@ -92,5 +95,11 @@ class ProgbarLogger : public Callback {
   int64_t known_target_ = -1;  // learnt from the first epoch when steps is unknown
   std::unique_ptr<Progbar> bar_;
 };
+KILN_LAYER_HOLDER(ProgbarLogger, void);
+
+}  // namespace callbacks
 
 }  // namespace kiln
+
+#define KILN_LEGACY_CALLBACKS_PROGBAR_H
+#include "kiln/training/legacy_names.h"

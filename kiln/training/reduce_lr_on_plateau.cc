@@ -11,7 +11,8 @@
 
 namespace kiln {
 
-ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions options) : o_(std::move(options)) {
+callbacks::ReduceLROnPlateauImpl::ReduceLROnPlateauImpl(callbacks::ReduceLROnPlateauOptions options)
+    : o_(std::move(options)) {
   check_mode("ReduceLROnPlateau", o_.mode);
   if (!(o_.factor < 1.0) || !(o_.factor > 0.0))
     throw ValueError("ReduceLROnPlateau does not support a factor outside (0, 1). Received: factor=" +
@@ -22,18 +23,18 @@ ReduceLROnPlateau::ReduceLROnPlateau(ReduceLROnPlateauOptions options) : o_(std:
                      ", min_lr=" + std::to_string(o_.min_lr));
 }
 
-bool ReduceLROnPlateau::improves(double value, double best) const {
+bool callbacks::ReduceLROnPlateauImpl::improves(double value, double best) const {
   return maximize_ ? value > best + o_.min_delta : value < best - o_.min_delta;
 }
 
-void ReduceLROnPlateau::check_optimizer(const Optimizer& optimizer) {
+void callbacks::ReduceLROnPlateauImpl::check_optimizer(const Optimizer& optimizer) {
   if (optimizer.has_schedule())
     throw ValueError("ReduceLROnPlateau cannot change the learning rate of the optimizer " + optimizer.name() +
                      ": its learning_rate is the schedule " + optimizer.schedule()->class_name() +
                      ". Use a constant learning_rate with ReduceLROnPlateau, or drop the callback");
 }
 
-void ReduceLROnPlateau::on_train_begin(const Logs&) {
+void callbacks::ReduceLROnPlateauImpl::on_train_begin(const Logs&) {
   check_optimizer(model().train_state().optimizer());  // before the first step, not at the first plateau
   // Keras's rule here: "acc" in the name means maximise (unless a compiled
   // metric says otherwise).
@@ -43,19 +44,19 @@ void ReduceLROnPlateau::on_train_begin(const Logs&) {
   cooldown_counter_ = 0;
 }
 
-Json ReduceLROnPlateau::get_state() const {
+Json callbacks::ReduceLROnPlateauImpl::get_state() const {
   return Json{
       {"best", state_double(best_)}, {"wait", wait_}, {"cooldown_counter", cooldown_counter_}, {"warned", warned_}};
 }
 
-void ReduceLROnPlateau::set_state(const Json& s) {
+void callbacks::ReduceLROnPlateauImpl::set_state(const Json& s) {
   best_ = state_double(s.at("best"));
   wait_ = s.at("wait").get<int>();
   cooldown_counter_ = s.at("cooldown_counter").get<int>();
   warned_ = s.value("warned", false);
 }
 
-void ReduceLROnPlateau::on_epoch_end(int epoch, Logs& logs) {
+void callbacks::ReduceLROnPlateauImpl::on_epoch_end(int epoch, Logs& logs) {
   Optimizer& opt = model().train_state().optimizer();
   logs["learning_rate"] = opt.learning_rate();
   auto it = logs.find(o_.monitor);

@@ -11,11 +11,14 @@
 
 #include <string>
 
+#include "kiln/layers/layer_holder.h"
 #include "kiln/training/callback.h"
 
 namespace kiln {
 
 class Optimizer;
+
+namespace callbacks {
 
 struct ReduceLROnPlateauOptions {
   std::string monitor = "val_loss";
@@ -28,9 +31,9 @@ struct ReduceLROnPlateauOptions {
   double min_lr = 0.0;
 };
 
-class ReduceLROnPlateau : public Callback {
+class ReduceLROnPlateauImpl : public Callback {
  public:
-  explicit ReduceLROnPlateau(ReduceLROnPlateauOptions options = {});
+  explicit ReduceLROnPlateauImpl(ReduceLROnPlateauOptions options = {});
 
   // ValueError if `optimizer`'s learning rate is a schedule, which this
   // callback cannot set (Keras fails there at the first reduction, mid-run).
@@ -57,5 +60,11 @@ class ReduceLROnPlateau : public Callback {
   int cooldown_counter_ = 0;
   bool warned_ = false;
 };
+KILN_LAYER_HOLDER(ReduceLROnPlateau, ReduceLROnPlateauOptions);
+
+}  // namespace callbacks
 
 }  // namespace kiln
+
+#define KILN_LEGACY_CALLBACKS_REDUCE_LR_ON_PLATEAU_H
+#include "kiln/training/legacy_names.h"

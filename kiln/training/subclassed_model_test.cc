@@ -18,12 +18,12 @@ namespace {
 
 // A shared trunk and two regression heads, as a Keras user would subclass
 // keras.Model: sublayers made in the constructor, wiring in call().
-class TwoHeads : public Model {
+class TwoHeads : public models::Model {
  public:
-  explicit TwoHeads(const Json& config = Json::object()) : Model(config) {
-    trunk_ = std::make_shared<Dense>(16, "relu");
-    sum_head_ = std::make_shared<Dense>(1);
-    diff_head_ = std::make_shared<Dense>(1);
+  explicit TwoHeads(const Json& config = Json::object()) : models::Model(config) {
+    trunk_ = layers::Dense(16, "relu");
+    sum_head_ = layers::Dense(1);
+    diff_head_ = layers::Dense(1);
     for (auto& l : {trunk_, sum_head_, diff_head_}) track(l);
   }
   std::string class_name() const override { return "TwoHeads"; }
@@ -132,8 +132,7 @@ TEST(SubclassedModel, ExplicitBuildSavesWeightsLoadModelReads) {
 
 TEST(SubclassedModel, ExplicitBuildOfASequentialKeepsItsScope) {
   clear_session();
-  auto model = std::make_shared<Sequential>(
-      std::vector<LayerPtr>{std::make_shared<Dense>(3, "relu"), std::make_shared<Dense>(2)}, "seq");
+  auto model = models::Sequential(std::vector<LayerPtr>{layers::Dense(3, "relu"), layers::Dense(2)}, "seq");
   model->build({{kNone, 5}});
   EXPECT_TRUE(model->built());
   for (auto& v : model->weights()) EXPECT_EQ(v->path().rfind("seq/", 0), 0u) << v->path();

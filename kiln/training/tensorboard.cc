@@ -6,35 +6,36 @@
 
 namespace kiln {
 
-TensorBoard::TensorBoard(std::string log_dir, TensorBoardOptions options) : log_dir_(std::move(log_dir)), o_(options) {
+callbacks::TensorBoardImpl::TensorBoardImpl(std::string log_dir, callbacks::TensorBoardOptions options)
+    : log_dir_(std::move(log_dir)), o_(options) {
   if (log_dir_.empty()) throw ValueError("TensorBoard: `log_dir` must not be empty");
 }
 
-EventFileWriter& TensorBoard::train_writer() {
+EventFileWriter& callbacks::TensorBoardImpl::train_writer() {
   if (!train_) train_ = std::make_unique<EventFileWriter>(join_path(log_dir_, "train"));
   return *train_;
 }
 
-EventFileWriter& TensorBoard::val_writer() {
+EventFileWriter& callbacks::TensorBoardImpl::val_writer() {
   if (!val_) val_ = std::make_unique<EventFileWriter>(join_path(log_dir_, "validation"));
   return *val_;
 }
 
-void TensorBoard::on_train_begin(const Logs&) {
+void callbacks::TensorBoardImpl::on_train_begin(const Logs&) {
   if (!is_chief()) return;  // data parallel: the chief alone writes
   in_fit_ = true;
   global_batch_ = 0;
   train_writer();
 }
 
-void TensorBoard::on_train_batch_end(int64_t, const Logs& logs) {
+void callbacks::TensorBoardImpl::on_train_batch_end(int64_t, const Logs& logs) {
   if (!in_fit_) return;
   ++global_batch_;
   if (o_.update_freq.per_epoch() || global_batch_ % o_.update_freq.batches() != 0) return;
   for (auto& [k, v] : logs) train_writer().add_scalar("batch_" + k, v, global_batch_);
 }
 
-void TensorBoard::on_epoch_end(int epoch, Logs& logs) {
+void callbacks::TensorBoardImpl::on_epoch_end(int epoch, Logs& logs) {
   if (!in_fit_) return;
   bool has_lr = false;
   bool has_val = false;
@@ -56,13 +57,13 @@ void TensorBoard::on_epoch_end(int epoch, Logs& logs) {
   }
 }
 
-void TensorBoard::on_test_end(const Logs& logs) {
+void callbacks::TensorBoardImpl::on_test_end(const Logs& logs) {
   if (!in_fit_ || !model().compiled()) return;
   const int64_t step = model().train_state().optimizer().iterations();
   for (auto& [k, v] : logs) val_writer().add_scalar("evaluation_" + k + "_vs_iterations", v, step);
 }
 
-void TensorBoard::on_train_end(const Logs&) {
+void callbacks::TensorBoardImpl::on_train_end(const Logs&) {
   if (train_) train_->flush();
   if (val_) val_->flush();
   train_.reset();

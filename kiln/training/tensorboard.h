@@ -17,19 +17,22 @@
 #include <memory>
 #include <string>
 
+#include "kiln/layers/layer_holder.h"
 #include "kiln/training/callback.h"
 #include "kiln/training/save_freq.h"
 #include "kiln/training/tfevents.h"
 
 namespace kiln {
 
+namespace callbacks {
+
 struct TensorBoardOptions {
   SaveFreq update_freq = SaveFreq();  // "epoch" or N batches
 };
 
-class TensorBoard : public Callback {
+class TensorBoardImpl : public Callback {
  public:
-  explicit TensorBoard(std::string log_dir = "logs", TensorBoardOptions options = {});
+  explicit TensorBoardImpl(std::string log_dir = "logs", TensorBoardOptions options = {});
 
   void on_train_begin(const Logs& logs) override;
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
@@ -54,5 +57,11 @@ class TensorBoard : public Callback {
   int64_t global_batch_ = 0;
   bool in_fit_ = false;
 };
+KILN_LAYER_HOLDER(TensorBoard, void);
+
+}  // namespace callbacks
 
 }  // namespace kiln
+
+#define KILN_LEGACY_CALLBACKS_TENSORBOARD_H
+#include "kiln/training/legacy_names.h"

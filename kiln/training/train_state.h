@@ -51,12 +51,14 @@
 
 namespace kiln {
 
+namespace models {
 class Model;
+}
 
 // One batch flowing through the step pipeline. Each stage reads what earlier
 // stages wrote and fills its own fields.
 struct StepData {
-  Model* model = nullptr;
+  models::Model* model = nullptr;
   Tensors x, y;
   at::Tensor sample_weight;  // undefined: all ones
   bool training = true;
@@ -127,7 +129,9 @@ struct ResumePoint {
   std::map<std::string, at::Tensor> callback_tensors;
 };
 
+namespace callbacks {
 class CallbackList;
+}
 
 struct FitProgress {
   bool in_fit = false;
@@ -138,7 +142,7 @@ struct FitProgress {
   std::optional<ResumePoint> resume;
   // The running fit()'s callbacks (borrowed; null outside fit()), for
   // checkpoint writers to collect every callback's state.
-  CallbackList* callbacks = nullptr;
+  callbacks::CallbackList* callbacks = nullptr;
   // Sharded optimizer state (ZeRO): set by data-parallel fit() while the
   // optimizer holds only this replica's slots; see
   // TrainState::with_full_optimizer_state.

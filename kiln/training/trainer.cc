@@ -32,7 +32,7 @@ int resolve_verbose(int verbose) {
 }
 
 // What the step pipeline runs on for one batch.
-StepData step_data(Model& model, const Batch& data) {
+StepData step_data(models::Model& model, const Batch& data) {
   StepData s;
   s.model = &model;
   s.x = data.x;
@@ -47,7 +47,7 @@ StepData step_data(Model& model, const Batch& data) {
 Logs step_logs(TrainState& ts, const Logs& returned) { return returned.empty() ? ts.results() : returned; }
 
 // The loop evaluate() and fit()'s validation share.
-Logs run_test_loop(Model& model, TrainState& ts, DataAdapter& data, int64_t steps, Callback& cbs) {
+Logs run_test_loop(models::Model& model, TrainState& ts, DataAdapter& data, int64_t steps, callbacks::Callback& cbs) {
   ts.reset_metrics();
   cbs.on_test_begin({});
   auto it = data.begin_epoch(0);
@@ -64,8 +64,8 @@ Logs run_test_loop(Model& model, TrainState& ts, DataAdapter& data, int64_t step
   return logs;
 }
 
-std::unique_ptr<DataAdapter> eval_adapter(Model& model, const Tensors& x, const Tensors& y, const at::Tensor& sw,
-                                          const std::optional<Dataset>& ds, int64_t batch_size) {
+std::unique_ptr<DataAdapter> eval_adapter(models::Model& model, const Tensors& x, const Tensors& y,
+                                          const at::Tensor& sw, const std::optional<Dataset>& ds, int64_t batch_size) {
   if (ds) {
     if (!x.empty() || !y.empty()) throw ValueError("pass either x/y tensors or a dataset, not both");
     auto probe = make_dataset_adapter(*ds, model.num_inputs(), 0);
@@ -111,7 +111,7 @@ int64_t agree_on_steps(Distribution& d, int64_t steps) {
 }
 
 // Data parallel: rank 0's weights to every replica.
-void broadcast_weights(Model& model, Distribution& d) {
+void broadcast_weights(models::Model& model, Distribution& d) {
   std::vector<at::Tensor> values;
   for (auto& v : model.weights()) values.push_back(v->value().detach());
   d.broadcast(values);
@@ -121,7 +121,7 @@ void broadcast_weights(Model& model, Distribution& d) {
 
 // fit() does this before on_train_begin so checkpoint callbacks can restore
 // into built variables, as Keras's symbolic build does.
-size_t build_with_probe(Model& model, const Tensors& sample, bool force_probe) {
+size_t build_with_probe(models::Model& model, const Tensors& sample, bool force_probe) {
   if (model.built() && !force_probe) return 0;
   Tensors probe;
   for (auto& t : sample) probe.push_back(t.dim() > 0 && t.size(0) > 1 ? t.narrow(0, 0, 1) : t);
@@ -166,26 +166,26 @@ namespace {
 
 class Trainer final : public ModelTrainer {
  public:
-  std::shared_ptr<TrainState> compile(Model& model, CompileArgs& args) override;
-  History fit(Model& model, const FitArgs& args) override;
-  std::map<std::string, double> evaluate(Model& model, const EvaluateArgs& args) override;
-  Tensors predict(Model& model, const Tensors& x, const PredictArgs& args) override;
-  Tensors predict(Model& model, const Dataset& ds, const PredictArgs& args) override;
-  std::map<std::string, double> train_step(Model& model, const Batch& data) override;
-  std::map<std::string, double> test_step(Model& model, const Batch& data) override;
-  std::map<std::string, double> train_on_batch(Model& model, const Tensors& x, const Tensors& y,
+  std::shared_ptr<TrainState> compile(models::Model& model, CompileArgs& args) override;
+  History fit(models::Model& model, const FitArgs& args) override;
+  std::map<std::string, double> evaluate(models::Model& model, const EvaluateArgs& args) override;
+  Tensors predict(models::Model& model, const Tensors& x, const PredictArgs& args) override;
+  Tensors predict(models::Model& model, const Dataset& ds, const PredictArgs& args) override;
+  std::map<std::string, double> train_step(models::Model& model, const Batch& data) override;
+  std::map<std::string, double> test_step(models::Model& model, const Batch& data) override;
+  std::map<std::string, double> train_on_batch(models::Model& model, const Tensors& x, const Tensors& y,
                                                const at::Tensor& sample_weight) override;
-  std::map<std::string, double> test_on_batch(Model& model, const Tensors& x, const Tensors& y,
+  std::map<std::string, double> test_on_batch(models::Model& model, const Tensors& x, const Tensors& y,
                                               const at::Tensor& sample_weight) override;
-  Tensors predict_on_batch(Model& model, const Tensors& x) override;
-  void reset_metrics(Model& model) override;
+  Tensors predict_on_batch(models::Model& model, const Tensors& x) override;
+  void reset_metrics(models::Model& model) override;
 };
 
 [[maybe_unused]] const bool trainer_registered = register_model_trainer(std::make_unique<Trainer>());
 
 }  // namespace
 
-std::shared_ptr<TrainState> Trainer::compile(Model& model, CompileArgs& args) {
+std::shared_ptr<TrainState> Trainer::compile(models::Model& model, CompileArgs& args) {
   // Keras: a mixed_float16 model trains with loss scaling; float16's range
   // loses small gradients otherwise.
   if (model.dtype_policy().source_name() == "mixed_float16" && args.optimizer &&
@@ -204,7 +204,7 @@ std::shared_ptr<TrainState> Trainer::compile(Model& model, CompileArgs& args) {
 
 // --- fit -------------------------------------------------------------------------
 
-History Trainer::fit(Model& model, const FitArgs& a) {
+History Trainer::fit(models::Model& model, const FitArgs& a) {
   warn_about_slow_precision(model);
   TrainState& ts = model.train_state();
   ts.loss();  // StateError without a loss
@@ -275,8 +275,8 @@ History Trainer::fit(Model& model, const FitArgs& a) {
 
   // --- callbacks ---
   const int verbose = resolve_verbose(a.verbose);
-  CallbackList cbs(a.callbacks, /*add_history=*/true, /*add_progbar=*/verbose != 0 && is_chief(), &model,
-                   fit_params_json(verbose, a.epochs, steps, val != nullptr));
+  callbacks::CallbackList cbs(a.callbacks, /*add_history=*/true, /*add_progbar=*/verbose != 0 && is_chief(), &model,
+                              fit_params_json(verbose, a.epochs, steps, val != nullptr));
   std::vector<VariablePtr> variables = model.trainable_weights();
   // jit_compile: the step in a CUDA graph where it can be (step_graph.h).
   std::unique_ptr<CapturedTrainStep> captured;
@@ -425,7 +425,7 @@ History Trainer::fit(Model& model, const FitArgs& a) {
 
 // --- evaluate / predict ------------------------------------------------------------
 
-std::map<std::string, double> Trainer::evaluate(Model& model, const EvaluateArgs& a) {
+std::map<std::string, double> Trainer::evaluate(models::Model& model, const EvaluateArgs& a) {
   warn_about_slow_precision(model);
   TrainState& ts = model.train_state();
   ts.loss();
@@ -436,7 +436,8 @@ std::map<std::string, double> Trainer::evaluate(Model& model, const EvaluateArgs
   if (card == kInfiniteCardinality && a.steps <= 0) throw ValueError("evaluate: the dataset is infinite; pass `steps`");
   int64_t steps = a.steps > 0 ? (card >= 0 ? std::min(a.steps, card) : a.steps) : (card >= 0 ? card : -1);
   const int verbose = resolve_verbose(a.verbose);
-  CallbackList cbs(a.callbacks, false, verbose != 0 && is_chief(), &model, fit_params_json(verbose, 1, steps, false));
+  callbacks::CallbackList cbs(a.callbacks, false, verbose != 0 && is_chief(), &model,
+                              fit_params_json(verbose, 1, steps, false));
   return run_test_loop(model, ts, *data, a.steps, cbs);
 }
 
@@ -444,7 +445,7 @@ namespace {
 
 // Outputs come back on the host (Keras returns NumPy arrays), in one copy
 // per output after the last batch.
-Tensors predict_loop(Model& model, std::unique_ptr<DataAdapter> adapter, const PredictArgs& a) {
+Tensors predict_loop(models::Model& model, std::unique_ptr<DataAdapter> adapter, const PredictArgs& a) {
   if (a.steps < 0) throw ValueError("predict: `steps` must be >= 0. Received: steps=" + std::to_string(a.steps));
   const int v = resolve_verbose(a.verbose);
   std::unique_ptr<DataAdapter> on_device = prefetch_to_device(std::move(adapter), model_device(model));
@@ -454,7 +455,7 @@ Tensors predict_loop(Model& model, std::unique_ptr<DataAdapter> adapter, const P
     throw ValueError("predict: the dataset is infinite; pass `steps` to say how many batches to predict");
   int64_t steps = card >= 0 ? card : -1;
   if (a.steps > 0) steps = steps >= 0 ? std::min(steps, a.steps) : a.steps;
-  CallbackList cbs(a.callbacks, false, v != 0 && is_chief(), &model, fit_params_json(v, 1, steps, false));
+  callbacks::CallbackList cbs(a.callbacks, false, v != 0 && is_chief(), &model, fit_params_json(v, 1, steps, false));
   cbs.on_predict_begin({});
   std::vector<Tensors> parts;
   auto it = data.begin_epoch(0);
@@ -478,13 +479,13 @@ Tensors predict_loop(Model& model, std::unique_ptr<DataAdapter> adapter, const P
 
 }  // namespace
 
-Tensors Trainer::predict(Model& model, const Tensors& x, const PredictArgs& args) {
+Tensors Trainer::predict(models::Model& model, const Tensors& x, const PredictArgs& args) {
   warn_about_slow_precision(model);
   auto data = make_tensor_adapter(x, {}, at::Tensor(), args.batch_size, false);
   return predict_loop(model, std::move(data), args);
 }
 
-Tensors Trainer::predict(Model& model, const Dataset& ds, const PredictArgs& args) {
+Tensors Trainer::predict(models::Model& model, const Dataset& ds, const PredictArgs& args) {
   warn_about_slow_precision(model);
   auto data = make_dataset_adapter(ds, model.num_inputs(), 0);
   return predict_loop(model, std::move(data), args);
@@ -492,7 +493,7 @@ Tensors Trainer::predict(Model& model, const Dataset& ds, const PredictArgs& arg
 
 // --- the default train/test steps ----------------------------------------------------
 
-std::map<std::string, double> Trainer::train_step(Model& model, const Batch& data) {
+std::map<std::string, double> Trainer::train_step(models::Model& model, const Batch& data) {
   TrainState& ts = model.train_state();
   StepData s = step_data(model, data);
   if (ts.progress().run_train_step)
@@ -502,7 +503,7 @@ std::map<std::string, double> Trainer::train_step(Model& model, const Batch& dat
   return {};
 }
 
-std::map<std::string, double> Trainer::test_step(Model& model, const Batch& data) {
+std::map<std::string, double> Trainer::test_step(models::Model& model, const Batch& data) {
   TrainState& ts = model.train_state();
   StepData s = step_data(model, data);
   ts.test_step(s);
@@ -511,12 +512,12 @@ std::map<std::string, double> Trainer::test_step(Model& model, const Batch& data
 
 // --- on_batch ------------------------------------------------------------------------
 
-void Trainer::reset_metrics(Model& model) { model.train_state().reset_metrics(); }
+void Trainer::reset_metrics(models::Model& model) { model.train_state().reset_metrics(); }
 
 namespace {
 
 // train_on_batch / test_on_batch's one batch, on the model's device.
-Batch on_batch_data(Model& model, const Tensors& x, const Tensors& y, const at::Tensor& sample_weight) {
+Batch on_batch_data(models::Model& model, const Tensors& x, const Tensors& y, const at::Tensor& sample_weight) {
   make_tensor_adapter(x, y, sample_weight, 1, false);  // validates lengths
   const at::Device device = model_device(model);
   Batch data;
@@ -528,7 +529,7 @@ Batch on_batch_data(Model& model, const Tensors& x, const Tensors& y, const at::
 
 }  // namespace
 
-std::map<std::string, double> Trainer::train_on_batch(Model& model, const Tensors& x, const Tensors& y,
+std::map<std::string, double> Trainer::train_on_batch(models::Model& model, const Tensors& x, const Tensors& y,
                                                       const at::Tensor& sample_weight) {
   TrainState& ts = model.train_state();
   Batch data = on_batch_data(model, x, y, sample_weight);
@@ -536,7 +537,7 @@ std::map<std::string, double> Trainer::train_on_batch(Model& model, const Tensor
   return step_logs(ts, model.train_step(data));
 }
 
-std::map<std::string, double> Trainer::test_on_batch(Model& model, const Tensors& x, const Tensors& y,
+std::map<std::string, double> Trainer::test_on_batch(models::Model& model, const Tensors& x, const Tensors& y,
                                                      const at::Tensor& sample_weight) {
   TrainState& ts = model.train_state();
   Batch data = on_batch_data(model, x, y, sample_weight);
@@ -544,7 +545,7 @@ std::map<std::string, double> Trainer::test_on_batch(Model& model, const Tensors
   return step_logs(ts, model.test_step(data));
 }
 
-Tensors Trainer::predict_on_batch(Model& model, const Tensors& x) {
+Tensors Trainer::predict_on_batch(models::Model& model, const Tensors& x) {
   at::NoGradGuard ng;
   Tensors out = model.predict_step(to_device(x, model_device(model)));
   for (auto& t : out) t = t.detach().to(at::kCPU);

@@ -39,7 +39,7 @@ TEST(Fit, LearnsASeparableProblem) {
 
 TEST(Fit, BeforeCompileIsAStateError) {
   clear_session();
-  auto model = std::make_shared<Sequential>(std::vector<LayerPtr>{std::make_shared<TinyDense>(2)});
+  auto model = models::Sequential(std::vector<LayerPtr>{std::make_shared<TinyDense>(2)});
   Problem p = blobs(8);
   try {
     model->fit(quiet(p, 1));
@@ -146,7 +146,7 @@ TEST(Fit, DatasetInputWithSampleWeights) {
   a.steps_per_epoch = 3;
   a.epochs = 1;
   int batches = 0;
-  auto counter = std::make_shared<LambdaCallback>();
+  auto counter = callbacks::LambdaCallback();
   counter->on_train_batch_end_fn = [&](int64_t, const Logs&) { ++batches; };
   a.callbacks = {counter};
   model->fit(a);
@@ -163,7 +163,7 @@ TEST(Fit, StepsPerExecutionCallsBatchCallbacksOncePerExecution) {
     CompileArgs args = model->compile_args();
     args.steps_per_execution = per_execution;
     model->compile(args);
-    auto rec = std::make_shared<LambdaCallback>();
+    auto rec = callbacks::LambdaCallback();
     rec->on_train_batch_begin_fn = [=](int64_t b, const Logs&) { begins->push_back(b); };
     rec->on_train_batch_end_fn = [=](int64_t b, const Logs& l) {
       EXPECT_TRUE(l.count("loss"));
@@ -198,10 +198,9 @@ TEST(Fit, OutOfMemoryInAStepNamesTheBatchSizeAndASmallerOne) {
     }
   };
   clear_session();
-  auto model =
-      std::make_shared<Sequential>(std::vector<LayerPtr>{std::make_shared<TinyDense>(8, "relu"),
-                                                         std::make_shared<Greedy>(), std::make_shared<TinyDense>(2)},
-                                   "model");
+  auto model = models::Sequential(std::vector<LayerPtr>{std::make_shared<TinyDense>(8, "relu"),
+                                                        std::make_shared<Greedy>(), std::make_shared<TinyDense>(2)},
+                                  "model");
   CompileArgs args;
   args.optimizer = optimizer("Adam", 0.1);
   args.loss = scce_logits();
@@ -223,7 +222,7 @@ TEST(Fit, OutOfMemoryInAStepNamesTheBatchSizeAndASmallerOne) {
 
 TEST(Fit, StopTrainingEndsAfterTheEpoch) {
   auto model = make_model(optimizer("SGD", 0.1));
-  auto stopper = std::make_shared<LambdaCallback>();
+  auto stopper = callbacks::LambdaCallback();
   stopper->on_epoch_end_fn = [&](int epoch, Logs&) {
     if (epoch == 1) model->stop_training = true;
   };
@@ -239,7 +238,7 @@ TEST(Fit, BatchLogsAreRunningAveragesAndMetricsResetEachEpoch) {
   auto model = make_model(optimizer("SGD", 0.0));
   std::vector<double> batch_losses;
   std::vector<double> last_batch_log;
-  auto rec = std::make_shared<LambdaCallback>();
+  auto rec = callbacks::LambdaCallback();
   rec->on_train_batch_end_fn = [&](int64_t, const Logs& l) { batch_losses.push_back(l.at("loss")); };
   rec->on_epoch_end_fn = [&](int, Logs& l) { last_batch_log.push_back(batch_losses.back()); };
   FitArgs a = quiet(p, 2, 16);
@@ -381,7 +380,7 @@ TEST(Pipeline, StagesRunInOrderAndCanBeReplaced) {
 
 TEST(Compile, ArgsValidateAndRoundTrip) {
   clear_session();
-  auto model = std::make_shared<Sequential>(std::vector<LayerPtr>{std::make_shared<TinyDense>(2)});
+  auto model = models::Sequential(std::vector<LayerPtr>{std::make_shared<TinyDense>(2)});
   EXPECT_THROW(model->compile(CompileArgs{}), ValueError);  // no optimizer
   model->compile("sgd", "mse");
   EXPECT_TRUE(model->compiled());
@@ -396,10 +395,10 @@ TEST(Compile, ArgsValidateAndRoundTrip) {
 
 TEST(Compile, MetricsForEveryOutputOfAMultiOutputModel) {
   clear_session();
-  auto in = Input({4}, at::kFloat, "features");
-  auto a = (*std::make_shared<Dense>(3, "linear", Json{{"name", "head_a"}}))(in);
-  auto b = (*std::make_shared<Dense>(3, "linear", Json{{"name", "head_b"}}))(in);
-  auto model = std::make_shared<Functional>(KerasTensors{in}, KerasTensors{a, b});
+  auto in = layers::Input({4}, at::kFloat, "features");
+  auto a = layers::Dense(3, "linear", Json{{"name", "head_a"}})(in);
+  auto b = layers::Dense(3, "linear", Json{{"name", "head_b"}})(in);
+  auto model = models::Functional(KerasTensors{in}, KerasTensors{a, b});
   // A flat list applies to each output, with Keras's "<output>_<metric>"
   // names; each output's loss is logged as "<output>_loss".
   model->compile(CompileArgs::from_names("sgd", "sparse_categorical_crossentropy", {"accuracy"}));

@@ -88,12 +88,12 @@ inline OptimizerPtr optimizer(const std::string& cls, double lr) {
 
 // 2 -> 8 (relu) -> [dropout] -> 2 logits, compiled with `opt`, sparse CE
 // from logits and accuracy.
-inline std::shared_ptr<Sequential> make_model(OptimizerPtr opt, double dropout = 0.0) {
+inline std::shared_ptr<models::SequentialImpl> make_model(OptimizerPtr opt, double dropout = 0.0) {
   clear_session();
   std::vector<LayerPtr> layers{std::make_shared<TinyDense>(8, "relu")};
   if (dropout > 0) layers.push_back(std::make_shared<TinyDropout>(dropout));
   layers.push_back(std::make_shared<TinyDense>(2));
-  auto model = std::make_shared<Sequential>(layers, "model");
+  auto model = models::Sequential(layers, "model");
   CompileArgs args;
   args.optimizer = std::move(opt);
   args.loss = scce_logits();

@@ -44,7 +44,7 @@ std::string format_metric_line(const std::map<std::string, double>& metrics, int
 
 // A training program's side of `kiln tune`: prints each epoch's logs as a
 // metric line on stdout, flushed (the tuner prunes on it), step = epoch.
-class MetricLineReporter : public Callback {
+class MetricLineReporter : public callbacks::Callback {
  public:
   void on_epoch_end(int epoch, Logs& logs) override;
 };

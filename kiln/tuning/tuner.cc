@@ -30,7 +30,7 @@ class FunctionHyperModel : public HyperModel {
 
 // Reports each epoch to the oracle, keeps the execution's best epoch and
 // saves that epoch's model; stops the trial when the oracle says so.
-class TrialReporter : public Callback {
+class TrialReporter : public callbacks::Callback {
  public:
   TrialReporter(Oracle& oracle, std::string trial_id, std::string best_dir, bool save_best)
       : oracle_(oracle), trial_id_(std::move(trial_id)), best_dir_(std::move(best_dir)), save_best_(save_best) {}
@@ -180,8 +180,7 @@ void Tuner::run_trial(const Trial& trial, const FitArgs& args) {
           std::make_shared<TrialReporter>(*oracle_, trial.trial_id, best_dir, options_.keep_checkpoints > 0);
       FitArgs fa = a;
       // Resume an interrupted execution from its last epoch.
-      fa.callbacks.push_back(
-          std::make_shared<BackupAndRestore>((fs::path(dir) / ("backup_" + std::to_string(e))).string()));
+      fa.callbacks.push_back(callbacks::BackupAndRestore((fs::path(dir) / ("backup_" + std::to_string(e))).string()));
       fa.callbacks.push_back(reporter);
       hypermodel_->fit(hp_e, *model, fa);
       if (reporter->best()) scores.push_back(*reporter->best());
@@ -323,10 +322,10 @@ FinalTrainingResult retrain_on_full_data(const BuildFn& build, const HyperParame
   HyperParameters h1 = hp;
   ModelPtr probe = build(h1);
   FitArgs a = args;
-  EarlyStoppingOptions es;
+  callbacks::EarlyStoppingOptions es;
   es.monitor = monitor;
   es.patience = patience;
-  a.callbacks.push_back(std::make_shared<EarlyStopping>(es));
+  a.callbacks.push_back(callbacks::EarlyStopping(es));
   History hist = probe->fit(a);
   auto it = hist.history.find(monitor);
   if (it == hist.history.end() || it->second.empty())

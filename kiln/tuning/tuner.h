@@ -48,7 +48,7 @@ class HyperModel {
  public:
   virtual ~HyperModel() = default;
   virtual ModelPtr build(HyperParameters& hp) = 0;
-  virtual History fit(HyperParameters& hp, Model& model, const FitArgs& args) { return model.fit(args); }
+  virtual History fit(HyperParameters& hp, models::Model& model, const FitArgs& args) { return model.fit(args); }
 };
 
 using BuildFn = std::function<ModelPtr(HyperParameters&)>;

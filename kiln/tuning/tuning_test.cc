@@ -586,10 +586,10 @@ Data toy_data() {
 }
 
 ModelPtr build_toy(HyperParameters& hp) {
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({4}));
-  m->add(std::make_shared<Dense>(hp.Int("units", 4, 16, {.step = 4}), "relu"));
-  m->add(std::make_shared<Dense>(2, "softmax"));
+  auto m = models::Sequential();
+  m->add(layers::Input({4}));
+  m->add(layers::Dense(hp.Int("units", 4, 16, {.step = 4}), "relu"));
+  m->add(layers::Dense(2, "softmax"));
   const double lr = hp.Float("lr", 1e-3, 1e-1, {.sampling = Sampling::kLog, .default_value = 1e-2});
   CompileArgs c = CompileArgs::from_names("adam", "sparse_categorical_crossentropy", {"accuracy"});
   c.optimizer->set_learning_rate(lr);
@@ -655,7 +655,7 @@ TEST(Tuner, RandomSearchEndToEndWithBestModelsAndSummaries) {
 // dies as epoch 2 begins, after epoch 1's backup (BackupAndRestore saves
 // after every other callback's on_epoch_end, so a throw there would come
 // before that epoch's backup).
-struct Crash : Callback {
+struct Crash : callbacks::Callback {
   void on_epoch_begin(int epoch, const Logs&) override {
     if (epoch == 2) throw std::runtime_error("simulated crash");
   }
@@ -698,7 +698,7 @@ TEST(Tuner, ResumeKeepsCompletedTrialsAndFinishesTheInterruptedOne) {
     clear_session();  // as the tuner does before each trial's build
     ModelPtr m = build_toy(values);
     FitArgs a = toy_fit(d, 3);
-    a.callbacks = {std::make_shared<BackupAndRestore>(dir.path() + "/resume/trial_" + crashed_id + "/backup_0"),
+    a.callbacks = {callbacks::BackupAndRestore(dir.path() + "/resume/trial_" + crashed_id + "/backup_0"),
                    std::make_shared<Crash>()};
     EXPECT_THROW(m->fit(a), std::runtime_error);
   }
@@ -720,10 +720,10 @@ TEST(Tuner, BuildErrorsMakeTrialsInvalidAndSetUpErrorsAreReported) {
   auto flaky = [&](HyperParameters& hp) -> ModelPtr {
     int64_t u = hp.Int("units", 4, 8, {.step = 4});
     if (calls++ > 0 && u == 8) throw ValueError("units=8 does not fit");
-    auto m = std::make_shared<Sequential>();
-    m->add(Input({4}));
-    m->add(std::make_shared<Dense>(u, "relu"));
-    m->add(std::make_shared<Dense>(2, "softmax"));
+    auto m = models::Sequential();
+    m->add(layers::Input({4}));
+    m->add(layers::Dense(u, "relu"));
+    m->add(layers::Dense(2, "softmax"));
     m->compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
     return m;
   };
@@ -742,15 +742,15 @@ TEST(Tuner, HyperparametersFirstDeclaredInLaterBuildsJoinTheSpace) {
   TempDir dir;
   Data d = toy_data();
   auto build = [](HyperParameters& hp) -> ModelPtr {
-    auto m = std::make_shared<Sequential>();
-    m->add(Input({4}));
+    auto m = models::Sequential();
+    m->add(layers::Input({4}));
     int64_t units = 4;
     if (hp.Boolean("wide")) {  // false in the first (default) build
       auto scope = hp.conditional_scope("wide", {true});
       units = hp.Int("wide_units", 8, 16, {.step = 8});
     }
-    m->add(std::make_shared<Dense>(units, "relu"));
-    m->add(std::make_shared<Dense>(2, "softmax"));
+    m->add(layers::Dense(units, "relu"));
+    m->add(layers::Dense(2, "softmax"));
     m->compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
     return m;
   };

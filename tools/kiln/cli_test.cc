@@ -191,10 +191,10 @@ TEST_F(Cli, PredictRoundTripsJsonLinesInOrder) {
 // show and predict refuse it with one line and exit 2 instead of hanging
 // in open(). `timeout` bounds the run should they hang (exit 124).
 TEST_F(Cli, ShowAndPredictRefuseAWeightsFileThatIsAFifo) {
-  auto x = Input({4}, at::kFloat, "x");
-  auto y = (*std::make_shared<Dense>(2))(x);
+  auto x = layers::Input({4}, at::kFloat, "x");
+  auto y = layers::Dense(2)(x);
   const std::string v = dir_.path() + "/fifo/1";
-  std::make_shared<Functional>(KerasTensors{x}, KerasTensors{y})->save(v);
+  models::Functional(KerasTensors{x}, KerasTensors{y})->save(v);
   const std::string w = v + "/weights.safetensors";
   ASSERT_EQ(::unlink(w.c_str()), 0);
   ASSERT_EQ(::mkfifo(w.c_str(), 0600), 0);
@@ -212,10 +212,10 @@ TEST_F(Cli, ShowAndPredictRefuseAWeightsFileThatIsAFifo) {
 // Regression: the output names were read through a sub-object of a
 // destroyed temporary (use after free) and came out as output_0/output_1.
 TEST_F(Cli, PredictNamesTheOutputsOfATwoOutputModel) {
-  auto x = Input({4}, at::kFloat, "x");
-  auto digit = (*std::make_shared<Dense>(3, "softmax", Json{{"name", "digit"}}))(x);
-  auto sign = (*std::make_shared<Dense>(1, "sigmoid", Json{{"name", "sign"}}))(x);
-  auto model = std::make_shared<Functional>(KerasTensors{x}, KerasTensors{digit, sign});
+  auto x = layers::Input({4}, at::kFloat, "x");
+  auto digit = layers::Dense(3, "softmax", Json{{"name", "digit"}})(x);
+  auto sign = layers::Dense(1, "sigmoid", Json{{"name", "sign"}})(x);
+  auto model = models::Functional(KerasTensors{x}, KerasTensors{digit, sign});
   const std::string v = dir_.path() + "/two/1";
   model->save(v);
   write_text(dir_.path() + "/two.jsonl", "[1, 2, 3, 4]\n[0.5, -1, 0, 2]\n");
@@ -462,9 +462,9 @@ TEST_F(Cli, ConfigValuesOutOfRangeAreUserErrors) {
   expect_short_error("--threads 1 train " + q(write_spec("frac.json", huge)), {"units"});
 
   // A Functional model.json whose output refers to a node the layer lacks.
-  auto x = Input({4}, at::kFloat, "x");
-  auto y = (*std::make_shared<Dense>(3, "softmax", Json{{"name", "head"}}))(x);
-  auto model = std::make_shared<Functional>(KerasTensors{x}, KerasTensors{y});
+  auto x = layers::Input({4}, at::kFloat, "x");
+  auto y = layers::Dense(3, "softmax", Json{{"name", "head"}})(x);
+  auto model = models::Functional(KerasTensors{x}, KerasTensors{y});
   const std::string v = dir_.path() + "/func/1";
   model->save(v);
   const std::string original = read_file(v + "/model.json");

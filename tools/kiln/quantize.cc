@@ -54,7 +54,7 @@ int64_t file_size(const std::string& path) {
 
 // Inputs of `batch` rows for the model's signature: uniform [0, 1) floats,
 // zeros for integer inputs (valid ids); unknown non-batch sizes 16.
-Tensors example_inputs(const Model& m, int64_t batch) {
+Tensors example_inputs(const models::Model& m, int64_t batch) {
   Tensors x;
   const std::vector<Shape> shapes = m.input_shapes();
   const std::vector<at::ScalarType> dtypes = m.input_dtypes();
@@ -72,7 +72,7 @@ Tensors example_inputs(const Model& m, int64_t batch) {
 // at batch 32 and 256: the best of alternating runs within `seconds` (at
 // least three each), since a CPU's flags alone do not tell (int8 on an
 // AVX2-only CPU once ran 3.6x slower than float32).
-std::string measured_speed(Model& original, Model& quantized, const std::string& mode, double seconds) {
+std::string measured_speed(models::Model& original, models::Model& quantized, const std::string& mode, double seconds) {
   using Clock = std::chrono::steady_clock;
   at::NoGradGuard ng;
   std::string kernels = quantization::int8_backend(32);

@@ -62,7 +62,8 @@ Prepared prepare(const Json& spec, int epochs) {
   CompileArgs compile = compile_args_from_spec(spec.value("compile", Json::object()));
   p.fit.callbacks = callbacks_from_spec(spec.value("callbacks", Json::array()));
   for (const auto& cb : p.fit.callbacks)  // a schedule's rate cannot be reduced: say so now, not at the plateau
-    if (dynamic_cast<const ReduceLROnPlateau*>(cb.get())) ReduceLROnPlateau::check_optimizer(*compile.optimizer);
+    if (dynamic_cast<const callbacks::ReduceLROnPlateauImpl*>(cb.get()))
+      callbacks::ReduceLROnPlateauImpl::check_optimizer(*compile.optimizer);
   if (seed) set_random_seed(*seed);
   // Data parallel: from the spec's "distribution", or because the job was
   // started with several ranks (kiln launch, torchrun, TF_CONFIG, srun).
@@ -116,7 +117,7 @@ Prepared prepare(const Json& spec, int epochs) {
 
 // A model whose weights went NaN or infinite (divergence, bad data) is
 // never published: the server would load it and answer NaN.
-void refuse_non_finite_weights(const Model& model) {
+void refuse_non_finite_weights(const models::Model& model) {
   for (auto& v : model.weights()) {
     const at::Tensor& w = v->value();
     if (!at::isFloatingType(w.scalar_type()) || w.isfinite().all().item<bool>()) continue;
@@ -165,7 +166,7 @@ void run_train(const TrainOptions& o) {
   // of training again from epoch 1.
   std::vector<std::string> backups_to_delete;
   for (auto& cb : p.fit.callbacks)
-    if (auto b = std::dynamic_pointer_cast<BackupAndRestore>(cb); b && b->options().delete_checkpoint) {
+    if (auto b = std::dynamic_pointer_cast<callbacks::BackupAndRestoreImpl>(cb); b && b->options().delete_checkpoint) {
       b->set_delete_checkpoint(false);
       backups_to_delete.push_back(b->backup_dir());
     }
@@ -179,7 +180,7 @@ void run_train(const TrainOptions& o) {
   // the chief alone evaluates and publishes.
   if (std::dynamic_pointer_cast<ps::ParameterServerStrategy>(distribution()) && !is_chief()) return;
   for (auto& cb : p.fit.callbacks)
-    if (auto b = std::dynamic_pointer_cast<BackupAndRestore>(cb); b && b->restored() && is_chief())
+    if (auto b = std::dynamic_pointer_cast<callbacks::BackupAndRestoreImpl>(cb); b && b->restored() && is_chief())
       std::cout << "Resumed from the backup in " << b->backup_dir() << " at epoch " << b->restored_epoch() + 1
                 << ", batch " << b->restored_batch() << "\n";
 
@@ -251,11 +252,11 @@ void run_tune_trial(const TrialOptions& o, const std::vector<std::string>& extra
   const std::string objective = env_or("KILN_OBJECTIVE", "");
   if (!objective.empty()) {
     // The trial's best epoch, kept for promotions and get_best_models.
-    ModelCheckpointOptions ck;
+    callbacks::ModelCheckpointOptions ck;
     ck.monitor = objective;
     ck.mode = env_or("KILN_OBJECTIVE_DIRECTION", "auto");
     ck.save_best_only = true;
-    p.fit.callbacks.push_back(std::make_shared<ModelCheckpoint>(join_path(trial_dir, "best"), ck));
+    p.fit.callbacks.push_back(callbacks::ModelCheckpoint(join_path(trial_dir, "best"), ck));
   }
   p.fit.callbacks.push_back(std::make_shared<tuning::MetricLineReporter>());
   p.model->fit(p.fit);

@@ -40,7 +40,7 @@ int64_t next_version(const std::string& base) {
   return v.empty() ? 1 : v.back() + 1;
 }
 
-std::string publish_next_version(Model& model, const std::string& base, bool include_optimizer) {
+std::string publish_next_version(models::Model& model, const std::string& base, bool include_optimizer) {
   return publish_next_version([&](const std::string& dir) { model.save(dir, include_optimizer); }, base);
 }
 

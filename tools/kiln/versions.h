@@ -24,7 +24,7 @@ int64_t next_version(const std::string& base);
 // model is written to a hidden staging directory, then renamed to the first
 // free version; the rename fails if another process published it first, and
 // the next number is tried.
-std::string publish_next_version(Model& model, const std::string& base, bool include_optimizer = true);
+std::string publish_next_version(models::Model& model, const std::string& base, bool include_optimizer = true);
 // The same for any writer of a model directory (an Ensemble's save_to):
 // `write(dir)` fills the staging directory `dir`.
 std::string publish_next_version(const std::function<void(const std::string& dir)>& write, const std::string& base);

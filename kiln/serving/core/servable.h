@@ -26,8 +26,10 @@
 #include "kiln/core/json.h"
 
 namespace kiln {
+namespace models {
 class Model;
 }
+}  // namespace kiln
 
 namespace kiln::serving {
 
@@ -115,12 +117,12 @@ class ModelServable : public Servable {
   int64_t device_memory_bytes() const override { return device_memory_bytes_; }
   // The stream its calls run on; nullopt on the CPU.
   const std::optional<c10::Stream>& stream() const { return stream_; }
-  Model& model() { return *model_; }
+  models::Model& model() { return *model_; }
   // True once calls run without the build lock (every layer built).
   bool runs_concurrently() const { return built_.load(std::memory_order_acquire); }
 
  private:
-  std::shared_ptr<Model> model_;
+  std::shared_ptr<models::Model> model_;
   Json signatures_;
   int64_t memory_bytes_ = 0;
   int64_t weight_count_ = 0;  // elements of every weight

@@ -28,7 +28,7 @@ namespace {
 
 // Random weights everywhere (BatchNormalization's moving statistics too, so
 // that inference mode is visibly different from training mode).
-void randomize(Model& m) {
+void randomize(models::Model& m) {
   for (auto& w : m.weights()) {
     at::NoGradGuard ng;
     auto r = at::randn(w->value().sizes()) * 0.5;
@@ -38,12 +38,12 @@ void randomize(Model& m) {
 }
 
 std::string save_sequential(const std::string& dir) {
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({8}));
-  m->add(std::make_shared<Dense>(16, "relu"));
-  m->add(std::make_shared<BatchNormalization>());
-  m->add(std::make_shared<Dropout>(0.5));
-  m->add(std::make_shared<Dense>(4, "softmax"));
+  auto m = models::Sequential();
+  m->add(layers::Input({8}));
+  m->add(layers::Dense(16, "relu"));
+  m->add(layers::BatchNormalization());
+  m->add(layers::Dropout(0.5));
+  m->add(layers::Dense(4, "softmax"));
   randomize(*m);
   m->save(dir);
   return dir;
@@ -51,15 +51,15 @@ std::string save_sequential(const std::string& dir) {
 
 // Two inputs, self-attention over one, merged with the other.
 std::string save_functional(const std::string& dir) {
-  auto seq = Input({5, 8}, at::kFloat, "seq");
-  auto side = Input({3}, at::kFloat, "side");
-  auto mha = std::make_shared<MultiHeadAttention>(2, 4);
+  auto seq = layers::Input({5, 8}, at::kFloat, "seq");
+  auto side = layers::Input({3}, at::kFloat, "side");
+  auto mha = layers::MultiHeadAttention(2, 4);
   auto att = (*mha)(KerasTensors{seq, seq})[0];
-  auto pooled = (*std::make_shared<GlobalAveragePooling1D>())(att);
-  auto s = (*std::make_shared<Dense>(8, "tanh"))(side);
-  auto merged = (*std::make_shared<Add>())(KerasTensors{pooled, s});
-  auto out = (*std::make_shared<Dense>(3))(merged);
-  auto m = std::make_shared<Functional>(KerasTensors{seq, side}, KerasTensors{out});
+  auto pooled = layers::GlobalAveragePooling1D()(att);
+  auto s = layers::Dense(8, "tanh")(side);
+  auto merged = layers::Add()(KerasTensors{pooled, s});
+  auto out = layers::Dense(3)(merged);
+  auto m = models::Functional(KerasTensors{seq, side}, KerasTensors{out});
   randomize(*m);
   m->save(dir);
   return dir;

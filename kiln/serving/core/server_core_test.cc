@@ -169,10 +169,10 @@ TEST(ServerCore, MemoryIsReturnedWhenVersionsUnload) {
   TempDir dir;
   std::string base = dir.path() + "/m";
   auto save = [&](int64_t v) {
-    auto m = std::make_shared<Sequential>();  // the serving benchmark's larger MLP: 40 MB of float32 weights
-    m->add(Input({784}));
-    for (int i = 0; i < 3; ++i) m->add(std::make_shared<Dense>(2048));
-    m->add(std::make_shared<Dense>(10));
+    auto m = models::Sequential();  // the serving benchmark's larger MLP: 40 MB of float32 weights
+    m->add(layers::Input({784}));
+    for (int i = 0; i < 3; ++i) m->add(layers::Dense(2048));
+    m->add(layers::Dense(10));
     m->save(base + "/" + std::to_string(v));
   };
   save(1);

@@ -52,15 +52,15 @@ class ServeOn {
 ModelPtr save_mlp(const std::string& dir, int64_t in, int64_t hidden, int layers, int64_t out, uint64_t seed) {
   clear_session();
   set_random_seed(seed);
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({in}));
-  for (int i = 0; i < layers; ++i) m->add(std::make_shared<Dense>(hidden, "relu"));
-  m->add(std::make_shared<Dense>(out));
+  auto m = models::Sequential();
+  m->add(layers::Input({in}));
+  for (int i = 0; i < layers; ++i) m->add(layers::Dense(hidden, "relu"));
+  m->add(layers::Dense(out));
   m->save(dir);
   return m;
 }
 
-int64_t weight_bytes(const Model& m) {
+int64_t weight_bytes(const models::Model& m) {
   int64_t n = 0;
   for (auto& w : m.weights()) n += (int64_t)w->value().nbytes();
   return n;

@@ -27,10 +27,11 @@ namespace {
 
 namespace tfs = tensorflow::serving;
 
-std::shared_ptr<Sequential> save_model(const std::string& dir, int64_t in, int64_t out, const std::string& act) {
-  auto m = std::make_shared<Sequential>();
-  m->add(Input({in}));
-  m->add(std::make_shared<Dense>(out, act));
+std::shared_ptr<models::SequentialImpl> save_model(const std::string& dir, int64_t in, int64_t out,
+                                                   const std::string& act) {
+  auto m = models::Sequential();
+  m->add(layers::Input({in}));
+  m->add(layers::Dense(out, act));
   m->save(dir);
   return m;
 }
@@ -74,7 +75,7 @@ class GrpcServerTest : public ::testing::Test {
   }
 
   TempDir dir_;
-  std::shared_ptr<Sequential> clf_;
+  std::shared_ptr<models::SequentialImpl> clf_;
   std::unique_ptr<ServerCore> core_;
   std::unique_ptr<GrpcServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -539,7 +540,7 @@ class GrpcAsyncTest : public ::testing::Test {
   }
 
   TempDir dir_;
-  std::shared_ptr<Sequential> clf_;
+  std::shared_ptr<models::SequentialImpl> clf_;
   std::unique_ptr<ServerCore> core_;
   std::unique_ptr<GrpcServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
