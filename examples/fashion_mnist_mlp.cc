@@ -26,25 +26,23 @@ int main(int argc, char** argv) {
   auto x_train = d.x_train.to(at::kFloat).div(255.0).reshape({-1, 784});
   auto x_test = d.x_test.to(at::kFloat).div(255.0).reshape({-1, 784});
 
-  auto model = models::Sequential();
-  model->add(layers::Input({784}));
-  model->add(layers::Dense(256, "relu"));
-  model->add(layers::Dropout(0.2));
-  model->add(layers::Dense(10, "softmax"));
+  auto model = models::Sequential({
+      layers::Input({784}),
+      layers::Dense(256, "relu"),
+      layers::Dropout(0.2),
+      layers::Dense(10, "softmax"),
+  });
   model->compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
   model->summary();
 
-  callbacks::EarlyStoppingOptions es;
-  es.monitor = "val_loss";
-  es.patience = 2;
-  es.restore_best_weights = true;
-  model->fit({.x = {x_train},
-              .y = {d.y_train},
-              .batch_size = 128,
-              .epochs = epochs,
-              .verbose = 2,
-              .callbacks = {callbacks::EarlyStopping(es)},
-              .validation_split = 0.1});
+  model->fit(
+      {.x = {x_train},
+       .y = {d.y_train},
+       .batch_size = 128,
+       .epochs = epochs,
+       .verbose = 2,
+       .callbacks = {callbacks::EarlyStopping({.monitor = "val_loss", .patience = 2, .restore_best_weights = true})},
+       .validation_split = 0.1});
 
   auto scores = model->evaluate({.x = {x_test}, .y = {d.y_test}, .batch_size = 512});
   std::cout << "test_loss: " << scores["loss"] << " - test_accuracy: " << scores["accuracy"] << "\n";

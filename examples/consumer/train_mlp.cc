@@ -13,10 +13,7 @@ int main(int argc, char** argv) {
   auto d = datasets::fashion_mnist();
   auto x = d.x_train.slice(0, 0, 6000).to(at::kFloat).div(255.0).reshape({-1, 784});
   auto y = d.y_train.slice(0, 0, 6000);
-  auto model = models::Sequential();
-  model->add(layers::Input({784}));
-  model->add(layers::Dense(64, "relu"));
-  model->add(layers::Dense(10, "softmax"));
+  auto model = models::Sequential({layers::Input({784}), layers::Dense(64, "relu"), layers::Dense(10, "softmax")});
   model->compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
   model->fit({.x = {x}, .y = {y}, .batch_size = 64, .epochs = 1, .verbose = 0});
   model->save(out);
