@@ -102,4 +102,10 @@ Json Adam::get_config() const {
   return c;
 }
 
+Json AdamW::get_config() const {
+  Json c = Adam::get_config();
+  if (c["weight_decay"].is_null()) c["weight_decay"] = 0.0;
+  return c;
+}
+
 }  // namespace kiln::optimizers

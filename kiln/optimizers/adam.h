@@ -73,6 +73,9 @@ class AdamW : public Adam {
   explicit AdamW(const AdamWOptions& options);
   explicit AdamW(const Json& config = Json::object());
   std::string class_name() const override { return "AdamW"; }
+  // As Adam's, except that a weight_decay of 0 is written as 0, not null:
+  // AdamW refuses a null weight_decay, and its config must read back.
+  Json get_config() const override;
 };
 
 }  // namespace kiln::optimizers

@@ -133,6 +133,17 @@ TEST(Optimizer, BadConfigsNameTheValue) {
   EXPECT_NE(msg.find("adamw"), std::string::npos) << msg;
 }
 
+// AdamW with weight_decay 0 used to write null, which AdamW refuses: its
+// saved config did not load.
+TEST(Optimizer, AdamWWithoutWeightDecayRoundTrips) {
+  AdamW off(Json{{"weight_decay", 0.0}});
+  const Json c = off.get_config();
+  EXPECT_EQ(c["weight_decay"], 0.0);
+  AdamW back(c);
+  EXPECT_EQ(back.weight_decay(), 0.0);
+  EXPECT_EQ(back.get_config(), c);
+}
+
 TEST(Optimizer, GetByNameWithKerasDefaults) {
   auto adam = Optimizer::get("adam");
   EXPECT_EQ(adam->class_name(), "Adam");
