@@ -71,6 +71,27 @@ using FieldTable = std::vector<FieldDef<O, R>>;
 template <class T>
 struct FieldCodec {};
 
+// Whether FieldCodec<T> has read / check / write (C++17 detection: the
+// clang build compiles as C++17, so no requires-expressions here).
+namespace detail {
+template <class T, class R, class = void>
+struct codec_reads : std::false_type {};
+template <class T, class R>
+struct codec_reads<T, R, std::void_t<decltype(FieldCodec<T>::read(std::declval<R&>(), "", std::declval<T&>()))>>
+    : std::true_type {};
+template <class T, class = void>
+struct codec_checks : std::false_type {};
+template <class T>
+struct codec_checks<T, std::void_t<decltype(FieldCodec<T>::check(std::string(), "", std::declval<T&>()))>>
+    : std::true_type {};
+template <class T, class = void>
+struct codec_writes : std::false_type {};
+template <class T>
+struct codec_writes<
+    T, std::void_t<decltype(FieldCodec<T>::write(std::declval<Json&>(), "", std::declval<const T&>(), false))>>
+    : std::true_type {};
+}  // namespace detail
+
 // A field bound to member `T O::*`; the kind of value comes from T and the
 // modifiers below, which return Self (the folder's Field type). Converts to
 // FieldDef<O, R>.
@@ -156,7 +177,7 @@ class BasicField {
       v = choices_.empty() ? r.string(k, v) : r.choice(k, v, choices_);
     } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
       v = required_ ? r.int_tuple(k, tuple_) : r.int_tuple(k, tuple_, v);
-    } else if constexpr (requires(T & x) { FieldCodec<T>::read(r, k, x); }) {
+    } else if constexpr (detail::codec_reads<T, R>::value) {
       FieldCodec<T>::read(r, k, v);
     } else if constexpr (std::is_same_v<T, std::optional<int64_t>>) {
       const Json* j = r.get(k);
@@ -198,7 +219,7 @@ class BasicField {
       if (!choices_.empty()) v = oc::choice(owner, key_, v, choices_);
     } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
       v = oc::tuple(owner, key_, v, tuple_);
-    } else if constexpr (requires(T & x) { FieldCodec<T>::check(owner, key_, x); }) {
+    } else if constexpr (detail::codec_checks<T>::value) {
       FieldCodec<T>::check(owner, key_, v);
     } else if constexpr (std::is_same_v<T, IntOrList>) {
       const auto* list = std::get_if<std::vector<int64_t>>(&v);
@@ -212,7 +233,7 @@ class BasicField {
   }
 
   void write(Json& j, const T& v) const {
-    if constexpr (requires { FieldCodec<T>::write(j, key_, v, omit_if_unset_); }) {
+    if constexpr (detail::codec_writes<T>::value) {
       FieldCodec<T>::write(j, key_, v, omit_if_unset_);
     } else if constexpr (is_optional<T>::value) {
       if (v || !omit_if_unset_) j[key_] = v ? Json(*v) : Json(nullptr);

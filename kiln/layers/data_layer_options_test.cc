@@ -90,7 +90,7 @@ TEST(DataLayerOptions, TypedOptionsGetTheJsonPathsMessages) {
         layers::RescalingImpl(Json{{"scale", "big"}});
       },
       [] { layers::RescalingImpl(layers::RescalingOptions{.scale = "big"}); });
-  same([] { layers::RescalingImpl(Json::object()); }, [] { layers::RescalingImpl(layers::RescalingOptions{}); });
+  same([] { (void)layers::RescalingImpl(Json::object()); }, [] { layers::RescalingImpl(layers::RescalingOptions{}); });
   same(
       [] {
         layers::NormalizationImpl(Json{{"mean", 1.0}});

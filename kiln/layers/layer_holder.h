@@ -16,7 +16,6 @@
 // Options is the struct that `NameImpl` takes (or `void` when it takes none).
 #pragma once
 
-#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <type_traits>
@@ -49,24 +48,36 @@ struct NoOptions {};  // the Options of a holder whose Impl takes none
 
 template <class ImplType, class Options = void>
 class LayerHolder {
+  // Whether (First, Rest...) goes to one of Impl's constructors rather than
+  // to the holder's own (nullptr, another holder, the shared_ptr). Declared
+  // first: the constructors' default template arguments use it.
+  template <class First, class... Rest>
+  static constexpr bool forwards() {
+    using F = std::remove_cv_t<std::remove_reference_t<First>>;
+    return !std::is_same_v<F, std::nullptr_t> && !std::is_base_of_v<LayerHolder, F> &&
+           !std::is_same_v<F, std::shared_ptr<ImplType>> && std::is_constructible_v<ImplType, First, Rest...>;
+  }
+
  public:
   using Impl = ImplType;
   using OptionsArg = std::conditional_t<std::is_void_v<Options>, detail::NoOptions, Options>;
 
   // Default: a new layer from Impl's default constructor, when it has one.
-  LayerHolder() requires std::default_initializable<Impl> : impl_(std::make_shared<Impl>()) {}
+  // (C++17 SFINAE rather than requires-clauses: the clang build is C++17.)
+  template <class I = Impl, std::enable_if_t<std::is_default_constructible_v<I>, int> = 0>
+  LayerHolder() : impl_(std::make_shared<Impl>()) {}
   LayerHolder(std::nullptr_t) {}  // empty
   LayerHolder(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   // `layers::Dense({.units = 64})`: the braced Options.
-  LayerHolder(const OptionsArg& options) requires(!std::is_void_v<Options>) : impl_(std::make_shared<Impl>(options)) {}
-  // Every other constructor of Impl.
-  template <class First, class... Rest>
-  requires(!std::is_same_v<std::remove_cvref_t<First>, std::nullptr_t> &&
-           !std::is_base_of_v<LayerHolder, std::remove_cvref_t<First>> &&
-           !std::is_same_v<std::remove_cvref_t<First>, std::shared_ptr<Impl>> &&
-           std::constructible_from<Impl, First, Rest...>) explicit(sizeof...(Rest) == 0)
-      LayerHolder(First&& first, Rest&&... rest)
-      : impl_(std::make_shared<Impl>(std::forward<First>(first), std::forward<Rest>(rest)...)) {}
+  template <class O = Options, std::enable_if_t<!std::is_void_v<O>, int> = 0>
+  LayerHolder(const OptionsArg& options) : impl_(std::make_shared<Impl>(options)) {}
+  // Every other constructor of Impl: explicit for one argument, as Impl's are.
+  template <class First, std::enable_if_t<forwards<First>(), int> = 0>
+  explicit LayerHolder(First&& first) : impl_(std::make_shared<Impl>(std::forward<First>(first))) {}
+  template <class First, class Second, class... Rest, std::enable_if_t<forwards<First, Second, Rest...>(), int> = 0>
+  LayerHolder(First&& first, Second&& second, Rest&&... rest)
+      : impl_(std::make_shared<Impl>(std::forward<First>(first), std::forward<Second>(second),
+                                     std::forward<Rest>(rest)...)) {}
 
   Impl* operator->() const { return impl_.get(); }
   Impl& operator*() const { return *impl_; }
@@ -75,13 +86,17 @@ class LayerHolder {
   explicit operator bool() const { return impl_ != nullptr; }
 
   // To LayerPtr, ModelPtr, std::shared_ptr<Impl>: the same layer.
-  template <class U>
-  requires std::is_convertible_v<Impl*, U*>
-  operator std::shared_ptr<U>() const { return impl_; }
+  template <class U, std::enable_if_t<std::is_convertible_v<Impl*, U*>, int> = 0>
+  operator std::shared_ptr<U>() const {
+    return impl_;
+  }
 
   // The layer's call: tensors, or KerasTensors while building a Functional model.
+  // (A trailing decltype, not decltype(auto), so that asking whether a
+  // holder is callable, as std::function's constructor does, is a soft "no"
+  // for classes without a call, the callbacks.)
   template <class... Args>
-  decltype(auto) operator()(Args&&... args) const {
+  auto operator()(Args&&... args) const -> decltype(std::declval<Impl&>()(std::forward<Args>(args)...)) {
     return (*impl_)(std::forward<Args>(args)...);
   }
   KerasTensors operator()(const KerasTensors& inputs) const { return (*impl_)(inputs); }
@@ -91,8 +106,24 @@ class LayerHolder {
   friend bool operator==(const LayerHolder& a, const std::shared_ptr<U>& b) {
     return a.impl_ == b;
   }
+  template <class U>
+  friend bool operator==(const std::shared_ptr<U>& b, const LayerHolder& a) {
+    return a.impl_ == b;
+  }
+  template <class U>
+  friend bool operator!=(const LayerHolder& a, const std::shared_ptr<U>& b) {
+    return a.impl_ != b;
+  }
+  template <class U>
+  friend bool operator!=(const std::shared_ptr<U>& b, const LayerHolder& a) {
+    return a.impl_ != b;
+  }
+  // (Both orders and != spelled out: the clang build is C++17, which does not
+  // rewrite them from ==.)
   friend bool operator==(const LayerHolder& a, const LayerHolder& b) { return a.impl_ == b.impl_; }
+  friend bool operator!=(const LayerHolder& a, const LayerHolder& b) { return a.impl_ != b.impl_; }
   friend bool operator==(const LayerHolder& a, std::nullptr_t) { return a.impl_ == nullptr; }
+  friend bool operator!=(const LayerHolder& a, std::nullptr_t) { return a.impl_ != nullptr; }
 
  private:
   std::shared_ptr<Impl> impl_;

@@ -8,8 +8,6 @@
 // Without an Input, the model builds on its first call (or fit()).
 #pragma once
 
-#include <concepts>
-
 #include "kiln/layers/layer_holder.h"
 #include "kiln/models/model.h"
 
@@ -22,8 +20,8 @@ namespace models {
 class SequentialItem {
  public:
   SequentialItem(const KerasTensor& input) : input_(input) {}
-  template <class L>
-  requires std::convertible_to<L, LayerPtr> SequentialItem(L&& layer) : layer_(std::forward<L>(layer)) {}
+  template <class L, std::enable_if_t<std::is_convertible_v<L, LayerPtr>, int> = 0>
+  SequentialItem(L&& layer) : layer_(std::forward<L>(layer)) {}
   const LayerPtr& layer() const { return layer_; }  // null for an Input
   const KerasTensor& input() const { return input_; }
 
