@@ -4,7 +4,7 @@
 // written (kiln/optimizers/testdata/optimizer_configs_golden.json).
 //
 // Regenerate (only for an intended, explained change of a config):
-//   KILN_WRITE_OPTIMIZER_CONFIG_GOLDEN=$PWD/kiln/optimizers/testdata/optimizer_configs_golden.json \
+//   KILN_WRITE_CONFIG_GOLDEN=$PWD/kiln/optimizers/testdata/optimizer_configs_golden.json \
 //     build/kiln_optimizers_test --gtest_filter='OptimizerConfigsGolden.*'
 #include <gtest/gtest.h>
 
@@ -262,17 +262,8 @@ Json actual_configs() {
 }
 
 TEST(OptimizerConfigsGolden, ConfigsMatchGolden) {
-  const Json actual = actual_configs();
-  if (const char* path = std::getenv("KILN_WRITE_OPTIMIZER_CONFIG_GOLDEN"); path && *path) {
-    std::ofstream(path) << actual.dump(1) << "\n";
-    GTEST_SKIP() << "wrote " << path;
-  }
-  const Json golden = load_golden("kiln/optimizers/testdata/optimizer_configs_golden.json");
-  for (auto it = actual.begin(); it != actual.end(); ++it) {
-    ASSERT_TRUE(golden.contains(it.key())) << it.key() << " has no golden config";
-    EXPECT_EQ(it.value().get<std::string>(), golden[it.key()].get<std::string>()) << it.key();
-  }
-  EXPECT_EQ(actual.size(), golden.size());
+  if (write_or_expect_golden_configs(actual_configs(), "kiln/optimizers/testdata/optimizer_configs_golden.json"))
+    GTEST_SKIP() << "wrote the golden configs";
 }
 
 // Every registered optimizer class has its cases above.
