@@ -5,6 +5,7 @@
 #include "kiln/core/config_keys.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/core/string_tensor.h"
 
 namespace kiln {
 
@@ -19,9 +20,10 @@ at::ScalarType dtype_from_string(const std::string& n) {
   if (n == "int32") return at::kInt;
   if (n == "int64") return at::kLong;
   if (n == "bool") return at::kBool;
+  if (n == "string") return kStringDType;
   throw ValueError("unknown dtype '" + n +
                    "'; expected one of float32, float64, float16, bfloat16, int8, uint8, "
-                   "int16, int32, int64, bool");
+                   "int16, int32, int64, bool, string");
 }
 
 std::string dtype_to_string(at::ScalarType t) {
@@ -46,6 +48,8 @@ std::string dtype_to_string(at::ScalarType t) {
       return "int64";
     case at::kBool:
       return "bool";
+    case kStringDType:
+      return "string";
     default:
       return std::string(c10::toString(t));
   }
