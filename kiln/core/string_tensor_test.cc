@@ -25,8 +25,7 @@ TEST(StringTensor, KeepsALogicalShapeAndSlicesByRow) {
   at::Tensor t = strings::encode({"a", "bb", "ccc", "dddd", "e", "f"}, {3, 2});
   EXPECT_EQ(strings::logical_shape(t), (Shape{3, 2}));
   EXPECT_EQ(strings::decode(t.index({1})), (std::vector<std::string>{"ccc", "dddd"}));
-  EXPECT_EQ(strings::decode(t.index_select(0, at::tensor({2, 0}))),
-            (std::vector<std::string>{"e", "f", "a", "bb"}));
+  EXPECT_EQ(strings::decode(t.index_select(0, at::tensor({2, 0}))), (std::vector<std::string>{"e", "f", "a", "bb"}));
 }
 
 TEST(StringTensor, ConcatAndStackPadToTheWidest) {
@@ -41,8 +40,11 @@ TEST(StringTensor, ConcatAndStackPadToTheWidest) {
 }
 
 TEST(StringTensor, RefusesWhatIsNotAStringTensor) {
-  expect_error<ValueError>([] { strings::decode(at::zeros({2, 3}), "input 'text'"); },
-               {"input 'text' is not a string tensor", "Float", "strings::encode"});
+  expect_error<ValueError>(
+      [] {
+        strings::decode(at::zeros({2, 3}), "input 'text'");
+      },
+      {"input 'text' is not a string tensor", "Float", "strings::encode"});
   at::Tensor bad = strings::encode({"ab"});
   bad[0][0] = 200;  // length beyond the row
   expect_error<ValueError>([&] { strings::decode(bad); }, {"claims 200 bytes", "holds 2"});

@@ -262,6 +262,9 @@ LayerPtr layer_from_json(const Json& j);
 
 namespace layers {
 
+using ::kiln::KerasTensor;
+using ::kiln::KerasTensors;
+
 // Symbolic input of a Functional model (Keras's keras.Input): `shape`
 // excludes the batch dimension.
 KerasTensor Input(const Shape& shape, at::ScalarType dtype = at::kFloat, const std::string& name = "");

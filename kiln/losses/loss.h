@@ -88,6 +88,10 @@ using LossPtr = std::shared_ptr<Loss>;
 
 namespace losses {
 
+// The base class under its Keras module's name: losses::Loss.
+using ::kiln::Loss;
+using ::kiln::LossPtr;
+
 // Keras's squeeze_or_expand_to_same_rank: when ranks differ by one and the
 // longer has a trailing 1, squeeze it (or, with expand_rank_1 and a rank-1
 // other, expand the rank-1 tensor instead).

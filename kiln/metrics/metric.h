@@ -120,4 +120,13 @@ class MeanMetricWrapper : public Mean {
   virtual at::Tensor values(const at::Tensor& y_true, const at::Tensor& y_pred) const = 0;
 };
 
+// The base classes under their Keras module's name: metrics::Metric,
+// metrics::Mean (keras.metrics.Mean).
+namespace metrics {
+using ::kiln::Mean;
+using ::kiln::MeanMetricWrapper;
+using ::kiln::Metric;
+using ::kiln::MetricPtr;
+}  // namespace metrics
+
 }  // namespace kiln

@@ -176,6 +176,12 @@ ModelPtr load_model(const std::string& dir);
 // predict() call it (kiln/core/cpu_features.h says why and what is faster).
 void warn_about_slow_precision(const models::Model& model);
 
+// keras.models.load_model.
+namespace models {
+using ::kiln::load_model;
+using ::kiln::ModelPtr;
+}  // namespace models
+
 }  // namespace kiln
 
 #define KILN_LEGACY_MODELS_MODEL_H

@@ -32,4 +32,9 @@ Json model_to_json(const models::Model& model);
 ModelPtr model_from_json(const Json& j);
 ModelPtr model_from_json(const std::string& text);
 
+namespace models {
+using ::kiln::model_from_json;  // keras.models.model_from_json
+using ::kiln::model_to_json;
+}  // namespace models
+
 }  // namespace kiln

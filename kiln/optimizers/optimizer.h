@@ -200,4 +200,12 @@ class Optimizer {
 
 using OptimizerPtr = std::shared_ptr<Optimizer>;
 
+// The base classes under their Keras module's name: optimizers::Optimizer,
+// optimizers::schedules' LearningRateSchedule.
+namespace optimizers {
+using ::kiln::LearningRateSchedule;
+using ::kiln::Optimizer;
+using ::kiln::OptimizerPtr;
+}  // namespace optimizers
+
 }  // namespace kiln
