@@ -1265,6 +1265,57 @@ TEST(OnnxExportText, SettingsWithoutAnOnnxFormAreRefusedWithWhatToDo) {
   refused("StringLookup", {{"vocabulary", nullptr}}, "has no vocabulary");
 }
 
+// Four topics, a few sentences each, for the page's text model.
+const std::vector<std::string> kTopics = {"sports", "cooking", "computers", "weather"};
+const std::vector<std::vector<std::string>> kTopicSentences = {
+    {"the team won the match", "she scored a goal in the final", "the striker kicked the ball into the net",
+     "our coach trains the players every morning", "the referee stopped the game", "fans cheered as the team scored",
+     "he ran the race and won a medal", "the match ended with a late goal"},
+    {"bake the bread in a hot oven", "stir the soup and add salt", "chop the onions and fry them in butter",
+     "the cake needs sugar eggs and flour", "simmer the sauce for ten minutes", "season the chicken before roasting",
+     "boil the pasta in salted water", "knead the dough until smooth"},
+    {"the laptop has a fast processor", "install the update and restart the computer",
+     "the program crashed with a memory error", "my keyboard and screen stopped working",
+     "the server needs more memory and disk", "compile the code before running the tests",
+     "the network is slow on this computer", "a new graphics card for the desktop"},
+    {"heavy rain is expected tomorrow", "strong wind and snow in the mountains", "the sun will shine all afternoon",
+     "a cold front brings frost tonight", "clouds and light rain in the morning", "the storm brought thunder and hail",
+     "temperatures will rise this weekend", "fog and drizzle along the coast"}};
+
 }  // namespace
+
+std::vector<std::vector<float>> train_and_export_text_classifier(const std::string& work, const std::string& onnx_path,
+                                                                 const std::vector<std::string>& sentences,
+                                                                 std::vector<std::string>* class_names) {
+  (void)work;
+  set_random_seed(43);
+  std::vector<std::string> texts;
+  std::vector<int64_t> labels;
+  for (size_t k = 0; k < kTopicSentences.size(); ++k)
+    for (auto& t : kTopicSentences[k]) {
+      texts.push_back(t);
+      labels.push_back((int64_t)k);
+    }
+  auto tv = std::make_shared<TextVectorizationStandIn>(
+      Json{{"standardize", "lower"}, {"max_tokens", 500}, {"output_sequence_length", 12}});
+  tv->plain().adapt(texts);
+  auto m = string_model({tv, L("Embedding", {{"input_dim", tv->plain().vocabulary_size()}, {"output_dim", 16}}),
+                         L("GlobalAveragePooling1D"), L("Dense", {{"units", 4}, {"activation", "softmax"}})});
+  m->compile("adam", "sparse_categorical_crossentropy");
+  FitArgs fa;
+  fa.x = {strings::encode(texts)};
+  fa.y = {at::tensor(labels, at::kLong)};
+  fa.batch_size = 8;
+  fa.epochs = 60;
+  fa.verbose = 0;
+  m->fit(fa);
+  export_onnx(*m, onnx_path);
+  at::Tensor p = m->predict(Tensors{strings::encode(sentences)}).at(0).contiguous();
+  std::vector<std::vector<float>> out;
+  for (int64_t i = 0; i < p.size(0); ++i)
+    out.push_back(std::vector<float>(p[i].data_ptr<float>(), p[i].data_ptr<float>() + p.size(1)));
+  *class_names = kTopics;
+  return out;
+}
 
 }  // namespace kiln::exporter
