@@ -160,8 +160,9 @@ std::vector<std::string> export_text_vectorization(LayerCall& c) {
     std::string lower;
     auto* n = c.node("StringNormalizer", {x}, &lower, "_lower");
     GraphBuilder::attr(n, "case_change_action", std::string("LOWER"));
-    // The "C" locale lower-cases A-Z only, as kiln; it is on every system, unlike
-    // the default en_US.UTF-8, without which ONNX Runtime refuses the model.
+    // The "C" locale lower-cases A-Z only, as kiln (onnxruntime-web lowers
+    // beyond ASCII in any locale); it is on every system, unlike the default
+    // en_US.UTF-8, without which ONNX Runtime refuses the model.
     GraphBuilder::attr(n, "locale", std::string("C"));
     x = lower;
   }
