@@ -1232,6 +1232,14 @@ TEST(OnnxExportText, TextModelMatchesOnnxRuntime) {
     EXPECT_EQ(p.opset_import(0).version(), 20);  // StringSplit's
     EXPECT_EQ(p.graph().input(0).type().tensor_type().elem_type(), kiln_onnx::TensorProto::STRING);
     EXPECT_EQ(p.graph().input(0).type().tensor_type().shape().dim_size(), 1);
+    // --optimize and --weights float16 too.
+    TempDir dir;
+    OnnxExportOptions o;
+    o.optimize = true;
+    o.weights = "float16";
+    export_onnx(*m, dir.path() + "/model.onnx", o);
+    const Tensors x = {strings::encode(kTexts)};
+    EXPECT_LT(max_diff_from_onnx_runtime(dir.path() + "/model.onnx", *m, x, m->predict(x), "optimized, float16"), 1e-3);
   }
 }
 
