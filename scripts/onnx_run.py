@@ -2,7 +2,7 @@
 
     python scripts/onnx_run.py model.onnx inputs.json
 
-inputs.json: {"<input name>": {"dtype": "float32"|"int64"|"int32", "shape": [...], "data": [...]}, ...}
+inputs.json: {"<input name>": {"dtype": "float32"|"int64"|"int32"|"string", "shape": [...], "data": [...]}, ...}
 stdout:      {"<output name>": {"shape": [...], "data": [...]}, ...}
 
 kiln_export_test runs it (with .venv's python, which scripts/setup.sh gives onnxruntime) to check
@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import onnxruntime as ort
 
-DTYPES = {"float32": np.float32, "int32": np.int32, "int64": np.int64}
+DTYPES = {"float32": np.float32, "int32": np.int32, "int64": np.int64, "string": object}
 
 
 def main():

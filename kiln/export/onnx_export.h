@@ -15,12 +15,19 @@
 // Bidirectional, TimeDistributed, MultiHeadAttention (with attention_mask
 // and use_causal_mask), nested Sequential/Functional models, the
 // preprocessing layers (Rescaling, Normalization, Resizing,
-// CategoryEncoding, IntegerLookup with output_mode "int"), and the
+// CategoryEncoding, IntegerLookup with output_mode "int"), the string
+// layers (TextVectorization with standardize "lower" or null and split
+// "whitespace" or null, StringLookup with output_mode "int": StringNormalizer,
+// StringSplit and ai.onnx.ml LabelEncoder, from the layer's config), and the
 // identity-at-inference layers (Dropout, noise, Random* augmentations).
 // Layouts follow kiln's (channels_last); convolutions and pools are wrapped
 // in transposes to ONNX's channels-first. The batch dimension is symbolic
 // ("batch"). Masks (Embedding mask_zero, Masking) are not carried: a
 // recurrent layer that would use one is refused.
+//
+// Strings: a string input (dtype "string") is a tensor(string) of its
+// logical shape, and the model is written at opset 20 at least (StringSplit
+// came at 20; onnx_opset()).
 //
 // Precision: graph inputs and outputs are float32 (or the model's integer
 // input dtype). Layers under a bfloat16/float16 policy are emulated in
@@ -71,6 +78,10 @@ struct OnnxExportOptions {
   void validate() const;
 };
 
+// The ai.onnx opset export_onnx writes `model` at: options.opset, raised to
+// 20 for a model with a string input.
+int64_t onnx_opset(const models::Model& model, const OnnxExportOptions& options);
+
 // The serialized ModelProto.
 std::string export_onnx_bytes(models::Model& model, const OnnxExportOptions& options = {});
 void export_onnx(models::Model& model, const std::string& path, const OnnxExportOptions& options = {});
@@ -79,10 +90,12 @@ void export_onnx(models::Model& model, const std::string& path, const OnnxExport
 // class (LayerRegistry::names()), sorted by name. `exported`: the class has
 // an exporter; otherwise `reason` says why not and what to do instead (empty
 // for a class that is in neither list, which kiln_export_test refuses).
+// `except`: for an exported class, the settings its exporter refuses, and why.
 struct OnnxLayerSupport {
   std::string class_name;
   bool exported = false;
   std::string reason;
+  std::string except;
 };
 std::vector<OnnxLayerSupport> onnx_layer_support();
 // onnx_layer_support() as the Markdown table in docs/EXPORT.md.

@@ -3,6 +3,7 @@
 #include <functional>
 
 #include "kiln/core/error.h"
+#include "kiln/core/string_tensor.h"
 #include "kiln/quantization/int8.h"
 
 namespace kiln::exporter::onnx {
@@ -54,6 +55,8 @@ int32_t onnx_type(at::ScalarType t) {
       return kiln_onnx::TensorProto::INT8;
     case at::kBool:
       return kiln_onnx::TensorProto::BOOL;
+    case kStringDType:  // a string tensor (kiln/core/string_tensor.h) is a real string tensor in ONNX
+      return kiln_onnx::TensorProto::STRING;
     default:
       throw ValueError(std::string("export_onnx: inputs of dtype ") + c10::toString(t) + " are not supported");
   }
@@ -196,7 +199,10 @@ std::string LayerEmitter::int8_matmul(Layer& layer, const std::string& x, const 
   } else {
     auto amax = b_.fresh(base + "_amax");
     auto* n = b_.node("ReduceMax", {b_.op("Abs", {x}, base + "_abs")}, amax);
-    GraphBuilder::attr(n, "axes", std::vector<int64_t>{-1});
+    if (reduce_takes_axes_input("ReduceMax", b_.opset()))
+      n->add_input(b_.ints("axes", {-1}));
+    else
+      GraphBuilder::attr(n, "axes", std::vector<int64_t>{-1});
     GraphBuilder::attr(n, "keepdims", (int64_t)1);
     auto eps = b_.constant(base + "_eps", at::scalar_tensor(quantization::kInt8Epsilon, at::kFloat));
     xs = b_.op("Div",

@@ -23,7 +23,13 @@ std::vector<int64_t> int_list(const Json& j, size_t rank);
 // Builds one GraphProto.
 class GraphBuilder {
  public:
-  GraphBuilder(kiln_onnx::GraphProto* g) : g_(g) {}
+  // `opset`: the ai.onnx opset the graph is written for.
+  GraphBuilder(kiln_onnx::GraphProto* g, int64_t opset = 17) : g_(g), opset_(opset) {}
+
+  int64_t opset() const { return opset_; }
+  // Notes that a node uses operator domain `domain` (e.g. "ai.onnx.ml") at `version`.
+  void use_domain(const std::string& domain, int64_t version) { domains_[domain] = version; }
+  const std::map<std::string, int64_t>& domains() const { return domains_; }
 
   std::string fresh(const std::string& base) {
     std::string name = base;
@@ -106,10 +112,16 @@ class GraphBuilder {
 
  private:
   kiln_onnx::GraphProto* g_;
+  const int64_t opset_;
   std::set<std::string> used_;
+  std::map<std::string, int64_t> domains_;  // operator domains beyond ai.onnx -> opset version
 };
 
 inline bool is_16bit(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
+// ReduceSum's axes became an input at opset 13, the other reductions' at 18.
+inline bool reduce_takes_axes_input(const std::string& type, int64_t opset) {
+  return type == "ReduceSum" || opset >= 18;
+}
 
 class LayerEmitter;
 
@@ -170,7 +182,7 @@ struct LayerCall {
                      const std::string& suffix) {
     std::string out;
     auto* n = node(type, {v}, &out, suffix);
-    if (type == "ReduceSum")  // the one reduction whose axes became an input at opset 13
+    if (reduce_takes_axes_input(type, b.opset()))
       n->add_input(b.ints("axes", axes));
     else
       GraphBuilder::attr(n, "axes", axes);
@@ -313,6 +325,13 @@ std::vector<std::string> export_normalization(LayerCall& c);
 std::vector<std::string> export_category_encoding(LayerCall& c);
 std::vector<std::string> export_resizing(LayerCall& c);
 std::vector<std::string> export_integer_lookup(LayerCall& c);
+// int64 `ids` (batch, n) as CategoryEncoding encodes them: "one_hot" their
+// one-hot rows of `depth` (an id outside [0, depth) gives a row of zeros),
+// "count" those rows summed over the n ids, "multi_hot" that at most 1.
+std::string encode_ids(LayerCall& c, const std::string& ids, int64_t depth, const std::string& mode);
+// onnx_text.cc
+std::vector<std::string> export_text_vectorization(LayerCall& c);
+std::vector<std::string> export_string_lookup(LayerCall& c);
 // onnx_recurrent.cc
 std::vector<std::string> export_recurrent(LayerCall& c);
 std::vector<std::string> export_bidirectional(LayerCall& c);

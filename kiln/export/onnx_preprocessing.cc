@@ -38,16 +38,20 @@ std::vector<std::string> export_category_encoding(LayerCall& c) {
   const Shape& s = c.input_shape();
   std::string ids = c.cast(c.x(), kiln_onnx::TensorProto::INT64, "_ids");  // floats truncate, as kiln
   if (mode == "one_hot" && s.size() == 2 && s[1] == 1) ids = c.squeeze(ids, {1}, "_ids1");
+  return {encode_ids(c, ids, depth, s.size() == 1 ? "one_hot" : mode)};  // rank 1: one id per sample
+}
+
+std::string encode_ids(LayerCall& c, const std::string& ids, int64_t depth, const std::string& mode) {
   std::string oh;
   GraphBuilder::attr(
       c.node("OneHot",
              {ids, c.b.ints(c.base + "_depth", {depth}), c.b.constant(c.base + "_values", at::tensor({0.0f, 1.0f}))},
              &oh, "_one_hot"),
       "axis", (int64_t)-1);
-  if (mode == "one_hot" || s.size() == 1) return {oh};  // rank 1: one id per sample
+  if (mode == "one_hot") return oh;
   auto counts = c.reduce("ReduceSum", oh, {1}, false, "_counts");
-  if (mode == "count") return {counts};
-  return {c.op("Min", {counts, c.scalar(c.base + "_one", 1.0f)})};
+  if (mode == "count") return counts;
+  return c.op("Min", {counts, c.scalar(c.base + "_one", 1.0f)});
 }
 
 // Resizing: optional centred crop or pad to the target aspect ratio (static

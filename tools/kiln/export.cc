@@ -35,7 +35,7 @@ Command add_export_command(CLI::App& app) {
   sub->add_option("--format", o->format, "Export format (onnx)")->check(CLI::IsMember({"onnx"}));
   sub->add_option("--model", o->model_dir, "A model version directory, e.g. models/fashion_mnist/1")->required();
   sub->add_option("--output", o->output, "Where to write the file, e.g. model.onnx")->required();
-  sub->add_option("--opset", o->opset, "ONNX opset (13 to 17)");
+  sub->add_option("--opset", o->opset, "ONNX opset (13 to 17; a model of string input is written at 20)");
   sub->add_option("--weights", o->weights,
                   "How weights are stored: float32 (default) or float16 (half the file; float32 compute, float32 "
                   "inputs and outputs)")
@@ -53,8 +53,8 @@ Command add_export_command(CLI::App& app) {
             eo.qat_as_int8 = o->qat_as_int8;
             eo.optimize = o->optimize;
             exporter::export_onnx(*model, o->output, eo);
-            std::cout << "Exported " << o->model_dir << " to " << o->output << " (ONNX opset " << o->opset << ", "
-                      << o->weights << " weights)" << std::endl;
+            std::cout << "Exported " << o->model_dir << " to " << o->output << " (ONNX opset "
+                      << exporter::onnx_opset(*model, eo) << ", " << o->weights << " weights)" << std::endl;
           }};
 }
 

@@ -1,7 +1,10 @@
-// The classifier page: loads an ONNX model into onnxruntime-web (WebAssembly,
-// one thread, so no SharedArrayBuffer or cross-origin isolation is needed),
-// classifies the test images of samples.json on load, and whatever is drawn
-// on the pad when Classify is pressed. See index.html for the query string.
+// The classifier page: loads ONNX models into onnxruntime-web (WebAssembly,
+// one thread, so no SharedArrayBuffer or cross-origin isolation is needed).
+// The image model classifies the test images of samples.json on load, and
+// whatever is drawn on the pad when Classify is pressed; the text model (a
+// string input: its standardizing, splitting and vocabulary lookup are ops of
+// the graph) classifies what is typed when Classify text is pressed. See
+// index.html for the query string.
 import * as ort from './node_modules/onnxruntime-web/dist/ort.wasm.min.mjs';
 
 // kiln::datasets::fashion_mnist_class_names(), in label order.
@@ -14,6 +17,8 @@ const params = new URLSearchParams(location.search);
 const modelUrl = params.get('model') || 'data/model.onnx';
 const samplesUrl = params.get('samples') || 'data/samples.json';
 const scale = parseScale(params.get('scale') || '1/255');
+const textModelUrl = params.get('text_model') || 'data/text_model.onnx';
+const textLabelsUrl = params.get('text_labels') || 'data/text_labels.json';
 
 const $ = (id) => document.getElementById(id);
 
@@ -63,23 +68,49 @@ function argmax(row) {
   return best;
 }
 
-// Runs a batch of images (arrays of 784 bytes, row-major) through the model;
-// one {cls, label, probs} per image.
+// Runs `feeds` (a batch of `n`) through the model; one {cls, label, probs}
+// per example, labelled with `names` (one per class).
+async function classifyBatch(session, feeds, n, names) {
+  const out = (await session.run(feeds))[session.outputNames[0]];
+  const classes = out.dims[out.dims.length - 1];
+  if (out.size !== n * classes || classes !== names.length)
+    throw new Error(
+      `output '${session.outputNames[0]}' has shape (${out.dims}); expected (batch, ${names.length}) for the labels`,
+    );
+  return Array.from({ length: n }, (_, i) => {
+    const row = Array.from(out.data.subarray(i * classes, (i + 1) * classes));
+    const cls = argmax(row);
+    return { cls, label: names[cls], probs: probabilities(row) };
+  });
+}
+
+// Runs a batch of images (arrays of 784 bytes, row-major) through the model.
 async function classify(session, input, images) {
   const data = new Float32Array(images.length * SIDE * SIDE);
   images.forEach((pixels, i) => {
     for (let k = 0; k < SIDE * SIDE; ++k) data[i * SIDE * SIDE + k] = pixels[k] * scale;
   });
   const feeds = { [input.name]: new ort.Tensor('float32', data, [images.length, ...input.dims]) };
-  const out = (await session.run(feeds))[session.outputNames[0]];
-  const classes = out.dims[out.dims.length - 1];
-  if (out.size !== images.length * classes || classes !== CLASS_NAMES.length)
-    throw new Error(`output '${session.outputNames[0]}' has shape (${out.dims}); expected (batch, 10)`);
-  return images.map((_, i) => {
-    const row = Array.from(out.data.subarray(i * classes, (i + 1) * classes));
-    const cls = argmax(row);
-    return { cls, label: CLASS_NAMES[cls], probs: probabilities(row) };
-  });
+  return classifyBatch(session, feeds, images.length, CLASS_NAMES);
+}
+
+// The text model's one input: strings of shape (batch) or (batch, 1).
+function describeTextInput(session) {
+  if (session.inputNames.length !== 1)
+    throw new Error(`the text model has ${session.inputNames.length} inputs; the page feeds one string`);
+  const meta = session.inputMetadata.find((m) => m.name === session.inputNames[0]);
+  if (!meta || !meta.isTensor || meta.type !== 'string')
+    throw new Error(`text model input '${session.inputNames[0]}' is ${meta && meta.type}; expected strings`);
+  const dims = meta.shape.slice(1);
+  if (meta.shape.length > 2 || (dims.length === 1 && dims[0] !== 1))
+    throw new Error(`text model input '${meta.name}' has shape (${meta.shape.join(', ')}); expected (batch) strings`);
+  return { name: meta.name, dims, shape: meta.shape };
+}
+
+// Runs texts (strings) through the text model.
+async function classifyTexts(session, input, names, texts) {
+  const feeds = { [input.name]: new ort.Tensor('string', texts, [texts.length, ...input.dims]) };
+  return classifyBatch(session, feeds, texts.length, names);
 }
 
 function drawPixels(canvas, pixels) {
@@ -139,16 +170,16 @@ function setUpPad(pad) {
   };
 }
 
-function showDrawnResult(result, pixels) {
-  const out = $('drawn-result');
+// A result in the <output> `out` (its data-* carry it for tests) and its
+// probabilities as bars in the list `list`.
+function showResult(out, list, result, names, data) {
   out.dataset.state = 'done';
   out.dataset.predictedClass = result.cls;
   out.dataset.predictedLabel = result.label;
   out.dataset.probability = result.probs[result.cls];
-  out.dataset.pixels = pixels.join(',');
+  Object.assign(out.dataset, data);
   out.innerHTML = '';
   out.append('Prediction: ', Object.assign(document.createElement('b'), { textContent: result.label }));
-  const list = $('drawn-probs');
   list.innerHTML = '';
   result.probs.forEach((p, k) => {
     const li = document.createElement('li');
@@ -157,7 +188,7 @@ function showDrawnResult(result, pixels) {
     const track = Object.assign(document.createElement('span'), { className: 'track' });
     track.append(bar);
     const text = (t) => Object.assign(document.createElement('span'), { textContent: t });
-    li.append(text(CLASS_NAMES[k]), track, text(`${(100 * p).toFixed(1)}%`));
+    li.append(text(names[k]), track, text(`${(100 * p).toFixed(1)}%`));
     list.append(li);
   });
 }
@@ -204,17 +235,20 @@ async function loadSamples() {
   return json.images;
 }
 
-async function main() {
-  ort.env.wasm.numThreads = 1;
-  ort.env.wasm.proxy = false;
-  ort.env.wasm.wasmPaths = new URL('node_modules/onnxruntime-web/dist/', location.href).href;
-  const session = await ort.InferenceSession.create(modelUrl, { executionProviders: ['wasm'] });
+// The model at `url` in an inference session, or null when the server has none (404).
+async function loadModel(url) {
+  const res = await fetch(url);
+  if (res.status === 404) return null;
+  if (!res.ok) throw new Error(`${url}: HTTP ${res.status}`);
+  return ort.InferenceSession.create(new Uint8Array(await res.arrayBuffer()), { executionProviders: ['wasm'] });
+}
+
+// The image model: the pad, and the test images classified. Returns the status line's part.
+async function runImageModel(session) {
   const input = describeInput(session);
   document.body.dataset.inputName = input.name;
   document.body.dataset.inputShape = input.shape.join(',');
-  const described =
-    `${modelUrl}: input '${input.name}' (${input.shape.join(', ')}) float32; ` +
-    `onnxruntime-web ${ort.env.versions.web}, wasm, 1 thread`;
+  const described = `${modelUrl}: input '${input.name}' (${input.shape.join(', ')}) float32`;
 
   const pad = setUpPad($('pad'));
   $('clear').addEventListener('click', () => pad.clear());
@@ -224,31 +258,90 @@ async function main() {
     try {
       const pixels = pad.pixels();
       const [result] = await classify(session, input, [pixels]);
-      showDrawnResult(result, pixels);
+      showResult(out, $('drawn-probs'), result, CLASS_NAMES, { pixels: pixels.join(',') });
     } catch (e) {
       out.dataset.state = 'error';
       out.textContent = `Error: ${e.message}`;
     }
   });
   $('classify').disabled = false;
-  setState('ready', `Model ${described}. Classifying the test images...`);
 
   const samples = await loadSamples();
   const grid = $('samples');
   if (samples.length === 0) {
     grid.textContent = `No test images (${samplesUrl} is missing; make one with make_samples.js).`;
-  } else {
-    const t0 = performance.now();
-    const results = await classify(session, input, samples.map((s) => s.pixels));
-    const ms = performance.now() - t0;
-    const pick = (sample) => drawPixels($('pad'), sample.pixels);
-    samples.forEach((s, i) => grid.append(sampleCard(s, results[i], pick)));
-    const right = results.filter((r, i) => r.cls === samples[i].label).length;
-    document.body.dataset.correct = right;
-    setState('done', `Model ${described}. ${samples.length} test images in ${ms.toFixed(0)} ms, ${right} right.`);
-    return;
+    return `Model ${described}.`;
   }
-  setState('done', `Model ${described}.`);
+  const t0 = performance.now();
+  const results = await classify(session, input, samples.map((s) => s.pixels));
+  const ms = performance.now() - t0;
+  const pick = (sample) => drawPixels($('pad'), sample.pixels);
+  samples.forEach((s, i) => grid.append(sampleCard(s, results[i], pick)));
+  const right = results.filter((r, i) => r.cls === samples[i].label).length;
+  document.body.dataset.correct = right;
+  return `Model ${described}. ${samples.length} test images in ${ms.toFixed(0)} ms, ${right} right.`;
+}
+
+// text_labels.json's class names, or "class k" for each of the model's `classes` outputs.
+async function loadTextLabels() {
+  const res = await fetch(textLabelsUrl);
+  if (res.status === 404) return null;
+  if (!res.ok) throw new Error(`${textLabelsUrl}: HTTP ${res.status}`);
+  const names = (await res.json()).class_names;
+  if (!Array.isArray(names) || names.length === 0)
+    throw new Error(`${textLabelsUrl}: expected {"class_names": ["...", ...]}`);
+  return names;
+}
+
+// The text model: the text box and its Classify text button. Returns the status line's part.
+async function runTextModel(session) {
+  const input = describeTextInput(session);
+  let names = await loadTextLabels();
+  if (!names) {
+    const feeds = { [input.name]: new ort.Tensor('string', [''], [1, ...input.dims]) };
+    const out = (await session.run(feeds))[session.outputNames[0]];
+    names = Array.from({ length: out.dims[out.dims.length - 1] }, (_, k) => `class ${k}`);
+  }
+  const panel = $('text-panel');
+  const out = $('text-result');
+  $('classify-text').addEventListener('click', async () => {
+    out.dataset.state = 'running';
+    const text = $('text-input').value;
+    try {
+      const [result] = await classifyTexts(session, input, names, [text]);
+      showResult(out, $('text-probs'), result, names, { text });
+    } catch (e) {
+      out.dataset.state = 'error';
+      out.textContent = `Error: ${e.message}`;
+    }
+  });
+  $('classify-text').disabled = false;
+  out.textContent = `Type a sentence about: ${names.join(', ')}.`;
+  panel.dataset.state = 'ready';
+  return `Text model ${textModelUrl}: input '${input.name}' (${input.shape.join(', ')}) string, ${names.length} classes.`;
+}
+
+async function main() {
+  ort.env.wasm.numThreads = 1;
+  ort.env.wasm.proxy = false;
+  ort.env.wasm.wasmPaths = new URL('node_modules/onnxruntime-web/dist/', location.href).href;
+  const [image, text] = await Promise.all([loadModel(modelUrl), loadModel(textModelUrl)]);
+  if (!image && !text) throw new Error(`neither ${modelUrl} nor ${textModelUrl} is there`);
+  document.body.dataset.models = [image && 'image', text && 'text'].filter(Boolean).join(',');
+  const runtime = `onnxruntime-web ${ort.env.versions.web}, wasm, 1 thread.`;
+  setState('ready', `Loaded; ${runtime} Classifying...`);
+  const parts = [];
+  if (text) parts.push(await runTextModel(text));
+  else {
+    $('text-panel').dataset.state = 'none';
+    $('text-panel').hidden = true;
+  }
+  if (image) parts.push(await runImageModel(image));
+  else {
+    $('draw-panel').hidden = true;
+    $('samples-panel').hidden = true;
+  }
+  setState('done', `${parts.join(' ')} ${runtime}`);
 }
 
 main().catch((e) => {

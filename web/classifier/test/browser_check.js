@@ -1,14 +1,19 @@
 // Opens the classifier page in headless Chromium and prints what it shows.
 //   node test/browser_check.js --data DIR [--output FILE.json] [--screenshot FILE.png]
-//        [--chromium /usr/bin/chromium] [--timeout_ms 40000]
-// DIR holds model.onnx and samples.json. Serves the page on a free loopback
-// port (serve.js, in this process), loads it with playwright-core driving
+//        [--texts FILE.json] [--chromium /usr/bin/chromium] [--timeout_ms 40000]
+// DIR holds model.onnx and samples.json, or text_model.onnx and
+// text_labels.json, or all four. Serves the page on a free loopback port
+// (serve.js, in this process), loads it with playwright-core driving
 // Debian's chromium, waits (polling the DOM) for <body data-state> to be
-// "done", draws a stroke over the first test image on the pad and presses
-// Classify, then writes one JSON line to --output (default: stdout):
+// "done". With the image model: draws a stroke over the first test image on
+// the pad and presses Classify. With the text model: types each sentence of
+// --texts (a JSON array of strings) into the text box and presses Classify
+// text. Then writes one JSON line to --output (default: stdout):
 //   {"samples": [{"index", "predicted_class", "predicted_label", "probability"}, ...],
 //    "drawn": {"pixels": [784 bytes], "predicted_class", "predicted_label", "probability"},
+//    "texts": [{"text", "predicted_class", "predicted_label", "probability"}, ...],
 //    "status": "<the page's status line>"}
+// ("samples" and "drawn" with the image model, "texts" with the text model).
 // Exit 0 on success, 1 when the page reports an error or times out, 2 on bad
 // usage. --chromium defaults to $KILN_CHROMIUM, else /usr/bin/chromium.
 // The browser and the server are closed on every path; a watchdog ends the
@@ -22,7 +27,7 @@ const { start } = require('../serve.js');
 function usage(message) {
   const e = new Error(
     `${message}; usage: node browser_check.js --data DIR [--output FILE] [--screenshot FILE] ` +
-      '[--chromium PATH] [--timeout_ms N]',
+      '[--texts FILE] [--chromium PATH] [--timeout_ms N]',
   );
   e.exitCode = 2;
   return e;
@@ -32,7 +37,7 @@ function parseArgs(argv) {
   const o = { chromium: process.env.KILN_CHROMIUM || '/usr/bin/chromium', timeout_ms: 40000 };
   for (let i = 0; i < argv.length; i += 2) {
     const key = argv[i].replace(/^--/, '');
-    if (!['data', 'output', 'screenshot', 'chromium', 'timeout_ms'].includes(key) || argv[i + 1] === undefined)
+    if (!['data', 'output', 'screenshot', 'texts', 'chromium', 'timeout_ms'].includes(key) || argv[i + 1] === undefined)
       throw usage(`bad option ${argv[i]}`);
     o[key] = key === 'timeout_ms' ? Number(argv[i + 1]) : argv[i + 1];
   }
@@ -51,6 +56,40 @@ async function check(o, page, url) {
   });
   const status = await page.textContent('#status');
   if ((await page.getAttribute('body', 'data-state')) === 'error') throw new Error(`the page says: ${status}`);
+  const models = ((await page.getAttribute('body', 'data-models')) || '').split(',');
+  const result = { status };
+  if (models.includes('text')) result.texts = await typeTexts(o, page);
+  if (models.includes('image')) Object.assign(result, await checkImages(o, page));
+  if (o.screenshot) await page.screenshot({ path: o.screenshot, fullPage: true });
+  return result;
+}
+
+// Types each sentence of --texts into the text box and classifies it.
+async function typeTexts(o, page) {
+  const texts = o.texts ? JSON.parse(fs.readFileSync(o.texts, 'utf8')) : [];
+  const shown = [];
+  for (const text of texts) {
+    await page.fill('#text-input', text);
+    await page.click('#classify-text');
+    await page.waitForFunction(
+      () => ['done', 'error'].includes(document.getElementById('text-result').dataset.state),
+      null,
+      { timeout: o.timeout_ms, polling: 50 },
+    );
+    const r = await page.$eval('#text-result', (e) => ({ ...e.dataset, shown: e.textContent }));
+    if (r.state !== 'done') throw new Error(`classifying the text ${JSON.stringify(text)} failed: ${r.shown}`);
+    shown.push({
+      text: r.text,
+      predicted_class: Number(r.predictedClass),
+      predicted_label: r.predictedLabel,
+      probability: Number(r.probability),
+    });
+  }
+  return shown;
+}
+
+// The image model's test images, and a stroke drawn on the pad.
+async function checkImages(o, page) {
   const samples = await page.$$eval('.sample', (figs) =>
     figs.map((f) => ({
       index: Number(f.dataset.index),
@@ -76,7 +115,6 @@ async function check(o, page, url) {
   });
   const drawn = await page.$eval('#drawn-result', (e) => ({ ...e.dataset, text: e.textContent }));
   if (drawn.state !== 'done') throw new Error(`classifying the pad failed: ${drawn.text}`);
-  if (o.screenshot) await page.screenshot({ path: o.screenshot, fullPage: true });
   return {
     samples,
     drawn: {
@@ -85,7 +123,6 @@ async function check(o, page, url) {
       predicted_label: drawn.predictedLabel,
       probability: Number(drawn.probability),
     },
-    status,
   };
 }
 
