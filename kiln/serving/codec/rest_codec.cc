@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kiln/core/base64.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/json_limits.h"
 #include "kiln/core/tensor_json.h"
@@ -20,7 +21,12 @@ bool is_b64(const Json& v) { return v.is_object() && v.size() == 1 && v.contains
 
 at::Tensor b64_tensor(const Json& v, at::ScalarType dtype, const Json& spec, const std::string& where) {
   if (!v["b64"].is_string()) bad(where + ": \"b64\" must be a string");
-  std::string bytes = base64_decode(v["b64"].get<std::string>());
+  std::string bytes;
+  try {
+    bytes = base64_decode(v["b64"].get<std::string>());
+  } catch (const ValueError& e) {
+    bad(where + ": " + e.what());
+  }
   int64_t es = (int64_t)c10::elementSize(dtype);
   if ((int64_t)bytes.size() % es)
     bad(where + ": " + std::to_string(bytes.size()) + " base64 bytes are not a whole number of " +
@@ -328,36 +334,6 @@ std::string predict_response_text(const TensorMap& outputs, bool row_format) {
     out += ']';
   }
   out += '}';
-  return out;
-}
-
-std::string base64_decode(const std::string& in) {
-  auto val = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+' || c == '-') return 62;
-    if (c == '/' || c == '_') return 63;
-    return -1;
-  };
-  size_t n = in.size();
-  while (n > 0 && in[n - 1] == '=') --n;
-  if (in.size() - n > 2 || (in.size() % 4 != 0 && in.size() != n)) bad("invalid base64: bad padding");
-  if (n % 4 == 1) bad("invalid base64: truncated input");
-  std::string out;
-  out.reserve(n * 3 / 4);
-  uint32_t acc = 0;
-  int bits = 0;
-  for (size_t i = 0; i < n; ++i) {
-    int v = val(in[i]);
-    if (v < 0) bad("invalid base64: unexpected character at offset " + std::to_string(i));
-    acc = (acc << 6) | (uint32_t)v;
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back((char)((acc >> bits) & 0xFF));
-    }
-  }
   return out;
 }
 

@@ -101,9 +101,6 @@ bool decode_kserve_infer_fast(std::string_view body, KServeInferBody* out);
 // naming `where`.
 at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::string& where);
 
-// Strict base64 (standard or URL-safe alphabet, optional padding); ServingError on bad input.
-std::string base64_decode(const std::string& in);
-
 // KServe v2 datatypes: "FP32" <-> at::kFloat, ... ValueError-free: nullopt if unknown.
 // kserve_datatype(): kiln/serving/codec/tensor_proto.h (one mapping for REST and gRPC).
 bool kserve_to_scalar_type(const std::string& datatype, at::ScalarType* out);

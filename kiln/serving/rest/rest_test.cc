@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "kiln/core/base64.h"
 #include "kiln/serving/codec/rest_codec.h"
 #include "kiln/serving/serving_test_util.h"
 
