@@ -45,10 +45,10 @@ class StringLengthForTest : public Layer {
   std::vector<Shape> compute_output_shape(const std::vector<Shape>& s) override { return {{s[0][0], 1}}; }
   std::vector<at::ScalarType> compute_output_dtype(const std::vector<at::ScalarType>&) override { return {at::kFloat}; }
   Tensors call(const Tensors& x, bool) override {
-    std::vector<std::string> values = strings::decode(x[0], "StringLengthForTest's input");
+    std::vector<std::string> values = strings::decode(x[0].cpu(), "StringLengthForTest's input");
     at::Tensor out = at::empty({(int64_t)values.size(), 1});
     for (size_t i = 0; i < values.size(); ++i) out[(int64_t)i][0] = (float)values[i].size();
-    return {out};
+    return {out.to(x[0].device())};
   }
 };
 KILN_REGISTER_LAYER(StringLengthForTest);

@@ -138,7 +138,6 @@ TensorMap ModelServable::predict(const TensorMap& inputs, const std::string& sig
   }
   const Json& sig = signatures_[sig_name];
   Tensors xs;
-  std::vector<bool> host_only;  // string inputs: read on the CPU
   int64_t batch = -1;
   for (auto& name : input_names_) {
     auto it = inputs.find(name);
@@ -166,7 +165,6 @@ TensorMap ModelServable::predict(const TensorMap& inputs, const std::string& sig
                                                      " vs " + std::to_string(sizes[0]) + " for '" + name + "'");
     if (!sizes.empty()) batch = sizes[0];
     xs.push_back(t);
-    host_only.push_back(is_string);
   }
   if (inputs.size() != input_names_.size())
     for (auto& [k, v] : inputs)
@@ -180,9 +178,8 @@ TensorMap ModelServable::predict(const TensorMap& inputs, const std::string& sig
     // copy out; the copy out (predict_on_batch's .to(kCPU)) waits for this
     // stream only. From page-locked memory the copy in is asynchronous.
     on_stream.emplace(*stream_);
-    for (size_t i = 0; i < xs.size(); ++i)
-      if (!host_only[i] && xs[i].defined() && xs[i].device() != device_)
-        xs[i] = xs[i].to(device_, /*non_blocking=*/true);
+    for (auto& x : xs)
+      if (x.defined() && x.device() != device_) x = x.to(device_, /*non_blocking=*/true);
   } else if (const int n = intra_op_cap(std::max<int64_t>(batch, 1)); n > 0) {
     cap.emplace(n);
   }

@@ -111,9 +111,7 @@ bool has_servable_platform(const std::string& platform);
 // (asynchronously from page-locked memory, which batching provides), its
 // layers run, and the copy of the outputs back to the host waits for that
 // stream only, so versions on one GPU overlap. The destructor waits for the
-// stream before the weights are freed. String inputs stay on the host: the
-// layers that read them (StringLookup, TextVectorization, Hashing) decode
-// bytes on the CPU.
+// stream before the weights are freed.
 class ModelServable : public Servable {
  public:
   // Below this many multiply-adds' worth of work (rows x the model's weight
