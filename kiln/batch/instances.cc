@@ -5,15 +5,21 @@
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/core/string_tensor.h"
 #include "kiln/core/tensor_json.h"
 #include "kiln/models/model.h"
 
 namespace kiln::batch {
 namespace {
 
-InstanceValue to_value(const Json& v, const std::string& what) {
+InstanceValue to_value(const Json& v, const InstanceInput& input, const std::string& what) {
+  if (is_string_dtype(input.dtype)) {
+    NestedStrings n = json_to_strings(v, what);
+    return {{}, std::move(n.values), std::move(n.shape)};
+  }
+  refuse_strings(v, input.dtype, what);
   NestedNumbers n = json_to_numbers(v, what);
-  return {std::move(n.values), std::move(n.shape)};
+  return {std::move(n.values), {}, std::move(n.shape)};
 }
 
 bool fits(const Shape& got, const Shape& want) {
@@ -50,7 +56,7 @@ Instance parse_instance(const std::string& line, const std::vector<InstanceInput
     j = Json(j["inputs"]);
   }
   std::vector<Json> raw(inputs.size());
-  if (j.is_object()) {
+  if (j.is_object() && !is_b64_object(j)) {
     for (auto& [k, v] : j.items()) {
       size_t i = 0;
       while (i < inputs.size() && inputs[i].name != k) ++i;
@@ -60,18 +66,18 @@ Instance parse_instance(const std::string& line, const std::vector<InstanceInput
     for (size_t i = 0; i < inputs.size(); ++i)
       if (raw[i].is_null())
         throw ValueError("input '" + inputs[i].name + "' is missing; the model's inputs are " + names_of(inputs));
-  } else if (j.is_array() || j.is_number()) {
+  } else if (j.is_array() || j.is_number() || j.is_string() || j.is_object()) {  // the object: {"b64": ...}
     if (inputs.size() != 1)
       throw ValueError("the model takes " + std::to_string(inputs.size()) + " inputs (" + names_of(inputs) +
                        "); send an object {\"<name>\": [...], ...}");
     raw[0] = j;
   } else {
-    throw ValueError("an instance must be a list of numbers or an object of named inputs. Received: " +
+    throw ValueError("an instance must be a list of numbers, a string or an object of named inputs. Received: " +
                      json_excerpt(j));
   }
   Instance out;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    InstanceValue v = to_value(raw[i], "input '" + inputs[i].name + "'");
+    InstanceValue v = to_value(raw[i], inputs[i], "input '" + inputs[i].name + "'");
     if (!fits(v.shape, inputs[i].shape)) {
       int64_t n = num_elements(inputs[i].shape);
       throw ShapeError("input '" + inputs[i].name + "' has shape " + shape_to_string(v.shape) +
@@ -96,6 +102,12 @@ Tensors stack_instances(const std::vector<const Instance*>& batch, const std::ve
   for (size_t i = 0; i < inputs.size(); ++i) {
     Shape shape = {n};
     shape.insert(shape.end(), (*batch[0])[i].shape.begin(), (*batch[0])[i].shape.end());
+    if (is_string_dtype(inputs[i].dtype)) {
+      std::vector<std::string> all;
+      for (const Instance* inst : batch) all.insert(all.end(), (*inst)[i].strings.begin(), (*inst)[i].strings.end());
+      x.push_back(strings::encode(all, shape));
+      continue;
+    }
     auto t = at::empty(shape, at::kDouble);
     double* p = t.data_ptr<double>();
     for (const Instance* inst : batch) p = std::copy((*inst)[i].data.begin(), (*inst)[i].data.end(), p);

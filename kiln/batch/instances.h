@@ -4,6 +4,12 @@
 //   {"inputs": [0.1, ...]}                the same, TF Serving-style
 //   {"inputs": {"a": [...], "b": [...]}}  named inputs
 //   {"a": [...], "b": [...]}              named inputs, per the signature
+// An input of dtype "string" takes a JSON string (nested lists of them for
+// a non-scalar shape; {"b64": "..."} for bytes), as TF Serving's row form:
+//   "some text"                           one string input
+//   {"text": "some text"}                 named
+// A number for a string input, or a string for a numeric one, is a
+// ValueError naming the input and both dtypes.
 //
 //   auto inputs = instance_inputs(*model);
 //   Instance x = parse_instance(line, inputs);   // UserError naming the problem
@@ -38,7 +44,8 @@ struct InstanceInput {
 
 // One input of one instance: values in row-major order and their shape.
 struct InstanceValue {
-  std::vector<double> data;
+  std::vector<double> data;          // numeric inputs
+  std::vector<std::string> strings;  // string inputs
   Shape shape;
 };
 using Instance = std::vector<InstanceValue>;  // in the order of the inputs
@@ -55,7 +62,8 @@ Instance parse_instance(const std::string& line, const std::vector<InstanceInput
 bool same_shapes(const Instance& a, const Instance& b);
 
 // One tensor per input, the instances stacked along a new dim 0, in each
-// input's dtype. Precondition: non-empty, all same_shapes.
+// input's dtype (a string tensor for a string input, kiln/core/string_tensor.h).
+// Precondition: non-empty, all same_shapes.
 Tensors stack_instances(const std::vector<const Instance*>& batch, const std::vector<InstanceInput>& inputs);
 
 }  // namespace kiln::batch

@@ -2,12 +2,15 @@
 
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <type_traits>
 
+#include "kiln/core/base64.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/core/string_tensor.h"
 
 namespace kiln {
 namespace {
@@ -31,9 +34,25 @@ double number_of(const Json& v, const std::string& what, const std::vector<int64
   throw ValueError(what + " holds " + json_excerpt(v) + at + " where a number belongs");
 }
 
-// Recursion depth is shape.size(), which json_to_numbers bounds.
-void flatten(const Json& v, const Shape& shape, std::vector<int64_t>& path, std::vector<double>& out,
-             const std::string& what, const JsonNumberOptions& o) {
+// The shape of nested lists, read off the first element at each depth.
+Shape nested_shape(const Json& value, const std::string& what) {
+  Shape shape;
+  const Json* cur = &value;
+  while (cur->is_array()) {
+    if ((int)shape.size() >= kMaxJsonDepth)
+      throw ValueError(what + " nests lists more than " + std::to_string(kMaxJsonDepth) + " levels deep");
+    shape.push_back((int64_t)cur->size());
+    if (cur->empty()) break;
+    cur = &(*cur)[0];
+  }
+  return shape;
+}
+
+// The leaves of nested lists of `shape` in row-major order: leaf(v, path)
+// makes each. Recursion depth is shape.size(), which nested_shape bounds.
+template <class T, class Leaf>
+void flatten(const Json& v, const Shape& shape, std::vector<int64_t>& path, std::vector<T>& out,
+             const std::string& what, const Leaf& leaf) {
   const size_t depth = path.size();
   if (depth < shape.size()) {
     if (!v.is_array() || (int64_t)v.size() != shape[depth])
@@ -42,12 +61,12 @@ void flatten(const Json& v, const Shape& shape, std::vector<int64_t>& path, std:
                        (v.is_array() ? " has " + std::to_string(v.size()) : " is not a list"));
     for (size_t i = 0; i < v.size(); ++i) {
       path.push_back((int64_t)i);
-      flatten(v[i], shape, path, out, what, o);
+      flatten(v[i], shape, path, out, what, leaf);
       path.pop_back();
     }
     return;
   }
-  out.push_back(number_of(v, what, path, o));
+  out.push_back(leaf(v, path));
 }
 
 template <class T>
@@ -129,17 +148,62 @@ bool is_whole_number(double d) { return std::isfinite(d) && d == std::floor(d); 
 
 NestedNumbers json_to_numbers(const Json& value, const std::string& what, JsonNumberOptions options) {
   NestedNumbers out;
-  const Json* cur = &value;
-  while (cur->is_array()) {
-    if ((int)out.shape.size() >= kMaxJsonDepth)
-      throw ValueError(what + " nests lists more than " + std::to_string(kMaxJsonDepth) + " levels deep");
-    out.shape.push_back((int64_t)cur->size());
-    if (cur->empty()) break;
-    cur = &(*cur)[0];
-  }
+  out.shape = nested_shape(value, what);
   std::vector<int64_t> path;
-  flatten(value, out.shape, path, out.values, what, options);
+  flatten(value, out.shape, path, out.values, what,
+          [&](const Json& v, const std::vector<int64_t>& at) { return number_of(v, what, at, options); });
   return out;
+}
+
+bool is_b64_object(const Json& v) { return v.is_object() && v.size() == 1 && v.contains("b64"); }
+
+NestedStrings json_to_strings(const Json& value, const std::string& what, bool b64) {
+  NestedStrings out;
+  out.shape = nested_shape(value, what);
+  std::vector<int64_t> path;
+  flatten(value, out.shape, path, out.values, what, [&](const Json& v, const std::vector<int64_t>& at) {
+    const std::string where = at.empty() ? "" : " at " + path_string(at);
+    if (v.is_string()) return v.get<std::string>();
+    if (b64 && is_b64_object(v)) {
+      if (!v["b64"].is_string()) throw ValueError(what + where + ": \"b64\" must be a string");
+      try {
+        return base64_decode(v["b64"].get<std::string>());
+      } catch (const ValueError& e) {
+        throw ValueError(what + where + ": " + e.what());
+      }
+    }
+    throw ValueError(what + " expects dtype string. Received: " + json_excerpt(v) + where);
+  });
+  return out;
+}
+
+void refuse_strings(const Json& value, at::ScalarType dtype, const std::string& what, JsonNumberOptions options) {
+  const Json* first = &value;
+  while (first->is_array() && !first->empty()) first = &(*first)[0];
+  if (!first->is_string()) return;
+  const auto& s = first->get_ref<const std::string&>();
+  if (options.special_float_strings && (s == "NaN" || s == "Infinity" || s == "-Infinity")) return;
+  throw ValueError(what + " expects dtype " + dtype_to_string(dtype) + ". Received: " + dtype_to_string(kStringDType) +
+                   " (" + json_excerpt(*first) + ")");
+}
+
+at::Tensor json_to_string_tensor(const Json& value, const std::string& what, bool b64) {
+  NestedStrings n = json_to_strings(value, what, b64);
+  return strings::encode(n.values, n.shape);
+}
+
+Json string_tensor_to_json(const at::Tensor& t) {
+  const std::vector<std::string> values = strings::decode(t.cpu());
+  const Shape shape = strings::logical_shape(t);
+  size_t i = 0;
+  // Recursion depth is the tensor's rank.
+  std::function<Json(size_t)> lists = [&](size_t depth) -> Json {
+    if (depth == shape.size()) return Json(values[i++]);
+    Json a = Json::array();
+    for (int64_t k = 0; k < shape[depth]; ++k) a.push_back(lists(depth + 1));
+    return a;
+  };
+  return lists(0);
 }
 
 at::Tensor numbers_to_tensor(const std::vector<double>& values, const std::vector<int64_t>& shape,

@@ -74,6 +74,30 @@ at::Tensor checked_numbers_to_tensor(const std::vector<double>& values, const st
 at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::string& what,
                           JsonNumberOptions options = {});
 
+// Strings (string tensors, kiln/core/string_tensor.h): a JSON string, or
+// nested lists of them, read as numbers are (shape off the first element at
+// each depth, no ragged lists). With `b64`, an object {"b64": "..."} is a
+// string too, its base64 bytes decoded (TF Serving's rule for bytes).
+// ValueError naming `what`, the dtype and the index path otherwise:
+//   "input 'text' expects dtype string. Received: 3 at [1]"
+struct NestedStrings {
+  std::vector<std::string> values;
+  Shape shape;
+};
+NestedStrings json_to_strings(const Json& value, const std::string& what, bool b64 = true);
+// json_to_strings + strings::encode.
+at::Tensor json_to_string_tensor(const Json& value, const std::string& what, bool b64 = true);
+// A string tensor's strings as nested lists of JSON strings (invalid UTF-8
+// replaced when dumped, as every kiln reply writes text).
+Json string_tensor_to_json(const at::Tensor& t);
+// TF Serving's {"b64": "..."} object (exactly one key, "b64").
+bool is_b64_object(const Json& v);
+// For a numeric input: ValueError "<what> expects dtype float32. Received:
+// string ("abc")" when the first value of `value` (nested lists) is a
+// string, the reverse of json_to_strings's check ("NaN", "Infinity" and
+// "-Infinity" pass when `options` read them as numbers).
+void refuse_strings(const Json& value, at::ScalarType dtype, const std::string& what, JsonNumberOptions options = {});
+
 // A finite whole number (what an integral dtype accepts).
 bool is_whole_number(double d);
 

@@ -4,8 +4,10 @@
 
 #include <limits>
 
+#include "kiln/core/base64.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/core/string_tensor.h"
 #include "kiln/testing/expect_error.h"
 
 namespace kiln {
@@ -43,6 +45,42 @@ TEST(TensorJson, ErrorsNameThePathOfTheBadElement) {
   EXPECT_EQ(numbers_error(Json::parse("[1, [2]]")), "input 'x' holds [2] at [1] where a number belongs");
   EXPECT_EQ(numbers_error(Json("NaN")), R"(input 'x' holds "NaN" where a number belongs)");
   EXPECT_EQ(numbers_error(Json(nullptr)), "input 'x' holds null where a number belongs");
+}
+
+TEST(TensorJson, ReadsStringsAndB64AndWritesThemBack) {
+  NestedStrings n = json_to_strings(Json::parse(R"([["a", {"b64": "AGI="}], ["", "naïve"]])"), "x");
+  EXPECT_EQ(n.shape, (Shape{2, 2}));
+  EXPECT_EQ(n.values, (std::vector<std::string>{"a", std::string("\0b", 2), "", "naïve"}));
+  EXPECT_TRUE(json_to_strings(Json("one"), "x").shape.empty());
+  at::Tensor t = json_to_string_tensor(Json::parse(R"([["x", "yz"]])"), "x");
+  EXPECT_EQ(strings::logical_shape(t), (Shape{1, 2}));
+  EXPECT_EQ(string_tensor_to_json(t), Json::parse(R"([["x", "yz"]])"));
+  EXPECT_EQ(string_tensor_to_json(strings::encode({"s"}, {})), Json("s"));
+
+  auto strings_error = [](const Json& v, bool b64 = true) {
+    return error_of<ValueError>([&] { json_to_strings(v, "input 'text'", b64); });
+  };
+  EXPECT_EQ(strings_error(Json::parse(R"(["a", 3])")), "input 'text' expects dtype string. Received: 3 at [1]");
+  EXPECT_EQ(strings_error(Json::parse(R"([{"b64": "!!!!"}])")),
+            "input 'text' at [0]: invalid base64: unexpected character at offset 0");
+  EXPECT_EQ(strings_error(Json::parse(R"({"b64": "AA=="})"), false),
+            R"(input 'text' expects dtype string. Received: {"b64":"AA=="})");
+  EXPECT_EQ(strings_error(Json::parse(R"([["a"], "b"])")),
+            "input 'text' is a ragged list: every list at depth 1 must have 1 entries; [1] is not a list");
+  EXPECT_EQ(error_of<ValueError>([] { refuse_strings(Json::parse(R"([["abc", 1]])"), at::kFloat, "input 'x'"); }),
+            R"(input 'x' expects dtype float32. Received: string ("abc"))");
+  EXPECT_NO_THROW(refuse_strings(Json::parse("[1, 2]"), at::kFloat, "x"));
+  EXPECT_NO_THROW(refuse_strings(Json("NaN"), at::kFloat, "x", {.special_float_strings = true}));
+}
+
+TEST(Base64, DecodesStrictly) {
+  EXPECT_EQ(base64_decode("aGVsbG8="), "hello");
+  EXPECT_EQ(base64_decode("aGVsbG8"), "hello");
+  EXPECT_EQ(base64_decode("-_8="), "\xfb\xff");
+  EXPECT_EQ(error_of<ValueError>([] { base64_decode("aGVs*G8="); }),
+            "invalid base64: unexpected character at offset 4");
+  EXPECT_EQ(error_of<ValueError>([] { base64_decode("a==="); }), "invalid base64: bad padding");
+  EXPECT_EQ(error_of<ValueError>([] { base64_decode("a"); }), "invalid base64: truncated input");
 }
 
 TEST(TensorJson, SpecialFloatStringsOnRequest) {

@@ -7,6 +7,7 @@
 
 #include "kiln/core/config_keys.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/core/string_tensor.h"
 #include "kiln/layers/sharded_kernel.h"
 #include "kiln/models/model_json.h"
 
@@ -109,7 +110,8 @@ Tensors models::FunctionalImpl::call_masked(const Tensors& inputs, const Tensors
   std::map<const Node*, Tensors> masks;  // beside values: each node's output masks (undefined = none)
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Shape& want = inputs_[i].shape;
-    const auto got = inputs[i].sizes();
+    auto got = inputs[i].sizes();
+    if (is_string_dtype(inputs_[i].dtype) && !got.empty()) got = got.slice(0, got.size() - 1);  // the last: width
     bool ok = (int64_t)got.size() == (int64_t)want.size();
     for (size_t d = 1; ok && d < want.size(); ++d) ok = want[d] < 0 || want[d] == got[d];
     if (!ok)

@@ -13,8 +13,11 @@
 //   {"inputs": [0.1, ...]}                the same, TF Serving-style
 //   {"inputs": {"a": [...], "b": [...]}}  named inputs
 //   {"a": [...], "b": [...]}              named inputs, per the signature
+//   "some text"                           a string input (dtype "string")
+//   {"text": "some text"}                 the same, named
 // Each output line is {"predictions": [...]} (one-output models) or
-// {"predictions": {"<output name>": [...], ...}}. Blank lines are skipped.
+// {"predictions": {"<output name>": [...], ...}} (string outputs as JSON
+// strings). Blank lines are skipped.
 // Float32 values are written in their shortest form that reads back to the
 // same float; NaN and infinities (not JSON) are written as null.
 //
@@ -28,10 +31,13 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "kiln/batch/instances.h"
+#include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/core/string_tensor.h"
 #include "kiln/core/tensor_json.h"
 #include "kiln/models/model.h"
 #include "kiln/saving/model_io.h"
@@ -67,6 +73,11 @@ class Backend {
   virtual const std::vector<batch::InstanceInput>& inputs() const = 0;
   // Named outputs of one batch, each with the batch along dim 0.
   virtual std::vector<std::pair<std::string, at::Tensor>> run(const Tensors& x) = 0;
+  // The outputs of dtype string (string tensors, written as JSON strings).
+  const std::set<std::string>& string_outputs() const { return string_outputs_; }
+
+ protected:
+  std::set<std::string> string_outputs_;
 };
 
 class LocalBackend : public Backend {
@@ -76,7 +87,10 @@ class LocalBackend : public Backend {
     // Keep the signatures alive: a range-for over a sub-object of the
     // temporary model_signatures() returns reads freed memory.
     const Json signatures = model_signatures(*model_);
-    for (auto& [name, info] : signatures.at("serving_default").at("outputs").items()) output_names_.push_back(name);
+    for (auto& [name, info] : signatures.at("serving_default").at("outputs").items()) {
+      output_names_.push_back(name);
+      if (info.value("dtype", "") == dtype_to_string(kStringDType)) string_outputs_.insert(name);
+    }
   }
   const std::vector<batch::InstanceInput>& inputs() const override { return inputs_; }
   std::vector<std::pair<std::string, at::Tensor>> run(const Tensors& x) override {
@@ -99,11 +113,14 @@ class LocalBackend : public Backend {
 class GrpcBackend : public Backend {
  public:
   explicit GrpcBackend(serving::PredictionClientOptions o) : client_(std::move(o)) {
-    for (auto& t : client_.signature().inputs) {
+    const serving::ClientSignature sig = client_.signature();
+    for (auto& t : sig.inputs) {
       if (t.shape.empty())
         throw ValueError("the server's input '" + t.name + "' has no batch dimension; kiln predict sends batches");
       inputs_.push_back({t.name, t.dtype, Shape(t.shape.begin() + 1, t.shape.end())});
     }
+    for (auto& t : sig.outputs)
+      if (is_string_dtype(t.dtype)) string_outputs_.insert(t.name);
   }
   const std::vector<batch::InstanceInput>& inputs() const override { return inputs_; }
   std::vector<std::pair<std::string, at::Tensor>> run(const Tensors& x) override {
@@ -162,16 +179,22 @@ class Predictor {
       }
     }
     std::string buf;
+    auto append = [&](const std::string& name, const at::Tensor& row) {
+      if (backend_.string_outputs().count(name))
+        buf += string_tensor_to_json(row).dump(-1, ' ', false, Json::error_handler_t::replace);
+      else
+        append_tensor_json(buf, row);
+    };
     for (int64_t r = 0; r < n; ++r) {
       buf += "{\"predictions\":";
       if (y.size() == 1) {
-        append_tensor_json(buf, y[0].second[r]);
+        append(y[0].first, y[0].second[r]);
       } else {
         buf += '{';
         for (size_t k = 0; k < y.size(); ++k) {
           if (k) buf += ',';
           buf += Json(y[k].first).dump() + ":";
-          append_tensor_json(buf, y[k].second[r]);
+          append(y[k].first, y[k].second[r]);
         }
         buf += '}';
       }

@@ -8,9 +8,11 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "kiln/core/error.h"
+#include "kiln/core/string_tensor.h"
 #include "kiln/serving/codec/text_proto.h"
 #include "kiln/serving/status.h"
 #include "tensorflow_serving/servables/tensorflow/session_bundle_config.pb.h"
@@ -84,11 +86,12 @@ namespace batch_detail {
 // One schedule() call; its pieces (max_batch_size rows each) are tasks.
 struct Request {
   std::mutex mu;
-  int remaining = 0;                  // guarded by mu; pieces not finished yet
-  std::vector<TensorMap> outputs;     // guarded by mu; one per piece
-  std::exception_ptr error;           // guarded by mu; the first piece's error
-  BatchTiming timing;                 // guarded by mu; max over pieces
-  SharedBatchScheduler::DoneFn done;  // guarded by mu; moved out by the last piece
+  int remaining = 0;                     // guarded by mu; pieces not finished yet
+  std::vector<TensorMap> outputs;        // guarded by mu; one per piece
+  std::exception_ptr error;              // guarded by mu; the first piece's error
+  BatchTiming timing;                    // guarded by mu; max over pieces
+  SharedBatchScheduler::DoneFn done;     // guarded by mu; moved out by the last piece
+  std::set<std::string> string_outputs;  // fixed at schedule(): joined with strings::concat
 };
 
 struct Task {
@@ -130,12 +133,18 @@ struct BatchQueue {
   BatchingOptions o;                          // resolved: max_batch_size and batch_timeout_micros are set
   int64_t max_batch = 0, timeout_micros = 0;  // theirs, unpacked
   SharedBatchScheduler::BatchFn fn;
+  StringSignatures strings;                                // fixed at add_queue
   std::map<std::string, std::list<Lane>::iterator> lanes;  // key -> its lane in the ring
   int64_t enqueued_batches = 0;                            // sum of batches_for(lane.rows)
   int64_t running = 0;                                     // batches on the threads now
   bool removed = false;
 
   int64_t batches_for(int64_t rows) const { return (rows + max_batch - 1) / max_batch; }
+  const StringTensorNames& strings_of(const std::string& signature) const {
+    static const StringTensorNames kNone;
+    auto it = strings.find(signature);
+    return it == strings.end() ? kNone : it->second;
+  }
 };
 
 namespace {
@@ -187,7 +196,7 @@ void finish_task(Task& t, Outcome outcome) {
         for (auto& [name, first] : outputs[0]) {
           std::vector<at::Tensor> parts;
           for (auto& o : outputs) parts.push_back(o.at(name));
-          joined[name] = at::cat(parts, 0);
+          joined[name] = r.string_outputs.count(name) ? strings::concat(parts) : at::cat(parts, 0);
         }
       }
     } catch (...) {
@@ -349,9 +358,16 @@ struct SharedBatchScheduler::Impl {
     std::exception_ptr err;
     try {
       TensorMap in;
+      const std::set<std::string>& string_inputs = q.strings_of(signature).inputs;
       for (auto& [name, first] : batch[live[0]].inputs) {
         std::vector<at::Tensor> parts;
         for (size_t i : live) parts.push_back(batch[i].inputs.at(name));
+        if (string_inputs.count(name)) {
+          // Rows of one width (padded as strings::concat pads), joined below like any tensor (pinned or not).
+          int64_t width = 0;
+          for (auto& p : parts) width = std::max(width, p.size(-1) - strings::kLengthBytes);
+          for (auto& p : parts) p = strings::pad_to_width(p, width);
+        }
         in[name] = assemble_batch(parts, rows, padded, o.pin_batches);
       }
       out = q.fn(signature, in);
@@ -406,7 +422,15 @@ SharedBatchScheduler::~SharedBatchScheduler() {
 
 BatchQueuePtr SharedBatchScheduler::add_queue(BatchFn fn) { return add_queue(options_, std::move(fn)); }
 
-BatchQueuePtr SharedBatchScheduler::add_queue(BatchingOptions queue_options, BatchFn fn) {
+StringSignatures string_signatures(const Json& signatures) {
+  StringSignatures out;
+  if (!signatures.is_object()) return out;
+  for (auto& [name, sig] : signatures.items())
+    if (StringTensorNames n = string_tensor_names(signatures, name); !n.empty()) out[name] = std::move(n);
+  return out;
+}
+
+BatchQueuePtr SharedBatchScheduler::add_queue(BatchingOptions queue_options, BatchFn fn, StringSignatures strings) {
   queue_options.validate();
   if (!fn) throw ValueError("batching: add_queue needs a batch function");
   auto q = std::make_shared<BatchQueue>();
@@ -415,6 +439,7 @@ BatchQueuePtr SharedBatchScheduler::add_queue(BatchingOptions queue_options, Bat
   q->max_batch = *q->o.max_batch_size;
   q->timeout_micros = *q->o.batch_timeout_micros;
   q->fn = std::move(fn);
+  q->strings = std::move(strings);
   return q;
 }
 
@@ -449,15 +474,18 @@ void SharedBatchScheduler::schedule(const BatchQueuePtr& queue, const std::strin
   if (inputs.empty()) return fail(Code::kInvalidArgument, "a request needs at least one input tensor");
   int64_t rows = -1;
   std::string key = signature;
+  const StringTensorNames& strings = queue->strings_of(signature);
   for (auto& [name, t] : inputs) {
-    if (!t.defined() || t.dim() == 0)
+    // A string tensor's last dimension is its width, which may differ between requests of one lane.
+    const int64_t width_dims = strings.inputs.count(name) ? 1 : 0;
+    if (!t.defined() || t.dim() <= width_dims)
       return fail(Code::kInvalidArgument, "batching needs a batch dimension: input '" + name + "' is a scalar");
     if (rows >= 0 && t.size(0) != rows)
       return fail(Code::kInvalidArgument, "inputs disagree on the batch size (dim 0): " + std::to_string(rows) +
                                               " vs " + std::to_string(t.size(0)) + " for '" + name + "'");
     rows = t.size(0);
-    key += "|" + name + ":" + std::to_string((int)t.scalar_type());
-    for (int64_t d = 1; d < t.dim(); ++d) key += "," + std::to_string(t.size(d));
+    key += "|" + name + ":" + std::to_string((int)t.scalar_type()) + (width_dims ? "s" : "");
+    for (int64_t d = 1; d < t.dim() - width_dims; ++d) key += "," + std::to_string(t.size(d));
   }
   if (rows == 0) return fail(Code::kInvalidArgument, "a request needs at least one row (dim 0 is 0)");
   const BatchingOptions& o = queue->o;
@@ -470,6 +498,7 @@ void SharedBatchScheduler::schedule(const BatchQueuePtr& queue, const std::strin
   req->remaining = (int)pieces;
   req->outputs.resize(pieces);
   req->done = std::move(done);
+  req->string_outputs = strings.outputs;
   std::vector<Task> tasks;
   for (int64_t p = 0; p < pieces; ++p) {
     Task t;

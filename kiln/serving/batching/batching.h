@@ -14,7 +14,10 @@
 //   s.remove_queue(q);                                             // at unload
 //
 // Per queue (a version), requests are grouped by signature and input shapes
-// and dtypes (a "lane": only same-shaped rows can be concatenated):
+// and dtypes (a "lane": only same-shaped rows can be concatenated). A string
+// input (a queue's StringSignatures) is grouped by its logical shape: rows of
+// different widths join in one batch, padded to the widest (strings::concat),
+// and string outputs of a request split into pieces join the same way.
 // - A lane's batch closes when it reaches max_batch_size or its oldest
 //   request has waited batch_timeout_micros. With allowed_batch_sizes, a
 //   batch is padded (repeating the last row) up to the next allowed size; the
@@ -40,6 +43,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -148,6 +152,11 @@ BatchClock& steady_batch_clock();
 struct BatchQueue;
 using BatchQueuePtr = std::shared_ptr<BatchQueue>;
 
+// The string tensors of each signature a queue serves, by signature name.
+using StringSignatures = std::map<std::string, StringTensorNames>;
+// Those of every signature in `signatures` (Servable::signatures()) that has any.
+StringSignatures string_signatures(const Json& signatures);
+
 class SharedBatchScheduler {
  public:
   using BatchFn = std::function<TensorMap(const std::string& signature, const TensorMap& batch)>;
@@ -174,9 +183,11 @@ class SharedBatchScheduler {
   // its max_batch_size, batch_timeout_micros, max_enqueued_batches,
   // allowed_batch_sizes and pin_batches (validated; num_batch_threads is
   // ignored). Unset fields take the CPU's defaults; call
-  // batching_for_device first for a version on a GPU.
+  // batching_for_device first for a version on a GPU. `strings`: the
+  // signatures' string inputs and outputs (string_signatures), whose rows
+  // may differ in width.
   BatchQueuePtr add_queue(BatchFn fn);
-  BatchQueuePtr add_queue(BatchingOptions queue_options, BatchFn fn);
+  BatchQueuePtr add_queue(BatchingOptions queue_options, BatchFn fn, StringSignatures strings = {});
   // Removes `queue`: new requests to it fail with UNAVAILABLE, its waiting
   // requests get UNAVAILABLE (their callbacks run on the calling thread),
   // and it blocks until the queue's running batches have finished; after it

@@ -1,6 +1,8 @@
 #include "kiln/serving/codec/example_input.h"
 
+#include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/core/string_tensor.h"
 
 namespace kiln::serving {
 
@@ -26,7 +28,9 @@ std::vector<at::Tensor> examples_to_tensors(const tensorflow::serving::Input& in
                        " with unknown dimensions; Classify/Regress need fully known input shapes (use Predict)");
     Shape shape = {n};
     shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
-    at::Tensor t = at::empty(shape, at::kDouble);
+    const bool is_string = is_string_dtype(spec.dtype);
+    std::vector<std::string> strs;  // a string input's values
+    at::Tensor t = at::empty(is_string ? Shape{0} : shape, at::kDouble);
     double* p = t.data_ptr<double>();
     for (int64_t i = 0; i < n; ++i) {
       const auto& features = (*examples)[i].features().feature();
@@ -41,7 +45,14 @@ std::vector<at::Tensor> examples_to_tensors(const tensorflow::serving::Input& in
       const std::string where = "example " + std::to_string(i) + ", feature '" + spec.name + "'";
       if (!f) throw ValueError(where + " is missing; every example needs one feature per model input");
       int64_t got;
-      if (f->has_float_list()) {
+      if (is_string ? f->has_float_list() || f->has_int64_list() : f->has_bytes_list()) {
+        throw ValueError(where + " is a " + (is_string ? "numeric list" : "bytes_list") + "; input '" + spec.name +
+                         "' expects dtype " + dtype_to_string(spec.dtype) + ": send " +
+                         (is_string ? "bytes_list" : "float_list or int64_list"));
+      } else if (is_string) {
+        got = f->has_bytes_list() ? f->bytes_list().value_size() : 0;
+        if (got == per) strs.insert(strs.end(), f->bytes_list().value().begin(), f->bytes_list().value().end());
+      } else if (f->has_float_list()) {
         got = f->float_list().value_size();
         if (got == per)
           for (auto v : f->float_list().value()) *p++ = v;
@@ -49,8 +60,6 @@ std::vector<at::Tensor> examples_to_tensors(const tensorflow::serving::Input& in
         got = f->int64_list().value_size();
         if (got == per)
           for (auto v : f->int64_list().value()) *p++ = (double)v;
-      } else if (f->has_bytes_list()) {
-        throw ValueError(where + " is a bytes_list; kiln's model inputs are numeric, send float_list or int64_list");
       } else {
         got = 0;
       }
@@ -58,7 +67,7 @@ std::vector<at::Tensor> examples_to_tensors(const tensorflow::serving::Input& in
         throw ValueError(where + " holds " + std::to_string(got) + " values but input '" + spec.name + "' of shape " +
                          shape_to_string(spec.shape) + " needs " + std::to_string(per));
     }
-    out.push_back(t.to(spec.dtype));
+    out.push_back(is_string ? strings::encode(strs, shape) : t.to(spec.dtype));
   }
   return out;
 }

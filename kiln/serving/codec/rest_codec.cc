@@ -6,8 +6,10 @@
 #include <limits>
 #include <type_traits>
 
+#include "kiln/core/base64.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/core/string_tensor.h"
 #include "kiln/core/tensor_json.h"
 #include "kiln/serving/status.h"
 
@@ -16,11 +18,16 @@ namespace {
 
 [[noreturn]] void bad(const std::string& m) { throw ServingError(Code::kInvalidArgument, m); }
 
-bool is_b64(const Json& v) { return v.is_object() && v.size() == 1 && v.contains("b64"); }
+bool is_b64(const Json& v) { return is_b64_object(v); }
 
 at::Tensor b64_tensor(const Json& v, at::ScalarType dtype, const Json& spec, const std::string& where) {
   if (!v["b64"].is_string()) bad(where + ": \"b64\" must be a string");
-  std::string bytes = base64_decode(v["b64"].get<std::string>());
+  std::string bytes;
+  try {
+    bytes = base64_decode(v["b64"].get<std::string>());
+  } catch (const ValueError& e) {
+    bad(where + ": " + e.what());
+  }
   int64_t es = (int64_t)c10::elementSize(dtype);
   if ((int64_t)bytes.size() % es)
     bad(where + ": " + std::to_string(bytes.size()) + " base64 bytes are not a whole number of " +
@@ -71,8 +78,12 @@ at::ScalarType input_dtype(const Json& spec) {
 }
 
 at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::string& where) {
-  return as_invalid_argument(
-      [&] { return kiln::json_to_tensor(value, dtype, where, JsonNumberOptions{.special_float_strings = true}); });
+  if (is_string_dtype(dtype)) return as_invalid_argument([&] { return json_to_string_tensor(value, where); });
+  return as_invalid_argument([&] {
+    const JsonNumberOptions o{.special_float_strings = true};
+    refuse_strings(value, dtype, where, o);
+    return kiln::json_to_tensor(value, dtype, where, o);
+  });
 }
 
 at::Tensor checked_numbers_to_tensor(const std::vector<double>& data, const std::vector<int64_t>& shape,
@@ -191,19 +202,21 @@ PredictCall decode_predict_request(const Json& body, const Json& signatures) {
         } else if (v->is_object() && !is_b64(*v)) {
           bad(where + " must be a value like instances[0]");
         }
-        if (is_b64(*v)) {
+        if (is_b64(*v) && !is_string_dtype(dtype)) {
           all_plain = false;
           rows.push_back(b64_tensor(*v, dtype, spec, where));
         } else {
-          rows.push_back(json_to_tensor(*v, dtype, where));
+          rows.push_back(json_to_tensor(*v, dtype, where));  // a string input's b64 is its bytes
         }
       }
+      const bool strs = is_string_dtype(dtype);  // rows differ in width, not in logical shape
       for (size_t i = 1; i < rows.size(); ++i)
-        if (rows[i].sizes() != rows[0].sizes())
+        if (strs ? strings::logical_shape(rows[i]) != strings::logical_shape(rows[0])
+                 : rows[i].sizes() != rows[0].sizes())
           bad("instances disagree on the shape of \"" + name + "\": instances[0] vs instances[" + std::to_string(i) +
               "]");
       (void)all_plain;
-      call.inputs[name] = at::stack(rows, 0);
+      call.inputs[name] = strs ? strings::stack(rows) : at::stack(rows, 0);
     }
     if (named)
       for (auto& [k, v] : inst[0].items())
@@ -222,7 +235,7 @@ PredictCall decode_predict_request(const Json& body, const Json& signatures) {
       const Json& v = named ? cols[name] : cols;
       auto dtype = input_dtype(in_specs[name]);
       std::string where = "inputs." + name;
-      if (v.is_array() && !v.empty() && is_b64(v[0])) {
+      if (v.is_array() && !v.empty() && is_b64(v[0]) && !is_string_dtype(dtype)) {
         std::vector<at::Tensor> rows;
         for (size_t i = 0; i < v.size(); ++i)
           rows.push_back(b64_tensor(v[i], dtype, in_specs[name], where + "[" + std::to_string(i) + "]"));
@@ -237,17 +250,20 @@ PredictCall decode_predict_request(const Json& body, const Json& signatures) {
   return call;
 }
 
-Json encode_predict_response(const TensorMap& outputs, bool row_format) {
+Json encode_predict_response(const TensorMap& outputs, bool row_format, const std::set<std::string>& string_outputs) {
+  auto to_json = [&](const std::string& name, const at::Tensor& t) {
+    return string_outputs.count(name) ? string_tensor_to_json(t) : tensor_to_json(t);
+  };
   if (!row_format) {
-    if (outputs.size() == 1) return Json{{"outputs", tensor_to_json(outputs.begin()->second)}};
+    if (outputs.size() == 1) return Json{{"outputs", to_json(outputs.begin()->first, outputs.begin()->second)}};
     Json o = Json::object();
-    for (auto& [k, v] : outputs) o[k] = tensor_to_json(v);
+    for (auto& [k, v] : outputs) o[k] = to_json(k, v);
     return Json{{"outputs", o}};
   }
-  if (outputs.size() == 1) return Json{{"predictions", tensor_to_json(outputs.begin()->second)}};
+  if (outputs.size() == 1) return Json{{"predictions", to_json(outputs.begin()->first, outputs.begin()->second)}};
   int64_t n = outputs.begin()->second.dim() ? outputs.begin()->second.size(0) : 1;
   std::map<std::string, Json> cols;
-  for (auto& [k, v] : outputs) cols[k] = tensor_to_json(v);
+  for (auto& [k, v] : outputs) cols[k] = to_json(k, v);
   Json preds = Json::array();
   for (int64_t i = 0; i < n; ++i) {
     Json row = Json::object();
@@ -289,8 +305,16 @@ std::string regress_result_text(const std::vector<float>& values) {
   return out + "]}";
 }
 
-std::string predict_response_text(const TensorMap& outputs, bool row_format) {
+std::string predict_response_text(const TensorMap& outputs, bool row_format,
+                                  const std::set<std::string>& string_outputs) {
   const JsonWriteOptions o = kTfServingDecimals;
+  auto append_tensor_json = [&](std::string& out, const at::Tensor& t, JsonWriteOptions options,
+                                const std::string& name) {
+    if (string_outputs.count(name))
+      out += string_tensor_to_json(t).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    else
+      kiln::append_tensor_json(out, t, options);
+  };
   std::string out = row_format ? "{\"predictions\":" : "{\"outputs\":";
   size_t numel = 0;
   for (auto& [k, v] : outputs) numel += (size_t)v.numel();
@@ -300,13 +324,13 @@ std::string predict_response_text(const TensorMap& outputs, bool row_format) {
     out += ':';
   };
   if (outputs.size() == 1) {
-    append_tensor_json(out, outputs.begin()->second, o);
+    append_tensor_json(out, outputs.begin()->second, o, outputs.begin()->first);
   } else if (!row_format) {
     out += '{';
     for (auto it = outputs.begin(); it != outputs.end(); ++it) {
       if (it != outputs.begin()) out += ',';
       key(it->first);
-      append_tensor_json(out, it->second, o);
+      append_tensor_json(out, it->second, o, it->first);
     }
     out += '}';
   } else {
@@ -321,43 +345,13 @@ std::string predict_response_text(const TensorMap& outputs, bool row_format) {
         if (it != outputs.begin()) out += ',';
         key(it->first);
         const at::Tensor& t = it->second;
-        append_tensor_json(out, t.dim() && i < t.size(0) ? t[i] : t, o);
+        append_tensor_json(out, t.dim() && i < t.size(0) ? t[i] : t, o, it->first);
       }
       out += '}';
     }
     out += ']';
   }
   out += '}';
-  return out;
-}
-
-std::string base64_decode(const std::string& in) {
-  auto val = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+' || c == '-') return 62;
-    if (c == '/' || c == '_') return 63;
-    return -1;
-  };
-  size_t n = in.size();
-  while (n > 0 && in[n - 1] == '=') --n;
-  if (in.size() - n > 2 || (in.size() % 4 != 0 && in.size() != n)) bad("invalid base64: bad padding");
-  if (n % 4 == 1) bad("invalid base64: truncated input");
-  std::string out;
-  out.reserve(n * 3 / 4);
-  uint32_t acc = 0;
-  int bits = 0;
-  for (size_t i = 0; i < n; ++i) {
-    int v = val(in[i]);
-    if (v < 0) bad("invalid base64: unexpected character at offset " + std::to_string(i));
-    acc = (acc << 6) | (uint32_t)v;
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back((char)((acc >> bits) & 0xFF));
-    }
-  }
   return out;
 }
 

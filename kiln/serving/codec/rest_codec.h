@@ -8,10 +8,15 @@
 // "Infinity", "-Infinity", which parse_request_json makes of bare NaN, Inf
 // and Infinity), or {"b64": "..."}: the base64 bytes as the little-endian raw
 // buffer of one example of that input (e.g. 784 uint8 pixels, or 784*4
-// bytes for float32). Errors: ServingError INVALID_ARGUMENT naming the input.
+// bytes for float32). An input of dtype "string" takes strings (nested
+// lists of them), each a JSON string or {"b64": "..."} for bytes (TF
+// Serving's rule), as a string tensor: {"instances": ["some text", "more"]}.
+// Errors: ServingError INVALID_ARGUMENT naming the input (for a string
+// where a number belongs, and the reverse, the dtype wanted and received).
 #pragma once
 
 #include <cmath>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,8 +38,11 @@ struct PredictCall {
 PredictCall decode_predict_request(const Json& body, const Json& signatures);
 // {"predictions": [...]} or {"outputs": ...}. Its dump() writes NaN and
 // infinities as null (JSON has no such numbers); the REST reply is
-// predict_response_text.
-Json encode_predict_response(const TensorMap& outputs, bool row_format);
+// predict_response_text. Outputs named in `string_outputs` (the signature's
+// dtype "string" ones: string_tensor_names) are string tensors, written as
+// JSON strings.
+Json encode_predict_response(const TensorMap& outputs, bool row_format,
+                             const std::set<std::string>& string_outputs = {});
 
 // The fast path for the body nearly every client sends: an object holding
 // "instances" or "inputs" as rectangular nested lists of plain numbers for a
@@ -51,7 +59,8 @@ bool decode_predict_fast(std::string_view body, const Json& signatures, PredictC
 // (kTfServingDecimals: "1.0", "0.1", "1e+06"; NaN and infinities as bare
 // NaN, Infinity, -Infinity, which are not JSON but TF Serving's clients read
 // them, e.g. Python's json module).
-std::string predict_response_text(const TensorMap& outputs, bool row_format);
+std::string predict_response_text(const TensorMap& outputs, bool row_format,
+                                  const std::set<std::string>& string_outputs = {});
 
 // TF Serving's float text in REST replies (json_tensor.cc, WriteDecimal).
 inline constexpr JsonWriteOptions kTfServingDecimals{.non_finite_literals = true, .tf_serving_decimals = true};
@@ -98,11 +107,9 @@ bool decode_kserve_infer_fast(std::string_view body, KServeInferBody* out);
 
 // One JSON value (nested lists; also "NaN", "Infinity", "-Infinity") ->
 // tensor of `dtype`: kiln::json_to_tensor, as ServingError INVALID_ARGUMENT
-// naming `where`.
+// naming `where`. For kStringDType: strings (and {"b64"} objects) as a
+// string tensor, kiln::json_to_string_tensor.
 at::Tensor json_to_tensor(const Json& value, at::ScalarType dtype, const std::string& where);
-
-// Strict base64 (standard or URL-safe alphabet, optional padding); ServingError on bad input.
-std::string base64_decode(const std::string& in);
 
 // KServe v2 datatypes: "FP32" <-> at::kFloat, ... ValueError-free: nullopt if unknown.
 // kserve_datatype(): kiln/serving/codec/tensor_proto.h (one mapping for REST and gRPC).

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/core/string_tensor.h"
 #include "kiln/serving/codec/rest_codec.h"
 
 namespace kiln::serving {
@@ -243,6 +244,7 @@ bool decode_predict_fast(std::string_view body, const Json& signatures, PredictC
   const std::string& name = inputs.begin().key();
   const Json& spec = inputs.begin().value();
   at::ScalarType dtype = input_dtype(spec);
+  if (is_string_dtype(dtype)) return false;  // numbers for a string input: the DOM path words the error
   if (at::isIntegralType(dtype, /*includeBool=*/true) && !std::all_of(n.data.begin(), n.data.end(), is_integer))
     return false;  // the DOM path words the error
 

@@ -4,7 +4,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/core/string_tensor.h"
 
 namespace kiln::serving {
 namespace {
@@ -308,6 +310,7 @@ void to_tensor_proto(const Shape& shape, const std::vector<std::string>& strings
 // --- KServe v2 ----------------------------------------------------------------
 
 std::string kserve_datatype(at::ScalarType type) {
+  if (is_string_dtype(type)) return "BYTES";
   switch (type) {
     case at::kFloat:
       return "FP32";
@@ -490,6 +493,35 @@ void to_infer_output(const std::string& name, const Shape& shape, const std::vec
     return;
   }
   for (auto& s : strings) out->mutable_contents()->add_bytes_contents(s);
+}
+
+// --- Signatures ---------------------------------------------------------------
+
+at::Tensor signature_input(WireTensor w, const Json& spec, const std::string& what) {
+  if (!spec.is_object() || !spec.contains("dtype")) {
+    if (w.is_string()) return strings::encode(w.strings, w.shape);  // unknown input: the servable names it
+    return std::move(w.tensor);
+  }
+  const std::string want = spec["dtype"].get<std::string>();
+  const bool want_string = is_string_dtype(dtype_from_string(want));
+  if (want_string != w.is_string())
+    throw ValueError(what + " expects dtype " + want + ". Received: " +
+                     (w.is_string() ? dtype_to_string(kStringDType) : dtype_to_string(w.tensor.scalar_type())));
+  if (w.is_string()) return strings::encode(w.strings, w.shape);
+  return std::move(w.tensor);
+}
+
+void output_to_tensor_proto(const at::Tensor& tensor, bool is_string, tensorflow::TensorProto* out) {
+  if (!is_string) return to_tensor_proto(tensor, out);
+  const at::Tensor t = tensor.cpu();
+  to_tensor_proto(strings::logical_shape(t), strings::decode(t), out);
+}
+
+void output_to_infer_output(const std::string& name, const at::Tensor& tensor, bool is_string,
+                            inference::ModelInferResponse::InferOutputTensor* out, std::string* raw) {
+  if (!is_string) return to_infer_output(name, tensor, out, raw);
+  const at::Tensor t = tensor.cpu();
+  to_infer_output(name, strings::logical_shape(t), strings::decode(t), out, raw);
 }
 
 }  // namespace kiln::serving

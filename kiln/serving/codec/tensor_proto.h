@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "inference/grpc_predict_v2.pb.h"
+#include "kiln/core/json.h"
 #include "kiln/core/shape.h"
 #include "tensorflow/core/framework/tensor.pb.h"
 
@@ -57,7 +58,7 @@ void to_tensor_proto(const Shape& shape, const std::vector<std::string>& strings
 void shape_to_proto(const Shape& shape, tensorflow::TensorShapeProto* out);
 
 // --- KServe v2 --------------------------------------------------------------
-std::string kserve_datatype(at::ScalarType type);  // "FP32", "INT64", ...; ValueError if none
+std::string kserve_datatype(at::ScalarType type);  // "FP32", "INT64", ..., "BYTES" for kStringDType; ValueError if none
 at::ScalarType from_kserve_datatype(const std::string& datatype, const std::string& what);  // not "BYTES"
 
 // Decodes one input. `raw` is its raw_input_contents entry, or nullptr when
@@ -69,5 +70,21 @@ void to_infer_output(const std::string& name, const at::Tensor& tensor,
                      inference::ModelInferResponse::InferOutputTensor* out, std::string* raw);
 void to_infer_output(const std::string& name, const Shape& shape, const std::vector<std::string>& strings,
                      inference::ModelInferResponse::InferOutputTensor* out, std::string* raw);
+
+// --- Signatures ---------------------------------------------------------------
+// The tensor a signature input takes from `w`: for an input of dtype
+// "string" its strings as a string tensor (strings::encode, shape w.shape),
+// for any other input the numeric tensor as it came. `spec` is the input's
+// signature entry ({"dtype", "shape"}), or null for a name the signature
+// does not list (the servable refuses that by name). ValueError naming
+// `what`, the dtype the input expects and the one received otherwise:
+// "inputs['text'] expects dtype string. Received: float32".
+at::Tensor signature_input(WireTensor w, const Json& spec, const std::string& what);
+// An output as the wire carries it: a string tensor (`is_string`: the
+// signature's dtype "string") as DT_STRING string_val / KServe BYTES, any
+// other as to_tensor_proto / to_infer_output write it.
+void output_to_tensor_proto(const at::Tensor& tensor, bool is_string, tensorflow::TensorProto* out);
+void output_to_infer_output(const std::string& name, const at::Tensor& tensor, bool is_string,
+                            inference::ModelInferResponse::InferOutputTensor* out, std::string* raw);
 
 }  // namespace kiln::serving

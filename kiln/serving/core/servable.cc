@@ -10,6 +10,7 @@
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/registry.h"
+#include "kiln/core/string_tensor.h"
 #include "kiln/core/threads.h"
 #include "kiln/models/model.h"
 #include "kiln/saving/model_io.h"
@@ -43,6 +44,29 @@ bool fully_built(const Layer& layer) {
 }
 
 }  // namespace
+
+bool is_string_spec(const Json& spec) {
+  return spec.is_object() && spec.contains("dtype") && spec["dtype"] == dtype_to_string(kStringDType);
+}
+
+const Json& signature_input_spec(const Json& signatures, const std::string& signature, const std::string& name) {
+  static const Json kNull;
+  if (!signatures.is_object() || !signatures.contains(signature)) return kNull;
+  const Json& sig = signatures[signature];
+  if (!sig.contains("inputs") || !sig["inputs"].contains(name)) return kNull;
+  return sig["inputs"][name];
+}
+
+StringTensorNames string_tensor_names(const Json& signatures, const std::string& signature) {
+  StringTensorNames names;
+  if (!signatures.is_object() || !signatures.contains(signature)) return names;
+  const Json& sig = signatures[signature];
+  for (auto [side, out] : {std::pair{"inputs", &names.inputs}, std::pair{"outputs", &names.outputs}})
+    if (sig.contains(side))
+      for (auto& [name, spec] : sig[side].items())
+        if (is_string_spec(spec)) out->insert(name);
+  return names;
+}
 
 void register_servable_factory(const std::string& platform, ServableFactory factory) {
   registry().add(platform, std::move(factory));
@@ -122,21 +146,24 @@ TensorMap ModelServable::predict(const TensorMap& inputs, const std::string& sig
     const at::Tensor& t = it->second;
     const Json& spec = sig["inputs"][name];
     auto want_dtype = dtype_from_string(spec["dtype"].get<std::string>());
-    if (t.scalar_type() != want_dtype)
+    // A string input holds a string tensor: uint8 with the row width last.
+    const bool is_string = is_string_dtype(want_dtype);
+    if (is_string ? (t.scalar_type() != string_storage_dtype || t.dim() == 0) : t.scalar_type() != want_dtype)
       throw ServingError(Code::kInvalidArgument, "input '" + name + "' expects dtype " +
                                                      spec["dtype"].get<std::string>() +
                                                      ". Received: " + dtype_to_string(t.scalar_type()));
+    const at::IntArrayRef sizes = is_string ? t.sizes().slice(0, t.dim() - 1) : t.sizes();
     const Json& shape = spec["shape"];
-    bool ok = (int64_t)shape.size() == t.dim();
+    bool ok = shape.size() == sizes.size();
     for (size_t d = 0; ok && d < shape.size(); ++d)
-      if (!shape[d].is_null() && shape[d].get<int64_t>() >= 0 && shape[d].get<int64_t>() != t.size(d)) ok = false;
+      if (!shape[d].is_null() && shape[d].get<int64_t>() >= 0 && shape[d].get<int64_t>() != sizes[d]) ok = false;
     if (!ok)
       throw ServingError(Code::kInvalidArgument, "input '" + name + "' expects shape " + shape.dump() +
-                                                     " (null: any size). Received: " + shape_str(t.sizes()));
-    if (batch >= 0 && t.dim() > 0 && t.size(0) != batch)
+                                                     " (null: any size). Received: " + shape_str(sizes));
+    if (batch >= 0 && !sizes.empty() && sizes[0] != batch)
       throw ServingError(Code::kInvalidArgument, "inputs disagree on the batch size (dim 0): " + std::to_string(batch) +
-                                                     " vs " + std::to_string(t.size(0)) + " for '" + name + "'");
-    if (t.dim() > 0) batch = t.size(0);
+                                                     " vs " + std::to_string(sizes[0]) + " for '" + name + "'");
+    if (!sizes.empty()) batch = sizes[0];
     xs.push_back(t);
   }
   if (inputs.size() != input_names_.size())

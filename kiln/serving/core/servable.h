@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,9 @@ class Servable {
   virtual ~Servable() = default;
   // Runs `signature` on a batch. Inputs are checked against the signature
   // (ServingError INVALID_ARGUMENT naming the input, expected and received
-  // shape/dtype); unknown signature -> INVALID_ARGUMENT listing the known ones.
+  // shape/dtype; a string input's shape is its logical shape); unknown
+  // signature -> INVALID_ARGUMENT listing the known ones. Outputs of dtype
+  // "string" are string tensors.
   virtual TensorMap predict(const TensorMap& inputs, const std::string& signature) = 0;
   // kiln's signature JSON (kiln/saving/model_io.h, model_signatures()):
   // {"serving_default": {"inputs": {name: {"dtype", "shape"}}, "outputs": {...},
@@ -62,6 +65,25 @@ class Servable {
 };
 
 using ServablePtr = std::shared_ptr<Servable>;
+
+// String tensors (Keras's tf.string, TF Serving's DT_STRING, KServe's
+// BYTES): a signature input or output of dtype "string" (kStringDType)
+// travels inside the server as kiln's string tensor (kiln/core/string_tensor.h:
+// uint8, one more dimension than its logical shape, rows of any width).
+// Front ends encode what the wire carries with strings::encode and decode
+// outputs with strings::decode; batching joins widths with strings::concat.
+struct StringTensorNames {
+  std::set<std::string> inputs, outputs;
+  bool empty() const { return inputs.empty() && outputs.empty(); }
+};
+// The string tensors of `signature` in `signatures` (Servable::signatures());
+// none for an unknown signature.
+StringTensorNames string_tensor_names(const Json& signatures, const std::string& signature);
+// True when a signature entry ({"dtype", "shape"}) has dtype "string".
+bool is_string_spec(const Json& spec);
+// The entry of input `name` of `signature` ({"dtype", "shape"}); a null
+// Json when the signature or the input is unknown.
+const Json& signature_input_spec(const Json& signatures, const std::string& signature, const std::string& name);
 
 // Loads one version directory. Throws (FormatError, NotFoundError, ...) on failure.
 using ServableFactory = std::function<std::unique_ptr<Servable>(const std::string& dir)>;

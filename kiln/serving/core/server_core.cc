@@ -180,7 +180,8 @@ struct ServerCore::Impl {
       // (a GPU's gathers larger batches, in page-locked memory).
       v->batch_queue = batcher_->add_queue(
           batching_for_device(o.batching, raw->device()),
-          [raw](const std::string& sig, const TensorMap& batch) { return raw->predict(batch, sig); });
+          [raw](const std::string& sig, const TensorMap& batch) { return raw->predict(batch, sig); },
+          string_signatures(raw->signatures()));
     }
     {
       std::unique_lock<std::shared_mutex> l(mu_);  // routing sees it from now on

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
+#include <set>
 
 #include "kiln/core/error.h"
+#include "kiln/core/string_tensor.h"
 #include "kiln/serving/codec/tensor_proto.h"
 #include "kiln/serving/status.h"
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
@@ -27,6 +30,8 @@ struct PredictionClient::Impl {
   PredictionClientOptions o;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<tfs::PredictionService::Stub> stub;
+  std::mutex mu;
+  std::set<std::string> string_inputs;  // guarded by mu; of the last signature() read
 
   void prepare(grpc::ClientContext& ctx) const {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds((int64_t)(o.timeout_seconds * 1000)));
@@ -110,21 +115,37 @@ ClientSignature PredictionClient::signature() {
     for (auto& [tensor_name, info] : m) {
       SignatureTensor t;
       t.name = tensor_name;
-      t.dtype = to_scalar_type(info.dtype(), "signature tensor '" + tensor_name + "'");
+      t.dtype = info.dtype() == tensorflow::DT_STRING
+                    ? kStringDType
+                    : to_scalar_type(info.dtype(), "signature tensor '" + tensor_name + "'");
       t.shape = shape_of(info.tensor_shape());
       dst.push_back(std::move(t));
     }
     // A protobuf map has no order: name order makes the output deterministic.
     std::sort(dst.begin(), dst.end(), [](auto& a, auto& b) { return a.name < b.name; });
   }
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->string_inputs.clear();
+  for (auto& t : out.inputs)
+    if (is_string_dtype(t.dtype)) impl_->string_inputs.insert(t.name);
   return out;
 }
 
 TensorMap PredictionClient::predict(const TensorMap& inputs, int64_t* version) {
   tfs::PredictRequest req;
   impl_->fill_spec(req.mutable_model_spec());
-  for (auto& [name, t] : inputs)
-    to_tensor_proto(t.contiguous(), &(*req.mutable_inputs())[name], TensorEncoding::kTensorContent);
+  std::set<std::string> string_inputs;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    string_inputs = impl_->string_inputs;
+  }
+  for (auto& [name, t] : inputs) {
+    tensorflow::TensorProto& p = (*req.mutable_inputs())[name];
+    if (string_inputs.count(name))
+      to_tensor_proto(strings::logical_shape(t), strings::decode(t.cpu()), &p);
+    else
+      to_tensor_proto(t.contiguous(), &p, TensorEncoding::kTensorContent);
+  }
   tfs::PredictResponse resp;
   grpc::ClientContext ctx;
   impl_->prepare(ctx);
@@ -133,11 +154,7 @@ TensorMap PredictionClient::predict(const TensorMap& inputs, int64_t* version) {
   TensorMap out;
   for (auto& [name, proto] : resp.outputs()) {
     WireTensor w = from_tensor_proto(proto, "outputs['" + name + "']");
-    if (w.is_string())
-      throw ServingError(Code::kUnimplemented, impl_->o.target + ": output '" + name +
-                                                   "' is DT_STRING, which kiln "
-                                                   "cannot hold as a tensor");
-    out[name] = w.tensor;
+    out[name] = w.is_string() ? strings::encode(w.strings, w.shape) : w.tensor;
   }
   if (version) *version = resp.model_spec().has_version() ? resp.model_spec().version().value() : 0;
   return out;

@@ -62,6 +62,9 @@ class PredictionClient {
   // ServingError INVALID_ARGUMENT listing the model's signatures if absent.
   ClientSignature signature();
   // Predict. `version` (if given) receives the version that answered.
+  // Inputs of dtype string in the last signature() read (kStringDType) are
+  // string tensors (kiln/core/string_tensor.h) and go as DT_STRING; DT_STRING
+  // outputs come back as string tensors.
   TensorMap predict(const TensorMap& inputs, int64_t* version = nullptr);
 
  private:

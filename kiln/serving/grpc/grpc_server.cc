@@ -19,6 +19,7 @@
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/core/string_tensor.h"
 #include "kiln/core/thread_pool.h"
 #include "kiln/serving/api/kserve_v2.h"
 #include "kiln/serving/api/run_inference.h"
@@ -590,18 +591,17 @@ void AsyncServer::predict(PredictCall& c) {
         c.version = h->version;
         sig = signature_of(c.request.model_spec());
         for (auto& [name, proto] : c.request.inputs()) {
-          WireTensor w = from_tensor_proto(proto, "inputs['" + name + "']");
-          if (w.is_string())
-            throw ServingError(Code::kInvalidArgument,
-                               "inputs['" + name + "'] is DT_STRING; kiln models take numeric tensors");
-          inputs[name] = w.tensor;
+          const std::string what = "inputs['" + name + "']";
+          inputs[name] =
+              signature_input(from_tensor_proto(proto, what), signature_input_spec(h->signatures(), sig, name), what);
         }
       }))
     return;
   c.timing.parse_us = micros_since(start);
   infer(c, h, sig, std::move(inputs), [&c, h, sig](TensorMap& out) {
+    const StringTensorNames strings = string_tensor_names(h->signatures(), sig);
     for (auto& n : tfs_v1::predict_output_names(out, c.request.output_filter()))
-      to_tensor_proto(out.at(n), &(*c.response.mutable_outputs())[n]);
+      output_to_tensor_proto(out.at(n), strings.outputs.count(n) > 0, &(*c.response.mutable_outputs())[n]);
     fill_spec(*h, sig, c.response.mutable_model_spec());
   });
 }
@@ -716,11 +716,10 @@ void AsyncServer::model_infer(InferCall& c) {
         for (int i = 0; i < req.inputs_size(); ++i) {
           const auto& in = req.inputs(i);
           WireTensor w = from_infer_input(in, raw ? &req.raw_input_contents(i) : nullptr);
-          if (w.is_string())
-            throw ServingError(Code::kInvalidArgument,
-                               "input '" + in.name() + "' is BYTES; kiln models take numeric tensors");
-          kserve_v2::check_input(h->signatures(), in.name(), w.tensor.scalar_type());
-          inputs[in.name()] = w.tensor;
+          kserve_v2::check_input(h->signatures(), in.name(), w.is_string() ? kStringDType : w.tensor.scalar_type());
+          inputs[in.name()] =
+              signature_input(std::move(w), signature_input_spec(h->signatures(), kDefaultSignature, in.name()),
+                              "input '" + in.name() + "'");
         }
       }))
     return;
@@ -733,8 +732,10 @@ void AsyncServer::model_infer(InferCall& c) {
     resp.set_model_name(h->model_name);
     resp.set_model_version(std::to_string(h->version));
     resp.set_id(req.id());
+    const StringTensorNames strings = string_tensor_names(h->signatures(), kDefaultSignature);
     for (auto& n : kserve_v2::output_names(out, requested))
-      to_infer_output(n, out.at(n), resp.add_outputs(), raw ? resp.add_raw_output_contents() : nullptr);
+      output_to_infer_output(n, out.at(n), strings.outputs.count(n) > 0, resp.add_outputs(),
+                             raw ? resp.add_raw_output_contents() : nullptr);
   });
 }
 

@@ -23,10 +23,13 @@
 #include <mutex>
 #include <optional>
 #include <regex>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/core/string_tensor.h"
+#include "kiln/core/tensor_json.h"
 #include "kiln/serving/api/kserve_v2.h"
 #include "kiln/serving/api/run_inference.h"
 #include "kiln/serving/api/tfs_v1.h"
@@ -521,9 +524,10 @@ std::optional<Reply> RestEngine::tfs_predict(Call& c) {
         call = decode_predict_request(parse_request_json(body, o_.max_json_depth), h->signatures());
       t.parse_us = micros(t0);
       const bool rows = call.row_format;
+      std::set<std::string> string_outputs = string_tensor_names(h->signatures(), call.signature_name).outputs;
       predict_then(c.conn, std::move(h), std::move(call.signature_name), std::move(call.inputs), deadline, spec.name,
-                   "rest", api, t.parse_us, [rows](const TensorMap& out) {
-                     return Reply{200, predict_response_text(out, rows)};
+                   "rest", api, t.parse_us, [rows, string_outputs = std::move(string_outputs)](const TensorMap& out) {
+                     return Reply{200, predict_response_text(out, rows, string_outputs)};
                    });
       return std::nullopt;
     }
@@ -583,13 +587,27 @@ std::optional<Reply> RestEngine::kserve_infer(Call& c) {
       const std::string& name = in.name;
       at::ScalarType dt;
       const std::string& datatype = in.datatype;
-      if (!kserve_to_scalar_type(datatype, &dt))
+      if (datatype == "BYTES")
+        dt = kStringDType;
+      else if (!kserve_to_scalar_type(datatype, &dt))
         throw ServingError(Code::kInvalidArgument,
                            "unsupported datatype \"" + datatype + "\" for input \"" + name + "\"");
       kserve_v2::check_input(h->signatures(), name, dt);
       int64_t n = 1;
       for (auto d : in.shape) n *= d;
       const std::string where = "input \"" + name + "\"";
+      if (is_string_dtype(dt)) {
+        // BYTES data: the strings, row-major (flat, or nested as the shape).
+        if (in.has_numbers)
+          throw ServingError(Code::kInvalidArgument, where + " expects dtype string. Received: numbers");
+        std::vector<std::string> values = json_to_strings(in.data, where, /*b64=*/false).values;
+        if ((int64_t)values.size() != n)
+          throw ServingError(Code::kInvalidArgument, where + ": shape " + Json(in.shape).dump() + " holds " +
+                                                         std::to_string(n) + " values; data has " +
+                                                         std::to_string(values.size()));
+        inputs[name] = strings::encode(values, in.shape);
+        continue;
+      }
       at::Tensor flat = in.has_numbers ? checked_numbers_to_tensor(in.numbers, {(int64_t)in.numbers.size()}, dt, where)
                                        : json_to_tensor(in.data, dt, where).reshape({-1});
       if (flat.numel() != n)
@@ -601,16 +619,19 @@ std::optional<Reply> RestEngine::kserve_infer(Call& c) {
     t.parse_us = micros(t0);
     predict_then(c.conn, h, kDefaultSignature, std::move(inputs), deadline, spec.name, "kserve_rest", "infer",
                  t.parse_us,
-                 [requested = std::move(body.outputs), model = h->model_name, version, id = body.id](TensorMap& out) {
+                 [requested = std::move(body.outputs), model = h->model_name, version, id = body.id,
+                  strings = string_tensor_names(h->signatures(), kDefaultSignature).outputs](TensorMap& out) {
                    Json outs = Json::array();
                    for (auto& name : kserve_v2::output_names(out, requested)) {
                      const at::Tensor& v = out.at(name);
+                     const bool is_string = strings.count(name) > 0;
                      Json shape = Json::array();
-                     for (auto d : v.sizes()) shape.push_back(d);
-                     outs.push_back(Json{{"name", name},
-                                         {"datatype", kserve_datatype(v.scalar_type())},
-                                         {"shape", shape},
-                                         {"data", tensor_to_json(v.reshape({-1}))}});
+                     for (auto d : is_string ? strings::logical_shape(v) : v.sizes().vec()) shape.push_back(d);
+                     outs.push_back(
+                         Json{{"name", name},
+                              {"datatype", is_string ? "BYTES" : kserve_datatype(v.scalar_type())},
+                              {"shape", shape},
+                              {"data", is_string ? Json(strings::decode(v.cpu())) : tensor_to_json(v.reshape({-1}))}});
                    }
                    Json r{{"model_name", model}, {"model_version", std::to_string(version)}, {"outputs", outs}};
                    if (!id.is_null()) r["id"] = id;

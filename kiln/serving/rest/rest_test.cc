@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "kiln/core/base64.h"
 #include "kiln/serving/codec/rest_codec.h"
 #include "kiln/serving/serving_test_util.h"
 
@@ -155,7 +156,7 @@ TEST_F(Rest, MalformedRequestsGetA400AndNeverWedgeTheServer) {
   expect_400("/v1/models/m:predict", "", "JSON Parse error");
   expect_400("/v1/models/m:predict", R"({"instances": [[1,2,3]]})", "expects shape");
   expect_400("/v1/models/m:predict", R"({"instances": [[1,2,3,4],[1,2]]})", "disagree");
-  expect_400("/v1/models/m:predict", R"({"instances": [["a",2,3,4]]})", "where a number belongs");
+  expect_400("/v1/models/m:predict", R"({"instances": [["a",2,3,4]]})", "expects dtype float32. Received: string");
   expect_400("/v1/models/m:predict", R"({"instances": [[[1,2],[3,4]]]})", "expects shape");
   expect_400("/v1/models/m:predict", R"({"instances": [{"b64": "!!!"}]})", "invalid base64");
   expect_400("/v1/models/m:predict", R"({"instances": [{"b64": "AAAA"}]})", "values");
