@@ -404,7 +404,8 @@ std::vector<Shape> layers::TextVectorizationImpl::compute_output_shape(const std
   const Shape& s = input_shapes.at(0);
   if (!(s.size() == 1 || (s.size() == 2 && s[1] == 1)))
     throw ShapeError("TextVectorization '" + name() + "' takes strings of shape (batch,) or (batch, 1). Received " +
-                     shape_to_string(s));
+                     shape_to_string(s) +
+                     " (a model built on a string tensor's bytes? start it with Input(shape, kStringDType))");
   if (output_mode_ != "int") return {{s[0], lookup_.depth()}};
   return {{s[0], sequence_length_ ? *sequence_length_ : kNone}};
 }

@@ -51,6 +51,9 @@ TEST(StringModels, FunctionalAndSequentialTakeStringInputs) {
   EXPECT_EQ(sizes_of((*seq)(strings::encode({"a b b", "c"}))), (Shape{2, 2}));
   auto seq_copy = std::dynamic_pointer_cast<models::Model>(layer_from_json(seq->to_json()));
   EXPECT_EQ(seq_copy->input_dtypes(), (std::vector<at::ScalarType>{kStringDType}));
+  // Without a string Input, the model would be built on the bytes: the error says what to add.
+  auto no_input = models::Sequential({layers::TextVectorization(Json{{"vocabulary", {"a"}}}), layers::Dense(2)});
+  expect_error<ShapeError>([&] { (*no_input)(strings::encode({"a", "b"})); }, {"TextVectorization", "kStringDType"});
 }
 
 // The string layers compute int64 ids / float32 encodings whatever the
