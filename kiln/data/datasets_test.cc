@@ -228,6 +228,21 @@ TEST(TextTopics, StringDatasetsBatchShuffleAndAdapt) {
   auto from_strings = layers::TextVectorization(Json{{"max_tokens", 200}});
   from_strings->adapt(d.x_train);
   EXPECT_EQ(from_data->get_vocabulary(), from_strings->get_vocabulary());
+  // Strings encoded one by one have different widths: batch() says how to pad them.
+  std::vector<at::Tensor> rows = {strings::encode({"a"}, {}), strings::encode({"abc"}, {})};
+  auto uneven = Dataset::from_generator([rows]() {
+    auto next = std::make_shared<size_t>(0);
+    return [rows, next]() -> std::optional<Element> {
+      if (*next >= rows.size()) return std::nullopt;
+      return Element{rows[(*next)++]};
+    };
+  });
+  try {
+    uneven.batch(2).iterator()->next();
+    ADD_FAILURE() << "batch() stacked strings of two widths";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("strings::pad_to_width"), std::string::npos) << e.what();
+  }
   auto first_two = layers::StringLookup();
   adapt(*first_two, Dataset::from_tensor_slices({strings::encode({"a", "b", "b", "c", "c", "c"})}).batch(2), 2);
   EXPECT_EQ(first_two->get_vocabulary(false), (std::vector<std::string>{"b", "c", "a"}));
