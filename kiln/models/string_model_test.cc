@@ -56,6 +56,15 @@ TEST(StringModels, FunctionalAndSequentialTakeStringInputs) {
   expect_error<ShapeError>([&] { (*no_input)(strings::encode({"a", "b"})); }, {"TextVectorization", "kStringDType"});
 }
 
+// A model whose output is strings (StringLookup(invert=true)) predicts in
+// batches whose rows have different widths: predict() pads them to one.
+TEST(StringModels, PredictJoinsStringOutputsOfDifferentWidths) {
+  auto words = layers::StringLookup(Json{{"vocabulary", {"a", "longer_word"}}, {"invert", true}});
+  auto model = models::Sequential({layers::Input({}, at::kLong), words});
+  at::Tensor out = model->predict(at::tensor({1, 1, 2, 1}, at::kLong), {.batch_size = 2});
+  EXPECT_EQ(strings::decode(out), (std::vector<std::string>{"a", "a", "longer_word", "a"}));
+}
+
 // The string layers compute int64 ids / float32 encodings whatever the
 // policy: mixed precision casts neither their inputs nor their outputs.
 TEST(StringModels, MixedPrecisionLeavesStringLayersAlone) {
