@@ -58,10 +58,17 @@ void check_same_structure(const Element& first, const Element& other, int64_t in
     const at::Tensor& a = first[j];
     const at::Tensor& b = other[j];
     if (a.sizes() != b.sizes()) {
+      // String tensors (kiln/core/string_tensor.h) of one logical shape differ in their row width only.
+      const bool strings_of_two_widths = a.scalar_type() == at::kByte && b.scalar_type() == at::kByte && a.dim() >= 1 &&
+                                         a.dim() == b.dim() &&
+                                         a.sizes().slice(0, a.dim() - 1) == b.sizes().slice(0, b.dim() - 1);
       throw ShapeError("Dataset.batch: cannot stack elements of different shapes: component " + std::to_string(j) +
                        " has shape " + shape_string(a) + " in element 0 of the batch and " + shape_string(b) +
                        " in element " + std::to_string(index_in_batch) +
-                       ". Pad or resize them in a map() before batch(), or use batch_size=1.");
+                       ". Pad or resize them in a map() before batch(), or use batch_size=1." +
+                       (strings_of_two_widths ? " (String tensors of different widths: strings::pad_to_width them "
+                                                "to one width in the map(), or encode all the strings together.)"
+                                              : ""));
     }
     if (a.scalar_type() != b.scalar_type()) {
       throw ShapeError("Dataset.batch: cannot stack elements of different dtypes: component " + std::to_string(j) +

@@ -1,6 +1,7 @@
 #include "kiln/data/datasets.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <future>
 #include <random>
@@ -148,6 +149,120 @@ SequenceClassificationData balanced_brackets(int64_t train_size, int64_t test_si
   SequenceClassificationData d;
   std::tie(d.x_train, d.y_train) = bracket_split(train_size, min_length, max_length, rng);
   std::tie(d.x_test, d.y_test) = bracket_split(test_size, min_length, max_length, rng);
+  return d;
+}
+
+}  // namespace kiln::datasets
+
+// --- text topics --------------------------------------------------------------------------------
+
+namespace kiln::datasets {
+namespace {
+
+const std::vector<std::vector<std::string>>& topic_words() {
+  static const std::vector<std::vector<std::string>> words = {
+      {"team",   "goal",    "coach",    "player",   "season",  "league",    "score", "match",
+       "win",    "striker", "tennis",   "football", "referee", "stadium",   "fans",  "penalty",
+       "trophy", "runner",  "marathon", "court",    "defense", "tournament"},
+      {"recipe", "oven",  "flour", "garlic", "bake",  "sauce", "onion",  "butter", "pasta",  "kitchen", "chef",
+       "salt",   "roast", "soup",  "pepper", "dough", "fry",   "dinner", "spoon",  "simmer", "bread",   "cheese"},
+      {"software", "computer",  "laptop",    "code",   "network",  "server", "app",
+       "phone",    "robot",     "browser",   "update", "battery",  "screen", "startup",
+       "internet", "algorithm", "developer", "data",   "keyboard", "gadget", "wifi"},
+      {"rain",        "storm",   "sunny",   "forecast", "wind",   "snow",     "cloudy",
+       "temperature", "thunder", "humid",   "frost",    "breeze", "drought",  "flood",
+       "hail",        "fog",     "degrees", "umbrella", "sky",    "heatwave", "tornado"}};
+  return words;
+}
+
+// Words two topics share: {word, topic a, topic b}.
+struct SharedWord {
+  const char* word;
+  int a, b;
+};
+const std::vector<SharedWord>& shared_words() {
+  static const std::vector<SharedWord> words = {
+      {"hot", 1, 3},      {"chip", 1, 2},  {"stream", 2, 3}, {"record", 0, 2}, {"pitch", 0, 2}, {"cool", 2, 3},
+      {"serve", 0, 1},    {"heat", 0, 1},  {"fast", 0, 2},   {"cold", 1, 3},   {"light", 2, 3}, {"bowl", 0, 1},
+      {"pressure", 3, 1}, {"cloud", 2, 3}, {"club", 0, 2},   {"mix", 1, 3},    {"power", 2, 3}, {"final", 0, 2}};
+  return words;
+}
+
+const std::vector<std::string>& filler_words() {
+  static const std::vector<std::string> words = {"the",  "a",     "and",  "is",     "of",     "with", "for",   "in",
+                                                 "on",   "this",  "that", "today",  "new",    "very", "we",    "they",
+                                                 "was",  "will",  "big",  "great",  "my",     "our",  "after", "again",
+                                                 "more", "never", "just", "really", "people", "time", "best",  "it"};
+  return words;
+}
+
+size_t pick(size_t n, std::mt19937_64& rng) { return (size_t)(rng() % n); }
+bool chance(double p, std::mt19937_64& rng) { return (double)(rng() >> 11) * 0x1.0p-53 < p; }
+
+std::string topic_sentence(int topic, std::mt19937_64& rng) {
+  const auto& own = topic_words()[topic];
+  const int64_t length = 4 + (int64_t)pick(13, rng);
+  std::vector<std::string> words;
+  bool has_topic_word = false;
+  for (int64_t i = 0; i < length; ++i) {
+    const double r = (double)(rng() >> 11) * 0x1.0p-53;
+    if (r < 0.30) {
+      words.push_back(own[pick(own.size(), rng)]);
+      has_topic_word = true;
+    } else if (r < 0.42) {
+      std::vector<const SharedWord*> mine;
+      for (auto& w : shared_words())
+        if (w.a == topic || w.b == topic) mine.push_back(&w);
+      words.push_back(mine[pick(mine.size(), rng)]->word);
+    } else if (r < 0.48) {
+      const int other = (topic + 1 + (int)pick(3, rng)) % 4;  // a word of another topic
+      words.push_back(topic_words()[other][pick(topic_words()[other].size(), rng)]);
+    } else {
+      words.push_back(filler_words()[pick(filler_words().size(), rng)]);
+    }
+  }
+  if (!has_topic_word) words[pick(words.size(), rng)] = own[pick(own.size(), rng)];
+  std::string text;
+  for (size_t i = 0; i < words.size(); ++i) {
+    std::string w = words[i];
+    if (chance(0.05, rng))
+      for (auto& c : w) c = (char)std::toupper((unsigned char)c);
+    if (i == 0) w[0] = (char)std::toupper((unsigned char)w[0]);
+    if (i) text += " ";
+    text += w;
+    if (i + 1 < words.size() && chance(0.08, rng)) text += ",";
+  }
+  static const char* const kEnds[] = {".", ".", ".", "!", "?"};
+  return text + kEnds[pick(5, rng)];
+}
+
+void text_split(int64_t n, std::mt19937_64& rng, std::vector<std::string>* x, at::Tensor* y) {
+  *y = at::empty({n}, at::kLong);
+  auto ya = y->accessor<int64_t, 1>();
+  x->clear();
+  x->reserve(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int topic = (int)pick(4, rng);
+    x->push_back(topic_sentence(topic, rng));
+    ya[i] = topic;
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& text_topics_class_names() {
+  static const std::vector<std::string> names = {"sports", "cooking", "technology", "weather"};
+  return names;
+}
+
+TextClassificationData text_topics(int64_t train_size, int64_t test_size, uint64_t seed) {
+  if (train_size < 1 || test_size < 1)
+    throw ValueError("text_topics: train_size and test_size must be positive. Received: train_size=" +
+                     std::to_string(train_size) + ", test_size=" + std::to_string(test_size));
+  std::mt19937_64 rng(seed);
+  TextClassificationData d;
+  text_split(train_size, rng, &d.x_train, &d.y_train);
+  text_split(test_size, rng, &d.x_test, &d.y_test);
   return d;
 }
 

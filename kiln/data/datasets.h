@@ -57,4 +57,25 @@ struct SequenceClassificationData {
 SequenceClassificationData balanced_brackets(int64_t train_size, int64_t test_size, int64_t min_length,
                                              int64_t max_length, uint64_t seed);
 
+// A generated text classification task (no files, nothing downloaded):
+// short English-like sentences about one of 4 topics, "sports",
+// "cooking", "technology" and "weather" (labels 0..3, a quarter each in
+// expectation). Each sentence has 4 to 16 words: function words, words of
+// its topic, words two topics share ("hot", "chip", "stream", "record"...),
+// now and then a word of another topic, a capitalised first word, some
+// upper-case words, commas and an end mark ("." "!" "?"), so the task needs
+// the words, not their case or punctuation, and is not trivial (a word
+// count model reaches about 0.9). The same seed gives the same data
+// (std::mt19937_64); train and test are drawn independently. Texts are raw
+// strings: strings::encode(d.x_train) makes the string tensor a model with
+// a TextVectorization takes. ValueError unless the sizes are positive.
+struct TextClassificationData {
+  std::vector<std::string> x_train, x_test;
+  at::Tensor y_train, y_test;  // int64 (N,) class ids
+};
+TextClassificationData text_topics(int64_t train_size, int64_t test_size, uint64_t seed);
+
+// "sports", "cooking", "technology", "weather": the names of labels 0..3.
+const std::vector<std::string>& text_topics_class_names();
+
 }  // namespace kiln::datasets

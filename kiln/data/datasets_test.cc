@@ -5,11 +5,16 @@
 #include <stdlib.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <cctype>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
+#include "kiln/core/string_tensor.h"
+#include "kiln/data/adapt.h"
 #include "kiln/data/dataset.h"
 #include "kiln/testing/testing.h"
 
@@ -162,6 +167,85 @@ TEST(BalancedBrackets, RejectsBadSizes) {
   EXPECT_THROW(balanced_brackets(0, 10, 2, 10, 1), ValueError);
   EXPECT_THROW(balanced_brackets(10, 10, 1, 10, 1), ValueError);
   EXPECT_THROW(balanced_brackets(10, 10, 5, 4, 1), ValueError);
+}
+
+TEST(TextTopics, RawSentencesOfFourTopicsRepeatForASeed) {
+  auto d = text_topics(800, 200, 3);
+  ASSERT_EQ(d.x_train.size(), 800u);
+  ASSERT_EQ(d.x_test.size(), 200u);
+  EXPECT_EQ(sizes_of(d.y_train), (Shape{800}));
+  EXPECT_EQ(d.y_train.scalar_type(), at::kLong);
+  for (int64_t k = 0; k < 4; ++k) EXPECT_GT((d.y_train == k).sum().item<int64_t>(), 150) << "topic " << k;
+  EXPECT_EQ(text_topics_class_names().size(), 4u);
+  size_t shortest = 1000, longest = 0;
+  bool upper_word = false, comma = false, question = false;
+  for (auto& t : d.x_train) {
+    size_t words = 1 + std::count(t.begin(), t.end(), ' ');
+    shortest = std::min(shortest, words);
+    longest = std::max(longest, words);
+    ASSERT_TRUE(std::isupper((unsigned char)t[0])) << t;
+    comma |= t.find(',') != std::string::npos;
+    question |= t.back() == '?';
+    for (size_t i = 1; i + 1 < t.size(); ++i)
+      upper_word |= t[i - 1] == ' ' && std::isupper((unsigned char)t[i]) && std::isupper((unsigned char)t[i + 1]);
+  }
+  EXPECT_EQ(shortest, 4u);
+  EXPECT_EQ(longest, 16u);
+  EXPECT_TRUE(upper_word && comma && question);
+  auto again = text_topics(800, 200, 3);
+  EXPECT_EQ(again.x_train, d.x_train);
+  EXPECT_TRUE(at::equal(again.y_test, d.y_test));
+  EXPECT_NE(text_topics(800, 200, 4).x_train, d.x_train);
+  EXPECT_THROW(text_topics(0, 10, 1), ValueError);
+}
+
+// A Dataset of a string tensor and labels batches, shuffles and prefetches
+// the strings (rows of one width); a TextVectorization adapts from it.
+TEST(TextTopics, StringDatasetsBatchShuffleAndAdapt) {
+  auto d = text_topics(300, 10, 5);
+  at::Tensor x = strings::encode(d.x_train);
+  auto ds = Dataset::from_tensor_slices({x, d.y_train}).shuffle(300, 7).batch(64).prefetch(2);
+  std::multiset<std::string> seen;
+  int64_t batches = 0;
+  auto it = ds.iterator();
+  while (auto e = it->next()) {
+    ++batches;
+    EXPECT_EQ(strings::logical_shape((*e)[0]).size(), 1u);
+    auto texts = strings::decode((*e)[0]);
+    ASSERT_EQ((int64_t)texts.size(), (*e)[1].size(0));
+    for (size_t i = 0; i < texts.size(); ++i) {
+      // Each text keeps its label through the shuffle.
+      const auto pos = std::find(d.x_train.begin(), d.x_train.end(), texts[i]) - d.x_train.begin();
+      EXPECT_EQ(d.y_train[pos].item<int64_t>(), (*e)[1][i].item<int64_t>());
+      seen.insert(texts[i]);
+    }
+  }
+  EXPECT_EQ(batches, 5);
+  EXPECT_EQ(seen, std::multiset<std::string>(d.x_train.begin(), d.x_train.end()));
+
+  auto from_data = layers::TextVectorization(Json{{"max_tokens", 200}});
+  adapt(*from_data, Dataset::from_tensor_slices({x, d.y_train}).batch(64));
+  auto from_strings = layers::TextVectorization(Json{{"max_tokens", 200}});
+  from_strings->adapt(d.x_train);
+  EXPECT_EQ(from_data->get_vocabulary(), from_strings->get_vocabulary());
+  // Strings encoded one by one have different widths: batch() says how to pad them.
+  std::vector<at::Tensor> rows = {strings::encode({"a"}, {}), strings::encode({"abc"}, {})};
+  auto uneven = Dataset::from_generator([rows]() {
+    auto next = std::make_shared<size_t>(0);
+    return [rows, next]() -> std::optional<Element> {
+      if (*next >= rows.size()) return std::nullopt;
+      return Element{rows[(*next)++]};
+    };
+  });
+  try {
+    uneven.batch(2).iterator()->next();
+    ADD_FAILURE() << "batch() stacked strings of two widths";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("strings::pad_to_width"), std::string::npos) << e.what();
+  }
+  auto first_two = layers::StringLookup();
+  adapt(*first_two, Dataset::from_tensor_slices({strings::encode({"a", "b", "b", "c", "c", "c"})}).batch(2), 2);
+  EXPECT_EQ(first_two->get_vocabulary(false), (std::vector<std::string>{"b", "c", "a"}));
 }
 
 }  // namespace

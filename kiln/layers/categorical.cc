@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "kiln/core/string_tensor.h"
 #include "kiln/layers/config_fields.h"
 #include "kiln/layers/string_hash.h"
 
@@ -57,6 +58,15 @@ at::Tensor encode_categorical(const at::Tensor& ids_in, int64_t depth, const std
   if (ids.dim() == 1) return oh;  // one id per sample
   at::Tensor counts = oh.sum(1);
   return mode == "count" ? counts : at::clamp_max(counts, 1.0);
+}
+
+std::vector<std::string> string_input(const at::Tensor& x, const std::string& owner) {
+  if (x.scalar_type() != string_storage_dtype)
+    throw ValueError(owner +
+                     " takes a string tensor (uint8 rows from strings::encode, as an Input of dtype \"string\" "
+                     "gives). Received a " +
+                     dtype_to_string(x.scalar_type()) + " tensor of shape " + shape_to_string(sizes_of(x)));
+  return strings::decode(x.to(at::kCPU), owner + " input");
 }
 
 // --- CategoryEncoding ----------------------------------------------------------------
@@ -155,6 +165,12 @@ int64_t layers::HashingImpl::bin_of(const std::string& s) const {
 }
 
 at::Tensor layers::HashingImpl::call1(const at::Tensor& x, bool training) {
+  if (x.scalar_type() == string_storage_dtype) {
+    const std::string owner = "Hashing '" + name() + "'";
+    at::Tensor bins = hash_bins(string_input(x, owner), strings::logical_shape(x)).to(x.device());
+    if (options_.output_mode == "int") return bins;
+    return encode_categorical(bins, options_.num_bins, options_.output_mode, dtype_policy().compute_dtype(), owner);
+  }
   at::Tensor ids = cat_as_ids(x).contiguous();
   at::Tensor out = at::empty_like(ids);
   const int64_t* in = ids.data_ptr<int64_t>();
@@ -172,6 +188,10 @@ at::Tensor layers::HashingImpl::hash_strings(const std::vector<std::string>& val
     throw ValueError("Hashing '" + name() +
                      "': hash_strings() needs output_mode=\"int\"; encode its ids with "
                      "CategoryEncoding");
+  return hash_bins(values, shape);
+}
+
+at::Tensor layers::HashingImpl::hash_bins(const std::vector<std::string>& values, const Shape& shape) const {
   const bool str_mask = options_.mask_value.is_string() && options_.num_bins > 1;
   std::vector<int64_t> bins;
   bins.reserve(values.size());

@@ -17,13 +17,16 @@
 //
 // Hashing(num_bins, mask_value=null, salt=null, output_mode="int",
 //   sparse=false): id -> hash(decimal string of the id) % num_bins, as Keras
-//   (which hashes tf.strings.as_string of integer inputs). Without salt the
+//   (which hashes tf.strings.as_string of integer inputs). A string tensor
+//   (kiln/core/string_tensor.h; an Input of dtype "string") hashes its
+//   strings, output of its logical shape; so a uint8 input is read as
+//   strings (cast small integer ids to int32 first). Without salt the
 //   hash is FarmHash Fingerprint64 (to_hash_bucket_fast); with salt (an int
 //   k, meaning [k, k], or [k0, k1]) it is SipHash-2-4 keyed (k0, k1)
 //   (to_hash_bucket_strong). Both match Keras bit for bit on the values
 //   checked (string_hash.h). With mask_value, inputs equal to it map to 0
 //   and the others to 1 + hash % (num_bins - 1). hash_strings() hashes
-//   strings the same way, for a data pipeline before the model.
+//   a std::vector<std::string> the same way, for a data pipeline.
 //
 // IntegerLookup(max_tokens=null, num_oov_indices=1, mask_token=null,
 //   oov_token=-1, vocabulary=null, vocabulary_dtype="int64",
@@ -71,6 +74,9 @@ at::Tensor encode_categorical(const at::Tensor& ids, int64_t depth, const std::s
                               const std::string& owner, const at::Tensor& drop = at::Tensor());
 // The shape encode_categorical gives for an input shape.
 Shape encoded_shape(const Shape& input, int64_t depth, const std::string& mode, const std::string& owner);
+// The strings of a string tensor (kiln/core/string_tensor.h; any device) a
+// layer received, row-major; ValueError naming `owner` for another dtype.
+std::vector<std::string> string_input(const at::Tensor& x, const std::string& owner);
 
 namespace layers {
 
@@ -138,6 +144,8 @@ class HashingImpl : public SimpleLayer {
   HashingImpl(const HashingOptions& options, const Json& base_config);
   static HashingOptions options_from_config(const Json& config);
   int64_t bin_of(const std::string& s) const;
+  // The bins of strings (mask_value as a string honoured), shaped `shape` (default (n,)).
+  at::Tensor hash_bins(const std::vector<std::string>& values, const Shape& shape) const;
   HashingOptions options_;  // checked: the layer's config (salt as a pair)
   std::optional<std::array<uint64_t, 2>> salt_;
 };

@@ -329,7 +329,10 @@ using RepeatVector [[deprecated("use kiln::layers::RepeatVector, or kiln::layers
 #define KILN_LEGACY_LAYERS_TEXT_PREPROCESSING_H_DONE
 namespace kiln {
 using StringLookupOptions = layers::StringLookupOptions;
-using StringLookup [[deprecated("use kiln::layers::StringLookup")]] = layers::StringLookup;
-using TextVectorization [[deprecated("use kiln::layers::TextVectorization")]] = layers::TextVectorization;
+using StringLookup [[deprecated("use kiln::layers::StringLookup, or kiln::layers::StringLookupImpl for the class")]] =
+    layers::StringLookupImpl;
+using TextVectorization
+    [[deprecated("use kiln::layers::TextVectorization, or kiln::layers::TextVectorizationImpl for the class")]] =
+        layers::TextVectorizationImpl;
 }  // namespace kiln
 #endif

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kiln/core/random.h"
+#include "kiln/core/string_tensor.h"
 #include "kiln/layers/activation_layers.h"
 #include "kiln/layers/augmentation.h"
 #include "kiln/layers/categorical.h"
@@ -114,6 +115,31 @@ std::vector<LayerTestCase> new_layer_cases() {
   ints(add("IntegerLookup_invert", "IntegerLookup", {{"vocabulary", {10, 20, 30}}, {"invert", true}}, {{2, 3}},
            {{2, 3}}),
        6);
+  // --- string inputs (kiln/core/string_tensor.h) ---
+  auto texts = [](LayerTestCase& c, std::vector<std::string> pool) {
+    c.input_dtypes = {kStringDType};
+    c.string_pool = std::move(pool);
+  };
+  const std::vector<std::string> tokens = {"a", "b", "c", "d", "z", ""};
+  const std::vector<std::string> sentences = {"The cat sat.", "a dog, a CAT!", "", "the end", "cat cat dog"};
+  const char* const float32_out = "string layers give float32 encodings whatever the policy";
+  texts(add("StringLookup", "StringLookup", {{"vocabulary", {"a", "b", "c", "d"}}}, {{2, 3}}, {{2, 3}}), tokens);
+  texts(add("StringLookup_mask_two_oov", "StringLookup",
+            {{"vocabulary", {"a", "b", "c"}}, {"mask_token", ""}, {"num_oov_indices", 2}}, {{4}}, {{4}}),
+        tokens);
+  LayerTestCase& multi = add("StringLookup_multi_hot", "StringLookup",
+                             {{"vocabulary", {"a", "b", "c", "d"}}, {"output_mode", "multi_hot"}}, {{3, 2}}, {{3, 5}});
+  texts(multi, tokens);
+  multi.skip_mixed_precision = float32_out;
+  texts(add("TextVectorization", "TextVectorization",
+            {{"vocabulary", {"the", "cat", "dog"}}, {"output_sequence_length", 4}}, {{3}}, {{3, 4}}),
+        sentences);
+  LayerTestCase& counts =
+      add("TextVectorization_count_bigrams", "TextVectorization",
+          {{"vocabulary", {"the", "cat", "the cat"}}, {"output_mode", "count"}, {"ngrams", 2}}, {{3, 1}}, {{3, 4}});
+  texts(counts, sentences);
+  counts.skip_mixed_precision = float32_out;
+  texts(add("Hashing_strings", "Hashing", {{"num_bins", 3}}, {{2, 3}}, {{2, 3}}), tokens);
   return cases;
 }
 
@@ -531,45 +557,143 @@ TEST(Hashing, KerasTestExpectations) {
   EXPECT_TRUE(at::equal(one_hot(nl_long({0, 1}, {2, 1})), nl_float({0, 1, 0, 1, 0, 0}, {2, 3})));
 }
 
-// --- strings, before the model (Keras's documented examples) ----------------------------------
+// --- strings (Keras's documented examples) ----------------------------------------------------
+using Strs = std::vector<std::string>;
+
 TEST(StringLookup, KerasExamples) {
   const Json vocab = {"a", "b", "c", "d"};
-  layers::StringLookup lookup(Json{{"vocabulary", vocab}});
-  EXPECT_TRUE(at::equal(lookup({"a", "c", "d", "d", "z", "b"}, {2, 3}), nl_long({1, 3, 4, 4, 0, 2}, {2, 3})));
+  auto lookup = layers::StringLookup(Json{{"vocabulary", vocab}});
+  // On a string tensor, as a layer: [["a","c","d"],["d","z","b"]] -> [[1,3,4],[4,0,2]].
+  at::Tensor ids = lookup(strings::encode({"a", "c", "d", "d", "z", "b"}, {2, 3}));
+  EXPECT_EQ(ids.scalar_type(), at::kLong);
+  EXPECT_TRUE(at::equal(ids, nl_long({1, 3, 4, 4, 0, 2}, {2, 3})));
+  // The same on std::vector<std::string>.
+  EXPECT_TRUE(at::equal((*lookup)(Strs{"a", "c", "d", "d", "z", "b"}, {2, 3}), nl_long({1, 3, 4, 4, 0, 2}, {2, 3})));
   // Two OOV ids: Fingerprint64("m") % 2 == 0, Fingerprint64("z") % 2 == 1 (Keras's example).
-  layers::StringLookup two_oov(Json{{"vocabulary", vocab}, {"num_oov_indices", 2}});
-  EXPECT_TRUE(at::equal(two_oov({"a", "c", "d", "m", "z", "b"}, {2, 3}), nl_long({2, 4, 5, 0, 1, 3}, {2, 3})));
-  layers::StringLookup masked(Json{{"vocabulary", vocab}, {"mask_token", ""}});
-  EXPECT_TRUE(at::equal(masked({"a", "c", "d", "d", "", "b"}, {2, 3}), nl_long({2, 4, 5, 5, 0, 3}, {2, 3})));
-  layers::StringLookup inverse(Json{{"vocabulary", vocab}, {"invert", true}});
-  EXPECT_EQ(inverse.invert(nl_long({1, 3, 4, 4, 0, 2}, {2, 3})),
-            (std::vector<std::string>{"a", "c", "d", "d", "[UNK]", "b"}));
-  layers::StringLookup multi(Json{{"vocabulary", vocab}, {"output_mode", "multi_hot"}});
-  EXPECT_TRUE(at::equal(multi({"a", "b", "a", "z"}, {2, 2}), nl_float({0, 1, 1, 0, 0, 1, 1, 0, 0, 0}, {2, 5})));
-  layers::StringLookup adapted;
-  adapted.adapt({"a", "c", "d", "d", "z", "b"});
-  EXPECT_EQ(adapted.get_vocabulary(), (std::vector<std::string>{"[UNK]", "d", "z", "c", "b", "a"}));
-  layers::StringLookup copy(adapted.get_config());
-  EXPECT_EQ(copy.get_vocabulary(), adapted.get_vocabulary());
+  auto two_oov = layers::StringLookup(Json{{"vocabulary", vocab}, {"num_oov_indices", 2}});
+  EXPECT_TRUE(
+      at::equal(two_oov(strings::encode({"a", "c", "d", "m", "z", "b"}, {2, 3})), nl_long({2, 4, 5, 0, 1, 3}, {2, 3})));
+  auto masked = layers::StringLookup(Json{{"vocabulary", vocab}, {"mask_token", ""}});
+  EXPECT_TRUE(
+      at::equal(masked(strings::encode({"a", "c", "d", "d", "", "b"}, {2, 3})), nl_long({2, 4, 5, 5, 0, 3}, {2, 3})));
+  auto inverse = layers::StringLookup(Json{{"vocabulary", vocab}, {"invert", true}});
+  EXPECT_EQ(inverse->invert(nl_long({1, 3, 4, 4, 0, 2}, {2, 3})), (Strs{"a", "c", "d", "d", "[UNK]", "b"}));
+  // invert=true as a layer: int ids -> a string tensor of the ids' shape.
+  at::Tensor back = inverse(nl_long({1, 3, 4, 4, 0, 2}, {2, 3}));
+  EXPECT_EQ(strings::logical_shape(back), (Shape{2, 3}));
+  EXPECT_EQ(strings::decode(back), (Strs{"a", "c", "d", "d", "[UNK]", "b"}));
+  auto multi = layers::StringLookup(Json{{"vocabulary", vocab}, {"output_mode", "multi_hot"}});
+  at::Tensor mh = multi(strings::encode({"a", "b", "a", "z"}, {2, 2}));
+  EXPECT_EQ(mh.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(mh, nl_float({0, 1, 1, 0, 0, 1, 1, 0, 0, 0}, {2, 5})));
+  auto count = layers::StringLookup(Json{{"vocabulary", vocab}, {"output_mode", "count"}});
+  EXPECT_TRUE(at::equal(count(strings::encode({"a", "a", "b", "z"}, {1, 4})), nl_float({1, 2, 1, 0, 0}, {1, 5})));
+  auto one_hot = layers::StringLookup(Json{{"vocabulary", vocab}, {"output_mode", "one_hot"}});
+  EXPECT_TRUE(at::equal(one_hot(strings::encode({"b", "z"})), nl_float({0, 0, 1, 0, 0, 1, 0, 0, 0, 0}, {2, 5})));
+  // adapt from strings, a string tensor, and batch by batch: the same vocabulary.
+  auto adapted = layers::StringLookup();
+  adapted->adapt(Strs{"a", "c", "d", "d", "z", "b"});
+  EXPECT_EQ(adapted->get_vocabulary(), (Strs{"[UNK]", "d", "z", "c", "b", "a"}));
+  auto from_tensor = layers::StringLookup();
+  from_tensor->adapt(strings::encode({"a", "c", "d", "d", "z", "b"}, {3, 2}));
+  EXPECT_EQ(from_tensor->get_vocabulary(), adapted->get_vocabulary());
+  auto batches = layers::StringLookup();
+  std::vector<at::Tensor> parts = {strings::encode({"a", "c", "d"}), strings::encode({"d", "z", "b"})};
+  size_t next = 0;
+  batches->adapt([&]() { return next < parts.size() ? parts[next++] : at::Tensor(); });
+  EXPECT_EQ(batches->get_vocabulary(), adapted->get_vocabulary());
+  // The config round trip keeps the vocabulary (and the layer's name).
+  auto copy = layers::StringLookup(adapted->get_config());
+  EXPECT_EQ(copy->get_vocabulary(), adapted->get_vocabulary());
+  EXPECT_EQ(layer_from_json(adapted->to_json())->get_config().dump(), adapted->get_config().dump());
   expect_error<ValueError>([] { layers::StringLookup(Json{{"vocabulary", {"a", "[UNK]"}}}); }, {"OOV token"});
   expect_error<ValueError>([] { layers::StringLookup(Json{{"vocab", {"a"}}}); }, {"StringLookup", "vocab"});
+  expect_error<ValueError>([&] { lookup(nl_float({1, 2}, {2})); }, {"StringLookup", "string tensor", "float32"});
 }
 
 TEST(TextVectorization, StandardizeSplitAndPad) {
-  layers::TextVectorization tv(Json{{"output_sequence_length", 4}});
-  EXPECT_EQ(tv.tokenize("The cat, the HAT!"), (std::vector<std::string>{"the", "cat", "the", "hat"}));
-  tv.adapt({"the cat sat", "The dog sat.", "the end"});
+  auto tv = layers::TextVectorization(Json{{"output_sequence_length", 4}});
+  EXPECT_EQ(tv->tokenize("The cat, the HAT!"), (Strs{"the", "cat", "the", "hat"}));
+  tv->adapt(Strs{"the cat sat", "The dog sat.", "the end"});
   // Frequencies: the 3, sat 2, then cat, dog, end (ties by descending value).
-  EXPECT_EQ(tv.get_vocabulary(), (std::vector<std::string>{"", "[UNK]", "the", "sat", "end", "dog", "cat"}));
-  EXPECT_TRUE(at::equal(tv({"The cat ran away fast", "dog"}), nl_long({2, 6, 1, 1, 5, 0, 0, 0}, {2, 4})));
-  layers::TextVectorization counts(Json{{"output_mode", "count"}, {"vocabulary", {"the", "cat"}}});
-  EXPECT_TRUE(at::equal(counts({"the cat the bird"}), nl_float({1, 2, 1}, {1, 3})));
-  layers::TextVectorization limited(Json{{"max_tokens", 4}});
-  limited.adapt({"a a a b b c"});
-  EXPECT_EQ(limited.get_vocabulary(false), (std::vector<std::string>{"a", "b"}));
-  layers::TextVectorization chars(Json{{"split", "character"}, {"standardize", nullptr}});
-  EXPECT_EQ(chars.tokenize("Ab"), (std::vector<std::string>{"A", "b"}));
-  expect_error<ValueError>([] { layers::TextVectorization(Json{{"ngrams", 2}}); }, {"ngrams"});
+  EXPECT_EQ(tv->get_vocabulary(), (Strs{"", "[UNK]", "the", "sat", "end", "dog", "cat"}));
+  const at::Tensor want = nl_long({2, 6, 1, 1, 5, 0, 0, 0}, {2, 4});
+  EXPECT_TRUE(at::equal((*tv)(Strs{"The cat ran away fast", "dog"}), want));
+  at::Tensor ids = tv(strings::encode({"The cat ran away fast", "dog"}));
+  EXPECT_EQ(ids.scalar_type(), at::kLong);
+  EXPECT_TRUE(at::equal(ids, want));
+  EXPECT_TRUE(at::equal(tv(strings::encode({"The cat ran away fast", "dog"}, {2, 1})), want));  // (N, 1) too
+  auto counts = layers::TextVectorization(Json{{"output_mode", "count"}, {"vocabulary", {"the", "cat"}}});
+  EXPECT_TRUE(at::equal(counts(strings::encode({"the cat the bird"})), nl_float({1, 2, 1}, {1, 3})));
+  auto multi = layers::TextVectorization(Json{{"output_mode", "multi_hot"}, {"vocabulary", {"the", "cat"}}});
+  EXPECT_TRUE(at::equal(multi(strings::encode({"the cat the bird", "cat"})), nl_float({1, 1, 1, 0, 0, 1}, {2, 3})));
+  auto longest = layers::TextVectorization(Json{{"vocabulary", {"a", "b"}}});  // padded to the longest text
+  EXPECT_TRUE(at::equal(longest(strings::encode({"a b a", "b"})), nl_long({2, 3, 2, 3, 0, 0}, {2, 3})));
+  auto limited = layers::TextVectorization(Json{{"max_tokens", 4}});
+  limited->adapt(Strs{"a a a b b c"});
+  EXPECT_EQ(limited->get_vocabulary(false), (Strs{"a", "b"}));
+  auto chars = layers::TextVectorization(Json{{"split", "character"}, {"standardize", nullptr}});
+  EXPECT_EQ(chars->tokenize("Ab"), (Strs{"A", "b"}));
+  expect_error<ValueError>([] { layers::TextVectorization(Json{{"ngrams", 0}}); }, {"ngrams"});
+  expect_error<ValueError>(
+      [] {
+        layers::TextVectorization(Json{{"ngrams", 2}, {"split", nullptr}});
+      },
+      {"ngrams", "split"});
+  expect_error<ShapeError>([&] { tv(strings::encode({"a", "b", "c", "d"}, {2, 2})); }, {"(batch,)"});
+}
+
+// Keras's TextVectorization docstring: max_tokens=5000, output_sequence_length=4
+// adapted on ["foo bar", "bar baz", "baz bada boom"]; [["foo qux bar"],
+// ["qux baz"]] -> [[4, 1, 3, 0], [1, 2, 0, 0]]. And its second example, a
+// given vocabulary ["earth", "wind", "and", "fire"]: "earth wind and fire"
+// -> [2, 3, 4, 5], "fire and earth" -> [5, 4, 2, 0] (sequence length 4).
+TEST(TextVectorization, KerasDocstringExamples) {
+  auto tv =
+      layers::TextVectorization(Json{{"max_tokens", 5000}, {"output_mode", "int"}, {"output_sequence_length", 4}});
+  tv->adapt(strings::encode({"foo bar", "bar baz", "baz bada boom"}));
+  EXPECT_TRUE(
+      at::equal(tv(strings::encode({"foo qux bar", "qux baz"}, {2, 1})), nl_long({4, 1, 3, 0, 1, 2, 0, 0}, {2, 4})));
+  auto given = layers::TextVectorization(
+      Json{{"max_tokens", 5000}, {"output_sequence_length", 4}, {"vocabulary", {"earth", "wind", "and", "fire"}}});
+  EXPECT_TRUE(at::equal(given(strings::encode({"earth wind and fire", "fire and earth"})),
+                        nl_long({2, 3, 4, 5, 5, 4, 2, 0}, {2, 4})));
+  // The config is written as given (no defaults filled in), vocabulary and base keys added.
+  Json c = given->get_config();
+  EXPECT_FALSE(c.contains("split"));
+  EXPECT_EQ(c["vocabulary"], (Json{"earth", "wind", "and", "fire"}));
+  auto copy = layer_from_json(given->to_json());
+  EXPECT_EQ(copy->get_config().dump(), c.dump());
+  EXPECT_TRUE(at::equal((*copy)(strings::encode({"fire and earth"})), nl_long({5, 4, 2, 0}, {1, 4})));
+}
+
+// ngrams (Keras): n -> the 1..n-grams, joined by a space, every unigram
+// first, then every bigram; a list gives exactly those widths.
+TEST(TextVectorization, Ngrams) {
+  auto two = layers::TextVectorization(Json{{"ngrams", 2}});
+  EXPECT_EQ(two->tokenize("The cat sat."), (Strs{"the", "cat", "sat", "the cat", "cat sat"}));
+  auto only = layers::TextVectorization(Json{{"ngrams", {2, 3}}});
+  EXPECT_EQ(only->tokenize("a b c"), (Strs{"a b", "b c", "a b c"}));
+  EXPECT_EQ(only->tokenize("a"), Strs{});
+  two->adapt(Strs{"the cat", "the cat", "a cat"});
+  EXPECT_EQ(two->get_vocabulary(false), (Strs{"cat", "the cat", "the", "a cat", "a"}));
+  EXPECT_EQ(two->get_config()["ngrams"], Json(2));
+}
+
+TEST(Hashing, StringTensors) {
+  // Keras's documented bins: ["A", "B", "C", "D", "E"] with num_bins=3 -> [1, 0, 1, 1, 2].
+  auto hashing = layers::Hashing(Json{{"num_bins", 3}});
+  at::Tensor bins = hashing(strings::encode({"A", "B", "C", "D", "E"}, {5, 1}));
+  EXPECT_TRUE(at::equal(bins, nl_long({1, 0, 1, 1, 2}, {5, 1})));
+  EXPECT_TRUE(at::equal(bins.reshape({5}), hashing->hash_strings(Strs{"A", "B", "C", "D", "E"})));
+  // With a salt (SipHash): the same bins hash_strings gives.
+  auto salted = layers::Hashing(Json{{"num_bins", 2}, {"salt", {211, 137}}});
+  const Strs words = {"the", "cat", "sat", "on", "mat"};
+  EXPECT_TRUE(at::equal(salted(strings::encode(words)), salted->hash_strings(words)));
+  auto masked = layers::Hashing(Json{{"num_bins", 3}, {"mask_value", ""}});
+  EXPECT_EQ(masked(strings::encode({"", "x"}))[0].item<int64_t>(), 0);
+  auto one_hot = layers::Hashing(Json{{"num_bins", 3}, {"output_mode", "one_hot"}});
+  EXPECT_EQ(sizes_of(one_hot(strings::encode({"A", "B"}))), (Shape{2, 3}));
 }
 
 // --- inside a model -------------------------------------------------------------------------------

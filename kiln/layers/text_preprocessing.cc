@@ -13,6 +13,23 @@ namespace {
 
 const char kTextPunctuation[] = "!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~'";
 
+// A batch source that yields `t` once.
+std::function<at::Tensor()> one_batch(const at::Tensor& t) {
+  auto given = std::make_shared<bool>(false);
+  return [t, given]() -> at::Tensor {
+    if (*given) return at::Tensor();
+    *given = true;
+    return t;
+  };
+}
+
+// Calls `f` on every string of every batch next_batch() gives.
+void for_each_string(const std::function<at::Tensor()>& next_batch, const std::string& owner,
+                     const std::function<void(const std::string&)>& f) {
+  for (at::Tensor batch = next_batch(); batch.defined(); batch = next_batch())
+    for (auto& s : string_input(batch, owner)) f(s);
+}
+
 // A key kiln accepts only as null, written as null.
 template <class O>
 FieldDef<O> null_only(const char* key, const char* expected) {
@@ -78,13 +95,18 @@ const FieldTable<layers::StringLookupOptions>& string_lookup_fields() {
 }  // namespace
 
 // --- StringLookup ---------------------------------------------------------------
-layers::StringLookupOptions layers::StringLookup::options_from_config(const Json& config) {
+layers::StringLookupOptions layers::StringLookupImpl::options_from_config(const Json& config) {
   return read_fields(config, "StringLookup", string_lookup_fields());
 }
 
-layers::StringLookup::StringLookup(const Json& config) : layers::StringLookup(options_from_config(config)) {}
+layers::StringLookupImpl::StringLookupImpl(const Json& config)
+    : layers::StringLookupImpl(options_from_config(config), config) {}
 
-layers::StringLookup::StringLookup(const layers::StringLookupOptions& o) : options_(o) {
+layers::StringLookupImpl::StringLookupImpl(const layers::StringLookupOptions& o)
+    : layers::StringLookupImpl(o, layer_base_config(o.base)) {}
+
+layers::StringLookupImpl::StringLookupImpl(const layers::StringLookupOptions& o, const Json& base_config)
+    : SimpleLayer(base_config), options_(o) {
   check_fields("StringLookup", options_, string_lookup_fields());
   if (options_.invert && options_.output_mode != "int")
     option_check::invalid("StringLookup", "invert", "false unless output_mode is \"int\"", true);
@@ -93,14 +115,18 @@ layers::StringLookup::StringLookup(const layers::StringLookupOptions& o) : optio
   set_vocabulary(options_.vocabulary);
 }
 
-int64_t layers::StringLookup::oov_start() const { return options_.mask_token && options_.output_mode == "int" ? 1 : 0; }
-int64_t layers::StringLookup::token_start() const { return oov_start() + options_.num_oov_indices; }
-int64_t layers::StringLookup::vocabulary_size() const { return token_start() + (int64_t)options_.vocabulary.size(); }
-int64_t layers::StringLookup::depth() const {
+int64_t layers::StringLookupImpl::oov_start() const {
+  return options_.mask_token && options_.output_mode == "int" ? 1 : 0;
+}
+int64_t layers::StringLookupImpl::token_start() const { return oov_start() + options_.num_oov_indices; }
+int64_t layers::StringLookupImpl::vocabulary_size() const {
+  return token_start() + (int64_t)options_.vocabulary.size();
+}
+int64_t layers::StringLookupImpl::depth() const {
   return options_.pad_to_max_tokens ? std::max(*options_.max_tokens, vocabulary_size()) : vocabulary_size();
 }
 
-void layers::StringLookup::set_vocabulary(const std::vector<std::string>& vocabulary) {
+void layers::StringLookupImpl::set_vocabulary(const std::vector<std::string>& vocabulary) {
   std::unordered_map<std::string, int64_t> index;
   for (size_t i = 0; i < vocabulary.size(); ++i) {
     const std::string& t = vocabulary[i];
@@ -120,13 +146,21 @@ void layers::StringLookup::set_vocabulary(const std::vector<std::string>& vocabu
   index_ = std::move(index);
 }
 
-void layers::StringLookup::adapt(const std::vector<std::string>& data) {
+void layers::StringLookupImpl::adapt(const std::vector<std::string>& data) {
   std::unordered_map<std::string, int64_t> counts;
   for (auto& s : data) ++counts[s];
   adapt_counts(counts);
 }
 
-void layers::StringLookup::adapt_counts(const std::unordered_map<std::string, int64_t>& counts_in) {
+void layers::StringLookupImpl::adapt(const at::Tensor& data) { adapt(one_batch(data)); }
+
+void layers::StringLookupImpl::adapt(const std::function<at::Tensor()>& next_batch) {
+  std::unordered_map<std::string, int64_t> counts;
+  for_each_string(next_batch, "StringLookup '" + name() + "': adapt", [&](const std::string& s) { ++counts[s]; });
+  adapt_counts(counts);
+}
+
+void layers::StringLookupImpl::adapt_counts(const std::unordered_map<std::string, int64_t>& counts_in) {
   std::vector<std::pair<std::string, int64_t>> order;
   for (auto& [token, n] : counts_in)
     if (!(options_.mask_token && token == *options_.mask_token) && token != options_.oov_token)
@@ -144,7 +178,7 @@ void layers::StringLookup::adapt_counts(const std::unordered_map<std::string, in
   set_vocabulary(vocab);
 }
 
-int64_t layers::StringLookup::index_of(const std::string& token) const {
+int64_t layers::StringLookupImpl::index_of(const std::string& token) const {
   if (options_.mask_token && token == *options_.mask_token) return options_.output_mode == "int" ? 0 : -1;
   auto it = index_.find(token);
   if (it != index_.end()) return token_start() + it->second;
@@ -155,7 +189,7 @@ int64_t layers::StringLookup::index_of(const std::string& token) const {
          (options_.num_oov_indices == 1 ? 0 : (int64_t)(fingerprint64(token) % (uint64_t)options_.num_oov_indices));
 }
 
-at::Tensor layers::StringLookup::operator()(const std::vector<std::string>& tokens, const Shape& shape) const {
+at::Tensor layers::StringLookupImpl::operator()(const std::vector<std::string>& tokens, const Shape& shape) const {
   if (options_.invert) throw ValueError("StringLookup: invert=true maps ids to strings; call invert(ids)");
   Shape s = shape.empty() ? Shape{(int64_t)tokens.size()} : shape;
   if (num_elements(s) != (int64_t)tokens.size())
@@ -174,7 +208,7 @@ at::Tensor layers::StringLookup::operator()(const std::vector<std::string>& toke
   return encode_categorical(at::clamp_min(out, 0), depth(), options_.output_mode, at::kFloat, "StringLookup", drop);
 }
 
-std::vector<std::string> layers::StringLookup::invert(const at::Tensor& ids_in) const {
+std::vector<std::string> layers::StringLookupImpl::invert(const at::Tensor& ids_in) const {
   at::Tensor ids = ids_in.to(at::kLong).contiguous().reshape(-1);
   std::vector<std::string> out;
   const int64_t* p = ids.data_ptr<int64_t>();
@@ -188,7 +222,7 @@ std::vector<std::string> layers::StringLookup::invert(const at::Tensor& ids_in) 
   return out;
 }
 
-std::vector<std::string> layers::StringLookup::get_vocabulary(bool include_special_tokens) const {
+std::vector<std::string> layers::StringLookupImpl::get_vocabulary(bool include_special_tokens) const {
   std::vector<std::string> out;
   if (include_special_tokens) {
     if (options_.mask_token && options_.output_mode == "int") out.push_back(*options_.mask_token);
@@ -198,14 +232,57 @@ std::vector<std::string> layers::StringLookup::get_vocabulary(bool include_speci
   return out;
 }
 
-Json layers::StringLookup::get_config() const {
-  Json j;
+at::Tensor layers::StringLookupImpl::call1(const at::Tensor& x, bool training) {
+  const std::string owner = "StringLookup '" + name() + "'";
+  if (options_.invert) {
+    if (x.scalar_type() == string_storage_dtype || at::isFloatingType(x.scalar_type()))
+      throw ValueError(owner + ": invert=true takes integer ids; received a " + dtype_to_string(x.scalar_type()) +
+                       " tensor");
+    return strings::encode(invert(x.to(at::kCPU)), sizes_of(x)).to(x.device());
+  }
+  return (*this)(string_input(x, owner), strings::logical_shape(x)).to(x.device());
+}
+
+std::vector<Shape> layers::StringLookupImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
+  build_if_needed(input_shapes);
+  if (options_.output_mode == "int") return input_shapes;
+  return {encoded_shape(input_shapes.at(0), depth(), options_.output_mode, "StringLookup '" + name() + "'")};
+}
+
+std::vector<at::ScalarType> layers::StringLookupImpl::compute_output_dtype(const std::vector<at::ScalarType>& in) {
+  if (options_.invert) return {kStringDType};
+  return {options_.output_mode == "int" ? at::kLong : at::kFloat};
+}
+
+Json layers::StringLookupImpl::get_config() const {
+  Json j = base_config();
   write_fields(j, options_, string_lookup_fields());
   return j;
 }
 
+KILN_REGISTER_LAYER_AS(StringLookup, layers::StringLookupImpl);
+
 // --- TextVectorization --------------------------------------------------------------
 namespace {
+// Keras's ngrams: null, n (the widths 1..n) or a list of widths; each > 0.
+std::vector<int64_t> text_ngrams(ConfigReader& r) {
+  const Json* n = r.get("ngrams");
+  if (!n) return {};
+  const char* expected = "null, a positive integer n (1..n-grams) or a list of positive integers";
+  std::vector<int64_t> widths;
+  if (n->is_number_integer()) {
+    if (n->get<int64_t>() < 1 || n->get<int64_t>() > 64) r.invalid("ngrams", expected);
+    for (int64_t w = 1; w <= n->get<int64_t>(); ++w) widths.push_back(w);
+    return widths;
+  }
+  if (!n->is_array() || n->empty()) r.invalid("ngrams", expected);
+  for (auto& w : *n) {
+    if (!w.is_number_integer() || w.get<int64_t>() < 1 || w.get<int64_t>() > 64) r.invalid("ngrams", expected);
+    widths.push_back(w.get<int64_t>());
+  }
+  return widths;
+}
+
 Json text_lookup_config(const Json& config) {
   ConfigReader r(config, "TextVectorization");
   for (const char* base : {"name", "trainable", "dtype"}) r.get(base);
@@ -219,7 +296,7 @@ Json text_lookup_config(const Json& config) {
   if (const Json* v = r.get("vocabulary")) lookup["vocabulary"] = *v;
   r.choice("standardize", "lower_and_strip_punctuation", {"lower_and_strip_punctuation", "lower", "strip_punctuation"});
   r.choice("split", "whitespace", {"whitespace", "character"});
-  if (r.get("ngrams")) r.invalid("ngrams", "null (n-grams are not supported)");
+  text_ngrams(r);
   if (const Json* n = r.get("output_sequence_length")) {
     if (!n->is_number_integer() || n->get<int64_t>() < 1)
       r.invalid("output_sequence_length", "null or a positive integer");
@@ -234,9 +311,14 @@ Json text_lookup_config(const Json& config) {
 }
 }  // namespace
 
-layers::TextVectorization::TextVectorization(const Json& config) : lookup_(text_lookup_config(config)) {
+layers::TextVectorizationImpl::TextVectorizationImpl(const Json& config)
+    : SimpleLayer(config), lookup_(text_lookup_config(config)) {
   config_ = config.is_object() ? config : Json::object();
   config_.erase("vocabulary");
+  {
+    ConfigReader r(config_, "TextVectorization");
+    ngrams_ = text_ngrams(r);
+  }
   // standardize/split may be given as null (none): ConfigReader treats null as absent.
   auto str_or_none = [&](const char* key, const char* fallback) -> std::string {
     if (config_.contains(key) && config_[key].is_null()) return "";
@@ -247,9 +329,12 @@ layers::TextVectorization::TextVectorization(const Json& config) : lookup_(text_
   output_mode_ = config_.value("output_mode", "int");
   if (config_.contains("output_sequence_length") && !config_["output_sequence_length"].is_null())
     sequence_length_ = config_["output_sequence_length"].get<int64_t>();
+  if (!ngrams_.empty() && split_.empty())
+    throw ValueError("TextVectorization: ngrams needs a split (n-grams join tokens); received split=null with ngrams=" +
+                     config_["ngrams"].dump());
 }
 
-std::vector<std::string> layers::TextVectorization::tokenize(const std::string& text) const {
+std::vector<std::string> layers::TextVectorizationImpl::tokenize(const std::string& text) const {
   std::string s;
   s.reserve(text.size());
   const bool lower = standardize_ == "lower" || standardize_ == "lower_and_strip_punctuation";
@@ -275,17 +360,61 @@ std::vector<std::string> layers::TextVectorization::tokenize(const std::string& 
   } else {
     out.push_back(s);
   }
-  return out;
+  if (ngrams_.empty()) return out;
+  // tf.strings.ngrams(tokens, widths, separator=" "): every n-gram of the
+  // first width, then of the next.
+  std::vector<std::string> grams;
+  for (int64_t w : ngrams_)
+    for (size_t i = 0; i + (size_t)w <= out.size(); ++i) {
+      std::string g = out[i];
+      for (int64_t k = 1; k < w; ++k) g += " " + out[i + k];
+      grams.push_back(std::move(g));
+    }
+  return grams;
 }
 
-void layers::TextVectorization::adapt(const std::vector<std::string>& texts) {
+void layers::TextVectorizationImpl::adapt(const std::vector<std::string>& texts) {
   std::unordered_map<std::string, int64_t> counts;
   for (auto& t : texts)
     for (auto& tok : tokenize(t)) ++counts[tok];
   lookup_.adapt_counts(counts);
 }
 
-at::Tensor layers::TextVectorization::operator()(const std::vector<std::string>& texts) const {
+void layers::TextVectorizationImpl::adapt(const at::Tensor& texts) { adapt(one_batch(texts)); }
+
+void layers::TextVectorizationImpl::adapt(const std::function<at::Tensor()>& next_batch) {
+  std::unordered_map<std::string, int64_t> counts;
+  for_each_string(next_batch, "TextVectorization '" + name() + "': adapt", [&](const std::string& t) {
+    for (auto& tok : tokenize(t)) ++counts[tok];
+  });
+  lookup_.adapt_counts(counts);
+}
+
+at::Tensor layers::TextVectorizationImpl::call1(const at::Tensor& x, bool training) {
+  const std::string owner = "TextVectorization '" + name() + "'";
+  std::vector<std::string> texts = string_input(x, owner);
+  const Shape s = strings::logical_shape(x);
+  if (!(s.size() == 1 || (s.size() == 2 && s[1] == 1)))
+    throw ShapeError(owner + " takes strings of shape (batch,) or (batch, 1). Received shape " + shape_to_string(s));
+  return (*this)(texts).to(x.device());
+}
+
+std::vector<Shape> layers::TextVectorizationImpl::compute_output_shape(const std::vector<Shape>& input_shapes) {
+  build_if_needed(input_shapes);
+  const Shape& s = input_shapes.at(0);
+  if (!(s.size() == 1 || (s.size() == 2 && s[1] == 1)))
+    throw ShapeError("TextVectorization '" + name() + "' takes strings of shape (batch,) or (batch, 1). Received " +
+                     shape_to_string(s) +
+                     " (a model built on a string tensor's bytes? start it with Input(shape, kStringDType))");
+  if (output_mode_ != "int") return {{s[0], lookup_.depth()}};
+  return {{s[0], sequence_length_ ? *sequence_length_ : kNone}};
+}
+
+std::vector<at::ScalarType> layers::TextVectorizationImpl::compute_output_dtype(const std::vector<at::ScalarType>& in) {
+  return {output_mode_ == "int" ? at::kLong : at::kFloat};
+}
+
+at::Tensor layers::TextVectorizationImpl::operator()(const std::vector<std::string>& texts) const {
   std::vector<std::vector<std::string>> tokens;
   size_t longest = 0;
   for (auto& t : texts) {
@@ -313,10 +442,15 @@ at::Tensor layers::TextVectorization::operator()(const std::vector<std::string>&
   return out;
 }
 
-Json layers::TextVectorization::get_config() const {
-  Json j = config_;
+Json layers::TextVectorizationImpl::get_config() const {
+  // The base keys, then the rest as given; the vocabulary (given or adapted)
+  // is part of the config, so model.json carries it.
+  Json j = base_config();
+  for (auto it = config_.begin(); it != config_.end(); ++it) j[it.key()] = it.value();
   j["vocabulary"] = lookup_.options_.vocabulary.empty() ? Json(nullptr) : Json(lookup_.options_.vocabulary);
   return j;
 }
+
+KILN_REGISTER_LAYER_AS(TextVectorization, layers::TextVectorizationImpl);
 
 }  // namespace kiln

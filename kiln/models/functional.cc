@@ -110,13 +110,18 @@ Tensors models::FunctionalImpl::call_masked(const Tensors& inputs, const Tensors
   std::map<const Node*, Tensors> masks;  // beside values: each node's output masks (undefined = none)
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Shape& want = inputs_[i].shape;
-    auto got = inputs[i].sizes();
-    if (is_string_dtype(inputs_[i].dtype) && !got.empty()) got = got.slice(0, got.size() - 1);  // the last: width
+    // A string input takes a string tensor of that logical shape (any row width).
+    const bool text = is_string_dtype(inputs_[i].dtype);
+    if (text && inputs[i].scalar_type() != string_storage_dtype)
+      throw ValueError("input '" + inputs_[i].node->layer->name() + "' of model '" + name() +
+                       "' takes strings: a string tensor (strings::encode). Received a " +
+                       dtype_to_string(inputs[i].scalar_type()) + " tensor");
+    const Shape got = text ? strings::logical_shape(inputs[i]) : sizes_of(inputs[i]);
     bool ok = (int64_t)got.size() == (int64_t)want.size();
     for (size_t d = 1; ok && d < want.size(); ++d) ok = want[d] < 0 || want[d] == got[d];
     if (!ok)
       throw ShapeError("input '" + inputs_[i].node->layer->name() + "' of model '" + name() + "' expects shape " +
-                       shape_to_string(want) + ", received " + shape_to_string(Shape(got.begin(), got.end())));
+                       shape_to_string(want) + ", received " + shape_to_string(got));
     values[inputs_[i].node.get()] = {inputs[i]};
     masks[inputs_[i].node.get()] = {i < input_masks.size() ? input_masks[i] : at::Tensor()};
   }

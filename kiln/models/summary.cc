@@ -3,6 +3,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "kiln/core/string_tensor.h"
 #include "kiln/models/functional.h"
 #include "kiln/models/model.h"
 
@@ -67,6 +68,7 @@ std::string models::Model::summary_string(int line_length) {
   // Output shapes: a Functional model knows them from tracing; others are
   // computed by walking the layers from the input shape when it is known.
   std::vector<Shape> shapes = input_shapes();
+  const std::vector<Shape> shapes_in = shapes;
   std::map<std::string, std::string> connected;
   if (functional) {
     auto cfg = functional->get_config();
@@ -101,6 +103,7 @@ std::string models::Model::summary_string(int line_length) {
     } else if (functional) {
       if (auto in = std::dynamic_pointer_cast<layers::InputLayerImpl>(l)) {
         out_shape = shape_to_string(in->batch_shape());
+        if (is_string_dtype(in->input_dtype())) out_shape += " string";
       } else {
         try {
           out_shape = "";
@@ -136,6 +139,11 @@ std::string models::Model::summary_string(int line_length) {
     if (i + 1 < rows.size()) line("├", "┼", "┤", "─");
   }
   line("└", "┴", "┘", "─");
+  if (!functional) {  // Sequential lists no InputLayer row: name string inputs here
+    const auto dtypes = input_dtypes();
+    for (size_t i = 0; i < dtypes.size() && i < shapes_in.size(); ++i)
+      if (is_string_dtype(dtypes[i])) os << " Input: " << shape_to_string(shapes_in[i]) << " string\n";
+  }
   auto all = weights();
   auto tr = trainable_weights();
   auto ntr = non_trainable_weights();

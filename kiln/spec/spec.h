@@ -62,6 +62,7 @@ struct DataSplits {
   // name, in the spec's order (x_*/y_* then hold the first of each).
   std::vector<std::string> input_names, output_names;
   std::vector<at::Tensor> xs_train, ys_train, xs_test, ys_test;
+  bool text = false;  // x_* are string tensors (kiln/core/string_tensor.h)
 };
 // Reads the data and applies limit / test_split / scale / flatten / reshape / dtype.
 DataSplits load_data(const Json& data);
@@ -75,6 +76,14 @@ void model_data(const DataSplits& data, const models::Model& model, bool test, s
 // `input_shape` (without the batch dimension) is used when the spec gives
 // none (e.g. taken from the data).
 ModelPtr build_model(const Json& model, const std::optional<Shape>& input_shape);
+// `model.adapt` (optional): names of preprocessing layers in `model`
+// (TextVectorization, StringLookup, IntegerLookup, Normalization) that learn
+// their vocabulary or statistics from `x_train` before training, in order,
+// as Keras's layer.adapt(x). The model is then rebuilt from its config, so
+// shapes that follow the vocabulary (multi_hot depth) are right; the
+// adapted state is part of the configs, hence of the saved model.json.
+// Returns `model` unchanged when there is nothing to adapt.
+ModelPtr adapt_model(const Json& model_section, ModelPtr model, const at::Tensor& x_train);
 // Named architectures: "mlp", "cnn".
 ModelPtr builtin_model(const std::string& name, const Json& args, const std::optional<Shape>& input_shape);
 std::vector<std::string> builtin_model_names();

@@ -3,10 +3,12 @@
 // and applies the small transformations a spec may ask for.
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/core/string_tensor.h"
 #include "kiln/data/datasets.h"
 #include "kiln/data/readers.h"
 #include "kiln/spec/spec.h"
@@ -14,7 +16,7 @@
 namespace kiln::spec {
 namespace {
 
-const std::vector<std::string> kSources = {"fashion_mnist", "csv", "jsonl", "npy", "idx", "brackets"};
+const std::vector<std::string> kSources = {"fashion_mnist", "csv", "jsonl", "npy", "idx", "brackets", "text_topics"};
 // Keys every source accepts.
 const std::vector<std::string> kCommonKeys = {"source", "scale",      "flatten",    "reshape", "skip",
                                               "limit",  "test_limit", "test_split", "dtype",   "allow_non_finite"};
@@ -293,7 +295,8 @@ DataSplits load_data(const Json& d) {
   if (!d.is_object()) throw ValueError("the `data` section must be a JSON object. Received: " + json_excerpt(d));
   const std::string source = opt_str(d, "source");
   if (source.empty())
-    throw ValueError("the `data` section needs `source`: one of fashion_mnist, csv, jsonl, npy, idx, brackets");
+    throw ValueError(
+        "the `data` section needs `source`: one of fashion_mnist, csv, jsonl, npy, idx, brackets, text_topics");
   // NaN/inf features train a model to NaN weights: refused unless asked for.
   const bool allow_non_finite = get_or<bool>(d, "allow_non_finite", false);
   DataSplits s;
@@ -369,9 +372,23 @@ DataSplits load_data(const Json& d) {
                                          positive("min_length", 2), positive("max_length", 20),
                                          (uint64_t)positive("seed", 1234));
     s = {"balanced brackets (generated)", b.x_train, b.y_train, b.x_test, b.y_test};
+  } else if (source == "text_topics") {
+    // A generated text task (kiln/data/datasets.h): raw sentences as a string tensor.
+    check_keys(d, with_common({"train_size", "test_size", "seed"}), "the `data` section (source \"text_topics\")");
+    auto count = [&](const char* key, int64_t fallback) {
+      return int_or(d, key, fallback, "data", 1, int64_t(1) << 24);
+    };
+    auto t = datasets::text_topics(count("train_size", 4000), count("test_size", 1000),
+                                   (uint64_t)int_or(d, "seed", 1234, "data", 0, std::numeric_limits<int64_t>::max()));
+    s.description = "text topics (generated)";
+    s.x_train = strings::encode(t.x_train);
+    s.y_train = t.y_train;
+    s.x_test = strings::encode(t.x_test);
+    s.y_test = t.y_test;
+    s.text = true;
   } else {
     throw ValueError("unknown data source \"" + source +
-                     "\"; known sources: fashion_mnist, csv, jsonl, npy, idx, brackets");
+                     "\"; known sources: fashion_mnist, csv, jsonl, npy, idx, brackets, text_topics");
   }
   s.y_train = as_labels(s.y_train);
   s.y_test = as_labels(s.y_test);
@@ -411,6 +428,16 @@ DataSplits load_data(const Json& d) {
     }
   }
 
+  if (s.text) {  // texts stay strings: no dtype, scale or reshape
+    for (const char* key : {"scale", "flatten", "reshape"})
+      if (d.contains(key) && !d[key].is_null())
+        throw ValueError(std::string("`data.") + key + "` does not apply to text (source \"" + source +
+                         "\" gives strings); drop it");
+    if (d.contains("dtype") && d["dtype"] != "string")
+      throw ValueError("source \"" + source +
+                       "\" gives strings: `data.dtype` may only be \"string\". Received: " + json_excerpt(d["dtype"]));
+    return s;
+  }
   // Features: dtype, scale, reshape/flatten.
   at::ScalarType dtype = dtype_from_string(get_or<std::string>(d, "dtype", "float32"));
   const bool has_scale = d.contains("scale") && !d["scale"].is_null();

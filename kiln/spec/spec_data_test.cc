@@ -8,6 +8,8 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/json.h"
+#include "kiln/core/string_tensor.h"
+#include "kiln/layers/text_preprocessing.h"
 #include "kiln/spec/spec.h"
 #include "kiln/testing/testing.h"
 
@@ -88,6 +90,42 @@ TEST(SpecCompile, JitCompileIsAKnownKey) {
   EXPECT_FALSE(compile_args_from_spec(Json{{"jit_compile", "auto"}}).jit_compile);
   EXPECT_FALSE(compile_args_from_spec(Json::object()).jit_compile);
   EXPECT_THROW(compile_args_from_spec(Json{{"jit_compile", 3}}), ValueError);
+}
+
+// `"source": "text_topics"`: raw sentences as a string tensor, kept as
+// strings (no dtype cast); `model.adapt` fits a TextVectorization on them.
+TEST(SpecTextData, TextTopicsStayStringsAndAdaptTheModel) {
+  DataSplits d = load_data(Json{{"source", "text_topics"}, {"train_size", 300}, {"test_size", 50}, {"seed", 3}});
+  EXPECT_TRUE(d.text);
+  EXPECT_EQ(d.x_train.scalar_type(), string_storage_dtype);
+  EXPECT_EQ(strings::logical_shape(d.x_train), (Shape{300}));
+  EXPECT_EQ(strings::logical_shape(d.x_test), (Shape{50}));
+  EXPECT_EQ(d.y_train.scalar_type(), at::kLong);
+  DataSplits limited = load_data(Json{{"source", "text_topics"}, {"train_size", 300}, {"limit", 20}});
+  EXPECT_EQ(strings::logical_shape(limited.x_train), (Shape{20}));
+  EXPECT_THROW(load_data(Json{{"source", "text_topics"}, {"scale", 2}}), ValueError);
+  EXPECT_THROW(load_data(Json{{"source", "text_topics"}, {"dtype", "float32"}}), ValueError);
+  EXPECT_THROW(load_data(Json{{"source", "text_topics"}, {"train_size", 0}}), ValueError);
+
+  const Json model_section = {
+      {"layers",
+       {{{"class_name", "TextVectorization"}, {"config", {{"name", "vec"}, {"output_mode", "multi_hot"}}}},
+        {{"class_name", "Dense"}, {"config", {{"name", "out"}, {"units", 4}, {"activation", "softmax"}}}}}},
+      {"input_shape", Json::array()},
+      {"input_dtype", "string"},
+      {"adapt", {"vec"}}};
+  ModelPtr model = build_model(model_section, std::nullopt);
+  EXPECT_EQ(model->input_dtypes(), (std::vector<at::ScalarType>{kStringDType}));
+  model = adapt_model(model_section, model, d.x_train);
+  // Rebuilt on the adapted vocabulary: the multi_hot depth follows it.
+  auto vec = std::dynamic_pointer_cast<layers::TextVectorizationImpl>(model->get_layer("vec"));
+  ASSERT_TRUE(vec);
+  EXPECT_GT(vec->vocabulary_size(), 20);
+  EXPECT_EQ(model->get_layer("out")->weights()[0]->value().size(0), vec->vocabulary_size());
+  EXPECT_EQ(sizes_of(model->predict(d.x_test)), (Shape{50, 4}));
+  Json bad = model_section;
+  bad["adapt"] = {"out"};
+  EXPECT_THROW(adapt_model(bad, build_model(bad, std::nullopt), d.x_train), ValueError);
 }
 
 }  // namespace

@@ -4,7 +4,11 @@
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/core/json_limits.h"
+#include "kiln/layers/categorical.h"
 #include "kiln/layers/layer.h"
+#include "kiln/layers/preprocessing.h"
+#include "kiln/layers/text_preprocessing.h"
+#include "kiln/models/model_json.h"
 #include "kiln/models/sequential.h"
 #include "kiln/spec/spec.h"
 
@@ -15,9 +19,10 @@ Json layer_json(const std::string& class_name, Json config = Json::object()) {
   return Json{{"class_name", class_name}, {"config", std::move(config)}};
 }
 
+// [] is a shape too: one scalar per example (an Input(shape=()) of strings).
 Shape shape_from_json(const Json& j, const std::string& where) {
   Shape s;
-  if (!j.is_array() || j.empty())
+  if (!j.is_array())
     throw ValueError(
         where + " must be a list of positive dims without the batch dim, e.g. [784]. Received: " + json_excerpt(j));
   for (auto& v : j) {
@@ -153,7 +158,7 @@ ModelPtr build_model(const Json& m, const std::optional<Shape>& input_shape) {
     return builtin_model(m["builtin"].get<std::string>(), m.value("args", Json::object()), input_shape);
   }
   if (m.contains("layers")) {
-    check_keys(m, {"layers", "input_shape", "input_dtype", "name"}, "the `model` section (layers)");
+    check_keys(m, {"layers", "input_shape", "input_dtype", "name", "adapt"}, "the `model` section (layers)");
     if (!m["layers"].is_array() || m["layers"].empty())
       throw ValueError("`model.layers` must be a non-empty list of {\"class_name\", \"config\"} objects");
     std::vector<Json> layers;
@@ -189,8 +194,10 @@ ModelPtr build_model(const Json& m, const std::optional<Shape>& input_shape) {
   }
   if (m.contains("class_name")) {
     LayerPtr layer;
+    Json arch = m;
+    arch.erase("adapt");  // kiln's, read by adapt_model
     try {
-      layer = layer_from_json(m);
+      layer = layer_from_json(arch);
     } catch (const UserError& e) {
       throw ValueError(std::string("the `model` section: ") + e.what());
     }
@@ -208,6 +215,40 @@ ModelPtr build_model(const Json& m, const std::optional<Shape>& input_shape) {
   throw ValueError(
       "the `model` section needs one of `builtin` ({\"builtin\": \"mlp\"}), `layers` ([{\"class_name\": \"Dense\", "
       "...}]) or a Keras model config ({\"class_name\": \"Sequential\", \"config\": {...}})");
+}
+
+ModelPtr adapt_model(const Json& m, ModelPtr model, const at::Tensor& x_train) {
+  if (!m.is_object() || !m.contains("adapt") || m["adapt"].is_null()) return model;
+  const Json& names = m["adapt"];
+  if (!names.is_array() || names.empty())
+    throw ValueError("`model.adapt` must be a list of layer names, e.g. [\"vectorize\"]. Received: " +
+                     json_excerpt(names));
+  for (auto& n : names) {
+    if (!n.is_string()) throw ValueError("`model.adapt` must list layer names. Received: " + json_excerpt(n));
+    LayerPtr layer;
+    try {
+      layer = model->get_layer(n.get<std::string>());
+    } catch (const NotFoundError& e) {
+      throw ValueError(std::string("`model.adapt`: ") + e.what() + " (name the layer in its config)");
+    }
+    if (auto tv = std::dynamic_pointer_cast<layers::TextVectorizationImpl>(layer))
+      tv->adapt(x_train);
+    else if (auto sl = std::dynamic_pointer_cast<layers::StringLookupImpl>(layer))
+      sl->adapt(x_train);
+    else if (auto il = std::dynamic_pointer_cast<layers::IntegerLookupImpl>(layer))
+      il->adapt(x_train);
+    else if (auto norm = std::dynamic_pointer_cast<layers::NormalizationImpl>(layer))
+      norm->adapt(x_train);
+    else
+      throw ValueError("`model.adapt`: layer '" + layer->name() + "' is a " + layer->class_name() +
+                       ", which does not adapt; adaptable layers: TextVectorization, StringLookup, IntegerLookup, "
+                       "Normalization");
+  }
+  // Rebuilt from the config, which now holds the vocabulary: later layers
+  // see the adapted output shapes.
+  auto rebuilt = std::dynamic_pointer_cast<models::Model>(layer_from_json(serialize_layer(*model)));
+  if (!rebuilt) throw Error("adapt_model: the model's config did not rebuild a model");
+  return rebuilt;
 }
 
 }  // namespace kiln::spec

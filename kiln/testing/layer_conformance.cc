@@ -7,6 +7,7 @@
 
 #include "kiln/core/io.h"
 #include "kiln/core/random.h"
+#include "kiln/core/string_tensor.h"
 #include "kiln/core/torch_compat.h"
 #include "kiln/testing/testing.h"
 
@@ -72,8 +73,8 @@ void check_shapes(const LayerTestCase& c, Layer& layer, const Tensors& inputs, c
   LayerPtr fresh = c.make();
   KerasTensors ins;
   for (size_t i = 0; i < c.input_shapes.size(); ++i)
-    ins.push_back(
-        layers::Input(Shape(c.input_shapes[i].begin() + 1, c.input_shapes[i].end()), inputs[i].scalar_type()));
+    ins.push_back(layers::Input(Shape(c.input_shapes[i].begin() + 1, c.input_shapes[i].end()),
+                                i < c.input_dtypes.size() ? c.input_dtypes[i] : inputs[i].scalar_type()));
   KerasTensors outs = (*fresh)(ins);
   ASSERT_EQ(outs.size(), expected_sym.size());
   for (size_t i = 0; i < outs.size(); ++i)
@@ -399,7 +400,13 @@ Tensors make_test_inputs(const LayerTestCase& c) {
   Tensors inputs;
   for (size_t i = 0; i < c.input_shapes.size(); ++i) {
     at::ScalarType dt = i < c.input_dtypes.size() ? c.input_dtypes[i] : at::kFloat;
-    if (at::isFloatingType(dt))
+    if (is_string_dtype(dt)) {
+      if (c.string_pool.empty()) throw ValueError("LayerTestCase '" + c.name + "': a string input needs string_pool");
+      at::Tensor pick = at::randint(0, (int64_t)c.string_pool.size(), {num_elements(c.input_shapes[i])}, at::kLong);
+      std::vector<std::string> values;
+      for (int64_t k = 0; k < pick.numel(); ++k) values.push_back(c.string_pool[pick[k].item<int64_t>()]);
+      inputs.push_back(strings::encode(values, c.input_shapes[i]));
+    } else if (at::isFloatingType(dt))
       inputs.push_back(at::randn(c.input_shapes[i], at::TensorOptions().dtype(dt)));
     else
       inputs.push_back(at::randint(0, c.int_input_high, c.input_shapes[i], at::TensorOptions().dtype(dt)));

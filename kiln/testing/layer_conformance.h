@@ -52,11 +52,14 @@
 namespace kiln {
 
 struct LayerTestCase {
-  std::string name;                           // shown in every failure
-  std::function<LayerPtr()> make;             // a fresh, unbuilt layer (float32 policy)
-  std::vector<Shape> input_shapes;            // concrete, batch axis first
-  std::vector<at::ScalarType> input_dtypes;   // default: float32 for every input
-  int64_t int_input_high = 10;                // integer inputs are drawn from [0, high)
+  std::string name;                          // shown in every failure
+  std::function<LayerPtr()> make;            // a fresh, unbuilt layer (float32 policy)
+  std::vector<Shape> input_shapes;           // concrete, batch axis first
+  std::vector<at::ScalarType> input_dtypes;  // default: float32 for every input
+  int64_t int_input_high = 10;               // integer inputs are drawn from [0, high)
+  // String inputs (dtype kStringDType; input_shapes are their logical
+  // shapes) take values drawn from here (kiln/core/string_tensor.h).
+  std::vector<std::string> string_pool;
   std::vector<Shape> expected_output_shapes;  // concrete, batch axis first
   int64_t expected_trainable_params = 0;
   int64_t expected_non_trainable_params = 0;

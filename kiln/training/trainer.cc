@@ -11,6 +11,7 @@
 #include "kiln/core/device.h"
 #include "kiln/core/error.h"
 #include "kiln/core/random.h"
+#include "kiln/core/string_tensor.h"
 #include "kiln/models/model.h"
 #include "kiln/models/model_trainer.h"
 #include "kiln/optimizers/loss_scale_optimizer.h"
@@ -443,6 +444,17 @@ std::map<std::string, double> Trainer::evaluate(models::Model& model, const Eval
 
 namespace {
 
+// One output's batches end to end. A string output (StringLookup(invert=true);
+// kiln/core/string_tensor.h) has the row width of each batch's longest
+// string: its batches are padded to the widest.
+at::Tensor join_batches(const Tensors& batches) {
+  bool widths_differ = false;
+  for (const auto& b : batches)
+    widths_differ |= b.scalar_type() == string_storage_dtype && b.dim() >= 2 && b.dim() == batches[0].dim() &&
+                     b.size(-1) != batches[0].size(-1);
+  return widths_differ ? strings::concat(batches, 0) : at::cat(batches, 0);
+}
+
 // Outputs come back on the host (Keras returns NumPy arrays), in one copy
 // per output after the last batch.
 Tensors predict_loop(models::Model& model, std::unique_ptr<DataAdapter> adapter, const PredictArgs& a) {
@@ -473,7 +485,7 @@ Tensors predict_loop(models::Model& model, std::unique_ptr<DataAdapter> adapter,
   }
   cbs.on_predict_end({});
   Tensors result;
-  for (auto& p : parts) result.push_back(at::cat(p, 0).to(at::kCPU));
+  for (auto& p : parts) result.push_back(join_batches(p).to(at::kCPU));
   return result;
 }
 

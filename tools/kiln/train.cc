@@ -78,7 +78,8 @@ Prepared prepare(const Json& spec, int epochs) {
   if (!p.data.y_train.defined())
     throw ValueError("the training data has no labels; set `data.label` (csv/jsonl) or `data.y` (npy/idx)");
   Shape example(p.data.x_train.sizes().begin() + 1, p.data.x_train.sizes().end());
-  std::string each = shape_to_string(example);
+  if (p.data.text) example.pop_back();  // a string tensor's row width is not part of its shape
+  std::string each = shape_to_string(example) + (p.data.text ? " string" : "");
   if (p.data.input_names.size() > 1) {  // named inputs: one shape per input
     each.clear();
     for (size_t i = 0; i < p.data.input_names.size(); ++i) {
@@ -110,6 +111,7 @@ Prepared prepare(const Json& spec, int epochs) {
   }
   if (is_chief() && default_device().is_cuda()) std::cout << "Device: " << default_device().str() << "\n";
   p.model = build_model(spec["model"], p.data.input_names.size() > 1 ? std::nullopt : std::optional<Shape>(example));
+  p.model = adapt_model(spec["model"], p.model, p.data.x_train);
   p.model->compile(compile);
   model_data(p.data, *p.model, /*test=*/false, &p.fit.x, &p.fit.y);
   return p;
