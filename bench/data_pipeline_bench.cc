@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
 
   Mlp model(x.size(1), hidden, 10);
   const double lr = 0.05;
-  auto pipeline = kiln::Dataset::from_tensor_slices({x, y}).shuffle(n, /*seed=*/1).batch(batch);
+  auto pipeline = kiln::data::Dataset::from_tensor_slices({x, y}).shuffle(n, /*seed=*/1).batch(batch);
   auto prefetched = pipeline.prefetch(2);
 
   auto run_in_memory = [&](int64_t epoch) {
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
   double waiting = 0;  // time in next() of the last pipeline epoch
-  auto run_pipeline = [&](const kiln::Dataset& ds, int64_t epoch) {
+  auto run_pipeline = [&](const kiln::data::Dataset& ds, int64_t epoch) {
     auto t0 = Clock::now();
     auto it = ds.iterator(epoch);
     waiting = 0;
@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
         e, mem.back(), pre.back(), pre_waiting, plain.back(), waiting);
   }
   // Data-only cost per epoch (no training step).
-  auto data_only = [&](const kiln::Dataset& ds) {
+  auto data_only = [&](const kiln::data::Dataset& ds) {
     auto t0 = Clock::now();
     auto it = ds.iterator(7);
     int64_t rows = 0;
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
   auto identity = [](const kiln::Element& e) { return e; };
-  auto element_path = kiln::Dataset::from_tensor_slices({x, y}).map(identity).shuffle(n, 1).batch(batch);
+  auto element_path = kiln::data::Dataset::from_tensor_slices({x, y}).map(identity).shuffle(n, 1).batch(batch);
   std::printf("data only, one epoch: fast path %.3f s, element-by-element path %.3f s\n", data_only(pipeline),
               data_only(element_path));
 

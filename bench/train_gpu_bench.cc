@@ -317,7 +317,7 @@ void run_pipeline(const at::Device& device, int64_t rows) {
   host.y = {y};
   const double host_s = epoch(host);
   FitArgs dataset;
-  dataset.dataset = Dataset::from_tensor_slices({x, y}).shuffle(rows, /*seed=*/1).batch(128).prefetch(2);
+  dataset.dataset = data::Dataset::from_tensor_slices({x, y}).shuffle(rows, /*seed=*/1).batch(128).prefetch(2);
   const double dataset_s = epoch(dataset);
   FitArgs resident;
   resident.x = {x.to(device)};

@@ -38,10 +38,10 @@ GroupNormalization InputLayer Masking Add Subtract Multiply Average Maximum Mini
 SpatialDropout2D GaussianNoise BatchNormalization LayerNormalization MaxPooling1D AveragePooling1D
 MaxPooling2D AveragePooling2D GlobalAveragePooling1D GlobalAveragePooling2D GlobalMaxPooling1D
 GlobalMaxPooling2D Rescaling Normalization LSTM GRU SimpleRNN Bidirectional TimeDistributed Flatten
-Reshape UpSampling2D ZeroPadding2D Cropping2D Permute RepeatVector""".split()
+Reshape UpSampling2D ZeroPadding2D Cropping2D Permute RepeatVector StringLookup TextVectorization""".split()
 # Names that only change namespace: abstract bases, Options, non-Layer helpers.
 LAYERS_SAME = """Conv ImageLayer RandomAffineLayer ElementwiseMerge Pooling GlobalPooling RecurrentLayer
-StringLookup TextVectorization ReLUOptions LeakyReLUOptions SoftmaxOptions MultiHeadAttentionOptions
+ReLUOptions LeakyReLUOptions SoftmaxOptions MultiHeadAttentionOptions
 ConvOptions Conv2DTransposeOptions DepthwiseConv2DOptions DenseOptions DropoutOptions EmbeddingOptions
 GroupNormalizationOptions SpatialDropout2DOptions BatchNormalizationOptions LayerNormalizationOptions
 PoolingOptions GlobalPoolingOptions RecurrentOptions SeparableConv2DOptions Conv1DOptions Conv2DOptions

@@ -1,5 +1,6 @@
 #include "kiln/core/base64.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kiln/core/error.h"
@@ -32,6 +33,19 @@ std::string base64_decode(const std::string& in) {
       bits -= 8;
       out.push_back((char)((acc >> bits) & 0xFF));
     }
+  }
+  return out;
+}
+
+std::string base64_encode(const std::string& in) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < in.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, in.size() - i);
+    uint32_t v = 0;
+    for (size_t k = 0; k < 3; ++k) v = (v << 8) | (k < n ? (uint8_t)in[i + k] : 0u);
+    for (size_t k = 0; k < 4; ++k) out.push_back(k <= n ? kAlphabet[(v >> (18 - 6 * k)) & 63] : '=');
   }
   return out;
 }

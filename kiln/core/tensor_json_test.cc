@@ -75,6 +75,11 @@ TEST(TensorJson, ReadsStringsAndB64AndWritesThemBack) {
 
 TEST(Base64, DecodesStrictly) {
   EXPECT_EQ(base64_decode("aGVsbG8="), "hello");
+  for (const std::string& bytes :
+       {std::string(), std::string("h"), std::string("he"), std::string("hel"), std::string("\0\xff\x10hello", 8)})
+    EXPECT_EQ(base64_decode(base64_encode(bytes)), bytes);
+  EXPECT_EQ(base64_encode("hello"), "aGVsbG8=");
+  EXPECT_EQ(base64_encode("\xfb\xff"), "+/8=");
   EXPECT_EQ(base64_decode("aGVsbG8"), "hello");
   EXPECT_EQ(base64_decode("-_8="), "\xfb\xff");
   EXPECT_EQ(error_of<ValueError>([] { base64_decode("aGVs*G8="); }),

@@ -19,8 +19,8 @@
 
 namespace kiln {
 
-void adapt(layers::NormalizationImpl& layer, const Dataset& dataset, int64_t steps = 0, size_t component = 0);
-void adapt(layers::StringLookupImpl& layer, const Dataset& dataset, int64_t steps = 0, size_t component = 0);
-void adapt(layers::TextVectorizationImpl& layer, const Dataset& dataset, int64_t steps = 0, size_t component = 0);
+void adapt(layers::NormalizationImpl& layer, const data::Dataset& dataset, int64_t steps = 0, size_t component = 0);
+void adapt(layers::StringLookupImpl& layer, const data::Dataset& dataset, int64_t steps = 0, size_t component = 0);
+void adapt(layers::TextVectorizationImpl& layer, const data::Dataset& dataset, int64_t steps = 0, size_t component = 0);
 
 }  // namespace kiln

@@ -17,7 +17,7 @@ namespace kiln {
 
 // ---------------------------------------------------------------- helpers
 
-int64_t DatasetIterator::skip_batches(int64_t n) {
+int64_t data::DatasetIterator::skip_batches(int64_t n) {
   int64_t done = 0;
   while (done < n && next()) ++done;
   return done;
@@ -90,7 +90,7 @@ void use_one_intra_op_thread_here() {
 
 namespace {
 
-class RowIterator : public DatasetIterator {
+class RowIterator : public data::DatasetIterator {
  public:
   RowIterator(NodePtr owner, const Element* source, std::unique_ptr<IndexStream> stream)
       : owner_(std::move(owner)), source_(source), stream_(std::move(stream)) {}
@@ -115,8 +115,8 @@ class RowIterator : public DatasetIterator {
 class TensorsNode : public DatasetNode {
  public:
   explicit TensorsNode(Element e) : element_(std::move(e)) {}
-  std::unique_ptr<DatasetIterator> make_iterator(uint64_t) const override {
-    class It : public DatasetIterator {
+  std::unique_ptr<data::DatasetIterator> make_iterator(uint64_t) const override {
+    class It : public data::DatasetIterator {
      public:
       explicit It(std::shared_ptr<const TensorsNode> n) : node_(std::move(n)) {}
       std::optional<Element> next() override {
@@ -167,7 +167,7 @@ class RangeStream : public IndexStream {
 class SlicesNode : public DatasetNode {
  public:
   explicit SlicesNode(Element tensors) : tensors_(std::move(tensors)), n_(tensors_[0].size(0)) {}
-  std::unique_ptr<DatasetIterator> make_iterator(uint64_t key) const override {
+  std::unique_ptr<data::DatasetIterator> make_iterator(uint64_t key) const override {
     return make_row_iterator(shared_from_this(), &tensors_, index_stream(key));
   }
   int64_t cardinality() const override { return n_; }
@@ -186,8 +186,8 @@ class GeneratorNode : public DatasetNode {
  public:
   using Make = std::function<std::function<std::optional<Element>()>()>;
   GeneratorNode(Make make, int64_t cardinality) : make_(std::move(make)), cardinality_(cardinality) {}
-  std::unique_ptr<DatasetIterator> make_iterator(uint64_t) const override {
-    class It : public DatasetIterator {
+  std::unique_ptr<data::DatasetIterator> make_iterator(uint64_t) const override {
+    class It : public data::DatasetIterator {
      public:
       explicit It(std::function<std::optional<Element>()> gen) : gen_(std::move(gen)) {}
       std::optional<Element> next() override {
@@ -221,24 +221,24 @@ void require_positive(const char* op, const char* name, int64_t v) {
 
 }  // namespace
 
-std::unique_ptr<DatasetIterator> make_row_iterator(NodePtr owner, const Element* source,
-                                                   std::unique_ptr<IndexStream> stream) {
+std::unique_ptr<data::DatasetIterator> make_row_iterator(NodePtr owner, const Element* source,
+                                                         std::unique_ptr<IndexStream> stream) {
   return std::make_unique<RowIterator>(std::move(owner), source, std::move(stream));
 }
 
 // ------------------------------------------------------------ Dataset API
 
-Dataset Dataset::from_tensors(const Element& tensors) {
+data::Dataset data::Dataset::from_tensors(const Element& tensors) {
   if (tensors.empty()) throw ValueError("Dataset.from_tensors: received no tensors, expected at least one");
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (!tensors[i].defined()) {
       throw ValueError("Dataset.from_tensors: tensor " + std::to_string(i) + " is undefined");
     }
   }
-  return Dataset(std::make_shared<TensorsNode>(tensors));
+  return data::Dataset(std::make_shared<TensorsNode>(tensors));
 }
 
-Dataset Dataset::from_tensor_slices(const Element& tensors) {
+data::Dataset data::Dataset::from_tensor_slices(const Element& tensors) {
   if (tensors.empty()) throw ValueError("Dataset.from_tensor_slices: received no tensors, expected at least one");
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (!tensors[i].defined()) {
@@ -260,19 +260,20 @@ Dataset Dataset::from_tensor_slices(const Element& tensors) {
           lengths + "] (tensor shapes: " + shape_string(tensors[0]) + " and " + shape_string(tensors[i]) + ")");
     }
   }
-  return Dataset(std::make_shared<SlicesNode>(tensors));
+  return data::Dataset(std::make_shared<SlicesNode>(tensors));
 }
 
-Dataset Dataset::from_generator(std::function<std::function<std::optional<Element>()>()> make, int64_t cardinality) {
+data::Dataset data::Dataset::from_generator(std::function<std::function<std::optional<Element>()>()> make,
+                                            int64_t cardinality) {
   if (!make) throw ValueError("Dataset.from_generator: received an empty factory function");
   if (cardinality < kUnknownCardinality) {
     throw ValueError("Dataset.from_generator: invalid cardinality " + std::to_string(cardinality) +
                      ", expected a count >= 0, kInfiniteCardinality or kUnknownCardinality");
   }
-  return Dataset(std::make_shared<GeneratorNode>(std::move(make), cardinality));
+  return data::Dataset(std::make_shared<GeneratorNode>(std::move(make), cardinality));
 }
 
-Dataset Dataset::map(std::function<Element(const Element&)> fn, int num_parallel_calls) const {
+data::Dataset data::Dataset::map(std::function<Element(const Element&)> fn, int num_parallel_calls) const {
   if (!fn) throw ValueError("Dataset.map: received an empty function");
   if (num_parallel_calls == kAutotune) {
     num_parallel_calls = std::max(1u, std::thread::hardware_concurrency());
@@ -283,77 +284,80 @@ Dataset Dataset::map(std::function<Element(const Element&)> fn, int num_parallel
         "integer or kAutotune (-1). Received: num_parallel_calls=" +
         std::to_string(num_parallel_calls));
   }
-  return Dataset(make_map_node(node_, std::move(fn), num_parallel_calls));
+  return data::Dataset(make_map_node(node_, std::move(fn), num_parallel_calls));
 }
 
-Dataset Dataset::shuffle(int64_t buffer_size, std::optional<uint64_t> seed, bool reshuffle_each_iteration) const {
+data::Dataset data::Dataset::shuffle(int64_t buffer_size, std::optional<uint64_t> seed,
+                                     bool reshuffle_each_iteration) const {
   require_positive("shuffle", "buffer_size", buffer_size);
-  return Dataset(make_shuffle_node(node_, buffer_size, seed ? *seed : next_seed(), reshuffle_each_iteration));
+  return data::Dataset(make_shuffle_node(node_, buffer_size, seed ? *seed : next_seed(), reshuffle_each_iteration));
 }
 
-Dataset Dataset::batch(int64_t batch_size, bool drop_remainder) const {
+data::Dataset data::Dataset::batch(int64_t batch_size, bool drop_remainder) const {
   require_positive("batch", "batch_size", batch_size);
-  return Dataset(make_batch_node(node_, batch_size, drop_remainder));
+  return data::Dataset(make_batch_node(node_, batch_size, drop_remainder));
 }
 
-Dataset Dataset::unbatch() const { return Dataset(make_unbatch_node(node_)); }
+data::Dataset data::Dataset::unbatch() const { return data::Dataset(make_unbatch_node(node_)); }
 
-Dataset Dataset::repeat(int64_t count) const {
+data::Dataset data::Dataset::repeat(int64_t count) const {
   if (count < -1) {
     throw ValueError(
         "Dataset.repeat: received an invalid value for `count`, expected -1 (forever) or a count "
         ">= 0. Received: count=" +
         std::to_string(count));
   }
-  return Dataset(make_repeat_node(node_, count));
+  return data::Dataset(make_repeat_node(node_, count));
 }
 
-Dataset Dataset::take(int64_t n) const {
+data::Dataset data::Dataset::take(int64_t n) const {
   if (n < -1) {
     throw ValueError(
         "Dataset.take: received an invalid value for `count`, expected -1 (all) or a count >= 0. "
         "Received: count=" +
         std::to_string(n));
   }
-  return Dataset(make_take_node(node_, n));
+  return data::Dataset(make_take_node(node_, n));
 }
 
-Dataset Dataset::skip(int64_t n) const {
+data::Dataset data::Dataset::skip(int64_t n) const {
   if (n < -1) {
     throw ValueError(
         "Dataset.skip: received an invalid value for `count`, expected -1 (all) or a count >= 0. "
         "Received: count=" +
         std::to_string(n));
   }
-  return Dataset(make_skip_node(node_, n));
+  return data::Dataset(make_skip_node(node_, n));
 }
 
-Dataset Dataset::cache(const std::string& filename) const { return Dataset(make_cache_node(node_, filename)); }
+data::Dataset data::Dataset::cache(const std::string& filename) const {
+  return data::Dataset(make_cache_node(node_, filename));
+}
 
-Dataset Dataset::cache_on_device(const std::string& device) const {
+data::Dataset data::Dataset::cache_on_device(const std::string& device) const {
   const at::Device d = device.empty() ? default_device() : resolve_device(device, "Dataset.cache_on_device");
-  return Dataset(make_cache_node(node_, "", d));
+  return data::Dataset(make_cache_node(node_, "", d));
 }
 
-Dataset Dataset::prefetch(int64_t buffer_size) const {
+data::Dataset data::Dataset::prefetch(int64_t buffer_size) const {
   if (buffer_size == kAutotune) buffer_size = 2;
   require_positive("prefetch", "buffer_size", buffer_size);
-  return Dataset(make_prefetch_node(node_, buffer_size));
+  return data::Dataset(make_prefetch_node(node_, buffer_size));
 }
 
-Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
+data::Dataset data::Dataset::shard(int64_t num_shards, int64_t index) const {
   require_positive("shard", "num_shards", num_shards);
   if (index < 0 || index >= num_shards) {
     throw ValueError("Dataset.shard: received an invalid value for `index`, expected 0 <= index < num_shards=" +
                      std::to_string(num_shards) + ". Received: index=" + std::to_string(index));
   }
-  return Dataset(make_shard_node(node_, num_shards, index));
+  return data::Dataset(make_shard_node(node_, num_shards, index));
 }
 
-std::unique_ptr<DatasetIterator> Dataset::iterator(int64_t epoch) const {
+std::unique_ptr<data::DatasetIterator> data::Dataset::iterator(int64_t epoch) const {
   return node_->make_iterator(static_cast<uint64_t>(epoch));
 }
 
-int64_t Dataset::cardinality() const { return node_->cardinality(); }
+int64_t data::Dataset::cardinality() const { return node_->cardinality(); }
 
 }  // namespace kiln

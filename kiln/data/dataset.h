@@ -47,6 +47,8 @@ namespace kiln {
 
 using Element = std::vector<at::Tensor>;
 
+namespace data {
+
 class DatasetIterator {
  public:
   virtual ~DatasetIterator() = default;
@@ -60,6 +62,8 @@ class DatasetIterator {
   virtual int64_t skip_batches(int64_t n);
 };
 
+}  // namespace data
+
 constexpr int64_t kInfiniteCardinality = -1;
 constexpr int64_t kUnknownCardinality = -2;
 // tf.data.AUTOTUNE for num_parallel_calls (the machine's cores) and prefetch
@@ -67,6 +71,8 @@ constexpr int64_t kUnknownCardinality = -2;
 constexpr int64_t kAutotune = -1;
 
 class DatasetNode;  // implementation detail (kiln/data/dataset_node.h)
+
+namespace data {
 
 class Dataset {
  public:
@@ -139,4 +145,9 @@ class Dataset {
   std::shared_ptr<const DatasetNode> node_;
 };
 
+}  // namespace data
+
 }  // namespace kiln
+
+#define KILN_LEGACY_DATA_DATASET_H
+#include "kiln/data/legacy_names.h"

@@ -162,7 +162,7 @@ class CacheFile {
   uint64_t num_elements_ = 0;
 };
 
-class CacheFileIterator : public DatasetIterator {
+class CacheFileIterator : public data::DatasetIterator {
  public:
   explicit CacheFileIterator(std::string path) : file_(std::move(path)) {}
   std::optional<Element> next() override {
@@ -182,9 +182,9 @@ class CacheFileIterator : public DatasetIterator {
 
 // First pass to a file: serialises elements as they go by and writes the file
 // atomically when the input ends. Destroyed earlier, it writes nothing.
-class CacheFileWriter : public DatasetIterator {
+class CacheFileWriter : public data::DatasetIterator {
  public:
-  CacheFileWriter(std::unique_ptr<DatasetIterator> in, std::string path)
+  CacheFileWriter(std::unique_ptr<data::DatasetIterator> in, std::string path)
       : in_(std::move(in)), path_(std::move(path)), buffer_(kHeaderBytes, '\0') {}
   std::optional<Element> next() override {
     if (done_) return std::nullopt;
@@ -214,7 +214,7 @@ class CacheFileWriter : public DatasetIterator {
     std::string().swap(buffer_);
   }
 
-  std::unique_ptr<DatasetIterator> in_;
+  std::unique_ptr<data::DatasetIterator> in_;
   std::string path_;
   std::string buffer_;
   uint64_t count_ = 0;
@@ -223,7 +223,7 @@ class CacheFileWriter : public DatasetIterator {
 
 using Elements = std::vector<Element>;
 
-class MemoryIterator : public DatasetIterator {
+class MemoryIterator : public data::DatasetIterator {
  public:
   explicit MemoryIterator(std::shared_ptr<const Elements> elements) : elements_(std::move(elements)) {}
   std::optional<Element> next() override {
@@ -245,16 +245,16 @@ class CacheNode;
 
 // First pass in memory: keeps the elements and publishes them to the node
 // when the input ends.
-class MemoryWriter : public DatasetIterator {
+class MemoryWriter : public data::DatasetIterator {
  public:
-  MemoryWriter(std::shared_ptr<const CacheNode> node, std::unique_ptr<DatasetIterator> in,
+  MemoryWriter(std::shared_ptr<const CacheNode> node, std::unique_ptr<data::DatasetIterator> in,
                std::optional<at::Device> device)
       : node_(std::move(node)), in_(std::move(in)), device_(device), elements_(std::make_shared<Elements>()) {}
   std::optional<Element> next() override;
 
  private:
   std::shared_ptr<const CacheNode> node_;
-  std::unique_ptr<DatasetIterator> in_;
+  std::unique_ptr<data::DatasetIterator> in_;
   std::optional<at::Device> device_;  // keep the elements there
   std::shared_ptr<Elements> elements_;
   bool done_ = false;
@@ -264,7 +264,7 @@ class CacheNode : public DatasetNode {
  public:
   CacheNode(NodePtr input, std::string filename, std::optional<at::Device> device)
       : input_(std::move(input)), filename_(std::move(filename)), device_(device) {}
-  std::unique_ptr<DatasetIterator> make_iterator(uint64_t key) const override {
+  std::unique_ptr<data::DatasetIterator> make_iterator(uint64_t key) const override {
     if (!filename_.empty()) {
       if (path_exists(filename_)) return std::make_unique<CacheFileIterator>(filename_);
       return std::make_unique<CacheFileWriter>(input_->make_iterator(key), filename_);

@@ -41,7 +41,7 @@ class IndexStream {
 class DatasetNode : public std::enable_shared_from_this<DatasetNode> {
  public:
   virtual ~DatasetNode() = default;
-  virtual std::unique_ptr<DatasetIterator> make_iterator(uint64_t key) const = 0;
+  virtual std::unique_ptr<data::DatasetIterator> make_iterator(uint64_t key) const = 0;
   virtual int64_t cardinality() const = 0;
   // True when a pass only reads tensors already in memory: no user code, no
   // I/O, nothing that blocks (from_tensors/from_tensor_slices under
@@ -62,8 +62,8 @@ class DatasetNode : public std::enable_shared_from_this<DatasetNode> {
 using NodePtr = std::shared_ptr<const DatasetNode>;
 
 // Iterates the rows of `source` in the order of `stream` (select views).
-std::unique_ptr<DatasetIterator> make_row_iterator(NodePtr owner, const Element* source,
-                                                   std::unique_ptr<IndexStream> stream);
+std::unique_ptr<data::DatasetIterator> make_row_iterator(NodePtr owner, const Element* source,
+                                                         std::unique_ptr<IndexStream> stream);
 
 // splitmix64 finaliser and a combiner for pass keys and seeds.
 inline uint64_t mix64(uint64_t x) {

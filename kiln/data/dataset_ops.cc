@@ -27,8 +27,8 @@ template <class T>
 struct Traits;
 template <>
 struct Traits<Element> {
-  using Iter = DatasetIterator;
-  static int64_t skip(DatasetIterator& it, int64_t n) { return it.skip_batches(n); }
+  using Iter = data::DatasetIterator;
+  static int64_t skip(data::DatasetIterator& it, int64_t n) { return it.skip_batches(n); }
 };
 template <>
 struct Traits<int64_t> {
@@ -44,7 +44,7 @@ using Opener = std::function<std::unique_ptr<IterOf<T>>(uint64_t key)>;
 template <class T, class Op>
 class Adapter;
 template <class Op>
-class Adapter<Element, Op> : public DatasetIterator {
+class Adapter<Element, Op> : public data::DatasetIterator {
  public:
   template <class... A>
   explicit Adapter(A&&... a) : op_(std::forward<A>(a)...) {}
@@ -290,7 +290,7 @@ class OrderNode : public DatasetNode {
   OrderNode(NodePtr input, Params p, int64_t cardinality)
       : input_(std::move(input)), params_(p), cardinality_(cardinality) {}
 
-  std::unique_ptr<DatasetIterator> make_iterator(uint64_t key) const override {
+  std::unique_ptr<data::DatasetIterator> make_iterator(uint64_t key) const override {
     if (input_->row_source()) return make_row_iterator(shared_from_this(), row_source(), index_stream(key));
     NodePtr in = input_;
     Opener<Element> open = [in](uint64_t k) { return in->make_iterator(k); };
@@ -316,9 +316,9 @@ bool known(int64_t c) { return c >= 0; }
 
 // ------------------------------------------------------------------ batch
 
-class StackBatchIterator : public DatasetIterator {
+class StackBatchIterator : public data::DatasetIterator {
  public:
-  StackBatchIterator(std::unique_ptr<DatasetIterator> in, int64_t batch_size, bool drop)
+  StackBatchIterator(std::unique_ptr<data::DatasetIterator> in, int64_t batch_size, bool drop)
       : in_(std::move(in)), batch_size_(batch_size), drop_(drop) {}
   std::optional<Element> next() override {
     if (done_) return std::nullopt;
@@ -353,7 +353,7 @@ class StackBatchIterator : public DatasetIterator {
   }
 
  private:
-  std::unique_ptr<DatasetIterator> in_;
+  std::unique_ptr<data::DatasetIterator> in_;
   int64_t batch_size_;
   bool drop_;
   bool done_ = false;
@@ -361,7 +361,7 @@ class StackBatchIterator : public DatasetIterator {
 
 // The fast path: rows of the source tensors gathered with one index_select
 // per tensor, or a narrow view when they are consecutive (unshuffled data).
-class GatherBatchIterator : public DatasetIterator {
+class GatherBatchIterator : public data::DatasetIterator {
  public:
   GatherBatchIterator(NodePtr owner, const Element* source, std::unique_ptr<IndexStream> stream, int64_t batch_size,
                       bool drop)
@@ -411,7 +411,7 @@ class BatchNode : public DatasetNode {
  public:
   BatchNode(NodePtr input, int64_t batch_size, bool drop)
       : input_(std::move(input)), batch_size_(batch_size), drop_(drop) {}
-  std::unique_ptr<DatasetIterator> make_iterator(uint64_t key) const override {
+  std::unique_ptr<data::DatasetIterator> make_iterator(uint64_t key) const override {
     if (const Element* source = input_->row_source()) {
       return std::make_unique<GatherBatchIterator>(shared_from_this(), source, input_->index_stream(key), batch_size_,
                                                    drop_);
@@ -433,9 +433,9 @@ class BatchNode : public DatasetNode {
 
 // ---------------------------------------------------------------- unbatch
 
-class UnbatchIterator : public DatasetIterator {
+class UnbatchIterator : public data::DatasetIterator {
  public:
-  explicit UnbatchIterator(std::unique_ptr<DatasetIterator> in) : in_(std::move(in)) {}
+  explicit UnbatchIterator(std::unique_ptr<data::DatasetIterator> in) : in_(std::move(in)) {}
   std::optional<Element> next() override {
     while (pos_ >= len_) {
       auto e = in_->next();
@@ -465,7 +465,7 @@ class UnbatchIterator : public DatasetIterator {
       }
     }
   }
-  std::unique_ptr<DatasetIterator> in_;
+  std::unique_ptr<data::DatasetIterator> in_;
   Element current_;
   int64_t pos_ = 0;
   int64_t len_ = 0;
@@ -474,7 +474,7 @@ class UnbatchIterator : public DatasetIterator {
 class UnbatchNode : public DatasetNode {
  public:
   explicit UnbatchNode(NodePtr input) : input_(std::move(input)) {}
-  std::unique_ptr<DatasetIterator> make_iterator(uint64_t key) const override {
+  std::unique_ptr<data::DatasetIterator> make_iterator(uint64_t key) const override {
     return std::make_unique<UnbatchIterator>(input_->make_iterator(key));
   }
   int64_t cardinality() const override {
@@ -491,9 +491,9 @@ class UnbatchNode : public DatasetNode {
 
 using MapFn = std::function<Element(const Element&)>;
 
-class SerialMapIterator : public DatasetIterator {
+class SerialMapIterator : public data::DatasetIterator {
  public:
-  SerialMapIterator(std::shared_ptr<const MapFn> fn, std::unique_ptr<DatasetIterator> in)
+  SerialMapIterator(std::shared_ptr<const MapFn> fn, std::unique_ptr<data::DatasetIterator> in)
       : fn_(std::move(fn)), in_(std::move(in)) {}
   std::optional<Element> next() override {
     auto e = in_->next();
@@ -504,14 +504,14 @@ class SerialMapIterator : public DatasetIterator {
 
  private:
   std::shared_ptr<const MapFn> fn_;
-  std::unique_ptr<DatasetIterator> in_;
+  std::unique_ptr<data::DatasetIterator> in_;
 };
 
 // Reads the input on the caller's thread, runs fn on the pool, and returns
 // results in input order (a deque of futures, at most 2x the workers deep).
-class ParallelMapIterator : public DatasetIterator {
+class ParallelMapIterator : public data::DatasetIterator {
  public:
-  ParallelMapIterator(std::shared_ptr<const MapFn> fn, std::unique_ptr<DatasetIterator> in, int workers)
+  ParallelMapIterator(std::shared_ptr<const MapFn> fn, std::unique_ptr<data::DatasetIterator> in, int workers)
       : fn_(std::move(fn)), in_(std::move(in)), workers_(workers) {}
   // Queued calls are dropped, running ones waited for, before the futures and input go.
   ~ParallelMapIterator() override { pool_.reset(); }
@@ -554,7 +554,7 @@ class ParallelMapIterator : public DatasetIterator {
 
  private:
   std::shared_ptr<const MapFn> fn_;
-  std::unique_ptr<DatasetIterator> in_;
+  std::unique_ptr<data::DatasetIterator> in_;
   int workers_;
   bool input_done_ = false;
   std::deque<std::future<Element>> in_flight_;
@@ -565,7 +565,7 @@ class MapNode : public DatasetNode {
  public:
   MapNode(NodePtr input, MapFn fn, int parallel)
       : input_(std::move(input)), fn_(std::make_shared<const MapFn>(std::move(fn))), parallel_(parallel) {}
-  std::unique_ptr<DatasetIterator> make_iterator(uint64_t key) const override {
+  std::unique_ptr<data::DatasetIterator> make_iterator(uint64_t key) const override {
     if (parallel_ > 1) return std::make_unique<ParallelMapIterator>(fn_, input_->make_iterator(key), parallel_);
     return std::make_unique<SerialMapIterator>(fn_, input_->make_iterator(key));
   }

@@ -20,9 +20,9 @@ namespace {
 // producer blocked inside the input's next() (a generator that never
 // returns) is waited for. ATen ops on the producer run single-threaded
 // (use_one_intra_op_thread_here), so the producer costs at most one core.
-class PrefetchIterator : public DatasetIterator {
+class PrefetchIterator : public data::DatasetIterator {
  public:
-  PrefetchIterator(std::unique_ptr<DatasetIterator> in, int64_t capacity)
+  PrefetchIterator(std::unique_ptr<data::DatasetIterator> in, int64_t capacity)
       : in_(std::move(in)), capacity_(static_cast<size_t>(capacity)) {}
 
   ~PrefetchIterator() override {
@@ -126,7 +126,7 @@ class PrefetchIterator : public DatasetIterator {
     return !stop_;
   }
 
-  std::unique_ptr<DatasetIterator> in_;  // used by the producer once it runs
+  std::unique_ptr<data::DatasetIterator> in_;  // used by the producer once it runs
   const size_t capacity_;
   std::mutex mu_;
   std::condition_variable item_cv_;   // consumer waits for an element
@@ -149,7 +149,7 @@ bool spare_core() {
 class PrefetchNode : public DatasetNode {
  public:
   PrefetchNode(NodePtr input, int64_t capacity) : input_(std::move(input)), capacity_(capacity) {}
-  std::unique_ptr<DatasetIterator> make_iterator(uint64_t key) const override {
+  std::unique_ptr<data::DatasetIterator> make_iterator(uint64_t key) const override {
     // An in-memory input never waits on I/O, so a producer thread only helps
     // by running on a core the caller's own threads leave idle. When ATen's
     // intra-op threads already cover every core, it would take cycles from

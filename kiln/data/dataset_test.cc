@@ -24,7 +24,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::vector<Element> collect(const Dataset& ds, int64_t epoch = 0) {
+std::vector<Element> collect(const data::Dataset& ds, int64_t epoch = 0) {
   std::vector<Element> out;
   auto it = ds.iterator(epoch);
   while (auto e = it->next()) out.push_back(std::move(*e));
@@ -32,7 +32,7 @@ std::vector<Element> collect(const Dataset& ds, int64_t epoch = 0) {
 }
 
 // Datasets of int64 scalars (or batches of them): the values, flattened.
-std::vector<int64_t> values(const Dataset& ds, int64_t epoch = 0) {
+std::vector<int64_t> values(const data::Dataset& ds, int64_t epoch = 0) {
   std::vector<int64_t> out;
   for (const auto& e : collect(ds, epoch)) {
     auto t = e[0].contiguous();
@@ -42,7 +42,7 @@ std::vector<int64_t> values(const Dataset& ds, int64_t epoch = 0) {
 }
 
 // Sizes of the leading dim of each batch.
-std::vector<int64_t> batch_sizes(const Dataset& ds) {
+std::vector<int64_t> batch_sizes(const data::Dataset& ds) {
   std::vector<int64_t> out;
   for (const auto& e : collect(ds)) out.push_back(e[0].size(0));
   return out;
@@ -54,12 +54,12 @@ std::vector<int64_t> iota(int64_t n, int64_t start = 0) {
   return v;
 }
 
-Dataset range(int64_t n) { return Dataset::from_tensor_slices({at::arange(n, at::kLong)}); }
+data::Dataset range(int64_t n) { return data::Dataset::from_tensor_slices({at::arange(n, at::kLong)}); }
 
 // The same elements through a generator: not row-indexed, so every op takes
 // its element path (stacking, element shuffle buffer).
-Dataset range_generator(int64_t n, std::shared_ptr<std::atomic<int>> calls = nullptr) {
-  return Dataset::from_generator(
+data::Dataset range_generator(int64_t n, std::shared_ptr<std::atomic<int>> calls = nullptr) {
+  return data::Dataset::from_generator(
       [n, calls] {
         auto i = std::make_shared<int64_t>(0);
         return [n, i, calls]() -> std::optional<Element> {
@@ -76,7 +76,7 @@ Dataset range_generator(int64_t n, std::shared_ptr<std::atomic<int>> calls = nul
 TEST(DatasetTest, FromTensorSlicesYieldsRowsInOrder) {
   auto x = at::arange(12, at::kFloat).reshape({4, 3});
   auto y = at::arange(4, at::kLong);
-  auto ds = Dataset::from_tensor_slices({x, y});
+  auto ds = data::Dataset::from_tensor_slices({x, y});
   EXPECT_EQ(ds.cardinality(), 4);
   auto elems = collect(ds);
   ASSERT_EQ(elems.size(), 4u);
@@ -89,15 +89,15 @@ TEST(DatasetTest, FromTensorSlicesYieldsRowsInOrder) {
 }
 
 TEST(DatasetTest, FromTensorSlicesRejectsDifferentLengths) {
-  auto msg = error_of<std::exception>([] { Dataset::from_tensor_slices({at::zeros({5, 2}), at::zeros({4})}); });
+  auto msg = error_of<std::exception>([] { data::Dataset::from_tensor_slices({at::zeros({5, 2}), at::zeros({4})}); });
   EXPECT_THAT(msg, HasSubstr("[5, 4]"));
-  EXPECT_THROW(Dataset::from_tensor_slices({at::zeros({5}), at::zeros({4})}), ValueError);
-  EXPECT_THROW(Dataset::from_tensor_slices({at::scalar_tensor(1.0)}), ValueError);
-  EXPECT_THROW(Dataset::from_tensor_slices({}), ValueError);
+  EXPECT_THROW(data::Dataset::from_tensor_slices({at::zeros({5}), at::zeros({4})}), ValueError);
+  EXPECT_THROW(data::Dataset::from_tensor_slices({at::scalar_tensor(1.0)}), ValueError);
+  EXPECT_THROW(data::Dataset::from_tensor_slices({}), ValueError);
 }
 
 TEST(DatasetTest, FromTensorsIsOneElement) {
-  auto ds = Dataset::from_tensors({at::ones({2, 2}), at::zeros({3})});
+  auto ds = data::Dataset::from_tensors({at::ones({2, 2}), at::zeros({3})});
   EXPECT_EQ(ds.cardinality(), 1);
   auto elems = collect(ds);
   ASSERT_EQ(elems.size(), 1u);
@@ -112,7 +112,7 @@ TEST(DatasetTest, FromGeneratorStartsAFreshGeneratorEachPass) {
   EXPECT_EQ(values(ds), iota(5));
   EXPECT_EQ(values(ds), iota(5));
   EXPECT_EQ(calls->load(), 10);
-  EXPECT_EQ(Dataset::from_generator([] { return [] { return std::optional<Element>(); }; }).cardinality(),
+  EXPECT_EQ(data::Dataset::from_generator([] { return [] { return std::optional<Element>(); }; }).cardinality(),
             kUnknownCardinality);
 }
 
@@ -126,7 +126,7 @@ TEST(DatasetTest, IteratorKeepsItsDatasetAlive) {
 // ------------------------------------------------------------------ batch
 
 TEST(DatasetTest, BatchStacksAndKeepsTheRemainder) {
-  for (const Dataset& base : {range(10), range_generator(10)}) {
+  for (const data::Dataset& base : {range(10), range_generator(10)}) {
     auto ds = base.batch(3);
     EXPECT_EQ(ds.cardinality(), 4);
     EXPECT_EQ(batch_sizes(ds), (std::vector<int64_t>{3, 3, 3, 1}));
@@ -146,7 +146,7 @@ TEST(DatasetTest, BatchOfMultiTensorElementsKeepsRowsAligned) {
   auto y = at::arange(20, at::kLong);
   auto img = at::arange(20 * 4, at::kByte).reshape({20, 2, 2});
   auto flag = (at::arange(20, at::kLong) % 3).eq(0);
-  auto ds = Dataset::from_tensor_slices({x, y, img, flag}).shuffle(20, 3).batch(6);
+  auto ds = data::Dataset::from_tensor_slices({x, y, img, flag}).shuffle(20, 3).batch(6);
   int64_t rows = 0;
   for (const auto& b : collect(ds)) {
     ASSERT_EQ(b.size(), 4u);
@@ -160,12 +160,12 @@ TEST(DatasetTest, BatchOfMultiTensorElementsKeepsRowsAligned) {
   }
   EXPECT_EQ(rows, 20);
   // Unshuffled batches of in-memory rows are views (no copy).
-  auto first = Dataset::from_tensor_slices({x}).batch(4).iterator()->next();
+  auto first = data::Dataset::from_tensor_slices({x}).batch(4).iterator()->next();
   EXPECT_EQ((*first)[0].data_ptr(), x.data_ptr());
 }
 
 TEST(DatasetTest, BatchOfMismatchedShapesNamesBothShapes) {
-  auto ds = Dataset::from_generator([] {
+  auto ds = data::Dataset::from_generator([] {
     auto i = std::make_shared<int>(0);
     return [i]() -> std::optional<Element> {
       if (*i >= 2) return std::nullopt;
@@ -185,7 +185,7 @@ TEST(DatasetTest, BatchOfMismatchedShapesNamesBothShapes) {
 
 TEST(DatasetTest, UnbatchInvertsBatch) {
   auto x = at::arange(14, at::kFloat).reshape({7, 2});
-  auto ds = Dataset::from_tensor_slices({x}).batch(3).unbatch();
+  auto ds = data::Dataset::from_tensor_slices({x}).batch(3).unbatch();
   auto elems = collect(ds);
   ASSERT_EQ(elems.size(), 7u);
   for (int64_t i = 0; i < 7; ++i) EXPECT_TRUE(elems[i][0].equal(x[i]));
@@ -196,7 +196,7 @@ TEST(DatasetTest, UnbatchInvertsBatch) {
 // ------------------------------------------------- repeat / take / skip
 
 TEST(DatasetTest, RepeatTakeSkipInterplay) {
-  for (const Dataset& base : {range(10), range_generator(10)}) {
+  for (const data::Dataset& base : {range(10), range_generator(10)}) {
     EXPECT_EQ(values(base.skip(2).take(3)), (std::vector<int64_t>{2, 3, 4}));
     EXPECT_EQ(values(base.take(5).skip(2)), (std::vector<int64_t>{2, 3, 4}));
     EXPECT_EQ(values(base.repeat(2).skip(8).take(4)), (std::vector<int64_t>{8, 9, 0, 1}));
@@ -234,13 +234,13 @@ TEST(DatasetTest, Cardinality) {
   EXPECT_EQ(ds.shuffle(3).map([](const Element& e) { return e; }).prefetch(2).cache().cardinality(), 10);
   EXPECT_EQ(ds.repeat().batch(3).cardinality(), kInfiniteCardinality);
   EXPECT_EQ(range_generator(0).repeat().cardinality(), 0);
-  auto unknown = Dataset::from_generator([] { return [] { return std::optional<Element>(); }; });
+  auto unknown = data::Dataset::from_generator([] { return [] { return std::optional<Element>(); }; });
   EXPECT_EQ(unknown.take(3).cardinality(), kUnknownCardinality);
   EXPECT_EQ(unknown.repeat().cardinality(), kInfiniteCardinality);
 }
 
 TEST(DatasetTest, ShardSplitsByIndexModuloShards) {
-  for (const Dataset& base : {range(10), range_generator(10)}) {
+  for (const data::Dataset& base : {range(10), range_generator(10)}) {
     EXPECT_EQ(values(base.shard(3, 0)), (std::vector<int64_t>{0, 3, 6, 9}));
     EXPECT_EQ(values(base.shard(3, 1)), (std::vector<int64_t>{1, 4, 7}));
     EXPECT_EQ(values(base.shard(3, 2)), (std::vector<int64_t>{2, 5, 8}));
@@ -284,7 +284,7 @@ TEST(DatasetTest, ShuffleWithoutSeedRepeatsAfterSetRandomSeed) {
 }
 
 TEST(DatasetTest, ShuffleBufferBoundsHowFarElementsMove) {
-  for (const Dataset& base : {range(200), range_generator(200)}) {
+  for (const data::Dataset& base : {range(200), range_generator(200)}) {
     EXPECT_EQ(values(base.shuffle(1, 3)), iota(200));  // buffer of one: no shuffle
     const int64_t buffer = 10;
     auto v = values(base.shuffle(buffer, 3));
@@ -307,7 +307,7 @@ TEST(DatasetTest, ShuffleOrderIsTheSameOnTheFastAndElementPaths) {
       EXPECT_EQ(fast, slow) << "buffer " << buffer;
     }
   }
-  auto pipeline = [](const Dataset& d) {
+  auto pipeline = [](const data::Dataset& d) {
     return d.shuffle(30, 5).repeat(3).shard(2, 1).skip(4).take(50).shuffle(9, 2).batch(7);
   };
   EXPECT_EQ(values(pipeline(range(40)), 2), values(pipeline(range_generator(40)), 2));
@@ -327,7 +327,7 @@ TEST(DatasetTest, RepeatReshufflesEachRepetition) {
 // ------------------------------------------------------------ skip_batches
 
 TEST(DatasetTest, SkipBatchesResumesMidEpoch) {
-  auto check = [](const Dataset& ds, int64_t epoch) {
+  auto check = [](const data::Dataset& ds, int64_t epoch) {
     auto full = collect(ds, epoch);
     for (int64_t k : {0, 1, 3, static_cast<int>(full.size()), static_cast<int>(full.size()) + 2}) {
       auto it = ds.iterator(epoch);
@@ -540,7 +540,7 @@ TEST(DatasetTest, PrefetchOfInMemoryDataWithOrWithoutASpareCore) {
 }
 
 TEST(DatasetTest, PrefetchRethrowsProducerErrorsAfterEarlierElements) {
-  auto ds = Dataset::from_generator([] {
+  auto ds = data::Dataset::from_generator([] {
               auto i = std::make_shared<int64_t>(0);
               return [i]() -> std::optional<Element> {
                 if (*i == 3) throw FormatError("bad record 3");
@@ -564,7 +564,7 @@ TEST(DatasetTest, PrefetchRethrowsProducerErrorsAfterEarlierElements) {
 
 TEST(DatasetTest, PrefetchJoinsWhenDestroyedEarly) {
   auto produced = std::make_shared<std::atomic<int64_t>>(0);
-  auto endless = Dataset::from_generator([produced] {
+  auto endless = data::Dataset::from_generator([produced] {
     return [produced]() -> std::optional<Element> { return Element{at::scalar_tensor((*produced)++)}; };
   });
   for (int round = 0; round < 20; ++round) {
@@ -595,7 +595,7 @@ TEST(DatasetTest, PipelineThreadsRunAtenOpsSerially) {
   EXPECT_EQ(values(ds), iota(8));
   EXPECT_EQ(seen->load(), 1);
   auto gen_threads = std::make_shared<std::atomic<int>>(0);
-  auto gen = Dataset::from_generator([gen_threads] {
+  auto gen = data::Dataset::from_generator([gen_threads] {
     return [gen_threads]() -> std::optional<Element> {
       gen_threads->store(at::get_num_threads());
       return std::nullopt;
@@ -621,7 +621,7 @@ TEST(Adapt, DatasetBatchesGiveTheSameStatisticsAsOneTensor) {
   auto whole = layers::Normalization();
   whole->adapt(x.to(at::kFloat));
   auto streamed = layers::Normalization();
-  adapt(*streamed, Dataset::from_tensor_slices({x.to(at::kFloat), y}).batch(10));  // uneven last batch
+  adapt(*streamed, data::Dataset::from_tensor_slices({x.to(at::kFloat), y}).batch(10));  // uneven last batch
   EXPECT_TRUE(at::allclose(streamed->mean(), whole->mean(), 1e-5, 1e-6));
   EXPECT_TRUE(at::allclose(streamed->variance(), whole->variance(), 1e-5, 1e-6));
   at::Tensor expected_var = x.var(0, /*unbiased=*/false).to(at::kFloat);
@@ -629,11 +629,11 @@ TEST(Adapt, DatasetBatchesGiveTheSameStatisticsAsOneTensor) {
   EXPECT_EQ(streamed->weights().back()->value().item<int64_t>(), 103);
   // steps limits the batches read: 2 batches = the first 20 rows.
   auto partial = layers::Normalization();
-  adapt(*partial, Dataset::from_tensor_slices({x.to(at::kFloat)}).batch(10), /*steps=*/2);
+  adapt(*partial, data::Dataset::from_tensor_slices({x.to(at::kFloat)}).batch(10), /*steps=*/2);
   EXPECT_TRUE(at::allclose(partial->mean().reshape({4}), x.narrow(0, 0, 20).mean(0).to(at::kFloat), 1e-5, 1e-6));
   // An empty dataset is a clear error.
   auto empty = layers::Normalization();
-  EXPECT_THROW(adapt(*empty, Dataset::from_tensor_slices({x}).take(0).batch(4)), ValueError);
+  EXPECT_THROW(adapt(*empty, data::Dataset::from_tensor_slices({x}).take(0).batch(4)), ValueError);
 }
 
 }  // namespace

@@ -72,7 +72,7 @@ TEST(DatasetsTest, FashionMnistShapesAndLabels) {
   EXPECT_EQ(d.y_train[0].item<int64_t>(), 9);
   EXPECT_EQ(d.y_train[1].item<int64_t>(), 0);
   EXPECT_EQ(fashion_mnist_class_names()[9], "Ankle boot");
-  auto ds = Dataset::from_tensor_slices({d.x_train, d.y_train}).shuffle(60000, 1).batch(128);
+  auto ds = data::Dataset::from_tensor_slices({d.x_train, d.y_train}).shuffle(60000, 1).batch(128);
   EXPECT_EQ(ds.cardinality(), 469);
   auto batch = ds.iterator()->next();
   EXPECT_EQ((*batch)[0].sizes(), (std::vector<int64_t>{128, 28, 28}));
@@ -204,7 +204,7 @@ TEST(TextTopics, RawSentencesOfFourTopicsRepeatForASeed) {
 TEST(TextTopics, StringDatasetsBatchShuffleAndAdapt) {
   auto d = text_topics(300, 10, 5);
   at::Tensor x = strings::encode(d.x_train);
-  auto ds = Dataset::from_tensor_slices({x, d.y_train}).shuffle(300, 7).batch(64).prefetch(2);
+  auto ds = data::Dataset::from_tensor_slices({x, d.y_train}).shuffle(300, 7).batch(64).prefetch(2);
   std::multiset<std::string> seen;
   int64_t batches = 0;
   auto it = ds.iterator();
@@ -224,13 +224,13 @@ TEST(TextTopics, StringDatasetsBatchShuffleAndAdapt) {
   EXPECT_EQ(seen, std::multiset<std::string>(d.x_train.begin(), d.x_train.end()));
 
   auto from_data = layers::TextVectorization(Json{{"max_tokens", 200}});
-  adapt(*from_data, Dataset::from_tensor_slices({x, d.y_train}).batch(64));
+  adapt(*from_data, data::Dataset::from_tensor_slices({x, d.y_train}).batch(64));
   auto from_strings = layers::TextVectorization(Json{{"max_tokens", 200}});
   from_strings->adapt(d.x_train);
   EXPECT_EQ(from_data->get_vocabulary(), from_strings->get_vocabulary());
   // Strings encoded one by one have different widths: batch() says how to pad them.
   std::vector<at::Tensor> rows = {strings::encode({"a"}, {}), strings::encode({"abc"}, {})};
-  auto uneven = Dataset::from_generator([rows]() {
+  auto uneven = data::Dataset::from_generator([rows]() {
     auto next = std::make_shared<size_t>(0);
     return [rows, next]() -> std::optional<Element> {
       if (*next >= rows.size()) return std::nullopt;
@@ -244,7 +244,7 @@ TEST(TextTopics, StringDatasetsBatchShuffleAndAdapt) {
     EXPECT_NE(std::string(e.what()).find("strings::pad_to_width"), std::string::npos) << e.what();
   }
   auto first_two = layers::StringLookup();
-  adapt(*first_two, Dataset::from_tensor_slices({strings::encode({"a", "b", "b", "c", "c", "c"})}).batch(2), 2);
+  adapt(*first_two, data::Dataset::from_tensor_slices({strings::encode({"a", "b", "b", "c", "c", "c"})}).batch(2), 2);
   EXPECT_EQ(first_two->get_vocabulary(false), (std::vector<std::string>{"b", "c", "a"}));
 }
 

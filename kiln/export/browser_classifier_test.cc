@@ -29,12 +29,11 @@
 namespace kiln {
 namespace exporter {
 
-// Trains the page's text classifier, exports it to ONNX at `onnx_path` and
-// returns kiln's probabilities for `sentences` (one row each), its class
-// names in `class_names`; `work` is a scratch folder. Until the string layers (H1) are merged this builds the
-// model in-process with export_test.cc's stand-in TextVectorization; REPLACE
-// it then with `kiln train examples/text_classifier.json`, `kiln export
-// --format onnx` and `kiln predict` on the sentences (as JSON strings).
+// The page's text classifier as a user makes it: `kiln train
+// examples/text_classifier.json` (raw sentences of datasets::text_topics),
+// `kiln export --format onnx` to `onnx_path`, and `kiln predict` on
+// `sentences` given as JSON strings: kiln's probabilities (one row each) and
+// the class names. `work` is a scratch folder. (In export_test.cc.)
 std::vector<std::vector<float>> train_and_export_text_classifier(const std::string& work, const std::string& onnx_path,
                                                                  const std::vector<std::string>& sentences,
                                                                  std::vector<std::string>* class_names);

@@ -17,6 +17,7 @@
 #include "kiln/core/json.h"
 #include "kiln/core/random.h"
 #include "kiln/core/string_tensor.h"
+#include "kiln/data/datasets.h"
 #include "kiln/layers/preprocessing.h"
 #include "kiln/layers/text_preprocessing.h"
 #include "kiln/models/calibration.h"
@@ -1114,54 +1115,6 @@ TEST(OnnxExportCli, ExportsASavedInt8Model) {
 }
 
 // --- string preprocessing ---------------------------------------------------------------
-// STAND-INS: replace with the real layers after the merge of the string
-// layers (kiln/layers/text_preprocessing.h as Layers). Layers named
-// "TextVectorization" and "StringLookup" wrapping today's plain classes: a
-// string tensor (kiln/core/string_tensor.h) in, their ids (or encodings)
-// out, with their get_config(). Registered in this test binary only. The
-// exporter does not depend on them: it reads get_config().
-template <class Plain>
-class StringLayerStandIn : public SimpleLayer {
- public:
-  explicit StringLayerStandIn(const Json& config) : SimpleLayer(config), plain_(config) {}
-  Plain& plain() { return plain_; }
-  at::Tensor call1(const at::Tensor& x, bool) override {
-    auto values = strings::decode(x, name());
-    if constexpr (std::is_same<Plain, layers::StringLookup>::value)
-      return plain_(values, strings::logical_shape(x));
-    else
-      return plain_(values);
-  }
-  std::vector<Shape> compute_output_shape(const std::vector<Shape>& s) override {
-    if (std::is_same<Plain, layers::StringLookup>::value) return s;
-    const Json cfg = plain_.get_config();
-    const Json length = cfg.value("output_sequence_length", Json(nullptr));
-    if (cfg.value("output_mode", "int") != "int") return {{s[0][0], call1(strings::encode({""}), false).size(1)}};
-    return {{s[0][0], length.is_number_integer() ? length.get<int64_t>() : -1}};
-  }
-  std::vector<at::ScalarType> compute_output_dtype(const std::vector<at::ScalarType>&) override {
-    return {plain_.get_config().value("output_mode", "int") == "int" ? at::kLong : at::kFloat};
-  }
-  Json get_config() const override {
-    Json j = plain_.get_config();
-    j.update(base_config());
-    return j;
-  }
-
- private:
-  Plain plain_;
-};
-class TextVectorizationStandIn : public StringLayerStandIn<layers::TextVectorization> {
-  using StringLayerStandIn::StringLayerStandIn;
-  std::string class_name() const override { return "TextVectorization"; }
-};
-class StringLookupStandIn : public StringLayerStandIn<layers::StringLookup> {
-  using StringLayerStandIn::StringLayerStandIn;
-  std::string class_name() const override { return "StringLookup"; }
-};
-KILN_REGISTER_LAYER_AS(TextVectorization, TextVectorizationStandIn);
-KILN_REGISTER_LAYER_AS(StringLookup, StringLookupStandIn);
-
 // A model of string input (batch,) + `shape` -> `layers`.
 auto string_model(const std::vector<LayerPtr>& layers, const Shape& shape = {}) {
   auto m = models::Sequential();
@@ -1273,56 +1226,28 @@ TEST(OnnxExportText, SettingsWithoutAnOnnxFormAreRefusedWithWhatToDo) {
   refused("StringLookup", {{"vocabulary", nullptr}}, "has no vocabulary");
 }
 
-// Four topics, a few sentences each, for the page's text model.
-const std::vector<std::string> kTopics = {"sports", "cooking", "computers", "weather"};
-const std::vector<std::vector<std::string>> kTopicSentences = {
-    {"the team won the match", "she scored a goal in the final", "the striker kicked the ball into the net",
-     "our coach trains the players every morning", "the referee stopped the game", "fans cheered as the team scored",
-     "he ran the race and won a medal", "the match ended with a late goal"},
-    {"bake the bread in a hot oven", "stir the soup and add salt", "chop the onions and fry them in butter",
-     "the cake needs sugar eggs and flour", "simmer the sauce for ten minutes", "season the chicken before roasting",
-     "boil the pasta in salted water", "knead the dough until smooth"},
-    {"the laptop has a fast processor", "install the update and restart the computer",
-     "the program crashed with a memory error", "my keyboard and screen stopped working",
-     "the server needs more memory and disk", "compile the code before running the tests",
-     "the network is slow on this computer", "a new graphics card for the desktop"},
-    {"heavy rain is expected tomorrow", "strong wind and snow in the mountains", "the sun will shine all afternoon",
-     "a cold front brings frost tonight", "clouds and light rain in the morning", "the storm brought thunder and hail",
-     "temperatures will rise this weekend", "fog and drizzle along the coast"}};
-
 }  // namespace
 
 std::vector<std::vector<float>> train_and_export_text_classifier(const std::string& work, const std::string& onnx_path,
                                                                  const std::vector<std::string>& sentences,
                                                                  std::vector<std::string>* class_names) {
-  (void)work;
-  set_random_seed(43);
-  std::vector<std::string> texts;
-  std::vector<int64_t> labels;
-  for (size_t k = 0; k < kTopicSentences.size(); ++k)
-    for (auto& t : kTopicSentences[k]) {
-      texts.push_back(t);
-      labels.push_back((int64_t)k);
-    }
-  auto tv = std::make_shared<TextVectorizationStandIn>(
-      Json{{"standardize", "lower"}, {"max_tokens", 500}, {"output_sequence_length", 12}});
-  tv->plain().adapt(texts);
-  auto m = string_model({tv, L("Embedding", {{"input_dim", tv->plain().vocabulary_size()}, {"output_dim", 16}}),
-                         L("GlobalAveragePooling1D"), L("Dense", {{"units", 4}, {"activation", "softmax"}})});
-  m->compile("adam", "sparse_categorical_crossentropy");
-  FitArgs fa;
-  fa.x = {strings::encode(texts)};
-  fa.y = {at::tensor(labels, at::kLong)};
-  fa.batch_size = 8;
-  fa.epochs = 60;
-  fa.verbose = 0;
-  m->fit(fa);
-  export_onnx(*m, onnx_path);
-  at::Tensor p = m->predict(Tensors{strings::encode(sentences)}).at(0).contiguous();
+  auto kiln = [](const std::string& args) {
+    auto r = run_command(q(cli_path()) + " " + args + " 2>&1");
+    if (r.exit_code != 0) throw std::runtime_error("kiln " + args + ": " + r.output);
+  };
+  kiln("train " + q(source_path("examples/text_classifier.json")) + " --output " + q(work + "/models"));
+  const std::string model = work + "/models/1";
+  kiln("export --format onnx --model " + q(model) + " --output " + q(onnx_path));
+  std::string lines;
+  for (auto& s : sentences) lines += Json(s).dump() + "\n";  // TF Serving's row form: one string per line
+  atomic_write_file(work + "/sentences.jsonl", lines);
+  kiln("predict " + q(model) + " --input " + q(work + "/sentences.jsonl") + " --output " +
+       q(work + "/sentence_predictions.jsonl"));
   std::vector<std::vector<float>> out;
-  for (int64_t i = 0; i < p.size(0); ++i)
-    out.push_back(std::vector<float>(p[i].data_ptr<float>(), p[i].data_ptr<float>() + p.size(1)));
-  *class_names = kTopics;
+  std::istringstream in(read_file(work + "/sentence_predictions.jsonl"));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(Json::parse(line).at("predictions").get<std::vector<float>>());
+  *class_names = datasets::text_topics_class_names();
   return out;
 }
 

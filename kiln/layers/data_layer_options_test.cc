@@ -104,12 +104,12 @@ TEST(DataLayerOptions, TypedOptionsGetTheJsonPathsMessages) {
       [] {
         layers::StringLookup(Json{{"num_oov_indices", -1}});
       },
-      [] { layers::StringLookup(layers::StringLookupOptions{.num_oov_indices = -1}); });
+      [] { layers::StringLookup({.num_oov_indices = -1}); });
   same(
       [] {
         layers::StringLookup(Json{{"invert", true}, {"output_mode", "count"}});
       },
-      [] { layers::StringLookup(layers::StringLookupOptions{.invert = true, .output_mode = "count"}); });
+      [] { layers::StringLookup({.invert = true, .output_mode = "count"}); });
   // A typed Margins2D with a negative entry: the JSON form's message.
   expect_error<ValueError>(
       [] {

@@ -79,10 +79,10 @@ struct CompileArgs {
 // fit() input: tensors (x, y) or a Dataset whose elements are
 // (inputs..., targets..., [sample_weight]) batches.
 struct FitArgs {
-  Tensors x;                       // one tensor per model input
-  Tensors y;                       // one tensor per model output
-  at::Tensor sample_weight;        // optional, shape (N,)
-  std::optional<Dataset> dataset;  // instead of x/y (already batched)
+  Tensors x;                             // one tensor per model input
+  Tensors y;                             // one tensor per model output
+  at::Tensor sample_weight;              // optional, shape (N,)
+  std::optional<data::Dataset> dataset;  // instead of x/y (already batched)
   int64_t batch_size = 32;
   int epochs = 1;
   // 0 silent, 1 progress bar, 2 one line per epoch; -1 "auto": 1 on a
@@ -91,7 +91,7 @@ struct FitArgs {
   std::vector<CallbackPtr> callbacks;
   double validation_split = 0.0;  // last fraction of x/y, before shuffling
   Tensors validation_x, validation_y;
-  std::optional<Dataset> validation_dataset;
+  std::optional<data::Dataset> validation_dataset;
   bool shuffle = true;
   int initial_epoch = 0;
   std::map<int64_t, double> class_weight;
@@ -103,7 +103,7 @@ struct FitArgs {
 struct EvaluateArgs {
   Tensors x, y;
   at::Tensor sample_weight;
-  std::optional<Dataset> dataset;
+  std::optional<data::Dataset> dataset;
   int64_t batch_size = 32;
   int verbose = 0;
   int64_t steps = 0;

@@ -77,15 +77,15 @@ class Model : public Layer {
   // batch. One tensor per output, on the host:
   //   Tensors p = model->predict(x, {.batch_size = 256, .verbose = 1});
   Tensors predict(const Tensors& x, const PredictArgs& args = {});
-  at::Tensor predict(const at::Tensor& x, const PredictArgs& args = {});  // one input, one output
-  Tensors predict(const Dataset& ds, const PredictArgs& args = {});       // args.batch_size unused
+  at::Tensor predict(const at::Tensor& x, const PredictArgs& args = {});   // one input, one output
+  Tensors predict(const data::Dataset& ds, const PredictArgs& args = {});  // args.batch_size unused
   // The spellings before PredictArgs; kept for one release.
   [[deprecated("use predict(x, PredictArgs{.batch_size = ..., .verbose = ...})")]] Tensors predict(const Tensors& x,
                                                                                                    int64_t batch_size,
                                                                                                    int verbose = 0);
   [[deprecated("use predict(x, PredictArgs{.batch_size = ..., .verbose = ...})")]] at::Tensor predict(
       const at::Tensor& x, int64_t batch_size, int verbose = 0);
-  [[deprecated("use predict(ds, PredictArgs{.verbose = ...})")]] Tensors predict(const Dataset& ds, int verbose);
+  [[deprecated("use predict(ds, PredictArgs{.verbose = ...})")]] Tensors predict(const data::Dataset& ds, int verbose);
 
   // --- custom training logic (Keras's train_step / test_step / predict_step) --
   // fit() calls train_step once per batch, evaluate() and fit()'s

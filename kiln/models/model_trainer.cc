@@ -91,7 +91,7 @@ at::Tensor models::Model::predict(const at::Tensor& x, const PredictArgs& args) 
   return out[0];
 }
 
-Tensors models::Model::predict(const Dataset& ds, const PredictArgs& args) {
+Tensors models::Model::predict(const data::Dataset& ds, const PredictArgs& args) {
   return trainer("predict").predict(*this, ds, args);
 }
 
@@ -103,7 +103,9 @@ at::Tensor models::Model::predict(const at::Tensor& x, int64_t batch_size, int v
   return predict(x, PredictArgs{.batch_size = batch_size, .verbose = verbose});
 }
 
-Tensors models::Model::predict(const Dataset& ds, int verbose) { return predict(ds, PredictArgs{.verbose = verbose}); }
+Tensors models::Model::predict(const data::Dataset& ds, int verbose) {
+  return predict(ds, PredictArgs{.verbose = verbose});
+}
 
 std::map<std::string, double> models::Model::train_step(const Batch& data) {
   return trainer("train_step").train_step(*this, data);

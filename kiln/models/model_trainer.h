@@ -40,7 +40,7 @@ class ModelTrainer {
   virtual History fit(models::Model& model, const FitArgs& args) = 0;
   virtual std::map<std::string, double> evaluate(models::Model& model, const EvaluateArgs& args) = 0;
   virtual Tensors predict(models::Model& model, const Tensors& x, const PredictArgs& args) = 0;
-  virtual Tensors predict(models::Model& model, const Dataset& ds, const PredictArgs& args) = 0;
+  virtual Tensors predict(models::Model& model, const data::Dataset& ds, const PredictArgs& args) = 0;
   // Model::train_step / test_step's defaults: the compiled step pipeline on
   // one batch; {} (the compiled metrics are the logs).
   virtual std::map<std::string, double> train_step(models::Model& model, const Batch& data) = 0;

@@ -109,7 +109,7 @@ std::unique_ptr<DataAdapter> training_data(models::Model& model, const FitArgs& 
   }
   if (a.dataset) {
     if (!a.x.empty() || !a.y.empty()) throw ValueError("fit: pass either x/y tensors or a dataset, not both");
-    Dataset ds = shard ? a.dataset->shard(shard->first, shard->second) : *a.dataset;
+    data::Dataset ds = shard ? a.dataset->shard(shard->first, shard->second) : *a.dataset;
     auto probe = make_dataset_adapter(ds, model.num_inputs(), 0);
     const size_t n_out = build_with_probe(model, probe->sample_inputs(), /*force_probe=*/true);
     return make_dataset_adapter(ds, model.num_inputs(), n_out, a.class_weight);

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "kiln/core/base64.h"
 #include "kiln/core/io.h"
 #include "kiln/core/random.h"
 #include "kiln/layers/dense.h"
@@ -705,6 +706,99 @@ TEST(KilnQuantize, PublishesAnInt8VersionThatShowPredictAndServeRun) {
     for (int k = 0; k < 3; ++k) EXPECT_NEAR(pred[i][k].get<float>(), want[i][k].item<float>(), 1e-6);
   c.stop();
   EXPECT_EQ(s.stop(), 0);
+}
+
+// issue 31 §3: a text classifier trained from raw text by the CLI (examples/text_classifier.json: a string Input,
+// TextVectorization adapted on the training sentences, Embedding, pooling, softmax) is served by `kiln serve` and
+// answers raw sentences over TF Serving REST (plain strings and {"b64"} bytes), KServe v2 REST (BYTES) and TF Serving
+// gRPC (DT_STRING, through `kiln predict --grpc`) exactly as `kiln predict` answers them on the saved model.
+TEST(KilnServe, TextClassifierTrainedFromRawTextAnswersRawSentencesOverRestAndGrpc) {
+  TempDir dir;
+  auto trained = run_command(q(cli_path()) + " train " + q(source_path("examples/text_classifier.json")) +
+                             " --output " + q(dir.path() + "/text") + " 2>&1");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const std::vector<std::string> sentences = {"The team scored a late goal to win the match!",
+                                              "bake the bread and stir the sauce",
+                                              "my laptop needs a software update",
+                                              "heavy rain and strong wind in the forecast",
+                                              "",
+                                              "zebras quietly juggle turquoise harmonicas"};
+  const std::string in = dir.path() + "/sentences.jsonl";
+  std::string lines;
+  for (auto& s : sentences) lines += Json(s).dump() + "\n";
+  write_text(in, lines);
+  auto local =
+      run_command(q(cli_path()) + " predict " + q(dir.path() + "/text/1") + " --input " + q(in) + " 2>/dev/null");
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+  std::vector<std::vector<float>> want;
+  std::istringstream local_lines(local.output);
+  for (std::string line; std::getline(local_lines, line);)
+    if (!line.empty()) want.push_back(Json::parse(line).at("predictions").get<std::vector<float>>());
+  ASSERT_EQ(want.size(), sentences.size()) << local.output;
+  for (size_t k = 0; k < 4; ++k)  // the four topical sentences get their topic (sports, cooking, technology, weather)
+    EXPECT_EQ(std::max_element(want[k].begin(), want[k].end()) - want[k].begin(), (long)k) << sentences[k];
+
+  ChildProcess p({cli_path(), "serve", "--model_name", "text", "--model_base_path", dir.path() + "/text", "--port",
+                  "auto", "--rest_api_port", "auto", "--file_system_poll_wait_seconds", "0"});
+  const std::string ready = p.wait_for_line("kiln serve: ready", 60);
+  const int rest = port_of(ready, "rest_port="), grpc = port_of(ready, "grpc_port=");
+  ASSERT_GT(rest, 0) << ready << p.stderr_text();
+  ASSERT_GT(grpc, 0) << ready;
+  httplib::Client c("127.0.0.1", rest);
+  c.set_read_timeout(10, 0);
+  auto expect_rows = [&](const Json& got, const std::string& how) {
+    ASSERT_EQ(got.size(), want.size()) << how << ": " << got.dump();
+    for (size_t i = 0; i < want.size(); ++i)
+      for (size_t k = 0; k < want[i].size(); ++k)
+        EXPECT_NEAR(got[i][k].get<float>(), want[i][k], 1e-6) << how << ", sentence " << i;
+  };
+
+  // TF Serving REST: the row form with plain strings, then the same sentences as {"b64": ...} bytes.
+  auto res = c.Post("/v1/models/text:predict", Json{{"instances", sentences}}.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  expect_rows(Json::parse(res->body).at("predictions"), "REST instances");
+  Json b64 = Json::array();
+  for (auto& s : sentences) b64.push_back({{"b64", base64_encode(s)}});
+  res = c.Post("/v1/models/text:predict", Json{{"instances", b64}}.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  expect_rows(Json::parse(res->body).at("predictions"), "REST b64");
+  res = c.Get("/v1/models/text/metadata");
+  ASSERT_TRUE(res);
+  EXPECT_NE(res->body.find("DT_STRING"), std::string::npos) << res->body;
+
+  // KServe v2 REST: BYTES, the input named as the model's metadata names it.
+  res = c.Get("/v2/models/text");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const Json meta = Json::parse(res->body);
+  ASSERT_EQ(meta.at("inputs").at(0).at("datatype"), "BYTES") << res->body;
+  Json infer = {{"inputs",
+                 {{{"name", meta["inputs"][0]["name"]},
+                   {"shape", {(int64_t)sentences.size()}},
+                   {"datatype", "BYTES"},
+                   {"data", sentences}}}}};
+  res = c.Post("/v2/models/text/infer", infer.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const Json out = Json::parse(res->body).at("outputs").at(0);
+  Json rows = Json::array();
+  const size_t width = want[0].size();
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    Json row = Json::array();
+    for (size_t k = 0; k < width; ++k) row.push_back(out.at("data").at(i * width + k));
+    rows.push_back(row);
+  }
+  expect_rows(rows, "KServe v2 BYTES");
+
+  // TF Serving gRPC: DT_STRING tensors, written as kiln predict writes the local model's answers.
+  auto remote = run_command(q(cli_path()) + " predict --grpc 127.0.0.1:" + std::to_string(grpc) +
+                            " --model_name text --input " + q(in) + " 2>/dev/null");
+  ASSERT_EQ(remote.exit_code, 0) << remote.output;
+  EXPECT_EQ(remote.output, local.output);
+  c.stop();
+  EXPECT_EQ(p.stop(), 0);
 }
 
 }  // namespace

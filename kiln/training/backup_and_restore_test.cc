@@ -63,7 +63,7 @@ RunResult program(const std::string& backup_dir, callbacks::BackupAndRestoreOpti
     a.batch_size = 16;
     a.validation_split = 0.2;
   } else {
-    a.dataset = Dataset::from_tensor_slices({p.x, p.y}).shuffle(72).batch(12);
+    a.dataset = data::Dataset::from_tensor_slices({p.x, p.y}).shuffle(72).batch(12);
     a.validation_x = {p.x.narrow(0, 0, 20)};
     a.validation_y = {p.y.narrow(0, 0, 20)};
   }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "kiln/core/base64.h"
 #include "kiln/core/error.h"
 #include "kiln/core/io.h"
 #include "kiln/core/random.h"
@@ -22,56 +23,13 @@ constexpr const char* kStateFile = "training_state.json";
 constexpr const char* kPrefix = "ckpt-";
 constexpr const char* kCallbacksFile = "callbacks.safetensors";
 
-const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-std::string base64_encode(const std::string& in) {
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = ((uint8_t)in[i] << 16) | ((uint8_t)in[i + 1] << 8) | (uint8_t)in[i + 2];
-    for (int k = 3; k >= 0; --k) out += kB64[(v >> (6 * k)) & 63];
+// A checkpoint's RNG state, decoded (FormatError naming `what` when corrupt).
+std::string rng_state_from_base64(const std::string& in, const std::string& what) {
+  try {
+    return base64_decode(in);
+  } catch (const ValueError& e) {
+    throw FormatError(what + ": " + e.what());
   }
-  if (i + 1 == in.size()) {
-    uint32_t v = (uint8_t)in[i] << 16;
-    out += kB64[(v >> 18) & 63];
-    out += kB64[(v >> 12) & 63];
-    out += "==";
-  } else if (i + 2 == in.size()) {
-    uint32_t v = ((uint8_t)in[i] << 16) | ((uint8_t)in[i + 1] << 8);
-    out += kB64[(v >> 18) & 63];
-    out += kB64[(v >> 12) & 63];
-    out += kB64[(v >> 6) & 63];
-    out += '=';
-  }
-  return out;
-}
-
-std::string base64_decode(const std::string& in, const std::string& what) {
-  int table[256];
-  std::fill(std::begin(table), std::end(table), -1);
-  for (int i = 0; i < 64; ++i) table[(uint8_t)kB64[i]] = i;
-  if (in.size() % 4 != 0) throw FormatError(what + ": invalid base64 (length " + std::to_string(in.size()) + ")");
-  std::string out;
-  for (size_t i = 0; i < in.size(); i += 4) {
-    uint32_t v = 0;
-    int pad = 0;
-    for (int k = 0; k < 4; ++k) {
-      char c = in[i + k];
-      int d;
-      if (c == '=' && i + 4 == in.size() && k >= 2) {
-        d = 0;
-        ++pad;
-      } else {
-        d = table[(uint8_t)c];
-        if (d < 0 || pad) throw FormatError(what + ": invalid base64 character");
-      }
-      v = (v << 6) | (uint32_t)d;
-    }
-    out += (char)((v >> 16) & 255);
-    if (pad < 2) out += (char)((v >> 8) & 255);
-    if (pad < 1) out += (char)(v & 255);
-  }
-  return out;
 }
 
 std::string hex32(uint32_t v) {
@@ -144,11 +102,11 @@ LoadedCheckpoint load_verified(const std::string& dir) {
     if (!st["callbacks"].is_object()) throw FormatError(state_path + ": \"callbacks\" must be an object");
     p.callback_states = st["callbacks"];
   }
-  std::string gen = base64_decode(st["torch_rng"].get<std::string>(), state_path + " torch_rng");
+  std::string gen = rng_state_from_base64(st["torch_rng"].get<std::string>(), state_path + " torch_rng");
   p.torch_rng = at::empty({(int64_t)gen.size()}, at::kByte);
   std::memcpy(p.torch_rng.data_ptr(), gen.data(), gen.size());
   if (st.contains("cuda_rng")) {  // trained on a GPU
-    std::string cuda = base64_decode(st["cuda_rng"].get<std::string>(), state_path + " cuda_rng");
+    std::string cuda = rng_state_from_base64(st["cuda_rng"].get<std::string>(), state_path + " cuda_rng");
     p.cuda_rng = at::empty({(int64_t)cuda.size()}, at::kByte);
     std::memcpy(p.cuda_rng.data_ptr(), cuda.data(), cuda.size());
   }

@@ -196,7 +196,7 @@ TEST(PredictArgs, OldSpellingsStillCompile) {
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
   EXPECT_TRUE(at::equal(model->predict(d.x, 8), want));
   EXPECT_TRUE(at::equal(model->predict(Tensors{d.x}, 8, 0)[0], want));
-  EXPECT_TRUE(at::equal(model->predict(Dataset::from_tensor_slices({d.x}).batch(8), 0)[0], want));
+  EXPECT_TRUE(at::equal(model->predict(data::Dataset::from_tensor_slices({d.x}).batch(8), 0)[0], want));
 #pragma GCC diagnostic pop
 }
 

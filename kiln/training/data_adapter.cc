@@ -78,7 +78,7 @@ class TensorAdapter : public DataAdapter {
 
 class DatasetIteratorAdapter : public EpochIterator {
  public:
-  DatasetIteratorAdapter(std::unique_ptr<DatasetIterator> it, size_t n_in, size_t n_out,
+  DatasetIteratorAdapter(std::unique_ptr<data::DatasetIterator> it, size_t n_in, size_t n_out,
                          const std::map<int64_t, double>& cw)
       : it_(std::move(it)), n_in_(n_in), n_out_(n_out), cw_(cw) {}
 
@@ -105,14 +105,14 @@ class DatasetIteratorAdapter : public EpochIterator {
   void skip(int64_t n) override { it_->skip_batches(n); }
 
  private:
-  std::unique_ptr<DatasetIterator> it_;
+  std::unique_ptr<data::DatasetIterator> it_;
   size_t n_in_, n_out_;
   std::map<int64_t, double> cw_;
 };
 
 class DatasetAdapter : public DataAdapter {
  public:
-  DatasetAdapter(Dataset ds, size_t n_in, size_t n_out, std::map<int64_t, double> cw)
+  DatasetAdapter(data::Dataset ds, size_t n_in, size_t n_out, std::map<int64_t, double> cw)
       : ds_(std::move(ds)), n_in_(n_in), n_out_(n_out), cw_(std::move(cw)) {}
   int64_t num_batches() const override { return ds_.cardinality(); }
   std::unique_ptr<EpochIterator> begin_epoch(int epoch) override {
@@ -129,7 +129,7 @@ class DatasetAdapter : public DataAdapter {
   }
 
  private:
-  Dataset ds_;
+  data::Dataset ds_;
   size_t n_in_, n_out_;
   std::map<int64_t, double> cw_;
 };
@@ -203,7 +203,7 @@ std::unique_ptr<DataAdapter> make_tensor_adapter(const Tensors& x, const Tensors
   return std::make_unique<TensorAdapter>(x, y, sw, batch_size, shuffle);
 }
 
-std::unique_ptr<DataAdapter> make_dataset_adapter(const Dataset& ds, size_t num_inputs, size_t num_outputs,
+std::unique_ptr<DataAdapter> make_dataset_adapter(const data::Dataset& ds, size_t num_inputs, size_t num_outputs,
                                                   const std::map<int64_t, double>& class_weight) {
   return std::make_unique<DatasetAdapter>(ds, num_inputs, num_outputs, class_weight);
 }

@@ -53,7 +53,7 @@ std::unique_ptr<DataAdapter> make_tensor_adapter(const Tensors& x, const Tensors
                                                  const std::map<int64_t, double>& class_weight = {});
 
 // num_inputs / num_outputs split each element (num_outputs 0: inputs only).
-std::unique_ptr<DataAdapter> make_dataset_adapter(const Dataset& ds, size_t num_inputs, size_t num_outputs,
+std::unique_ptr<DataAdapter> make_dataset_adapter(const data::Dataset& ds, size_t num_inputs, size_t num_outputs,
                                                   const std::map<int64_t, double>& class_weight = {});
 
 // Per-sample weights class_weight[class of y] (class from integer labels of

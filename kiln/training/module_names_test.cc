@@ -7,6 +7,7 @@
 
 #include <type_traits>
 
+#include "kiln/data/dataset.h"
 #include "kiln/layers/dense.h"
 #include "kiln/layers/layer.h"
 #include "kiln/losses/loss.h"
@@ -33,6 +34,7 @@ TEST(ModuleNames, BaseClassesUnderTheirKerasModule) {
   static_assert(std::is_base_of_v<kiln::losses::Loss, kiln::losses::MeanSquaredError>);
   static_assert(std::is_base_of_v<kiln::optimizers::Optimizer, kiln::optimizers::Adam>);
   static_assert(std::is_base_of_v<kiln::layers::Layer, kiln::models::Model>);
+  static_assert(std::is_class_v<kiln::data::Dataset> && std::is_class_v<kiln::data::DatasetIterator>);
 }
 
 TEST(ModuleNames, ModelsFunctionsReadAsKeras) {

@@ -66,7 +66,8 @@ Logs run_test_loop(models::Model& model, TrainState& ts, DataAdapter& data, int6
 }
 
 std::unique_ptr<DataAdapter> eval_adapter(models::Model& model, const Tensors& x, const Tensors& y,
-                                          const at::Tensor& sw, const std::optional<Dataset>& ds, int64_t batch_size) {
+                                          const at::Tensor& sw, const std::optional<data::Dataset>& ds,
+                                          int64_t batch_size) {
   if (ds) {
     if (!x.empty() || !y.empty()) throw ValueError("pass either x/y tensors or a dataset, not both");
     auto probe = make_dataset_adapter(*ds, model.num_inputs(), 0);
@@ -171,7 +172,7 @@ class Trainer final : public ModelTrainer {
   History fit(models::Model& model, const FitArgs& args) override;
   std::map<std::string, double> evaluate(models::Model& model, const EvaluateArgs& args) override;
   Tensors predict(models::Model& model, const Tensors& x, const PredictArgs& args) override;
-  Tensors predict(models::Model& model, const Dataset& ds, const PredictArgs& args) override;
+  Tensors predict(models::Model& model, const data::Dataset& ds, const PredictArgs& args) override;
   std::map<std::string, double> train_step(models::Model& model, const Batch& data) override;
   std::map<std::string, double> test_step(models::Model& model, const Batch& data) override;
   std::map<std::string, double> train_on_batch(models::Model& model, const Tensors& x, const Tensors& y,
@@ -497,7 +498,7 @@ Tensors Trainer::predict(models::Model& model, const Tensors& x, const PredictAr
   return predict_loop(model, std::move(data), args);
 }
 
-Tensors Trainer::predict(models::Model& model, const Dataset& ds, const PredictArgs& args) {
+Tensors Trainer::predict(models::Model& model, const data::Dataset& ds, const PredictArgs& args) {
   warn_about_slow_precision(model);
   auto data = make_dataset_adapter(ds, model.num_inputs(), 0);
   return predict_loop(model, std::move(data), args);

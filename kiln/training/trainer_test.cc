@@ -129,7 +129,7 @@ TEST(Fit, DatasetInputWithSampleWeights) {
   Problem p = blobs(128);
   auto model = make_model(optimizer("Adam", 0.05));
   FitArgs a;
-  a.dataset = Dataset::from_tensor_slices({p.x, p.y}).shuffle(128, 7).batch(16);
+  a.dataset = data::Dataset::from_tensor_slices({p.x, p.y}).shuffle(128, 7).batch(16);
   a.epochs = 5;
   a.verbose = 0;
   History h = model->fit(a);
@@ -138,7 +138,7 @@ TEST(Fit, DatasetInputWithSampleWeights) {
 
   // (x, y, sample_weight) elements: zero weights give zero loss.
   FitArgs z;
-  z.dataset = Dataset::from_tensor_slices({p.x, p.y, at::zeros({128})}).batch(32);
+  z.dataset = data::Dataset::from_tensor_slices({p.x, p.y, at::zeros({128})}).batch(32);
   z.verbose = 0;
   EXPECT_EQ(model->fit(z).last("loss"), 0.0);
 
@@ -285,13 +285,13 @@ TEST(EvaluateAndPredict, BatchedMatchesWholeAndDatasets) {
   EXPECT_EQ(batched.sizes(), (std::vector<int64_t>{50, 2}));
   EXPECT_TRUE(at::allclose(whole, batched, 1e-6, 1e-6));
   EXPECT_FALSE(batched.requires_grad());
-  Tensors from_ds = model->predict(Dataset::from_tensor_slices({p.x, p.y}).batch(8));
+  Tensors from_ds = model->predict(data::Dataset::from_tensor_slices({p.x, p.y}).batch(8));
   ASSERT_EQ(from_ds.size(), 1u);
   EXPECT_TRUE(at::allclose(whole, from_ds[0], 1e-6, 1e-6));
 
   auto r1 = model->evaluate({.x = {p.x}, .y = {p.y}, .batch_size = 50});
   EvaluateArgs ea;
-  ea.dataset = Dataset::from_tensor_slices({p.x, p.y}).batch(50);
+  ea.dataset = data::Dataset::from_tensor_slices({p.x, p.y}).batch(50);
   auto r2 = model->evaluate(ea);
   EXPECT_EQ(r1.size(), 2u);
   EXPECT_NEAR(r1.at("loss"), r2.at("loss"), 1e-7);
