@@ -98,11 +98,10 @@ at::Tensor pad_to_width(const at::Tensor& t, int64_t width) {
   return at::constant_pad_nd(t, {0, width - have}, 0);
 }
 
-namespace {
-std::vector<at::Tensor> padded(const std::vector<at::Tensor>& parts, const char* what) {
+std::vector<at::Tensor> pad_to_widest(const std::vector<at::Tensor>& parts) {
   int64_t width = 0;
   for (const auto& p : parts) {
-    check_layout(p, what);
+    check_layout(p, "strings::pad_to_widest");
     width = std::max(width, p.size(-1) - kLengthBytes);
   }
   std::vector<at::Tensor> out;
@@ -110,19 +109,18 @@ std::vector<at::Tensor> padded(const std::vector<at::Tensor>& parts, const char*
   for (const auto& p : parts) out.push_back(pad_to_width(p, width));
   return out;
 }
-}  // namespace
 
 at::Tensor concat(const std::vector<at::Tensor>& parts, int64_t dim) {
   if (parts.empty()) throw ValueError("strings::concat: no tensors to join");
   if (dim < 0 || dim >= parts[0].dim() - 1)
     throw ValueError("strings::concat: dim " + std::to_string(dim) + " is not a logical dimension of shape " +
                      shape_to_string(logical_shape(parts[0])));
-  return at::cat(padded(parts, "strings::concat"), dim);
+  return at::cat(pad_to_widest(parts), dim);
 }
 
 at::Tensor stack(const std::vector<at::Tensor>& parts) {
   if (parts.empty()) throw ValueError("strings::stack: no tensors to stack");
-  return at::stack(padded(parts, "strings::stack"), 0);
+  return at::stack(pad_to_widest(parts), 0);
 }
 
 }  // namespace kiln::strings

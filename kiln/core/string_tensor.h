@@ -59,6 +59,10 @@ Shape logical_shape(const at::Tensor& t);
 // `t` with rows padded (zeros) to width `width` (>= its own).
 at::Tensor pad_to_width(const at::Tensor& t, int64_t width);
 
+// `parts`, each padded to the widest one's width (a batch's pieces, before
+// they are joined by code that joins any tensor).
+std::vector<at::Tensor> pad_to_widest(const std::vector<at::Tensor>& parts);
+
 // Joins string tensors along logical dimension `dim` (>= 0), padding each to
 // the widest first.
 at::Tensor concat(const std::vector<at::Tensor>& parts, int64_t dim = 0);

@@ -34,6 +34,9 @@ TEST(StringTensor, ConcatAndStackPadToTheWidest) {
   at::Tensor c = strings::concat({a, b});
   EXPECT_EQ(sizes_of(c), (Shape{3, 4 + 10}));
   EXPECT_EQ(strings::decode(c), (std::vector<std::string>{"x", "longer one", "yy"}));
+  auto widest = strings::pad_to_widest({a, b});
+  EXPECT_EQ(widest[0].size(-1), widest[1].size(-1));
+  EXPECT_EQ(strings::decode(widest[0]), (std::vector<std::string>{"x"}));
   at::Tensor s = strings::stack({strings::encode({"p", "q"}), strings::encode({"rrr", "s"})});
   EXPECT_EQ(strings::logical_shape(s), (Shape{2, 2}));
   EXPECT_EQ(strings::decode(s), (std::vector<std::string>{"p", "q", "rrr", "s"}));

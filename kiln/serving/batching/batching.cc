@@ -362,12 +362,8 @@ struct SharedBatchScheduler::Impl {
       for (auto& [name, first] : batch[live[0]].inputs) {
         std::vector<at::Tensor> parts;
         for (size_t i : live) parts.push_back(batch[i].inputs.at(name));
-        if (string_inputs.count(name)) {
-          // Rows of one width (padded as strings::concat pads), joined below like any tensor (pinned or not).
-          int64_t width = 0;
-          for (auto& p : parts) width = std::max(width, p.size(-1) - strings::kLengthBytes);
-          for (auto& p : parts) p = strings::pad_to_width(p, width);
-        }
+        // Rows of one width, joined below like any tensor (pinned or not).
+        if (string_inputs.count(name)) parts = strings::pad_to_widest(parts);
         in[name] = assemble_batch(parts, rows, padded, o.pin_batches);
       }
       out = q.fn(signature, in);
